@@ -1,0 +1,382 @@
+"""The reference model of p4src/v1model/hysync.p4: docs/protocol.md in Python.
+
+One `Pipeline` object holds the switch's registers, tables, multicast groups and
+counters. Two entry points share one state machine (`_aggregate`):
+
+* `process_frame(port, frame)` — Ethernet frames in, (port, frame) out, byte for
+  byte what BMv2 emits for the same input (the conformance suite checks it);
+* `process_datagram(src_ip, src_port, payload)` — the UDP data plane's fast path,
+  which skips building and parsing Ethernet/IPv4/UDP headers it would throw away.
+
+The hot path is written for speed: registers are Python lists (scalar access is
+what the state machine does), lanes are a numpy array in network byte order so a
+result is sent with one `tobytes()`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import numpy as np
+
+from hysync import wire
+from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
+from softswitch.tables import Counter, Entry, EntryError, Replica, Table
+
+# P4Info names of the program's entities (docs/protocol.md §8).
+MEMBERS = "HySyncIngress.admission.members"
+JOBS = "HySyncIngress.admission.jobs"
+MODES = "HySyncIngress.sync_mode.modes"
+L2 = "HySyncIngress.forwarding.l2"
+REWRITE = "HySyncEgress.replication.rewrite"
+COUNTER_NAMES = (
+    "HySyncIngress.stats.contributions",
+    "HySyncIngress.stats.late",
+    "HySyncIngress.stats.duplicates",
+    "HySyncIngress.stats.stale",
+    "HySyncIngress.stats.drops",
+    "HySyncEgress.replication.results",
+)
+MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
+DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
+
+_HDR = struct.Struct("!BBBBHBBHBBIII")
+_U32 = 0xFFFFFFFF
+_FRAME_OVERHEAD = wire.HYSYNC_OFFSET
+_EXPECTED_IP_LEN = wire.IPV4_BYTES + wire.UDP_BYTES + wire.PACKET_BYTES
+_EXPECTED_UDP_LEN = wire.UDP_BYTES + wire.PACKET_BYTES
+_REPLY_IP_LEN = wire.IPV4_BYTES + wire.UDP_BYTES + wire.HEADER_BYTES
+
+# What `_aggregate` asks the caller to emit.
+REPLY = 0  # back to the sender, out of the ingress port
+MULTICAST = 1  # to every replica of the job's multicast group
+
+
+class Pipeline:
+    def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
+        self.num_slots = num_slots
+        self.lock = threading.Lock()  # serializes control-plane writes with packet batches
+        self.tables: dict[str, Table] = {
+            MEMBERS: Table(MEMBERS, 8192),
+            JOBS: Table(JOBS, wire.MAX_JOBS),
+            MODES: Table(MODES, 4096),
+            L2: Table(L2, 4096, "HySyncIngress.forwarding.flood"),
+            REWRITE: Table(REWRITE, MEMBER_CELLS),
+        }
+        self.groups: dict[int, list[Replica]] = {}
+        self.counters = {name: Counter(name, DROP_CELLS if name.endswith("drops") else MEMBER_CELLS)
+                         for name in COUNTER_NAMES}
+        self._contributions, self._late, self._duplicates, self._stale, self._drops, \
+            self._results = (self.counters[n] for n in COUNTER_NAMES)
+        self.reset_registers()
+        self._rebuild_indexes()
+
+    # ------------------------------------------------------------ state
+    def reset_registers(self) -> None:
+        """Power-on state: every register zero (a pipeline push does this too)."""
+        n = self.num_slots
+        self.round = [0] * n
+        self.count = [0] * n
+        self.bitmap = [0] * n
+        self.chunk = [0] * n
+        self.mode = [0] * n
+        self.quorum = [0] * n
+        self.res_bitmap = [0] * n
+        self.res_count = [0] * n
+        self.res_chunk = [0] * n
+        self.res_mode = [0] * n
+        self.res_quorum = [0] * n
+        self.member_seq = [0] * (n * wire.MAX_WORKERS)
+        self.lanes = np.zeros((2 * n, wire.LANES), dtype=">i4")
+
+    def reset_counters(self) -> None:
+        for counter in self.counters.values():
+            counter.clear()
+
+    def _rebuild_indexes(self) -> None:
+        """Derive the dicts the packet path looks up from the table entries."""
+        t = self.tables
+        self._members = {e.match for e in t[MEMBERS].entries.values()}
+        self._jobs = {e.match[0]: e.params for e in t[JOBS].entries.values()}
+        modes: dict[int, list[tuple[int, int, int, int, int]]] = {}
+        for e in t[MODES].entries.values():
+            lo, hi = e.match[1]  # type: ignore[misc]
+            modes.setdefault(e.match[0], []).append((-e.priority, lo, hi, *e.params))  # type: ignore[arg-type]
+        self._modes = {job: sorted(rows) for job, rows in modes.items()}
+        self._l2 = {e.match[0]: e.params[0] for e in t[L2].entries.values()}
+        self._rewrite = {e.match[0]: e.params for e in t[REWRITE].entries.values()}
+
+    # ------------------------------------------------- control-plane writes
+    def write_entry(self, update: str, entry: Entry) -> None:
+        """update is INSERT, MODIFY or DELETE; raises EntryError without side effects."""
+        table = self.tables[entry.table]
+        with self.lock:
+            {"INSERT": table.insert, "MODIFY": table.modify, "DELETE": table.delete}[update](entry)
+            self._rebuild_indexes()
+
+    def set_default_action(self, table: str, action: str, params: tuple[int, ...]) -> None:
+        with self.lock:
+            self.tables[table].default_action = action
+            self.tables[table].default_params = params
+
+    def write_group(self, update: str, group_id: int, replicas: list[Replica]) -> None:
+        with self.lock:
+            exists = group_id in self.groups
+            if update == "INSERT" and exists:
+                raise EntryError("ALREADY_EXISTS", f"multicast group {group_id} exists")
+            if update in ("MODIFY", "DELETE") and not exists:
+                raise EntryError("NOT_FOUND", f"multicast group {group_id} does not exist")
+            if update == "DELETE":
+                del self.groups[group_id]
+            else:
+                self.groups[group_id] = list(replicas)
+
+    def clear_tables(self) -> None:
+        """A new pipeline config drops every entry, group, counter and register."""
+        with self.lock:
+            for table in self.tables.values():
+                table.entries.clear()
+            self.groups.clear()
+            self.reset_counters()
+            self.reset_registers()
+            self._rebuild_indexes()
+
+    # --------------------------------------------------------- the core
+    def _drop(self, job: int, reason: int, nbytes: int) -> None:
+        self._drops.count((job if job < wire.MAX_JOBS else 0) * wire.NUM_DROP_REASONS + reason,
+                          nbytes)
+
+    def _desired_mode(self, job: int, slot: int) -> tuple[int, int]:
+        for _, lo, hi, mode, quorum in self._modes.get(job, ()):
+            if lo <= slot <= hi:
+                return mode, quorum
+        return Mode.SYNC, 0
+
+    def _aggregate(self, payload: bytes, src_ip: int, src_port: int,
+                   nbytes: int) -> tuple[int, int, bytes] | None:
+        """Steps 1-10 of docs/protocol.md §4 for one UDP payload on the HySync port.
+
+        Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped).
+        """
+        size = len(payload)
+        if size < wire.HEADER_BYTES:
+            self._drop(0, DropReason.MALFORMED, nbytes)
+            return None
+        (version, op, flags, _mode, job, w, _count, s, _reason, _quorum, r, chunk,
+         _bitmap) = _HDR.unpack_from(payload)
+        if op in (Op.CONTRIB, Op.RESULT) and size < wire.PACKET_BYTES:
+            self._drop(job, DropReason.MALFORMED, nbytes)
+            return None
+        if version != wire.VERSION:
+            self._drop(job, DropReason.BAD_VERSION, nbytes)
+            return None
+        if op != Op.CONTRIB:
+            self._drop(job, DropReason.BAD_OP, nbytes)
+            return None
+        if size != wire.PACKET_BYTES:
+            self._drop(job, DropReason.BAD_LENGTH, nbytes)
+            return None
+        if (job, w, src_ip, src_port) not in self._members:
+            self._drop(job, DropReason.NOT_MEMBER, nbytes)
+            return None
+        job_cfg = self._jobs.get(job)
+        if job_cfg is None:
+            self._drop(job, DropReason.NO_JOB, nbytes)
+            return None
+        slot_base, slot_count, members, group = job_cfg
+        if not slot_base <= s < slot_base + slot_count or s >= self.num_slots:
+            self._drop(job, DropReason.SLOT_RANGE, nbytes)
+            return None
+
+        # 8. latch the desired mode when no round is under way.
+        if self.count[s] == 0:
+            self.mode[s], self.quorum[s] = self._desired_mode(job, s)
+        mode = self.mode[s]
+        member = job * wire.MAX_WORKERS + w
+        bit = 1 << w
+        cur = self.round[s]
+
+        if mode == Mode.ASYNC:  # 10.
+            seq_index = s * wire.MAX_WORKERS + w
+            if self.member_seq[seq_index] == r:
+                self._drop(job, DropReason.DUPLICATE, nbytes)
+                self._duplicates.count(member, nbytes)
+                return REPLY, 0, _HDR.pack(version, Op.ACK, 0, mode, job, w, 0, s, 0,
+                                           self.quorum[s], r, chunk, 0)
+            self.member_seq[seq_index] = r
+            self._contributions.count(member, nbytes)
+            bank = 2 * s + (cur & 1)
+            self.lanes[bank] = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
+            return self._close(s, job, w, group, cur, bank, chunk, 1, bit, version)
+
+        if r == cur:  # 9. the open round
+            if self.bitmap[s] & bit:
+                self._drop(job, DropReason.DUPLICATE, nbytes)
+                self._duplicates.count(member, nbytes)
+                return None
+            count = self.count[s]
+            if count and chunk != self.chunk[s]:
+                self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
+                return REPLY, 0, self._resync(s, version, job, w, ResyncReason.CHUNK_MISMATCH)
+            self._contributions.count(member, nbytes)
+            bank = 2 * s + (cur & 1)
+            lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
+            if count == 0:
+                self.lanes[bank] = lanes
+                self.chunk[s] = chunk
+            else:
+                self.lanes[bank] += lanes
+            count += 1
+            bitmap = self.bitmap[s] | bit
+            quorum = self.quorum[s]
+            needed = members if quorum == 0 else min(quorum, members)
+            if count >= needed:
+                return self._close(s, job, w, group, cur, bank, self.chunk[s], count, bitmap,
+                                   version)
+            self.count[s] = count
+            self.bitmap[s] = bitmap
+            return None
+
+        if r == (cur - 1) & _U32:  # 9. the round that closed last: resend its result
+            res_bitmap = self.res_bitmap[s]
+            (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
+            head = _HDR.pack(version, Op.RESULT, Flag.RESEND, self.res_mode[s], job, w,
+                             self.res_count[s], s, 0, self.res_quorum[s], r, self.res_chunk[s],
+                             res_bitmap)
+            return REPLY, 0, head + self.lanes[2 * s + (r & 1)].tobytes()
+
+        self._drop(job, DropReason.STALE, nbytes)
+        self._stale.count(member, nbytes)
+        return REPLY, 0, self._resync(s, version, job, w, ResyncReason.STALE_ROUND)
+
+    def _close(self, s: int, job: int, w: int, group: int, cur: int, bank: int, chunk: int,
+               count: int, bitmap: int, version: int) -> tuple[int, int, bytes]:
+        mode, quorum = self.mode[s], self.quorum[s]
+        self.res_bitmap[s], self.res_count[s], self.res_chunk[s] = bitmap, count, chunk
+        self.res_mode[s], self.res_quorum[s] = mode, quorum
+        self.round[s] = (cur + 1) & _U32
+        self.count[s] = 0
+        self.bitmap[s] = 0
+        head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s, 0, quorum, cur, chunk,
+                         bitmap)
+        return MULTICAST, group, head + self.lanes[bank].tobytes()
+
+    def _resync(self, s: int, version: int, job: int, w: int, reason: int) -> bytes:
+        return _HDR.pack(version, Op.RESYNC, 0, self.mode[s], job, w, self.count[s], s, reason,
+                         self.quorum[s], self.round[s], self.chunk[s], self.bitmap[s])
+
+    def _replicas(self, group: int, job: int, nbytes: int) -> list[tuple[int, tuple[int, ...]]]:
+        """Egress for a result: each replica's port and rewrite (dst mac, ip, udp port).
+
+        A replica without a rewrite entry is dropped: the controller installs both together.
+        """
+        out = []
+        for replica in self.groups.get(group, ()):
+            rewrite = self._rewrite.get(replica.rid)
+            if rewrite is None:
+                continue
+            self._results.count(replica.rid - 1, nbytes)
+            out.append((replica.port, rewrite))
+        return out
+
+    # ------------------------------------------------ UDP data plane path
+    def process_datagram(self, src_ip: int, src_port: int,
+                         payload: bytes) -> list[tuple[int, int, bytes]]:
+        """A datagram that arrived on the HySync UDP socket -> [(dst_ip, dst_port, datagram)]."""
+        nbytes = _FRAME_OVERHEAD + len(payload)
+        emit = self._aggregate(payload, src_ip, src_port, nbytes)
+        if emit is None:
+            return []
+        kind, group, out = emit
+        out_bytes = _FRAME_OVERHEAD + len(out)
+        if kind == REPLY:
+            if out[1] == Op.RESULT:
+                self._results.count(_member_of(out), out_bytes)
+            return [(src_ip, src_port, out)]
+        job = out[4] << 8 | out[5]
+        return [(rw[1], rw[2], out) for _, rw in self._replicas(group, job, out_bytes)]
+
+    # ------------------------------------------------------ frame path
+    def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        """One Ethernet frame in, every (egress port, frame) the P4 program emits for it."""
+        nbytes = len(frame)
+        parsed = _parse(frame)
+        if parsed is None:  # parser error before the HySync header
+            self._drop(0, DropReason.MALFORMED, nbytes)
+            return []
+        eth, ip, udp_ports, payload = parsed
+        if payload is None:
+            return self._forward(ingress_port, frame, eth)
+        ip_len = int.from_bytes(ip[2:4], "big")
+        udp_len = int.from_bytes(frame[38:40], "big")
+        src_ip = int.from_bytes(ip[12:16], "big")
+        if (len(payload) >= wire.HEADER_BYTES and payload[1] == Op.CONTRIB
+                and len(payload) >= wire.PACKET_BYTES and payload[0] == wire.VERSION
+                and (ip_len != _EXPECTED_IP_LEN or udp_len != _EXPECTED_UDP_LEN)):
+            job = payload[4] << 8 | payload[5]
+            self._drop(job, DropReason.BAD_LENGTH, nbytes)
+            return []
+        # The P4 parser extracts exactly one header + lanes; trailing bytes are
+        # caught by the length check above, so the model sees the parsed bytes only.
+        parsed_len = wire.PACKET_BYTES if payload[1:2] in (b"\x01", b"\x02") else wire.HEADER_BYTES
+        emit = self._aggregate(payload[:parsed_len] if len(payload) >= parsed_len else payload,
+                               src_ip, udp_ports[0], nbytes)
+        if emit is None:
+            return []
+        kind, group, out = emit
+        out_len = wire.HYSYNC_OFFSET + len(out)
+        if kind == REPLY:
+            if out[1] == Op.RESULT:
+                self._results.count(_member_of(out), out_len)
+            frame_out = _build(eth[6:12], eth[0:6], ip, ip[16:20], ip[12:16], udp_ports[0], out)
+            return [(ingress_port, frame_out)]
+        job = out[4] << 8 | out[5]
+        return [(port, _build(eth[0:6], rw[0].to_bytes(6, "big"), ip, ip[16:20],
+                              rw[1].to_bytes(4, "big"), rw[2], out))
+                for port, rw in self._replicas(group, job, out_len)]
+
+    def _forward(self, ingress_port: int, frame: bytes, eth: bytes) -> list[tuple[int, bytes]]:
+        port = self._l2.get(int.from_bytes(eth[0:6], "big"))
+        if port is not None:
+            return [(port, frame)]
+        return [(replica.port, frame) for replica in self.groups.get(wire.FLOOD_MCAST_GROUP, ())
+                if replica.port != ingress_port]
+
+
+def _member_of(datagram: bytes) -> int:
+    job = datagram[4] << 8 | datagram[5]
+    return job * wire.MAX_WORKERS + datagram[6]
+
+
+def _parse(frame: bytes) -> tuple[bytes, bytes, tuple[int, int], bytes | None] | None:
+    """The P4 parser: (ethernet, ipv4, (udp src, dst), hysync payload or None), None = error."""
+    if len(frame) < wire.ETH_BYTES:
+        return None
+    eth = frame[:wire.ETH_BYTES]
+    if eth[12:14] != b"\x08\x00":
+        return eth, b"", (0, 0), None
+    if len(frame) < wire.ETH_BYTES + wire.IPV4_BYTES:
+        return None
+    ip = frame[wire.ETH_BYTES:wire.ETH_BYTES + wire.IPV4_BYTES]
+    if ip[0] != 0x45 or ip[9] != wire.IPPROTO_UDP:
+        return eth, ip, (0, 0), None
+    if len(frame) < wire.HYSYNC_OFFSET:
+        return None
+    src_port, dst_port = struct.unpack_from("!HH", frame, wire.ETH_BYTES + wire.IPV4_BYTES)
+    if dst_port != wire.HYSYNC_UDP_PORT:
+        return eth, ip, (src_port, dst_port), None
+    return eth, ip, (src_port, dst_port), frame[wire.HYSYNC_OFFSET:]
+
+
+def _build(src_mac: bytes, dst_mac: bytes, ip_in: bytes, src_ip: bytes, dst_ip: bytes,
+           dst_port: int, datagram: bytes) -> bytes:
+    """A switch-generated frame: IPv4 fields copied from the trigger, lengths and checksum new."""
+    ip = bytearray(ip_in)
+    ip[2:4] = (wire.IPV4_BYTES + wire.UDP_BYTES + len(datagram)).to_bytes(2, "big")
+    ip[10:12] = b"\x00\x00"
+    ip[12:16] = src_ip
+    ip[16:20] = dst_ip
+    ip[10:12] = wire.ipv4_checksum(ip).to_bytes(2, "big")
+    udp = struct.pack("!HHHH", wire.HYSYNC_UDP_PORT, dst_port, wire.UDP_BYTES + len(datagram), 0)
+    return dst_mac + src_mac + b"\x08\x00" + bytes(ip) + udp + datagram
