@@ -80,6 +80,7 @@ class ResyncReason(enum.IntEnum):
     NONE = 0
     STALE_ROUND = 1
     CHUNK_MISMATCH = 2
+    STALE_COUNTED = 3  # stale, but this worker was counted in that round; its result is gone
 
 
 # ------------------------------------------------------------- the header

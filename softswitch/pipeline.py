@@ -220,6 +220,7 @@ class Pipeline:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
                 return REPLY, 0, self._resync(s, version, job, w, ResyncReason.CHUNK_MISMATCH)
             self._contributions.count(member, nbytes)
+            self.member_seq[s * wire.MAX_WORKERS + w] = r
             bank = 2 * s + (cur & 1)
             lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
             if count == 0:
@@ -248,7 +249,9 @@ class Pipeline:
 
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
-        return REPLY, 0, self._resync(s, version, job, w, ResyncReason.STALE_ROUND)
+        counted = self.member_seq[s * wire.MAX_WORKERS + w] == r
+        return REPLY, 0, self._resync(s, version, job, w, ResyncReason.STALE_COUNTED if counted
+                                      else ResyncReason.STALE_ROUND)
 
     def _close(self, s: int, job: int, w: int, group: int, cur: int, bank: int, chunk: int,
                count: int, bitmap: int, version: int) -> tuple[int, int, bytes]:
