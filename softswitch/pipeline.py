@@ -332,7 +332,7 @@ class Pipeline:
         if kind == REPLY:
             if out[1] == Op.RESULT:
                 self._results.count(_member_of(out), out_len)
-            frame_out = _build(eth[6:12], eth[0:6], ip, ip[16:20], ip[12:16], udp_ports[0], out)
+            frame_out = _build(eth[0:6], eth[6:12], ip, ip[16:20], ip[12:16], udp_ports[0], out)
             return [(ingress_port, frame_out)]
         job = out[4] << 8 | out[5]
         return [(port, _build(eth[0:6], rw[0].to_bytes(6, "big"), ip, ip[16:20],
