@@ -9,8 +9,8 @@ counters. Two entry points share one state machine (`_aggregate`):
   which skips building and parsing Ethernet/IPv4/UDP headers it would throw away.
 
 The hot path is written for speed: registers are Python lists (scalar access is
-what the state machine does), lanes are a numpy array in network byte order so a
-result is sent with one `tobytes()`.
+what the state machine does), lanes a native int32 numpy array (adds wrap) and a
+result is sent with one conversion to network order.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
 
 _HDR = struct.Struct("!BBBBHBBHBBIII")
 _U32 = 0xFFFFFFFF
+_BE = np.dtype(">i4")
 _FRAME_OVERHEAD = wire.HYSYNC_OFFSET
 _EXPECTED_IP_LEN = wire.IPV4_BYTES + wire.UDP_BYTES + wire.PACKET_BYTES
 _EXPECTED_UDP_LEN = wire.UDP_BYTES + wire.PACKET_BYTES
@@ -88,7 +89,8 @@ class Pipeline:
         self.res_mode = [0] * n
         self.res_quorum = [0] * n
         self.member_seq = [0] * (n * wire.MAX_WORKERS)
-        self.lanes = np.zeros((2 * n, wire.LANES), dtype=">i4")
+        # Native int32 (wrapping adds); converted to network order only for results.
+        self.lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
 
     def reset_counters(self) -> None:
         for counter in self.counters.values():
@@ -245,7 +247,7 @@ class Pipeline:
             head = _HDR.pack(version, Op.RESULT, Flag.RESEND, self.res_mode[s], job, w,
                              self.res_count[s], s, 0, self.res_quorum[s], r, self.res_chunk[s],
                              res_bitmap)
-            return REPLY, 0, head + self.lanes[2 * s + (r & 1)].tobytes()
+            return REPLY, 0, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
 
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
@@ -263,7 +265,7 @@ class Pipeline:
         self.bitmap[s] = 0
         head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s, 0, quorum, cur, chunk,
                          bitmap)
-        return MULTICAST, group, head + self.lanes[bank].tobytes()
+        return MULTICAST, group, head + self.lanes[bank].astype(_BE).tobytes()
 
     def _resync(self, s: int, version: int, job: int, w: int, reason: int) -> bytes:
         return _HDR.pack(version, Op.RESYNC, 0, self.mode[s], job, w, self.count[s], s, reason,
