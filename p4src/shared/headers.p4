@@ -1,0 +1,108 @@
+// Headers and metadata shared by every target.
+//
+// hysync_h mirrors hysync.wire.HEADER_FIELDS field for field (name, width, order);
+// tests/test_headers_p4.py fails when they disagree. Widths are written as bit<N> on
+// purpose, so the header reads like the table in docs/protocol.md §2.
+
+#ifndef __HYSYNC_HEADERS__
+#define __HYSYNC_HEADERS__
+
+header ethernet_h {
+    mac_addr_t dst_addr;
+    mac_addr_t src_addr;
+    bit<16>    ether_type;
+}
+
+header ipv4_h {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<6>      dscp;
+    bit<2>      ecn;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header udp_h {
+    l4_port_t src_port;
+    l4_port_t dst_port;
+    bit<16>   length;
+    bit<16>   checksum;
+}
+
+// docs/protocol.md §2: 24 bytes, network byte order.
+header hysync_h {
+    bit<8>  version;
+    bit<8>  op;
+    bit<8>  flags;
+    bit<8>  mode;
+    bit<16> job_id;
+    bit<8>  worker_id;
+    bit<8>  count;
+    bit<16> slot;
+    bit<8>  reason;
+    bit<8>  quorum;
+    bit<32> round;
+    bit<32> chunk;
+    bit<32> bitmap;
+}
+
+// One signed 32-bit lane, big-endian two's complement; a CONTRIB or RESULT carries
+// LANES of them.
+header lane_h {
+    bit<32> value;
+}
+
+struct headers_t {
+    ethernet_h     ethernet;
+    ipv4_h         ipv4;
+    udp_h          udp;
+    hysync_h       hysync;
+    lane_h[LANES]  lanes;
+}
+
+// Per-packet metadata: each group is written by one control and read by later ones.
+struct metadata_t {
+    // Admission (steps 5-7): the job's configuration.
+    bool             admitted;
+    slot_t           slot_base;
+    slot_t           slot_count;
+    count_t          members;         // active member count n
+    mcast_group_t    mcast_grp;
+
+    // SyncMode (step 8): the desired mode of the slot, latched only by a new round.
+    mode_t           desired_mode;
+    quorum_t         desired_quorum;
+
+    // Aggregation (steps 8-10): the decision and the HySync header of the packet the
+    // switch sends for it (fields not listed are copied from the contribution).
+    verdict_t        verdict;
+    round_t          out_round;
+    count_t          out_count;
+    bitmap_t         out_bitmap;
+    chunk_t          out_chunk;
+    mode_t           out_mode;
+    quorum_t         out_quorum;
+    reason_t         out_reason;
+
+    // Aggregation -> Lane controls: what to do with the lanes of this packet.
+    lane_op_t        lane_op;
+    cell_index_t     lane_cell;       // 2 * slot + bank
+    lane_t           lane_keep;       // 0: the first contribution writes; ~0: later ones add
+
+    // -> Stats: what to count.
+    bool             count_drop;      // a drop by reason (the packet may still be answered)
+    drop_reason_t    drop_reason;
+    member_counter_t member_counter;
+
+    // Forwarding -> Replication: this copy is an L2 flood.
+    bool             flooded;
+}
+
+#endif  // __HYSYNC_HEADERS__

@@ -1,0 +1,94 @@
+// HySync for BMv2 simple_switch (v1model): in-network gradient aggregation whose
+// synchronization mode (sync, partial(q), async) the controller hot-swaps per slot range.
+//
+// docs/protocol.md is the specification; softswitch/ is its reference model and the
+// conformance suite holds the two to the same bytes. Every control-plane input is a
+// table entry, a multicast group or a counter (BMv2's P4Runtime server cannot touch
+// registers); registers are data-plane state only.
+
+#include <core.p4>
+#include <v1model.p4>
+
+#include "../shared/defines.p4"
+#include "../shared/sizes.p4"
+#include "../shared/headers.p4"
+
+#include "include/parser.p4"
+#include "include/control/admission.p4"
+#include "include/control/sync_mode.p4"
+#include "include/control/aggregation.p4"
+#include "include/control/replies.p4"
+#include "include/control/forwarding.p4"
+#include "include/control/stats.p4"
+#include "include/control/replication.p4"
+
+control HySyncIngress(inout headers_t hdr,
+                      inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
+
+    Admission() admission;
+    SyncMode() sync_mode;
+    Aggregation() aggregation;
+    Replies() replies;
+    Forwarding() forwarding;
+    Stats() stats;
+
+    @hidden action drop(drop_reason_t reason) {
+        meta.count_drop = true;
+        meta.drop_reason = reason;
+        mark_to_drop(standard_metadata);
+    }
+
+    apply {
+        if (standard_metadata.parser_error != error.NoError) {
+            // 1. Truncated: changes no state, counted.
+            drop(DROP_MALFORMED);
+        } else if (!hdr.hysync.isValid()) {
+            // §7. Not HySync: L2.
+            forwarding.apply(hdr, meta, standard_metadata);
+        } else if (hdr.hysync.version != HYSYNC_VERSION) {
+            drop(DROP_BAD_VERSION);                                 // 2.
+        } else if (hdr.hysync.op != OP_CONTRIB) {
+            drop(DROP_BAD_OP);                                      // 3.
+        } else if (hdr.ipv4.total_len != CONTRIB_IPV4_LEN
+                   || hdr.udp.length != CONTRIB_UDP_LEN) {
+            drop(DROP_BAD_LENGTH);                                  // 4.
+        } else {
+            // 5-7. A member of a configured job, on one of the job's slots.
+            admission.apply(hdr, meta);
+            if (!meta.admitted) {
+                mark_to_drop(standard_metadata);
+            } else {
+                // 8. The mode the controller wants for this slot now.
+                sync_mode.apply(hdr, meta);
+                // 8-10. Latch it if no round is under way; open, join, close or miss
+                // the slot's round; accumulate or read the lanes.
+                aggregation.apply(hdr, meta);
+                // Make the RESULT / RESYNC / ACK the verdict calls for, or nothing.
+                replies.apply(hdr, meta, standard_metadata);
+            }
+        }
+
+        // §8. Count what the controls above decided to count.
+        stats.apply(hdr, meta);
+    }
+}
+
+control HySyncEgress(inout headers_t hdr,
+                     inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+
+    Replication() replication;
+
+    apply {
+        // §6-7. Address each replica of a RESULT, count RESULTs, prune L2 floods.
+        replication.apply(hdr, meta, standard_metadata);
+    }
+}
+
+V1Switch(HySyncParser(),
+         HySyncVerifyChecksum(),
+         HySyncIngress(),
+         HySyncEgress(),
+         HySyncComputeChecksum(),
+         HySyncDeparser()) main;

@@ -1,0 +1,69 @@
+// Admission (protocol.md §4 steps 5-7): only members of a configured job, on the job's
+// own slots, reach the aggregation state.
+
+#ifndef __HYSYNC_ADMISSION__
+#define __HYSYNC_ADMISSION__
+
+control Admission(in headers_t hdr, inout metadata_t meta) {
+
+    // Members: a hit is the whole verdict, the action carries nothing.
+    action admit() { }
+
+    table members {
+        key = {
+            hdr.hysync.job_id    : exact @name("job_id");
+            hdr.hysync.worker_id : exact @name("worker_id");
+            hdr.ipv4.src_addr    : exact @name("src_addr");
+            hdr.udp.src_port     : exact @name("src_port");
+        }
+        actions = {
+            admit;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();   // not a member
+        size = MEMBERS_TABLE_SIZE;
+    }
+
+    // Jobs: slot range, active member count and multicast group of the job. The
+    // count's P4Info name is "members" (§8); in P4 it would shadow the table above.
+    action set_job(slot_t slot_base, slot_t slot_count, @name("members") count_t n,
+                   mcast_group_t mcast_grp) {
+        meta.slot_base = slot_base;
+        meta.slot_count = slot_count;
+        meta.members = n;
+        meta.mcast_grp = mcast_grp;
+    }
+
+    table jobs {
+        key = {
+            hdr.hysync.job_id : exact @name("job_id");
+        }
+        actions = {
+            set_job;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = JOBS_TABLE_SIZE;
+    }
+
+    @hidden action reject(drop_reason_t reason) {
+        meta.admitted = false;
+        meta.count_drop = true;
+        meta.drop_reason = reason;
+    }
+
+    apply {
+        meta.admitted = true;
+        if (!members.apply().hit) {
+            reject(DROP_NOT_MEMBER);                           // 5. not a member
+        } else if (!jobs.apply().hit) {
+            reject(DROP_NO_JOB);                               // 6. no job entry
+        } else if (hdr.hysync.slot < meta.slot_base
+                   || hdr.hysync.slot - meta.slot_base >= meta.slot_count
+                   || hdr.hysync.slot >= NUM_SLOTS) {
+            reject(DROP_SLOT_RANGE);                           // 7. not the job's slot
+        }
+    }
+}
+
+#endif  // __HYSYNC_ADMISSION__

@@ -1,0 +1,90 @@
+// Replies (protocol.md §4 "Replies", §5, §6): turns a contribution into the packet the
+// switch sends for the aggregation's verdict, or into nothing.
+//
+//   CLOSE            RESULT, multicast to the job's group (egress sets destinations)
+//   RESEND           RESULT with flag RESEND, back to the sender, lanes of the stored round
+//   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
+//   STALE
+//   ACK              ACK, back to the sender, header only
+//   anything else    absorbed or dropped: nothing goes out
+
+#ifndef __HYSYNC_REPLIES__
+#define __HYSYNC_REPLIES__
+
+control Replies(inout headers_t hdr,
+                in metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+
+    // §5: version, job_id, worker_id and slot stay those of the contribution.
+    @hidden action write_hysync(op_t op, flags_t flags) {
+        hdr.hysync.op = op;
+        hdr.hysync.flags = flags;
+        hdr.hysync.mode = meta.out_mode;
+        hdr.hysync.count = meta.out_count;
+        hdr.hysync.reason = meta.out_reason;
+        hdr.hysync.quorum = meta.out_quorum;
+        hdr.hysync.round = meta.out_round;
+        hdr.hysync.chunk = meta.out_chunk;
+        hdr.hysync.bitmap = meta.out_bitmap;
+    }
+
+    // RESYNC and ACK are the 24-byte header alone.
+    @hidden action strip_lanes() {
+        hdr.lanes.pop_front(LANES);
+        hdr.ipv4.total_len = REPLY_IPV4_LEN;
+        hdr.udp.length = REPLY_UDP_LEN;
+    }
+
+    // Back out of the ingress port: addresses swapped, from the HySync port to the
+    // sender's port. IPv4 version/TOS/id/flags/TTL stay; the checksum is recomputed in
+    // HySyncComputeChecksum; UDP carries no checksum (Tofino cannot sum the payload at
+    // line rate, and BMv2 must give the same bytes).
+    @hidden action to_sender() {
+        mac_addr_t mac = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        ipv4_addr_t addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = HYSYNC_UDP_PORT;
+        hdr.udp.checksum = 0;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
+    // To every active member (§6): the sources become the switch's address, that is the
+    // contribution's destination; egress rewrites each replica's destination. Marked to
+    // drop first, so a job without a group (mcast_grp 0) drops instead of going to port 0:
+    // a multicast group takes precedence over the drop in v1model.
+    @hidden action to_group() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        hdr.udp.src_port = HYSYNC_UDP_PORT;
+        hdr.udp.checksum = 0;
+        mark_to_drop(standard_metadata);
+        standard_metadata.mcast_grp = meta.mcast_grp;
+    }
+
+    apply {
+        if (meta.verdict == verdict_t.CLOSE) {
+            write_hysync(OP_RESULT, 0);
+            to_group();
+        } else if (meta.verdict == verdict_t.RESEND) {
+            write_hysync(OP_RESULT, FLAG_RESEND);
+            to_sender();
+        } else if (meta.verdict == verdict_t.CHUNK_MISMATCH
+                   || meta.verdict == verdict_t.STALE) {
+            write_hysync(OP_RESYNC, 0);
+            strip_lanes();
+            to_sender();
+        } else if (meta.verdict == verdict_t.ACK) {
+            write_hysync(OP_ACK, 0);
+            strip_lanes();
+            to_sender();
+        } else {
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+#endif  // __HYSYNC_REPLIES__
