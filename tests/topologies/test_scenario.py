@@ -1,0 +1,69 @@
+"""Scenario files: every shipped one loads; bad ones are refused with a clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topologies.scenario import ScenarioError, load_scenario
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "topologies" / "scenarios"
+SCENARIOS = sorted(SCENARIO_DIR.glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_every_shipped_scenario_loads(path):
+    scenario = load_scenario(path)
+    assert scenario.name and scenario.workers >= 2 and scenario.steps > 0
+
+
+def test_demo_scenario_swaps_to_partial_with_one_straggler():
+    demo = load_scenario(next(p for p in SCENARIOS if p.stem == "demo"))
+    assert [s.worker for s in demo.stragglers] == [3]
+    assert demo.schedule[0].mode == "partial" and demo.schedule[0].quorum == 3
+
+
+def test_straggler_patterns_follow_their_timelines(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('name="x"\nworkers=4\nsteps=1\n'
+                 '[[straggler]]\nworker=1\npattern="intermittent"\nfactor=3.0\nperiod_s=2.0\n'
+                 'duty=0.25\n'
+                 '[[straggler]]\nworker=2\npattern="recovering"\nfactor=2.0\nuntil_s=5.0\n'
+                 '[[straggler]]\nworker=3\npattern="dies"\nat_s=4.0\n')
+    s = load_scenario(f)
+    inter, rec, dies = (s.straggler(w) for w in (1, 2, 3))
+    assert [inter.factor_at(t) for t in (0.1, 0.6, 2.2, 3.0)] == [3.0, 1.0, 3.0, 1.0]
+    assert (rec.factor_at(4.9), rec.factor_at(5.1)) == (2.0, 1.0)
+    assert (dies.dead_at(3.9), dies.dead_at(4.0)) == (False, True)
+    assert s.straggler(0) is None
+
+
+@pytest.mark.parametrize("body, message", [
+    ('workers=4\nsteps=10\n', "missing 'name'"),
+    ('name="x"\nworkers=1\nsteps=10\n', "'workers' = 1 is out of range"),
+    ('name="x"\nworkers=4\nsteps="ten"\n', "'steps' must be a int"),
+    ('name="x"\nworkers=4\nsteps=10\nspeed=3\n', "unknown field(s) ['speed']"),
+    ('name="x"\nworkers=4\nsteps=10\n[[straggler]]\nworker=7\npattern="constant"\n',
+     "'worker' = 7 is out of range: a worker id 0..3"),
+    ('name="x"\nworkers=4\nsteps=10\n[[straggler]]\nworker=1\npattern="slow"\n',
+     "one of constant, intermittent, recovering, dies"),
+    ('name="x"\nworkers=4\nsteps=10\n[[straggler]]\nworker=1\npattern="constant"\nfactor=0.5\n',
+     "a slowdown >= 1"),
+    ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="partial"\n',
+     "partial needs 'quorum' = 1..4"),
+    ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="fast"\n',
+     "one of sync, partial, async"),
+    ('name = \n', "not valid TOML"),
+])
+def test_bad_scenarios_are_refused_naming_the_field(tmp_path, body, message):
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert message in str(err.value)
+
+
+def test_missing_scenario_file_says_where_to_look(tmp_path):
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        load_scenario(tmp_path / "nope.toml")

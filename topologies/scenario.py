@@ -1,0 +1,164 @@
+"""Straggler scenarios as data: one TOML file per scenario, validated on load.
+
+    name = "constant-straggler"
+    workers = 4                 # members of the job
+    steps = 300                 # training iterations per worker
+    compute_ms = 20.0           # emulated compute time of one step on a healthy worker
+    target_accuracy = 0.90      # for time-to-target
+
+    [[straggler]]               # any number
+    worker = 3
+    pattern = "constant"        # constant | intermittent | recovering | dies
+    factor = 3.0                # compute slowdown while slow (>= 1)
+    period_s = 2.0              # intermittent: one slow + one healthy phase lasts period_s
+    duty = 0.5                  # intermittent: fraction of the period spent slow
+    until_s = 10.0              # recovering: slow until this many seconds into the run
+    at_s = 10.0                 # dies: the worker stops at this time
+
+    [link]                      # optional, per-worker link emulation
+    bandwidth_mbit = 100.0      # tc htb on Mininet links
+    delay_ms = 0.0              # emulated in the softswitch (no netem on this kernel)
+
+    [[schedule]]                # the manual-schedule policy: mode swaps by step
+    at_step = 100
+    mode = "partial"            # sync | partial | async
+    quorum = 3                  # partial only
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PATTERNS = ("constant", "intermittent", "recovering", "dies")
+MODES = ("sync", "partial", "async")
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Straggler:
+    worker: int
+    pattern: str
+    factor: float = 1.0
+    period_s: float = 2.0
+    duty: float = 0.5
+    until_s: float = 0.0
+    at_s: float = 0.0
+
+    def factor_at(self, t: float) -> float:
+        """Compute slowdown at t seconds into the run (1.0 = healthy)."""
+        if self.pattern == "constant":
+            return self.factor
+        if self.pattern == "intermittent":
+            return self.factor if (t % self.period_s) < self.duty * self.period_s else 1.0
+        if self.pattern == "recovering":
+            return self.factor if t < self.until_s else 1.0
+        return 1.0  # dies: healthy until it is gone
+
+    def dead_at(self, t: float) -> bool:
+        return self.pattern == "dies" and t >= self.at_s
+
+
+@dataclass(frozen=True)
+class ScheduledSwap:
+    at_step: int
+    mode: str
+    quorum: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    workers: int
+    steps: int
+    compute_ms: float
+    target_accuracy: float
+    stragglers: tuple[Straggler, ...] = ()
+    bandwidth_mbit: float | None = None
+    delay_ms: float = 0.0
+    schedule: tuple[ScheduledSwap, ...] = field(default=())
+    path: Path | None = None
+
+    def straggler(self, worker: int) -> Straggler | None:
+        return next((s for s in self.stragglers if s.worker == worker), None)
+
+
+def _field(table: dict, key: str, kind: type, where: str, default=None, check=None, hint=""):
+    if key not in table:
+        if default is None:
+            raise ScenarioError(f"{where}: missing '{key}' ({hint or kind.__name__})")
+        return default
+    value = table[key]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ScenarioError(f"{where}: '{key}' must be a {kind.__name__}, got {value!r}")
+    if check is not None and not check(value):
+        raise ScenarioError(f"{where}: '{key}' = {value!r} is out of range: {hint}")
+    return value
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file (see topologies/scenarios/)") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ScenarioError(f"{path}: not valid TOML: {err}") from None
+    where = str(path)
+    known = {"name", "workers", "steps", "compute_ms", "target_accuracy", "straggler", "link",
+             "schedule", "description"}
+    unknown = set(data) - known
+    if unknown:
+        raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+    workers = _field(data, "workers", int, where, check=lambda v: 2 <= v <= 32,
+                     hint="2..32 members")
+    stragglers = []
+    for i, s in enumerate(data.get("straggler", [])):
+        w = f"{where}: straggler[{i}]"
+        pattern = _field(s, "pattern", str, w, check=lambda v: v in PATTERNS,
+                         hint=f"one of {', '.join(PATTERNS)}")
+        stragglers.append(Straggler(
+            worker=_field(s, "worker", int, w, check=lambda v: 0 <= v < workers,
+                          hint=f"a worker id 0..{workers - 1}"),
+            pattern=pattern,
+            factor=_field(s, "factor", float, w, 1.0, lambda v: v >= 1.0, "a slowdown >= 1"),
+            period_s=_field(s, "period_s", float, w, 2.0, lambda v: v > 0, "seconds > 0"),
+            duty=_field(s, "duty", float, w, 0.5, lambda v: 0 < v < 1, "a fraction in (0, 1)"),
+            until_s=_field(s, "until_s", float, w, 0.0, lambda v: v >= 0, "seconds >= 0"),
+            at_s=_field(s, "at_s", float, w, 0.0, lambda v: v >= 0, "seconds >= 0"),
+        ))
+    if len({s.worker for s in stragglers}) != len(stragglers):
+        raise ScenarioError(f"{where}: a worker appears in two [[straggler]] tables; merge them")
+    schedule = []
+    for i, s in enumerate(data.get("schedule", [])):
+        w = f"{where}: schedule[{i}]"
+        mode = _field(s, "mode", str, w, check=lambda v: v in MODES,
+                      hint=f"one of {', '.join(MODES)}")
+        quorum = _field(s, "quorum", int, w, 0, lambda v: 0 <= v <= workers,
+                        f"0..{workers} (partial needs 1..{workers})")
+        if mode == "partial" and quorum < 1:
+            raise ScenarioError(f"{w}: partial needs 'quorum' = 1..{workers}")
+        schedule.append(ScheduledSwap(_field(s, "at_step", int, w, check=lambda v: v >= 0,
+                                             hint="a step >= 0"), mode, quorum))
+    link = data.get("link", {})
+    return Scenario(
+        name=_field(data, "name", str, where, hint="a short name for logs and plots"),
+        workers=workers,
+        steps=_field(data, "steps", int, where, check=lambda v: v > 0, hint="steps > 0"),
+        compute_ms=_field(data, "compute_ms", float, where, 20.0, lambda v: v >= 0, "ms >= 0"),
+        target_accuracy=_field(data, "target_accuracy", float, where, 0.9,
+                               lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+        stragglers=tuple(stragglers),
+        bandwidth_mbit=_field(link, "bandwidth_mbit", float, f"{where}: link", -1.0,
+                              lambda v: v > 0, "Mbit/s > 0") if "bandwidth_mbit" in link else None,
+        delay_ms=_field(link, "delay_ms", float, f"{where}: link", 0.0, lambda v: v >= 0,
+                        "ms >= 0"),
+        schedule=tuple(sorted(schedule, key=lambda s: s.at_step)),
+        path=path,
+    )

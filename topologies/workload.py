@@ -1,0 +1,138 @@
+"""The training workload of emulation runs and the demo: a real model on real data.
+
+Data: scikit-learn's handwritten digits (1,797 8x8 images, 10 classes), shipped
+inside the scikit-learn package, so nothing is downloaded at run time. A fixed
+seed splits it into a held-out test set and one shard per worker.
+
+Model: a small MLP (64-128-64-10). Its real compute is a millisecond; the
+scenario's `compute_ms` is emulated on top of it (times the straggler's
+slowdown), so that, as in real training, compute and not the tiny model's
+communication sets the pace.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+TEST_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Dataset:
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+def load_digits_split(seed: int = 0) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = digits.data.astype(np.float32) / 16.0
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(len(x) * TEST_FRACTION)
+    test, train = order[:n_test], order[n_test:]
+    return Dataset(torch.from_numpy(x[train]), torch.from_numpy(y[train]),
+                   torch.from_numpy(x[test]), torch.from_numpy(y[test]))
+
+
+def shard(data: Dataset, worker: int, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Worker `worker`'s disjoint share of the training set."""
+    return data.x_train[worker::workers], data.y_train[worker::workers]
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                         nn.Linear(64, 10))
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+@dataclass
+class StepRecord:
+    step: int
+    t: float  # seconds since the run started
+    step_s: float
+    loss: float
+    mode: str | None = None
+    contributors: float | None = None  # mean contributors per round in this step
+    accuracy: float | None = None
+
+
+@dataclass
+class RunLog:
+    config: str
+    worker: int
+    workers: int
+    steps: list[StepRecord] = field(default_factory=list)
+    final_accuracy: float | None = None
+    ended: str = "completed"
+    extra: dict = field(default_factory=dict)
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self)) + "\n")
+
+
+@dataclass
+class TrainConfig:
+    steps: int
+    compute_ms: float = 20.0
+    batch_size: int = 32
+    lr: float = 0.1
+    momentum: float = 0.9
+    eval_every: int = 10
+    seed: int = 0
+
+
+def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: TrainConfig,
+          log: RunLog, slowdown: Callable[[float], float] = lambda t: 1.0,
+          dead: Callable[[float], bool] = lambda t: False,
+          step_info: Callable[[], tuple[str | None, float | None]] = lambda: (None, None),
+          on_step: Callable[[int], None] = lambda step: None,
+          progress: Callable[[StepRecord], None] = lambda rec: None) -> RunLog:
+    """SGD on this worker's shard; the model's gradient averaging happens in backward()
+    (DDP with gloo, or DDP with the HySync communication hook)."""
+    x, y = shard(data, worker, workers)
+    rng = np.random.default_rng(cfg.seed * 1000 + worker)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    loss_fn = nn.CrossEntropyLoss()
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        on_step(step)
+        t0 = time.perf_counter()
+        if dead(t0 - start):
+            log.ended = f"died at step {step} (scenario)"
+            break
+        idx = torch.from_numpy(rng.integers(0, len(x), cfg.batch_size))
+        loss = loss_fn(model(x[idx]), y[idx])
+        # Emulated compute of a larger model, slowed down while this worker straggles.
+        emulate = cfg.compute_ms / 1000.0 * slowdown(t0 - start) - (time.perf_counter() - t0)
+        if emulate > 0:
+            time.sleep(emulate)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        now = time.perf_counter()
+        mode, contributors = step_info()
+        rec = StepRecord(step, now - start, now - t0, float(loss.detach()), mode, contributors)
+        if step % cfg.eval_every == 0 or step == cfg.steps - 1:
+            rec.accuracy = accuracy(model, data.x_test, data.y_test)
+        log.steps.append(rec)
+        progress(rec)
+    log.final_accuracy = accuracy(model, data.x_test, data.y_test)
+    return log
