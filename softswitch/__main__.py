@@ -1,0 +1,165 @@
+"""`python -m softswitch`: the softswitch as a process, a drop-in for simple_switch_grpc.
+
+    python -m softswitch --grpc-addr 127.0.0.1:9559 [--device-id 1]
+                         [--udp HOST:PORT | -i PORT@IFACE ...]
+                         [--p4info FILE] [--log-level info]
+
+Without --udp or -i the data plane is UDP on 127.0.0.1:48620 (no root needed).
+Prints one line saying where it listens; SIGINT or SIGTERM stops it (exit 0).
+Bad arguments or an unusable address/interface: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import NoReturn
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from hysync import wire
+from softswitch.pipeline import Pipeline
+from softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
+from softswitch.server import ConfigError, serve
+from softswitch.udp_dataplane import UdpDataPlane
+
+PROG = "python -m softswitch"
+DEFAULT_UDP = f"127.0.0.1:{wire.HYSYNC_UDP_PORT}"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _fail(message)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"softswitch: error: {message} (see {PROG} --help)", file=sys.stderr)
+    sys.exit(2)
+
+
+def _reason(err: Exception) -> str:
+    """The message of an error without the '[Errno N]' prefix."""
+    return err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """'HOST:PORT' -> (host, port); the port may be 0 (any free port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9559)")
+    return host.strip("[]"), int(port)
+
+
+def port_spec(text: str) -> str:
+    try:
+        parse_port(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return text
+
+
+def device_id(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"device id {text!r} must be a positive integer")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="HySync softswitch: the reference model of "
+                     "p4src/v1model/hysync.p4 behind a P4Runtime gRPC server.")
+    parser.add_argument("--grpc-addr", default="127.0.0.1:9559", type=host_port,
+                        metavar="HOST:PORT", help="P4Runtime server address (port 0: any free "
+                        "port; default %(default)s)")
+    parser.add_argument("--device-id", default=1, type=device_id,
+                        help="P4Runtime device id (default %(default)s)")
+    plane = parser.add_mutually_exclusive_group()
+    plane.add_argument("--udp", type=host_port, metavar="HOST:PORT",
+                       help=f"UDP data plane on this address (default {DEFAULT_UDP})")
+    plane.add_argument("-i", "--interface", dest="interfaces", action="append", type=port_spec,
+                       metavar="PORT@IFACE",
+                       help="raw data plane: switch port PORT on interface IFACE (repeat; "
+                       "needs root)")
+    parser.add_argument("--p4info", type=Path, metavar="FILE",
+                        help="preload this P4Info (text format) as the pipeline config")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="default %(default)s")
+    return parser
+
+
+def load_p4info(path: Path) -> p4info_pb2.P4Info:
+    p4info = p4info_pb2.P4Info()
+    try:
+        text_format.Parse(path.read_text(), p4info)
+    except OSError as err:
+        raise ValueError(f"cannot read --p4info {path}: {err.strerror}") from err
+    except text_format.ParseError as err:
+        raise ValueError(f"--p4info {path} is not a text-format P4Info: {err}") from err
+    return p4info
+
+
+def _check_free(host: str, port: int, where: str) -> None:
+    """Fail with one line if the gRPC port is taken (gRPC itself would also log to stderr)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise OSError(err.errno, f"cannot listen for P4Runtime on {where}: "
+                          f"{err.strerror}; pick another with --grpc-addr HOST:PORT") from err
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    pipeline = Pipeline()
+    try:
+        p4info = load_p4info(args.p4info) if args.p4info else None
+        if args.interfaces:
+            dataplane: UdpDataPlane | RawDataPlane = RawDataPlane(
+                pipeline, parse_port_map(args.interfaces))
+            where = " ".join(f"{p}@{i}" for p, i in sorted(dataplane.ports.items()))
+        else:
+            dataplane = UdpDataPlane(pipeline, *(args.udp or host_port(DEFAULT_UDP)))
+            where = "UDP {}:{}".format(*dataplane.address)
+    except (OSError, ValueError) as err:
+        _fail(_reason(err))
+    host, port = args.grpc_addr
+    grpc_addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        _check_free(host, port, grpc_addr)
+        server, bound = serve(pipeline, grpc_addr, args.device_id, p4info=p4info)
+    except ConfigError as err:
+        dataplane.stop()
+        _fail(f"--p4info {args.p4info} does not describe the softswitch's program: {err}")
+    except OSError as err:
+        dataplane.stop()
+        _fail(_reason(err))
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    dataplane.start()
+    config = f"P4Info {args.p4info}" if p4info else "no pipeline config yet"
+    print(f"softswitch: P4Runtime on {host}:{bound} (device {args.device_id}, {config}), "
+          f"data plane {where}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    logging.getLogger("softswitch").info("stopping")
+    server.stop(grace=1).wait()
+    dataplane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
