@@ -1,0 +1,17 @@
+"""HySync control plane: P4Runtime client, jobs, membership, mode hot swap, counters, CLI.
+
+    from controlplane import Controller, JobConfig, Switch
+
+    with Switch("127.0.0.1:9559") as switch:
+        controller = Controller(switch).attach()
+        controller.add_job(JobConfig.load("controlplane/examples/job-loopback.toml"))
+"""
+
+from controlplane.controller import Controller, InstalledJob
+from controlplane.errors import ControlPlaneError
+from controlplane.job import JobConfig, Member
+from controlplane.schema import Schema
+from controlplane.switch import Switch
+
+__all__ = ["ControlPlaneError", "Controller", "InstalledJob", "JobConfig", "Member", "Schema",
+           "Switch"]

@@ -1,0 +1,74 @@
+"""Entries of the admission control (p4src: HySyncIngress.admission).
+
+`members` admits a (job, worker, source address, source port); `jobs` gives an
+admitted job its slot range, active member count and multicast group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.entities import TableEntry
+from controlplane.job import Member
+from hysync import wire
+
+MEMBERS = "HySyncIngress.admission.members"
+JOBS = "HySyncIngress.admission.jobs"
+ADMIT = "HySyncIngress.admission.admit"
+SET_JOB = "HySyncIngress.admission.set_job"
+
+
+def member_entry(job_id: int, member: Member) -> TableEntry:
+    return member_entry_for(job_id, member.worker, member.ip_int, member.udp_port)
+
+
+def member_entry_for(job_id: int, worker: int, ip: int, udp_port: int) -> TableEntry:
+    return TableEntry(MEMBERS, {"job_id": job_id, "worker_id": worker, "src_addr": ip,
+                                "src_port": udp_port}, ADMIT)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A members-table entry, decoded."""
+
+    job_id: int
+    worker: int
+    ipv4: str
+    udp_port: int
+
+    @classmethod
+    def from_entry(cls, entry: TableEntry) -> Admitted:
+        m = entry.match
+        return cls(_int(m["job_id"]), _int(m["worker_id"]), wire.int_to_ip(_int(m["src_addr"])),
+                   _int(m["src_port"]))
+
+    def entry(self) -> TableEntry:
+        return member_entry_for(self.job_id, self.worker, wire.ip_to_int(self.ipv4),
+                                self.udp_port)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A jobs-table entry, decoded: what the switch knows of a job."""
+
+    job_id: int
+    slot_base: int
+    slot_count: int
+    members: int  # active member count n
+    mcast_grp: int
+
+    @classmethod
+    def from_entry(cls, entry: TableEntry) -> JobRow:
+        p = entry.params
+        return cls(_int(entry.match["job_id"]), p["slot_base"], p["slot_count"], p["members"],
+                   p["mcast_grp"])
+
+    def entry(self) -> TableEntry:
+        return TableEntry(JOBS, {"job_id": self.job_id}, SET_JOB,
+                          {"slot_base": self.slot_base, "slot_count": self.slot_count,
+                           "members": self.members, "mcast_grp": self.mcast_grp})
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int), value
+    return value

@@ -1,0 +1,412 @@
+"""`hysync`: the HySync control plane from the command line.
+
+Each call is a new process that connects to the switch, rebuilds the job registry
+from the switch's own tables (`Controller.attach`), does one thing and exits.
+Global options follow p4runtime-shell: --grpc-addr, --device-id, --election-id.
+Commands that only read (job list, mode show, stats) open no arbitration stream,
+so they never disturb a running primary controller.
+
+Exit status 0 on success; on failure one line `hysync: error: ...` on stderr
+(1: the operation failed, 2: bad command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TextIO
+
+from controlplane import sync_mode
+from controlplane.controller import Controller, InstalledJob
+from controlplane.errors import ControlPlaneError
+from controlplane.job import JobConfig
+from controlplane.stats import JobRates, JobStats, rates_between
+from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
+from hysync import wire
+from hysync.wire import Mode
+
+PROG = "hysync"
+
+
+class UsageError(Exception):
+    """A command line that cannot be carried out as written (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# ------------------------------------------------------------ argument types
+def _job_id(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) < wire.MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"job id {text!r} must be a number 1..255")
+    return int(text)
+
+
+def _worker(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) < wire.MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"worker id {text!r} must be a number 0..31")
+    return int(text)
+
+
+def _slots(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    if not sep:
+        high = low
+    if not (low.strip().isdigit() and high.strip().isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"bad slot range {text!r}: write it as A-B (inclusive), e.g. --slots 0-127")
+    a, b = int(low), int(high)
+    if a > b:
+        raise argparse.ArgumentTypeError(
+            f"bad slot range {text!r}: the first slot is above the last; write {b}-{a}")
+    return a, b
+
+
+def _election(text: str) -> tuple[int, int]:
+    try:
+        return parse_election_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds > 0")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
+    return int(text)
+
+
+# ------------------------------------------------------------ output
+class _Out:
+    def __init__(self, as_json: bool, stream: TextIO) -> None:
+        self.as_json = as_json
+        self.stream = stream
+
+    def emit(self, data: object, text: str) -> None:
+        print(json.dumps(data, sort_keys=True) if self.as_json else text, file=self.stream,
+              flush=True)
+
+
+def _mode_text(mode: Mode, quorum: int) -> str:
+    return sync_mode.format_mode(mode, quorum)
+
+
+def _job_line(job: InstalledJob) -> str:
+    lo, hi = job.slots
+    modes = ", ".join(f"{s.low}-{s.high} {_mode_text(s.mode, s.quorum)}"
+                      for s in job.segments())
+    excluded = sorted(m.worker for m in job.members if m.worker not in job.active)
+    excl = f", excluded {', '.join(map(str, excluded))}" if excluded else ""
+    return (f"job {job.job_id}: slots {lo}-{hi}, {len(job.active)}/{len(job.members)} "
+            f"members active{excl}; modes: {modes or 'none'}")
+
+
+# ------------------------------------------------------------ commands
+Handler = Callable[[argparse.Namespace, _Out], None]
+
+
+def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
+    """Install the HySync pipeline on the switch (clears every entry and register).
+
+    --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb); --device-config is
+    the compiled program for BMv2 or a Tofino (not needed by the softswitch).
+    """
+    p4info, device_config = args.p4info, args.device_config
+    if args.config:
+        p4info, _, rest = args.config.partition(",")
+        device_config = rest or device_config
+    if not p4info:
+        raise UsageError("pipeline push needs --p4info FILE (or --config P4INFO[,DEVICE_CONFIG])")
+    with _connect(args) as switch:
+        schema = switch.push_pipeline(p4info, device_config)
+    out.emit({"grpc_addr": args.grpc_addr, "p4info": str(p4info),
+              "tables": len(schema.tables), "counters": len(schema.counters)},
+             f"pipeline pushed to {args.grpc_addr}: {p4info} ({len(schema.tables)} tables, "
+             f"{len(schema.counters)} counters)")
+
+
+def cmd_job_add(args: argparse.Namespace, out: _Out) -> None:
+    """Install the job described by a TOML job file (see controlplane/examples/).
+
+    Adding a job that is already installed the same way changes nothing; installed
+    differently it is refused unless --replace.
+    """
+    job = JobConfig.load(args.file)
+    with _connect(args) as switch:
+        report = Controller(switch).attach().add_job(job, replace=args.replace)
+    lo, hi = job.slots
+    out.emit({"job_id": job.job_id, "outcome": report.outcome, "updates": report.updates,
+              "slots": [lo, hi], "members": len(job.members)},
+             f"job {job.job_id} {report.outcome} ({report.updates} updates): "
+             f"{len(job.members)} members, slots {lo}-{hi}, mode "
+             f"{_mode_text(job.mode, job.quorum)}")
+
+
+def cmd_job_remove(args: argparse.Namespace, out: _Out) -> None:
+    """Delete every entry of a job, and the l2 entries and flood ports no other job uses."""
+    with _connect(args) as switch:
+        written = Controller(switch).attach().remove_job(args.job)
+    out.emit({"job_id": args.job, "updates": written},
+             f"job {args.job} removed ({written} updates)")
+
+
+def cmd_job_list(args: argparse.Namespace, out: _Out) -> None:
+    """List the jobs installed on the switch, read back from its tables."""
+    with _connect(args, read_only=True) as switch:
+        controller = Controller(switch).attach()
+        jobs = controller.list_jobs()
+    lines = [_job_line(j) for j in jobs if j.complete] or ["no jobs installed"]
+    lines += [f"warning: {p}" for p in controller.problems]
+    out.emit({"jobs": [j.to_dict() for j in jobs], "problems": controller.problems},
+             "\n".join(lines))
+
+
+def cmd_mode_set(args: argparse.Namespace, out: _Out) -> None:
+    """Hot-swap the desired mode of a slot range: sync, partial --quorum Q, or async.
+
+    Each slot latches the new mode when its next round starts. With --wait SECONDS,
+    wait until the job's counters show every slot of the range has latched it, and
+    report how long that took.
+    """
+    mode = Mode[args.mode.upper()]
+    if mode == Mode.PARTIAL and args.quorum is None:
+        raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
+    if mode != Mode.PARTIAL and args.quorum is not None:
+        raise UsageError(f"--quorum is for partial only; {args.mode} takes none")
+    with _connect(args) as switch:
+        controller = Controller(switch).attach()
+        report = controller.set_mode(args.job, slots=args.slots, mode=mode, quorum=args.quorum)
+        latched = None
+        if args.wait is not None:
+            latched = controller.wait_latched(args.job, args.slots, mode, timeout=args.wait)
+    lo, hi = report.slots
+    how = {"modify": "one MODIFY", "insert": "new range entry",
+           "unchanged": "already set"}[report.strategy]
+    text = f"job {args.job} slots {lo}-{hi}: {_mode_text(mode, report.quorum)} ({how})"
+    if latched is not None:
+        text += f"; latched after {latched:.3f} s"
+    out.emit({"job_id": args.job, "slots": [lo, hi], "mode": args.mode,
+              "quorum": report.quorum, "strategy": report.strategy,
+              "deleted_entries": report.deleted, "latched_after": latched}, text)
+
+
+def cmd_mode_show(args: argparse.Namespace, out: _Out) -> None:
+    """Show the desired mode of every slot of a job, and the modes-table entries."""
+    with _connect(args, read_only=True) as switch:
+        job = Controller(switch).attach().job(args.job)
+    lines = [f"job {job.job_id} slots {job.slots[0]}-{job.slots[1]}, "
+             f"{len(job.active)} active members"]
+    lines += [f"  slots {s.low}-{s.high}: {_mode_text(s.mode, s.quorum)}" for s in job.segments()]
+    lines += [f"  entry {r.low}-{r.high} priority {r.priority}: {_mode_text(r.mode, r.quorum)}"
+              for r in sorted(job.modes, key=lambda r: r.priority)]
+    data = job.to_dict()
+    out.emit({"job_id": job.job_id, "modes": data["modes"], "entries": data["mode_entries"]},
+             "\n".join(lines))
+
+
+def cmd_member_exclude(args: argparse.Namespace, out: _Out) -> None:
+    """Take a worker out of a job (a persistent straggler): the job's rounds stop waiting
+    for it and it no longer receives results."""
+    with _connect(args) as switch:
+        report = Controller(switch).attach().exclude(args.job, args.worker)
+    _membership(out, "excluded", report.job_id, report.worker, report.members, report.quorums)
+
+
+def cmd_member_readmit(args: argparse.Namespace, out: _Out) -> None:
+    """Bring an excluded worker back into its job."""
+    with _connect(args) as switch:
+        report = Controller(switch).attach().readmit(args.job, args.worker)
+    _membership(out, "readmitted", report.job_id, report.worker, report.members, report.quorums)
+
+
+def _membership(out: _Out, what: str, job: int, worker: int, members: int,
+                quorums: Sequence[tuple[int, int, int, int]]) -> None:
+    text = f"job {job}: worker {worker} {what}; {members} active members"
+    for lo, hi, old, new in quorums:
+        text += f"; slots {lo}-{hi} quorum {old} -> {new}"
+    out.emit({"job_id": job, "worker": worker, "members": members,
+              "quorums": [{"slots": [lo, hi], "old": old, "new": new}
+                          for lo, hi, old, new in quorums]}, text)
+
+
+def cmd_stats(args: argparse.Namespace, out: _Out) -> None:
+    """Per-worker counters of a job (contributions, late, duplicates, stale, results) and
+    its drops by reason. With --watch SECONDS, refresh every SECONDS with rates."""
+    with _connect(args, read_only=True) as switch:
+        controller = Controller(switch).attach()
+        before = controller.stats(args.job)
+        if args.watch is None:
+            out.emit(before.to_dict(), _stats_table(before, None))
+            return
+        refreshes = 0
+        clear = "\x1b[H\x1b[2J" if out.stream.isatty() and not out.as_json else ""
+        try:
+            while args.count is None or refreshes < args.count:
+                time.sleep(args.watch)
+                now = controller.stats(args.job)
+                r = rates_between(before, now)
+                data = dict(now.to_dict(), rates=r.to_dict())
+                out.emit(data, clear + _stats_table(now, r))
+                before = now
+                refreshes += 1
+        except KeyboardInterrupt:
+            pass
+
+
+def _stats_table(s: JobStats, rates: JobRates | None) -> str:
+    head = f"{'worker':>6} {'active':>6} {'contrib':>10} {'late':>8} {'dup':>8} {'stale':>8} " \
+           f"{'results':>10}"
+    if rates:
+        head += f" {'contrib/s':>10} {'results/s':>10}"
+    lines = [f"job {s.job_id}", head]
+    for w in s.workers.values():
+        line = (f"{w.worker:>6} {'yes' if w.active else 'no':>6} {w.contributions:>10} "
+                f"{w.late:>8} {w.duplicates:>8} {w.stale:>8} {w.results:>10}")
+        if rates and w.worker in rates.workers:
+            r = rates.workers[w.worker]
+            line += f" {r.contributions:>10.1f} {r.results:>10.1f}"
+        lines.append(line)
+    drops = ", ".join(f"{k} {v}" for k, v in s.drops.items() if v)
+    lines.append(f"drops: {drops or 'none'}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------ plumbing
+def _connect(args: argparse.Namespace, *, read_only: bool = False) -> Switch:
+    return Switch(args.grpc_addr, device_id=args.device_id, election_id=args.election_id,
+                  timeout=args.timeout, arbitrate=not read_only)
+
+
+def _doc(handler: Handler) -> tuple[str, str]:
+    """(first sentence, whole docstring) of a command handler: its help texts."""
+    doc = inspect.cleandoc(handler.__doc__ or "")
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    return first.split(". ", 1)[0].rstrip("."), doc
+
+
+def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The global options. Subcommands accept them too, with SUPPRESS defaults so that
+    a value given before the subcommand is not overwritten by a default after it."""
+    def default(value: object) -> object:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--grpc-addr", default=default(DEFAULT_GRPC_ADDR), metavar="HOST:PORT",
+                        help=f"the switch's P4Runtime address (default {DEFAULT_GRPC_ADDR})")
+    parser.add_argument("--device-id", type=int, default=default(1),
+                        help="P4Runtime device id (default 1)")
+    parser.add_argument("--election-id", type=_election, default=default((0, 1)),
+                        metavar="ID|HIGH,LOW", help="election id (default 1)")
+    parser.add_argument("--timeout", type=_seconds, default=default(5.0), metavar="SECONDS",
+                        help="deadline of each request (default 5)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print machine-readable JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, top=False)
+    parser = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    _add_common(parser, top=True)
+    groups = parser.add_subparsers(dest="group", metavar="COMMAND", required=True,
+                                   parser_class=_Parser)
+
+    def command(sub: argparse._SubParsersAction, name: str,  # type: ignore[type-arg]
+                handler: Handler) -> argparse.ArgumentParser:
+        short, long = _doc(handler)
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=short, description=long, parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(handler=handler)
+        return p
+
+    def group(name: str, help_text: str) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+        g = groups.add_parser(name, help=help_text, description=help_text)
+        return g.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
+
+    pipeline = group("pipeline", "the switch's forwarding pipeline")
+    p = command(pipeline, "push", cmd_pipeline_push)
+    p.add_argument("--p4info", metavar="FILE", help="text P4Info file")
+    p.add_argument("--device-config", metavar="FILE", help="BMv2 JSON / Tofino binary")
+    p.add_argument("--config", metavar="P4INFO[,DEVICE_CONFIG]",
+                   help="p4runtime-shell's form of the two options above")
+
+    jobs = group("job", "install, remove and list jobs")
+    p = command(jobs, "add", cmd_job_add)
+    p.add_argument("file", metavar="FILE", help="TOML job file")
+    p.add_argument("--replace", action="store_true",
+                   help="replace a job installed with the same id but a different definition")
+    p = command(jobs, "remove", cmd_job_remove)
+    p.add_argument("job", type=_job_id, metavar="JOB")
+    command(jobs, "list", cmd_job_list)
+
+    modes = group("mode", "hot-swap and show the sync mode of slot ranges")
+    p = command(modes, "set", cmd_mode_set)
+    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("--slots", type=_slots, required=True, metavar="A-B",
+                   help="slot range, inclusive (inside the job's slots)")
+    p.add_argument("mode", choices=[m.name.lower() for m in Mode], metavar="{sync,partial,async}")
+    p.add_argument("--quorum", type=int, metavar="Q",
+                   help="partial: close a round at the first Q contributions")
+    p.add_argument("--wait", type=_seconds, metavar="SECONDS",
+                   help="wait up to SECONDS until every slot has latched the mode")
+    p = command(modes, "show", cmd_mode_show)
+    p.add_argument("job", type=_job_id, metavar="JOB")
+
+    members = group("member", "exclude and readmit members of a job")
+    for name, handler in (("exclude", cmd_member_exclude), ("readmit", cmd_member_readmit)):
+        p = command(members, name, handler)
+        p.add_argument("job", type=_job_id, metavar="JOB")
+        p.add_argument("worker", type=_worker, metavar="WORKER")
+
+    p = command(groups, "stats", cmd_stats)
+    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                   help="refresh every SECONDS, with rates, until Ctrl-C")
+    p.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Run one hysync command; return the exit status."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.handler(args, _Out(args.json, stdout))
+    except UsageError as err:
+        _error(stderr, str(err))
+        return 2
+    except ControlPlaneError as err:
+        _error(stderr, str(err))
+        return 1
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _error(stderr: TextIO, message: str) -> None:
+    print(f"{PROG}: error: {' '.join(message.split())}", file=stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

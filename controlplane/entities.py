@@ -1,0 +1,385 @@
+"""P4Runtime entities as small immutable values, encoded and decoded through a Schema.
+
+`TableEntry`, `MulticastGroup` and `CounterCell` are what the controller computes,
+writes and reads back; `encode(schema)` gives the `p4.v1.Entity` protobuf and
+`decode(msg, schema)` the value again, so that what is installed compares equal to
+what was intended. Values are encoded as P4Runtime canonical bytestrings (the
+shortest big-endian string, `b"\\x00"` for zero) after a check against the P4Info
+bit width; decoding accepts any padding and checks the width again.
+
+Match values by kind: exact and optional take an int (optional: None = wildcard),
+range takes `(low, high)` inclusive, ternary `(value, mask)`, lpm `(value, prefix_len)`.
+A range covering the whole field, a zero ternary mask or a zero prefix is a
+"don't care" that P4Runtime requires to be omitted: encode omits it, decode
+restores it, so both directions give the same value.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+from p4.v1 import p4runtime_pb2 as p4r
+
+from controlplane.errors import EncodeError, SchemaError
+from controlplane.schema import MatchFieldInfo, Schema
+
+MatchValue = Union[int, tuple[int, int], None]  # noqa: UP007 (a runtime alias, 3.11 safe)
+
+
+# ------------------------------------------------------------ bytestrings
+def encode_int(value: int, bitwidth: int, what: str) -> bytes:
+    """`value` as a canonical P4Runtime bytestring, refusing values wider than `bitwidth`."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise EncodeError(f"{what} must be an integer, got {value!r}")
+    if value < 0:
+        raise EncodeError(f"{what} = {value} is negative; P4Runtime values are unsigned")
+    if bitwidth and value >> bitwidth:
+        raise EncodeError(f"{what} = {value} does not fit in {bitwidth} bits "
+                          f"(0..{(1 << bitwidth) - 1})")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def decode_int(data: bytes, bitwidth: int, what: str) -> int:
+    """A P4Runtime bytestring (canonical or padded) as an int, checked against `bitwidth`."""
+    value = int.from_bytes(data, "big")
+    if bitwidth and value >> bitwidth:
+        raise EncodeError(f"{what} = {value} read from the switch does not fit in {bitwidth} bits")
+    return value
+
+
+# ------------------------------------------------------------ table entries
+@dataclass(frozen=True, slots=True)
+class TableEntry:
+    """One entry of a P4 table; `match` and `params` are keyed by P4Info field names."""
+
+    table: str
+    match: Mapping[str, MatchValue] = field(default_factory=dict)
+    action: str | None = None
+    params: Mapping[str, int] = field(default_factory=dict)
+    priority: int = 0
+    is_default: bool = False
+
+    def __post_init__(self) -> None:
+        # Private copies: a frozen value must not change under the caller's dict.
+        object.__setattr__(self, "match", dict(self.match))
+        object.__setattr__(self, "params", dict(self.params))
+
+    def __hash__(self) -> int:
+        return hash((self.table, tuple(sorted(self.match.items())), self.action,
+                     tuple(sorted(self.params.items())), self.priority, self.is_default))
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, MatchValue], ...], int]:
+        """What identifies the entry in its table (P4Runtime: match and priority)."""
+        return self.table, tuple(sorted(self.match.items())), self.priority
+
+    def encode(self, schema: Schema) -> p4r.Entity:
+        table = schema.table(self.table)
+        entity = p4r.Entity()
+        msg = entity.table_entry
+        msg.table_id = table.id
+        if self.is_default:
+            msg.is_default_action = True
+            if self.match:
+                raise EncodeError(f"the default entry of {table.name} takes no match fields")
+        else:
+            given = set(self.match)
+            for info in table.match_fields:
+                if info.name not in given and info.kind == "exact":
+                    raise EncodeError(f"{table.name}: exact match field {info.name!r} is "
+                                      "missing; every exact field needs a value")
+            for name, value in self.match.items():
+                _encode_match(msg, table.name, table.match_field(name), value)
+            if table.needs_priority and self.priority <= 0:
+                raise EncodeError(f"{table.name} has range/ternary/optional fields: an entry "
+                                  "needs priority >= 1 (higher wins)")
+            if not table.needs_priority and self.priority:
+                raise EncodeError(f"{table.name} has exact/lpm fields only: priority must be 0")
+            msg.priority = self.priority
+        if self.action is not None:
+            action = schema.action(self.action)
+            schema.check_action_of(table, action)
+            msg.action.action.action_id = action.id
+            missing = [p.name for p in action.params if p.name not in self.params]
+            if missing:
+                raise EncodeError(f"action {action.name} needs parameter(s) {', '.join(missing)}")
+            for name, value in self.params.items():
+                info = action.param(name)
+                param = msg.action.action.params.add()
+                param.param_id = info.id
+                param.value = encode_int(value, info.bitwidth, f"{action.name}({name})")
+        elif self.params:
+            raise EncodeError(f"{table.name}: parameters given without an action")
+        return entity
+
+    @classmethod
+    def decode(cls, msg: p4r.Entity | p4r.TableEntry, schema: Schema) -> TableEntry:
+        te = msg.table_entry if isinstance(msg, p4r.Entity) else msg
+        table = schema.table_by_id(te.table_id)
+        match: dict[str, MatchValue] = {}
+        present = {fm.field_id: fm for fm in te.match}
+        if not te.is_default_action:
+            for info in table.match_fields:
+                fm = present.pop(info.id, None)
+                match[info.name] = _decode_match(table.name, info, fm)
+            if present:
+                raise SchemaError(f"{table.name} has no match field with id {min(present)}")
+        action_name: str | None = None
+        params: dict[str, int] = {}
+        kind = te.action.WhichOneof("type")
+        if kind == "action":
+            action = schema.action_by_id(te.action.action.action_id)
+            action_name = action.name
+            for p in te.action.action.params:
+                info = action.param_by_id(p.param_id)
+                params[info.name] = decode_int(p.value, info.bitwidth,
+                                               f"{action.name}({info.name})")
+        elif kind is not None:
+            raise SchemaError(f"{table.name}: action kind {kind} is not supported by HySync")
+        return cls(table.name, match, action_name, params, te.priority, te.is_default_action)
+
+
+def _encode_match(msg: p4r.TableEntry, table: str, info: MatchFieldInfo,
+                  value: MatchValue) -> None:
+    what = f"{table} match field {info.name}"
+    top = (1 << info.bitwidth) - 1
+    if info.kind == "exact":
+        if value is None or isinstance(value, tuple):
+            raise EncodeError(f"{what} is an exact match: give one integer, got {value!r}")
+        msg.match.add(field_id=info.id).exact.value = encode_int(value, info.bitwidth, what)
+    elif info.kind == "range":
+        low, high = _pair(value, what, "(low, high)")
+        if low > high:
+            raise EncodeError(f"{what}: range low {low} is above high {high}")
+        lo, hi = encode_int(low, info.bitwidth, what), encode_int(high, info.bitwidth, what)
+        if (low, high) != (0, top):  # the full range is a don't care: omitted
+            fm = msg.match.add(field_id=info.id)
+            fm.range.low, fm.range.high = lo, hi
+    elif info.kind == "ternary":
+        val, mask = _pair(value, what, "(value, mask)")
+        if val & ~mask:
+            raise EncodeError(f"{what}: value {val:#x} has bits outside mask {mask:#x}")
+        v, m = encode_int(val, info.bitwidth, what), encode_int(mask, info.bitwidth, what)
+        if mask:
+            fm = msg.match.add(field_id=info.id)
+            fm.ternary.value, fm.ternary.mask = v, m
+    elif info.kind == "lpm":
+        val, plen = _pair(value, what, "(value, prefix_len)")
+        if not 0 <= plen <= info.bitwidth:
+            raise EncodeError(f"{what}: prefix length {plen} outside 0..{info.bitwidth}")
+        v = encode_int(val, info.bitwidth, what)
+        if plen:
+            fm = msg.match.add(field_id=info.id)
+            fm.lpm.value, fm.lpm.prefix_len = v, plen
+    elif info.kind == "optional":
+        if value is not None:
+            if isinstance(value, tuple):
+                raise EncodeError(f"{what} is optional: give an integer or None")
+            msg.match.add(field_id=info.id).optional.value = encode_int(value, info.bitwidth,
+                                                                        what)
+    else:
+        raise SchemaError(f"{what} has match kind {info.kind}, which HySync does not encode")
+
+
+def _pair(value: MatchValue, what: str, shape: str) -> tuple[int, int]:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise EncodeError(f"{what} takes a pair {shape}, got {value!r}")
+    return value
+
+
+def _decode_match(table: str, info: MatchFieldInfo, fm: p4r.FieldMatch | None) -> MatchValue:
+    what = f"{table} match field {info.name}"
+    top = (1 << info.bitwidth) - 1
+    if fm is None:
+        if info.kind == "exact":
+            raise SchemaError(f"{what}: the switch returned an entry without this exact field")
+        return {"range": (0, top), "ternary": (0, 0), "lpm": (0, 0)}.get(info.kind)
+    kind = fm.WhichOneof("field_match_type")
+    if kind != info.kind:
+        raise SchemaError(f"{what} is {info.kind} in the P4Info but the switch sent {kind}")
+    if kind == "exact":
+        return decode_int(fm.exact.value, info.bitwidth, what)
+    if kind == "range":
+        return (decode_int(fm.range.low, info.bitwidth, what),
+                decode_int(fm.range.high, info.bitwidth, what))
+    if kind == "ternary":
+        return (decode_int(fm.ternary.value, info.bitwidth, what),
+                decode_int(fm.ternary.mask, info.bitwidth, what))
+    if kind == "lpm":
+        return decode_int(fm.lpm.value, info.bitwidth, what), fm.lpm.prefix_len
+    return decode_int(fm.optional.value, info.bitwidth, what)
+
+
+# ------------------------------------------------------------ multicast
+@dataclass(frozen=True, slots=True, order=True)
+class Replica:
+    port: int
+    rid: int  # P4Runtime "instance": the egress_rid the packet copy carries
+
+
+@dataclass(frozen=True, slots=True)
+class MulticastGroup:
+    """A multicast group of the packet replication engine. Replicas are kept sorted:
+    P4Runtime treats them as a set, and so does equality here."""
+
+    group_id: int
+    replicas: tuple[Replica, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", tuple(sorted(set(self.replicas))))
+
+    def encode(self, schema: Schema | None = None) -> p4r.Entity:
+        if not 0 < self.group_id < 1 << 32:
+            raise EncodeError(f"multicast group id {self.group_id} must be 1..2^32-1")
+        entity = p4r.Entity()
+        group = entity.packet_replication_engine_entry.multicast_group_entry
+        group.multicast_group_id = self.group_id
+        for r in self.replicas:
+            if not 0 <= r.port < 1 << 32 or not 0 <= r.rid < 1 << 32:
+                raise EncodeError(f"group {self.group_id}: replica {r} out of 32-bit range")
+            # egress_port (deprecated in 1.4 but what BMv2/PI and Stratum read).
+            group.replicas.add(egress_port=r.port, instance=r.rid)
+        return entity
+
+    @classmethod
+    def decode(cls, msg: p4r.Entity | p4r.MulticastGroupEntry,
+               schema: Schema | None = None) -> MulticastGroup:
+        group = (msg.packet_replication_engine_entry.multicast_group_entry
+                 if isinstance(msg, p4r.Entity) else msg)
+        replicas = []
+        for r in group.replicas:
+            port = (int.from_bytes(r.port, "big") if r.WhichOneof("port_kind") == "port"
+                    else r.egress_port)
+            replicas.append(Replica(port, r.instance))
+        return cls(group.multicast_group_id, tuple(replicas))
+
+    def ports(self) -> set[int]:
+        return {r.port for r in self.replicas}
+
+
+# ------------------------------------------------------------ counters
+@dataclass(frozen=True, slots=True)
+class CounterCell:
+    """One cell of an indexed counter array."""
+
+    counter: str
+    index: int
+    packets: int = 0
+    bytes: int = 0
+
+    def encode(self, schema: Schema) -> p4r.Entity:
+        info = schema.counter(self.counter)
+        if not 0 <= self.index < info.size:
+            raise EncodeError(f"counter {info.name} has cells 0..{info.size - 1}, "
+                              f"not {self.index}")
+        entity = p4r.Entity()
+        entity.counter_entry.counter_id = info.id
+        entity.counter_entry.index.index = self.index
+        entity.counter_entry.data.packet_count = self.packets
+        entity.counter_entry.data.byte_count = self.bytes
+        return entity
+
+    @classmethod
+    def decode(cls, msg: p4r.Entity | p4r.CounterEntry, schema: Schema) -> CounterCell:
+        entry = msg.counter_entry if isinstance(msg, p4r.Entity) else msg
+        info = schema.counter_by_id(entry.counter_id)
+        return cls(info.name, entry.index.index, entry.data.packet_count, entry.data.byte_count)
+
+
+def counter_query(schema: Schema, counter: str, index: int | None = None) -> p4r.Entity:
+    """A read request entity for one cell, or every cell when `index` is None."""
+    info = schema.counter(counter)
+    entity = p4r.Entity()
+    entity.counter_entry.counter_id = info.id
+    if index is not None:
+        if not 0 <= index < info.size:
+            raise EncodeError(f"counter {info.name} has cells 0..{info.size - 1}, not {index}")
+        entity.counter_entry.index.index = index
+    return entity
+
+
+def table_query(schema: Schema, table: str) -> p4r.Entity:
+    """A read request entity for every entry of one table."""
+    entity = p4r.Entity()
+    entity.table_entry.table_id = schema.table(table).id
+    return entity
+
+
+def groups_query() -> p4r.Entity:
+    """A read request entity for every multicast group (id 0 is the wildcard)."""
+    entity = p4r.Entity()
+    entity.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 0
+    return entity
+
+
+Entity = TableEntry | MulticastGroup | CounterCell
+
+
+def decode_entity(msg: p4r.Entity, schema: Schema) -> Entity:
+    kind = msg.WhichOneof("entity")
+    if kind == "table_entry":
+        return TableEntry.decode(msg, schema)
+    if kind == "packet_replication_engine_entry":
+        return MulticastGroup.decode(msg, schema)
+    if kind == "counter_entry":
+        return CounterCell.decode(msg, schema)
+    raise SchemaError(f"HySync does not decode P4Runtime {kind} entities")
+
+
+# ------------------------------------------------------------ updates
+class UpdateType(enum.Enum):
+    INSERT = p4r.Update.INSERT
+    MODIFY = p4r.Update.MODIFY
+    DELETE = p4r.Update.DELETE
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    type: UpdateType
+    entity: Entity
+
+    def encode(self, schema: Schema) -> p4r.Update:
+        update = p4r.Update(type=self.type.value)
+        update.entity.CopyFrom(self.entity.encode(schema))
+        return update
+
+    def __str__(self) -> str:
+        return f"{self.type.name} {describe(self.entity)}"
+
+
+def insert(entity: Entity) -> Update:
+    return Update(UpdateType.INSERT, entity)
+
+
+def modify(entity: Entity) -> Update:
+    return Update(UpdateType.MODIFY, entity)
+
+
+def delete(entity: Entity) -> Update:
+    return Update(UpdateType.DELETE, entity)
+
+
+def describe(entity: Entity) -> str:
+    """A short human description, for error messages and logs."""
+    if isinstance(entity, TableEntry):
+        match = ", ".join(f"{k}={_fmt(v)}" for k, v in entity.match.items())
+        params = ", ".join(f"{k}={v}" for k, v in entity.params.items())
+        prio = f" priority {entity.priority}" if entity.priority else ""
+        return f"{entity.table}[{match}]{prio} -> {entity.action}({params})"
+    if isinstance(entity, MulticastGroup):
+        reps = ", ".join(f"port {r.port} rid {r.rid}" for r in entity.replicas)
+        return f"multicast group {entity.group_id} [{reps}]"
+    return f"{entity.counter}[{entity.index}]"
+
+
+def _fmt(value: MatchValue) -> str:
+    if isinstance(value, tuple):
+        return f"{value[0]}..{value[1]}"
+    return str(value)
+
+
+def updates_of(kind: UpdateType, entities: Iterable[Entity]) -> list[Update]:
+    return [Update(kind, e) for e in entities]

@@ -1,0 +1,231 @@
+"""Jobs as data: a TOML job file, validated on load.
+
+    job_id = 1                  # 1..255
+    lanes = 64                  # must equal hysync.wire.LANES
+    scale = 65536.0             # fixed-point scale of the quantizer, > 0
+    mode = "sync"               # initial mode: sync | partial | async
+    quorum = 3                  # partial only: 1..number of members
+
+    [slots]
+    base = 0                    # first slot of the job in the switch's pool
+    count = 256                 # slots base .. base+count-1
+
+    [[members]]                 # one table per worker
+    worker = 0                  # 0..31, unique in the job
+    ipv4 = "127.0.0.1"
+    mac = "02:00:00:00:00:01"
+    udp_port = 47001
+    switch_port = 1
+
+Every error is a `JobConfigError` whose message names the field and the fix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controlplane.errors import JobConfigError
+from hysync import wire
+from hysync.wire import Mode
+
+MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
+_TOP_KEYS = {"job_id", "lanes", "scale", "mode", "quorum", "slots", "members", "name"}
+_SLOT_KEYS = {"base", "count"}
+_MEMBER_KEYS = {"worker", "ipv4", "mac", "udp_port", "switch_port"}
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Member:
+    worker: int
+    ipv4: str
+    mac: str
+    udp_port: int
+    switch_port: int
+
+    @property
+    def ip_int(self) -> int:
+        return wire.ip_to_int(self.ipv4)
+
+    @property
+    def mac_int(self) -> int:
+        return int.from_bytes(wire.mac_to_bytes(self.mac), "big")
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    job_id: int
+    members: tuple[Member, ...]
+    slot_base: int
+    slot_count: int
+    lanes: int = wire.LANES
+    scale: float = 65536.0
+    mode: Mode = Mode.SYNC
+    quorum: int = 0  # partial: 1..len(members); sync and async: 0
+    name: str = ""
+
+    @property
+    def slots(self) -> tuple[int, int]:
+        """(first, last) slot, inclusive."""
+        return self.slot_base, self.slot_base + self.slot_count - 1
+
+    def member(self, worker: int) -> Member:
+        for m in self.members:
+            if m.worker == worker:
+                return m
+        raise KeyError(worker)
+
+    @classmethod
+    def load(cls, path: str | Path) -> JobConfig:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as err:
+            raise JobConfigError(f"cannot read the job file {path}: {err.strerror or err}; "
+                                 "pass the path of a TOML job file such as "
+                                 "controlplane/examples/job-loopback.toml") from err
+        except tomllib.TOMLDecodeError as err:
+            raise JobConfigError(f"{path} is not valid TOML: {err}") from err
+        try:
+            return cls.from_dict(data)
+        except JobConfigError as err:
+            raise JobConfigError(f"{path}: {err}") from None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobConfig:
+        _no_unknown(data, _TOP_KEYS, "the job file")
+        job_id = _int(data, "job_id", 1, wire.MAX_JOBS - 1, "a job id 1..255 (0 is reserved)")
+        lanes = _int(data, "lanes", None, None, f"{wire.LANES}", default=wire.LANES)
+        if lanes != wire.LANES:
+            raise JobConfigError(f"lanes = {lanes}: the switch aggregates exactly {wire.LANES} "
+                                 f"lanes per packet; set lanes = {wire.LANES}")
+        scale = data.get("scale", 65536.0)
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+            raise JobConfigError(f"scale = {scale!r}: the fixed-point scale must be a number "
+                                 "> 0, e.g. scale = 65536.0")
+        slots = data.get("slots")
+        if not isinstance(slots, Mapping):
+            raise JobConfigError("[slots] is missing: add a table `[slots]` with `base` and "
+                                 "`count`, e.g. base = 0, count = 256")
+        _no_unknown(slots, _SLOT_KEYS, "[slots]")
+        base = _int(slots, "base", 0, wire.NUM_SLOTS - 1, f"0..{wire.NUM_SLOTS - 1}",
+                    field="slots.base")
+        count = _int(slots, "count", 1, wire.NUM_SLOTS, f"1..{wire.NUM_SLOTS}",
+                     field="slots.count")
+        if base + count > wire.NUM_SLOTS:
+            raise JobConfigError(
+                f"slots.base + slots.count = {base + count} exceeds the switch's "
+                f"{wire.NUM_SLOTS} slots: lower slots.count to at most {wire.NUM_SLOTS - base}")
+        members = _members(data.get("members"))
+        mode, quorum = _mode(data, len(members))
+        name = data.get("name", "")
+        if not isinstance(name, str):
+            raise JobConfigError(f"name = {name!r}: give a string, e.g. name = \"resnet\"")
+        return cls(job_id, members, base, count, lanes, float(scale), mode, quorum, name)
+
+
+def _members(raw: Any) -> tuple[Member, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise JobConfigError("members is missing or empty: add one [[members]] table per "
+                             "worker with worker, ipv4, mac, udp_port, switch_port")
+    if len(raw) > wire.MAX_WORKERS:
+        raise JobConfigError(f"{len(raw)} members: a job has at most {wire.MAX_WORKERS} "
+                             "(the contributor bitmap is 32 bits); split the job")
+    members: list[Member] = []
+    for i, item in enumerate(raw):
+        where = f"members[{i}]"
+        if not isinstance(item, Mapping):
+            raise JobConfigError(f"{where} must be a table ([[members]])")
+        _no_unknown(item, _MEMBER_KEYS, where)
+        worker = _int(item, "worker", 0, wire.MAX_WORKERS - 1, "0..31", field=f"{where}.worker")
+        ipv4 = _str(item, "ipv4", where, 'e.g. ipv4 = "10.0.0.1"')
+        try:
+            wire.ip_to_int(ipv4)
+        except ValueError as err:
+            raise JobConfigError(f"{where}.ipv4: {err}") from None
+        mac = _str(item, "mac", where, 'e.g. mac = "02:00:00:00:00:01"')
+        try:
+            if len(wire.mac_to_bytes(mac)) != 6:
+                raise ValueError
+        except ValueError:
+            raise JobConfigError(f"{where}.mac = {mac!r}: give six hex bytes separated by ':', "
+                                 'e.g. "02:00:00:00:00:01"') from None
+        mac = wire.bytes_to_mac(wire.mac_to_bytes(mac))  # one spelling: lower case
+        udp_port = _int(item, "udp_port", 1, 65535, "1..65535", field=f"{where}.udp_port")
+        switch_port = _int(item, "switch_port", 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
+                           field=f"{where}.switch_port")
+        members.append(Member(worker, ipv4, mac, udp_port, switch_port))
+    _unique(members)
+    return tuple(sorted(members))
+
+
+def _unique(members: list[Member]) -> None:
+    seen_worker: dict[int, int] = {}
+    seen_addr: dict[tuple[str, int], int] = {}
+    port_of_mac: dict[str, tuple[int, int]] = {}
+    for i, m in enumerate(members):
+        if m.worker in seen_worker:
+            raise JobConfigError(f"members[{i}].worker = {m.worker} is also members"
+                                 f"[{seen_worker[m.worker]}].worker: worker ids must be unique")
+        seen_worker[m.worker] = i
+        if (m.ipv4, m.udp_port) in seen_addr:
+            raise JobConfigError(
+                f"members[{i}] has the same ipv4:udp_port {m.ipv4}:{m.udp_port} as members"
+                f"[{seen_addr[(m.ipv4, m.udp_port)]}]: give each worker its own UDP port")
+        seen_addr[(m.ipv4, m.udp_port)] = i
+        other = port_of_mac.get(m.mac)
+        if other is not None and other[0] != m.switch_port:
+            raise JobConfigError(
+                f"members[{i}].mac {m.mac} is on switch_port {m.switch_port} but members"
+                f"[{other[1]}] puts the same MAC on switch_port {other[0]}: one host, one port")
+        port_of_mac.setdefault(m.mac, (m.switch_port, i))
+
+
+def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
+    text = data.get("mode", "sync")
+    names = {m.name.lower(): m for m in Mode}
+    if not isinstance(text, str) or text.lower() not in names:
+        raise JobConfigError(f"mode = {text!r}: choose one of sync, partial, async")
+    mode = names[text.lower()]
+    if mode != Mode.PARTIAL:
+        if data.get("quorum", 0) not in (0, None):
+            raise JobConfigError(f"quorum = {data['quorum']!r} is only for mode = \"partial\"; "
+                                 f"remove it for mode = \"{text}\"")
+        return mode, 0
+    if "quorum" not in data:
+        raise JobConfigError(f"mode = \"partial\" needs quorum = Q with 1 <= Q <= {n} "
+                             "(the number of members)")
+    quorum = _int(data, "quorum", 1, n, f"1..{n} (the number of members)")
+    return mode, quorum
+
+
+def _no_unknown(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise JobConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are "
+                             f"{', '.join(sorted(allowed))}")
+
+
+def _int(table: Mapping[str, Any], key: str, low: int | None, high: int | None, hint: str,
+         *, field: str | None = None, default: int | None = None) -> int:
+    field = field or key
+    if key not in table:
+        if default is not None:
+            return default
+        raise JobConfigError(f"{field} is missing: set it to {hint}")
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobConfigError(f"{field} = {value!r} must be an integer: {hint}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise JobConfigError(f"{field} = {value} is out of range: use {hint}")
+    return value
+
+
+def _str(table: Mapping[str, Any], key: str, where: str, hint: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str):
+        raise JobConfigError(f"{where}.{key} is missing or not a string: {hint}")
+    return value

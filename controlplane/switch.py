@@ -1,0 +1,345 @@
+"""One P4Runtime connection to one switch: arbitration, pipeline, writes and reads.
+
+`Switch` opens the gRPC channel (failing within a few seconds with
+`SwitchUnreachableError` when nothing answers), opens the StreamChannel, sends the
+master arbitration update and becomes primary (or raises `NotPrimaryError` naming
+the primary's election id). Every RPC has a deadline; every gRPC failure becomes a
+typed `controlplane.errors` exception carrying the server's message.
+
+The schema is the P4Info of the pipeline the switch runs: fetched from the switch
+on connect (so a fresh CLI process needs no P4Info path), or set by
+`push_pipeline`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2 as p4r
+from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
+
+from controlplane import entities as ent
+from controlplane.errors import (
+    ControlPlaneError,
+    DeadlineExceededError,
+    NoPipelineError,
+    NotPrimaryError,
+    P4RuntimeError,
+    SwitchUnreachableError,
+    error_for,
+    status_code,
+)
+from controlplane.schema import Schema
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+ElectionId = tuple[int, int]  # (high, low), as p4runtime-shell
+
+
+class DeviceConfigError(ControlPlaneError):
+    """The device config file (e.g. BMv2 JSON) cannot be read."""
+
+
+class Switch:
+    """A P4Runtime client session with one device. Use as a context manager."""
+
+    def __init__(self, grpc_addr: str = DEFAULT_GRPC_ADDR, *, device_id: int = 1,
+                 election_id: ElectionId = (0, 1), schema: Schema | None = None,
+                 timeout: float = 5.0, connect_timeout: float = 3.0,
+                 pipeline_timeout: float = 60.0, require_primary: bool = True,
+                 arbitrate: bool = True) -> None:
+        """Connect; with `arbitrate` (the default) open the stream and become primary
+        (`require_primary`) or backup. `arbitrate=False` opens no stream: a read-only
+        session (P4Runtime serves reads to anyone) that leaves the primary undisturbed."""
+        self.grpc_addr = grpc_addr
+        self.device_id = device_id
+        self.election_id = election_id
+        self.timeout = timeout
+        self.pipeline_timeout = pipeline_timeout
+        self.is_primary = False
+        self.primary_election_id: ElectionId | None = None
+        self._schema = schema
+        self._closed = False
+        self._requests: queue.Queue[p4r.StreamMessageRequest | None] = queue.Queue()
+        self._arbitration: queue.Queue[p4r.StreamMessageResponse | grpc.RpcError | None] = \
+            queue.Queue()
+        self._channel = grpc.insecure_channel(grpc_addr)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise SwitchUnreachableError(
+                grpc_addr, f"no answer within {connect_timeout:g} s") from None
+        self._stub = p4r_grpc.P4RuntimeStub(self._channel)
+        self._stream: grpc.Future | None = None
+        self._receiver: threading.Thread | None = None
+        try:
+            if arbitrate:
+                self._stream = self._stub.StreamChannel(iter(self._requests.get, None))
+                self._receiver = threading.Thread(target=self._receive, daemon=True,
+                                                  name=f"p4rt-stream-{grpc_addr}")
+                self._receiver.start()
+                self._arbitrate(require_primary)
+            if self._schema is None:
+                self._schema = self.fetch_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ session
+    def _receive(self) -> None:
+        assert self._stream is not None
+        try:
+            for msg in self._stream:  # type: ignore[attr-defined]
+                if msg.HasField("arbitration"):
+                    self._note_arbitration(msg.arbitration)
+                    self._arbitration.put(msg)
+                elif msg.HasField("error"):
+                    log.warning("switch %s reported a stream error: %s", self.grpc_addr,
+                                msg.error.message)
+        except grpc.RpcError as err:
+            if not self._closed:
+                self._arbitration.put(err)
+        finally:
+            self.is_primary = False
+            self._arbitration.put(None)
+
+    def _note_arbitration(self, update: p4r.MasterArbitrationUpdate) -> None:
+        self.primary_election_id = (update.election_id.high, update.election_id.low)
+        was = self.is_primary
+        self.is_primary = update.status.code == code_pb2.OK
+        if was and not self.is_primary:
+            log.warning("switch %s: this controller is no longer primary (primary is %s)",
+                        self.grpc_addr, self.primary_election_id)
+
+    def _arbitrate(self, require_primary: bool) -> None:
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = self.device_id
+        request.arbitration.election_id.high = self.election_id[0]
+        request.arbitration.election_id.low = self.election_id[1]
+        self._requests.put(request)
+        try:
+            reply = self._arbitration.get(timeout=self.timeout)
+        except queue.Empty:
+            raise DeadlineExceededError(
+                f"the switch at {self.grpc_addr} did not answer the arbitration update within "
+                f"{self.timeout:g} s: is it a P4Runtime server?") from None
+        if reply is None:
+            raise SwitchUnreachableError(self.grpc_addr, "the stream closed during arbitration")
+        if isinstance(reply, grpc.RpcError):
+            if reply.code() in (grpc.StatusCode.ALREADY_EXISTS,
+                                grpc.StatusCode.PERMISSION_DENIED):
+                raise NotPrimaryError(self.grpc_addr, self.device_id, self.election_id, None,
+                                      reply.details() or "")
+            raise self._map(reply, "arbitration")
+        if not self.is_primary and require_primary:
+            raise NotPrimaryError(self.grpc_addr, self.device_id, self.election_id,
+                                  self.primary_election_id, reply.arbitration.status.message)
+
+    def close(self) -> None:
+        """End the stream (the switch then elects another primary) and close the channel."""
+        if self._closed:
+            return
+        self._closed = True
+        self._requests.put(None)
+        if self._stream is not None:
+            self._stream.cancel()
+        if self._receiver is not None:
+            self._receiver.join(timeout=self.timeout)
+        self._channel.close()
+
+    def __enter__(self) -> Switch:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ pipeline
+    @property
+    def schema(self) -> Schema:
+        """The P4Info of the switch's pipeline; NoPipelineError if it has none."""
+        if self._schema is None:
+            raise NoPipelineError(self.grpc_addr)
+        return self._schema
+
+    @property
+    def has_pipeline(self) -> bool:
+        return self._schema is not None
+
+    def fetch_schema(self) -> Schema | None:
+        """The pipeline's P4Info as the switch reports it, or None when it has no pipeline."""
+        request = p4r.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
+        try:
+            reply = self._stub.GetForwardingPipelineConfig(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                return None
+            raise self._map(err, "get pipeline") from None
+        if not reply.config.p4info.tables:
+            return None
+        return Schema(reply.config.p4info)
+
+    def push_pipeline(self, p4info_path: str | Path,
+                      device_config_path: str | Path | None = None) -> Schema:
+        """Install a pipeline (VERIFY_AND_COMMIT): the P4Info text file and, for BMv2 or a
+        Tofino, the compiled device config. The switch clears every entry and register."""
+        schema = Schema.from_file(p4info_path)
+        device_config = b""
+        if device_config_path is not None:
+            try:
+                device_config = Path(device_config_path).read_bytes()
+            except OSError as err:
+                raise DeviceConfigError(
+                    f"cannot read the device config {device_config_path}: "
+                    f"{err.strerror or err}; pass the BMv2 JSON that `make p4` writes "
+                    "(build/p4/hysync.json), or leave it out for the softswitch") from err
+        request = p4r.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id, election_id=self._election(),
+            action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+        request.config.p4info.CopyFrom(schema.p4info)
+        request.config.p4_device_config = device_config
+        digest = hashlib.sha256(schema.p4info.SerializeToString() + device_config).digest()
+        request.config.cookie.cookie = int.from_bytes(digest[:8], "big")
+        try:
+            self._stub.SetForwardingPipelineConfig(request, timeout=self.pipeline_timeout)
+        except grpc.RpcError as err:
+            raise self._map(err, "set pipeline") from None
+        self._schema = schema
+        return schema
+
+    # ------------------------------------------------------------ writes
+    def write(self, updates: Iterable[ent.Update]) -> None:
+        """Send the updates in one WriteRequest; raise the first failure's typed error,
+        listing every failed update (`error.failures` holds their indexes)."""
+        updates = list(updates)
+        if not updates:
+            return
+        schema = self.schema
+        request = p4r.WriteRequest(device_id=self.device_id, election_id=self._election(),
+                                   atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR)
+        request.updates.extend(u.encode(schema) for u in updates)
+        try:
+            self._stub.Write(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise self._write_error(err, updates) from None
+
+    def _write_error(self, err: grpc.RpcError, updates: Sequence[ent.Update]) -> ControlPlaneError:
+        failures = _write_failures(err)
+        if not failures:
+            return self._map(err, "write")
+        # A switch that applies a batch all-or-none marks the valid updates ABORTED:
+        # name the updates that caused the refusal.
+        causes = [f for f in failures if f[1] != "ABORTED"] or failures
+        parts = [f"{updates[i]}: {code} {msg}".rstrip() for i, code, msg in causes
+                 if i < len(updates)]
+        message = (f"the switch refused {len(causes)} of {len(updates)} update(s): "
+                   + "; ".join(parts))
+        return error_for(grpc.StatusCode[causes[0][1]], message, tuple(failures))
+
+    # ------------------------------------------------------------ reads
+    def read(self, queries: Iterable[p4r.Entity]) -> list[p4r.Entity]:
+        """One ReadRequest with every query entity; the entities the switch returns."""
+        request = p4r.ReadRequest(device_id=self.device_id)
+        request.entities.extend(queries)
+        found: list[p4r.Entity] = []
+        try:
+            for reply in self._stub.Read(request, timeout=self.timeout):
+                found.extend(reply.entities)
+        except grpc.RpcError as err:
+            raise self._map(err, "read") from None
+        return found
+
+    def read_table(self, name: str) -> list[ent.TableEntry]:
+        schema = self.schema
+        return [ent.TableEntry.decode(e, schema) for e in self.read([ent.table_query(schema, name)])
+                if e.HasField("table_entry")]
+
+    def read_tables(self, names: Sequence[str]) -> dict[str, list[ent.TableEntry]]:
+        """Several tables in one Read RPC, keyed by full table name."""
+        schema = self.schema
+        found: dict[str, list[ent.TableEntry]] = {schema.table(n).name: [] for n in names}
+        for e in self.read([ent.table_query(schema, n) for n in names]):
+            if e.HasField("table_entry"):
+                entry = ent.TableEntry.decode(e, schema)
+                found.setdefault(entry.table, []).append(entry)
+        return found
+
+    def read_counter(self, name: str, index: int | None = None) -> list[ent.CounterCell]:
+        """One cell, or every cell of the counter when `index` is None."""
+        return self.read_counter_cells([(name, index)])
+
+    def read_counter_cells(self, cells: Sequence[tuple[str, int | None]]) -> list[ent.CounterCell]:
+        """Many (counter, index) cells in one Read RPC."""
+        schema = self.schema
+        return [ent.CounterCell.decode(e, schema)
+                for e in self.read([ent.counter_query(schema, n, i) for n, i in cells])
+                if e.HasField("counter_entry")]
+
+    def read_groups(self) -> list[ent.MulticastGroup]:
+        """Every multicast group of the packet replication engine."""
+        return [ent.MulticastGroup.decode(e)
+                for e in self.read([ent.groups_query()])
+                if e.HasField("packet_replication_engine_entry")]
+
+    # ------------------------------------------------------------ helpers
+    def _election(self) -> p4r.Uint128:
+        return p4r.Uint128(high=self.election_id[0], low=self.election_id[1])
+
+    def _map(self, err: grpc.RpcError, what: str) -> ControlPlaneError:
+        code, details = err.code(), err.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return SwitchUnreachableError(self.grpc_addr, f"{what}: {details}" if details else what)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeadlineExceededError(
+                f"the switch at {self.grpc_addr} did not answer {what} within the deadline "
+                f"({details or 'timeout'}); it may be overloaded or hung")
+        if code == grpc.StatusCode.PERMISSION_DENIED and what in ("write", "set pipeline"):
+            return NotPrimaryError(self.grpc_addr, self.device_id, self.election_id,
+                                   self.primary_election_id, details)
+        return error_for(code, f"the switch refused the {what}: {code.name}: {details}")
+
+
+def _write_failures(err: grpc.RpcError) -> list[tuple[int, str, str]]:
+    """Per-update errors from the google.rpc.Status in the trailing metadata (P4Runtime §12)."""
+    trailers = getattr(err, "trailing_metadata", lambda: None)() or ()
+    for key, value in trailers:
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status()
+        status.ParseFromString(value)
+        failures = []
+        for i, detail in enumerate(status.details):
+            error = p4r.Error()
+            if detail.Unpack(error) and error.canonical_code != code_pb2.OK:
+                failures.append((i, status_code(error.canonical_code).name, error.message))
+        return failures
+    return []
+
+
+def parse_election_id(text: str) -> ElectionId:
+    """'5' -> (0, 5); 'high,low' -> (high, low), as p4runtime-shell's --election-id."""
+    parts = text.split(",")
+    try:
+        values = [int(p.strip(), 0) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or any(v < 0 or v >> 64 for v in values):
+        raise ValueError(f"election id {text!r} must be a number or 'high,low' "
+                         "(unsigned 64-bit each)")
+    return (0, values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+__all__ = ["DEFAULT_GRPC_ADDR", "DeviceConfigError", "ElectionId", "P4RuntimeError", "Switch",
+           "parse_election_id"]

@@ -1,0 +1,131 @@
+"""The desired-mode control (p4src: HySyncIngress.sync_mode): a range table keyed by
+(job, slot) giving mode and quorum; the highest-priority matching entry wins and a
+miss means `sync, quorum 0`. The switch latches it per slot when a round starts.
+
+Range strategy of a hot swap of slots [a, b] (`plan_set_mode`), "newest wins":
+
+* If an entry has exactly the range [a, b] and no entry of higher priority overlaps
+  it, that entry decides every slot of [a, b]: the swap is **one MODIFY** of it.
+* Otherwise a new entry for [a, b] is INSERTed with a priority above every entry of
+  the job, so it wins on every slot of [a, b] and nowhere else. This one write puts
+  the new mode in force on the whole range at once.
+* Then every entry the insert made unreachable (all its slots covered by entries of
+  higher priority, the replaced exact-range entry among them) is DELETEd in a
+  second write: pure cleanup, no slot's desired mode changes.
+
+So every entry left decides at least one slot: a job never holds more entries than
+it has distinct runs of swapped slots. Priorities only grow; 2^31 swaps would be
+needed to exhaust them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from controlplane.entities import TableEntry, Update, delete, insert, modify
+from hysync.wire import Mode
+
+MODES = "HySyncIngress.sync_mode.modes"
+SET_MODE = "HySyncIngress.sync_mode.set_mode"
+BASE_PRIORITY = 1
+DEFAULT = (Mode.SYNC, 0)  # what a miss in the modes table means
+
+
+@dataclass(frozen=True, slots=True)
+class ModeRange:
+    """One modes-table entry: slots low..high (inclusive) of a job."""
+
+    job_id: int
+    low: int
+    high: int
+    mode: Mode
+    quorum: int
+    priority: int = BASE_PRIORITY
+
+    def entry(self) -> TableEntry:
+        return TableEntry(MODES, {"job_id": self.job_id, "slot": (self.low, self.high)},
+                          SET_MODE, {"mode": int(self.mode), "quorum": self.quorum},
+                          priority=self.priority)
+
+    @classmethod
+    def from_entry(cls, entry: TableEntry) -> ModeRange:
+        job_id, slot = entry.match["job_id"], entry.match["slot"]
+        assert isinstance(job_id, int) and isinstance(slot, tuple)
+        # ValueError for a mode number this controller does not know.
+        return cls(job_id, slot[0], slot[1], Mode(entry.params.get("mode", 0)),
+                   entry.params.get("quorum", 0), entry.priority)
+
+    def covers(self, low: int, high: int) -> bool:
+        return self.low <= low and high <= self.high
+
+    def overlaps(self, low: int, high: int) -> bool:
+        return self.low <= high and low <= self.high
+
+
+def plan_set_mode(existing: Sequence[ModeRange], job_id: int, low: int, high: int, mode: Mode,
+                  quorum: int) -> tuple[list[Update], list[Update]]:
+    """(first, then): the write that puts the new mode in force on [low, high], and the
+    deletions of entries it made unreachable, to write after it. See the module doc."""
+    target = next((r for r in existing if (r.low, r.high) == (low, high)), None)
+    if target is not None and not any(r.priority > target.priority and r.overlaps(low, high)
+                                      for r in existing):
+        new = replace(target, mode=mode, quorum=quorum)
+        return ([] if new == target else [modify(new.entry())]), []
+    top = max((r.priority for r in existing), default=0)
+    new = ModeRange(job_id, low, high, mode, quorum, top + 1)
+    return [insert(new.entry())], [delete(r.entry()) for r in unreachable([*existing, new])]
+
+
+def unreachable(ranges: Sequence[ModeRange]) -> list[ModeRange]:
+    """The entries that decide no slot: every slot of theirs is covered by entries of
+    higher priority (one of them, or several together)."""
+    dead = []
+    for r in ranges:
+        above = sorted((o.low, o.high) for o in ranges if o.priority > r.priority
+                       and o.overlaps(r.low, r.high))
+        reach = r.low  # first slot of r not yet known to be covered
+        for lo, hi in above:
+            if lo > reach:
+                break
+            reach = max(reach, hi + 1)
+        if reach > r.high:
+            dead.append(r)
+    return dead
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A run of slots with one effective desired mode."""
+
+    low: int
+    high: int
+    mode: Mode
+    quorum: int
+
+
+def effective(ranges: Iterable[ModeRange], low: int, high: int) -> list[Segment]:
+    """The desired mode of every slot of [low, high] (highest priority wins; a miss is
+    sync/0), as maximal runs of equal (mode, quorum)."""
+    ranges = sorted(ranges, key=lambda r: -r.priority)
+    cuts = {low, high + 1}
+    for r in ranges:
+        for edge in (r.low, r.high + 1):
+            if low < edge <= high:
+                cuts.add(edge)
+    edges = sorted(cuts)
+    segments: list[Segment] = []
+    for start, stop in zip(edges, edges[1:], strict=False):
+        top = next((r for r in ranges if r.covers(start, stop - 1)), None)
+        mode, quorum = (top.mode, top.quorum) if top is not None else DEFAULT
+        if segments and (segments[-1].mode, segments[-1].quorum) == (mode, quorum):
+            segments[-1] = replace(segments[-1], high=stop - 1)
+        else:
+            segments.append(Segment(start, stop - 1, Mode(mode), quorum))
+    return segments
+
+
+def format_mode(mode: Mode, quorum: int) -> str:
+    if mode == Mode.PARTIAL:
+        return f"partial({quorum})"
+    return Mode(mode).name.lower()

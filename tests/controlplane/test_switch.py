@@ -1,0 +1,155 @@
+"""The P4Runtime session against a real softswitch over gRPC."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from controlplane.entities import (
+    CounterCell,
+    MulticastGroup,
+    Replica,
+    TableEntry,
+    insert,
+    modify,
+)
+from controlplane.errors import (
+    AlreadyExistsError,
+    NoPipelineError,
+    NotFoundError,
+    NotPrimaryError,
+    SchemaError,
+    SwitchUnreachableError,
+)
+from controlplane.switch import DeviceConfigError, Switch, parse_election_id
+
+from .conftest import P4INFO, Softswitch
+
+JOBS = "HySyncIngress.admission.jobs"
+
+
+def _job_entry(job: int) -> TableEntry:
+    return TableEntry(JOBS, {"job_id": job}, "HySyncIngress.admission.set_job",
+                      {"slot_base": 0, "slot_count": 8, "members": 2, "mcast_grp": job})
+
+
+def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswitch) -> None:
+    with Switch(softswitch.grpc_addr) as sw:
+        assert sw.is_primary and not sw.has_pipeline
+        with pytest.raises(NoPipelineError, match="hysync pipeline push --p4info"):
+            sw.read_table(JOBS)
+        schema = sw.push_pipeline(P4INFO)
+        assert schema.table(JOBS).size == 256 and sw.has_pipeline
+    # A new session learns the pipeline from the switch: no P4Info path needed.
+    with Switch(softswitch.grpc_addr, election_id=(0, 7)) as sw:
+        assert sw.schema.p4info == schema.p4info
+
+
+def test_writes_and_reads_round_trip(switch: Switch) -> None:
+    entry = _job_entry(3)
+    switch.write([insert(entry), insert(MulticastGroup(3, (Replica(1, 97), Replica(2, 98))))])
+    assert switch.read_table(JOBS) == [entry]
+    assert switch.read_groups() == [MulticastGroup(3, (Replica(1, 97), Replica(2, 98)))]
+    assert switch.read_counter("HySyncIngress.stats.late", 97) == [
+        CounterCell("HySyncIngress.stats.late", 97, 0, 0)]
+    assert len(switch.read_counter("HySyncIngress.stats.drops")) == 4096
+
+
+def test_a_refused_write_raises_a_typed_error_with_the_switch_message(switch: Switch) -> None:
+    switch.write([insert(_job_entry(3))])
+    with pytest.raises(AlreadyExistsError) as err:
+        switch.write([insert(_job_entry(4)), insert(_job_entry(3))])
+    message = str(err.value)
+    assert "INSERT HySyncIngress.admission.jobs[job_id=3]" in message
+    assert "ALREADY_EXISTS" in message and "job_id=4" not in message
+    assert [i for i, code, _ in err.value.failures if code != "ABORTED"] == [1]
+    with pytest.raises(NotFoundError, match="MODIFY .*job_id=5.*NOT_FOUND"):
+        switch.write([modify(_job_entry(5))])
+
+
+def test_an_unknown_name_fails_before_anything_is_sent(switch: Switch) -> None:
+    with pytest.raises(SchemaError, match="did you mean 'HySyncIngress.admission.jobs'"):
+        switch.read_table("HySyncIngress.admission.job")
+
+
+def test_an_unreachable_switch_fails_fast_saying_how_to_start_one() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{s.getsockname()[1]}"
+    start = time.monotonic()
+    with pytest.raises(SwitchUnreachableError) as err:
+        Switch(addr, connect_timeout=1.0)
+    assert time.monotonic() - start < 5
+    assert f"cannot reach the switch at {addr}" in str(err.value)
+    assert f"python -m softswitch --grpc-addr {addr}" in str(err.value)
+
+
+def test_a_lower_election_id_is_refused_naming_the_primary(softswitch: Softswitch) -> None:
+    with Switch(softswitch.grpc_addr, election_id=(0, 5)):
+        with pytest.raises(NotPrimaryError) as err:
+            Switch(softswitch.grpc_addr, election_id=(0, 2))
+        assert "election id 5 is primary" in str(err.value)
+        assert err.value.primary == (0, 5)
+        # A backup session may still read.
+        with Switch(softswitch.grpc_addr, election_id=(0, 2), require_primary=False) as backup:
+            assert not backup.is_primary
+
+
+def test_a_higher_election_id_takes_over_and_the_old_primary_can_no_longer_write(
+        softswitch: Softswitch) -> None:
+    with Switch(softswitch.grpc_addr, election_id=(0, 1)) as old:
+        old.push_pipeline(P4INFO)
+        with Switch(softswitch.grpc_addr, election_id=(1, 0)) as new:
+            assert new.is_primary
+            deadline = time.monotonic() + 5
+            while old.is_primary and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not old.is_primary and old.primary_election_id == (1, 0)
+            with pytest.raises(NotPrimaryError, match="1,0"):
+                old.write([insert(_job_entry(9))])
+            new.write([insert(_job_entry(9))])
+
+
+def test_read_only_sessions_do_not_disturb_the_primary(switch: Switch,
+                                                      softswitch: Softswitch) -> None:
+    switch.write([insert(_job_entry(2))])
+    with Switch(softswitch.grpc_addr, election_id=(9, 9), arbitrate=False) as reader:
+        assert reader.read_table(JOBS) == [_job_entry(2)]
+    assert switch.is_primary
+    switch.write([insert(_job_entry(3))])
+
+
+def test_pipeline_files_that_cannot_be_read_are_named(switch: Switch, tmp_path) -> None:
+    with pytest.raises(SchemaError, match="cannot read the P4Info file"):
+        switch.push_pipeline(tmp_path / "missing.txtpb")
+    with pytest.raises(DeviceConfigError, match="cannot read the device config"):
+        switch.push_pipeline(P4INFO, tmp_path / "missing.json")
+
+
+def test_close_is_idempotent_and_frees_the_election_id(softswitch: Softswitch) -> None:
+    sw = Switch(softswitch.grpc_addr, election_id=(0, 3))
+    sw.close()
+    sw.close()
+    deadline = time.monotonic() + 5
+    while True:  # the server notices the closed stream asynchronously
+        try:
+            Switch(softswitch.grpc_addr, election_id=(0, 3)).close()
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1", (0, 1)), ("7,9", (7, 9)),
+                                                ("0x10", (0, 16))])
+def test_election_ids_parse_like_p4runtime_shell(text: str, expected: tuple[int, int]) -> None:
+    assert parse_election_id(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "1,2,3", "-1"])
+def test_bad_election_ids_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="election id"):
+        parse_election_id(text)
