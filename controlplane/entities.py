@@ -107,10 +107,10 @@ class TableEntry:
             if missing:
                 raise EncodeError(f"action {action.name} needs parameter(s) {', '.join(missing)}")
             for name, value in self.params.items():
-                info = action.param(name)
+                spec = action.param(name)
                 param = msg.action.action.params.add()
-                param.param_id = info.id
-                param.value = encode_int(value, info.bitwidth, f"{action.name}({name})")
+                param.param_id = spec.id
+                param.value = encode_int(value, spec.bitwidth, f"{action.name}({name})")
         elif self.params:
             raise EncodeError(f"{table.name}: parameters given without an action")
         return entity
@@ -134,9 +134,9 @@ class TableEntry:
             action = schema.action_by_id(te.action.action.action_id)
             action_name = action.name
             for p in te.action.action.params:
-                info = action.param_by_id(p.param_id)
-                params[info.name] = decode_int(p.value, info.bitwidth,
-                                               f"{action.name}({info.name})")
+                spec = action.param_by_id(p.param_id)
+                params[spec.name] = decode_int(p.value, spec.bitwidth,
+                                               f"{action.name}({spec.name})")
         elif kind is not None:
             raise SchemaError(f"{table.name}: action kind {kind} is not supported by HySync")
         return cls(table.name, match, action_name, params, te.priority, te.is_default_action)

@@ -154,6 +154,11 @@ def test_not_the_primary(pushed: Run, softswitch: Softswitch) -> None:
         assert pushed("--election-id", "0,6", "job", "add", str(EXAMPLE_JOB))[0] == 0
 
 
+def test_a_wrong_device_id(pushed: Run) -> None:
+    one_line_error(pushed("--device-id", "2", "job", "add", str(EXAMPLE_JOB)),
+                   "unknown device id 2")
+
+
 def test_no_pipeline_yet(hysync: Run) -> None:
     one_line_error(hysync("job", "add", str(EXAMPLE_JOB)), "has no pipeline",
                    "hysync pipeline push --p4info")

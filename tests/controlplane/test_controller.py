@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane import admission, replication
 from controlplane.controller import Controller
-from controlplane.entities import MulticastGroup, Replica, TableEntry
+from controlplane.entities import MulticastGroup, Replica, TableEntry, delete, insert
 from controlplane.errors import (
     InvalidArgumentError,
     JobError,
@@ -269,3 +270,27 @@ def test_stats_cover_every_member_and_every_drop_reason(controller: Controller) 
     assert set(stats.drops) == {r.name for r in wire.DropReason}
     rates = controller.rates(1, 0.05)
     assert rates.workers[0].contributions == 0 and 0.04 < rates.interval < 1
+
+
+def test_traces_of_a_partial_install_are_reported_and_replace_cleans_them(
+        controller: Controller, switch: Switch) -> None:
+    job = JobConfig.load(EXAMPLE_JOB)
+    # A controller died after writing the egress state of job 1, before its jobs entry.
+    switch.write([insert(replication.rewrite_entry(1, m)) for m in job.members])
+    controller.attach()
+    assert any("job 1: entries without a jobs-table entry" in p for p in controller.problems)
+    with pytest.raises(JobError, match="no jobs-table entry .*partial install"):
+        controller.add_job(job)
+    assert controller.add_job(job, replace=True).outcome == "replaced"
+    assert snapshot(switch) == expected_loopback() and controller.problems == []
+
+
+def test_inconsistent_state_is_reported_on_attach(controller: Controller,
+                                                  switch: Switch) -> None:
+    controller.add_job(JobConfig.load(EXAMPLE_JOB))
+    switch.write([delete(admission.member_entry(1, JobConfig.load(EXAMPLE_JOB).member(2)))])
+    controller.attach()
+    assert controller.problems == [
+        "job 1: jobs entry says 4 members, 3 are admitted",
+        "job 1: multicast group 1 has rids [33, 34, 35, 36], the admitted members need "
+        "[33, 34, 36]"]

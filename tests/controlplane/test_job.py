@@ -43,7 +43,7 @@ def test_a_valid_dict_loads() -> None:
 def _with(path: str, value: Any) -> dict[str, Any]:
     data = copy.deepcopy(GOOD)
     *parents, last = path.split(".")
-    node = data
+    node: Any = data
     for key in parents:
         node = node[int(key)] if key.isdigit() else node[key]
     if value is _DELETE:
