@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -57,7 +59,10 @@ MULTICAST = 1  # to every replica of the job's multicast group
 class Pipeline:
     def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
         self.num_slots = num_slots
-        self.lock = threading.Lock()  # serializes control-plane writes with packet batches
+        # Serializes control-plane writes with packet batches; re-entrant so that a
+        # P4Runtime batch can hold it across its updates (see batch()).
+        self.lock = threading.RLock()
+        self._deferred: set[str] | None = None
         self.tables: dict[str, Table] = {
             MEMBERS: Table(MEMBERS, 8192),
             JOBS: Table(JOBS, wire.MAX_JOBS),
@@ -71,7 +76,8 @@ class Pipeline:
         self._contributions, self._late, self._duplicates, self._stale, self._drops, \
             self._results = (self.counters[n] for n in COUNTER_NAMES)
         self.reset_registers()
-        self._rebuild_indexes()
+        for name in self.tables:
+            self._rebuild_index(name)
 
     # ------------------------------------------------------------ state
     def reset_registers(self) -> None:
@@ -96,18 +102,39 @@ class Pipeline:
         for counter in self.counters.values():
             counter.clear()
 
-    def _rebuild_indexes(self) -> None:
-        """Derive the dicts the packet path looks up from the table entries."""
-        t = self.tables
-        self._members = {e.match for e in t[MEMBERS].entries.values()}
-        self._jobs = {e.match[0]: e.params for e in t[JOBS].entries.values()}
-        modes: dict[int, list[tuple[int, int, int, int, int]]] = {}
-        for e in t[MODES].entries.values():
-            lo, hi = e.match[1]  # type: ignore[misc]
-            modes.setdefault(e.match[0], []).append((-e.priority, lo, hi, *e.params))  # type: ignore[arg-type]
-        self._modes = {job: sorted(rows) for job, rows in modes.items()}
-        self._l2 = {e.match[0]: e.params[0] for e in t[L2].entries.values()}
-        self._rewrite = {e.match[0]: e.params for e in t[REWRITE].entries.values()}
+    def _rebuild_index(self, name: str) -> None:
+        """Derive the dict the packet path looks up from one table's entries."""
+        entries = self.tables[name].entries.values()
+        if name == MEMBERS:
+            self._members = {e.match for e in entries}
+        elif name == JOBS:
+            self._jobs = {e.match[0]: e.params for e in entries}
+        elif name == MODES:
+            modes: dict[int, list[tuple[int, ...]]] = {}
+            for e in entries:
+                lo, hi = e.match[1]  # type: ignore[misc]
+                modes.setdefault(e.match[0], []).append(  # type: ignore[arg-type]
+                    (-e.priority, lo, hi, *e.params))
+            self._modes = {job: sorted(rows) for job, rows in modes.items()}
+        elif name == L2:
+            self._l2 = {e.match[0]: e.params[0] for e in entries}
+        elif name == REWRITE:
+            self._rewrite = {e.match[0]: e.params for e in entries}
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Apply several writes under one lock, rebuilding each touched index once."""
+        with self.lock:
+            outer = self._deferred is None
+            if outer:
+                self._deferred = set()
+            try:
+                yield
+            finally:
+                if outer:
+                    touched, self._deferred = self._deferred, None
+                    for name in touched or ():
+                        self._rebuild_index(name)
 
     # ------------------------------------------------- control-plane writes
     def write_entry(self, update: str, entry: Entry) -> None:
@@ -115,7 +142,10 @@ class Pipeline:
         table = self.tables[entry.table]
         with self.lock:
             {"INSERT": table.insert, "MODIFY": table.modify, "DELETE": table.delete}[update](entry)
-            self._rebuild_indexes()
+            if self._deferred is None:
+                self._rebuild_index(entry.table)
+            else:
+                self._deferred.add(entry.table)
 
     def set_default_action(self, table: str, action: str, params: tuple[int, ...]) -> None:
         with self.lock:
@@ -142,7 +172,8 @@ class Pipeline:
             self.groups.clear()
             self.reset_counters()
             self.reset_registers()
-            self._rebuild_indexes()
+            for name in self.tables:
+                self._rebuild_index(name)
 
     # --------------------------------------------------------- the core
     def _drop(self, job: int, reason: int, nbytes: int) -> None:

@@ -774,6 +774,10 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         return _BatchError(summary, details)
 
     def _apply(self, ops: list[Callable[[], None]]) -> None:
+        with self.pipeline.batch():
+            self._apply_all(ops)
+
+    def _apply_all(self, ops: list[Callable[[], None]]) -> None:
         for done, op in enumerate(ops):
             try:
                 op()
