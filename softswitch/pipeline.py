@@ -244,11 +244,16 @@ class Pipeline:
             return self._close(s, job, w, group, cur, bank, chunk, 1, bit, version)
 
         if r == cur:  # 9. the open round
+            count = self.count[s]
+            quorum = self.quorum[s]
+            needed = members if quorum == 0 else min(quorum, members)
             if self.bitmap[s] & bit:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
+                if count >= needed:  # membership shrank under the round: close it as it is
+                    return self._close(s, job, w, group, cur, 2 * s + (cur & 1), self.chunk[s],
+                                       count, self.bitmap[s], version)
                 return None
-            count = self.count[s]
             if count and chunk != self.chunk[s]:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
                 return REPLY, 0, self._resync(s, version, job, w, ResyncReason.CHUNK_MISMATCH)
@@ -263,8 +268,6 @@ class Pipeline:
                 self.lanes[bank] += lanes
             count += 1
             bitmap = self.bitmap[s] | bit
-            quorum = self.quorum[s]
-            needed = members if quorum == 0 else min(quorum, members)
             if count >= needed:
                 return self._close(s, job, w, group, cur, bank, self.chunk[s], count, bitmap,
                                    version)

@@ -339,3 +339,14 @@ def _l2(mac: bytes, port: int):
 
     return Write("HySyncIngress.forwarding.l2", (int.from_bytes(mac, "big"),),
                  "HySyncIngress.forwarding.set_egress_port", (port,))
+
+
+def test_retransmission_closes_a_round_that_an_exclusion_completed(target):
+    for w in (0, 1, 2):
+        assert send(target, JOB1, w, 6, 0) == []  # waiting for worker 3
+    target.write("MODIFY", job_writes(JOB1, active=(0, 1, 2))[3])  # exclude worker 3
+    target.write_group("MODIFY", JOB1.job_id, job_group(JOB1, (0, 1, 2)))
+    out = send(target, JOB1, 1, 6, 0, flags=Flag.RETRANSMIT)
+    summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
+    assert out == multicast(JOB1, result(JOB1, 1, 6, 0, 0, 0b0111, summed), members=(0, 1, 2))
+    assert target.counter(DUPLICATES, member(JOB1, 1)) == 1

@@ -185,10 +185,6 @@ def test_an_excluded_member_stops_holding_up_sync_rounds_and_can_come_back(
     assert not any(end1 < r.header.round <= end2 for r in phase3[3].replies)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "docs/protocol.md §4 step 9 / softswitch: a retransmission into the open round is "
-    "dropped as DUPLICATE before the quorum is re-evaluated, so a round that already holds "
-    "every remaining member's contribution when a straggler is excluded never closes"))
 def test_excluding_a_silent_member_frees_the_rounds_waiting_for_it(
         softswitch: Softswitch, controller: Controller, sockets: list[socket.socket]) -> None:
     controller.add_job(job_for(sockets))

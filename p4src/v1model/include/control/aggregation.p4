@@ -139,10 +139,24 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         } else if (r == cur) {
             // 9. The open round.
             if ((bmp & me) != 0) {
-                meta.verdict = verdict_t.DUPLICATE;
                 meta.count_drop = true;
                 meta.drop_reason = DROP_DUPLICATE;
                 meta.member_counter = member_counter_t.DUPLICATES;
+                meta.verdict = verdict_t.DUPLICATE;
+                if (cnt >= q) {
+                    // The membership shrank under this round (an exclusion): it already
+                    // holds every remaining member, so the retransmission closes it with
+                    // the lanes it has instead of leaving it to wait for a worker who is gone.
+                    meta.verdict = verdict_t.CLOSE;
+                    meta.lane_op = lane_op_t.READ;
+                    meta.out_round = cur;
+                    meta.out_count = cnt;
+                    meta.out_bitmap = bmp;
+                    meta.out_chunk = chk;
+                    cur = cur + 1;
+                    cnt = 0;
+                    bmp = 0;
+                }
             } else if (cnt != 0 && hdr.hysync.chunk != chk) {
                 meta.verdict = verdict_t.CHUNK_MISMATCH;
                 meta.count_drop = true;
