@@ -1,0 +1,183 @@
+"""BMv2 simple_switch_grpc as a conformance target: the p4c-compiled program, real
+P4Runtime, real frames on veth ports.
+
+Layout (all made here, all removed by close()):
+
+    root namespace                     namespace hsc-<pid>
+    hsc<pid>h1 ... h4  <-- veth -->    hsc<pid>s1 ... s4   (BMv2 ports 1..4)
+    hsc<pid>m  169.254.77.1/30  <-->   hsc<pid>n 169.254.77.2/30  (P4Runtime on :9559)
+
+BMv2 runs in its own namespace because its thrift server binds 0.0.0.0:9090. The
+test reaches it only through the management veth's link-local addresses. Offloads
+are off on every veth end (a user-space switch never fills in checksums) and IPv6
+is off on the test-facing ends so the kernel sends nothing of its own on them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from controlplane import entities as ent
+from controlplane.switch import Switch
+
+from .targets import P4INFO, REPO, Write
+from .topology import PORTS
+
+GRPC_ADDR = "169.254.77.2:9559"
+QUIET_S = 0.15  # no further frame for this long: the switch is done with the packet
+ETH_P_ALL = 0x0003
+
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+class Bmv2Target:
+    name = "bmv2"
+    _instance: Bmv2Target | None = None
+
+    @classmethod
+    def shared(cls) -> Bmv2Target:
+        """One BMv2 process for the session; every test starts from a fresh pipeline push."""
+        if cls._instance is None:
+            cls._instance = cls()
+            atexit.register(cls._instance.shutdown)
+        cls._instance.reset()
+        return cls._instance
+
+    def __init__(self) -> None:
+        tag = f"hsc{os.getpid() % 100000}"
+        self.netns = f"hsc-{os.getpid()}"
+        self.host_ifs = {p: f"{tag}h{p}" for p in PORTS}
+        self.json = self._compile()
+        self.proc: subprocess.Popen | None = None
+        self.switch: Switch | None = None
+        try:
+            self._build_network(tag)
+            log = open(REPO / "build" / "bmv2-conformance.log", "w")  # noqa: SIM115
+            ports = [arg for p in PORTS for arg in ("-i", f"{p}@{tag}s{p}")]
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, "simple_switch_grpc", "--device-id", "1",
+                 *ports, "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR],
+                stdout=log, stderr=subprocess.STDOUT)
+            self.switch = self._connect()
+            self.sockets = {p: self._raw_socket(ifname) for p, ifname in self.host_ifs.items()}
+        except BaseException:
+            self.shutdown()
+            raise
+
+    @staticmethod
+    def _compile() -> Path:
+        out = REPO / "build" / "p4"
+        subprocess.run(["make", "-s", "-C", str(REPO), "p4"], check=True, capture_output=True)
+        return out / "hysync.json"
+
+    def _build_network(self, tag: str) -> None:
+        _sh("ip", "netns", "add", self.netns)
+        pairs = [(f"{tag}h{p}", f"{tag}s{p}") for p in PORTS] + [(f"{tag}m", f"{tag}n")]
+        for outside, inside in pairs:
+            _sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
+            _sh("ip", "link", "set", inside, "netns", self.netns)
+            for where in ([], ["ip", "netns", "exec", self.netns]):
+                ifname = outside if not where else inside
+                _sh(*where, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off",
+                    "rx", "off")
+                _sh(*where, "ip", "link", "set", ifname, "up")
+            if outside != f"{tag}m":
+                _sh("sysctl", "-q", "-w", f"net.ipv6.conf.{outside}.disable_ipv6=1")
+        _sh("ip", "addr", "add", "169.254.77.1/30", "dev", f"{tag}m")
+        _sh("ip", "netns", "exec", self.netns, "ip", "addr", "add", "169.254.77.2/30", "dev",
+            f"{tag}n")
+        _sh("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
+
+    def _connect(self) -> Switch:
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError("simple_switch_grpc exited; see build/bmv2-conformance.log")
+            try:
+                return Switch(GRPC_ADDR, election_id=(0, 1), connect_timeout=1.0)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+
+    @staticmethod
+    def _raw_socket(ifname: str) -> socket.socket:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        sock.bind((ifname, 0))
+        sock.setblocking(False)
+        return sock
+
+    # ------------------------------------------------------------ Target
+    def reset(self) -> None:
+        assert self.switch is not None
+        self.switch.push_pipeline(P4INFO, self.json)
+        self.write_group("INSERT", 1024, [(p, 0) for p in PORTS])
+        self._drain()
+
+    def write(self, update: str, w: Write) -> None:
+        assert self.switch is not None
+        info = self.switch.schema.table(w.table)
+        match = {f.name: v for f, v in zip(info.match_fields, w.match, strict=True)}
+        params = dict(zip((p.name for p in self.switch.schema.action(w.action).params), w.params,
+                          strict=True))
+        entry = ent.TableEntry(w.table, match, w.action, params, w.priority)
+        self.switch.write([{"INSERT": ent.insert, "MODIFY": ent.modify,
+                            "DELETE": ent.delete}[update](entry)])
+
+    def write_group(self, update: str, group: int, replicas: list[tuple[int, int]]) -> None:
+        assert self.switch is not None
+        g = ent.MulticastGroup(group, tuple(ent.Replica(p, r) for p, r in replicas))
+        self.switch.write([{"INSERT": ent.insert, "MODIFY": ent.modify,
+                            "DELETE": ent.delete}[update](g)])
+
+    def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        self._drain()
+        self.sockets[port].send(frame)
+        out: list[tuple[int, bytes]] = []
+        by_fd = {s.fileno(): p for p, s in self.sockets.items()}
+        while True:
+            ready, _, _ = select.select(list(self.sockets.values()), [], [], QUIET_S)
+            if not ready:
+                return sorted(out)
+            for sock in ready:
+                data, addr = sock.recvfrom(65535)
+                if addr[2] != socket.PACKET_OUTGOING:  # not our own transmission
+                    out.append((by_fd[sock.fileno()], data))
+
+    def _drain(self) -> None:
+        for sock in self.sockets.values() if hasattr(self, "sockets") else ():
+            while True:
+                try:
+                    sock.recv(65535)
+                except BlockingIOError:
+                    break
+
+    def counter(self, name: str, index: int) -> int:
+        assert self.switch is not None
+        return self.switch.read_counter(name, index)[0].packets
+
+    def close(self) -> None:
+        """Per test: nothing (the next test pushes the pipeline afresh)."""
+
+    def shutdown(self) -> None:
+        if self.switch is not None:
+            self.switch.close()
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        for sock in getattr(self, "sockets", {}).values():
+            sock.close()
+        for ifname in self.host_ifs.values():
+            subprocess.run(["ip", "link", "del", ifname], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"{self.host_ifs[1][:-2]}m"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
