@@ -24,6 +24,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from hysync import wire
+from softswitch.delay import parse_delay
 from softswitch.pipeline import Pipeline
 from softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
 from softswitch.server import ConfigError, serve
@@ -64,6 +65,13 @@ def port_spec(text: str) -> str:
     return text
 
 
+def delay_spec(text: str) -> tuple[int, float]:
+    try:
+        return parse_delay(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
 def device_id(text: str) -> int:
     if not text.isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"device id {text!r} must be a positive integer")
@@ -85,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="PORT@IFACE",
                        help="raw data plane: switch port PORT on interface IFACE (repeat; "
                        "needs root)")
+    parser.add_argument("--delay", dest="delays", action="append", type=delay_spec,
+                        default=[], metavar="PORT:MS",
+                        help="raw data plane: hold frames leaving PORT for MS milliseconds "
+                        "(link delay emulation; this kernel has no netem; repeat)")
     parser.add_argument("--p4info", type=Path, metavar="FILE",
                         help="preload this P4Info (text format) as the pipeline config")
     parser.add_argument("--log-level", default="info",
@@ -127,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         p4info = load_p4info(args.p4info) if args.p4info else None
         if args.interfaces:
             dataplane: UdpDataPlane | RawDataPlane = RawDataPlane(
-                pipeline, parse_port_map(args.interfaces))
+                pipeline, parse_port_map(args.interfaces), dict(args.delays))
             where = " ".join(f"{p}@{i}" for p, i in sorted(dataplane.ports.items()))
         else:
+            if args.delays:
+                raise ValueError("--delay needs the raw data plane (-i PORT@IFACE)")
             dataplane = UdpDataPlane(pipeline, *(args.udp or host_port(DEFAULT_UDP)))
             where = "UDP {}:{}".format(*dataplane.address)
     except (OSError, ValueError) as err:

@@ -23,6 +23,7 @@ import select
 import socket
 import threading
 
+from softswitch.delay import DelayLine
 from softswitch.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def parse_port_map(specs: list[str]) -> dict[int, str]:
 
 
 class RawDataPlane:
-    def __init__(self, pipeline: Pipeline, ports: dict[int, str]) -> None:
+    def __init__(self, pipeline: Pipeline, ports: dict[int, str],
+                 delays_ms: dict[int, float] | None = None) -> None:
         if not ports:
             raise ValueError("the raw data plane needs at least one PORT@IFACE")
         self.pipeline = pipeline
@@ -75,6 +77,7 @@ class RawDataPlane:
             self._close()
             raise
         self._port_of = {sock.fileno(): port for port, sock in self.sockets.items()}
+        self.delay = DelayLine(delays_ms or {})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.packets_in = 0
@@ -101,8 +104,11 @@ class RawDataPlane:
         for sock in self.sockets.values():
             poller.register(sock, select.POLLIN)
         pipeline = self.pipeline
+        delay = self.delay
         while not self._stop.is_set():
-            ready = poller.poll(100)
+            ready = poller.poll(delay.timeout_ms(100))
+            for port, frame in delay.due():
+                self._send(port, frame)
             if not ready:
                 continue
             batch = []
@@ -115,7 +121,10 @@ class RawDataPlane:
                     outputs.extend(pipeline.process_frame(port, frame))
             self.packets_in += len(batch)
             for port, frame in outputs:
-                self._send(port, frame)
+                if delay.delayed(port):
+                    delay.push(port, frame)
+                else:
+                    self._send(port, frame)
 
     @staticmethod
     def _drain(sock: socket.socket) -> list[bytes]:
