@@ -1,0 +1,128 @@
+"""One training worker of an emulation run or the demo: `python -m topologies.worker_main`.
+
+DDP in both configurations, so the training code is the same: with `--backend gloo`
+DDP averages gradients with gloo's all-reduce (the baseline); with `--backend hysync`
+the HySync communication hook replaces that all-reduce and gloo only broadcasts the
+initial parameters. Prints one JSON line per step on stdout (the runner reads them
+for progress and for the mode schedule) and writes the run log at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from topologies.scenario import load_scenario
+from topologies.workload import (
+    RunLog,
+    StepRecord,
+    TrainConfig,
+    load_digits_split,
+    make_model,
+    train,
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", required=True, type=Path)
+    p.add_argument("--worker", required=True, type=int)
+    p.add_argument("--config", required=True, help="name of this configuration in the logs")
+    p.add_argument("--backend", choices=["hysync", "gloo"], required=True)
+    p.add_argument("--rendezvous", required=True, metavar="HOST:PORT",
+                   help="gloo TCP store (worker 0 listens there)")
+    p.add_argument("--out", required=True, type=Path, help="the run log file (JSON)")
+    p.add_argument("--switch", metavar="HOST:PORT", help="HySync switch data-plane address")
+    p.add_argument("--bind", metavar="HOST:PORT", help="this worker's HySync UDP address")
+    p.add_argument("--job-id", type=int, default=1)
+    p.add_argument("--slot-base", type=int, default=0)
+    p.add_argument("--slot-count", type=int, default=256)
+    p.add_argument("--scale", type=float, default=2.0 ** 20)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.backend == "hysync" and not (args.switch and args.bind):
+        p.error("--backend hysync needs --switch HOST:PORT and --bind HOST:PORT")
+    return args
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int):
+    """Register the HySync hook; return a callable giving (mode, contributors) of a step."""
+    from worker.api import HySyncWorker
+    from worker.ddp_hook import HySyncHookState, hysync_hook
+    from worker.transport import TransportConfig
+
+    switch_host, switch_port = _host_port(args.switch)
+    bind_host, bind_port = _host_port(args.bind)
+    config = TransportConfig(job_id=args.job_id, worker_id=args.worker, switch_host=switch_host,
+                             switch_port=switch_port, bind_host=bind_host, bind_port=bind_port,
+                             slot_base=args.slot_base, slot_count=args.slot_count,
+                             members=workers, dead_after=30.0)
+    state = HySyncHookState(HySyncWorker(config, scale=args.scale))
+    model.register_comm_hook(state, hysync_hook)
+
+    def step_info() -> tuple[str | None, float | None]:
+        stats = state.last_stats()
+        if stats is None or not len(stats.results):
+            return None, None
+        mode = stats.modes.most_common(1)[0][0]
+        return mode, float(stats.results["count"].mean())
+
+    return step_info
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # several workers share two cores
+    scenario = load_scenario(args.scenario)
+    workers = scenario.workers
+    host, port = _host_port(args.rendezvous)
+    store = dist.TCPStore(host, port, workers, is_master=args.worker == 0,
+                          timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", store=store, rank=args.worker, world_size=workers,
+                            timeout=timedelta(seconds=120))
+    model = DistributedDataParallel(make_model(args.seed))
+    step_info = (attach_hysync(model, args, workers) if args.backend == "hysync"
+                 else lambda: ("allreduce", float(workers)))
+    straggler = scenario.straggler(args.worker)
+    log = RunLog(args.config, args.worker, workers)
+
+    def progress(rec: StepRecord) -> None:
+        print(json.dumps({"worker": args.worker, "step": rec.step, "t": round(rec.t, 3),
+                          "loss": round(rec.loss, 4), "accuracy": rec.accuracy,
+                          "mode": rec.mode}), flush=True)
+
+    cfg = TrainConfig(steps=scenario.steps, compute_ms=scenario.compute_ms, lr=args.lr,
+                      seed=args.seed)
+    try:
+        train(model, load_digits_split(args.seed), args.worker, workers, cfg, log,
+              slowdown=straggler.factor_at if straggler else (lambda t: 1.0),
+              dead=straggler.dead_at if straggler else (lambda t: False),
+              step_info=step_info, progress=progress)
+    except Exception as err:  # noqa: BLE001 - the log must say how the run ended
+        log.ended = f"failed: {type(err).__name__}: {err}"
+        log.write(args.out)
+        print(f"worker {args.worker}: {log.ended}", file=sys.stderr, flush=True)
+        return 1
+    log.write(args.out)
+    if log.ended != "completed":
+        os._exit(0)  # a dead worker leaves without the collective shutdown
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
