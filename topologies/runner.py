@@ -10,6 +10,7 @@ their progress, swap modes on the scenario's schedule, collect the logs.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import socket
 import subprocess
@@ -86,8 +87,9 @@ class LocalHarness:
         return f"127.0.0.1:{free_port()}"
 
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen:
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
         return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
-                                cwd=REPO)
+                                cwd=REPO, env=env)
 
     def close(self) -> None:
         self.switch.terminate()

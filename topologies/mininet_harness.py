@@ -1,0 +1,114 @@
+"""Mininet as a runner harness: a star of worker hosts behind a softswitch or BMv2.
+
+Cleanup is `Mininet.stop()`, which removes exactly the hosts, links and switch
+process this harness created (never `mn -c`, which kills processes machine-wide).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+from controlplane.job import Member
+from hysync import wire
+from topologies.scenario import Scenario
+from topologies.switches import (
+    REPO,
+    SWITCH_CLASSES,
+    SWITCH_IP,
+    SWITCH_MAC,
+    Bmv2Node,
+    SoftswitchNode,
+    disable_offloads,
+)
+from topologies.topo import StarTopo, host_ip, host_mac
+
+WORKER_UDP_BASE = 47000
+RENDEZVOUS_PORT = 29500
+
+
+class HarnessError(RuntimeError):
+    """Mininet cannot run here; the message says why and what to install."""
+
+
+def check_mininet() -> None:
+    if os.geteuid() != 0:
+        raise HarnessError("Mininet runs need root (network namespaces, veth links): run as "
+                           "root, or use `make demo` for the no-root loopback run")
+    for tool in ("mnexec", "ethtool", "ip"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            raise HarnessError(f"{tool} is not installed: apt-get install mininet ethtool "
+                               "iproute2")
+
+
+class MininetHarness:
+    def __init__(self, scenario: Scenario, switch: str, log_dir: Path,
+                 grpc_port: int = 9559) -> None:
+        from mininet.link import Link, TCLink
+        from mininet.net import Mininet
+
+        check_mininet()
+        if switch not in SWITCH_CLASSES:
+            raise HarnessError(f"unknown switch {switch!r}: choose one of "
+                               f"{', '.join(SWITCH_CLASSES)}")
+        if switch == "bmv2" and Bmv2Node.unavailable():
+            raise HarnessError(f"--switch bmv2: {Bmv2Node.unavailable()}")
+        self.kind = switch
+        log_dir.mkdir(parents=True, exist_ok=True)
+        ports = range(1, scenario.workers + 1)
+        if switch == "softswitch":
+            delays = {p: scenario.delay_ms for p in ports} if scenario.delay_ms else {}
+            node = partial(SoftswitchNode, grpc_addr=f"127.0.0.1:{grpc_port}", delays=delays,
+                           log_dir=log_dir)
+            self.device_config: Path | None = None
+        else:
+            if scenario.delay_ms:
+                print(f"note: link delay {scenario.delay_ms:g} ms is emulated by the softswitch "
+                      "only; BMv2 runs without it (this kernel has no netem)")
+            node = partial(Bmv2Node, log_dir=log_dir)
+            self.device_config = REPO / "build" / "p4" / "hysync.json"
+        topo = StarTopo(n_workers=scenario.workers, bandwidth_mbit=scenario.bandwidth_mbit)
+        self.net = Mininet(topo=topo, switch=node, controller=None, autoSetMacs=False,
+                           link=TCLink if scenario.bandwidth_mbit else Link, build=True)
+        try:
+            self.net.start()
+            for w, host in enumerate(self.hosts):
+                ifname = host.defaultIntf().name
+                disable_offloads(host, ifname)
+                host.cmd("sysctl -q -w net.ipv6.conf.all.disable_ipv6=1")
+                host.cmd(f"ip neigh replace {SWITCH_IP} lladdr {SWITCH_MAC} dev {ifname}")
+                for peer in range(scenario.workers):
+                    if peer != w:
+                        host.cmd(f"ip neigh replace {host_ip(peer)} lladdr {host_mac(peer)} "
+                                 f"dev {ifname}")
+        except BaseException:
+            self.net.stop()
+            raise
+        self.grpc_addr = self.net.switches[0].grpc_addr
+
+    @property
+    def hosts(self):
+        return [self.net.get(f"h{w + 1}") for w in range(len(self.net.hosts))]
+
+    def members(self, workers: int) -> list[Member]:
+        return [Member(worker=w, ipv4=host_ip(w), mac=host_mac(w), udp_port=WORKER_UDP_BASE + w,
+                       switch_port=w + 1) for w in range(workers)]
+
+    def switch_data_addr(self) -> str:
+        return f"{SWITCH_IP}:{wire.HYSYNC_UDP_PORT}"
+
+    def rendezvous(self) -> str:
+        return f"{host_ip(0)}:{RENDEZVOUS_PORT}"
+
+    def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen:
+        host = self.hosts[worker]
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=host.defaultIntf().name)
+        return host.popen([sys.executable, *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, cwd=str(REPO), env=env)
+
+    def close(self) -> None:
+        self.net.stop()
+
