@@ -42,6 +42,10 @@ def load_logs(directory: Path) -> dict[str, list[dict]]:
     return runs
 
 
+def _is_hysync(logs: list[dict]) -> bool:
+    return any(s["mode"] in MODE_LEVEL for log in logs for s in log["steps"])
+
+
 def reference(logs: list[dict], stragglers: set[int]) -> dict:
     return next((log for log in logs if log["worker"] not in stragglers), logs[0])
 
@@ -97,23 +101,30 @@ def plot_runs(runs: dict[str, list[dict]], out: Path, title: str, target: float 
                title=f"{title}: accuracy of the reference replica")
     ax_acc.legend(fontsize=8)
 
-    main = next(iter(runs))
+    main = next((c for c, logs in runs.items() if _is_hysync(logs)), next(iter(runs)))
+    slowest = 0.0
     for log in runs[main]:
         steps = log["steps"]
         ax_iter.plot([s["t"] for s in steps], [s["step_s"] * 1000 for s in steps],
                      linewidth=0.8, label=f"worker {log['worker']}"
                      + (" (straggler)" if log["worker"] in stragglers else ""))
+        times = sorted(s["step_s"] for s in steps[1:])  # step 0 includes start-up
+        if times:
+            slowest = max(slowest, times[int(0.99 * (len(times) - 1))] * 1000)
+    if slowest:
+        ax_iter.set_ylim(0, slowest * 1.5)
     ax_iter.set(xlabel="wall-clock time (s)", ylabel="iteration time (ms)",
                 title=f"iteration time per worker ({main})")
     ax_iter.legend(fontsize=8)
 
     for offset, (config, logs) in enumerate(runs.items()):
-        steps = [s for s in reference(logs, stragglers)["steps"] if s["mode"]]
+        steps = [s for s in reference(logs, stragglers)["steps"] if s["mode"] in MODE_LEVEL]
         if steps:
             ax_mode.step([s["t"] for s in steps],
                          [MODE_LEVEL.get(s["mode"], 0) + offset * 0.05 for s in steps],
                          where="post", label=config)
-    ax_mode.set(xlabel="wall-clock time (s)", title="mode in force (from result headers)",
+    ax_mode.set(xlabel="wall-clock time (s)",
+                title="mode in force, HySync configs (from result headers)",
                 yticks=list(MODE_LEVEL.values()), yticklabels=list(MODE_LEVEL))
     ax_mode.legend(fontsize=8)
     fig.tight_layout()
