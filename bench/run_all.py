@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from bench import softswitch_bench
+import importlib
+
+BENCHES = ("softswitch_bench", "hotswap_bench", "worker_bench")
 
 
 def main() -> None:
-    softswitch_bench.main([])
+    for name in BENCHES:
+        try:
+            module = importlib.import_module(f"bench.{name}")
+        except ModuleNotFoundError as err:
+            print(f"bench {name}: not available ({err})")
+            continue
+        print(f"== {name}", flush=True)
+        module.main([])
 
 
 if __name__ == "__main__":

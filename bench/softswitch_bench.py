@@ -16,20 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import select
-import socket
 import time
 from pathlib import Path
 
-import numpy as np
-
+from bench.senders import BASE_PORT, sender_main
 from hysync import wire
-from hysync.wire import Mode, Op
+from hysync.wire import Mode
 
 RESULTS = Path(__file__).resolve().parent / "results"
 JOB = 1
 SENDERS = 4
-BASE_PORT = 47100
 
 
 def _switch_main(ready, stop, mode: int, quorum: int, stats) -> None:
@@ -58,44 +54,6 @@ def _switch_main(ready, stop, mode: int, quorum: int, stats) -> None:
     stats.put(sum(p.counters["HySyncIngress.stats.contributions"].packets))
 
 
-def _sender_main(w: int, switch_port: int, window: int, seconds: float, start, out) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    sock.bind(("127.0.0.1", BASE_PORT + w))
-    sock.setblocking(False)
-    dst = ("127.0.0.1", switch_port)
-    batch = wire.empty_batch(window)
-    batch["op"], batch["job_id"], batch["worker_id"] = Op.CONTRIB, JOB, w
-    batch["slot"] = np.arange(window)
-    batch["lanes"] = np.arange(wire.LANES, dtype=np.int32) + w
-    packets = [bytearray(p) for p in wire.encode_batch(batch)]
-    next_round = [0] * window
-    start.wait()
-    for pkt in packets:
-        sock.sendto(pkt, dst)
-    sent, deadline = window, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if not select.select([sock], [], [], 0.05)[0]:
-            for s in range(window):  # lost in a buffer: nudge every slot again
-                sock.sendto(packets[s], dst)
-            continue
-        while True:
-            try:
-                data = sock.recv(2048)
-            except BlockingIOError:
-                break
-            slot = data[8] << 8 | data[9]
-            rnd = int.from_bytes(data[12:16], "big")
-            if data[1] != Op.RESULT or rnd < next_round[slot]:
-                continue
-            next_round[slot] = rnd + 1
-            pkt = packets[slot]
-            pkt[12:16] = next_round[slot].to_bytes(4, "big")
-            sock.sendto(pkt, dst)
-            sent += 1
-    out.put(sent)
-
-
 def run(mode: Mode, quorum: int, seconds: float, window: int) -> dict:
     ctx = mp.get_context("spawn")
     ready, stats, out = ctx.Queue(), ctx.Queue(), ctx.Queue()
@@ -103,14 +61,15 @@ def run(mode: Mode, quorum: int, seconds: float, window: int) -> dict:
     switch = ctx.Process(target=_switch_main, args=(ready, stop, mode, quorum, stats))
     switch.start()
     port = ready.get(timeout=30)
-    senders = [ctx.Process(target=_sender_main, args=(w, port, window, seconds, start, out))
+    senders = [ctx.Process(target=sender_main,
+                           args=(w, JOB, port, (0, window), seconds, start, out))
                for w in range(SENDERS)]
     for s in senders:
         s.start()
     time.sleep(1.0)
     before = time.perf_counter()
     start.set()
-    sent = sum(out.get(timeout=seconds + 60) for _ in senders)
+    sent = sum(out.get(timeout=seconds + 60)[0] for _ in senders)
     elapsed = time.perf_counter() - before
     stop.set()
     aggregated = stats.get(timeout=30)

@@ -24,12 +24,25 @@ BATCH = 256
 _RCVBUF = 16 * 1024 * 1024
 
 
+_SO_SNDBUFFORCE, _SO_RCVBUFFORCE = 32, 33  # Linux; not exported by the socket module
+
+
+def _big_buffers(sock: socket.socket, size: int) -> None:
+    """Socket buffers of `size`: past net.core.[rw]mem_max when root may (the *FORCE
+    options), else as large as the system allows. A burst from many workers' windows
+    must fit, or it is lost and waits for the workers' retransmission timeouts."""
+    for force, plain in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
 class UdpDataPlane:
     def __init__(self, pipeline: Pipeline, host: str = "127.0.0.1", port: int = 0) -> None:
         self.pipeline = pipeline
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _RCVBUF)
+        _big_buffers(self.sock, _RCVBUF)
         try:
             self.sock.bind((host, port))
         except OSError as err:
