@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"worker {args.worker}: {log.ended}", file=sys.stderr, flush=True)
         return 1
     log.write(args.out)
+    # The final parameters, so that replicas can be compared after the run.
+    torch.save(model.module.state_dict(), args.out.with_suffix(".pt"))
     if log.ended != "completed":
         os._exit(0)  # a dead worker leaves without the collective shutdown
     dist.destroy_process_group()

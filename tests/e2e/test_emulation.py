@@ -1,0 +1,110 @@
+"""End to end: the README demo, and Mininet runs over the softswitch and BMv2 (as root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from topologies import run as run_cli
+from topologies.mininet_harness import HarnessError, check_mininet
+from topologies.switches import Bmv2Node
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _scenario(tmp_path: Path, workers: int, steps: int, schedule: str) -> Path:
+    path = tmp_path / "e2e.toml"
+    path.write_text(f'name = "e2e"\nworkers = {workers}\nsteps = {steps}\ncompute_ms = 10.0\n'
+                    'target_accuracy = 0.8\n[[straggler]]\nworker = 2\npattern = "constant"\n'
+                    f'factor = 2.0\n{schedule}')
+    return path
+
+
+SWAP_AND_BACK = ('[[schedule]]\nat_step = 10\nmode = "partial"\nquorum = 2\n'
+                 '[[schedule]]\nat_step = 40\nmode = "sync"\n')
+
+
+def _check_run(out: Path, config: str, workers: int) -> None:
+    logs = [json.loads((out / config / f"worker-{w}.json").read_text()) for w in range(workers)]
+    for log in logs:
+        assert log["ended"] == "completed", log["ended"]
+        first = next(s["accuracy"] for s in log["steps"] if s["accuracy"] is not None)
+        assert log["final_accuracy"] > first + 0.3, "training did not improve the model"
+    modes = {s["mode"] for s in logs[0]["steps"]}
+    assert {"sync", "partial"} <= modes, f"the swap did not show in the results: {modes}"
+    # After the final sync rounds every replica applied the same results.
+    params = [torch.load(out / config / f"worker-{w}.pt") for w in range(workers)]
+    for name, reference in params[0].items():
+        for other in params[1:]:
+            assert torch.allclose(reference, other[name], atol=1e-4), f"replicas differ: {name}"
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["mode"] for s in summary["swaps"][config]] == ["partial", "sync"]
+
+
+def test_demo_runs_end_to_end_without_root(tmp_path):
+    scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "topologies.demo", "--scenario", str(scenario),
+                           "--out", str(out), "--skip-baseline"], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "iterations/s" in proc.stdout and "plot:" in proc.stdout
+    assert (out / "demo.png").stat().st_size > 10_000
+    _check_run(out, "hysync-sync-then-partial", 3)
+
+
+def _mininet_or_skip() -> None:
+    try:
+        check_mininet()
+    except HarnessError as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.root
+def test_mininet_run_over_the_softswitch_with_a_mode_swap(tmp_path):
+    _mininet_or_skip()
+    scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
+    assert run_cli.main([str(scenario), "--switch", "softswitch", "--out",
+                         str(tmp_path / "run")]) == 0
+    _check_run(tmp_path / "run", "hysync-manual-schedule", 3)
+
+
+@pytest.mark.root
+def test_mininet_run_over_bmv2_with_a_mode_swap(tmp_path):
+    _mininet_or_skip()
+    reason = Bmv2Node.unavailable()
+    if reason:
+        pytest.skip(f"BMv2 run skipped: {reason}")
+    subprocess.run(["make", "-s", "p4"], cwd=REPO, check=True)
+    scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
+    assert run_cli.main([str(scenario), "--switch", "bmv2", "--out",
+                         str(tmp_path / "run")]) == 0
+    _check_run(tmp_path / "run", "hysync-manual-schedule", 3)
+
+
+def test_bad_scenario_file_is_refused_with_the_reason(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nworkers = 99\nsteps = 5\n')
+    assert run_cli.main([str(bad)]) == 2
+    assert "'workers' = 99 is out of range" in capsys.readouterr().err
+
+
+def test_unknown_switch_is_refused_naming_the_choices(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run_cli.main([str(tmp_path / "x.toml"), "--switch", "ovs"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'ovs'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the message a non-root user gets")
+def test_mininet_without_root_says_so(tmp_path, capsys):
+    scenario = _scenario(tmp_path, 3, 5, "")
+    assert run_cli.main([str(scenario)]) == 2
+    assert "need root" in capsys.readouterr().err
