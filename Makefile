@@ -6,12 +6,17 @@ P4C    ?= p4c
 P4SRC  := p4src/v1model/hysync.p4
 P4OUT  := build/p4
 PYTEST_ARGS ?=
+SCENARIO ?= topologies/scenarios/demo.toml
+SWITCH ?= softswitch
+POLICY ?= manual-schedule
 
 .PHONY: help setup p4 test lint bench demo emulate clean
 
 help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
 	@echo "make p4       compile $(P4SRC) with p4c for BMv2 (needs p4c on PATH)"
+	@echo "make demo     the main job: softswitch + controller + 4 workers on loopback, a mode swap"
+	@echo "make emulate  a Mininet run (root): SCENARIO=... SWITCH=softswitch|bmv2 POLICY=..."
 	@echo "make test     set up if needed, lint, and run the test suite"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
@@ -41,6 +46,12 @@ lint: setup
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m topologies.demo
+
+emulate: setup
+	$(PY) -m topologies.run $(SCENARIO) --switch $(SWITCH) --policy $(POLICY) --baseline
 
 bench: setup
 	$(PY) -m bench.run_all
