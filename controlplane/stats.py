@@ -1,5 +1,5 @@
 """The counters of a job (p4src: HySyncIngress.stats, HySyncEgress.replication.results):
-per (job, worker) contributions, late, duplicates, stale and results sent; per job
+per (job, worker) contributions, late, duplicates, stale, closes and results sent; per job
 drops by reason (docs/protocol.md §8). All counts are packets.
 """
 
@@ -16,10 +16,11 @@ CONTRIBUTIONS = "HySyncIngress.stats.contributions"
 LATE = "HySyncIngress.stats.late"
 DUPLICATES = "HySyncIngress.stats.duplicates"
 STALE = "HySyncIngress.stats.stale"
+CLOSES = "HySyncIngress.stats.closes"
 DROPS = "HySyncIngress.stats.drops"
 RESULTS = "HySyncEgress.replication.results"
 PER_WORKER = {"contributions": CONTRIBUTIONS, "late": LATE, "duplicates": DUPLICATES,
-              "stale": STALE, "results": RESULTS}
+              "stale": STALE, "closes": CLOSES, "results": RESULTS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,7 @@ class WorkerStats:
     late: int = 0
     duplicates: int = 0
     stale: int = 0
+    closes: int = 0  # rounds this worker's contribution closed (the last arrival in sync)
     results: int = 0
 
 
@@ -58,6 +60,7 @@ class WorkerRates:
     late: float
     duplicates: float
     stale: float
+    closes: float
     results: float
 
 

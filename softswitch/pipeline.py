@@ -37,6 +37,7 @@ COUNTER_NAMES = (
     "HySyncIngress.stats.late",
     "HySyncIngress.stats.duplicates",
     "HySyncIngress.stats.stale",
+    "HySyncIngress.stats.closes",
     "HySyncIngress.stats.drops",
     "HySyncEgress.replication.results",
 )
@@ -73,8 +74,8 @@ class Pipeline:
         self.groups: dict[int, list[Replica]] = {}
         self.counters = {name: Counter(name, DROP_CELLS if name.endswith("drops") else MEMBER_CELLS)
                          for name in COUNTER_NAMES}
-        self._contributions, self._late, self._duplicates, self._stale, self._drops, \
-            self._results = (self.counters[n] for n in COUNTER_NAMES)
+        self._contributions, self._late, self._duplicates, self._stale, self._closes, \
+            self._drops, self._results = (self.counters[n] for n in COUNTER_NAMES)
         self.reset_registers()
         for name in self.tables:
             self._rebuild_index(name)
@@ -241,7 +242,7 @@ class Pipeline:
             self._contributions.count(member, nbytes)
             bank = 2 * s + (cur & 1)
             self.lanes[bank] = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
-            return self._close(s, job, w, group, cur, bank, chunk, 1, bit, version)
+            return self._close(s, job, w, group, cur, bank, chunk, 1, bit, version, nbytes)
 
         if r == cur:  # 9. the open round
             count = self.count[s]
@@ -252,7 +253,7 @@ class Pipeline:
                 self._duplicates.count(member, nbytes)
                 if count >= needed:  # membership shrank under the round: close it as it is
                     return self._close(s, job, w, group, cur, 2 * s + (cur & 1), self.chunk[s],
-                                       count, self.bitmap[s], version)
+                                       count, self.bitmap[s], version, nbytes)
                 return None
             if count and chunk != self.chunk[s]:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
@@ -270,7 +271,7 @@ class Pipeline:
             bitmap = self.bitmap[s] | bit
             if count >= needed:
                 return self._close(s, job, w, group, cur, bank, self.chunk[s], count, bitmap,
-                                   version)
+                                   version, nbytes)
             self.count[s] = count
             self.bitmap[s] = bitmap
             return None
@@ -290,7 +291,8 @@ class Pipeline:
                                       else ResyncReason.STALE_ROUND)
 
     def _close(self, s: int, job: int, w: int, group: int, cur: int, bank: int, chunk: int,
-               count: int, bitmap: int, version: int) -> tuple[int, int, bytes]:
+               count: int, bitmap: int, version: int, nbytes: int) -> tuple[int, int, bytes]:
+        self._closes.count(job * wire.MAX_WORKERS + w, nbytes)
         mode, quorum = self.mode[s], self.quorum[s]
         self.res_bitmap[s], self.res_count[s], self.res_chunk[s] = bitmap, count, chunk
         self.res_mode[s], self.res_quorum[s] = mode, quorum

@@ -253,6 +253,7 @@ CONTRACT_COUNTERS = {
     "HySyncIngress.stats.late": wire.MAX_JOBS * wire.MAX_WORKERS,
     "HySyncIngress.stats.duplicates": wire.MAX_JOBS * wire.MAX_WORKERS,
     "HySyncIngress.stats.stale": wire.MAX_JOBS * wire.MAX_WORKERS,
+    "HySyncIngress.stats.closes": wire.MAX_JOBS * wire.MAX_WORKERS,
     "HySyncIngress.stats.drops": wire.MAX_JOBS * wire.NUM_DROP_REASONS,
     "HySyncEgress.replication.results": wire.MAX_JOBS * wire.MAX_WORKERS,
 }

@@ -350,3 +350,10 @@ def test_retransmission_closes_a_round_that_an_exclusion_completed(target):
     summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
     assert out == multicast(JOB1, result(JOB1, 1, 6, 0, 0, 0b0111, summed), members=(0, 1, 2))
     assert target.counter(DUPLICATES, member(JOB1, 1)) == 1
+
+
+def test_the_contribution_that_closes_a_round_is_counted_as_its_close(target):
+    close_round(target, JOB1, 1, 0, [2, 0, 3, 1])
+    close_round(target, JOB1, 1, 1, [0, 1, 2, 3])
+    assert [target.counter("HySyncIngress.stats.closes", member(JOB1, w))
+            for w in range(4)] == [0, 1, 0, 1]

@@ -12,6 +12,8 @@ control Stats(in headers_t hdr, in metadata_t meta) {
     counter(MEMBER_COUNTER_CELLS, CounterType.packets_and_bytes) late;
     counter(MEMBER_COUNTER_CELLS, CounterType.packets_and_bytes) duplicates;
     counter(MEMBER_COUNTER_CELLS, CounterType.packets_and_bytes) stale;
+    // Contributions that closed a round: in sync, the last arrival, i.e. the straggler.
+    counter(MEMBER_COUNTER_CELLS, CounterType.packets_and_bytes) closes;
     // Per (job, reason), index job * 16 + reason.
     counter(DROP_COUNTER_CELLS, CounterType.packets_and_bytes) drops;
 
@@ -36,6 +38,9 @@ control Stats(in headers_t hdr, in metadata_t meta) {
             duplicates.count(member);
         } else if (meta.member_counter == member_counter_t.STALE) {
             stale.count(member);
+        }
+        if (meta.verdict == verdict_t.CLOSE) {
+            closes.count(member);
         }
     }
 }
