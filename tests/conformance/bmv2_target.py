@@ -5,7 +5,7 @@ Layout (all made here, all removed by close()):
 
     root namespace                     namespace hsc-<pid>
     hsc<pid>h1 ... h4  <-- veth -->    hsc<pid>s1 ... s4   (BMv2 ports 1..4)
-    hsc<pid>m  169.254.77.1/30  <-->   hsc<pid>n 169.254.77.2/30  (P4Runtime on :9559)
+    hsc<pid>m  169.254.X.1/30   <-->   hsc<pid>n 169.254.X.2/30   (P4Runtime on :9559)
 
 BMv2 runs in its own namespace because its thrift server binds 0.0.0.0:9090. The
 test reaches it only through the management veth's link-local addresses. Offloads
@@ -29,7 +29,9 @@ from controlplane.switch import Switch
 from .targets import P4INFO, REPO, Write
 from .topology import PORTS
 
-GRPC_ADDR = "169.254.77.2:9559"
+# Link-local management /30, one per test process so that parallel runs never collide.
+_MGMT_NET = f"169.254.{os.getpid() % 250 + 1}"
+GRPC_ADDR = f"{_MGMT_NET}.2:9559"
 QUIET_S = 0.15  # no further frame for this long: the switch is done with the packet
 ETH_P_ALL = 0x0003
 
@@ -60,17 +62,33 @@ class Bmv2Target:
         self.switch: Switch | None = None
         try:
             self._build_network(tag)
-            log = open(REPO / "build" / "bmv2-conformance.log", "w")  # noqa: SIM115
-            ports = [arg for p in PORTS for arg in ("-i", f"{p}@{tag}s{p}")]
-            self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", self.netns, "simple_switch_grpc", "--device-id", "1",
-                 *ports, "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR],
-                stdout=log, stderr=subprocess.STDOUT)
-            self.switch = self._connect()
             self.sockets = {p: self._raw_socket(ifname) for p, ifname in self.host_ifs.items()}
         except BaseException:
             self.shutdown()
             raise
+
+    def _start_switch(self) -> None:
+        log = open(REPO / "build" / "bmv2-conformance.log", "a")  # noqa: SIM115
+        tag = self.host_ifs[1][:-2]
+        ports = [arg for p in PORTS for arg in ("-i", f"{p}@{tag}s{p}")]
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.netns, "simple_switch_grpc", "--device-id", "1",
+             *ports, "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.switch = self._connect()
+
+    def _stop_switch(self) -> None:
+        if self.switch is not None:
+            self.switch.close()
+            self.switch = None
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
 
     @staticmethod
     def _compile() -> Path:
@@ -80,32 +98,45 @@ class Bmv2Target:
 
     def _build_network(self, tag: str) -> None:
         _sh("ip", "netns", "add", self.netns)
+        inns = ["ip", "netns", "exec", self.netns]
+        # No IPv6 inside (its interfaces would send router solicitations the switch floods).
+        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
+        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
         pairs = [(f"{tag}h{p}", f"{tag}s{p}") for p in PORTS] + [(f"{tag}m", f"{tag}n")]
         for outside, inside in pairs:
             _sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside)
             _sh("ip", "link", "set", inside, "netns", self.netns)
-            for where in ([], ["ip", "netns", "exec", self.netns]):
+            if outside != f"{tag}m":  # before link-up, or the kernel speaks IPv6 on it
+                _sh("sysctl", "-q", "-w", f"net.ipv6.conf.{outside}.disable_ipv6=1")
+            for where in ([], inns):
                 ifname = outside if not where else inside
                 _sh(*where, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off",
                     "rx", "off")
                 _sh(*where, "ip", "link", "set", ifname, "up")
-            if outside != f"{tag}m":
-                _sh("sysctl", "-q", "-w", f"net.ipv6.conf.{outside}.disable_ipv6=1")
-        _sh("ip", "addr", "add", "169.254.77.1/30", "dev", f"{tag}m")
-        _sh("ip", "netns", "exec", self.netns, "ip", "addr", "add", "169.254.77.2/30", "dev",
+        _sh("ip", "addr", "add", f"{_MGMT_NET}.1/30", "dev", f"{tag}m")
+        _sh("ip", "netns", "exec", self.netns, "ip", "addr", "add", f"{_MGMT_NET}.2/30", "dev",
             f"{tag}n")
         _sh("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
 
     def _connect(self) -> Switch:
-        deadline = time.monotonic() + 20
+        """Wait for the gRPC port, then open one session (a retried arbitration would
+        collide with the half-open first one: 'Election id already exists')."""
+        import grpc
+
+        deadline = time.monotonic() + 30
         while True:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError("simple_switch_grpc exited; see build/bmv2-conformance.log")
+            channel = grpc.insecure_channel(GRPC_ADDR)
             try:
-                return Switch(GRPC_ADDR, election_id=(0, 1), connect_timeout=1.0)
-            except Exception:
+                grpc.channel_ready_future(channel).result(timeout=0.5)
+                break
+            except grpc.FutureTimeoutError:
                 if time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(f"no P4Runtime server at {GRPC_ADDR} after 30 s") from None
+            finally:
+                channel.close()
+        return Switch(GRPC_ADDR, election_id=(0, 1), connect_timeout=5.0, timeout=10.0)
 
     @staticmethod
     def _raw_socket(ifname: str) -> socket.socket:
@@ -116,6 +147,10 @@ class Bmv2Target:
 
     # ------------------------------------------------------------ Target
     def reset(self) -> None:
+        # A fresh process per test: BMv2 keeps its packet replication engine across
+        # pipeline pushes, so only a restart gives every test the same empty switch.
+        self._stop_switch()
+        self._start_switch()
         assert self.switch is not None
         self.switch.push_pipeline(P4INFO, self.json)
         self.write_group("INSERT", 1024, [(p, 0) for p in PORTS])
@@ -167,14 +202,7 @@ class Bmv2Target:
         """Per test: nothing (the next test pushes the pipeline afresh)."""
 
     def shutdown(self) -> None:
-        if self.switch is not None:
-            self.switch.close()
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        self._stop_switch()
         for sock in getattr(self, "sockets", {}).values():
             sock.close()
         for ifname in self.host_ifs.values():
