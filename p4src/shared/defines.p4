@@ -37,8 +37,6 @@ typedef bit<16> mcast_group_t;
 typedef bit<8>  op_t;
 typedef bit<8>  flags_t;
 typedef bit<8>  mode_t;
-typedef bit<16> job_id_t;
-typedef bit<8>  worker_id_t;
 typedef bit<8>  count_t;
 typedef bit<16> slot_t;
 typedef bit<8>  reason_t;
