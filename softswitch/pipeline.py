@@ -354,7 +354,8 @@ class Pipeline:
         src_ip = int.from_bytes(ip[12:16], "big")
         if (len(payload) >= wire.HEADER_BYTES and payload[1] == Op.CONTRIB
                 and len(payload) >= wire.PACKET_BYTES and payload[0] == wire.VERSION
-                and (ip_len != _EXPECTED_IP_LEN or udp_len != _EXPECTED_UDP_LEN)):
+                and (ip_len != _EXPECTED_IP_LEN or udp_len != _EXPECTED_UDP_LEN
+                     or nbytes != wire.HYSYNC_OFFSET + wire.PACKET_BYTES)):
             job = payload[4] << 8 | payload[5]
             self._drop(job, DropReason.BAD_LENGTH, nbytes)
             return []

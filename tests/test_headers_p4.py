@@ -171,6 +171,7 @@ def test_parser_sees_a_reordered_or_resized_field(typedefs):
     ("HYSYNC_HEADER_BYTES", wire.HEADER_BYTES),
     ("CONTRIB_UDP_LEN", wire.UDP_BYTES + wire.PACKET_BYTES),
     ("CONTRIB_IPV4_LEN", wire.IPV4_BYTES + wire.UDP_BYTES + wire.PACKET_BYTES),
+    ("CONTRIB_FRAME_LEN", wire.HYSYNC_OFFSET + wire.PACKET_BYTES),
     ("REPLY_UDP_LEN", wire.UDP_BYTES + wire.HEADER_BYTES),
     ("REPLY_IPV4_LEN", wire.IPV4_BYTES + wire.UDP_BYTES + wire.HEADER_BYTES),
     ("ETHERTYPE_IPV4", wire.ETHERTYPE_IPV4),

@@ -95,6 +95,8 @@ const mcast_group_t FLOOD_MCAST_GROUP = 1024;
 const bit<16> HYSYNC_HEADER_BYTES = 24;
 const bit<16> CONTRIB_UDP_LEN = 8 + HYSYNC_HEADER_BYTES + 4 * LANES;      // 288
 const bit<16> CONTRIB_IPV4_LEN = 20 + CONTRIB_UDP_LEN;                    // 308
+// The whole frame: catches bytes after the IPv4 packet, which the deparser would send back.
+const bit<32> CONTRIB_FRAME_LEN = 322;                                     // 14 + 308
 const bit<16> REPLY_UDP_LEN = 8 + HYSYNC_HEADER_BYTES;                    // 32: RESYNC, ACK
 const bit<16> REPLY_IPV4_LEN = 20 + REPLY_UDP_LEN;                        // 52
 

@@ -51,7 +51,8 @@ control HySyncIngress(inout headers_t hdr,
         } else if (hdr.hysync.op != OP_CONTRIB) {
             drop(DROP_BAD_OP);                                      // 3.
         } else if (hdr.ipv4.total_len != CONTRIB_IPV4_LEN
-                   || hdr.udp.length != CONTRIB_UDP_LEN) {
+                   || hdr.udp.length != CONTRIB_UDP_LEN
+                   || standard_metadata.packet_length != CONTRIB_FRAME_LEN) {
             drop(DROP_BAD_LENGTH);                                  // 4.
         } else {
             // 5-7. A member of a configured job, on one of the job's slots.

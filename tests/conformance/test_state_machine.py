@@ -278,6 +278,8 @@ def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
         (raw_frame(JOB1, 0, _payload(op=wire.Op.RESULT) + lanes), 1, DropReason.BAD_OP),
         (raw_frame(JOB1, 0, _payload(op=9)), 1, DropReason.BAD_OP),
         (raw_frame(JOB1, 0, _payload() + lanes + b"\0" * 8), 1, DropReason.BAD_LENGTH),
+        # Right IPv4/UDP lengths, but bytes after the IPv4 packet.
+        (raw_frame(JOB1, 0, _payload() + lanes) + b"\xee" * 6, 1, DropReason.BAD_LENGTH),
     ]
     for frame, job, reason in cases:
         assert target.send(1, frame) == [], reason
