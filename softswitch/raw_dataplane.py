@@ -21,10 +21,10 @@ import errno
 import logging
 import select
 import socket
-import threading
 
 from softswitch.delay import DelayLine
 from softswitch.pipeline import Pipeline
+from softswitch.serving import ServingThread
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,12 @@ def parse_port_map(specs: list[str]) -> dict[int, str]:
     return ports
 
 
-class RawDataPlane:
+class RawDataPlane(ServingThread):
+    thread_name = "softswitch-raw"
+
     def __init__(self, pipeline: Pipeline, ports: dict[int, str],
                  delays_ms: dict[int, float] | None = None) -> None:
+        super().__init__()
         if not ports:
             raise ValueError("the raw data plane needs at least one PORT@IFACE")
         self.pipeline = pipeline
@@ -78,20 +81,8 @@ class RawDataPlane:
             raise
         self._port_of = {sock.fileno(): port for port, sock in self.sockets.items()}
         self.delay = DelayLine(delays_ms or {})
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.packets_in = 0
-        self.packets_out = 0
 
-    def start(self) -> RawDataPlane:
-        self._thread = threading.Thread(target=self.serve, name="softswitch-raw", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         self._close()
 
     def _close(self) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import select
 import socket
-import threading
 
 from hysync import wire
 from softswitch.pipeline import Pipeline
+from softswitch.serving import ServingThread
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,11 @@ def _big_buffers(sock: socket.socket, size: int) -> None:
             sock.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
-class UdpDataPlane:
+class UdpDataPlane(ServingThread):
+    thread_name = "softswitch-udp"
+
     def __init__(self, pipeline: Pipeline, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__()
         self.pipeline = pipeline
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         _big_buffers(self.sock, _RCVBUF)
@@ -51,20 +54,8 @@ class UdpDataPlane:
                           "Pick a free port with --udp HOST:PORT.") from err
         self.sock.setblocking(False)
         self.address: tuple[str, int] = self.sock.getsockname()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.packets_in = 0
-        self.packets_out = 0
 
-    def start(self) -> UdpDataPlane:
-        self._thread = threading.Thread(target=self.serve, name="softswitch-udp", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         self.sock.close()
 
     def serve(self) -> None:

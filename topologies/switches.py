@@ -46,6 +46,15 @@ def _wait_for_grpc(addr: str, proc: subprocess.Popen, log: Path, timeout: float 
     raise SwitchStartError(f"no P4Runtime server at {addr} after {timeout:.0f} s; see {log}")
 
 
+def _terminate(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 class SoftswitchNode(Switch):
     """The HySync softswitch bound to the switch's veth interfaces, in the root namespace.
 
@@ -82,12 +91,7 @@ class SoftswitchNode(Switch):
         _wait_for_grpc(self.grpc_addr, self.proc, self.log)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        _terminate(self.proc)
         super().stop(deleteIntfs)
 
 
@@ -150,12 +154,7 @@ class Bmv2Node(Switch):
         _wait_for_grpc(self.grpc_addr, self.proc, self.log)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        _terminate(self.proc)
         subprocess.run(["ip", "link", "del", self.mgmt_root], capture_output=True)
         super().stop(deleteIntfs)
 
