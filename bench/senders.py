@@ -1,4 +1,5 @@
-"""Load generators for the benches: windowed contributors on loopback UDP.
+"""Load generators for the benches: windowed contributors over UDP (loopback by default,
+or a host address in a network namespace: `bind`, `switch_host`).
 
 Each sender keeps one contribution in flight per slot of its window (the next round
 of a slot goes out when that slot's result arrives), as a SwitchML worker does, so
@@ -23,15 +24,21 @@ RTO_S = 0.1  # per-slot retransmission timeout
 
 
 def sender_main(w: int, job: int, switch_port: int, slots: tuple[int, int], seconds: float,
-                start, out, watch_mode: int | None = None) -> None:
+                start, out, watch_mode: int | None = None, *, bind: str = "127.0.0.1",
+                switch_host: str = "127.0.0.1", tally: dict[str, int] | None = None) -> None:
     """Contribute on slots [base, base+count) until `seconds` pass; put the count sent
-    (and, with watch_mode, {slot: monotonic time of its first result in that mode})."""
+    (and, with watch_mode, {slot: monotonic time of its first result in that mode}).
+
+    bind: the sender's address (its port is BASE_PORT + w); switch_host: where the
+    switch listens (port switch_port). tally, if given, is filled with the number of
+    timeout retransmissions, RESYNCs and RESULTs received."""
     base, count = slots
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-    sock.bind(("127.0.0.1", BASE_PORT + w))
+    sock.bind((bind, BASE_PORT + w))
     sock.setblocking(False)
-    dst = ("127.0.0.1", switch_port)
+    dst = (switch_host, switch_port)
+    retransmits = resyncs = results = 0
     batch = wire.empty_batch(count)
     batch["op"], batch["job_id"], batch["worker_id"] = Op.CONTRIB, job, w
     batch["slot"] = np.arange(base, base + count)
@@ -57,10 +64,12 @@ def sender_main(w: int, job: int, switch_port: int, slots: tuple[int, int], seco
             i = (data[8] << 8 | data[9]) - base
             rnd = int.from_bytes(data[12:16], "big")
             if data[1] == Op.RESYNC:  # fell behind (a partial round closed without us)
+                resyncs += 1
                 next_round[i] = rnd
             elif data[1] != Op.RESULT or rnd < next_round[i]:
                 continue
             else:
+                results += 1
                 if watch_mode is not None and data[3] == watch_mode and i not in latched:
                     latched[i] = now
                 next_round[i] = rnd + 1
@@ -75,5 +84,8 @@ def sender_main(w: int, job: int, switch_port: int, slots: tuple[int, int], seco
                 if now - sent_at[i] > RTO_S:
                     sock.sendto(packets[i], dst)
                     sent_at[i] = now
+                    retransmits += 1
+    if tally is not None:
+        tally.update(retransmits=retransmits, resyncs=resyncs, results=results)
     out.put((sent, latched))
     sock.close()
