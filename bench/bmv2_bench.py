@@ -213,7 +213,7 @@ def run_frames(star: NetnsStar, kind: str, mode: Mode, quorum: int, seconds: flo
 
 
 def run_udp(mode: Mode, quorum: int, seconds: float, window: int) -> dict:
-    row = softswitch_bench.run(mode, quorum, seconds, window)
+    row = softswitch_bench.udp(mode, quorum, seconds, window)
     return {"switch": "softswitch-udp", **row}
 
 
