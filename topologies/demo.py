@@ -24,7 +24,15 @@ from pathlib import Path
 
 from controlplane.controller import Controller
 from topologies import report
-from topologies.runner import P4INFO, REPO, LocalHarness, RunConfig, connect, run_config
+from topologies.runner import (
+    P4INFO,
+    REPO,
+    LocalHarness,
+    RunConfig,
+    RunFailed,
+    connect,
+    run_config,
+)
 from topologies.scenario import ScenarioError, load_scenario
 
 DEFAULT_SCENARIO = REPO / "topologies" / "scenarios" / "demo.toml"
@@ -65,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs[config.name], swaps[config.name] = run_config(
                     harness, controller, scenario, config, args.out,
                     say=lambda text: print(text, flush=True))
+    except RunFailed as err:
+        print(f"demo: error: {err} (worker output above; switch log {harness.log})",
+              file=sys.stderr)
+        return 1
     finally:
         harness.close()
     print(summarize(runs, swaps, scenario, stragglers, args.out, time.monotonic() - started))

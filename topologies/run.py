@@ -23,7 +23,7 @@ from pathlib import Path
 
 from controlplane.controller import Controller
 from topologies import report
-from topologies.runner import POLICIES, REPO, RunConfig, connect, run_config
+from topologies.runner import POLICIES, REPO, RunConfig, RunFailed, connect, run_config
 from topologies.scenario import ScenarioError, load_scenario
 from topologies.switches import SWITCH_CLASSES
 
@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs[config.name], swaps[config.name] = run_config(
                     harness, controller, scenario, config, out,
                     say=lambda text: print(text, flush=True))
+    except RunFailed as err:
+        print(f"run: error: {err} (worker output above)", file=sys.stderr)
+        return 1
     finally:
         harness.close()
     rows, summaries = [], []

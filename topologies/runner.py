@@ -35,6 +35,10 @@ SLOTS = (0, 256)  # slot base, count: the job's window
 POLICIES = ("sync", "partial", "async", "manual-schedule")
 
 
+class RunFailed(RuntimeError):
+    """A worker of a run failed; the message carries each failed worker's reason."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One configuration of a comparison: a backend and, for HySync, a mode policy."""
@@ -151,7 +155,7 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                      "--scale", str(2.0 ** 20)]
         proc = harness.start_worker(w, argv)
         procs.append(proc)
-        threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+        threading.Thread(target=_pump, args=(w, proc, lines), daemon=True).start()
     swaps = _follow(procs, lines, scenario, config, controller, say)
     for proc in procs:
         proc.wait()
@@ -164,18 +168,23 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
             raise RuntimeError(f"{config.name}: worker {w} wrote no log (exit status "
                                f"{procs[w].returncode}); see the output above")
         logs.append(json.loads(path.read_text()))
+    failed = [f"worker {log['worker']}: {log['ended']}" for log in logs
+              if log["ended"].startswith("failed")]
+    if failed:
+        raise RunFailed(f"{config.name}: " + "; ".join(failed))
     return logs, swaps
 
 
-def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
+def _pump(worker: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
     for line in proc.stdout:
         lines.put(line)
-    lines.put(None)
+    lines.put(worker)  # end of this worker's output: it has finished
 
 
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             controller: Controller, say: Callable[[str], None]) -> list[Swap]:
-    """Show progress every 2 s and apply the manual schedule when worker 0 reaches a step."""
+    """Show progress every 2 s, apply the manual schedule when worker 0 reaches a step, and
+    exclude a finished worker from the job while others still train."""
     schedule = list(scenario.schedule) if config.policy == "manual-schedule" else []
     steps, modes, acc, swaps = {}, {}, {}, []
     open_streams, start, last_report = len(procs), time.monotonic(), 0.0
@@ -184,8 +193,13 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             line = lines.get(timeout=0.5)
         except queue.Empty:
             line = ""
-        if line is None:
+        if isinstance(line, int):  # a worker finished
             open_streams -= 1
+            if config.backend == "hysync" and open_streams:
+                # Take it out of the job, so that a round it will never join cannot hold
+                # the others (they end at the same round; this covers the exceptions).
+                controller.exclude(JOB_ID, line)
+                say(f"  [{config.name}] controller: worker {line} finished; excluded it")
             continue
         if line.startswith("{"):
             rec = json.loads(line)

@@ -25,6 +25,7 @@ from topologies.workload import (
     RunLog,
     StepRecord,
     TrainConfig,
+    accuracy,
     load_digits_split,
     make_model,
     train,
@@ -73,15 +74,30 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
                              members=workers, dead_after=30.0)
     state = HySyncHookState(HySyncWorker(config, scale=args.scale))
     model.register_comm_hook(state, hysync_hook)
+    attach_hysync.state = state  # for the final averaging round
 
-    def step_info() -> tuple[str | None, float | None]:
+    def step_info() -> tuple[str | None, float | None, float]:
         stats = state.last_stats()
         if stats is None or not len(stats.results):
-            return None, None
+            return None, None, 0.0
         mode = stats.modes.most_common(1)[0][0]
-        return mode, float(stats.results["count"].mean())
+        return mode, float(stats.results["count"].mean()), state.updates_applied()
 
     return step_info
+
+
+def average_replicas(model: DistributedDataParallel, worker) -> None:
+    """One model-averaging round through the switch (ShadowSync's step): partial and
+    async rounds, and momentum applied to combined rounds, let replicas drift; the
+    average of the parameters makes them one model again (exact in sync mode)."""
+    with torch.no_grad():
+        params = [p for p in model.module.parameters()]
+        flat = torch.cat([p.reshape(-1) for p in params])
+        averaged = worker.allreduce(flat, key="replica-average")
+        offset = 0
+        for p in params:
+            p.copy_(averaged[offset:offset + p.numel()].reshape(p.shape))
+            offset += p.numel()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,19 +112,21 @@ def main(argv: list[str] | None = None) -> int:
                             timeout=timedelta(seconds=120))
     model = DistributedDataParallel(make_model(args.seed))
     step_info = (attach_hysync(model, args, workers) if args.backend == "hysync"
-                 else lambda: ("allreduce", float(workers)))
+                 else lambda: ("allreduce", float(workers), 1.0))
     straggler = scenario.straggler(args.worker)
     log = RunLog(args.config, args.worker, workers)
 
     def progress(rec: StepRecord) -> None:
         print(json.dumps({"worker": args.worker, "step": rec.step, "t": round(rec.t, 3),
+                          "progress": rec.progress,
                           "loss": round(rec.loss, 4), "accuracy": rec.accuracy,
                           "mode": rec.mode}), flush=True)
 
     cfg = TrainConfig(steps=scenario.steps, compute_ms=scenario.compute_ms, lr=args.lr,
                       seed=args.seed)
+    data = load_digits_split(args.seed)
     try:
-        train(model, load_digits_split(args.seed), args.worker, workers, cfg, log,
+        train(model, data, args.worker, workers, cfg, log,
               slowdown=straggler.factor_at if straggler else (lambda t: 1.0),
               dead=straggler.dead_at if straggler else (lambda t: False),
               step_info=step_info, progress=progress)
@@ -117,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         log.write(args.out)
         print(f"worker {args.worker}: {log.ended}", file=sys.stderr, flush=True)
         return 1
+    if args.backend == "hysync" and log.ended == "completed":
+        average_replicas(model, attach_hysync.state.worker)
+        log.extra["replicas_averaged"] = True
+        log.final_accuracy = accuracy(model.module, data.x_test, data.y_test)
     log.write(args.out)
     # The final parameters, so that replicas can be compared after the run.
     torch.save(model.module.state_dict(), args.out.with_suffix(".pt"))

@@ -66,6 +66,7 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 class StepRecord:
     step: int
     t: float  # seconds since the run started
+    progress: float  # the job's updates applied so far, in sync rounds (ends the run)
     step_s: float
     loss: float
     mode: str | None = None
@@ -102,17 +103,26 @@ class TrainConfig:
 def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: TrainConfig,
           log: RunLog, slowdown: Callable[[float], float] = lambda t: 1.0,
           dead: Callable[[float], bool] = lambda t: False,
-          step_info: Callable[[], tuple[str | None, float | None]] = lambda: (None, None),
+          step_info: Callable[[], tuple[str | None, float | None, float]] = (
+              lambda: (None, None, 1.0)),
           on_step: Callable[[int], None] = lambda step: None,
           progress: Callable[[StepRecord], None] = lambda rec: None) -> RunLog:
     """SGD on this worker's shard; the model's gradient averaging happens in backward()
-    (DDP with gloo, or DDP with the HySync communication hook)."""
+    (DDP with gloo, or DDP with the HySync communication hook).
+
+    The run ends when the *job* has applied `cfg.steps` updates (step_info's third
+    value, summed), not after this worker's own iterations: a straggler in partial or
+    async mode applies several rounds in one call, and every replica must stop at the
+    same round or the last ones would wait for members that have left."""
     x, y = shard(data, worker, workers)
     rng = np.random.default_rng(cfg.seed * 1000 + worker)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     loss_fn = nn.CrossEntropyLoss()
     start = time.perf_counter()
-    for step in range(cfg.steps):
+    applied_total = 0.0
+    for step in range(4 * cfg.steps):  # a bound, in case a mode applies little per call
+        if applied_total >= cfg.steps - 1e-9:
+            break
         on_step(step)
         t0 = time.perf_counter()
         if dead(t0 - start):
@@ -128,9 +138,11 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
         opt.step()
         opt.zero_grad(set_to_none=True)
         now = time.perf_counter()
-        mode, contributors = step_info()
-        rec = StepRecord(step, now - start, now - t0, float(loss.detach()), mode, contributors)
-        if step % cfg.eval_every == 0 or step == cfg.steps - 1:
+        mode, contributors, applied = step_info()
+        applied_total += applied
+        rec = StepRecord(step, now - start, round(applied_total, 3), now - t0,
+                         float(loss.detach()), mode, contributors)
+        if step % cfg.eval_every == 0 or applied_total >= cfg.steps - 1e-9:
             rec.accuracy = accuracy(model, data.x_test, data.y_test)
         log.steps.append(rec)
         progress(rec)
