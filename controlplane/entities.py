@@ -156,8 +156,12 @@ def _encode_match(msg: p4r.TableEntry, table: str, info: MatchFieldInfo,
             raise EncodeError(f"{what}: range low {low} is above high {high}")
         lo, hi = encode_int(low, info.bitwidth, what), encode_int(high, info.bitwidth, what)
         if (low, high) != (0, top):  # the full range is a don't care: omitted
+            # Range bounds go padded to the field's width: PI (BMv2's P4Runtime server)
+            # reads a canonical b"\xff" as all-ones of the field, i.e. a don't care, and
+            # refuses slot range 0..255. Padding is valid P4Runtime for every server.
+            width = (info.bitwidth + 7) // 8
             fm = msg.match.add(field_id=info.id)
-            fm.range.low, fm.range.high = lo, hi
+            fm.range.low, fm.range.high = lo.rjust(width, b"\0"), hi.rjust(width, b"\0")
     elif info.kind == "ternary":
         val, mask = _pair(value, what, "(value, mask)")
         if val & ~mask:

@@ -109,7 +109,8 @@ class Bmv2Node(Switch):
     def __init__(self, name: str, json_path: str | Path = REPO / "build/p4/hysync.json",
                  mgmt_ip: str = "169.254.78.2", log_dir: str | Path = "/tmp",
                  **params) -> None:
-        super().__init__(name, inNamespace=True, **params)
+        params["inNamespace"] = True  # Mininet passes its own default; BMv2 needs a netns
+        super().__init__(name, **params)
         self.json_path = Path(json_path)
         self.mgmt_ip = mgmt_ip
         self.grpc_addr = f"{mgmt_ip}:9559"
