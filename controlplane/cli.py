@@ -18,12 +18,14 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from controlplane import sync_mode
 from controlplane.controller import Controller, InstalledJob
 from controlplane.errors import ControlPlaneError
 from controlplane.job import JobConfig
+from controlplane.policy import POLICIES, PolicyRunner, latest_decision, make_policy
 from controlplane.stats import JobRates, JobStats, rates_between
 from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
 from hysync import wire
@@ -244,14 +246,69 @@ def _membership(out: _Out, what: str, job: int, worker: int, members: int,
                           for lo, hi, old, new in quorums]}, text)
 
 
+def cmd_policy_run(args: argparse.Namespace, out: _Out) -> None:
+    """Run a straggler policy on a job until --duration SECONDS have passed or Ctrl-C.
+
+    Every --interval SECONDS the policy reads the job's counters, classifies each member
+    healthy / slow / gone, and switches the job's whole slot range between sync,
+    partial(q) and async, excludes persistent stragglers and readmits them on probation
+    (controlplane/policy.py says how). Each decision is printed on one line with its
+    reason and, with --log FILE, appended to FILE as a JSON line (`hysync stats JOB
+    --policy-log FILE` shows the latest). --dry-run only prints the decisions: nothing
+    is written to the switch, and no arbitration stream is opened.
+    """
+    with _connect(args, read_only=args.dry_run) as switch:
+        controller = Controller(switch).attach()
+        controller.job(args.job)  # fail now, in one line, if there is no such job
+        policy = make_policy(args.policy)
+        log_path = Path(args.log) if args.log else None
+
+        def echo(record: dict[str, object]) -> None:
+            error = f" (FAILED: {record['error']})" if record.get("error") else ""
+            out.emit(record, f"t={record['time']:.1f} job {args.job}: "
+                             f"{_decision_text(record)}{error}")
+
+        try:
+            with PolicyRunner(controller, args.job, policy, interval=args.interval,
+                              dry_run=args.dry_run, log_path=log_path, echo=echo) as runner:
+                runner.run(duration=args.duration)
+        except OSError as err:
+            raise ControlPlaneError(f"cannot write the policy log {args.log}: "
+                                    f"{err.strerror}") from None
+        except KeyboardInterrupt:
+            pass
+    made = len(policy.decisions)
+    dry = " (dry run)" if args.dry_run else ""
+    mode = _mode_text(policy.mode, policy.quorum) if policy.mode is not None else "mixed"
+    out.emit({"job_id": args.job, "policy": args.policy, "decisions": made,
+              "dry_run": args.dry_run, "mode": mode, "active": sorted(policy.active)},
+             f"policy {args.policy} on job {args.job}{dry}: {made} decisions; mode {mode}, "
+             f"active {', '.join(map(str, sorted(policy.active)))}")
+
+
+def _decision_text(record: dict[str, object]) -> str:
+    """One line for a decision-log record."""
+    if record.get("action") == "start":
+        dry = " (dry run)" if record.get("dry_run") else ""
+        return f"started{dry}, {record.get('mode')}"
+    if record.get("action") == "set_mode":
+        mode = str(record.get("mode"))
+        what = f"partial({record.get('quorum')})" if mode == "partial" else mode
+        return f"mode {what}: {record.get('reason')}"
+    return f"{record.get('action')} worker {record.get('worker')}: {record.get('reason')}"
+
+
 def cmd_stats(args: argparse.Namespace, out: _Out) -> None:
-    """Per-worker counters of a job (contributions, late, duplicates, stale, results) and
-    its drops by reason. With --watch SECONDS, refresh every SECONDS with rates."""
+    """Per-worker counters of a job (contributions, late, duplicates, stale, closes,
+    results) and its drops by reason. With --watch SECONDS, refresh every SECONDS with
+    rates. With --policy-log FILE, also the latest decision of `hysync policy run
+    --log FILE` for the job."""
     with _connect(args, read_only=True) as switch:
         controller = Controller(switch).attach()
         before = controller.stats(args.job)
         if args.watch is None:
-            out.emit(before.to_dict(), _stats_table(before, None))
+            data, text = _with_policy(args, before.to_dict(), _stats_table(before, None))
+            out.emit(data, text)
             return
         refreshes = 0
         clear = "\x1b[H\x1b[2J" if out.stream.isatty() and not out.as_json else ""
@@ -260,12 +317,23 @@ def cmd_stats(args: argparse.Namespace, out: _Out) -> None:
                 time.sleep(args.watch)
                 now = controller.stats(args.job)
                 r = rates_between(before, now)
-                data = dict(now.to_dict(), rates=r.to_dict())
-                out.emit(data, clear + _stats_table(now, r))
+                data, text = _with_policy(args, dict(now.to_dict(), rates=r.to_dict()),
+                                          _stats_table(now, r))
+                out.emit(data, clear + text)
                 before = now
                 refreshes += 1
         except KeyboardInterrupt:
             pass
+
+
+def _with_policy(args: argparse.Namespace, data: dict[str, object],
+                 text: str) -> tuple[dict[str, object], str]:
+    if args.policy_log is None:
+        return data, text
+    record = latest_decision(Path(args.policy_log), args.job)
+    line = (f"policy: {_decision_text(record)} (t={record.get('time')})" if record
+            else f"policy: no decision for job {args.job} in {args.policy_log}")
+    return dict(data, policy=record), f"{text}\n{line}"
 
 
 def _stats_table(s: JobStats, rates: JobRates | None) -> str:
@@ -374,11 +442,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("job", type=_job_id, metavar="JOB")
         p.add_argument("worker", type=_worker, metavar="WORKER")
 
+    policies = group("policy", "run a straggler policy on a job")
+    p = command(policies, "run", cmd_policy_run)
+    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("--policy", choices=POLICIES, default="adaptive",
+                   help="the policy (default adaptive)")
+    p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECONDS",
+                   help="counter read interval (default 0.5)")
+    p.add_argument("--duration", type=_seconds, metavar="SECONDS",
+                   help="stop after SECONDS (default: until Ctrl-C)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the decisions, change nothing on the switch")
+    p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
+
     p = command(groups, "stats", cmd_stats)
     p.add_argument("job", type=_job_id, metavar="JOB")
     p.add_argument("--watch", type=_seconds, metavar="SECONDS",
                    help="refresh every SECONDS, with rates, until Ctrl-C")
     p.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")
+    p.add_argument("--policy-log", metavar="FILE",
+                   help="show the latest decision of `hysync policy run --log FILE`")
     return parser
 
 

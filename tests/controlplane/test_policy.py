@@ -1,0 +1,706 @@
+"""The straggler policy (controlplane/detect.py, controlplane/policy.py).
+
+Most tests run the policy on counter traces of a simulated job: `Simulation` is the
+switch state machine of docs/protocol.md §4 for one slot, reduced to what the counters
+see, with workers that compute for `base * slowdown * jitter` seconds and behave as
+worker/transport.py does (wait for the round's result, send a stale contribution again
+at the open round, retransmit on a timer). It is deterministic (seeded) and reacts to
+the policy's decisions, so every JobStats sequence it produces is a reproducible
+recorded trace. One test runs the PolicyRunner against a real softswitch with real
+UDP senders, and one runs the `hysync policy` command.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import json
+import math
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from controlplane.cli import main
+from controlplane.controller import Controller
+from controlplane.detect import Detector, DetectorConfig, Health, Interval, JobView
+from controlplane.policy import (
+    EXCLUDE,
+    READMIT,
+    SET_MODE,
+    AdaptivePolicy,
+    Decision,
+    PolicyConfig,
+    PolicyRunner,
+    candidates,
+    latest_decision,
+    value,
+)
+from controlplane.stats import JobStats, WorkerStats
+from hysync import wire
+from hysync.wire import Mode, Op
+
+from .conftest import P4INFO, Softswitch
+from .senders import Sender, Shared
+from .test_dataplane import (  # sockets: the fixture of four bound UDP sockets
+    finish,
+    job_for,
+    merged_results,
+    sockets,  # noqa: F401
+    start,
+    wait_progress,
+)
+
+INTERVAL = 0.5
+Slowdown = Callable[[float], float]
+
+
+def constant(s: float) -> Slowdown:
+    return lambda t: s
+
+
+def until(t_end: float, s: float, then: float = 1.0) -> Slowdown:
+    return lambda t: s if t < t_end else then
+
+
+def alternating(period: float, s: float) -> Slowdown:
+    return lambda t: s if int(t // period) % 2 == 0 else 1.0
+
+
+# ------------------------------------------------------------------ simulated job
+@dataclass
+class SimWorker:
+    worker: int
+    slowdown: Slowdown = constant(1.0)
+    dies_at: float = math.inf
+    resends: bool = True  # a stale contribution is sent again at the open round
+    target: int = 0  # the round it computes for / waits on
+    waiting: bool = False
+    epoch: int = 0  # invalidates retransmission timers of an earlier wait
+
+
+@dataclass
+class Simulation:
+    """One slot of one job; counters as the switch keeps them (docs/protocol.md §4, §8)."""
+
+    workers: list[SimWorker]
+    seed: int = 1
+    base: float = 0.02  # a healthy worker's compute time per round
+    jitter: float = 0.2  # per round, uniform +-
+    wobble: float = 0.0  # per worker and interval, uniform +- (slow drifts)
+    rto: float = 0.2
+    now: float = 0.0
+    mode: Mode = Mode.SYNC  # desired (the modes table)
+    quorum: int = 0
+    active: set[int] = field(default_factory=set)
+    counters: dict[int, dict[str, int]] = field(default_factory=dict)
+    not_member: int = 0
+    _round: int = 0
+    _count: int = 0
+    _bitmap: set[int] = field(default_factory=set)
+    _res_bitmap: set[int] = field(default_factory=set)
+    _latched: tuple[Mode, int] = (Mode.SYNC, 0)
+    _events: list[tuple[float, int, str, int, int]] = field(default_factory=list)
+    _seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.active = {w.worker for w in self.workers}
+        names = ("contributions", "late", "duplicates", "stale", "closes", "results")
+        self.counters = {w.worker: dict.fromkeys(names, 0) for w in self.workers}
+        self._rng = {w.worker: random.Random(self.seed * 1000 + w.worker) for w in self.workers}
+        for w in self.workers:
+            self._compute(w)
+
+    # ---------------------------------------------------------- the policy's view
+    def stats(self) -> JobStats:
+        return JobStats(1, self.now, {w: WorkerStats(w, w in self.active, **c)
+                                      for w, c in self.counters.items()},
+                        {"NOT_MEMBER": self.not_member})
+
+    def view(self) -> JobView:
+        return JobView(self.mode, self.quorum, frozenset(self.active), (0, 0))
+
+    def apply(self, d: Decision) -> None:
+        if d.action == SET_MODE:
+            self.mode, self.quorum = Mode[d.mode.upper()], d.quorum
+        elif d.action == EXCLUDE:
+            assert d.worker is not None and d.worker in self.active
+            self.active.discard(d.worker)
+        elif d.action == READMIT:
+            assert d.worker is not None and d.worker not in self.active
+            self.active.add(d.worker)
+
+    # ---------------------------------------------------------- events
+    def run_until(self, t: float) -> None:
+        while self._events and self._events[0][0] <= t:
+            at, _, kind, w, epoch = heapq.heappop(self._events)
+            self.now = at
+            worker = self.workers[w]
+            if at >= worker.dies_at or epoch != worker.epoch:
+                continue  # dead, or a timer of an earlier wait
+            if kind == "done" or worker.waiting:  # computed, or retransmission timer
+                self._send(worker, worker.target)
+        self.now = t
+
+    def _push(self, at: float, kind: str, w: SimWorker) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, kind, w.worker, w.epoch))
+
+    def _compute(self, w: SimWorker) -> None:
+        w.waiting, w.target = False, self._round
+        w.epoch += 1
+        k = int(self.now // INTERVAL)
+        drift = random.Random(hash((self.seed, w.worker, k))).uniform(-1, 1) * self.wobble
+        jitter = self._rng[w.worker].uniform(-1, 1) * self.jitter
+        self._push(self.now + self.base * w.slowdown(self.now) * (1 + drift) * (1 + jitter),
+                   "done", w)
+
+    def _wait(self, w: SimWorker) -> None:
+        w.waiting = True
+        w.epoch += 1
+        self._push(self.now + self.rto, "rto", w)
+
+    def _send(self, w: SimWorker, rnd: int) -> None:
+        outcome = self._packet(w.worker, rnd)
+        if outcome == "stale":
+            if not w.resends:
+                self._compute(w)
+                return
+            w.target = self._round
+            outcome = self._packet(w.worker, w.target)
+        if outcome in ("absorbed", "dropped", "duplicate"):
+            if not w.waiting or outcome != "duplicate":
+                self._wait(w)
+            else:
+                self._push(self.now + self.rto, "rto", w)
+        elif outcome in ("late", "async"):
+            self._compute(w)
+        # "closed": _close restarted every waiting member, this one included
+
+    # ---------------------------------------------------------- the switch (§4)
+    def _packet(self, w: int, rnd: int) -> str:
+        if w not in self.active:
+            self.not_member += 1
+            return "dropped"
+        c = self.counters[w]
+        if self._count == 0:
+            self._latched = (self.mode, self.quorum)
+        mode, quorum = self._latched
+        if mode == Mode.ASYNC:
+            c["contributions"] += 1
+            c["closes"] += 1
+            self._round += 1
+            return "async"
+        n = len(self.active)
+        q = n if quorum == 0 else min(quorum, n)
+        if rnd == self._round:
+            if w in self._bitmap:
+                c["duplicates"] += 1
+                if self._count >= q:  # an exclusion completed the round (§4 step 9)
+                    self._close(w)
+                    return "closed"
+                return "duplicate"
+            c["contributions"] += 1
+            self._bitmap.add(w)
+            self._count += 1
+            if self._count >= q:
+                self._close(w)
+                return "closed"
+            return "absorbed"
+        if rnd == self._round - 1:
+            c["duplicates" if w in self._res_bitmap else "late"] += 1
+            return "late"
+        c["stale"] += 1
+        return "stale"
+
+    def _close(self, closer: int) -> None:
+        self.counters[closer]["closes"] += 1
+        closed = self._round
+        self._res_bitmap, self._bitmap = self._bitmap, set()
+        self._round, self._count = closed + 1, 0
+        for w in self.workers:
+            if w.worker in self.active and self.now < w.dies_at and (
+                    w.waiting and w.target == closed or w.worker == closer):
+                self._compute(w)
+
+
+@dataclass
+class Run:
+    policy: AdaptivePolicy
+    sim: Simulation
+    intervals: list[Interval]
+    timeline: list[tuple[float, Mode | None, int, frozenset[int]]]  # after each interval
+
+    def actions(self, action: str, worker: int | None = None) -> list[Decision]:
+        return [d for d in self.policy.decisions
+                if d.action == action and (worker is None or d.worker == worker)]
+
+    def mode_changes(self) -> list[Decision]:
+        return self.actions(SET_MODE)
+
+    def first(self, action: str, mode: str | None = None, quorum: int | None = None,
+              worker: int | None = None) -> Decision:
+        for d in self.policy.decisions:
+            if (d.action == action and mode in (None, d.mode) and quorum in (None, d.quorum)
+                    and worker in (None, d.worker)):
+                return d
+        raise AssertionError(f"no {action} {mode} {quorum} {worker} in "
+                             f"{[x.describe() for x in self.policy.decisions]}")
+
+
+def simulate(workers: list[SimWorker], seconds: float, config: PolicyConfig | None = None,
+             **sim: object) -> Run:
+    """The policy driving a simulated job for `seconds`, one interval at a time."""
+    s = Simulation(workers, **sim)  # type: ignore[arg-type]
+    policy = AdaptivePolicy(config)
+    prev = (s.stats(), s.view())
+    policy.start(prev[1], 0.0)
+    intervals, timeline = [], []
+    for k in range(1, int(round(seconds / INTERVAL)) + 1):
+        s.run_until(k * INTERVAL)
+        now = (s.stats(), s.view())
+        interval = Interval.between(prev[0], now[0], prev[1], now[1])
+        intervals.append(interval)
+        prev = now
+        for d in policy.observe(interval):
+            s.apply(d)
+        timeline.append((s.now, policy.mode, policy.quorum, frozenset(policy.active)))
+    return Run(policy, s, intervals, timeline)
+
+
+def four(**slow: object) -> list[SimWorker]:
+    """Workers 0-2 healthy, worker 3 with the given attributes."""
+    return [SimWorker(0), SimWorker(1), SimWorker(2), SimWorker(3, **slow)]  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ cost model
+def test_the_cost_model_prefers_sync_partial_and_async_where_expected() -> None:
+    c = PolicyConfig()
+
+    def best(slowdowns: list[float], slow: int) -> tuple[Mode, int]:
+        options = candidates(len(slowdowns), slow, c)
+        return max(options, key=lambda o: value(*o, slowdowns, c))
+
+    assert best([1, 1, 1, 1], 0) == (Mode.SYNC, 0)
+    assert best([1, 1, 1, 1.2], 1) == (Mode.SYNC, 0)  # waiting 20% beats leaving one out
+    assert best([1, 1, 1, 2], 1) == (Mode.PARTIAL, 3)
+    assert best([1, 1, 1, 4], 1) == (Mode.PARTIAL, 3)
+    assert best([1, 1, 3, 3], 2) == (Mode.PARTIAL, 2)
+    assert best([1, 3, 3, 3], 3) == (Mode.ASYNC, 0)  # more than half slow
+    assert best([1, 1, 1, 1, 1.5, 6, 8, 8], 3) == (Mode.ASYNC, 0)  # a wide spread
+    assert c.exclusion_slowdown == pytest.approx(3.0)
+    # Excluding a straggler pays once it is worth less than it costs.
+    for s, exclude in ((2.0, False), (2.9, False), (3.5, True), (4.0, True)):
+        kept = value(Mode.PARTIAL, 3, [1, 1, 1, s], c)
+        assert (value(Mode.SYNC, 0, [1, 1, 1], c) > kept) == exclude, s
+
+
+# ------------------------------------------------------------------ detector on fixed traces
+def stats_at(t: float, **per_worker: tuple[int, int, int, int, int]) -> JobStats:
+    """JobStats with cumulative (contributions, late, duplicates, stale, closes) per worker."""
+    return JobStats(1, t, {int(w[1:]): WorkerStats(int(w[1:]), True, *v)
+                           for w, v in per_worker.items()}, {"NOT_MEMBER": 0})
+
+
+def intervals_of(trace: list[JobStats], view: JobView) -> list[Interval]:
+    return [Interval.between(a, b, view, view) for a, b in zip(trace, trace[1:], strict=False)]
+
+
+def test_sync_the_last_arrival_is_the_straggler_after_the_dwell_and_leaves_with_hysteresis(
+) -> None:
+    view = JobView(Mode.SYNC, 0, frozenset(range(4)))
+    detector = Detector(DetectorConfig(dwell_s=1.0))
+    cum = [0, 0, 0, 0]
+    trace = [stats_at(0.0, w0=(0, 0, 0, 0, 0), w1=(0, 0, 0, 0, 0), w2=(0, 0, 0, 0, 0),
+                      w3=(0, 0, 0, 0, 0))]
+    # Per interval, 20 rounds; the share of closes of worker 3, then 0-2 share the rest.
+    shares = [0.25] * 4 + [1.0] * 10 + [0.5] * 6 + [0.3] * 8
+    states = []
+    for k, share in enumerate(shares, start=1):
+        mine = round(20 * share)
+        for w in range(3):
+            cum[w] += (20 - mine) // 3 + (1 if w < (20 - mine) % 3 else 0)
+        cum[3] += mine
+        trace.append(stats_at(k * 0.5, **{f"w{w}": (20 * k, 0, 0, 0, cum[w]) for w in range(4)}))
+        h = detector.update(intervals_of(trace[-2:], view)[0])[3]
+        states.append(h.state)
+    first_slow = states.index(Health.SLOW)
+    # The share over the 4 s window must pass 0.7 (n = 4), then hold for the 1 s dwell.
+    assert 5 <= first_slow <= 11
+    h = detector.health[3]
+    assert h.slowdown is None and h.basis == "closes"  # sync: slowdown unknown
+    # A share of 0.5 is below the entry threshold (0.7) but above the exit (0.4375): slow.
+    assert all(s == Health.SLOW for s in states[first_slow:20])
+    assert states[-1] == Health.HEALTHY
+    assert all(s == Health.HEALTHY for s in states[:first_slow])
+
+
+def test_partial_the_pace_ratio_measures_the_slowdown() -> None:
+    view = JobView(Mode.PARTIAL, 3, frozenset(range(4)))
+    detector = Detector()
+    trace = [stats_at(0.0, w0=(0,) * 5, w1=(0,) * 5, w2=(0,) * 5, w3=(0,) * 5)]
+    for k in range(1, 9):
+        # 3 fast members: 40 gradients per interval, a few late; worker 3: 10, all late or
+        # stale (it resends the stale ones: they show up as late or accepted).
+        trace.append(stats_at(k * 0.5, w0=(38 * k, 2 * k, 0, 0, 13 * k),
+                              w1=(39 * k, k, 0, 0, 13 * k), w2=(40 * k, 0, 0, 0, 14 * k),
+                              w3=(2 * k, 8 * k, 0, 10 * k, 0)))
+    for interval in intervals_of(trace, view):
+        health = detector.update(interval)
+    assert health[3].state == Health.SLOW and health[3].slowdown == pytest.approx(4.0)
+    assert health[3].included == pytest.approx(2 / 40)
+    assert all(health[w].state == Health.HEALTHY for w in range(3))
+
+
+def test_a_silent_member_of_a_stalled_sync_job_is_gone_and_the_waiting_ones_are_not() -> None:
+    view = JobView(Mode.SYNC, 0, frozenset(range(4)))
+    detector = Detector(DetectorConfig(gone_after_s=1.5))
+    trace = [stats_at(0.0, w0=(0,) * 5, w1=(0,) * 5, w2=(0,) * 5, w3=(0,) * 5)]
+    # Rounds stop at 2 s: worker 3 sends nothing any more, the others only retransmit.
+    for k in range(1, 12):
+        done = min(k, 4) * 20
+        dup = max(0, k - 4) * 3
+        trace.append(stats_at(k * 0.5, w0=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w1=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w2=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w3=(done, 0, 0, 0, 5 * min(k, 4))))
+    gone_at = None
+    for interval in intervals_of(trace, view):
+        health = detector.update(interval)
+        if gone_at is None and health[3].state == Health.GONE:
+            gone_at = interval.end
+        assert all(health[w].state != Health.GONE for w in range(3))
+    assert gone_at == pytest.approx(2.0 + 1.5)
+
+
+# ------------------------------------------------------------------ policy on traces
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_homogeneous_job_stays_sync_under_noise(seed: int) -> None:
+    run = simulate(four(), 120, seed=seed, jitter=0.2, wobble=0.2)
+    assert run.policy.decisions == [], [d.describe() for d in run.policy.decisions]
+    assert all(mode == Mode.SYNC and len(active) == 4 for _, mode, _, active in run.timeline)
+
+
+@pytest.mark.parametrize("slowdown", [2.0, 4.0])
+def test_a_constant_straggler_makes_the_job_partial_within_a_few_intervals(
+        slowdown: float) -> None:
+    run = simulate(four(slowdown=constant(slowdown)), 60, seed=7, wobble=0.2)
+    # Sync shows only who closes the rounds: probe in async to measure...
+    probe = run.policy.decisions[0]
+    assert (probe.action, probe.mode) == (SET_MODE, "async")
+    assert "probe: worker 3 slow" in probe.reason and probe.time <= 3.0
+    # ... then partial(n-1) around it, 12 intervals after the start at most.
+    partial = run.first(SET_MODE, "partial", 3)
+    assert partial.time <= 6.0 and "cost model" in partial.reason
+    h = run.policy.health.get(3)
+    if slowdown == 2.0:  # stays partial, measured, never excluded
+        assert run.actions(EXCLUDE) == []
+        assert [(d.mode, d.quorum) for d in run.mode_changes()] == [("async", 0), ("partial", 3)]
+        assert h is not None and h.slowdown == pytest.approx(2.0, rel=0.2)
+    else:  # worth less than it costs: excluded after the dwell time
+        excluded = run.first(EXCLUDE, worker=3)
+        assert "persistent straggler" in excluded.reason
+        c = run.policy.config
+        assert partial.time + c.exclude_after_s <= excluded.time
+        assert excluded.time <= partial.time + c.exclude_after_s + 4.0
+        # Without it the job is homogeneous again: sync among the other three.
+        after = [d for d in run.mode_changes() if d.time >= excluded.time]
+        assert after[0].mode == "sync" and after[0].time == excluded.time
+
+
+def test_two_stragglers_both_show_in_the_probe_and_make_the_job_partial_around_them() -> None:
+    workers = [SimWorker(0), SimWorker(1), SimWorker(2, constant(2.5)), SimWorker(3, constant(2.5))]
+    run = simulate(workers, 40, seed=1, wobble=0.2)
+    # Two stragglers share the closes: sync shows them over the crowd window.
+    assert run.first(SET_MODE, "partial", 2).time <= run.policy.config.detector.crowd_window_s + 6
+    assert [(d.mode, d.quorum) for d in run.mode_changes()] == [("async", 0), ("partial", 2)]
+    assert {w for w, h in run.policy.health.items() if h.state == Health.SLOW} == {2, 3}
+
+
+@pytest.mark.parametrize("speeds", [[1, 4, 4, 4], [1, 1, 4, 4, 4]])
+def test_more_than_half_slow_makes_the_job_async(speeds: list[float]) -> None:
+    workers = [SimWorker(w, constant(s)) for w, s in enumerate(speeds)]
+    run = simulate(workers, 40, seed=1, wobble=0.2)
+    # Sync shows a crowd of stragglers as members that close no round, over a longer
+    # window (a homogeneous job shows that for a few seconds by chance).
+    first = run.mode_changes()[0]
+    assert first.mode == "async" and first.time <= run.policy.config.detector.crowd_window_s + 6
+    assert "probe" in first.reason
+    assert all(mode == Mode.ASYNC for t, mode, _, _ in run.timeline if t >= first.time)
+    assert run.actions(EXCLUDE) == []  # async waits for nobody: nothing to exclude
+    slow = {w for w, h in run.policy.health.items() if h.state == Health.SLOW}
+    assert slow == {w for w, s in enumerate(speeds) if s > 1}
+    assert all(run.policy.health[w].slowdown == pytest.approx(4.0, rel=0.25) for w in slow)
+
+
+def test_a_slight_straggler_is_never_excluded_nor_kept_in_partial() -> None:
+    run = simulate(four(slowdown=constant(1.2)), 120, seed=3, wobble=0.2)
+    assert run.actions(EXCLUDE) == []
+    # It is the one closing most rounds in sync, so it may be probed now and then (async,
+    # to measure it), at most once per probe_ttl_s, and the job is back in sync soon.
+    probes = [d for d in run.mode_changes() if d.reason.startswith("probe")]
+    assert len(probes) <= 120 / run.policy.config.probe_ttl_s + 1
+    left: float | None = None
+    for d in run.mode_changes():
+        if d.mode != "sync" and left is None:
+            left = d.time
+        elif d.mode == "sync":
+            assert left is not None and d.time - left <= 10.0, d
+            left = None
+    in_sync = sum(1 for _, mode, _, _ in run.timeline if mode == Mode.SYNC)
+    assert in_sync >= 0.75 * len(run.timeline)
+
+
+def test_an_intermittent_straggler_does_not_flap_with_its_period() -> None:
+    run = simulate(four(slowdown=alternating(1.0, 4.0)), 90, seed=5, wobble=0.2)
+    changes = run.mode_changes()
+    assert len(changes) <= 4, [d.describe() for d in changes]  # 45 periods
+    assert run.actions(EXCLUDE) == []
+
+
+def test_a_recovering_straggler_goes_partial_then_back_to_sync() -> None:
+    run = simulate(four(slowdown=until(20.0, 2.5)), 60, seed=11, wobble=0.2)
+    partial = run.first(SET_MODE, "partial", 3)
+    assert partial.time < 20.0
+    back = run.first(SET_MODE, "sync")
+    assert 20.0 < back.time <= 20.0 + 6.0
+    assert run.actions(EXCLUDE) == []
+    assert all(mode == Mode.SYNC for t, mode, _, _ in run.timeline if t > back.time)
+
+
+def test_an_excluded_straggler_is_readmitted_on_probation_when_it_recovers() -> None:
+    config = PolicyConfig(readmit_after_s=10.0, max_excluded_s=20.0)
+    run = simulate(four(slowdown=until(30.0, 5.0)), 90, config, seed=2, wobble=0.2)
+    excluded = run.first(EXCLUDE, worker=3)
+    assert excluded.time < 20.0
+    readmits = run.actions(READMIT, 3)
+    assert readmits and all("heartbeat" in d.reason for d in readmits)
+    last = readmits[-1]
+    assert 30.0 < last.time <= 30.0 + config.max_excluded_s + INTERVAL
+    # The probation passed: nobody excluded since, all four active in sync at the end.
+    assert not [d for d in run.actions(EXCLUDE) if d.time > last.time]
+    t, mode, _, active = run.timeline[-1]
+    assert mode == Mode.SYNC and active == {0, 1, 2, 3}
+    back = [d for d in run.mode_changes() if d.time > last.time]
+    assert back and back[-1].mode == "sync"
+    assert back[-1].time <= last.time + config.probation_s + 2.0
+
+
+def test_a_dying_worker_is_excluded_quickly_and_not_readmitted_while_gone() -> None:
+    config = PolicyConfig(readmit_after_s=5.0, max_excluded_s=10.0)
+    run = simulate(four(dies_at=10.0), 80, config, seed=4, wobble=0.2)
+    excluded = run.first(EXCLUDE, worker=3)
+    assert "gone" in excluded.reason
+    assert 10.0 < excluded.time <= 10.0 + config.detector.gone_after_s + 2 * INTERVAL
+    assert run.actions(READMIT) == []
+    assert run.mode_changes() == []  # it stalled sync; without it sync runs again
+    # The three others made progress all along after the exclusion.
+    after = [iv for iv in run.intervals if iv.start >= excluded.time]
+    assert all(sum(iv.delta(w).contributions for w in range(3)) > 0 for iv in after)
+
+
+def test_the_starvation_guard_probes_an_excluded_live_member_within_max_excluded_s() -> None:
+    config = PolicyConfig(readmit_after_s=4.0, max_excluded_s=12.0)
+    run = simulate(four(slowdown=constant(5.0)), 120, config, seed=9)
+    events = [d for d in run.policy.decisions if d.action in (EXCLUDE, READMIT)]
+    assert len(events) >= 6
+    for excluded, readmitted in zip(events[::2], events[1::2], strict=False):
+        assert (excluded.action, readmitted.action) == (EXCLUDE, READMIT)
+        assert readmitted.time - excluded.time <= config.max_excluded_s + INTERVAL
+    # Each failed probation doubles the back-off, up to max_excluded_s.
+    gaps = [r.time - e.time for e, r in zip(events[::2], events[1::2], strict=False)]
+    assert gaps[0] == pytest.approx(config.readmit_after_s, abs=INTERVAL)
+    assert gaps[-1] == pytest.approx(config.max_excluded_s, abs=INTERVAL)
+    capped = [r for e, r in zip(events[::2], events[1::2], strict=False)
+              if r.time - e.time >= config.max_excluded_s - INTERVAL]
+    assert capped and all("starvation guard" in r.reason for r in capped)
+
+
+def test_the_starvation_guard_refreshes_sync_for_a_member_left_out_of_every_round() -> None:
+    # Worker 3 does not resend a stale contribution: in partial it is in no sum at all.
+    # Exclusion is off, so only the guard can bring its gradients in.
+    config = PolicyConfig(exclude_slowdown=math.inf, max_starved_s=8.0, refresh_s=1.0)
+    run = simulate(four(slowdown=constant(2.5), resends=False), 60, config, seed=6)
+    refreshes = [d for d in run.mode_changes() if "starvation guard" in d.reason]
+    assert len(refreshes) >= 3
+    for d in refreshes[:-1]:  # the last may end after the run
+        during = [iv for iv in run.intervals if d.time <= iv.start < d.time + 1.0]
+        assert sum(iv.delta(3).contributions for iv in during) > 0  # included at last
+        back = next(x for x in run.mode_changes() if x.time > d.time)
+        assert back.mode == "partial" and back.time - d.time <= 1.0 + INTERVAL
+
+
+def test_replaying_a_recorded_trace_gives_the_same_decisions() -> None:
+    run = simulate(four(slowdown=constant(4.0)), 40, seed=8, wobble=0.2)
+    replay = AdaptivePolicy()
+    replay.start(JobView(Mode.SYNC, 0, frozenset(range(4))), 0.0)
+    for interval in run.intervals:
+        replay.observe(interval)
+    assert replay.decisions == run.policy.decisions
+    assert json.loads(json.dumps([d.to_dict() for d in replay.decisions]))
+
+
+# ------------------------------------------------------------------ a real softswitch
+class PacedSender(Sender):
+    """A sender that computes for `delay` seconds per round and, told by RESYNCs that
+    every slot has moved on, adopts the open round as a worker does."""
+
+    def __init__(self, *args: object, delay: float = 0.0, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.delay = delay
+        self._seen = 0
+
+    def _send(self, slot: int, rnd: int, *, retransmit: bool) -> None:
+        if not retransmit and slot == self.slots[0]:
+            self.shared.stop.wait(self.delay)
+            rnd = self.round = self._resync_round()
+        super()._send(slot, rnd, retransmit=retransmit)
+
+    def _resync_round(self) -> int:
+        """The lowest open round over the slots, if every slot told one above ours."""
+        told: dict[int, int] = {}
+        for r in self.replies[self._seen:]:
+            h = r.header
+            if h.op == Op.RESULT:
+                told[h.slot] = max(told.get(h.slot, 0), h.round + 1)
+            elif h.op == Op.RESYNC and h.reason != wire.ResyncReason.CHUNK_MISMATCH:
+                told[h.slot] = max(told.get(h.slot, 0), h.round)
+        self._seen = len(self.replies)
+        final = self.shared.final_round
+        if len(told) == len(self.slots) and min(told.values()) > self.round and (
+                final is None or min(told.values()) <= final):
+            return min(told.values())
+        return self.round
+
+
+def integration_config() -> PolicyConfig:
+    detector = DetectorConfig(window_s=1.0, closes_window_s=1.0, min_evidence_s=0.4,
+                              dwell_s=0.4, gone_after_s=2.0, min_closes=4)
+    # No async probe: the test senders number rounds as sync/partial workers do.
+    return PolicyConfig(min_dwell_s=0.6, exclude_after_s=1.0, readmit_after_s=1.0,
+                        max_excluded_s=3.0, probation_s=1.0, heartbeat_window_s=1.0,
+                        allow_async=False, detector=detector)
+
+
+def wait_for(runner_decisions: list[dict[str, object]], what: Callable[[dict[str, object]], bool],
+             senders: list[Sender], timeout: float) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while True:
+        for s in senders:
+            assert s.error is None, s.error
+        found = [r for r in list(runner_decisions) if what(r)]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, [r["reason"] for r in runner_decisions]
+        time.sleep(0.05)
+
+
+def test_the_runner_takes_a_slow_worker_out_and_back_in_on_a_real_switch(
+        softswitch: Softswitch, controller: Controller,
+        sockets: list[socket.socket],  # noqa: F811 (the imported fixture)
+        tmp_path: Path) -> None:
+    controller.add_job(job_for(sockets))
+    shared = Shared()
+    senders = start(softswitch, sockets, [0, 1, 2], shared)
+    slow = PacedSender(1, 3, sockets[3], softswitch.udp_addr, range(16), shared, delay=0.1)
+    slow.start()
+    senders.append(slow)
+    log_file = tmp_path / "decisions.jsonl"
+    records: list[dict[str, object]] = []
+    runner = PolicyRunner(controller, 1, AdaptivePolicy(integration_config()), interval=0.2,
+                          log_path=log_file, echo=records.append)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, kwargs={"stop": stop}, daemon=True)
+    try:
+        wait_progress(senders, 3)
+        thread.start()
+        partial = wait_for(records, lambda r: r["mode"] == "partial", senders, 15)
+        assert partial["applied"] and "worker 3 slow" in str(partial["reason"])
+        excluded = wait_for(records, lambda r: r["action"] == EXCLUDE, senders, 15)
+        assert excluded["worker"] == 3 and excluded["applied"]
+        assert 3 not in controller.job(1).active
+        slow.delay = 0.0  # it recovers
+        readmitted = wait_for(records, lambda r: r["action"] == READMIT, senders, 15)
+        assert readmitted["worker"] == 3 and readmitted["applied"]
+        wait_for(records, lambda r: r["action"] == SET_MODE and r["mode"] == "sync"
+                 and float(r["time"]) > float(readmitted["time"]), senders, 15)  # type: ignore[arg-type]
+        stop.set()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        runner.close()
+        assert controller.job(1).active == {0, 1, 2, 3}
+        wait_progress(senders, max(s.round for s in senders) + 3)
+        finish(senders, shared, extra=2)
+    finally:
+        stop.set()
+        shared.stop.set()
+    # Every sum is the sum of the contributions its bitmap names (checked by
+    # merged_results), each contribution was counted at most once, and every packet a
+    # sender sent is in exactly one counter bucket (dropped ones as NOT_MEMBER).
+    merged = merged_results(senders)
+    stats = controller.stats(1)
+    for s in senders:
+        c = stats.workers[s.worker]
+        assert c.contributions == sum(1 for h in merged.values() if h.bitmap >> s.worker & 1)
+    sent = sum(s.packets_sent for s in senders)
+    counted = sum(c.contributions + c.late + c.duplicates + c.stale
+                  for c in stats.workers.values())
+    assert sent == counted + stats.drops["NOT_MEMBER"]
+    assert stats.drops["NOT_MEMBER"] > 0  # its heartbeat while it was excluded
+    modes = {h.mode for h in merged.values()}
+    assert {Mode.SYNC, Mode.PARTIAL} <= modes
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert lines[0]["action"] == "start" and lines[1:] == records
+
+
+# ------------------------------------------------------------------ the command line
+def test_policy_run_dry_run_and_stats_show_the_latest_decision(
+        softswitch: Softswitch, tmp_path: Path) -> None:
+    def hysync(*args: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["--grpc-addr", softswitch.grpc_addr, *args], stdout=out, stderr=err)
+        return code, out.getvalue(), err.getvalue()
+
+    assert hysync("pipeline", "push", "--p4info", str(P4INFO))[0] == 0
+    log_file = tmp_path / "policy.jsonl"
+    code, out, err = hysync("policy", "run", "1", "--policy", "adaptive", "--dry-run",
+                            "--duration", "0.5")
+    assert code == 1 and out == "" and err.startswith("hysync: error: no job 1")
+    assert len(err.splitlines()) == 1
+    job = tmp_path / "job.toml"
+    job.write_text('job_id = 1\nmode = "sync"\n[slots]\nbase = 0\ncount = 16\n' + "".join(
+        f'[[members]]\nworker = {w}\nipv4 = "127.0.0.1"\nmac = "02:00:00:00:00:0{w + 1}"\n'
+        f"udp_port = {47001 + w}\nswitch_port = 1\n" for w in range(4)))
+    assert hysync("job", "add", str(job))[0] == 0
+    code, out, err = hysync("policy", "run", "1", "--policy", "adaptive", "--dry-run",
+                            "--interval", "0.1", "--duration", "0.5", "--log", str(log_file))
+    assert (code, err) == (0, ""), err
+    assert out.splitlines()[-1].startswith("policy adaptive on job 1 (dry run): 0 decisions")
+    assert json.loads(log_file.read_text().splitlines()[0])["action"] == "start"
+    code, out, _ = hysync("stats", "1", "--policy-log", str(log_file))
+    assert code == 0 and "policy: started (dry run), sync" in out
+    # A decision appended by a run shows up in stats, text and JSON.
+    record = dict(Decision(12.5, SET_MODE, "partial", 3, None, "worker 3 slow (2.00x)").to_dict(),
+                  job_id=1, applied=True, error=None, dry_run=False, wall=0.0)
+    with log_file.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+    code, out, _ = hysync("stats", "1", "--policy-log", str(log_file))
+    assert "policy: mode partial(3): worker 3 slow (2.00x)" in out
+    code, out, _ = hysync("--json", "stats", "1", "--policy-log", str(log_file))
+    assert json.loads(out)["policy"]["quorum"] == 3
+    code, out, err = hysync("stats", "1", "--policy-log", str(tmp_path / "missing"))
+    assert code == 1 and "cannot read the policy log" in err and len(err.splitlines()) == 1
+
+
+def test_latest_decision_reads_the_last_record_of_the_job(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_text("\n".join(json.dumps({"job_id": j, "n": n})
+                              for j, n in ((1, 1), (2, 2), (1, 3), (2, 4))) + "\n")
+    assert latest_decision(path, 1) == {"job_id": 1, "n": 3}
+    assert latest_decision(path, 3) is None
+
