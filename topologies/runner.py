@@ -31,7 +31,8 @@ from topologies.scenario import Scenario
 REPO = Path(__file__).resolve().parents[1]
 P4INFO = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"
 JOB_ID = 1
-SLOTS = (0, 256)  # slot base, count: the job's window
+SLOT_BASE = 0
+WINDOW = 256  # slots of the job: contributions in flight per worker (a harness may lower it)
 POLICIES = ("sync", "partial", "async", "manual-schedule")
 
 
@@ -52,6 +53,7 @@ class RunConfig:
 class Harness(Protocol):
     grpc_addr: str
     device_config: Path | None
+    window: int  # the job's slot count: what the switch can take in flight without loss
 
     def members(self, workers: int) -> list[Member]: ...
     def switch_data_addr(self) -> str: ...
@@ -71,6 +73,7 @@ class LocalHarness:
     def __init__(self, log_dir: Path) -> None:
         self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.device_config = None
+        self.window = WINDOW
         self.data_port = free_port()
         self.log = log_dir / "softswitch.log"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +123,8 @@ def connect(harness: Harness, timeout: float = 30.0) -> Switch:
 def job_for(harness: Harness, scenario: Scenario, config: RunConfig) -> JobConfig:
     members = tuple(harness.members(scenario.workers))
     mode = {"partial": Mode.PARTIAL, "async": Mode.ASYNC}.get(config.policy, Mode.SYNC)
-    return JobConfig(job_id=JOB_ID, members=members, slot_base=SLOTS[0], slot_count=SLOTS[1],
+    return JobConfig(job_id=JOB_ID, members=members, slot_base=SLOT_BASE,
+                     slot_count=harness.window,
                      mode=mode, quorum=config.quorum if mode == Mode.PARTIAL else 0,
                      name=config.name)
 
@@ -156,7 +160,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
         proc = harness.start_worker(w, argv)
         procs.append(proc)
         threading.Thread(target=_pump, args=(w, proc, lines), daemon=True).start()
-    swaps = _follow(procs, lines, scenario, config, controller, say)
+    swaps = _follow(procs, lines, scenario, config, controller, say,
+                    (SLOT_BASE, SLOT_BASE + harness.window - 1))
     for proc in procs:
         proc.wait()
     if job is not None:
@@ -182,7 +187,8 @@ def _pump(worker: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
 
 
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
-            controller: Controller, say: Callable[[str], None]) -> list[Swap]:
+            controller: Controller, say: Callable[[str], None],
+            slots: tuple[int, int]) -> list[Swap]:
     """Show progress every 2 s, apply the manual schedule when worker 0 reaches a step, and
     exclude a finished worker from the job while others still train."""
     schedule = list(scenario.schedule) if config.policy == "manual-schedule" else []
@@ -209,14 +215,14 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                 acc[w] = rec["accuracy"]
             while schedule and w == 0 and rec["step"] >= schedule[0].at_step:
                 swap = schedule.pop(0)
-                controller.set_mode(JOB_ID, slots=(SLOTS[0], SLOTS[0] + SLOTS[1] - 1),
+                controller.set_mode(JOB_ID, slots=slots,
                                     mode=Mode[swap.mode.upper()],
                                     quorum=swap.quorum if swap.mode == "partial" else None)
                 swaps.append(Swap(rec["step"], time.monotonic() - start, swap.mode,
                                   swap.quorum))
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
                 say(f"  [{config.name}] controller: step {rec['step']} of worker 0 -> "
-                    f"mode {label} for slots {SLOTS[0]}-{SLOTS[0] + SLOTS[1] - 1}")
+                    f"mode {label} for slots {slots[0]}-{slots[1]}")
         elif line.strip():
             say(f"  [{config.name}] {line.rstrip()}")
         now = time.monotonic()

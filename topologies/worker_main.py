@@ -135,10 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         log.write(args.out)
         print(f"worker {args.worker}: {log.ended}", file=sys.stderr, flush=True)
         return 1
-    if args.backend == "hysync" and log.ended == "completed":
+    last = attach_hysync.state.last_stats() if args.backend == "hysync" else None
+    if last is not None and log.ended == "completed" and set(last.modes) == {"sync"}:
+        # Only in sync is one round per chunk applied, i.e. an exact average; in partial
+        # or async the transport applies every round that closed, which is right for
+        # gradients and wrong for parameters (a dedicated sync range is future work).
         average_replicas(model, attach_hysync.state.worker)
-        log.extra["replicas_averaged"] = True
         log.final_accuracy = accuracy(model.module, data.x_test, data.y_test)
+    log.extra["replicas_averaged"] = last is not None and set(last.modes) == {"sync"}
     log.write(args.out)
     # The final parameters, so that replicas can be compared after the run.
     torch.save(model.module.state_dict(), args.out.with_suffix(".pt"))

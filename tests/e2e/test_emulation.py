@@ -82,7 +82,7 @@ def test_mininet_run_over_bmv2_with_a_mode_swap(tmp_path):
     reason = Bmv2Node.unavailable()
     if reason:
         pytest.skip(f"BMv2 run skipped: {reason}")
-    subprocess.run(["make", "-s", "p4"], cwd=REPO, check=True)
+    subprocess.run(["make", "-s", "p4"], cwd=REPO, check=True, capture_output=True)
     scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
     assert run_cli.main([str(scenario), "--switch", "bmv2", "--out",
                          str(tmp_path / "run")]) == 0
