@@ -1,0 +1,143 @@
+"""Fixed-point quantization of gradients for the switch's 32-bit integer adders.
+
+`FixedPointQuantizer(scale, members)` maps a float to `round(x * scale)` clipped to
+`±floor((2**31 - 1) / members)`: the switch adds the contributions of up to
+`members` workers in wrapping int32 arithmetic, and with this bound their sum can
+never wrap. The shape is Horovod's compression interface:
+
+    payload, ctx = quantizer.compress(tensor)     # int32, same container type
+    tensor = quantizer.decompress(payload, ctx)   # payload may be a sum of payloads
+
+`ctx.stats` reports what quantization did: how many elements were clipped, how many
+were not finite (NaN/inf are sent as 0 / the bound), and the largest absolute error.
+Everything is vectorized numpy; torch tensors are accepted without a torch import
+here, so the transport stays importable (and fast to spawn) without torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(slots=True)
+class QuantStats:
+    """What one quantization did; `merge` folds several together."""
+
+    elements: int = 0
+    clipped: int = 0  # |x * scale| > bound: sent as ±bound, the rest is error
+    nonfinite: int = 0  # NaN sent as 0, ±inf counted as clipped too
+    max_abs_error: float = 0.0  # max |x - q / scale| over the finite elements
+
+    def merge(self, other: QuantStats) -> None:
+        self.elements += other.elements
+        self.clipped += other.clipped
+        self.nonfinite += other.nonfinite
+        self.max_abs_error = max(self.max_abs_error, other.max_abs_error)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantContext:
+    """What `decompress` needs to rebuild the tensor (Horovod's `ctx`)."""
+
+    shape: tuple[int, ...]
+    dtype: Any  # torch.dtype or numpy dtype of the input
+    is_torch: bool
+    device: Any
+    stats: QuantStats
+
+
+class FixedPointQuantizer:
+    """Job-wide fixed-point format: `scale` units per 1.0, `members` contributors per sum."""
+
+    def __init__(self, scale: float, members: int) -> None:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"quantizer scale must be a positive finite number, got {scale!r}; "
+                             "HySync uses 2**20 by default")
+        if not 1 <= members <= 32:
+            raise ValueError(f"members must be 1..32 (the contributor bitmap is 32 bits), "
+                             f"got {members}")
+        self.scale = float(scale)
+        self.members = members
+        self.bound = INT32_MAX // members
+        # The largest float32 not above `bound`: clipping in float32 must never round up
+        # past it, or the int32 sum of `members` contributions could wrap.
+        b = np.float32(self.bound)
+        self._bound_f32 = b if int(b) <= self.bound else np.nextafter(b, np.float32(0))
+        self._scale_f32 = np.float32(self.scale)
+
+    def __repr__(self) -> str:
+        return f"FixedPointQuantizer(scale={self.scale!r}, members={self.members})"
+
+    # ------------------------------------------------------------ numpy core
+    def quantize_with_error(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, QuantStats]:
+        """float32 values -> (fixed, error, stats).
+
+        `fixed` is float32 holding integers within ±bound (cast it to int32 exactly,
+        e.g. by assigning it to a wire lanes field); `error = values - fixed / scale`
+        is what error feedback carries as the residual.
+        """
+        values = np.asarray(values, dtype=np.float32)
+        fixed = np.multiply(values, self._scale_f32, dtype=np.float32)
+        stats = QuantStats(elements=int(values.size))
+        if values.size:
+            hi, lo = fixed.max(), fixed.min()  # NaN propagates into both
+            if not (-self._bound_f32 <= lo and hi <= self._bound_f32):
+                self._clip(fixed, stats)
+        np.rint(fixed, out=fixed)
+        error = np.subtract(values, fixed / self._scale_f32, dtype=np.float32)
+        if stats.nonfinite:
+            error[~np.isfinite(values)] = 0.0
+        if error.size:
+            stats.max_abs_error = float(max(error.max(), -error.min()))
+        return fixed, error, stats
+
+    def _clip(self, fixed: np.ndarray, stats: QuantStats) -> None:
+        nan = np.isnan(fixed)
+        stats.nonfinite = int(np.count_nonzero(nan)) + int(np.count_nonzero(np.isinf(fixed)))
+        fixed[nan] = 0.0
+        bound = self._bound_f32
+        stats.clipped = int(np.count_nonzero(fixed > bound) + np.count_nonzero(fixed < -bound))
+        np.clip(fixed, -bound, bound, out=fixed)
+
+    def quantize(self, values: np.ndarray) -> tuple[np.ndarray, QuantStats]:
+        """float values -> (int32 payload, stats)."""
+        fixed, _, stats = self.quantize_with_error(values)
+        return fixed.astype(np.int32), stats
+
+    def dequantize(self, payload: np.ndarray) -> np.ndarray:
+        """A payload (or a sum of payloads, any integer/float dtype) -> float32 values."""
+        return (np.asarray(payload, dtype=np.float64) / self.scale).astype(np.float32)
+
+    # ------------------------------------------------- Horovod-shaped API
+    def compress(self, tensor: Any) -> tuple[Any, QuantContext]:
+        """tensor (numpy array or torch tensor) -> (int32 payload of the same kind, ctx)."""
+        is_torch = type(tensor).__module__.startswith("torch")
+        if is_torch:
+            flat = tensor.detach().reshape(-1).float().cpu().numpy()
+            shape, dtype, device = tuple(tensor.shape), tensor.dtype, tensor.device
+        else:
+            arr = np.asarray(tensor)
+            flat, shape, dtype, device = arr.reshape(-1), arr.shape, arr.dtype, None
+        payload, stats = self.quantize(flat)
+        payload = payload.reshape(shape)
+        if is_torch:
+            import torch
+
+            payload = torch.from_numpy(payload)
+        return payload, QuantContext(shape, dtype, is_torch, device, stats)
+
+    def decompress(self, payload: Any, ctx: QuantContext) -> Any:
+        """Inverse of `compress`; `payload` may also be the sum of several members' payloads."""
+        raw = payload.cpu().numpy() if ctx.is_torch else np.asarray(payload)
+        values = self.dequantize(raw).reshape(ctx.shape)
+        if ctx.is_torch:
+            import torch
+
+            return torch.from_numpy(values).to(dtype=ctx.dtype, device=ctx.device)
+        return values.astype(ctx.dtype, copy=False)

@@ -1,0 +1,66 @@
+"""What one `Transport.allreduce` call did, for logs and tests.
+
+`results` holds the wire header (`hysync.wire.HEADER_DTYPE`) of every result the
+call applied, whatever key it belonged to: round, chunk, contributor count and
+bitmap, and the mode the round was aggregated under.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hysync import wire
+from worker.quantize import QuantStats
+
+
+@dataclass(slots=True)
+class CallStats:
+    key: Any = None
+    elements: int = 0
+    chunks: int = 0
+    elapsed_s: float = 0.0
+    results: np.ndarray = field(default_factory=lambda: np.empty(0, wire.HEADER_DTYPE))
+    included: int = 0  # my contributions counted in a round (result bitmap, ACK or STALE_COUNTED)
+    carried: int = 0  # my chunks whose round closed without me: kept as residual
+    residual_contribs: int = 0  # residual-only contributions made to re-align a slot
+    null_contribs: int = 0  # zero contributions for a sync round of a chunk no key of mine owns
+    own_applied: int = 0  # own contributions applied locally because their result was lost (ACK)
+    retransmits: int = 0
+    parked: int = 0  # partial: silent contributions settled as counted (see Transport._park)
+    parked_missed: int = 0  # ... whose round then closed without them: back to residual
+    resyncs: Counter = field(default_factory=Counter)  # ResyncReason name -> replies
+    acks: int = 0
+    duplicate_results: int = 0  # results already applied (a relay duplicated, or a RESEND)
+    stray_replies: int = 0  # replies that answer an older packet, not the one in flight
+    bad_datagrams: int = 0  # did not decode, or not for this worker/job/slot range
+    quant: QuantStats = field(default_factory=QuantStats)
+    srtt_s: float | None = None
+    rto_s: float = 0.0
+    needs_resync: bool = False
+
+    @property
+    def modes(self) -> Counter:
+        """Rounds applied in this call, by the mode they were aggregated under."""
+        return Counter(wire.Mode(m).name.lower() for m in self.results["mode"].tolist())
+
+    @property
+    def contributors(self) -> Counter:
+        """Rounds applied in this call, by number of contributors."""
+        return Counter(self.results["count"].tolist())
+
+    def summary(self) -> str:
+        modes = ",".join(f"{k}:{v}" for k, v in sorted(self.modes.items())) or "-"
+        counts = ",".join(f"{k}:{v}" for k, v in sorted(self.contributors.items())) or "-"
+        resyncs = ",".join(f"{k}:{v}" for k, v in sorted(self.resyncs.items())) or "-"
+        return (f"key={self.key!r} elements={self.elements} chunks={self.chunks} "
+                f"time={self.elapsed_s * 1e3:.1f}ms rounds={len(self.results)} modes={modes} "
+                f"contributors={counts} included={self.included} carried={self.carried} "
+                f"retransmits={self.retransmits} resyncs={resyncs} acks={self.acks} "
+                f"parked={self.parked} "
+                f"dup_results={self.duplicate_results} stray={self.stray_replies} "
+                f"bad={self.bad_datagrams} clipped={self.quant.clipped} "
+                f"max_err={self.quant.max_abs_error:.3g} needs_resync={self.needs_resync}")
