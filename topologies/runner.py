@@ -192,6 +192,16 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
     """Show progress every 2 s, apply the manual schedule when worker 0 reaches a step, and
     exclude a finished worker from the job while others still train."""
     schedule = list(scenario.schedule) if config.policy == "manual-schedule" else []
+    finished: set[int] = set()
+
+    def finish(worker: int, why: str) -> None:
+        # Take it out of the job, so that a round it will never join cannot hold the
+        # members still finishing their last steps.
+        finished.add(worker)
+        if config.backend == "hysync" and len(finished) < len(procs):
+            controller.exclude(JOB_ID, worker)
+            say(f"  [{config.name}] controller: worker {worker} {why}; excluded it")
+
     steps, modes, acc, swaps = {}, {}, {}, []
     open_streams, start, last_report = len(procs), time.monotonic(), 0.0
     while open_streams:
@@ -199,17 +209,17 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             line = lines.get(timeout=0.5)
         except queue.Empty:
             line = ""
-        if isinstance(line, int):  # a worker finished
+        if isinstance(line, int):  # a worker's output ended: it exited
             open_streams -= 1
-            if config.backend == "hysync" and open_streams:
-                # Take it out of the job, so that a round it will never join cannot hold
-                # the others (they end at the same round; this covers the exceptions).
-                controller.exclude(JOB_ID, line)
-                say(f"  [{config.name}] controller: worker {line} finished; excluded it")
+            if line not in finished:
+                finish(line, "exited")
             continue
         if line.startswith("{"):
             rec = json.loads(line)
             w = rec["worker"]
+            if rec.get("done"):
+                finish(w, "finished training")
+                continue
             steps[w], modes[w] = rec["step"], rec["mode"] or modes.get(w)
             if rec["accuracy"] is not None:
                 acc[w] = rec["accuracy"]
