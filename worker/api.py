@@ -1,13 +1,20 @@
-"""What a training script imports: `HySyncWorker.allreduce(tensor)` and its async twin.
+"""`HySyncWorker`: all-reduce of torch tensors through a HySync switch.
 
-One worker owns one quantizer and one transport (one UDP socket). Calls are served
-in order by a single background thread that owns the socket, so `allreduce_async`
-returns at once with a `torch.futures.Future` and blocking `allreduce` calls queue
-behind pending ones: the transport is never entered twice.
+    worker = HySyncWorker(TransportConfig(job_id=1, worker_id=0, switch_host="10.0.0.254",
+                                          members=4, slot_base=0, slot_count=256))
+    grad = worker.allreduce(grad, key="layer1")          # blocks
+    fut = worker.allreduce_async(grad, key="layer1")     # torch.futures.Future[Tensor]
+
+One background thread owns the transport's socket; calls run on it one at a time,
+in the order they were made. The result is the applied average: in sync mode the
+mean over the members (within the quantization bound), in partial/async mode
+the sum of `sum / count` of every round applied for the key (see
+worker/transport.py for what exactly that covers).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,37 +26,57 @@ from worker.quantize import FixedPointQuantizer
 from worker.stats import CallStats
 from worker.transport import Transport, TransportConfig
 
+log = logging.getLogger(__name__)
+
+DEFAULT_SCALE = 2.0**20
+
 
 class HySyncWorker:
-    """A member of a HySync job: average tensors with the other members through the switch."""
+    """Owns a fixed-point quantizer and a transport; serializes calls on one thread."""
 
-    def __init__(self, config: TransportConfig, scale: float) -> None:
+    def __init__(self, config: TransportConfig, *, scale: float = DEFAULT_SCALE) -> None:
         self.config = config
         self.quantizer = FixedPointQuantizer(scale, config.members)
         self.transport = Transport(config, self.quantizer)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hysync-worker")
+        self._executor = ThreadPoolExecutor(max_workers=1,
+                                            thread_name_prefix=f"hysync-w{config.worker_id}")
         self._stats_lock = threading.Lock()
         self._last: dict[Hashable, CallStats] = {}
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """The UDP address this worker sends from (what the switch admits)."""
+        return self.transport.address
+
+    @property
+    def needs_resync(self) -> bool:
+        return self.transport.needs_resync
+
     def allreduce(self, tensor: torch.Tensor, key: Hashable = "default") -> torch.Tensor:
-        """The members' average of `tensor` as this replica applies it (see worker/transport.py:
-        in sync the exact mean within the quantization bound; in partial and async the
-        average of the rounds applied, the rest carried as a residual)."""
+        """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device)."""
         return self.allreduce_async(tensor, key).wait()
 
     def allreduce_async(self, tensor: torch.Tensor,
-                        key: Hashable = "default") -> torch.futures.Future[torch.Tensor]:
-        values = tensor.detach().reshape(-1).to(torch.float32).cpu().numpy().copy()
-        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+                        key: Hashable = "default") -> torch.futures.Future:
+        """Start an all-reduce; the future holds the result tensor.
+
+        The tensor is copied now, so the caller may reuse it at once."""
+        values = tensor.detach().reshape(-1).to(device="cpu", dtype=torch.float32,
+                                                copy=True).numpy()
+        shape, dtype, device = tensor.shape, tensor.dtype, tensor.device
+        future: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
             try:
                 result = self.transport.allreduce(key, values)
                 with self._stats_lock:
+                    self._last.pop(key, None)  # keep insertion order = finishing order
                     self._last[key] = result.stats
-                out = torch.from_numpy(np.asarray(result.output)).reshape(tensor.shape)
-                future.set_result(out.to(dtype=tensor.dtype, device=tensor.device))
-            except BaseException as err:  # noqa: BLE001 - handed to the caller's wait()
+                log.debug("allreduce %s", result.stats.summary())
+                out = torch.from_numpy(result.output).reshape(shape).to(dtype=dtype,
+                                                                        device=device)
+                future.set_result(out)
+            except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
                 future.set_exception(err)
 
         self._executor.submit(run)
@@ -68,14 +95,13 @@ class HySyncWorker:
         1.0 per call in sync; more for a straggler catching up on buffered partial rounds;
         1/n per own contribution in async. Every replica that applies the same results
         counts the same, so it is the job's clock for ending training together."""
-        first = self.transport._keys[stats.key].first  # noqa: SLF001 (same package)
+        first = self.transport.first_chunk(stats.key)
         results = stats.results
         counts = results["count"][results["chunk"] == first]
         return float(counts.sum()) / self.config.members
 
-    @property
-    def needs_resync(self) -> bool:
-        return self.transport.needs_resync
+    def residual(self, key: Hashable) -> np.ndarray:
+        return self.transport.residual(key)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

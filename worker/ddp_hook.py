@@ -1,16 +1,21 @@
 """The PyTorch DDP communication hook: gradient buckets averaged through the switch.
 
-    state = HySyncHookState(HySyncWorker(config, scale))
-    model.register_comm_hook(state, hysync_hook)
+    state = HySyncHookState(HySyncWorker(config, scale=2**20))
+    ddp_model.register_comm_hook(state, hysync_hook)
 
 As torch/distributed/algorithms/ddp_comm_hooks: the second parameter is named
 `bucket`, the future holds one tensor shaped like the bucket's buffer, and the
-averaged result is copied into that buffer in place. Residuals (error feedback) live
-in the transport, keyed by `bucket.index()`, as PowerSGD keeps its `error_dict`.
+averaged result is copied into that buffer in place. DDP still needs a process
+group (it broadcasts parameters with it); the hook replaces only the gradient
+all-reduce. Residuals (error feedback) live in the transport, one key per
+`bucket.index()`, as PowerSGD keeps its `error_dict`; `state.residuals` shows them.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
 # time and needs `bucket: dist.GradBucket` as a type, not a string.
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -18,12 +23,19 @@ from worker.api import HySyncWorker
 from worker.stats import CallStats
 
 
+@dataclass(slots=True)
+class HookStats:
+    calls: int = 0  # buckets all-reduced
+    needs_resync: bool = False  # the replica missed results (see Transport.needs_resync)
+
+
 class HySyncHookState:
-    __slots__ = ("worker", "calls")
+    __slots__ = ("worker", "residuals", "stats")
 
     def __init__(self, worker: HySyncWorker) -> None:
         self.worker = worker
-        self.calls = 0
+        self.residuals: dict[int, np.ndarray] = {}  # bucket.index() -> transport residual
+        self.stats = HookStats()
 
     def last_stats(self) -> "CallStats | None":
         return self.worker.last_stats()
@@ -34,14 +46,23 @@ class HySyncHookState:
         return 0.0 if stats is None else self.worker.updates_applied(stats)
 
 
+def bucket_key(index: int) -> tuple[str, int]:
+    return ("bucket", index)
+
+
 def hysync_hook(state: HySyncHookState,
                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """All-reduce one bucket through HySync; the future holds the averaged buffer."""
     buffer = bucket.buffer()
-    state.calls += 1
-    future = state.worker.allreduce_async(buffer, key=("bucket", bucket.index()))
+    index = bucket.index()
+    key = bucket_key(index)
+    future = state.worker.allreduce_async(buffer, key=key)
 
     def copy_back(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         buffer.copy_(fut.value())
+        state.residuals[index] = state.worker.residual(key)
+        state.stats.calls += 1
+        state.stats.needs_resync = state.worker.needs_resync
         return buffer
 
     return future.then(copy_back)

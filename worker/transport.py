@@ -133,12 +133,7 @@ _LOG_EVERY = 1000  # after the first few, log one bad datagram in this many
 # outcome of a chunk in the current call
 PENDING, INCLUDED, CARRIED, SETTLED = 0, 1, 2, 3  # SETTLED: residual already written
 
-# What a packet in flight carries: my chunk, a residual, zeros, or a parked contribution
-# sent again to learn whether it was counted (see Transport._park).
-OWN, RESIDUAL, NULL, VERIFY = 0, 1, 2, 3
-
-
-_NOT_PARKED: tuple = (None, -1, 0, None, None)
+OWN, RESIDUAL, NULL = 0, 1, 2  # what a packet in flight carries: my chunk, a residual, zeros
 
 
 class SwitchUnreachableError(ConnectionError):
@@ -227,7 +222,7 @@ class _Flight:
 
     __slots__ = ("kind", "key", "local", "chunk", "index", "rounds", "flags", "data", "lanes",
                  "err", "amount", "round", "async_style", "probe", "tries", "sent_at", "backoff",
-                 "gen", "stale", "closed", "launched")
+                 "gen", "stale", "closed", "launched", "parked")
 
     def __init__(self, kind: int, key: _Key | None, local: int, chunk: int) -> None:
         self.kind, self.key, self.local, self.chunk = kind, key, local, chunk
@@ -237,6 +232,7 @@ class _Flight:
         self.async_style = False
         self.probe = False
         self.launched = 0.0  # when it was (re)launched at its round
+        self.parked = False  # settled for the call as counted, still awaiting the switch
         self.tries = 0
         self.sent_at = 0.0
         self.backoff = 0.0
@@ -291,9 +287,6 @@ class Transport:
         self._acked: list[deque[tuple[int, np.ndarray]]] = [deque(maxlen=ACK_MEMORY)
                                                             for _ in range(w)]
         self._flight: list[_Flight | None] = [None] * w
-        self._parked: list[int | None] = [None] * w  # open round holding my contribution
-        self._parked_info: list[tuple] = [_NOT_PARKED] * w
-        self._verify_next: list[_Flight | None] = [None] * w
         self._inflight = 0
         self._timers: list[tuple[float, int, int]] = []
         self._gen = 0
@@ -400,6 +393,14 @@ class Transport:
             return None
         return reg
 
+    def slot_modes(self) -> list[int]:
+        """The mode each slot last reported (wire.Mode value; -1 = not heard from yet)."""
+        return list(self._mode)
+
+    def first_chunk(self, key: Hashable) -> int:
+        """The global id of `key`'s first chunk."""
+        return self._keys[key].first
+
     def residual(self, key: Hashable) -> np.ndarray:
         """The float32 residual carried for `key` (padded to whole chunks)."""
         return self._keys[key].residual
@@ -466,9 +467,11 @@ class Transport:
         return _Call(reg, value, err, self._w)
 
     def _run(self, call: _Call, start: float) -> None:
-        for i in range(self._w):
-            if self._flight[i] is None:
+        for i, f in enumerate(self._flight):
+            if f is None:
                 self._send_next(i, start)
+            elif f.parked:
+                self._carry_queue(i)
         dead_after = self.config.dead_after
         while call.remaining:  # residual-only packets may stay in flight into the next call
             now = time.monotonic()
@@ -504,10 +507,8 @@ class Transport:
                 call.outcome[f.local] = CARRIED
             elif f is not None and f.kind == RESIDUAL:
                 self._return_residual(f, included=False)
-            for pending in (f, self._verify_next[i]):
-                if pending is not None and pending.kind == VERIFY:
-                    self._restore(pending.key, pending.local, pending.amount)
-            self._verify_next[i] = None
+            elif f is not None and f.parked:
+                self._restore(f)
             self._flight[i] = None
         self._inflight = 0
         self._timers.clear()
@@ -517,10 +518,11 @@ class Transport:
 
     def describe_flights(self) -> str:
         """What is in flight, slot by slot (for logs when a call hangs)."""
-        kinds = {OWN: "own", RESIDUAL: "residual", NULL: "null", VERIFY: "verify"}
+        kinds = {OWN: "own", RESIDUAL: "residual", NULL: "null"}
         rows = [f"slot {self.config.slot_base + i}: {kinds[f.kind]} chunk {f.chunk} "
                 f"{'seq' if f.async_style else 'round'} {f.round} tries {f.tries}"
-                f"{' stale' if f.stale else ''}{' closed' if f.closed is not None else ''} "
+                f"{' stale' if f.stale else ''}{' closed' if f.closed is not None else ''}"
+                f"{' parked' if f.parked else ''} "
                 f"(next_round {self._next_round[i]}, mode {self._mode[i]})"
                 for i, f in enumerate(self._flight) if f is not None]
         return "; ".join(rows) or "nothing in flight"
@@ -546,15 +548,6 @@ class Transport:
         if call is None:
             return
         queue = call.queues[i]
-        if self._parked[i] is not None:
-            # My last contribution waits in the slot's open (partial) round: this
-            # call's chunks here are carried (see _park).
-            for local in queue:
-                if call.outcome[local] == PENDING:
-                    call.outcome[local] = CARRIED
-                    call.remaining -= 1
-            queue.clear()
-            return
         while queue:
             local = queue.popleft()
             if call.outcome[local] == PENDING:
@@ -669,65 +662,50 @@ class Transport:
             if f.stale is not None:
                 self._decide_stale(i, f, now)
                 continue
-            if (not f.async_style and f.kind != NULL and self._mode[i] == Mode.PARTIAL
-                    and f.closed is None and self._next_round[i] == f.round
-                    and f.tries >= 2 and now - f.launched >= self.config.stall_after):
-                self._park(i, f, now)
-                continue
+            if (not f.parked and not f.async_style and f.kind != NULL
+                    and self._mode[i] == Mode.PARTIAL and f.closed is None
+                    and self._next_round[i] == f.round and f.tries >= 2
+                    and now - f.launched >= self.config.stall_after):
+                self._park(i, f)
             self._transmit(i, f, now, retransmit=True)
 
-    def _park(self, i: int, f: _Flight, now: float) -> None:
+    def _park(self, i: int, f: _Flight) -> None:
         """Partial mode: f has met only silence for stall_after, and its round is, as far
         as this worker knows, still the slot's open round. The switch is silent about a
         contribution it holds in an open round (duplicates are dropped without a word),
         so f is most likely counted in a round that waits for the others' next call.
-        Settle it as included (RULE A applies the result when it comes) and park the
-        slot: this call's remaining chunks there are carried, so that no call of mine
-        waits for another worker's next call - which, across slots, could wait forever.
-        The guess is checked: the round's result says whether I am in it (if not, the
-        amount goes back into the residual); if a later round closes first, the packet
-        is sent again - the switch then answers for certain - before the slot moves on."""
-        if f.kind == OWN and self._call is not None and f.key is self._call.key:
-            sl = slice(f.local * LANES, (f.local + 1) * LANES)
-            amount = self._call.value[sl] - self._call.err[sl]
-        elif f.kind == RESIDUAL and f.amount is not None and f.err is not None:
-            amount = f.amount - f.err
-        else:
-            amount = None
-        row = np.frombuffer(bytes(f.data), dtype=wire.PACKET_DTYPE).copy()
-        row["flags"] = 0
-        self._parked[i] = f.round
-        self._parked_info[i] = (f.key, f.local, f.chunk, amount, row)
+        The call settles it as included and carries its remaining chunks on this slot,
+        so that no call of mine waits for another worker's next call - which, across
+        slots, could wait forever. f itself stays in flight (retransmitted, backing off)
+        until the switch says for certain; if it was not counted after all, its amount
+        goes back into the residual (see _done)."""
+        call = self._call
+        f.parked = True
         self._stats.parked += 1
-        self._done(i, f, True, now)
+        if f.kind == OWN and call is not None and f.key is call.key \
+                and call.outcome[f.local] == PENDING:
+            sl = slice(f.local * LANES, (f.local + 1) * LANES)
+            f.amount = call.value[sl] - call.err[sl]
+            call.outcome[f.local] = INCLUDED
+            call.remaining -= 1
+        self._carry_queue(i)
 
-    def _unpark(self, i: int, included: bool | None, now: float) -> None:
-        """The parked round closed; `included` is what its result says (None: unseen)."""
-        key, local, chunk, amount, row = self._parked_info[i]
-        self._parked[i] = None
-        self._parked_info[i] = _NOT_PARKED
-        if included is None and amount is not None:
-            f = _Flight(VERIFY, key, local, chunk)
-            f.amount = amount
-            f.bind(row, 0)
-            f.rounds[0] = int(row["round"][0])
-            self._flight_or_queue(i, f, now)
-        elif included is False:
-            self._restore(key, local, amount)
+    def _carry_queue(self, i: int) -> None:
+        """The slot is held by a parked packet: this call's chunks there are carried."""
+        call = self._call
+        if call is None:
+            return
+        for local in call.queues[i]:
+            if call.outcome[local] == PENDING:
+                call.outcome[local] = CARRIED
+                call.remaining -= 1
+        call.queues[i].clear()
 
-    def _restore(self, key: _Key | None, local: int, amount: np.ndarray | None) -> None:
-        if key is not None and amount is not None:
-            key.residual[local * LANES:(local + 1) * LANES] += amount
+    def _restore(self, f: _Flight) -> None:
+        """A parked contribution was not counted after all: back into the residual."""
+        if f.key is not None and f.amount is not None:
+            f.key.residual[f.local * LANES:(f.local + 1) * LANES] += f.amount
             self._stats.parked_missed += 1
-
-    def _flight_or_queue(self, i: int, f: _Flight, now: float) -> None:
-        """Launch a verification at once if the slot is free, else right after."""
-        if self._flight[i] is None:
-            self._flight[i] = f
-            self._inflight += 1
-            self._launch(i, f, int(f.rounds[0]), now)
-        else:
-            self._verify_next[i] = f
 
     def _rtt_sample(self, f: _Flight, now: float) -> None:
         if f.tries != 1:
@@ -743,22 +721,18 @@ class Transport:
         """The fate of f is known (RULE B); the slot moves on to its next chunk."""
         self._rtt_sample(f, now)
         call = self._call
-        if f.kind == OWN:
+        if f.kind == OWN and f.parked:
+            if not included:
+                self._restore(f)
+        elif f.kind == OWN:
             if call is not None and call.key is f.key and call.outcome[f.local] == PENDING:
                 call.outcome[f.local] = INCLUDED if included else CARRIED
                 call.remaining -= 1
         elif f.kind == RESIDUAL:
             self._return_residual(f, included)
-        elif f.kind == VERIFY and not included:
-            self._restore(f.key, f.local, f.amount)
         self._flight[i] = None
         self._inflight -= 1
-        if not send_next:
-            return
-        if self._verify_next[i] is not None:
-            verify, self._verify_next[i] = self._verify_next[i], None
-            self._flight_or_queue(i, verify, now)
-        else:
+        if send_next:
             self._send_next(i, now)
 
     def _relaunch(self, i: int, f: _Flight, now: float) -> None:
@@ -787,9 +761,6 @@ class Transport:
         """The slot's rounds before `upto` are closed: suspect those not seen yet."""
         nr = self._next_round[i]
         self._known[i] = True
-        parked = self._parked[i]
-        if parked is not None and 0 < (upto - parked) & MASK32 < HALF32:
-            self._unpark(i, None, time.monotonic())  # closed; its result did not come (yet)
         gap = (upto - nr) & MASK32
         if gap == 0 or gap >= HALF32:
             return
@@ -954,8 +925,6 @@ class Transport:
         self._last_rx = now
         self._mode[i] = mode
         mine = bitmap & self._bit
-        if self._parked[i] == rnd:
-            self._unpark(i, bool(mine), now)
         new = self._is_new(i, rnd)
         f = self._flight[i]
         lanes = rows["lanes"][k]
@@ -1115,7 +1084,7 @@ class Transport:
         reg = self._key_of(chunk) if local < 0 else None
         if local < 0 and reg is None and mode != Mode.SYNC:
             return  # a partial round closes without me: its result settles f
-        if mode != Mode.SYNC:
+        if mode != Mode.SYNC or f.parked:
             self._done(i, f, False, now, send_next=False)
         else:
             self._flight[i] = None

@@ -1,0 +1,141 @@
+"""Worker processes of the multi-process tests (multiprocessing "spawn" targets).
+
+Each one binds its transport, reports its address, and then follows the phases the
+test process signals with events, reporting back on a queue. Gradients come from
+a seeded RNG, so the test process can recompute every worker's contributions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hysync.wire import Mode
+from worker.quantize import FixedPointQuantizer
+from worker.transport import Transport, TransportConfig
+
+KEY = "g"
+WAIT = 60.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    job_id: int
+    members: int
+    slot_base: int
+    slot_count: int
+    switch: tuple[str, int]
+    size: int = 2000
+    calls: int = 6
+    flush_calls: int = 3
+    scale: float = 2.0**20
+    straggler: int = -1
+    straggler_sleep: float = 0.03
+    seed: int = 7
+    rto_min: float = 0.002
+
+
+def gradient(spec: Spec, worker: int, call: int) -> np.ndarray:
+    rng = np.random.default_rng((spec.seed, worker, call))
+    return rng.standard_normal(spec.size).astype(np.float32)
+
+
+def transport_config(spec: Spec, worker: int, **extra: Any) -> TransportConfig:
+    return TransportConfig(job_id=spec.job_id, worker_id=worker, switch_host=spec.switch[0],
+                           switch_port=spec.switch[1], bind_host="127.0.0.1",
+                           slot_base=spec.slot_base, slot_count=spec.slot_count,
+                           members=spec.members, rto_min=spec.rto_min,
+                           rto_initial=max(spec.rto_min, 0.02), seed=spec.seed * 100 + worker,
+                           **extra)
+
+
+def _wait(event: Any) -> None:
+    if not event.wait(WAIT):
+        raise TimeoutError("the test process did not signal the next phase")
+
+
+def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
+                  barrier: Any) -> None:
+    """Warm-up call in sync; `calls` calls in the mode under test (the straggler sleeps
+    before each); zero-gradient calls until every slot runs async (so that no partial
+    round stays open); `flush_calls` zero-gradient calls in sync; a final drain."""
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        tr = Transport(transport_config(spec, worker, track_sums=True),
+                       FixedPointQuantizer(spec.scale, spec.members))
+        out.put((worker, "bound", tr.address))
+        _wait(events["go"])
+        zeros = np.zeros(spec.size, dtype=np.float32)
+        total_out = np.zeros(spec.size)
+        totals = {"carried": 0, "parked": 0, "retransmits": 0, "residual_contribs": 0,
+                  "mismatch": 0, "stale": 0, "acks": 0}
+
+        def call(values: np.ndarray) -> None:
+            nonlocal total_out
+            result = tr.allreduce(KEY, values)
+            total_out += result.output
+            st = result.stats
+            totals["carried"] += st.carried
+            totals["parked"] += st.parked
+            totals["retransmits"] += st.retransmits
+            totals["residual_contribs"] += st.residual_contribs
+            totals["mismatch"] += st.resyncs["CHUNK_MISMATCH"]
+            totals["stale"] += st.resyncs["STALE_ROUND"] + st.resyncs["STALE_COUNTED"]
+            totals["acks"] += st.acks
+
+        call(zeros)
+        out.put((worker, "warm", None))
+        _wait(events["phase"])
+        for t in range(spec.calls):
+            if worker == spec.straggler:
+                time.sleep(spec.straggler_sleep)
+            call(gradient(spec, worker, t))
+        out.put((worker, "done", None))
+        seen_async = False
+        while not events["stop_serve"].is_set():
+            call(zeros)
+            if not seen_async and all(m == Mode.ASYNC for m in tr.slot_modes()):
+                seen_async = True
+                out.put((worker, "async", None))
+        out.put((worker, "served", None))
+        _wait(events["flush"])
+        for _ in range(spec.flush_calls):
+            call(zeros)
+        barrier.wait(WAIT)
+        tr.poll_results(0.5)
+        total_out += tr.take(KEY)
+        out.put((worker, "result", {
+            "output": total_out, "applied": tr.applied_sums(KEY),
+            "residual": tr.residual(KEY)[:spec.size].astype(np.float64),
+            "needs_resync": tr.needs_resync, "in_flight": tr.in_flight, **totals}))
+        tr.close()
+    except BaseException:  # noqa: BLE001 - reported to the test process
+        out.put((worker, "error", traceback.format_exc()))
+
+
+def torch_sync_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
+                      barrier: Any) -> None:
+    """`calls` HySyncWorker.allreduce calls of torch tensors; reports every output."""
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        import torch
+
+        from worker.api import HySyncWorker
+
+        with HySyncWorker(transport_config(spec, worker), scale=spec.scale) as hw:
+            out.put((worker, "bound", hw.address))
+            _wait(events["go"])
+            outputs = []
+            for t in range(spec.calls):
+                grad = torch.from_numpy(gradient(spec, worker, t)).reshape(-1, 10)
+                result = hw.allreduce(grad, key="layer")
+                assert result.shape == grad.shape and result.dtype == grad.dtype
+                outputs.append(result.reshape(-1).numpy().astype(np.float64))
+            out.put((worker, "result", {"outputs": outputs, "needs_resync": hw.needs_resync}))
+    except BaseException:  # noqa: BLE001 - reported to the test process
+        out.put((worker, "error", traceback.format_exc()))
