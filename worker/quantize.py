@@ -10,6 +10,8 @@ never wrap. The shape is Horovod's compression interface:
 
 `ctx.stats` reports what quantization did: how many elements were clipped, how many
 were not finite (NaN/inf are sent as 0 / the bound), and the largest absolute error.
+Clipping happens in float32, so a clipped element is sent as `clip_limit`, the largest
+float32 not above the bound (at most 128 below it).
 Everything is vectorized numpy; torch tensors are accepted without a torch import
 here, so the transport stays importable (and fast to spawn) without torch.
 """
@@ -69,6 +71,7 @@ class FixedPointQuantizer:
         # past it, or the int32 sum of `members` contributions could wrap.
         b = np.float32(self.bound)
         self._bound_f32 = b if int(b) <= self.bound else np.nextafter(b, np.float32(0))
+        self.clip_limit = int(self._bound_f32)  # what a clipped element is sent as (<= bound)
         self._scale_f32 = np.float32(self.scale)
 
     def __repr__(self) -> str:
@@ -83,11 +86,13 @@ class FixedPointQuantizer:
         is what error feedback carries as the residual.
         """
         values = np.asarray(values, dtype=np.float32)
-        fixed = np.multiply(values, self._scale_f32, dtype=np.float32)
+        with np.errstate(over="ignore"):  # an overflow is an infinity, clipped below
+            fixed = np.multiply(values, self._scale_f32, dtype=np.float32)
         stats = QuantStats(elements=int(values.size))
         if values.size:
             hi, lo = fixed.max(), fixed.min()  # NaN propagates into both
             if not (-self._bound_f32 <= lo and hi <= self._bound_f32):
+                stats.nonfinite = int(np.count_nonzero(~np.isfinite(values)))
                 self._clip(fixed, stats)
         np.rint(fixed, out=fixed)
         error = np.subtract(values, fixed / self._scale_f32, dtype=np.float32)
@@ -98,9 +103,7 @@ class FixedPointQuantizer:
         return fixed, error, stats
 
     def _clip(self, fixed: np.ndarray, stats: QuantStats) -> None:
-        nan = np.isnan(fixed)
-        stats.nonfinite = int(np.count_nonzero(nan)) + int(np.count_nonzero(np.isinf(fixed)))
-        fixed[nan] = 0.0
+        fixed[np.isnan(fixed)] = 0.0
         bound = self._bound_f32
         stats.clipped = int(np.count_nonzero(fixed > bound) + np.count_nonzero(fixed < -bound))
         np.clip(fixed, -bound, bound, out=fixed)

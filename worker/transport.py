@@ -2,8 +2,7 @@
 
 One non-blocking kernel UDP socket, one single-threaded event loop (`select.poll`):
 the same code runs on loopback against the softswitch and inside Mininet hosts.
-The algorithm, which this module implements exactly (docs/protocol.md §4 and §9
-describe the switch it talks to):
+The algorithm (docs/protocol.md §4 and §9 describe the switch it talks to):
 
 Chunks and slots
     A tensor registered under a key gets a contiguous range of global chunk ids
@@ -51,26 +50,44 @@ Sync / partial sending
     A call first drains the socket (results may have arrived while the model
     computed). Each slot sends its first pending chunk as CONTRIB(slot,
     round=next_round[s], chunk). Replies, per slot:
-    * RESULT for (s, the round I sent): outcome per RULE B, the chunk is done, the
-      slot sends its next pending chunk at the new next_round. (If that round
-      aggregated another chunk, mine was not in it: send it again.)
+    * RESULT for (s, the round I sent) with my bit: included (RULE B), the chunk is
+      done, the slot sends its next pending chunk at the new next_round.
+      Without my bit (a partial round closed without me), only the switch's answer
+      to my own packet settles it - a RESEND, a RESYNC, or an async RESULT if the
+      slot turned async before my packet arrived (the switch then counts it after
+      all): a RESEND without my bit = carried, whatever chunk the round had.
     * RESYNC CHUNK_MISMATCH (the open round aggregates chunk c'): if c' is pending
       in this call, send c' now instead (same round); else, if c' belongs to a
-      known key, contribute a residual-only CONTRIB for c' (its residual quantized;
-      the result is applied via RULE A). This re-aligns workers after async or
-      partial periods. If no key owns c', a sync round gets a zero contribution
-      (it cannot close without every member); a partial one is left to close.
-    * RESYNC STALE_ROUND / STALE_COUNTED: next_round[s] = the reply's round;
-      STALE_ROUND = not counted, send the chunk again at the new round;
-      STALE_COUNTED = counted but its result is gone: the residual is the
-      quantization error and the missing round is suspected (RULE A). A RESYNC
-      does not say which packet it answers, so one that cannot answer the
-      contribution in flight is ignored, and a plausible one is acted on after a
-      short grace period (one RTO) in which the round's own result, if it is only
-      late, takes precedence.
+      known key, contribute a residual-only CONTRIB for c' (its residual moved into
+      the packet, quantized; the result is applied via RULE A). If no key owns c',
+      a sync round gets a zero contribution (it cannot close without every
+      member); a partial one is left to close. My chunk waits for a later round in
+      sync; in partial mode it is carried (RULE B): the others have passed it, and
+      chasing it into a round of its own would wait for their next call.
+      Residual-only packets do not hold up the end of a call.
+    * RESYNC STALE_ROUND: not counted. Sync: send the chunk again at the reply's
+      round. Partial: carried (never chased, as above).
+      RESYNC STALE_COUNTED: counted, its result is gone: the residual is the
+      quantization error and the missing round is suspected (RULE A).
+      Either way next_round[s] = max(next_round[s], reply's round). A RESYNC does
+      not say which packet it answers: one that cannot answer the contribution in
+      flight is ignored, a plausible one is acted on after a grace period (one RTO)
+      in which the round's own result, if it is only late, takes precedence.
+      (Round 0: the switch's member_seq starts at 0, so a round-0 contribution
+      seen closed without me is not counted, whatever STALE_COUNTED/ACK says.)
     * Timeout: retransmit the same packet with flag RETRANSMIT. The timeout adapts:
-      4 x the EWMA of the RTT (Karn: first transmissions only), clamped to
-      [rto_min, rto_max], doubled on every consecutive timeout of a packet.
+      4 x the EWMA of the RTT (Karn: first transmissions only) - or srtt + 4 x the
+      RTT's mean deviation when that is larger - clamped to [rto_min, rto_max],
+      doubled on every consecutive timeout of a packet (and the timer itself at most
+      once per RTO until the next sample, as TCP backs off).
+    * Partial liveness: a contribution met with silence for `stall_after` (the
+      switch drops duplicates of a contribution it holds without a word) is most
+      likely counted in an open round waiting for the others' next call. The call
+      settles it as included and carries its remaining chunks on that slot; the
+      packet stays in flight until the switch answers for certain, and if it was
+      not counted after all its amount returns to the residual (see `_park`).
+      Without this, calls that each wait for another worker's next call can
+      deadlock across slots.
     The call finishes when every pending chunk is done.
 
 Async (the mode comes back in the replies)
@@ -300,7 +317,9 @@ class Transport:
         self._orphans: dict[int, list[np.ndarray]] = {}
         # round-trip time
         self._srtt: float | None = None
+        self._rttvar = 0.0
         self._rto = config.rto_initial
+        self._backed_off = 0.0
         # health
         self.missed_results = 0  # suspected rounds older than missed_after, beyond ACK credits
         self._resync_why: str | None = None  # set by what cannot heal: aborts, huge gaps
@@ -469,7 +488,7 @@ class Transport:
     def _run(self, call: _Call, start: float) -> None:
         for i, f in enumerate(self._flight):
             if f is None:
-                self._send_next(i, start)
+                self._send_next(i, time.monotonic())  # a window takes a while to send
             elif f.parked:
                 self._carry_queue(i)
         dead_after = self.config.dead_after
@@ -525,6 +544,8 @@ class Transport:
                 f"{' parked' if f.parked else ''} "
                 f"(next_round {self._next_round[i]}, mode {self._mode[i]})"
                 for i, f in enumerate(self._flight) if f is not None]
+        if len(rows) > 8:
+            rows = rows[:8] + [f"... {len(rows) - 8} more"]
         return "; ".join(rows) or "nothing in flight"
 
     def _unreachable(self) -> SwitchUnreachableError:
@@ -631,6 +652,12 @@ class Transport:
             f.flags[f.index] = Flag.RETRANSMIT
             f.backoff = min(2.0 * f.backoff, self.config.rto_max)
             self._stats.retransmits += 1
+            if now - self._backed_off >= self._rto:
+                # Back the timer off too (at most once per RTO, as TCP does): replies that
+                # only retransmitted packets get carry no RTT sample (Karn), so without
+                # this a queue longer than the RTO would keep every packet retransmitting.
+                self._rto = min(2.0 * self._rto, self.config.rto_max)
+                self._backed_off = now
         else:
             f.flags[f.index] = 0
         f.tries += 1
@@ -711,9 +738,19 @@ class Transport:
         if f.tries != 1:
             return  # Karn: an answer to a retransmitted packet says nothing about the RTT
         sample = now - f.sent_at
-        self._srtt = sample if self._srtt is None else 0.875 * self._srtt + 0.125 * sample
+        srtt = self._srtt
+        if srtt is None:
+            srtt, self._rttvar = sample, sample / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(sample - srtt)
+            srtt = 0.875 * srtt + 0.125 * sample
+        self._srtt = srtt
+        # 4 x srtt as specified, or srtt + 4 x rttvar (Jacobson) when the RTT jitters
+        # more than that: on a loaded host spurious retransmissions otherwise feed back.
+        rto = max(4.0 * srtt, srtt + 4.0 * self._rttvar)
         cfg = self.config
-        self._rto = min(max(4.0 * self._srtt, cfg.rto_min), cfg.rto_max)
+        self._rto = cfg.rto_min if rto < cfg.rto_min else cfg.rto_max if rto > cfg.rto_max \
+            else rto
 
     # ------------------------------------------------------------ outcomes
     def _done(self, i: int, f: _Flight, included: bool, now: float,
@@ -911,8 +948,9 @@ class Transport:
     def _on_full(self, rows: np.ndarray, k: int, h: tuple, now: float) -> bool:
         """A full-size datagram: a RESULT, or garbage. True = apply it (RULE A)."""
         version, op, flags, job, trigger, slot, rnd, chunk, count, bitmap, mode = h
-        i = self._slot_index(job, slot)
-        if version != wire.VERSION or op != Op.RESULT or i < 0 or count == 0:
+        i = slot - self.config.slot_base
+        if (version != wire.VERSION or op != Op.RESULT or job != self.config.job_id
+                or not 0 <= i < self._w or count == 0):
             try:
                 wire.Packet.decode(rows[k:k + 1].tobytes())
                 reason = (f"op {op} job {job} slot {slot} count {count}: not a RESULT of job "
@@ -927,10 +965,9 @@ class Transport:
         mine = bitmap & self._bit
         new = self._is_new(i, rnd)
         f = self._flight[i]
-        lanes = rows["lanes"][k]
         if f is not None and mine and f.chunk == chunk and (
                 rnd == f.round if mode != Mode.ASYNC
-                else count == 1 and np.array_equal(lanes, f.lanes)):
+                else count == 1 and np.array_equal(rows["lanes"][k], f.lanes)):
             self._done(i, f, True, now)
         elif f is not None and not mine and mode != Mode.ASYNC and rnd == f.round \
                 and not f.async_style:
@@ -944,7 +981,8 @@ class Transport:
         if not new:
             self._stats.duplicate_results += 1
             return False
-        if mine and mode == Mode.ASYNC and count == 1:
+        if mine and mode == Mode.ASYNC and count == 1 and self._acked[i]:
+            lanes = rows["lanes"][k]
             acked = self._acked[i]
             for pos, (acked_chunk, acked_lanes) in enumerate(acked):
                 if acked_chunk == chunk and np.array_equal(acked_lanes, lanes):

@@ -139,3 +139,52 @@ def torch_sync_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             out.put((worker, "result", {"outputs": outputs, "needs_resync": hw.needs_resync}))
     except BaseException:  # noqa: BLE001 - reported to the test process
         out.put((worker, "error", traceback.format_exc()))
+
+
+def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier: Any) -> None:
+    """Train a tiny MLP with DDP twice from the same start: gloo's all-reduce, then the
+    HySync hook (gloo only broadcasts); report both loss curves."""
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        from worker.api import HySyncWorker
+        from worker.ddp_hook import HySyncHookState, hysync_hook
+
+        hw = HySyncWorker(transport_config(spec, rank), scale=spec.scale)
+        out.put((rank, "bound", hw.address))
+        _wait(events["go"])
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec.size}",
+                                rank=rank, world_size=spec.members)
+        torch.manual_seed(1000 + rank)
+        inputs = torch.randn(64, 16)
+        targets = torch.randn(64, 4)
+
+        def train(hook: bool) -> list[float]:
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 4))
+            # small buckets: several keys, and DDP rebuilds them after the first step
+            ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)
+            if hook:
+                ddp.register_comm_hook(HySyncHookState(hw), hysync_hook)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+            losses = []
+            for _ in range(spec.calls):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            return losses
+
+        gloo = train(hook=False)
+        hysync = train(hook=True)
+        out.put((rank, "result", {"gloo": gloo, "hysync": hysync,
+                                  "needs_resync": hw.needs_resync}))
+        dist.destroy_process_group()
+        hw.close()
+    except BaseException:  # noqa: BLE001 - reported to the test process
+        out.put((rank, "error", traceback.format_exc()))

@@ -1,0 +1,175 @@
+"""What a worker does when things go wrong: no switch, no job, not a member, garbage on
+its socket; and how CHUNK_MISMATCH re-aligns it with a peer (played here by hand)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hysync import wire
+from hysync.wire import DropReason, Op
+from tests.worker.conftest import Job
+from worker.quantize import FixedPointQuantizer
+from worker.transport import SwitchUnreachableError, Transport, TransportConfig
+
+SCALE = 2.0**20
+JOB = 9
+BASE = 100
+
+
+def make_transport(switch_port: int, *, worker: int = 0, members: int = 1, slots: int = 4,
+                   dead_after: float = 5.0) -> Transport:
+    config = TransportConfig(job_id=JOB, worker_id=worker, switch_host="127.0.0.1",
+                             switch_port=switch_port, bind_host="127.0.0.1", slot_base=BASE,
+                             slot_count=slots, members=members, dead_after=dead_after,
+                             track_sums=True, seed=worker)
+    return Transport(config, FixedPointQuantizer(SCALE, members))
+
+
+def assert_unreachable_within(tr: Transport, deadline: float, address: tuple[str, int]) -> None:
+    start = time.monotonic()
+    with pytest.raises(SwitchUnreachableError) as info:
+        tr.allreduce("g", np.ones(100, dtype=np.float32))
+    elapsed = time.monotonic() - start
+    assert deadline <= elapsed < deadline + 1.0
+    message = str(info.value)
+    assert f"{address[0]}:{address[1]}" in message
+    for cause in ("not running", "not installed", "not a member", "member readmit"):
+        assert cause in message
+    assert tr.needs_resync  # the call's outcome is unknown
+
+
+def test_switch_not_running_raises_within_the_deadline(dead_port):
+    tr = make_transport(dead_port, dead_after=0.5)
+    try:
+        assert_unreachable_within(tr, 0.5, ("127.0.0.1", dead_port))
+    finally:
+        tr.close()
+
+
+def test_job_not_installed_raises_the_same_clear_error(switch):
+    tr = make_transport(switch.address[1], dead_after=0.5)
+    try:
+        assert_unreachable_within(tr, 0.5, switch.address)
+    finally:
+        tr.close()
+
+
+def test_worker_that_is_not_a_member_raises_and_the_switch_counts_it(switch):
+    tr = make_transport(switch.address[1], dead_after=0.5)
+    try:
+        # the job admits worker 0 from another port only
+        switch.install(Job(JOB, BASE, 4, [(0, "127.0.0.1", tr.address[1] + 1)]))
+        assert_unreachable_within(tr, 0.5, switch.address)
+        drops = switch.pipeline.counters["HySyncIngress.stats.drops"].packets
+        assert drops[JOB * wire.NUM_DROP_REASONS + DropReason.NOT_MEMBER] > 0
+    finally:
+        tr.close()
+
+
+def garbage(tr: Transport) -> list[bytes]:
+    mine = tr.config
+    other_job = wire.Packet(wire.Header(op=Op.RESULT, job_id=mine.job_id + 1, worker_id=0,
+                                        slot=BASE, round=0, count=1, bitmap=1),
+                            np.zeros(wire.LANES, dtype=np.int32)).encode()
+    contrib = wire.Packet(wire.Header(op=Op.CONTRIB, job_id=mine.job_id, worker_id=0,
+                                      slot=BASE, round=0),
+                          np.zeros(wire.LANES, dtype=np.int32)).encode()
+    bad_version = b"\x09" + wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=BASE,
+                                        round=0).pack()[1:]
+    return [b"hello", bad_version, other_job, contrib, b"\x01" * (wire.PACKET_BYTES + 20),
+            bytes(range(200))]
+
+
+def test_garbage_datagrams_are_logged_counted_and_ignored(switch, caplog):
+    tr = make_transport(switch.address[1])
+    try:
+        switch.install(Job(JOB, BASE, 4, [(0, *tr.address)]))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            for datagram in garbage(tr):
+                sock.sendto(datagram, tr.address)
+        time.sleep(0.05)
+        values = np.arange(300, dtype=np.float32) / 7
+        with caplog.at_level(logging.WARNING, logger="worker.transport"):
+            result = tr.allreduce("g", values)
+        np.testing.assert_allclose(result.output, values, atol=0.5 / SCALE + 1e-7)
+        assert result.stats.bad_datagrams == len(garbage(tr))
+        assert tr.bad_datagrams == len(garbage(tr))
+        logged = [r.getMessage() for r in caplog.records if "ignored a datagram" in r.getMessage()]
+        assert len(logged) == len(garbage(tr))
+        assert any("version 9" in m for m in logged)
+        assert any("not a RESULT" in m for m in logged)
+    finally:
+        tr.close()
+
+
+class Peer:
+    """Worker 1 of a two-member job, played with raw packets."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(5)
+        self.address = self.sock.getsockname()
+
+    def contribute(self, switch: tuple[str, int], rnd: int, chunk: int,
+                   lanes: np.ndarray) -> None:
+        header = wire.Header(op=Op.CONTRIB, job_id=JOB, worker_id=1, slot=BASE, round=rnd,
+                             chunk=chunk)
+        self.sock.sendto(wire.Packet(header, lanes).encode(), switch)
+
+    def result(self) -> wire.Packet:
+        while True:
+            packet = wire.Packet.decode(self.sock.recv(2048))
+            if packet.header.op == Op.RESULT:
+                return packet
+
+
+def lanes_of(value: float) -> np.ndarray:
+    return np.full(wire.LANES, round(value * SCALE), dtype=np.int32)
+
+
+@pytest.mark.parametrize("peer_chunk", ["other-key", "pending-in-call", "unknown"])
+def test_chunk_mismatch_realigns_with_a_peer_that_is_ahead(switch, peer_chunk):
+    """The peer opens round 0 with a chunk the worker does not send first. The worker
+    contributes to that round (its own chunk if pending, else the chunk's residual, or
+    zeros if no key owns it: the round is sync), then aggregates its own chunks."""
+    tr = make_transport(switch.address[1], members=2, slots=1)
+    peer = Peer()
+    try:
+        switch.install(Job(JOB, BASE, 1, [(0, *tr.address), (1, *peer.address)]))
+        tr.register("a", 64)  # chunk 0
+        tr.register("b", 128)  # chunks 1 and 2, both on the one slot
+        first = {"other-key": 0, "pending-in-call": 2, "unknown": 99}[peer_chunk]
+        order = [first] + [c for c in (1, 2) if c != first]
+        peer_values = {0: 0.25, 1: 1.0, 2: 2.0, 99: 4.0}
+
+        def play() -> None:
+            for rnd, chunk in enumerate(order):
+                peer.contribute(switch.address, rnd, chunk, lanes_of(peer_values[chunk]))
+                peer.result()
+
+        thread = threading.Thread(target=play)
+        thread.start()
+        time.sleep(0.05)  # round 0 is open with the peer's chunk
+        mine = np.concatenate([np.full(64, 3.0), np.full(64, 5.0)]).astype(np.float32)
+        result = tr.allreduce("b", mine)
+        thread.join(5)
+        assert not thread.is_alive()
+        np.testing.assert_allclose(result.output[:64], (1.0 + 3.0) / 2, atol=1e-6)
+        np.testing.assert_allclose(result.output[64:], (2.0 + 5.0) / 2, atol=1e-6)
+        assert result.stats.resyncs["CHUNK_MISMATCH"] == 1
+        if peer_chunk == "other-key":
+            assert result.stats.residual_contribs == 1
+            np.testing.assert_allclose(tr.take("a"), 0.25 / 2, atol=1e-6)  # applied, kept
+        if peer_chunk == "unknown":
+            assert result.stats.null_contribs == 1
+        assert not tr.needs_resync
+    finally:
+        tr.close()
+        peer.sock.close()

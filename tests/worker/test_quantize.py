@@ -1,0 +1,86 @@
+"""FixedPointQuantizer: round trip within half a quantization step, clipping that keeps
+the sum of every member's payload inside int32, and honest statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from worker.quantize import INT32_MAX, FixedPointQuantizer
+
+scales = st.sampled_from([1.0, 3.0, 2.0**10, 2.0**20, 1e6, 2.0**24])
+members = st.integers(min_value=1, max_value=32)
+floats = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, width=32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scale=scales, n=members, x=arrays(np.float32, st.integers(1, 300), elements=floats))
+def test_round_trip_error_is_at_most_half_a_step_unless_clipped(scale, n, x):
+    q = FixedPointQuantizer(scale, n)
+    payload, ctx = q.compress(x)
+    assert payload.dtype == np.int32 and payload.shape == x.shape
+    back = q.decompress(payload, ctx)
+    inside = np.abs(x.astype(np.float64) * scale) < q.bound - 1
+    # half a step, plus float32 rounding of x * scale and of the division
+    tol = 0.5 / scale + np.abs(x.astype(np.float64)) * 2**-22
+    assert np.all(np.abs(back.astype(np.float64) - x)[inside] <= tol[inside])
+    assert ctx.stats.clipped == int(np.count_nonzero(~inside)) or \
+        ctx.stats.clipped >= int(np.count_nonzero(np.abs(x.astype(np.float64) * scale)
+                                                  > q.bound + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(scale=scales, n=members,
+       x=arrays(np.float32, st.integers(1, 200),
+                elements=st.floats(allow_nan=True, allow_infinity=True, width=32)))
+def test_the_sum_of_every_members_payload_never_wraps(scale, n, x):
+    q = FixedPointQuantizer(scale, n)
+    payload, stats = q.quantize(x)
+    assert q.bound * n <= INT32_MAX
+    assert np.all(np.abs(payload.astype(np.int64)) <= q.bound)
+    worst = np.abs(payload.astype(np.int64)) * n  # every member sends this payload
+    assert np.all(worst <= INT32_MAX)
+    assert stats.nonfinite == int(np.count_nonzero(~np.isfinite(x)))
+    assert np.all(payload[np.isnan(x)] == 0)
+
+
+@given(scale=scales, n=members)
+def test_clipping_is_counted_and_reported_as_error(scale, n):
+    q = FixedPointQuantizer(scale, n)
+    limit = q.bound / scale
+    x = np.array([0.0, limit * 4, -limit * 4, limit * 0.25], dtype=np.float32)
+    payload, stats = q.quantize(x)
+    assert stats.clipped == 2
+    assert payload[1] == q.clip_limit and payload[2] == -q.clip_limit
+    assert 0 <= q.bound - q.clip_limit <= 128
+    assert stats.max_abs_error >= limit * 3 * 0.99
+
+
+def test_quantize_with_error_gives_the_residual_of_error_feedback():
+    q = FixedPointQuantizer(2.0**20, 4)
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    fixed, err, stats = q.quantize_with_error(x)
+    np.testing.assert_array_equal(fixed, np.rint(fixed))
+    np.testing.assert_allclose(fixed / 2.0**20 + err, x, atol=1e-7)
+    assert stats.max_abs_error <= 0.5 / 2**20 * 1.001
+
+
+def test_torch_tensors_keep_shape_dtype_and_device():
+    q = FixedPointQuantizer(2.0**16, 2)
+    t = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4)
+    payload, ctx = q.compress(t)
+    assert isinstance(payload, torch.Tensor) and payload.dtype == torch.int32
+    # the switch adds two members' payloads; decompress of the sum
+    back = q.decompress(payload + payload, ctx)
+    assert back.shape == t.shape and back.dtype == torch.float64
+    torch.testing.assert_close(back, 2 * t, atol=1.0 / 2**16, rtol=0)
+
+
+@pytest.mark.parametrize("scale,n", [(0.0, 4), (float("nan"), 4), (1.0, 0), (1.0, 33)])
+def test_bad_parameters_are_refused_with_a_reason(scale, n):
+    with pytest.raises(ValueError, match="scale|members"):
+        FixedPointQuantizer(scale, n)
