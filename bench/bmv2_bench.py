@@ -46,7 +46,7 @@ from bench.netns_hosts import NetnsStar
 from bench.senders import BASE_PORT
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
+from controlplane.switch import Switch, wait_for_server
 from hysync import wire
 from hysync.wire import Mode
 
@@ -106,22 +106,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _connect(addr: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> Switch:
     """Wait for the gRPC port, then open one primary session."""
-    import grpc
-
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the switch exited with status {proc.returncode}; see {log}")
-        channel = grpc.insecure_channel(addr)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=0.5)
-            break
-        except grpc.FutureTimeoutError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no P4Runtime server at {addr} after {timeout:.0f} s; "
-                                   f"see {log}") from None
-        finally:
-            channel.close()
+    wait_for_server(addr, timeout, lambda: None if proc.poll() is None else
+                    f"the switch exited with status {proc.returncode}; see {log}")
     return Switch(addr, election_id=(0, 1), connect_timeout=5.0, timeout=10.0)
 
 

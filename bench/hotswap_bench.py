@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.senders import BASE_PORT, sender_main
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
+from controlplane.switch import Switch, wait_for_server
 from hysync.wire import Mode
 from topologies.runner import P4INFO, REPO, free_port
 
@@ -88,13 +88,8 @@ def one_swap(slots: int, warmup: float = 1.5) -> dict:
 
 
 def _connect(addr: str) -> Switch:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return Switch(addr, connect_timeout=1.0)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
+    wait_for_server(addr)
+    return Switch(addr, connect_timeout=5.0)
 
 
 def main(argv: list[str] | None = None) -> None:

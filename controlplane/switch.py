@@ -17,7 +17,8 @@ import hashlib
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -47,6 +48,29 @@ ElectionId = tuple[int, int]  # (high, low), as p4runtime-shell
 
 class DeviceConfigError(ControlPlaneError):
     """The device config file (e.g. BMv2 JSON) cannot be read."""
+
+
+def wait_for_server(grpc_addr: str, timeout: float = 30.0,
+                    failed: Callable[[], str | None] = lambda: None) -> None:
+    """Block until a gRPC server answers at `grpc_addr` (a switch that is starting).
+
+    `failed` says why waiting is pointless (e.g. the switch process exited) or None.
+    Opening a `Switch` only once the port answers avoids retried arbitrations, which a
+    switch refuses while the first, half-open stream still holds the election id."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reason = failed()
+        if reason:
+            raise SwitchUnreachableError(grpc_addr, reason)
+        channel = grpc.insecure_channel(grpc_addr)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=0.5)
+            return
+        except grpc.FutureTimeoutError:
+            if time.monotonic() > deadline:
+                raise SwitchUnreachableError(grpc_addr, f"no answer after {timeout:g} s") from None
+        finally:
+            channel.close()
 
 
 class Switch:

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
+from controlplane.switch import Switch, wait_for_server
 from hysync.wire import Mode
 from topologies.scenario import Scenario
 
@@ -108,14 +108,8 @@ class LocalHarness:
 
 def connect(harness: Harness, timeout: float = 30.0) -> Switch:
     """A primary P4Runtime session with the harness's switch, pipeline pushed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            switch = Switch(harness.grpc_addr, connect_timeout=1.0)
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
+    wait_for_server(harness.grpc_addr, timeout)
+    switch = Switch(harness.grpc_addr, connect_timeout=5.0)
     switch.push_pipeline(P4INFO, harness.device_config)
     return switch
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from mininet.node import Node, Switch
+
+from controlplane.switch import wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
 SWITCH_MAC = "02:00:00:00:00:fe"  # the address workers send HySync traffic to
@@ -28,22 +29,9 @@ def disable_offloads(node: Node, ifname: str) -> None:
     node.cmd(f"ethtool -K {ifname} tx off tso off gso off rx off")
 
 
-def _wait_for_grpc(addr: str, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
-    import grpc
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SwitchStartError(f"the switch exited with status {proc.returncode}; see {log}")
-        channel = grpc.insecure_channel(addr)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=0.5)
-            return
-        except grpc.FutureTimeoutError:
-            continue
-        finally:
-            channel.close()
-    raise SwitchStartError(f"no P4Runtime server at {addr} after {timeout:.0f} s; see {log}")
+def _wait_for_grpc(addr: str, proc: subprocess.Popen, log: Path) -> None:
+    wait_for_server(addr, failed=lambda: None if proc.poll() is None else
+                    f"the switch exited with status {proc.returncode}; see {log}")
 
 
 def _terminate(proc: subprocess.Popen | None) -> None:

@@ -20,11 +20,10 @@ import os
 import select
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from controlplane import entities as ent
-from controlplane.switch import Switch
+from controlplane.switch import Switch, wait_for_server
 
 from .targets import P4INFO, REPO, Write
 from .topology import PORTS
@@ -119,23 +118,9 @@ class Bmv2Target:
         _sh("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
 
     def _connect(self) -> Switch:
-        """Wait for the gRPC port, then open one session (a retried arbitration would
-        collide with the half-open first one: 'Election id already exists')."""
-        import grpc
-
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError("simple_switch_grpc exited; see build/bmv2-conformance.log")
-            channel = grpc.insecure_channel(GRPC_ADDR)
-            try:
-                grpc.channel_ready_future(channel).result(timeout=0.5)
-                break
-            except grpc.FutureTimeoutError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no P4Runtime server at {GRPC_ADDR} after 30 s") from None
-            finally:
-                channel.close()
+        proc = self.proc
+        wait_for_server(GRPC_ADDR, failed=lambda: None if proc is None or proc.poll() is None
+                        else "simple_switch_grpc exited; see build/bmv2-conformance.log")
         return Switch(GRPC_ADDR, election_id=(0, 1), connect_timeout=5.0, timeout=10.0)
 
     @staticmethod
