@@ -69,7 +69,7 @@ import threading
 import time as _time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO
 
@@ -137,6 +137,14 @@ class PolicyConfig:
         if self.min_members < 1:
             raise ValueError(f"min_members must be >= 1, got {self.min_members}")
 
+    def scaled(self, factor: float) -> PolicyConfig:
+        """The same policy on a faster (factor < 1) or slower clock: every duration,
+        the detector's too, times `factor`; thresholds and counts unchanged."""
+        if not factor > 0:
+            raise ValueError(f"time scale factor must be > 0, got {factor}")
+        detector = replace(self.detector, **_scaled_durations(self.detector, factor))
+        return replace(self, detector=detector, **_scaled_durations(self, factor))
+
     @property
     def exclusion_slowdown(self) -> float:
         """The slowdown above which a left-out member is worth less than it costs."""
@@ -146,6 +154,11 @@ class PolicyConfig:
 
     def quorum_floor(self, n: int) -> int:
         return max(1, math.ceil(self.min_quorum_fraction * n - 1e-9))
+
+
+def _scaled_durations(config: PolicyConfig | DetectorConfig, factor: float) -> dict[str, float]:
+    return {f.name: getattr(config, f.name) * factor for f in fields(config)
+            if f.name.endswith("_s")}
 
 
 # ------------------------------------------------------------------ cost model

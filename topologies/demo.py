@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo")
     parser.add_argument("--skip-baseline", action="store_true",
                         help="run only the HySync configuration")
+    parser.add_argument("--policy", choices=("manual-schedule", "adaptive"),
+                        default="manual-schedule",
+                        help="HySync's mode policy: the scenario's schedule (default), or "
+                             "the adaptive straggler policy")
     args = parser.parse_args(argv)
     try:
         scenario = load_scenario(args.scenario)
@@ -54,8 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     stragglers = {s.worker for s in scenario.stragglers}
     swap = scenario.schedule[0] if scenario.schedule else None
     configs = [] if args.skip_baseline else [RunConfig("gloo", "gloo")]
-    configs.append(RunConfig("hysync-sync-then-partial" if swap else "hysync-sync", "hysync",
-                             "manual-schedule" if swap else "sync"))
+    if args.policy == "adaptive":
+        configs.append(RunConfig("hysync-adaptive", "hysync", "adaptive"))
+    else:
+        configs.append(RunConfig("hysync-sync-then-partial" if swap else "hysync-sync",
+                                 "hysync", "manual-schedule" if swap else "sync"))
     print(f"HySync demo: scenario {scenario.name!r}: {scenario.workers} workers, "
           f"{scenario.steps} steps, straggler(s) {sorted(stragglers) or 'none'}; "
           f"logs in {args.out}")
@@ -91,7 +98,8 @@ def summarize(runs, swaps, scenario, stragglers, out: Path, elapsed: float) -> s
         ttt = f"{s.time_to_target_s:.1f} s" if s.time_to_target_s is not None else "not reached"
         rows.append([name, ttt, f"{s.final_accuracy:.3f}", f"{s.throughput:.1f}"])
         ref = report.reference(logs, stragglers)
-        for label, _, _, rate, mode in report.phase_rates(ref, [w.at_step for w in swaps[name]]):
+        mode_swaps = [w.at_step for w in swaps[name] if w.action == "set_mode"]
+        for label, _, _, rate, mode in report.phase_rates(ref, mode_swaps):
             phase_rows.append([name, label, mode, f"{rate:.1f}"])
     plot = report.plot_runs(runs, out / "demo.png", f"demo ({scenario.name})",
                             scenario.target_accuracy, stragglers)

@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
+from controlplane.policy import PolicyConfig, PolicyRunner, make_policy
 from controlplane.switch import Switch, wait_for_server
 from hysync.wire import Mode
 from topologies.scenario import Scenario
@@ -33,7 +34,17 @@ P4INFO = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"
 JOB_ID = 1
 SLOT_BASE = 0
 WINDOW = 256  # slots of the job: contributions in flight per worker (a harness may lower it)
-POLICIES = ("sync", "partial", "async", "manual-schedule")
+# The model-averaging job (worker/averaging.py): always sync, on slots of its own after the
+# training job's, each worker on a second UDP port. 64 slots: a 57-chunk model per round.
+AVG_JOB_ID = 2
+AVG_SLOTS = 64
+AVG_PORT_OFFSET = 100
+AVERAGE_EVERY = 25.0  # updates of the job clock between background averaging rounds
+POLICIES = ("sync", "partial", "async", "manual-schedule", "adaptive")
+# The adaptive policy's clock for these runs: its defaults (made for jobs that train for
+# hours) at half the time constants, read every 0.25 s - the runs last a minute or less.
+POLICY_INTERVAL_S = 0.25
+POLICY_TIME_SCALE = 0.5
 
 
 class RunFailed(RuntimeError):
@@ -46,7 +57,7 @@ class RunConfig:
 
     name: str
     backend: str  # hysync | gloo
-    policy: str = "sync"  # sync | partial | async | manual-schedule
+    policy: str = "sync"  # sync | partial | async | manual-schedule | adaptive
     quorum: int = 0  # partial
 
 
@@ -123,21 +134,35 @@ def job_for(harness: Harness, scenario: Scenario, config: RunConfig) -> JobConfi
                      name=config.name)
 
 
+def averaging_job_for(harness: Harness, scenario: Scenario) -> JobConfig:
+    """The model-averaging job: the same members on their second port, in sync."""
+    members = tuple(replace(m, udp_port=m.udp_port + AVG_PORT_OFFSET)
+                    for m in harness.members(scenario.workers))
+    return JobConfig(job_id=AVG_JOB_ID, members=members, slot_base=SLOT_BASE + harness.window,
+                     slot_count=AVG_SLOTS, mode=Mode.SYNC, quorum=0, name="model-averaging")
+
+
 @dataclass
 class Swap:
-    at_step: int
+    """A change the controller made during a run: a mode swap or a membership change."""
+
+    at_step: int  # worker 0's step when it was made
     t: float
     mode: str
     quorum: int
+    action: str = "set_mode"  # set_mode | exclude | readmit
+    worker: int | None = None
+    reason: str = ""
 
 
 def run_config(harness: Harness, controller: Controller, scenario: Scenario, config: RunConfig,
                out_dir: Path, say: Callable[[str], None] = print) -> tuple[list[dict], list[Swap]]:
     """Train one configuration to the end; return the workers' logs and the swaps made."""
-    job = None
+    jobs: list[JobConfig] = []
     if config.backend == "hysync":
-        job = job_for(harness, scenario, config)
-        controller.add_job(job)
+        jobs = [job_for(harness, scenario, config), averaging_job_for(harness, scenario)]
+        for job in jobs:
+            controller.add_job(job)
     rendezvous = harness.rendezvous()
     procs, lines = [], queue.Queue()
     for w in range(scenario.workers):
@@ -145,20 +170,39 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                 "--worker", str(w), "--config", config.name, "--backend", config.backend,
                 "--rendezvous", rendezvous, "--out", str(out_dir / config.name /
                                                           f"worker-{w}.json")]
-        if job is not None:
-            m = job.member(w)
+        if jobs:
+            job, avg = jobs
+            m, a = job.member(w), avg.member(w)
             argv += ["--switch", harness.switch_data_addr(), "--bind",
                      f"{m.ipv4}:{m.udp_port}", "--job-id", str(job.job_id),
                      "--slot-base", str(job.slot_base), "--slot-count", str(job.slot_count),
-                     "--scale", str(2.0 ** 20)]
+                     "--avg-bind", f"{a.ipv4}:{a.udp_port}", "--avg-job-id", str(avg.job_id),
+                     "--avg-slot-base", str(avg.slot_base),
+                     "--avg-slot-count", str(avg.slot_count),
+                     "--average-every", str(AVERAGE_EVERY), "--scale", str(2.0 ** 20)]
         proc = harness.start_worker(w, argv)
         procs.append(proc)
         threading.Thread(target=_pump, args=(w, proc, lines), daemon=True).start()
-    swaps = _follow(procs, lines, scenario, config, controller, say,
-                    (SLOT_BASE, SLOT_BASE + harness.window - 1))
+    policy = None
+    try:
+        if config.policy == "adaptive":
+            (out_dir / config.name).mkdir(parents=True, exist_ok=True)
+            policy = PolicyRunner(
+                controller, JOB_ID,
+                make_policy("adaptive", PolicyConfig().scaled(POLICY_TIME_SCALE)),
+                interval=POLICY_INTERVAL_S, log_path=out_dir / config.name / "policy.jsonl")
+        swaps = _follow(procs, lines, scenario, config, controller, policy, say,
+                        (SLOT_BASE, SLOT_BASE + harness.window - 1))
+    except BaseException:
+        for proc in procs:  # a failed run leaves no worker waiting for the others
+            proc.kill()
+        raise
+    finally:
+        if policy is not None:
+            policy.close()
     for proc in procs:
         proc.wait()
-    if job is not None:
+    for job in reversed(jobs):
         controller.remove_job(job.job_id)
     logs = []
     for w in range(scenario.workers):
@@ -181,38 +225,62 @@ def _pump(worker: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
 
 
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
-            controller: Controller, say: Callable[[str], None],
+            controller: Controller, policy: PolicyRunner | None, say: Callable[[str], None],
             slots: tuple[int, int]) -> list[Swap]:
-    """Show progress every 2 s, apply the manual schedule when worker 0 reaches a step, and
-    exclude a finished worker from the job while others still train."""
+    """Show progress every 2 s; apply the manual schedule when worker 0 reaches a step, or
+    step the adaptive policy every interval until the first worker finishes; exclude a
+    finished worker from the training job while others still train, and a worker that
+    exits without finishing from the averaging job too."""
     schedule = list(scenario.schedule) if config.policy == "manual-schedule" else []
     finished: set[int] = set()
-
-    def finish(worker: int, why: str) -> None:
-        # Take it out of the job, so that a round it will never join cannot hold the
-        # members still finishing their last steps.
-        finished.add(worker)
-        if config.backend == "hysync" and len(finished) < len(procs):
-            controller.exclude(JOB_ID, worker)
-            say(f"  [{config.name}] controller: worker {worker} {why}; excluded it")
-
     steps, modes, acc, swaps = {}, {}, {}, []
     open_streams, start, last_report = len(procs), time.monotonic(), 0.0
+    next_policy_step = start + POLICY_INTERVAL_S
+
+    def finish(worker: int, why: str, *, completed: bool) -> None:
+        nonlocal policy
+        finished.add(worker)
+        if config.backend != "hysync" or len(finished) == len(procs):
+            return
+        if policy is not None:
+            # The policy's work is done once a worker finishes: the last steps are a
+            # drain. A member it excluded is readmitted so that it can finish too (its
+            # replica is resynchronized by the model averaging).
+            policy = None
+            for w in sorted(set(range(len(procs))) - finished - controller.job(JOB_ID).active):
+                controller.readmit(JOB_ID, w)
+                record("readmit", "", 0, w, "the run is draining: the policy stopped")
+                say(f"  [{config.name}] controller: policy stopped; readmitted worker {w}")
+        # Take it out of the job, so that a round it will never join cannot hold the
+        # members still finishing their last steps (an exited worker: also the averaging).
+        job_ids = [JOB_ID] if completed else [JOB_ID, AVG_JOB_ID]
+        for job_id in job_ids:
+            active = controller.job(job_id).active
+            if worker in active and len(active) > 1:
+                controller.exclude(job_id, worker)
+                say(f"  [{config.name}] controller: worker {worker} {why}; excluded it "
+                    f"from job {job_id}")
+
+    def record(action: str, mode: str, quorum: int, worker: int | None = None,
+               reason: str = "") -> None:
+        swaps.append(Swap(steps.get(0, 0), time.monotonic() - start, mode, quorum, action,
+                          worker, reason))
+
     while open_streams:
         try:
-            line = lines.get(timeout=0.5)
+            line = lines.get(timeout=0.1 if policy else 0.5)
         except queue.Empty:
             line = ""
         if isinstance(line, int):  # a worker's output ended: it exited
             open_streams -= 1
             if line not in finished:
-                finish(line, "exited")
+                finish(line, "exited", completed=False)
             continue
         if line.startswith("{"):
             rec = json.loads(line)
             w = rec["worker"]
             if rec.get("done"):
-                finish(w, "finished training")
+                finish(w, "finished training", completed=True)
                 continue
             steps[w], modes[w] = rec["step"], rec["mode"] or modes.get(w)
             if rec["accuracy"] is not None:
@@ -222,14 +290,18 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                 controller.set_mode(JOB_ID, slots=slots,
                                     mode=Mode[swap.mode.upper()],
                                     quorum=swap.quorum if swap.mode == "partial" else None)
-                swaps.append(Swap(rec["step"], time.monotonic() - start, swap.mode,
-                                  swap.quorum))
+                record("set_mode", swap.mode, swap.quorum)
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
                 say(f"  [{config.name}] controller: step {rec['step']} of worker 0 -> "
                     f"mode {label} for slots {slots[0]}-{slots[1]}")
         elif line.strip():
             say(f"  [{config.name}] {line.rstrip()}")
         now = time.monotonic()
+        if policy is not None and not finished and now >= next_policy_step:
+            next_policy_step = max(next_policy_step + POLICY_INTERVAL_S, now)
+            for d in policy.step():
+                record(d.action, d.mode, d.quorum, d.worker, d.reason)
+                say(f"  [{config.name}] policy: {d.describe()}")
         if now - last_report >= 2.0 and steps:
             last_report = now
             done = " ".join(f"w{w}={s + 1}" for w, s in sorted(steps.items()))

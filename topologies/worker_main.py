@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from datetime import timedelta
@@ -47,11 +48,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slot-base", type=int, default=0)
     p.add_argument("--slot-count", type=int, default=256)
     p.add_argument("--scale", type=float, default=2.0 ** 20)
+    p.add_argument("--avg-bind", metavar="HOST:PORT",
+                   help="this worker's UDP address in the model-averaging job (hysync)")
+    p.add_argument("--avg-job-id", type=int, default=2)
+    p.add_argument("--avg-slot-base", type=int, default=256)
+    p.add_argument("--avg-slot-count", type=int, default=64)
+    p.add_argument("--average-every", type=float, default=25.0, metavar="UPDATES",
+                   help="background model averaging period in updates (0: only the final "
+                        "averaging round)")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.backend == "hysync" and not (args.switch and args.bind):
-        p.error("--backend hysync needs --switch HOST:PORT and --bind HOST:PORT")
+    if args.backend == "hysync" and not (args.switch and args.bind and args.avg_bind):
+        p.error("--backend hysync needs --switch HOST:PORT, --bind HOST:PORT and "
+                "--avg-bind HOST:PORT")
+    if args.average_every < 0:
+        p.error(f"--average-every must be >= 0 updates, got {args.average_every:g}")
     return args
 
 
@@ -60,20 +72,42 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int):
-    """Register the HySync hook; return a callable giving (mode, contributors) of a step."""
-    from worker.api import HySyncWorker
-    from worker.ddp_hook import HySyncHookState, hysync_hook
+def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bind: str,
+                      slot_base: int, slot_count: int):
     from worker.transport import TransportConfig
 
     switch_host, switch_port = _host_port(args.switch)
-    bind_host, bind_port = _host_port(args.bind)
-    config = TransportConfig(job_id=args.job_id, worker_id=args.worker, switch_host=switch_host,
-                             switch_port=switch_port, bind_host=bind_host, bind_port=bind_port,
-                             slot_base=args.slot_base, slot_count=args.slot_count,
-                             members=workers, dead_after=30.0)
-    state = HySyncHookState(HySyncWorker(config, scale=args.scale))
+    bind_host, bind_port = _host_port(bind)
+    # dead_after: an excluded member waits, retransmitting, until it is readmitted.
+    return TransportConfig(job_id=job_id, worker_id=args.worker, switch_host=switch_host,
+                           switch_port=switch_port, bind_host=bind_host, bind_port=bind_port,
+                           slot_base=slot_base, slot_count=slot_count, members=workers,
+                           dead_after=120.0)
+
+
+def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int,
+                  steps: int):
+    """Register the HySync hook and build the model averager (its own job); return the
+    averager and a callable giving (mode, contributors, updates applied) of a step."""
+    from worker.api import HySyncWorker
+    from worker.averaging import BackgroundAverager
+    from worker.ddp_hook import HySyncHookState, hysync_hook
+
+    training = HySyncWorker(_transport_config(args, workers, job_id=args.job_id,
+                                              bind=args.bind, slot_base=args.slot_base,
+                                              slot_count=args.slot_count), scale=args.scale)
+    state = HySyncHookState(training)
     model.register_comm_hook(state, hysync_hook)
+    averaging = HySyncWorker(_transport_config(args, workers, job_id=args.avg_job_id,
+                                               bind=args.avg_bind,
+                                               slot_base=args.avg_slot_base,
+                                               slot_count=args.avg_slot_count),
+                             scale=args.scale)
+    averager = BackgroundAverager(
+        averaging, list(model.module.parameters()),
+        every=args.average_every or math.inf, steps=steps,
+        needs_resync=lambda: training.needs_resync,
+        clear_resync=training.transport.clear_resync)
 
     def step_info() -> tuple[str | None, float | None, float]:
         stats = state.last_stats()
@@ -82,15 +116,12 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
         mode = stats.modes.most_common(1)[0][0]
         return mode, float(stats.results["count"].mean()), state.updates_applied()
 
-    return step_info
+    return averager, step_info
 
 
-def average_replicas(model: DistributedDataParallel, workers: int) -> None:
-    """The run's final model-averaging round, over gloo: partial and async rounds, and
-    momentum applied to rounds combined in one step, let replicas drift apart; their
-    average makes them one model again. (Through the switch this needs a slot range
-    of its own in sync, ShadowSync's design, which is not built yet: on the training
-    range a straggler still finishing its steps would meet the averaging chunks.)"""
+def average_replicas_over_gloo(model: DistributedDataParallel, workers: int) -> None:
+    """The gloo baseline's final averaging round (DDP replicas are equal already up to
+    floating-point order; this keeps the two backends' run endings alike)."""
     with torch.no_grad():
         params = list(model.module.parameters())
         flat = torch.cat([p.reshape(-1) for p in params])
@@ -113,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", store=store, rank=args.worker, world_size=workers,
                             timeout=timedelta(seconds=120))
     model = DistributedDataParallel(make_model(args.seed))
-    step_info = (attach_hysync(model, args, workers) if args.backend == "hysync"
-                 else lambda: ("allreduce", float(workers), 1.0))
+    averager = None
+    if args.backend == "hysync":
+        averager, step_info = attach_hysync(model, args, workers, scenario.steps)
+    else:
+        def step_info() -> tuple[str | None, float | None, float]:
+            return "allreduce", float(workers), 1.0
     straggler = scenario.straggler(args.worker)
     log = RunLog(args.config, args.worker, workers)
 
@@ -131,26 +166,35 @@ def main(argv: list[str] | None = None) -> int:
         train(model, data, args.worker, workers, cfg, log,
               slowdown=straggler.factor_at if straggler else (lambda t: 1.0),
               dead=straggler.dead_at if straggler else (lambda t: False),
-              step_info=step_info, progress=progress)
+              step_info=step_info, progress=progress,
+              on_step=(lambda step, clock: averager.at_step(clock)) if averager else (
+                  lambda step, clock: clock))
+        if log.ended == "completed":
+            # Tell the runner first: it takes this worker out of the training job, so
+            # the members still finishing their last steps never wait for it.
+            print(json.dumps({"worker": args.worker, "done": True}), flush=True)
+            log.extra["accuracy_before_averaging"] = log.final_accuracy
+            if averager is not None:
+                # Waits for every member still in the averaging job (a dead one is
+                # excluded from it by the runner when its process ends).
+                averager.finish(log.steps[-1].progress if log.steps else 0.0)
+                log.extra["averaging"] = averager.history
+            elif not any(s.pattern == "dies" for s in scenario.stragglers):
+                # (gloo has no membership: a dead worker leaves no group to average with)
+                average_replicas_over_gloo(model, workers)
+            log.final_accuracy = accuracy(model.module, data.x_test, data.y_test)
     except Exception as err:  # noqa: BLE001 - the log must say how the run ended
         log.ended = f"failed: {type(err).__name__}: {err}"
         log.write(args.out)
         print(f"worker {args.worker}: {log.ended}", file=sys.stderr, flush=True)
         return 1
-    if log.ended == "completed":
-        # Tell the runner first: it takes this worker out of the HySync job, so the
-        # members still finishing their last steps never wait for it.
-        print(json.dumps({"worker": args.worker, "done": True}), flush=True)
-        # A scenario in which a worker dies has no full group to average with.
-        if not any(s.pattern == "dies" for s in scenario.stragglers):
-            log.extra["accuracy_before_averaging"] = log.final_accuracy
-            average_replicas(model, workers)
-            log.final_accuracy = accuracy(model.module, data.x_test, data.y_test)
     log.write(args.out)
     # The final parameters, so that replicas can be compared after the run.
     torch.save(model.module.state_dict(), args.out.with_suffix(".pt"))
     if log.ended != "completed":
         os._exit(0)  # a dead worker leaves without the collective shutdown
+    if averager is not None:
+        averager.close()
     dist.destroy_process_group()
     return 0
 

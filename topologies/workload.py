@@ -105,7 +105,7 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
           dead: Callable[[float], bool] = lambda t: False,
           step_info: Callable[[], tuple[str | None, float | None, float]] = (
               lambda: (None, None, 1.0)),
-          on_step: Callable[[int], None] = lambda step: None,
+          on_step: Callable[[int, float], float] = lambda step, progress: progress,
           progress: Callable[[StepRecord], None] = lambda rec: None) -> RunLog:
     """SGD on this worker's shard; the model's gradient averaging happens in backward()
     (DDP with gloo, or DDP with the HySync communication hook).
@@ -113,7 +113,10 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
     The run ends when the *job* has applied `cfg.steps` updates (step_info's third
     value, summed), not after this worker's own iterations: a straggler in partial or
     async mode applies several rounds in one call, and every replica must stop at the
-    same round or the last ones would wait for members that have left."""
+    same round or the last ones would wait for members that have left.
+
+    `on_step(step, progress)` runs before each step, between optimizer steps (model
+    averaging applies its rounds there) and returns the job clock to go on from."""
     x, y = shard(data, worker, workers)
     rng = np.random.default_rng(cfg.seed * 1000 + worker)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
@@ -123,7 +126,9 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
     for step in range(4 * cfg.steps):  # a bound, in case a mode applies little per call
         if applied_total >= cfg.steps - 1e-9:
             break
-        on_step(step)
+        applied_total = on_step(step, applied_total)
+        if applied_total >= cfg.steps - 1e-9:
+            break
         t0 = time.perf_counter()
         if dead(t0 - start):
             log.ended = f"died at step {step} (scenario)"
