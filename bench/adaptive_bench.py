@@ -1,0 +1,200 @@
+"""Adaptive synchronization against the fixed configurations, scenario by scenario.
+
+Every scenario (homogeneous; 1 of 4 workers 2x and 4x slower; intermittent; recovering;
+a worker that dies) with every configuration (DDP over gloo, HySync sync, fixed
+partial(3), adaptive), on the embedded default (softswitch on UDP loopback, workers
+as local processes - the harness of `make demo`), one run per cell:
+
+    .venv/bin/python -m bench.adaptive_bench [--scenarios homogeneous constant-2x ...]
+                                             [--configs gloo adaptive ...]
+
+Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
+accuracy, final accuracy, throughput, the speed-ups of adaptive over sync and gloo, the
+policy's decisions) with the goals checked, bench/results/adaptive.png (time to target
+per cell), and per scenario runs/adaptive-bench/<scenario>/plot.png (accuracy over time,
+iteration times, mode timeline). A configuration that fails (gloo cannot go on when a
+worker dies) is a row with its error, not a missing one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from controlplane.controller import Controller
+from topologies import report
+from topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
+from topologies.scenario import load_scenario
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SCENARIOS = ("homogeneous", "constant-2x", "constant-4x", "intermittent", "recovering", "dies")
+CONFIGS = {
+    "gloo": RunConfig("gloo", "gloo"),
+    "sync": RunConfig("hysync-sync", "hysync", "sync"),
+    "partial(3)": RunConfig("hysync-partial(3)", "hysync", "partial", 3),
+    "adaptive": RunConfig("hysync-adaptive", "hysync", "adaptive"),
+}
+# The issue's goals: adaptive >= 1.4x faster to the target than sync and gloo with one
+# persistent straggler of 2x or more; within 5% of sync when homogeneous; final accuracy
+# within 1 point of sync everywhere.
+PERSISTENT = ("constant-2x", "constant-4x")
+MIN_SPEEDUP = 1.4
+HOMOGENEOUS_SLACK = 0.05
+ACCURACY_POINTS = 0.01
+
+
+def run_scenario(name: str, configs: list[str], out: Path) -> list[dict]:
+    scenario = load_scenario(REPO / "topologies" / "scenarios" / f"{name}.toml")
+    stragglers = {s.worker for s in scenario.stragglers}
+    harness = LocalHarness(out / name)
+    runs, rows = {}, []
+    try:
+        with connect(harness) as switch:
+            controller = Controller(switch).attach()
+            for key in configs:
+                config = CONFIGS[key]
+                started = time.monotonic()
+                print(f"adaptive bench: {name} / {key} ...", flush=True)
+                row = {"scenario": name, "config": key}
+                try:
+                    logs, swaps = run_config(harness, controller, scenario, config, out / name,
+                                             say=lambda text: None)
+                except RunFailed as err:
+                    rows.append(dict(row, time_to_target_s=None, final_accuracy=None,
+                                     throughput=None, error=str(err)))
+                    print(f"  failed after {time.monotonic() - started:.0f} s: {err}")
+                    continue
+                runs[key] = logs
+                s = report.summarize(key, logs, scenario.target_accuracy, stragglers)
+                rows.append(dict(row, time_to_target_s=_round(s.time_to_target_s, 3),
+                                 final_accuracy=round(s.final_accuracy, 4),
+                                 throughput=round(s.throughput, 2), duration_s=round(
+                                     s.duration_s, 2),
+                                 decisions=[asdict(x) for x in swaps]))
+                print(f"  time to {scenario.target_accuracy:.0%}: "
+                      f"{_text(s.time_to_target_s)} s, final accuracy {s.final_accuracy:.3f}, "
+                      f"{s.throughput:.1f} it/s, {len(swaps)} controller actions "
+                      f"({time.monotonic() - started:.0f} s)", flush=True)
+    finally:
+        harness.close()
+    if runs:
+        report.plot_runs({CONFIGS[k].name: v for k, v in runs.items()},
+                         out / name / "plot.png", f"adaptive bench: {name}",
+                         scenario.target_accuracy, stragglers)
+    return rows
+
+
+def speedups(rows: list[dict]) -> None:
+    """Adds to each adaptive row its speed-up to the target over sync and over gloo."""
+    by = {(r["scenario"], r["config"]): r for r in rows}
+    for r in rows:
+        if r["config"] != "adaptive":
+            continue
+        for base in ("sync", "gloo"):
+            other = by.get((r["scenario"], base), {}).get("time_to_target_s")
+            mine = r["time_to_target_s"]
+            r[f"speedup_vs_{base}"] = round(other / mine, 2) if other and mine else None
+
+
+def goals(rows: list[dict]) -> list[dict]:
+    by = {(r["scenario"], r["config"]): r for r in rows}
+    checks = []
+
+    def check(goal: str, scenario: str, value: float | None, ok: bool | None) -> None:
+        checks.append({"goal": goal, "scenario": scenario, "value": value,
+                       "met": ok if value is not None else None})
+
+    for scenario in {r["scenario"] for r in rows}:
+        adaptive = by.get((scenario, "adaptive"))
+        sync = by.get((scenario, "sync"))
+        if adaptive is None:
+            continue
+        if scenario in PERSISTENT:
+            for base in ("sync", "gloo"):
+                v = adaptive.get(f"speedup_vs_{base}")
+                check(f"adaptive >= {MIN_SPEEDUP}x faster to target than {base}", scenario, v,
+                      v is not None and v >= MIN_SPEEDUP)
+        if scenario == "homogeneous":
+            v = adaptive.get("speedup_vs_sync")
+            check(f"adaptive within {HOMOGENEOUS_SLACK:.0%} of sync", scenario, v,
+                  v is not None and v >= 1 - HOMOGENEOUS_SLACK)
+        if sync and sync["final_accuracy"] is not None and adaptive["final_accuracy"] is not None:
+            d = round(adaptive["final_accuracy"] - sync["final_accuracy"], 4)
+            check("final accuracy within 1 point of sync", scenario, d, d >= -ACCURACY_POINTS)
+    return sorted(checks, key=lambda c: (c["scenario"], c["goal"]))
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    by = {(r["scenario"], r["config"]): r for r in rows}
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(configs)
+    for i, config in enumerate(configs):
+        xs, ys = [], []
+        for j, scenario in enumerate(scenarios):
+            t = by.get((scenario, config), {}).get("time_to_target_s")
+            xs.append(j + i * width)
+            ys.append(t if t is not None else 0.0)
+        bars = ax.bar(xs, ys, width, label=config)
+        for bar, y in zip(bars, ys, strict=True):
+            if y == 0.0:
+                ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0.2), ha="center",
+                            fontsize=7)
+    ax.set_xticks([j + width * (len(configs) - 1) / 2 for j in range(len(scenarios))],
+                  scenarios)
+    ax.set(ylabel="time to target accuracy (s)",
+           title="adaptive bench: time to target, lower is better (n/a: never reached)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "adaptive-bench")
+    args = parser.parse_args(argv)
+    rows: list[dict] = []
+    for name in args.scenarios:
+        rows += run_scenario(name, args.configs, args.out)
+    speedups(rows)
+    checks = goals(rows)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "adaptive.json").write_text(json.dumps(
+        {"rows": rows, "goals": checks}, indent=2) + "\n")
+    plot(rows, RESULTS / "adaptive.png")
+    print(report.table(
+        [[r["scenario"], r["config"], _text(r["time_to_target_s"]),
+          _text(r["final_accuracy"], "{:.3f}"), _text(r["throughput"], "{:.1f}"),
+          _text(r.get("speedup_vs_sync"), "{:.2f}"), _text(r.get("speedup_vs_gloo"), "{:.2f}")]
+         for r in rows],
+        ["scenario", "config", "time to target (s)", "final accuracy", "iterations/s",
+         "adaptive/sync", "adaptive/gloo"]))
+    print()
+    print(report.table([[c["scenario"], c["goal"], str(c["value"]),
+                         {True: "met", False: "MISSED", None: "n/a"}[c["met"]]] for c in checks],
+                       ["scenario", "goal", "value", "result"]))
+    print(f"wrote {RESULTS / 'adaptive.json'} and adaptive.png; per-scenario plots in {args.out}")
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _text(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+if __name__ == "__main__":
+    main()
