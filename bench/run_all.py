@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ("softswitch_bench", "hotswap_bench", "worker_bench", "straggler_bench", "bmv2_bench")
+BENCHES = ("softswitch_bench", "hotswap_bench", "worker_bench", "straggler_bench", "adaptive_bench",
+           "bmv2_bench")
 
 
 def main() -> None:

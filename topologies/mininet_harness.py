@@ -27,6 +27,7 @@ from topologies.switches import (
 from topologies.topo import StarTopo, host_ip, host_mac
 
 WORKER_UDP_BASE = 47000
+AVERAGING_UDP_OFFSET = 100
 RENDEZVOUS_PORT = 29500
 
 
@@ -98,8 +99,10 @@ class MininetHarness:
     def hosts(self):
         return [self.net.get(f"h{w + 1}") for w in range(len(self.net.hosts))]
 
-    def members(self, workers: int) -> list[Member]:
-        return [Member(worker=w, ipv4=host_ip(w), mac=host_mac(w), udp_port=WORKER_UDP_BASE + w,
+    def members(self, workers: int, *, averaging: bool = False) -> list[Member]:
+        # Each host has an address of its own: fixed ports, the averaging job's above.
+        base = WORKER_UDP_BASE + (AVERAGING_UDP_OFFSET if averaging else 0)
+        return [Member(worker=w, ipv4=host_ip(w), mac=host_mac(w), udp_port=base + w,
                        switch_port=w + 1) for w in range(workers)]
 
     def switch_data_addr(self) -> str:

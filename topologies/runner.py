@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -38,8 +38,7 @@ WINDOW = 256  # slots of the job: contributions in flight per worker (a harness 
 # training job's, each worker on a second UDP port. 64 slots: a 57-chunk model per round.
 AVG_JOB_ID = 2
 AVG_SLOTS = 64
-AVG_PORT_OFFSET = 100
-AVERAGE_EVERY = 25.0  # updates of the job clock between background averaging rounds
+AVERAGE_EVERY_S = 1.0  # between background model-averaging rounds
 POLICIES = ("sync", "partial", "async", "manual-schedule", "adaptive")
 # The adaptive policy's clock for these runs: its defaults (made for jobs that train for
 # hours) at half the time constants, read every 0.25 s - the runs last a minute or less.
@@ -66,14 +65,14 @@ class Harness(Protocol):
     device_config: Path | None
     window: int  # the job's slot count: what the switch can take in flight without loss
 
-    def members(self, workers: int) -> list[Member]: ...
+    def members(self, workers: int, *, averaging: bool = False) -> list[Member]: ...
     def switch_data_addr(self) -> str: ...
     def rendezvous(self) -> str: ...
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen: ...
 
 
-def free_port() -> int:
-    with socket.socket() as s:
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -85,7 +84,8 @@ class LocalHarness:
         self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.device_config = None
         self.window = WINDOW
-        self.data_port = free_port()
+        self.data_port = free_port(socket.SOCK_DGRAM)
+        self._ports: dict[bool, list[int]] = {}
         self.log = log_dir / "softswitch.log"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w") as out:
@@ -94,9 +94,13 @@ class LocalHarness:
                  "--udp", f"127.0.0.1:{self.data_port}"], stdout=out, stderr=subprocess.STDOUT,
                 cwd=REPO)
 
-    def members(self, workers: int) -> list[Member]:
+    def members(self, workers: int, *, averaging: bool = False) -> list[Member]:
+        # Ports picked free once per harness (and job), so that runs side by side on one
+        # machine do not collide; the same ports for every configuration of the harness.
+        ports = self._ports.setdefault(averaging, [free_port(socket.SOCK_DGRAM)
+                                                   for _ in range(workers)])
         return [Member(worker=w, ipv4="127.0.0.1", mac=f"02:00:00:00:01:{w + 1:02x}",
-                       udp_port=47001 + w, switch_port=1) for w in range(workers)]
+                       udp_port=ports[w], switch_port=1) for w in range(workers)]
 
     def switch_data_addr(self) -> str:
         return f"127.0.0.1:{self.data_port}"
@@ -136,8 +140,7 @@ def job_for(harness: Harness, scenario: Scenario, config: RunConfig) -> JobConfi
 
 def averaging_job_for(harness: Harness, scenario: Scenario) -> JobConfig:
     """The model-averaging job: the same members on their second port, in sync."""
-    members = tuple(replace(m, udp_port=m.udp_port + AVG_PORT_OFFSET)
-                    for m in harness.members(scenario.workers))
+    members = tuple(harness.members(scenario.workers, averaging=True))
     return JobConfig(job_id=AVG_JOB_ID, members=members, slot_base=SLOT_BASE + harness.window,
                      slot_count=AVG_SLOTS, mode=Mode.SYNC, quorum=0, name="model-averaging")
 
@@ -179,7 +182,7 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                      "--avg-bind", f"{a.ipv4}:{a.udp_port}", "--avg-job-id", str(avg.job_id),
                      "--avg-slot-base", str(avg.slot_base),
                      "--avg-slot-count", str(avg.slot_count),
-                     "--average-every", str(AVERAGE_EVERY), "--scale", str(2.0 ** 20)]
+                     "--average-every", str(AVERAGE_EVERY_S), "--scale", str(2.0 ** 20)]
         proc = harness.start_worker(w, argv)
         procs.append(proc)
         threading.Thread(target=_pump, args=(w, proc, lines), daemon=True).start()

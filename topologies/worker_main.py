@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from datetime import timedelta
@@ -53,17 +52,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--avg-job-id", type=int, default=2)
     p.add_argument("--avg-slot-base", type=int, default=256)
     p.add_argument("--avg-slot-count", type=int, default=64)
-    p.add_argument("--average-every", type=float, default=25.0, metavar="UPDATES",
-                   help="background model averaging period in updates (0: only the final "
-                        "averaging round)")
+    p.add_argument("--average-every", type=float, default=1.0, metavar="SECONDS",
+                   help="background model averaging period (hysync)")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.backend == "hysync" and not (args.switch and args.bind and args.avg_bind):
         p.error("--backend hysync needs --switch HOST:PORT, --bind HOST:PORT and "
                 "--avg-bind HOST:PORT")
-    if args.average_every < 0:
-        p.error(f"--average-every must be >= 0 updates, got {args.average_every:g}")
+    if not args.average_every > 0:
+        p.error(f"--average-every must be > 0 seconds, got {args.average_every:g}")
     return args
 
 
@@ -105,7 +103,7 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
                              scale=args.scale)
     averager = BackgroundAverager(
         averaging, list(model.module.parameters()),
-        every=args.average_every or math.inf, steps=steps,
+        period_s=args.average_every, steps=steps,
         needs_resync=lambda: training.needs_resync,
         clear_resync=training.transport.clear_resync)
 
@@ -167,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
               slowdown=straggler.factor_at if straggler else (lambda t: 1.0),
               dead=straggler.dead_at if straggler else (lambda t: False),
               step_info=step_info, progress=progress,
-              on_step=(lambda step, clock: averager.at_step(clock)) if averager else (
-                  lambda step, clock: clock))
+              **({"on_step": lambda step, clock: averager.at_step(clock),
+                  "step_lock": averager.step_lock} if averager else {}))
         if log.ended == "completed":
             # Tell the runner first: it takes this worker out of the training job, so
             # the members still finishing their last steps never wait for it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -106,7 +107,8 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
           step_info: Callable[[], tuple[str | None, float | None, float]] = (
               lambda: (None, None, 1.0)),
           on_step: Callable[[int, float], float] = lambda step, progress: progress,
-          progress: Callable[[StepRecord], None] = lambda rec: None) -> RunLog:
+          progress: Callable[[StepRecord], None] = lambda rec: None,
+          step_lock: AbstractContextManager | None = None) -> RunLog:
     """SGD on this worker's shard; the model's gradient averaging happens in backward()
     (DDP with gloo, or DDP with the HySync communication hook).
 
@@ -116,7 +118,9 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
     same round or the last ones would wait for members that have left.
 
     `on_step(step, progress)` runs before each step, between optimizer steps (model
-    averaging applies its rounds there) and returns the job clock to go on from."""
+    averaging applies its rounds there) and returns the job clock to go on from;
+    `step_lock` is held while the optimizer writes the parameters (model averaging
+    snapshots them under it)."""
     x, y = shard(data, worker, workers)
     rng = np.random.default_rng(cfg.seed * 1000 + worker)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
@@ -140,7 +144,8 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
         if emulate > 0:
             time.sleep(emulate)
         loss.backward()
-        opt.step()
+        with step_lock or nullcontext():
+            opt.step()
         opt.zero_grad(set_to_none=True)
         now = time.perf_counter()
         mode, contributors, applied = step_info()

@@ -3,42 +3,41 @@
 Partial and async rounds, and momentum over rounds applied late, let replicas drift
 apart; a replica that was excluded, or fell out of the switch's retransmission
 window, misses results for good. ShadowSync's answer: besides the gradient
-all-reduce, the replicas average their *parameters* now and then, in the background,
+all-reduce, a background thread averages the replicas' *parameters* over and over,
 off the training's critical path. Here that average runs through the switch too, as a
 second HySync job with a slot range (and a UDP port per worker) of its own that always
 stays `sync` - so it never meets the training job's mode swaps, membership changes or
-counters - on its own transport thread (`HySyncWorker`).
+counters - on its own transport (`HySyncWorker`).
 
-The training loop calls `at_step(progress)` between steps (no tensor is touched while
-forward/backward/optimizer run) and `finish(progress)` once at the end:
+A round, on the averaging thread, every `period_s` seconds:
 
-* Averaging round k starts when the job clock (`progress`, the updates applied, the
-  same on every replica) first reaches k * `every`: the parameters are copied (the
-  snapshot) and all-reduced in the background while training goes on. Every replica
-  starts the same rounds in the same order - what pairs them at the switch (sync,
-  same key) - so the number of rounds is fixed by the clock: every multiple of
-  `every` below `steps`.
-  A replica that needs resynchronizing starts its next round at once instead of
-  waiting for its clock (the others, ahead of it, are already waiting in that round).
-* When a round's average arrives, the replica moves by `average - snapshot` (the
-  local progress made since the snapshot is kept). A replica that needed resync before
-  the snapshot also adopts the job clock of the replicas that did not (carried in the
-  same vector, so the run ends together), and its training transport's resync flag is
-  cleared.
-* `finish` completes the owed rounds, then runs the *final* round: every replica
-  adopts the average itself, so all replicas are bit-identical (they apply the same
-  integer results).
+* snapshot = the parameters, plus the moves of earlier rounds not applied yet (taken
+  under the step lock, which the training loop holds while the optimizer writes them,
+  so the snapshot is one consistent model); all-reduce it (sync: every active member's
+  round-k snapshot meets the others' round k - a collective, so the rounds pair up by
+  themselves, whatever each replica's pace);
+* the move `average - snapshot` waits for the training loop, which applies it between
+  two steps (`at_step`; never while forward/backward hold the parameters), keeping the
+  local progress made since the snapshot. A training thread blocked in a call (an
+  excluded member waits until it is readmitted) applies the moves when it resumes.
 
-The averaged vector is the flat parameters plus two entries: `clock / steps * healthy`
-and `healthy` (1 for a replica that did not need resync), so the mean clock of the
-healthy replicas is `mean(clock * healthy) / mean(healthy)` - sync rounds of the
-averaging job include every active member, so the results are means.
+The averaged vector is the flat parameters plus three entries: `clock / steps *
+healthy`, `healthy` (1 for a replica whose training transport did not need
+resynchronizing) and `done` (1 once this replica has finished training). A replica
+behind the mean clock of the healthy ones, `mean(clock * healthy) / mean(healthy)`
+(it missed results, or was excluded), adopts it, so the run ends together; a replica
+that needed resync has its transport's flag cleared. The first round whose
+average says every active member is done (`mean(done) == 1`) is the *final* round:
+every replica sees the same result, stops there and adopts the average itself, so all
+replicas end bit-identical (they apply the same integer results). A member that dies
+must be excluded from the averaging job (the runner does it when its process ends).
 """
 
 from __future__ import annotations
 
 import logging
-import math
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -48,97 +47,131 @@ from worker.api import HySyncWorker
 log = logging.getLogger(__name__)
 
 KEY = "model-average"
+CLOCK, HEALTHY, DONE = range(3)  # the extra entries after the parameters
 
 
 class BackgroundAverager:
-    """Averages `params` every `every` updates of the job clock, through `worker`."""
+    """Averages `params` through `worker` every `period_s` seconds on a thread of its own."""
 
-    def __init__(self, worker: HySyncWorker, params: Sequence[torch.Tensor], *, every: float,
-                 steps: int, needs_resync: Callable[[], bool] = lambda: False,
+    def __init__(self, worker: HySyncWorker, params: Sequence[torch.Tensor], *,
+                 period_s: float, steps: int, needs_resync: Callable[[], bool] = lambda: False,
                  clear_resync: Callable[[], None] = lambda: None) -> None:
-        if not every > 0:
-            raise ValueError(f"the averaging period must be > 0 updates, got {every}")
+        if not period_s > 0:
+            raise ValueError(f"the averaging period must be > 0 s, got {period_s}")
         self.worker = worker
         self.params = list(params)
-        self.every, self.steps = float(every), steps
-        # Background rounds of the whole run: at every, 2 every, ... before the end (the
-        # final round takes the place of one at `steps`).
-        self.rounds = max(0, math.ceil(steps / every - 1e-9) - 1)
+        self.period_s = period_s
+        self.steps = steps  # the clock travels as clock / steps: within the quantizer's range
         self._needs_resync, self._clear_resync = needs_resync, clear_resync
-        self.started = 0
-        self.history: list[dict[str, float]] = []  # one record per finished round
-        self._pending: tuple[torch.futures.Future, torch.Tensor, bool, float] | None = None
+        self.step_lock = threading.Lock()  # held by the training loop around optimizer.step
+        self._lock = threading.Lock()  # the fields below
+        self._pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        self._clock = 0.0  # the job clock as the training loop last reported it
+        self._adopt: float | None = None  # a job clock to adopt (after a resync)
+        self._done = False
+        self._final = threading.Event()
+        self._error: BaseException | None = None
+        self.history: list[dict[str, object]] = []  # one record per round
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"hysync-averaging-w{worker.config.worker_id}")
+        self._thread.start()
 
     # -------------------------------------------------------------- training-loop calls
-    def at_step(self, progress: float) -> float:
-        """Between two steps: apply a finished round, start a due one. Returns the job
-        clock to continue from (a resynchronized replica adopts the group's)."""
-        if self._pending is not None and self._pending[0].done():
-            progress = self._apply(progress, final=False)
-        if self._pending is None and self.started < self.rounds and (
-                progress >= (self.started + 1) * self.every - 1e-9 or self._needs_resync()):
-            self._start(progress)
-        return progress
+    def at_step(self, clock: float) -> float:
+        """Between two steps: apply the moves of finished rounds. Returns the job clock
+        to go on from (a resynchronized replica adopts the group's)."""
+        self._raise()
+        with self._lock:
+            self._clock = clock
+            if self._adopt is not None and self._adopt > clock:
+                clock = self._clock = self._adopt
+            self._adopt = None
+            if self._pending.any():
+                self._add(self._pending)
+                self._pending.zero_()
+        return clock
 
-    def finish(self, progress: float) -> float:
-        """End of training: the owed background rounds, then the final averaging round
-        after which every replica holds the same parameters."""
-        while True:
-            if self._pending is not None:
-                self._pending[0].wait()
-                progress = self._apply(progress, final=False)
-            if self.started >= self.rounds:
-                break
-            self._start(progress)
-        self._start(progress)
-        self._pending[0].wait()
-        return self._apply(progress, final=True)
+    def finish(self, clock: float, timeout: float = 600.0) -> None:
+        """End of training: keep averaging until every active member is done; the final
+        round's average replaces the parameters (every replica holds the same model)."""
+        with self._lock:
+            self._clock, self._done = clock, True
+        if not self._final.wait(timeout):
+            raise TimeoutError(f"no final model-averaging round within {timeout:g} s: a "
+                               "member neither finished nor was excluded from the "
+                               "averaging job")
+        self._raise()
 
-    # -------------------------------------------------------------- one round
-    def _flat(self) -> torch.Tensor:
-        with torch.no_grad():
-            return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in self.params])
+    def close(self) -> None:
+        self._final.set()
+        self._thread.join(timeout=10)
+        self.worker.close()
 
-    def _start(self, progress: float) -> None:
-        snapshot = self._flat()
-        healthy = not self._needs_resync()
-        clock = min(progress, self.steps) / self.steps
-        vector = torch.cat([snapshot, torch.tensor([clock * healthy, float(healthy)])])
-        self._pending = (self.worker.allreduce_async(vector, key=KEY), snapshot, healthy,
-                         progress)
-        self.started += 1
+    # -------------------------------------------------------------- the averaging thread
+    def _loop(self) -> None:
+        try:
+            while not self._final.is_set():
+                started = time.monotonic()
+                self._round()
+                if not self._final.is_set():
+                    with self._lock:
+                        done = self._done
+                    if not done:  # a finished replica only waits for the others
+                        self._final.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+        except BaseException as err:  # noqa: BLE001 - raised on the training thread
+            self._error = err
+            self._final.set()
 
-    def _apply(self, progress: float, *, final: bool) -> float:
-        assert self._pending is not None
-        future, snapshot, healthy, started_at = self._pending
-        self._pending = None
-        average = future.value()  # raises the transport's error, if any
+    def _round(self) -> None:
+        with self.step_lock, self._lock:
+            snapshot = self._flat() + self._pending
+            healthy = not self._needs_resync()
+            clock, done = self._clock, self._done
+        extra = torch.tensor([clock / self.steps * healthy, float(healthy), float(done)])
+        average = self.worker.allreduce(torch.cat([snapshot, extra]), key=KEY)
         n = snapshot.numel()
-        clock_sum, healthy_share = float(average[n]), float(average[n + 1])
+        params, (clock_sum, healthy_share, done_share) = average[:n], average[n:].tolist()
+        members = self.worker.config.members
+        final = done_share > 1 - 0.5 / members  # every active member is done
+        move = params - snapshot
+        with self._lock:
+            if final:
+                self._set(params)  # the training loop has stopped: nobody else writes
+                self._pending.zero_()
+            else:
+                self._pending += move
+            if healthy_share > 0.5 / members:
+                # A replica behind the job clock (it missed results, or was excluded)
+                # goes on from the healthy replicas' clock.
+                self._adopt = clock_sum / healthy_share * self.steps
+            if not healthy:
+                log.warning("worker %d resynchronized by model averaging (moved by up to "
+                            "%.3g)", self.worker.config.worker_id, float(move.abs().max()))
+                self._clear_resync()
+        self.history.append({"round": len(self.history), "final": final, "healthy": healthy,
+                             "clock": round(clock, 3), "done_share": round(done_share, 3),
+                             "max_move": float(move.abs().max())})
+        if final:
+            self._final.set()
+
+    # -------------------------------------------------------------- parameters
+    def _flat(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in self.params])
+
+    def _add(self, flat: torch.Tensor) -> None:
+        self._write(flat, add=True)
+
+    def _set(self, flat: torch.Tensor) -> None:
+        self._write(flat, add=False)
+
+    def _write(self, flat: torch.Tensor, *, add: bool) -> None:
         with torch.no_grad():
             offset = 0
             for p in self.params:
-                new = average[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
-                if final:
-                    p.copy_(new)
-                else:
-                    old = snapshot[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
-                    p.add_(new - old)
+                part = flat[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
+                p.add_(part) if add else p.copy_(part)
                 offset += p.numel()
-        drift = float((average[:n] - snapshot).abs().max())
-        if not healthy:
-            if healthy_share > 0.5 / max(1, self.worker.config.members):
-                group = clock_sum / healthy_share * self.steps
-                if group > progress:
-                    log.warning("worker %d resynchronized by model averaging: replica moved "
-                                "by up to %.4g, job clock %.1f -> %.1f",
-                                self.worker.config.worker_id, drift, progress, group)
-                    progress = group
-            self._clear_resync()
-        self.history.append({"round": len(self.history), "final": final,
-                             "started_at": round(started_at, 3), "applied_at": round(progress, 3),
-                             "healthy": healthy, "max_drift": drift})
-        return progress
 
-    def close(self) -> None:
-        self.worker.close()
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"model averaging failed: {self._error}") from self._error

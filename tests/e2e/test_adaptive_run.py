@@ -23,14 +23,14 @@ pytestmark = pytest.mark.slow
 STRAGGLER = 3
 SCENARIO = f"""name = "adaptive-e2e"
 workers = 4
-steps = 700
-compute_ms = 10.0
+steps = 1000
+compute_ms = 30.0
 target_accuracy = 0.9
 [[straggler]]
 worker = {STRAGGLER}
 pattern = "recovering"
-factor = 8.0
-until_s = 7.0
+factor = 6.0
+until_s = 22.0
 """
 
 
