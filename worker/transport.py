@@ -87,7 +87,17 @@ Sync / partial sending
       packet stays in flight until the switch answers for certain, and if it was
       not counted after all its amount returns to the residual (see `_park`).
       Without this, calls that each wait for another worker's next call can
-      deadlock across slots.
+      deadlock across slots. A parked packet keeps its own copy of its bytes (the
+      next call of its key re-encodes the key's rows), and it may hold its slot
+      into later calls: their chunks on that slot are carried too, but only while
+      the slot reports partial mode. In sync every round needs every member, so a
+      slot left idle for a call deadlocks the job just the same (the others' call
+      waits for my next one, mine for theirs on the other slots). So a call that
+      starts on a slot held by a parked packet retransmits that packet at once (its
+      answer settles it and reports the mode); on a slot that does not report
+      partial, the call's chunks wait for that answer and then go out, and chunks
+      carried because of the park become pending again as soon as a reply reports
+      that the slot is no longer partial.
     The call finishes when every pending chunk is done.
 
 Async (the mode comes back in the replies)
@@ -265,7 +275,7 @@ class _Flight:
 
 
 class _Call:
-    __slots__ = ("key", "value", "err", "outcome", "queues", "remaining")
+    __slots__ = ("key", "value", "err", "outcome", "queues", "remaining", "held")
 
     def __init__(self, key: _Key, value: np.ndarray, err: np.ndarray, window: int) -> None:
         self.key, self.value, self.err = key, value, err
@@ -275,6 +285,9 @@ class _Call:
         self.queues = [deque(range((i - first) % window, key.chunks, window))
                        for i in range(window)]
         self.remaining = key.chunks
+        # Per slot: chunks carried because a parked packet held the slot (partial mode
+        # only: they are sent after all if the slot turns out not to be partial).
+        self.held: list[list[int]] = [[] for _ in range(window)]
 
     def pending(self, chunk: int, i: int) -> int:
         """Local index of `chunk` if it is waiting in slot i's queue, else -1."""
@@ -490,7 +503,7 @@ class Transport:
             if f is None:
                 self._send_next(i, time.monotonic())  # a window takes a while to send
             elif f.parked:
-                self._carry_queue(i)
+                self._hold_queue(i, f, time.monotonic())
         dead_after = self.config.dead_after
         while call.remaining:  # residual-only packets may stay in flight into the next call
             now = time.monotonic()
@@ -647,18 +660,20 @@ class Transport:
         f.backoff = self._rto
         self._transmit(i, f, now, retransmit=False)
 
-    def _transmit(self, i: int, f: _Flight, now: float, retransmit: bool) -> None:
+    def _transmit(self, i: int, f: _Flight, now: float, retransmit: bool,
+                  timeout: bool = True) -> None:
         if retransmit:
             f.flags[f.index] = Flag.RETRANSMIT
-            f.backoff = min(2.0 * f.backoff, self.config.rto_max)
             self._stats.retransmits += 1
+        if retransmit and timeout:
+            f.backoff = min(2.0 * f.backoff, self.config.rto_max)
             if now - self._backed_off >= self._rto:
                 # Back the timer off too (at most once per RTO, as TCP does): replies that
                 # only retransmitted packets get carry no RTT sample (Karn), so without
                 # this a queue longer than the RTO would keep every packet retransmitting.
                 self._rto = min(2.0 * self._rto, self.config.rto_max)
                 self._backed_off = now
-        else:
+        elif not retransmit:
             f.flags[f.index] = 0
         f.tries += 1
         f.sent_at = now
@@ -705,10 +720,13 @@ class Transport:
         so that no call of mine waits for another worker's next call - which, across
         slots, could wait forever. f itself stays in flight (retransmitted, backing off)
         until the switch says for certain; if it was not counted after all, its amount
-        goes back into the residual (see _done)."""
+        goes back into the residual (see _done). It may outlive the call, so it gets its
+        own copy of the packet: the next call of its key re-encodes the key's rows."""
         call = self._call
         f.parked = True
         self._stats.parked += 1
+        if f.kind == OWN and f.key is not None:
+            f.bind(f.key.enc[f.local:f.local + 1].copy(), 0)
         if f.kind == OWN and call is not None and f.key is call.key \
                 and call.outcome[f.local] == PENDING:
             sl = slice(f.local * LANES, (f.local + 1) * LANES)
@@ -716,6 +734,44 @@ class Transport:
             call.outcome[f.local] = INCLUDED
             call.remaining -= 1
         self._carry_queue(i)
+
+    def _hold_queue(self, i: int, f: _Flight, now: float) -> None:
+        """A call starts while a parked packet still holds slot i: it is retransmitted
+        at once (its answer settles it and reports the slot's mode). Carrying the
+        slot's chunks meanwhile is for partial mode only: in sync every round needs
+        every member, so a slot left idle for a call would make the others' call wait
+        for my next one, and mine for theirs on the other slots - a deadlock. In any
+        other mode the chunks wait for the parked packet's fate (_done sends them)."""
+        if self._mode[i] == Mode.PARTIAL:
+            self._carry_queue(i)  # pending again if a reply says otherwise (_follow_mode)
+        self._hurry(i, f, now)
+
+    def _hurry(self, i: int, f: _Flight, now: float) -> None:
+        """Retransmit a parked packet now (its backoff may have grown to rto_max): chunks
+        wait for its fate. Not a timeout: neither its backoff nor the RTO grows."""
+        if f.stale is None:  # else its grace timer decides it within one RTO anyway
+            f.backoff = self._rto
+            self._transmit(i, f, now, retransmit=True, timeout=False)
+
+    def _follow_mode(self, i: int, now: float) -> None:
+        """A reply reported slot i's mode. If it is no longer partial while this call's
+        chunks there were carried because a parked packet held the slot, they are
+        pending again (see _hold_queue): sent once the parked packet is settled."""
+        call = self._call
+        if call is None or not call.held[i] or self._mode[i] == Mode.PARTIAL:
+            return
+        queue = call.queues[i]
+        for local in call.held[i]:
+            if call.outcome[local] == CARRIED:  # not SETTLED by a residual-only packet
+                call.outcome[local] = PENDING
+                call.remaining += 1
+                queue.append(local)
+        call.held[i].clear()
+        f = self._flight[i]
+        if f is None:
+            self._send_next(i, now)
+        elif f.parked:
+            self._hurry(i, f, now)
 
     def _carry_queue(self, i: int) -> None:
         """The slot is held by a parked packet: this call's chunks there are carried."""
@@ -726,6 +782,7 @@ class Transport:
             if call.outcome[local] == PENDING:
                 call.outcome[local] = CARRIED
                 call.remaining -= 1
+                call.held[i].append(local)
         call.queues[i].clear()
 
     def _restore(self, f: _Flight) -> None:
@@ -978,6 +1035,8 @@ class Transport:
                 self._done(i, f, False, now)  # carried as residual (whatever chunk it had)
             else:
                 f.closed = chunk
+        if mode != Mode.PARTIAL:
+            self._follow_mode(i, now)
         if not new:
             self._stats.duplicate_results += 1
             return False
@@ -1037,6 +1096,8 @@ class Transport:
             self._on_ack(i, h, now)
         else:
             self._on_resync(i, h, now)
+        if h.mode != Mode.PARTIAL:
+            self._follow_mode(i, now)
 
     def _on_ack(self, i: int, h: wire.Header, now: float) -> None:
         self._stats.acks += 1

@@ -1,5 +1,6 @@
 """What a worker does when things go wrong: no switch, no job, not a member, garbage on
-its socket; and how CHUNK_MISMATCH re-aligns it with a peer (played here by hand)."""
+its socket; how CHUNK_MISMATCH re-aligns it with a peer, and how a packet parked in
+partial mode gives its slot back when the job turns sync (peers played here by hand)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from hysync import wire
-from hysync.wire import DropReason, Op
+from hysync.wire import DropReason, Mode, Op
+from softswitch.tables import Replica
 from tests.worker.conftest import Job
 from worker.quantize import FixedPointQuantizer
 from worker.transport import SwitchUnreachableError, Transport, TransportConfig
@@ -170,6 +172,52 @@ def test_chunk_mismatch_realigns_with_a_peer_that_is_ahead(switch, peer_chunk):
         if peer_chunk == "unknown":
             assert result.stats.null_contribs == 1
         assert not tr.needs_resync
+    finally:
+        tr.close()
+        peer.sock.close()
+
+
+def test_a_parked_packet_does_not_keep_its_slot_out_of_a_sync_call(switch):
+    """Partial: the worker's contribution waits in an open round for the peer's next call
+    and is parked; that round's result never reaches the worker (lost), and the job turns
+    async (a peer's result tells the worker so), then sync. Its next call must still
+    contribute on that slot - a sync round needs every member, and carrying the slot's
+    chunks as in partial mode left the peer's rounds waiting forever (a cross-worker
+    deadlock in a job with more slots)."""
+    tr = make_transport(switch.address[1], members=2, slots=1)
+    peer = Peer()
+    try:
+        job = Job(JOB, BASE, 1, [(0, *tr.address), (1, *peer.address)])
+        switch.install(job, Mode.PARTIAL, 2)
+        first = tr.allreduce("g", np.zeros(128, dtype=np.float32))  # chunks 0, 1
+        assert first.stats.parked == 1  # round 0 holds it, waiting for the peer
+        both = [Replica(port=1, rid=wire.member_rid(JOB, w)) for w in (0, 1)]
+        switch.pipeline.write_group("MODIFY", JOB, both[1:])  # round 0's result is lost
+        peer.contribute(switch.address, 0, tr.first_chunk("g"), lanes_of(0.25))
+        assert peer.result().header.bitmap == 0b11
+        switch.pipeline.write_group("MODIFY", JOB, both)
+        switch.set_mode(job, Mode.ASYNC)
+        peer.contribute(switch.address, 777, 99, lanes_of(0.5))  # a chunk of no key
+        assert peer.result().header.mode == Mode.ASYNC
+        switch.set_mode(job, Mode.SYNC)  # the open round is 2
+        time.sleep(0.05)  # the async result is on the worker's socket
+
+        def play() -> None:
+            for step, value in enumerate((1.0, 2.0)):
+                peer.contribute(switch.address, 2 + step, step, lanes_of(value))
+                peer.result()
+
+        thread = threading.Thread(target=play)
+        thread.start()
+        mine = np.concatenate([np.full(64, 3.0), np.full(64, 5.0)]).astype(np.float32)
+        result = tr.allreduce("g", mine)
+        thread.join(5)
+        assert not thread.is_alive(), "the peer's sync rounds never closed"
+        np.testing.assert_allclose(result.output[:64], (1.0 + 3.0) / 2, atol=1e-6)
+        np.testing.assert_allclose(result.output[64:], (2.0 + 5.0) / 2, atol=1e-6)
+        assert result.stats.carried == 0 and result.stats.included == 2
+        assert tr.in_flight == 0
+        assert np.abs(tr.residual("g")).max() <= 0.5 / SCALE
     finally:
         tr.close()
         peer.sock.close()
