@@ -26,13 +26,13 @@ from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
 from controlplane.policy import PolicyConfig, PolicyRunner, make_policy
 from controlplane.switch import Switch, wait_for_server
+from hysync import wire
 from hysync.wire import Mode
 from topologies.scenario import Scenario
 
 REPO = Path(__file__).resolve().parents[1]
 P4INFO = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"
 JOB_ID = 1
-SLOT_BASE = 0
 WINDOW = 256  # slots of the job: contributions in flight per worker (a harness may lower it)
 # The model-averaging job (worker/averaging.py): always sync, on slots of its own after the
 # training job's, each worker on a second UDP port. 64 slots: a 57-chunk model per round.
@@ -64,6 +64,7 @@ class Harness(Protocol):
     grpc_addr: str
     device_config: Path | None
     window: int  # the job's slot count: what the switch can take in flight without loss
+    slot_cursor: int  # the first slot no run on this switch has used yet
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]: ...
     def switch_data_addr(self) -> str: ...
@@ -84,6 +85,7 @@ class LocalHarness:
         self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.device_config = None
         self.window = WINDOW
+        self.slot_cursor = 0
         self.data_port = free_port(socket.SOCK_DGRAM)
         self._ports: dict[bool, list[int]] = {}
         self.log = log_dir / "softswitch.log"
@@ -129,19 +131,32 @@ def connect(harness: Harness, timeout: float = 30.0) -> Switch:
     return switch
 
 
-def job_for(harness: Harness, scenario: Scenario, config: RunConfig) -> JobConfig:
+def fresh_slots(harness: Harness) -> int:
+    """The slot base of a run's two jobs: slots no earlier run on this switch used. A slot
+    keeps its round counter across jobs (the control plane cannot reset registers), and a
+    worker would take the rounds an earlier job closed for rounds it missed."""
+    need = harness.window + AVG_SLOTS
+    if harness.slot_cursor + need > wire.NUM_SLOTS:
+        harness.slot_cursor = 0
+    base = harness.slot_cursor
+    harness.slot_cursor += need
+    return base
+
+
+def job_for(harness: Harness, scenario: Scenario, config: RunConfig,
+            slot_base: int = 0) -> JobConfig:
     members = tuple(harness.members(scenario.workers))
     mode = {"partial": Mode.PARTIAL, "async": Mode.ASYNC}.get(config.policy, Mode.SYNC)
-    return JobConfig(job_id=JOB_ID, members=members, slot_base=SLOT_BASE,
+    return JobConfig(job_id=JOB_ID, members=members, slot_base=slot_base,
                      slot_count=harness.window,
                      mode=mode, quorum=config.quorum if mode == Mode.PARTIAL else 0,
                      name=config.name)
 
 
-def averaging_job_for(harness: Harness, scenario: Scenario) -> JobConfig:
+def averaging_job_for(harness: Harness, scenario: Scenario, slot_base: int = 0) -> JobConfig:
     """The model-averaging job: the same members on their second port, in sync."""
     members = tuple(harness.members(scenario.workers, averaging=True))
-    return JobConfig(job_id=AVG_JOB_ID, members=members, slot_base=SLOT_BASE + harness.window,
+    return JobConfig(job_id=AVG_JOB_ID, members=members, slot_base=slot_base + harness.window,
                      slot_count=AVG_SLOTS, mode=Mode.SYNC, quorum=0, name="model-averaging")
 
 
@@ -163,7 +178,9 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     """Train one configuration to the end; return the workers' logs and the swaps made."""
     jobs: list[JobConfig] = []
     if config.backend == "hysync":
-        jobs = [job_for(harness, scenario, config), averaging_job_for(harness, scenario)]
+        base = fresh_slots(harness)
+        jobs = [job_for(harness, scenario, config, base),
+                averaging_job_for(harness, scenario, base)]
         for job in jobs:
             controller.add_job(job)
     rendezvous = harness.rendezvous()
@@ -195,7 +212,7 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                 make_policy("adaptive", PolicyConfig().scaled(POLICY_TIME_SCALE)),
                 interval=POLICY_INTERVAL_S, log_path=out_dir / config.name / "policy.jsonl")
         swaps = _follow(procs, lines, scenario, config, controller, policy, say,
-                        (SLOT_BASE, SLOT_BASE + harness.window - 1))
+                        jobs[0].slots if jobs else (0, 0))
     except BaseException:
         for proc in procs:  # a failed run leaves no worker waiting for the others
             proc.kill()
