@@ -274,18 +274,7 @@ def test_a_straggler_is_excluded_and_readmitted_and_every_gradient_applied_once(
           + "; ".join(f"{a} {w if w is not None else ''} {m}({q})" for a, w, m, q, _ in story))
 
 
-# ------------------------------------------------------------------ the transport bug
-PARKED_SILENCE = (
-    "worker/transport.py Transport._run: a call that starts while every slot holds a "
-    "parked packet (partial mode) carries all its chunks and returns before the event "
-    "loop runs, so _expire never retransmits the parked packets again: an excluded "
-    "worker that only calls allreduce goes silent (no NOT_MEMBER heartbeat, never "
-    "readmitted by the policy) and, once readmitted, never contributes again")
-
-
-# Not strict: a fix of worker/transport.py is under way; once it is in, this passes
-# (XPASS) and the marker should go.
-@pytest.mark.xfail(strict=False, reason=PARKED_SILENCE)
+# ------------------------------------------------------------------ heartbeat
 def test_an_excluded_worker_keeps_its_heartbeat_between_calls(workdir: Path) -> None:
     """A worker in partial mode is excluded, and keeps calling allreduce with plain
     sleeps in between (no poll_results): its parked packets must keep retransmitting
