@@ -11,9 +11,11 @@ as local processes - the harness of `make demo`), one run per cell:
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the speed-ups of adaptive over sync and gloo, the
 policy's decisions) with the goals checked, bench/results/adaptive.png (time to target
-per cell), and per scenario runs/adaptive-bench/<scenario>/plot.png (accuracy over time,
-iteration times, mode timeline). A configuration that fails (gloo cannot go on when a
-worker dies) is a row with its error, not a missing one.
+per cell), and per scenario bench/results/adaptive-<scenario>.png (accuracy over time,
+iteration times, mode timeline with the policy's exclusions and readmissions); the
+workers' logs and the policy's decision log (policy.jsonl) under runs/adaptive-bench/.
+A configuration that fails (gloo cannot go on when a worker dies) is a row with its
+error, not a missing one.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def run_scenario(name: str, configs: list[str], out: Path) -> list[dict]:
     scenario = load_scenario(REPO / "topologies" / "scenarios" / f"{name}.toml")
     stragglers = {s.worker for s in scenario.stragglers}
     harness = LocalHarness(out / name)
-    runs, rows = {}, []
+    runs, rows, actions = {}, [], {}
     try:
         with connect(harness) as switch:
             controller = Controller(switch).attach()
@@ -68,6 +70,7 @@ def run_scenario(name: str, configs: list[str], out: Path) -> list[dict]:
                     print(f"  failed after {time.monotonic() - started:.0f} s: {err}")
                     continue
                 runs[key] = logs
+                actions[CONFIGS[key].name] = [asdict(x) for x in swaps]
                 s = report.summarize(key, logs, scenario.target_accuracy, stragglers)
                 rows.append(dict(row, time_to_target_s=_round(s.time_to_target_s, 3),
                                  final_accuracy=round(s.final_accuracy, 4),
@@ -82,8 +85,8 @@ def run_scenario(name: str, configs: list[str], out: Path) -> list[dict]:
         harness.close()
     if runs:
         report.plot_runs({CONFIGS[k].name: v for k, v in runs.items()},
-                         out / name / "plot.png", f"adaptive bench: {name}",
-                         scenario.target_accuracy, stragglers)
+                         RESULTS / f"adaptive-{name}.png", f"adaptive bench: {name}",
+                         scenario.target_accuracy, stragglers, actions)
     return rows
 
 
@@ -185,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     print(report.table([[c["scenario"], c["goal"], str(c["value"]),
                          {True: "met", False: "MISSED", None: "n/a"}[c["met"]]] for c in checks],
                        ["scenario", "goal", "value", "result"]))
-    print(f"wrote {RESULTS / 'adaptive.json'} and adaptive.png; per-scenario plots in {args.out}")
+    print(f"wrote {RESULTS / 'adaptive.json'}, adaptive.png and adaptive-<scenario>.png; logs "
+          f"in {args.out}")
 
 
 def _round(x: float | None, digits: int) -> float | None:

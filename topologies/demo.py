@@ -102,7 +102,8 @@ def summarize(runs, swaps, scenario, stragglers, out: Path, elapsed: float) -> s
         for label, _, _, rate, mode in report.phase_rates(ref, mode_swaps):
             phase_rows.append([name, label, mode, f"{rate:.1f}"])
     plot = report.plot_runs(runs, out / "demo.png", f"demo ({scenario.name})",
-                            scenario.target_accuracy, stragglers)
+                            scenario.target_accuracy, stragglers,
+                            {k: [asdict(x) for x in v] for k, v in swaps.items()})
     (out / "summary.json").write_text(json.dumps(
         {"scenario": scenario.name, "configs": [asdict(s) for s in summaries],
          "swaps": {k: [asdict(x) for x in v] for k, v in swaps.items()}}, indent=2) + "\n")

@@ -86,8 +86,11 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def plot_runs(runs: dict[str, list[dict]], out: Path, title: str, target: float | None,
-              stragglers: set[int] = frozenset()) -> Path:
-    """One PNG: accuracy vs wall-clock per config, iteration time per worker, mode timeline."""
+              stragglers: set[int] = frozenset(),
+              membership: dict[str, list[dict]] | None = None) -> Path:
+    """One PNG: accuracy vs wall-clock per config, iteration time per worker, mode timeline
+    (with `membership`: {config: [{"action": "exclude"|"readmit", "worker", "at_step"}]},
+    the controller's membership changes on it, placed at the reference replica's step)."""
     fig, (ax_acc, ax_iter, ax_mode) = plt.subplots(3, 1, figsize=(9, 11))
     for config, logs in runs.items():
         ref = reference(logs, stragglers)
@@ -123,8 +126,18 @@ def plot_runs(runs: dict[str, list[dict]], out: Path, title: str, target: float 
             ax_mode.step([s["t"] for s in steps],
                          [MODE_LEVEL.get(s["mode"], 0) + offset * 0.05 for s in steps],
                          where="post", label=config)
+    for config, events in (membership or {}).items():
+        steps = reference(runs[config], stragglers)["steps"] if config in runs else []
+        for e in events:
+            if e["action"] not in ("exclude", "readmit") or not steps:
+                continue
+            t = steps[min(e["at_step"], len(steps) - 1)]["t"]
+            color = "tab:red" if e["action"] == "exclude" else "tab:green"
+            ax_mode.axvline(t, color=color, linestyle=":", linewidth=1)
+            ax_mode.annotate(f"{e['action']} w{e['worker']}", (t, 2.1), rotation=90,
+                             fontsize=7, color=color, va="top")
     ax_mode.set(xlabel="wall-clock time (s)",
-                title="mode in force, HySync configs (from result headers)",
+                title="mode in force, HySync configs (from result headers); membership changes",
                 yticks=list(MODE_LEVEL.values()), yticklabels=list(MODE_LEVEL))
     ax_mode.legend(fontsize=8)
     fig.tight_layout()

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         ttt = f"{s.time_to_target_s:.1f}" if s.time_to_target_s is not None else "-"
         rows.append([name, ttt, f"{s.final_accuracy:.3f}", f"{s.throughput:.1f}"])
     plot = report.plot_runs(runs, out / "plot.png", f"{scenario.name} on {args.switch}",
-                            scenario.target_accuracy, stragglers)
+                            scenario.target_accuracy, stragglers,
+                            {k: [asdict(x) for x in v] for k, v in swaps.items()})
     (out / "summary.json").write_text(json.dumps(
         {"scenario": scenario.name, "switch": args.switch,
          "configs": [asdict(s) for s in summaries],
