@@ -16,6 +16,7 @@ help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
 	@echo "make p4       compile $(P4SRC) with p4c for BMv2 (needs p4c on PATH)"
 	@echo "make demo     the main job: softswitch + controller + 4 workers on loopback, a mode swap"
+	@echo "              (POLICY=adaptive: the straggler policy swaps modes instead of the schedule)"
 	@echo "make emulate  a Mininet run (root): SCENARIO=... SWITCH=softswitch|bmv2 POLICY=..."
 	@echo "make test     set up if needed, lint, and run the test suite"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
@@ -48,7 +49,7 @@ test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m topologies.demo
+	$(PY) -m topologies.demo --policy $(POLICY)
 
 emulate: setup
 	$(PY) -m topologies.run $(SCENARIO) --switch $(SWITCH) --policy $(POLICY) --baseline
