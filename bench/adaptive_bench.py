@@ -3,10 +3,10 @@
 Every scenario (homogeneous; 1 of 4 workers 2x and 4x slower; intermittent; recovering;
 a worker that dies) with every configuration (DDP over gloo, HySync sync, fixed
 partial(3), adaptive), on the embedded default (softswitch on UDP loopback, workers
-as local processes - the harness of `make demo`), one run per cell:
+as local processes - the harness of `make demo`), `--repeat` runs per cell:
 
     .venv/bin/python -m bench.adaptive_bench [--scenarios homogeneous constant-2x ...]
-                                             [--configs gloo adaptive ...]
+                                             [--configs gloo adaptive ...] [--repeat 2]
 
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the speed-ups of adaptive over sync and gloo, the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -48,45 +49,69 @@ HOMOGENEOUS_SLACK = 0.05
 ACCURACY_POINTS = 0.01
 
 
-def run_scenario(name: str, configs: list[str], out: Path) -> list[dict]:
+def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[dict]:
+    """Every configuration `repeat` times, interleaved (A B C D A B C D ...) so that a
+    change of the machine's load over time is shared out; one row per configuration
+    with the medians (time to target, throughput) and means (final accuracy)."""
     scenario = load_scenario(REPO / "topologies" / "scenarios" / f"{name}.toml")
     stragglers = {s.worker for s in scenario.stragglers}
     harness = LocalHarness(out / name)
-    runs, rows, actions = {}, [], {}
+    results: dict[str, list[dict]] = {key: [] for key in configs}
+    errors: dict[str, str] = {}
+    plotted, actions = {}, {}
     try:
         with connect(harness) as switch:
             controller = Controller(switch).attach()
-            for key in configs:
-                config = CONFIGS[key]
-                started = time.monotonic()
-                print(f"adaptive bench: {name} / {key} ...", flush=True)
-                row = {"scenario": name, "config": key}
-                try:
-                    logs, swaps = run_config(harness, controller, scenario, config, out / name,
-                                             say=lambda text: None)
-                except RunFailed as err:
-                    rows.append(dict(row, time_to_target_s=None, final_accuracy=None,
-                                     throughput=None, error=str(err)))
-                    print(f"  failed after {time.monotonic() - started:.0f} s: {err}")
-                    continue
-                runs[key] = logs
-                actions[CONFIGS[key].name] = [asdict(x) for x in swaps]
-                s = report.summarize(key, logs, scenario.target_accuracy, stragglers)
-                rows.append(dict(row, time_to_target_s=_round(s.time_to_target_s, 3),
-                                 final_accuracy=round(s.final_accuracy, 4),
-                                 throughput=round(s.throughput, 2), duration_s=round(
-                                     s.duration_s, 2),
-                                 decisions=[asdict(x) for x in swaps]))
-                print(f"  time to {scenario.target_accuracy:.0%}: "
-                      f"{_text(s.time_to_target_s)} s, final accuracy {s.final_accuracy:.3f}, "
-                      f"{s.throughput:.1f} it/s, {len(swaps)} controller actions "
-                      f"({time.monotonic() - started:.0f} s)", flush=True)
+            for r in range(repeat):
+                for key in configs:
+                    if key in errors:  # a failure is the configuration's, not the run's
+                        continue
+                    config = CONFIGS[key]
+                    started = time.monotonic()
+                    print(f"adaptive bench: {name} / {key} (run {r + 1} of {repeat}) ...",
+                          flush=True)
+                    try:
+                        logs, swaps = run_config(harness, controller, scenario, config,
+                                                 out / name / f"run{r + 1}",
+                                                 say=lambda text: None)
+                    except RunFailed as err:
+                        errors[key] = str(err)
+                        print(f"  failed after {time.monotonic() - started:.0f} s: {err}")
+                        continue
+                    s = report.summarize(key, logs, scenario.target_accuracy, stragglers)
+                    results[key].append({
+                        "time_to_target_s": _round(s.time_to_target_s, 3),
+                        "final_accuracy": round(s.final_accuracy, 4),
+                        "throughput": round(s.throughput, 2), "duration_s": round(s.duration_s, 2),
+                        "decisions": [asdict(x) for x in swaps]})
+                    if r == 0:
+                        plotted[config.name] = logs
+                        actions[config.name] = [asdict(x) for x in swaps]
+                    print(f"  time to {scenario.target_accuracy:.0%}: "
+                          f"{_text(s.time_to_target_s)} s, final accuracy "
+                          f"{s.final_accuracy:.3f}, {s.throughput:.1f} it/s, {len(swaps)} "
+                          f"controller actions ({time.monotonic() - started:.0f} s)", flush=True)
     finally:
         harness.close()
-    if runs:
-        report.plot_runs({CONFIGS[k].name: v for k, v in runs.items()},
-                         RESULTS / f"adaptive-{name}.png", f"adaptive bench: {name}",
-                         scenario.target_accuracy, stragglers, actions)
+    if plotted:
+        report.plot_runs(plotted, RESULTS / f"adaptive-{name}.png",
+                         f"adaptive bench: {name} (run 1)", scenario.target_accuracy,
+                         stragglers, actions)
+    rows = []
+    for key in configs:
+        runs = results[key]
+        times = [x["time_to_target_s"] for x in runs]
+        reached = [t for t in times if t is not None]
+        rows.append({
+            "scenario": name, "config": key, "runs": len(runs),
+            # the median over the runs that reached the target; None if any did not
+            "time_to_target_s": (_round(statistics.median(reached), 3)
+                                 if runs and len(reached) == len(runs) else None),
+            "final_accuracy": (round(statistics.mean(x["final_accuracy"] for x in runs), 4)
+                               if runs else None),
+            "throughput": (round(statistics.median(x["throughput"] for x in runs), 2)
+                           if runs else None),
+            "per_run": runs, **({"error": errors[key]} if key in errors else {})})
     return rows
 
 
@@ -166,11 +191,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs per cell (interleaved); the table has their medians")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "adaptive-bench")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
     rows: list[dict] = []
     for name in args.scenarios:
-        rows += run_scenario(name, args.configs, args.out)
+        rows += run_scenario(name, args.configs, args.out, args.repeat)
     speedups(rows)
     checks = goals(rows)
     RESULTS.mkdir(exist_ok=True)
