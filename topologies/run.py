@@ -1,13 +1,15 @@
 """`python -m topologies.run SCENARIO`: an emulation run in Mininet (needs root).
 
     python -m topologies.run topologies/scenarios/constant-3x.toml \\
-        [--switch softswitch|bmv2] [--policy sync|partial|async|manual-schedule] \\
+        [--switch softswitch|bmv2] [--policy sync|partial|async|manual-schedule|adaptive] \\
         [--quorum Q] [--baseline] [--out runs/NAME]
 
-Starts the switch, pushes the pipeline, adds the job, starts one worker per Mininet
-host, applies the scenario (compute slowdowns in the workers; link bandwidth with
-tc htb; link delay in the softswitch, since this kernel has no netem), swaps modes
-on the schedule (manual-schedule), shows progress, and writes the JSON logs, a
+Starts the switch, pushes the pipeline, adds the training job and the model-averaging
+job, starts one worker per Mininet host, applies the scenario (compute slowdowns in the
+workers; link bandwidth with tc htb; link delay in the softswitch, since this kernel has
+no netem), swaps modes on the schedule (manual-schedule) or lets the straggler policy
+decide (adaptive; its decisions in <out>/<config>/policy.jsonl), shows progress, and
+writes the JSON logs, a
 summary table (summary.json) and a PNG plot. `--baseline` also runs DDP over gloo
 in the same topology with the same stragglers.
 """
