@@ -68,6 +68,7 @@ class BackgroundAverager:
         self._pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
         self._clock = 0.0  # the job clock as the training loop last reported it
         self._adopt: float | None = None  # a job clock to adopt (after a resync)
+        self._resynced = False  # clear the training transport's flag at the next step
         self._done = False
         self._final = threading.Event()
         self._error: BaseException | None = None
@@ -86,6 +87,9 @@ class BackgroundAverager:
             if self._adopt is not None and self._adopt > clock:
                 clock = self._clock = self._adopt
             self._adopt = None
+            if self._resynced:  # here: the training transport runs no call between steps
+                self._clear_resync()
+                self._resynced = False
             if self._pending.any():
                 self._add(self._pending)
                 self._pending.zero_()
@@ -147,7 +151,7 @@ class BackgroundAverager:
             if not healthy:
                 log.warning("worker %d resynchronized by model averaging (moved by up to "
                             "%.3g)", self.worker.config.worker_id, float(move.abs().max()))
-                self._clear_resync()
+                self._resynced = True
         self.history.append({"round": len(self.history), "final": final, "healthy": healthy,
                              "clock": round(clock, 3), "done_share": round(done_share, 3),
                              "max_move": float(move.abs().max())})

@@ -1,0 +1,134 @@
+"""Background model averaging (worker/averaging.py) through a softswitch on loopback:
+three replicas in this process, each with its own averaging transport and thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from hysync.wire import Mode
+from tests.worker.conftest import Job
+from worker.api import HySyncWorker
+from worker.averaging import BackgroundAverager
+from worker.transport import TransportConfig
+
+N = 3
+JOB = 21
+STEPS = 100
+SCALE = 2.0**20
+
+
+class FakeResync:
+    """Stands in for a training transport's resync flag (the training job is not run)."""
+
+    def __init__(self, flagged: bool) -> None:
+        self.flagged = flagged
+        self.cleared = 0
+
+    def clear(self) -> None:
+        self.flagged = False
+        self.cleared += 1
+
+
+def replicas(switch, flags: list[bool], period_s: float = 0.05):
+    params = [[torch.full((3, 5), float(w)), torch.arange(4, dtype=torch.float32) * (w + 1)]
+              for w in range(N)]
+    workers = [HySyncWorker(TransportConfig(job_id=JOB, worker_id=w, switch_host="127.0.0.1",
+                                            switch_port=switch.address[1],
+                                            bind_host="127.0.0.1", slot_base=100,
+                                            slot_count=4, members=N, dead_after=20.0),
+                            scale=SCALE) for w in range(N)]
+    switch.install(Job(JOB, 100, 4, [(w, *workers[w].address) for w in range(N)]), Mode.SYNC)
+    resync = [FakeResync(f) for f in flags]
+    averagers = [BackgroundAverager(workers[w], params[w], period_s=period_s, steps=STEPS,
+                                    needs_resync=lambda r=resync[w]: r.flagged,
+                                    clear_resync=resync[w].clear) for w in range(N)]
+    return params, averagers, resync
+
+
+def flat(ps: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.reshape(-1) for p in ps])
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_replicas_converge_keep_local_progress_and_end_identical(switch):
+    params, averagers, _ = replicas(switch, [False] * N)
+    try:
+        mean = torch.stack([flat(p) for p in params]).mean(dim=0)
+        wait_for(lambda: all(len(a.history) >= 2 for a in averagers))
+        # A local step on replica 0 between rounds (as an optimizer would make it):
+        # the averaging moves are added to it, not written over it.
+        with averagers[0].step_lock:
+            params[0][0].add_(10.0)
+        for w, a in enumerate(averagers):
+            assert a.at_step(5.0) == pytest.approx(5.0, abs=0.02)
+            if w:
+                assert torch.allclose(flat(params[w]), mean, atol=1e-5), w
+        moved = flat(params[0]) - mean
+        assert torch.allclose(moved[:15], torch.full((15,), 10.0), atol=1e-5)
+        assert torch.allclose(moved[15:], torch.zeros(4), atol=1e-5)
+        # The final round: only once every replica is done, and then all are one model.
+        done = [threading.Thread(target=a.finish, args=(float(STEPS),)) for a in averagers]
+        for t in done[:-1]:
+            t.start()
+        time.sleep(0.3)
+        assert not any(r["final"] for a in averagers for r in a.history), \
+            "a final round happened before every replica was done"
+        done[-1].start()
+        for t in done:
+            t.join(30)
+        finals = [flat(p) for p in params]
+        assert all(torch.equal(finals[0], f) for f in finals[1:])
+        # the local step of replica 0 is in the average, a third of it
+        expected = mean.clone()
+        expected[:15] += 10.0 / N
+        assert torch.allclose(finals[0], expected, atol=1e-5)
+        assert all(sum(r["final"] for r in a.history) == 1 for a in averagers)
+        assert len({len(a.history) for a in averagers}) == 1, "the rounds did not pair up"
+    finally:
+        for a in averagers:
+            a.close()
+
+
+def test_a_replica_that_missed_results_adopts_the_healthy_clock_and_is_cleared(switch):
+    params, averagers, resync = replicas(switch, [False, False, True])
+    try:
+        for w, a in enumerate(averagers):
+            a.at_step(80.0 if w < 2 else 20.0)  # the third is behind by 60 updates
+        wait_for(lambda: all(any(r["clock"] > 0 for r in a.history) for a in averagers))
+        # Cleared between steps, never from the averaging thread (the training
+        # transport may be in a call then).
+        assert resync[2].cleared == 0
+        clock = averagers[2].at_step(20.0)
+        assert clock == pytest.approx(80.0, abs=0.01)
+        assert resync[2].cleared == 1 and not resync[2].flagged
+        assert averagers[0].at_step(80.0) == pytest.approx(80.0, abs=0.01)
+        assert resync[0].cleared == 0
+    finally:
+        for a in averagers:
+            a.close()
+
+
+def test_an_averaging_failure_surfaces_on_the_training_thread(dead_port):
+    worker = HySyncWorker(TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                                          switch_port=dead_port, bind_host="127.0.0.1",
+                                          slot_base=0, slot_count=4, members=2,
+                                          dead_after=0.3), scale=SCALE)
+    averager = BackgroundAverager(worker, [torch.zeros(10)], period_s=0.05, steps=STEPS)
+    try:
+        wait_for(lambda: averager._error is not None, timeout=10)
+        with pytest.raises(RuntimeError, match="model averaging failed: no reply"):
+            averager.at_step(1.0)
+        with pytest.raises(RuntimeError, match="model averaging failed"):
+            averager.finish(1.0, timeout=5)
+    finally:
+        averager.close()
