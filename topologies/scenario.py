@@ -4,7 +4,8 @@
     workers = 4                 # members of the job
     steps = 300                 # training iterations per worker
     compute_ms = 20.0           # emulated compute time of one step on a healthy worker
-    target_accuracy = 0.90      # for time-to-target
+    lr = 0.1                    # SGD learning rate (momentum 0.9)
+    target_accuracy = 0.90      # for time-to-target: best on the rising part of the curve
 
     [[straggler]]               # any number
     worker = 3
@@ -77,6 +78,7 @@ class Scenario:
     steps: int
     compute_ms: float
     target_accuracy: float
+    lr: float = 0.1
     stragglers: tuple[Straggler, ...] = ()
     bandwidth_mbit: float | None = None
     delay_ms: float = 0.0
@@ -111,8 +113,8 @@ def load_scenario(path: str | Path) -> Scenario:
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(f"{path}: not valid TOML: {err}") from None
     where = str(path)
-    known = {"name", "workers", "steps", "compute_ms", "target_accuracy", "straggler", "link",
-             "schedule", "description"}
+    known = {"name", "workers", "steps", "compute_ms", "lr", "target_accuracy", "straggler",
+             "link", "schedule", "description"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -154,6 +156,7 @@ def load_scenario(path: str | Path) -> Scenario:
         compute_ms=_field(data, "compute_ms", float, where, 20.0, lambda v: v >= 0, "ms >= 0"),
         target_accuracy=_field(data, "target_accuracy", float, where, 0.9,
                                lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+        lr=_field(data, "lr", float, where, 0.1, lambda v: 0 < v <= 10, "a rate in (0, 10]"),
         stragglers=tuple(stragglers),
         bandwidth_mbit=_field(link, "bandwidth_mbit", float, f"{where}: link", -1.0,
                               lambda v: v > 0, "Mbit/s > 0") if "bandwidth_mbit" in link else None,

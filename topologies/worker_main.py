@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--avg-slot-count", type=int, default=64)
     p.add_argument("--average-every", type=float, default=1.0, metavar="SECONDS",
                    help="background model averaging period (hysync)")
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--lr", type=float, help="learning rate (default: the scenario's)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.backend == "hysync" and not (args.switch and args.bind and args.avg_bind):
@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                           "loss": round(rec.loss, 4), "accuracy": rec.accuracy,
                           "mode": rec.mode}), flush=True)
 
-    cfg = TrainConfig(steps=scenario.steps, compute_ms=scenario.compute_ms, lr=args.lr,
+    cfg = TrainConfig(steps=scenario.steps, compute_ms=scenario.compute_ms,
+                      lr=args.lr if args.lr is not None else scenario.lr,
                       seed=args.seed)
     data = load_digits_split(args.seed)
     try:
