@@ -54,6 +54,7 @@ def test_straggler_patterns_follow_their_timelines(tmp_path):
      "partial needs 'quorum' = 1..4"),
     ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="fast"\n',
      "one of sync, partial, async"),
+    ('name="x"\nworkers=4\nsteps=10\nlr=0\n', "'lr' = 0.0 is out of range: a rate in (0, 10]"),
     ('name = \n', "not valid TOML"),
 ])
 def test_bad_scenarios_are_refused_naming_the_field(tmp_path, body, message):
