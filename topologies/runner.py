@@ -280,6 +280,8 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                 controller.exclude(job_id, worker)
                 say(f"  [{config.name}] controller: worker {worker} {why}; excluded it "
                     f"from job {job_id}")
+        if not completed:
+            record("exclude", "", 0, worker, f"worker {why} before finishing")
 
     def record(action: str, mode: str, quorum: int, worker: int | None = None,
                reason: str = "") -> None:
