@@ -97,7 +97,9 @@ Sync / partial sending
       answer settles it and reports the mode); on a slot that does not report
       partial, the call's chunks wait for that answer and then go out, and chunks
       carried because of the park become pending again as soon as a reply reports
-      that the slot is no longer partial.
+      that the slot is no longer partial. Timers that fell due between calls (a STALE
+      reply's grace period above all) run when a call starts: a call that carries all
+      its chunks at once never waits, and a parked packet would never settle.
     The call finishes when every pending chunk is done.
 
 Async (the mode comes back in the replies)
@@ -429,6 +431,10 @@ class Transport:
         """The mode each slot last reported (wire.Mode value; -1 = not heard from yet)."""
         return list(self._mode)
 
+    def slot_rounds(self) -> list[int]:
+        """Each slot's open round as far as this worker knows (its next contribution's)."""
+        return list(self._next_round)
+
     def first_chunk(self, key: Hashable) -> int:
         """The global id of `key`'s first chunk."""
         return self._keys[key].first
@@ -499,6 +505,11 @@ class Transport:
         return _Call(reg, value, err, self._w)
 
     def _run(self, call: _Call, start: float) -> None:
+        # Timers that fell due between calls first: a call whose every slot is held by a
+        # parked packet carries all its chunks at once and never enters the loop below,
+        # so a STALE reply's grace period would otherwise never end (the packet never
+        # settles, and is not retransmitted while it waits: the worker falls silent).
+        self._expire(time.monotonic())
         for i, f in enumerate(self._flight):
             if f is None:
                 self._send_next(i, time.monotonic())  # a window takes a while to send

@@ -14,7 +14,8 @@ import pytest
 
 from hysync import wire
 from hysync.wire import DropReason, Mode, Op
-from softswitch.tables import Replica
+from softswitch.pipeline import MEMBERS
+from softswitch.tables import Entry, Replica
 from tests.worker.conftest import Job
 from worker.quantize import FixedPointQuantizer
 from worker.transport import SwitchUnreachableError, Transport, TransportConfig
@@ -218,6 +219,44 @@ def test_a_parked_packet_does_not_keep_its_slot_out_of_a_sync_call(switch):
         assert result.stats.carried == 0 and result.stats.included == 2
         assert tr.in_flight == 0
         assert np.abs(tr.residual("g")).max() <= 0.5 / SCALE
+    finally:
+        tr.close()
+        peer.sock.close()
+
+
+def test_a_parked_packet_answered_between_calls_settles_and_the_worker_contributes_again(
+        switch):
+    """Partial: an excluded worker's contribution meets silence and is parked; the slot
+    moves on without it; once readmitted, the parked packet's retransmission is answered
+    STALE while no call runs. Every later call starts with that slot held, so it carries
+    its chunk at once and never waits: the STALE reply's grace period must still end at
+    a call's start, the packet settle, and the worker contribute again (it fell silent,
+    and a policy's probation measured it as infinitely slow)."""
+    tr = make_transport(switch.address[1], members=2, slots=1)
+    peer = Peer()
+    member = Entry(MEMBERS, (JOB, 0, wire.ip_to_int(tr.address[0]), tr.address[1]),
+                   "HySyncIngress.admission.admit")
+    try:
+        job = Job(JOB, BASE, 1, [(0, *tr.address), (1, *peer.address)])
+        switch.install(job, Mode.PARTIAL, 1)
+        one = np.ones(64, dtype=np.float32)
+        tr.allreduce("g", one)  # first contact: learns the mode and the open round
+        assert tr.allreduce("g", one).stats.included == 1
+        switch.pipeline.write_entry("DELETE", member)  # excluded: dropped as NOT_MEMBER
+        switch.set_mode(job, Mode.PARTIAL, 2)
+        assert tr.allreduce("g", one).stats.parked == 1
+        open_round = int(tr.slot_rounds()[0])
+        switch.set_mode(job, Mode.PARTIAL, 1)
+        for step in range(3):  # the peer alone closes three rounds
+            peer.contribute(switch.address, open_round + step, tr.first_chunk("g"),
+                            lanes_of(1.0))
+            peer.result()
+        switch.pipeline.write_entry("INSERT", member)  # readmitted
+        included = 0
+        for _ in range(8):
+            included += tr.allreduce("g", one).stats.included
+            time.sleep(0.1)  # > one RTO: the STALE reply's grace period ends between calls
+        assert included > 0, "the readmitted worker never contributed again"
     finally:
         tr.close()
         peer.sock.close()
