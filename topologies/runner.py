@@ -99,8 +99,9 @@ class LocalHarness:
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]:
         # Ports picked free once per harness (and job), so that runs side by side on one
         # machine do not collide; the same ports for every configuration of the harness.
-        ports = self._ports.setdefault(averaging, [free_port(socket.SOCK_DGRAM)
-                                                   for _ in range(workers)])
+        if averaging not in self._ports:
+            self._ports[averaging] = [free_port(socket.SOCK_DGRAM) for _ in range(workers)]
+        ports = self._ports[averaging]
         return [Member(worker=w, ipv4="127.0.0.1", mac=f"02:00:00:00:01:{w + 1:02x}",
                        udp_port=ports[w], switch_port=1) for w in range(workers)]
 
