@@ -167,20 +167,23 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(configs)
     for i, config in enumerate(configs):
-        xs, ys = [], []
+        xs, ys, notes = [], [], []
         for j, scenario in enumerate(scenarios):
-            t = by.get((scenario, config), {}).get("time_to_target_s")
+            row = by.get((scenario, config), {})
+            t = row.get("time_to_target_s")
             xs.append(j + i * width)
             ys.append(t if t is not None else 0.0)
+            notes.append("failed" if row.get("error") else "n/a")
         bars = ax.bar(xs, ys, width, label=config)
-        for bar, y in zip(bars, ys, strict=True):
+        for bar, y, note in zip(bars, ys, notes, strict=True):
             if y == 0.0:
-                ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0.2), ha="center",
-                            fontsize=7)
+                ax.annotate(note, (bar.get_x() + bar.get_width() / 2, 0.2), ha="center",
+                            fontsize=7, rotation=90)
     ax.set_xticks([j + width * (len(configs) - 1) / 2 for j in range(len(scenarios))],
                   scenarios)
     ax.set(ylabel="time to target accuracy (s)",
-           title="adaptive bench: time to target, lower is better (n/a: never reached)")
+           title="adaptive bench: time to target, lower is better (n/a: not reached; "
+                 "failed: the configuration cannot run it)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
