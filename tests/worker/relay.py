@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hysync import wire
+from softswitch.serving import ServingThread
 
 
 @dataclass
@@ -49,9 +50,12 @@ class RelayCounters:
     unknown_source: int = 0
 
 
-class LossyRelay:
+class LossyRelay(ServingThread):
+    thread_name = "lossy-relay"
+
     def __init__(self, switch: tuple[str, int], *, seed: int, up: Impairment,
                  down: Impairment, host: str = "127.0.0.1") -> None:
+        super().__init__()
         self.switch = switch
         self.up, self.down = up, down
         self.host = host
@@ -64,8 +68,6 @@ class LossyRelay:
         self._tiebreak = 0
         self.results: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}
         self.counters = RelayCounters()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _socket(self) -> socket.socket:
@@ -83,15 +85,7 @@ class LossyRelay:
             self._worker_of[sock.fileno()] = worker
             return sock.getsockname()
 
-    def start(self) -> LossyRelay:
-        self._thread = threading.Thread(target=self._serve, name="lossy-relay", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         for sock in [self.down_sock, *self._upstream.values()]:
             sock.close()
 
@@ -104,7 +98,7 @@ class LossyRelay:
         return totals
 
     # ------------------------------------------------------------ the loop
-    def _serve(self) -> None:
+    def serve(self) -> None:
         poller = select.poll()
         registered: set[int] = set()
         while not self._stop.is_set():
