@@ -91,7 +91,7 @@ class BackgroundAverager:
                 self._clear_resync()
                 self._resynced = False
             if self._pending.any():
-                self._add(self._pending)
+                self._write(self._pending, add=True)
                 self._pending.zero_()
         return clock
 
@@ -140,7 +140,8 @@ class BackgroundAverager:
         move = params - snapshot
         with self._lock:
             if final:
-                self._set(params)  # the training loop has stopped: nobody else writes
+                # the training loop has stopped: nobody else writes
+                self._write(params, add=False)
                 self._pending.zero_()
             else:
                 self._pending += move
@@ -161,12 +162,6 @@ class BackgroundAverager:
     # -------------------------------------------------------------- parameters
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in self.params])
-
-    def _add(self, flat: torch.Tensor) -> None:
-        self._write(flat, add=True)
-
-    def _set(self, flat: torch.Tensor) -> None:
-        self._write(flat, add=False)
 
     def _write(self, flat: torch.Tensor, *, add: bool) -> None:
         with torch.no_grad():
