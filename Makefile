@@ -10,7 +10,12 @@ SCENARIO ?= topologies/scenarios/demo.toml
 SWITCH ?= softswitch
 POLICY ?= manual-schedule
 
-.PHONY: help setup p4 test lint bench demo emulate clean
+NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h' 2>/dev/null) \
+                  hysync/wire.py hysync/gen_wire_header.py
+ASAN_BUILD := build/asan
+FUZZ_RUNS ?= 200000
+
+.PHONY: help setup p4 test test-asan lint bench demo emulate clean
 
 help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
@@ -19,15 +24,29 @@ help:
 	@echo "              (POLICY=adaptive: the straggler policy swaps modes instead of the schedule)"
 	@echo "make emulate  a Mininet run (root): SCENARIO=... SWITCH=softswitch|bmv2 POLICY=..."
 	@echo "make test     set up if needed, lint, and run the test suite"
+	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
-$(VENV)/.installed: pyproject.toml
+# The compiled core needs a C++17 compiler and CMake; say which package is missing.
+$(VENV)/.toolchain:
+	@command -v g++ >/dev/null 2>&1 || command -v c++ >/dev/null 2>&1 || { \
+	  echo "No C++ compiler: HySync's native core needs one (Debian: apt-get install g++)"; exit 1; }
+	@command -v cmake >/dev/null 2>&1 || { \
+	  echo "No cmake: HySync's native core is built with CMake (Debian: apt-get install cmake)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
+	touch $@
+
+$(VENV)/.deps: pyproject.toml $(VENV)/.toolchain
 	$(PY) -m pip install --quiet --upgrade pip
 	# Pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet scikit-build-core nanobind numpy
+	touch $@
+
+# Rebuilt whenever the native sources or the wire format change.
+$(VENV)/.installed: $(VENV)/.deps $(NATIVE_SOURCES)
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -43,10 +62,22 @@ p4:
 	@echo "BMv2 JSON: $(P4OUT)/hysync.json  P4Info: $(P4OUT)/hysync.p4info.txtpb"
 
 lint: setup
-	$(VENV)/bin/ruff check hysync softswitch controlplane worker topologies tests bench
+	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fuzz targets (native/fuzz/fuzz_*.cc) under AddressSanitizer + UBSan: every parser of
+# untrusted bytes in the core. Coverage-guided with clang's libFuzzer where clang++ is there.
+test-asan: $(VENV)/.deps
+	cmake -S . -B $(ASAN_BUILD) -DHYSYNC_FUZZ=ON -DPython_EXECUTABLE=$(abspath $(PY)) \
+	  $$(command -v clang++ >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER=clang++) >/dev/null
+	cmake --build $(ASAN_BUILD) -j2
+	@set -e; found=0; for f in $(ASAN_BUILD)/fuzz_*; do \
+	  [ -x "$$f" ] || continue; found=1; echo "== $$f"; \
+	  if command -v clang++ >/dev/null 2>&1; then "$$f" -runs=$(FUZZ_RUNS) -seed=1; \
+	  else "$$f" $(FUZZ_RUNS) 1; fi; done; \
+	  [ $$found = 1 ] || { echo "no fuzz target was built under $(ASAN_BUILD)"; exit 1; }
 
 demo: setup
 	$(PY) -m topologies.demo --policy $(POLICY)

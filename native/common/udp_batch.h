@@ -1,0 +1,52 @@
+// Batched UDP I/O (recvmmsg / sendmmsg) over buffers allocated once: no allocation per packet.
+// One DatagramBatch is either a receive batch or a send batch, owned by one thread.
+#pragma once
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace hysync {
+
+class DatagramBatch {
+ public:
+  // `capacity` datagrams of at most `max_bytes` each (a longer datagram arrives truncated and
+  // flagged, see truncated()).
+  explicit DatagramBatch(std::size_t capacity, std::size_t max_bytes = 2048);
+  DatagramBatch(const DatagramBatch&) = delete;
+  DatagramBatch& operator=(const DatagramBatch&) = delete;
+
+  // Receive: fill the batch from `fd` with one recvmmsg (MSG_DONTWAIT unless `wait`).
+  // Returns the number received (0 when nothing is queued); throws std::system_error on a
+  // socket error other than EAGAIN/EINTR.
+  std::size_t receive(int fd, bool wait = false);
+  const uint8_t* data(std::size_t i) const { return &buffers_[i * max_bytes_]; }
+  std::size_t length(std::size_t i) const { return msgs_[i].msg_len; }
+  bool truncated(std::size_t i) const { return msgs_[i].msg_hdr.msg_flags & MSG_TRUNC; }
+  const sockaddr_in& peer(std::size_t i) const { return addrs_[i]; }
+
+  // Send: append() reserves the next datagram's buffer for `dst`; flush() sends all of them.
+  // append() returns nullptr when the batch is full (flush first) or `len` > max_bytes.
+  uint8_t* append(const sockaddr_in& dst, std::size_t len);
+  // Sends every appended datagram (sendmmsg, retried on partial sends and EINTR; on EAGAIN it
+  // polls for writability). Returns how many were sent; the rest are dropped and counted in
+  // send_errors() (a full socket buffer or an unreachable peer must not stall the data path).
+  std::size_t flush(int fd);
+
+  std::size_t size() const { return count_; }
+  std::size_t capacity() const { return capacity_; }
+  std::size_t max_bytes() const { return max_bytes_; }
+  uint64_t send_errors() const { return send_errors_; }
+
+ private:
+  std::size_t capacity_, max_bytes_, count_ = 0;
+  uint64_t send_errors_ = 0;
+  std::vector<uint8_t> buffers_;
+  std::vector<sockaddr_in> addrs_;
+  std::vector<iovec> iovs_;
+  std::vector<mmsghdr> msgs_;
+};
+
+}  // namespace hysync
