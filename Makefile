@@ -34,7 +34,7 @@ $(VENV)/.toolchain:
 	  echo "No C++ compiler: HySync's native core needs one (Debian: apt-get install g++)"; exit 1; }
 	@command -v cmake >/dev/null 2>&1 || { \
 	  echo "No cmake: HySync's native core is built with CMake (Debian: apt-get install cmake)"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	touch $@
 
 $(VENV)/.deps: pyproject.toml $(VENV)/.toolchain
