@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.senders import BASE_PORT, sender_main
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import Mode
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -40,15 +40,15 @@ def configured_pipeline(mode: int, quorum: int):
     p = sw.Pipeline()
     ip = wire.ip_to_int("127.0.0.1")
     for w in range(SENDERS):
-        p.write_entry("INSERT", Entry(sw.MEMBERS, (JOB, w, ip, BASE_PORT + w),
-                                      "HySyncIngress.admission.admit"))
-        p.write_entry("INSERT", Entry(sw.REWRITE, (wire.member_rid(JOB, w),),
-                                      "HySyncEgress.replication.rewrite_dst",
+        p.write_entry("INSERT", Entry(p4names.ADMISSION_MEMBERS, (JOB, w, ip, BASE_PORT + w),
+                                      p4names.ADMISSION_ADMIT))
+        p.write_entry("INSERT", Entry(p4names.REPLICATION_REWRITE, (wire.member_rid(JOB, w),),
+                                      p4names.REPLICATION_REWRITE_DST,
                                       (0, ip, BASE_PORT + w)))
-    p.write_entry("INSERT", Entry(sw.JOBS, (JOB,), "HySyncIngress.admission.set_job",
+    p.write_entry("INSERT", Entry(p4names.ADMISSION_JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
                                   (0, 4096, SENDERS, JOB)))
-    p.write_entry("INSERT", Entry(sw.MODES, (JOB, (0, 4095)), "HySyncIngress.sync_mode.set_mode",
-                                  (mode, quorum), 1))
+    p.write_entry("INSERT", Entry(p4names.SYNC_MODE_MODES, (JOB, (0, 4095)),
+                                  p4names.SYNC_MODE_SET_MODE, (mode, quorum), 1))
     p.write_group("INSERT", JOB, [Replica(1, wire.member_rid(JOB, w)) for w in range(SENDERS)])
     return p
 
@@ -60,7 +60,7 @@ def _switch_main(ready, start, seconds: float, mode: int, quorum: int, stats) ->
     plane = UdpDataPlane(p, "127.0.0.1", 0)
     ready.put(plane.address[1])
     plane.start()
-    counter = p.counters["HySyncIngress.stats.contributions"].packets
+    counter = p.counters[p4names.STATS_CONTRIBUTIONS].packets
     start.wait()
     time.sleep(WARMUP_S)  # senders open their windows
     c0, t0 = sum(counter), time.perf_counter()
@@ -117,7 +117,7 @@ def pipeline_only(mode: int, quorum: int, rounds: int = 60, window: int = 128) -
     for port, datagram in stream:
         process(ip, port, datagram)
     elapsed = time.perf_counter() - t0
-    counted = sum(p.counters["HySyncIngress.stats.contributions"].packets)
+    counted = sum(p.counters[p4names.STATS_CONTRIBUTIONS].packets)
     return _row("pipeline-only", mode, quorum, window, elapsed, counted)
 
 

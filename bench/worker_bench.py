@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from hysync import p4names
+
 RESULTS = Path(__file__).resolve().parent / "results"
 WORKERS = 4
 JOB = 1
@@ -56,13 +58,13 @@ def switch_main(cmd: Any, out: Any) -> None:
             ip = wire.ip_to_int("127.0.0.1")
             for w, port in enumerate(members):
                 pipeline.write_entry("INSERT", Entry(MEMBERS, (JOB, w, ip, port),
-                                                     "HySyncIngress.admission.admit"))
+                                                     p4names.ADMISSION_ADMIT))
                 pipeline.write_entry("INSERT", Entry(REWRITE, (wire.member_rid(JOB, w),),
-                                                     "HySyncEgress.replication.rewrite_dst",
+                                                     p4names.REPLICATION_REWRITE_DST,
                                                      (0, ip, port)))
             pipeline.write_group("INSERT", JOB, [Replica(1, wire.member_rid(JOB, w))
                                                  for w in range(len(members))])
-            pipeline.write_entry("INSERT", Entry(JOBS, (JOB,), "HySyncIngress.admission.set_job",
+            pipeline.write_entry("INSERT", Entry(JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
                                                  (0, slot_count, len(members), JOB)))
             pipeline.write_entry("INSERT", _modes(slot_count, 0, 0))
         elif op == "mode":
@@ -79,7 +81,7 @@ def _modes(slot_count: int, mode: int, quorum: int) -> Any:
     from softswitch.pipeline import MODES
     from softswitch.tables import Entry
 
-    return Entry(MODES, (JOB, (0, slot_count - 1)), "HySyncIngress.sync_mode.set_mode",
+    return Entry(MODES, (JOB, (0, slot_count - 1)), p4names.SYNC_MODE_SET_MODE,
                  (mode, quorum), priority=1)
 
 

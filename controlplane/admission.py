@@ -10,12 +10,7 @@ from dataclasses import dataclass
 
 from controlplane.entities import TableEntry
 from controlplane.job import Member
-from hysync import wire
-
-MEMBERS = "HySyncIngress.admission.members"
-JOBS = "HySyncIngress.admission.jobs"
-ADMIT = "HySyncIngress.admission.admit"
-SET_JOB = "HySyncIngress.admission.set_job"
+from hysync import p4names, wire
 
 
 def member_entry(job_id: int, member: Member) -> TableEntry:
@@ -23,8 +18,9 @@ def member_entry(job_id: int, member: Member) -> TableEntry:
 
 
 def member_entry_for(job_id: int, worker: int, ip: int, udp_port: int) -> TableEntry:
-    return TableEntry(MEMBERS, {"job_id": job_id, "worker_id": worker, "src_addr": ip,
-                                "src_port": udp_port}, ADMIT)
+    return TableEntry(p4names.ADMISSION_MEMBERS, {"job_id": job_id, "worker_id": worker,
+                                                  "src_addr": ip, "src_port": udp_port},
+                      p4names.ADMISSION_ADMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +60,8 @@ class JobRow:
                    p["mcast_grp"])
 
     def entry(self) -> TableEntry:
-        return TableEntry(JOBS, {"job_id": self.job_id}, SET_JOB,
+        return TableEntry(p4names.ADMISSION_JOBS, {"job_id": self.job_id},
+                          p4names.ADMISSION_SET_JOB,
                           {"slot_base": self.slot_base, "slot_count": self.slot_count,
                            "members": self.members, "mcast_grp": self.mcast_grp})
 

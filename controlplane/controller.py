@@ -54,7 +54,7 @@ from controlplane.errors import (
 from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
 from controlplane.sync_mode import ModeRange, Segment
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -247,14 +247,16 @@ class Controller:
 
     def _read(self) -> _State:
         sw = self.switch
-        tables = sw.read_tables([admission.MEMBERS, admission.JOBS, sync_mode.MODES,
-                                 forwarding.L2, replication.REWRITE])
+        tables = sw.read_tables([p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS,
+                                 p4names.SYNC_MODE_MODES, p4names.FORWARDING_L2,
+                                 p4names.REPLICATION_REWRITE])
         state = _State(
-            admitted=[admission.Admitted.from_entry(e) for e in tables[admission.MEMBERS]],
-            jobs={r.job_id: r for r in map(admission.JobRow.from_entry, tables[admission.JOBS])},
-            modes={}, l2=dict(map(forwarding.l2_of, tables[forwarding.L2])),
+            admitted=[admission.Admitted.from_entry(e) for e in tables[p4names.ADMISSION_MEMBERS]],
+            jobs={r.job_id: r
+                  for r in map(admission.JobRow.from_entry, tables[p4names.ADMISSION_JOBS])},
+            modes={}, l2=dict(map(forwarding.l2_of, tables[p4names.FORWARDING_L2])),
             rewrites={}, groups={g.group_id: g for g in sw.read_groups()})
-        for entry in tables[sync_mode.MODES]:
+        for entry in tables[p4names.SYNC_MODE_MODES]:
             try:
                 r = ModeRange.from_entry(entry)
             except ValueError:
@@ -262,7 +264,7 @@ class Controller:
                                       f"{entry.params.get('mode')}")
                 continue
             state.modes.setdefault(r.job_id, []).append(r)
-        for entry in tables[replication.REWRITE]:
+        for entry in tables[p4names.REPLICATION_REWRITE]:
             rw = replication.Rewrite.from_entry(entry)
             state.rewrites[(rw.job_id, rw.worker)] = rw
         self.jobs = {}
@@ -504,7 +506,7 @@ class Controller:
             time.sleep(poll)
 
     def _contributions(self, job: InstalledJob) -> int:
-        cells = [(counters.CONTRIBUTIONS, wire.member_index(job.job_id, m.worker))
+        cells = [(p4names.STATS_CONTRIBUTIONS, wire.member_index(job.job_id, m.worker))
                  for m in job.members]
         return sum(c.packets for c in self.switch.read_counter_cells(cells))
 

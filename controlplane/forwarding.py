@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from controlplane.entities import MulticastGroup, Replica, TableEntry
-from hysync import wire
+from hysync import p4names, wire
 
-L2 = "HySyncIngress.forwarding.l2"
-SET_EGRESS_PORT = "HySyncIngress.forwarding.set_egress_port"
 FLOOD_GROUP = wire.FLOOD_MCAST_GROUP
 
 
@@ -24,7 +22,8 @@ def mac_str(value: int) -> str:
 
 
 def l2_entry(mac: str, port: int) -> TableEntry:
-    return TableEntry(L2, {"dst_addr": mac_int(mac)}, SET_EGRESS_PORT, {"port": port})
+    return TableEntry(p4names.FORWARDING_L2, {"dst_addr": mac_int(mac)},
+                      p4names.FORWARDING_SET_EGRESS_PORT, {"port": port})
 
 
 def l2_of(entry: TableEntry) -> tuple[str, int]:

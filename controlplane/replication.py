@@ -11,10 +11,7 @@ from dataclasses import dataclass
 from controlplane.entities import MulticastGroup, Replica, TableEntry
 from controlplane.forwarding import mac_int, mac_str
 from controlplane.job import Member
-from hysync import wire
-
-REWRITE = "HySyncEgress.replication.rewrite"
-REWRITE_DST = "HySyncEgress.replication.rewrite_dst"
+from hysync import p4names, wire
 
 
 def job_group(job_id: int, members: Iterable[Member]) -> MulticastGroup:
@@ -26,9 +23,11 @@ def replica(job_id: int, member: Member) -> Replica:
 
 
 def rewrite_entry(job_id: int, member: Member) -> TableEntry:
-    return TableEntry(REWRITE, {"egress_rid": wire.member_rid(job_id, member.worker)},
-                      REWRITE_DST, {"dst_mac": mac_int(member.mac), "dst_addr": member.ip_int,
-                                    "dst_port": member.udp_port})
+    return TableEntry(p4names.REPLICATION_REWRITE,
+                      {"egress_rid": wire.member_rid(job_id, member.worker)},
+                      p4names.REPLICATION_REWRITE_DST,
+                      {"dst_mac": mac_int(member.mac), "dst_addr": member.ip_int,
+                       "dst_port": member.udp_port})
 
 
 def member_of_rid(rid: int) -> tuple[int, int]:

@@ -9,18 +9,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from controlplane.entities import CounterCell
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import DropReason
 
-CONTRIBUTIONS = "HySyncIngress.stats.contributions"
-LATE = "HySyncIngress.stats.late"
-DUPLICATES = "HySyncIngress.stats.duplicates"
-STALE = "HySyncIngress.stats.stale"
-CLOSES = "HySyncIngress.stats.closes"
-DROPS = "HySyncIngress.stats.drops"
-RESULTS = "HySyncEgress.replication.results"
-PER_WORKER = {"contributions": CONTRIBUTIONS, "late": LATE, "duplicates": DUPLICATES,
-              "stale": STALE, "closes": CLOSES, "results": RESULTS}
+PER_WORKER = {"contributions": p4names.STATS_CONTRIBUTIONS, "late": p4names.STATS_LATE,
+              "duplicates": p4names.STATS_DUPLICATES, "stale": p4names.STATS_STALE,
+              "closes": p4names.STATS_CLOSES, "results": p4names.REPLICATION_RESULTS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +74,7 @@ def cells(job_id: int, workers: Iterable[int]) -> list[tuple[str, int | None]]:
     """Every counter cell of the job's stats, for one Read RPC."""
     wanted: list[tuple[str, int | None]] = [
         (counter, wire.member_index(job_id, w)) for w in workers for counter in PER_WORKER.values()]
-    wanted += [(DROPS, job_id * wire.NUM_DROP_REASONS + r) for r in DropReason]
+    wanted += [(p4names.STATS_DROPS, job_id * wire.NUM_DROP_REASONS + r) for r in DropReason]
     return wanted
 
 
@@ -93,7 +87,7 @@ def collect(job_id: int, workers: Iterable[int], active: Iterable[int],
         index = wire.member_index(job_id, w)
         values = {key: packets.get((name, index), 0) for key, name in PER_WORKER.items()}
         per_worker[w] = WorkerStats(w, w in active, **values)
-    drops = {r.name: packets.get((DROPS, job_id * wire.NUM_DROP_REASONS + r), 0)
+    drops = {r.name: packets.get((p4names.STATS_DROPS, job_id * wire.NUM_DROP_REASONS + r), 0)
              for r in DropReason}
     return JobStats(job_id, time, per_worker, drops)
 

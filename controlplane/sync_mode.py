@@ -24,10 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from controlplane.entities import TableEntry, Update, delete, insert, modify
+from hysync import p4names
 from hysync.wire import Mode
 
-MODES = "HySyncIngress.sync_mode.modes"
-SET_MODE = "HySyncIngress.sync_mode.set_mode"
 BASE_PRIORITY = 1
 DEFAULT = (Mode.SYNC, 0)  # what a miss in the modes table means
 
@@ -44,8 +43,10 @@ class ModeRange:
     priority: int = BASE_PRIORITY
 
     def entry(self) -> TableEntry:
-        return TableEntry(MODES, {"job_id": self.job_id, "slot": (self.low, self.high)},
-                          SET_MODE, {"mode": int(self.mode), "quorum": self.quorum},
+        return TableEntry(p4names.SYNC_MODE_MODES,
+                          {"job_id": self.job_id, "slot": (self.low, self.high)},
+                          p4names.SYNC_MODE_SET_MODE,
+                          {"mode": int(self.mode), "quorum": self.quorum},
                           priority=self.priority)
 
     @classmethod

@@ -22,24 +22,19 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
 from softswitch.tables import Counter, Entry, EntryError, Replica, Table
 
-# P4Info names of the program's entities (docs/protocol.md §8).
-MEMBERS = "HySyncIngress.admission.members"
-JOBS = "HySyncIngress.admission.jobs"
-MODES = "HySyncIngress.sync_mode.modes"
-L2 = "HySyncIngress.forwarding.l2"
-REWRITE = "HySyncEgress.replication.rewrite"
+# The counters in the order _contributions.._results unpack them (docs/protocol.md §8).
 COUNTER_NAMES = (
-    "HySyncIngress.stats.contributions",
-    "HySyncIngress.stats.late",
-    "HySyncIngress.stats.duplicates",
-    "HySyncIngress.stats.stale",
-    "HySyncIngress.stats.closes",
-    "HySyncIngress.stats.drops",
-    "HySyncEgress.replication.results",
+    p4names.STATS_CONTRIBUTIONS,
+    p4names.STATS_LATE,
+    p4names.STATS_DUPLICATES,
+    p4names.STATS_STALE,
+    p4names.STATS_CLOSES,
+    p4names.STATS_DROPS,
+    p4names.REPLICATION_RESULTS,
 )
 MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
 DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
@@ -65,12 +60,12 @@ class Pipeline:
         self.lock = threading.RLock()
         self._deferred: set[str] | None = None
         self.tables: dict[str, Table] = {
-            MEMBERS: Table(MEMBERS, 8192),
-            JOBS: Table(JOBS, wire.MAX_JOBS),
-            MODES: Table(MODES, 4096),
-            L2: Table(L2, 4096, "HySyncIngress.forwarding.flood"),
-            REWRITE: Table(REWRITE, MEMBER_CELLS),
-        }
+            name: Table(name, size, p4names.TABLE_DEFAULT_ACTION[name]) for name, size in (
+                (p4names.ADMISSION_MEMBERS, p4names.ADMISSION_MEMBERS_SIZE),
+                (p4names.ADMISSION_JOBS, wire.MAX_JOBS),
+                (p4names.SYNC_MODE_MODES, p4names.SYNC_MODE_MODES_SIZE),
+                (p4names.FORWARDING_L2, p4names.FORWARDING_L2_SIZE),
+                (p4names.REPLICATION_REWRITE, MEMBER_CELLS))}
         self.groups: dict[int, list[Replica]] = {}
         self.counters = {name: Counter(name, DROP_CELLS if name.endswith("drops") else MEMBER_CELLS)
                          for name in COUNTER_NAMES}
@@ -106,20 +101,20 @@ class Pipeline:
     def _rebuild_index(self, name: str) -> None:
         """Derive the dict the packet path looks up from one table's entries."""
         entries = self.tables[name].entries.values()
-        if name == MEMBERS:
+        if name == p4names.ADMISSION_MEMBERS:
             self._members = {e.match for e in entries}
-        elif name == JOBS:
+        elif name == p4names.ADMISSION_JOBS:
             self._jobs = {e.match[0]: e.params for e in entries}
-        elif name == MODES:
+        elif name == p4names.SYNC_MODE_MODES:
             modes: dict[int, list[tuple[int, ...]]] = {}
             for e in entries:
                 lo, hi = e.match[1]  # type: ignore[misc]
                 modes.setdefault(e.match[0], []).append(  # type: ignore[arg-type]
                     (-e.priority, lo, hi, *e.params))
             self._modes = {job: sorted(rows) for job, rows in modes.items()}
-        elif name == L2:
+        elif name == p4names.FORWARDING_L2:
             self._l2 = {e.match[0]: e.params[0] for e in entries}
-        elif name == REWRITE:
+        elif name == p4names.REPLICATION_REWRITE:
             self._rewrite = {e.match[0]: e.params for e in entries}
 
     @contextmanager

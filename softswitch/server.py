@@ -35,7 +35,8 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
-from softswitch.pipeline import JOBS, L2, MEMBERS, MODES, REWRITE, Pipeline
+from hysync import p4names
+from softswitch.pipeline import Pipeline
 from softswitch.tables import Entry, EntryError, Replica
 
 log = logging.getLogger(__name__)
@@ -50,37 +51,17 @@ RANGE = p4info_pb2.MatchField.RANGE
 _KIND_NAME = {EXACT: "exact", RANGE: "range"}
 TABLE_ONLY = p4info_pb2.ActionRef.TABLE_ONLY
 DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
-NO_ACTION = "NoAction"
 
-# docs/protocol.md §8. Key fields are listed in the order the pipeline's Entry.match
-# holds them and params in the order Entry.params holds them; P4Info ids are mapped
-# onto these positions by name, so a P4Info that orders them differently still works.
+# The program the pipeline implements, from the committed P4Info (hysync/p4names.py).
+# Key fields and params are in the order the pipeline's Entry.match and Entry.params
+# hold them; P4Info ids are mapped onto these positions by name, so a P4Info that
+# orders them differently still works. A table's first action is required, the rest allowed.
+_MATCH_KIND = {"EXACT": EXACT, "RANGE": RANGE}
 TABLE_KEYS: dict[str, tuple[tuple[str, int, int], ...]] = {
-    MEMBERS: (("job_id", 16, EXACT), ("worker_id", 8, EXACT), ("src_addr", 32, EXACT),
-              ("src_port", 16, EXACT)),
-    JOBS: (("job_id", 16, EXACT),),
-    MODES: (("job_id", 16, EXACT), ("slot", 16, RANGE)),
-    L2: (("dst_addr", 48, EXACT),),
-    REWRITE: (("egress_rid", 16, EXACT),),
-}
-TABLE_ACTIONS: dict[str, tuple[str, ...]] = {  # the first one is required, the rest allowed
-    MEMBERS: ("HySyncIngress.admission.admit", NO_ACTION),
-    JOBS: ("HySyncIngress.admission.set_job", NO_ACTION),
-    MODES: ("HySyncIngress.sync_mode.set_mode", NO_ACTION),
-    L2: ("HySyncIngress.forwarding.set_egress_port", "HySyncIngress.forwarding.flood"),
-    REWRITE: ("HySyncEgress.replication.rewrite_dst", NO_ACTION),
-}
-ACTION_PARAMS: dict[str, tuple[tuple[str, int], ...]] = {
-    NO_ACTION: (),
-    "HySyncIngress.admission.admit": (),
-    "HySyncIngress.admission.set_job": (("slot_base", 16), ("slot_count", 16), ("members", 8),
-                                        ("mcast_grp", 16)),
-    "HySyncIngress.sync_mode.set_mode": (("mode", 8), ("quorum", 8)),
-    "HySyncIngress.forwarding.set_egress_port": (("port", 9),),
-    "HySyncIngress.forwarding.flood": (),
-    "HySyncEgress.replication.rewrite_dst": (("dst_mac", 48), ("dst_addr", 32),
-                                             ("dst_port", 16)),
-}
+    table: tuple((name, bits, _MATCH_KIND[kind]) for name, bits, kind in keys)
+    for table, keys in p4names.TABLE_KEYS.items()}
+TABLE_ACTIONS = p4names.TABLE_ACTIONS
+ACTION_PARAMS = p4names.ACTION_PARAMS
 # v1model standard metadata widths: mcast_grp bit<16>, egress_spec bit<9>, egress_rid bit<16>.
 MAX_GROUP_ID = 0xFFFF
 PORT_BITS = 9
@@ -365,7 +346,8 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
     for action in refs.values():
         _register_action(action, schema)
     default_id = table.const_default_action_id or table.initial_default_action.action_id
-    default_name = schema.actions[default_id].name if default_id in schema.actions else NO_ACTION
+    default_name = (schema.actions[default_id].name if default_id in schema.actions
+                    else p4names.NO_ACTION)
     if default_id and default_id not in scopes:
         raise ConfigError(f"P4Info table {name}'s default action id {default_id} is not one of "
                           "its actions")

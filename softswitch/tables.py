@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hysync import p4names
+
 # A match value is an int (exact) or an (lo, hi) pair (range).
 MatchValue = int | tuple[int, int]
 
@@ -42,7 +44,7 @@ class Entry:
 class Table:
     name: str
     size: int
-    default_action: str = "NoAction"
+    default_action: str = p4names.NO_ACTION
     default_params: tuple[int, ...] = ()
     entries: dict[tuple[tuple[MatchValue, ...], int], Entry] = field(default_factory=dict)
 

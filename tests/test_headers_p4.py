@@ -219,6 +219,9 @@ def _p4info_message(text: str):
 
 
 # docs/protocol.md §8: (name, [(match field, bits, kind)], {action: [(param, bits)]}).
+# Spelled out here on purpose, the one copy outside p4src/ and hysync/p4names.py: the
+# generated names come from the P4Info, so only an independent copy of the documented
+# contract can tell that the P4 program (and so the P4Info) drifted from the document.
 CONTRACT_TABLES = {
     "HySyncIngress.admission.members": (
         [("job_id", 16, "EXACT"), ("worker_id", 8, "EXACT"), ("src_addr", 32, "EXACT"),

@@ -13,8 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from hysync import wire
-from softswitch import pipeline as sw
+from hysync import p4names, wire
 from softswitch.pipeline import Pipeline
 from softswitch.tables import Entry, Replica
 
@@ -37,13 +36,13 @@ def job_writes(job: Job, mode: int = wire.Mode.SYNC, quorum: int = 0,
                active: tuple[int, ...] | None = None) -> list[Write]:
     """Table entries for a job: admission, job config, one mode range, replica rewrites."""
     members = [m for m in job.members if active is None or m.worker in active]
-    writes = [Write(sw.MEMBERS, (job.job_id, m.worker, m.ip, m.udp_port),
-                    "HySyncIngress.admission.admit") for m in members]
-    writes.append(Write(sw.JOBS, (job.job_id,), "HySyncIngress.admission.set_job",
+    writes = [Write(p4names.ADMISSION_MEMBERS, (job.job_id, m.worker, m.ip, m.udp_port),
+                    p4names.ADMISSION_ADMIT) for m in members]
+    writes.append(Write(p4names.ADMISSION_JOBS, (job.job_id,), p4names.ADMISSION_SET_JOB,
                         (job.slot_base, job.slot_count, len(members), job.job_id)))
     writes.append(mode_write(job, mode, quorum))
-    writes += [Write(sw.REWRITE, (wire.member_rid(job.job_id, m.worker),),
-                     "HySyncEgress.replication.rewrite_dst",
+    writes += [Write(p4names.REPLICATION_REWRITE, (wire.member_rid(job.job_id, m.worker),),
+                     p4names.REPLICATION_REWRITE_DST,
                      (int.from_bytes(m.mac, "big"), m.ip, m.udp_port)) for m in job.members]
     return writes
 
@@ -52,7 +51,7 @@ def mode_write(job: Job, mode: int, quorum: int, lo: int | None = None, hi: int 
                priority: int = 1) -> Write:
     lo = job.slot_base if lo is None else lo
     hi = job.slot_base + job.slot_count - 1 if hi is None else hi
-    return Write(sw.MODES, (job.job_id, (lo, hi)), "HySyncIngress.sync_mode.set_mode",
+    return Write(p4names.SYNC_MODE_MODES, (job.job_id, (lo, hi)), p4names.SYNC_MODE_SET_MODE,
                  (mode, quorum), priority)
 
 

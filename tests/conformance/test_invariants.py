@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import Mode, Op, ResyncReason
 
 from .conftest import install
@@ -74,7 +74,7 @@ class World:
 
     def deliver_to_switch(self, i: int) -> None:
         port, frame = self.to_switch.pop(i % len(self.to_switch))
-        drops = self.target.pipeline.counters["HySyncIngress.stats.drops"].packets
+        drops = self.target.pipeline.counters[p4names.STATS_DROPS].packets
         before = sum(drops)
         outputs = self.target.send(port, frame)
         if frame in self.junk_frames:

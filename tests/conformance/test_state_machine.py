@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
 from .conftest import install
@@ -23,12 +23,12 @@ from .topology import (
     wrap_sum,
 )
 
-CONTRIBUTIONS = "HySyncIngress.stats.contributions"
-LATE = "HySyncIngress.stats.late"
-DUPLICATES = "HySyncIngress.stats.duplicates"
-STALE = "HySyncIngress.stats.stale"
-DROPS = "HySyncIngress.stats.drops"
-RESULTS = "HySyncEgress.replication.results"
+CONTRIBUTIONS = p4names.STATS_CONTRIBUTIONS
+LATE = p4names.STATS_LATE
+DUPLICATES = p4names.STATS_DUPLICATES
+STALE = p4names.STATS_STALE
+DROPS = p4names.STATS_DROPS
+RESULTS = p4names.REPLICATION_RESULTS
 ALL4 = 0b1111
 
 
@@ -339,8 +339,8 @@ def test_tcp_between_hosts_is_forwarded_untouched(target):
 def _l2(mac: bytes, port: int):
     from .targets import Write
 
-    return Write("HySyncIngress.forwarding.l2", (int.from_bytes(mac, "big"),),
-                 "HySyncIngress.forwarding.set_egress_port", (port,))
+    return Write(p4names.FORWARDING_L2, (int.from_bytes(mac, "big"),),
+                 p4names.FORWARDING_SET_EGRESS_PORT, (port,))
 
 
 def test_retransmission_closes_a_round_that_an_exclusion_completed(target):
@@ -357,5 +357,5 @@ def test_retransmission_closes_a_round_that_an_exclusion_completed(target):
 def test_the_contribution_that_closes_a_round_is_counted_as_its_close(target):
     close_round(target, JOB1, 1, 0, [2, 0, 3, 1])
     close_round(target, JOB1, 1, 1, [0, 1, 2, 3])
-    assert [target.counter("HySyncIngress.stats.closes", member(JOB1, w))
+    assert [target.counter(p4names.STATS_CLOSES, member(JOB1, w))
             for w in range(4)] == [0, 1, 0, 1]

@@ -16,6 +16,7 @@ import pytest
 
 from controlplane.cli import main
 from controlplane.switch import Switch
+from hysync import p4names
 
 from .conftest import EXAMPLE_JOB, P4INFO, ROOT, Softswitch, free_udp_socket
 from .senders import Shared
@@ -251,7 +252,7 @@ import p4runtime_sh.shell as sh
 sh.setup(device_id=1, grpc_addr=sys.argv[1], election_id=(0, 2), config=None, verbose=False)
 try:
     rows = []
-    for te in sh.TableEntry("HySyncIngress.admission.members").read():
+    for te in sh.TableEntry(sys.argv[2]).read():
         value = {f: int.from_bytes(te.match[f].exact.value, "big")
                  for f in ("job_id", "worker_id", "src_addr", "src_port")}
         rows.append(dict(value, action=te.action.action_name))
@@ -266,11 +267,12 @@ print(json.dumps({"members": rows, "groups": groups}))
 def test_p4runtime_shell_reads_what_the_controller_installed(pushed: Run,
                                                              softswitch: Softswitch) -> None:
     pushed("job", "add", str(EXAMPLE_JOB))
-    run = subprocess.run([sys.executable, "-c", P4RUNTIME_SHELL_READ, softswitch.grpc_addr],
+    run = subprocess.run([sys.executable, "-c", P4RUNTIME_SHELL_READ, softswitch.grpc_addr,
+                          p4names.ADMISSION_MEMBERS],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout)
     assert sorted((r["job_id"], r["worker_id"], r["src_addr"], r["src_port"], r["action"])
                   for r in seen["members"]) == [
-        (1, w, 0x7F000001, 47001 + w, "HySyncIngress.admission.admit") for w in range(4)]
+        (1, w, 0x7F000001, 47001 + w, p4names.ADMISSION_ADMIT) for w in range(4)]
     assert sorted(map(tuple, seen["groups"][0])) == [(1, 33 + w) for w in range(4)]

@@ -15,14 +15,14 @@ from controlplane.errors import (
 )
 from controlplane.job import JobConfig
 from controlplane.switch import Switch
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import Mode
 
 from .conftest import EXAMPLE_JOB, Softswitch, make_job
 
-TABLES = ("HySyncIngress.admission.members", "HySyncIngress.admission.jobs",
-          "HySyncIngress.sync_mode.modes", "HySyncIngress.forwarding.l2",
-          "HySyncEgress.replication.rewrite")
+TABLES = (p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS,
+          p4names.SYNC_MODE_MODES, p4names.FORWARDING_L2,
+          p4names.REPLICATION_REWRITE)
 LOCALHOST = 0x7F000001
 
 
@@ -37,20 +37,20 @@ def snapshot(switch: Switch) -> dict[str, object]:
 def expected_loopback() -> dict[str, object]:
     """What docs/protocol.md §6/§8 say the example job must install, written out by hand."""
     rid = [33 + w for w in range(4)]  # job*32 + worker + 1
-    members = [TableEntry("HySyncIngress.admission.members",
+    members = [TableEntry(p4names.ADMISSION_MEMBERS,
                           {"job_id": 1, "worker_id": w, "src_addr": LOCALHOST,
-                           "src_port": 47001 + w}, "HySyncIngress.admission.admit")
+                           "src_port": 47001 + w}, p4names.ADMISSION_ADMIT)
                for w in range(4)]
-    jobs = [TableEntry("HySyncIngress.admission.jobs", {"job_id": 1},
-                       "HySyncIngress.admission.set_job",
+    jobs = [TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1},
+                       p4names.ADMISSION_SET_JOB,
                        {"slot_base": 0, "slot_count": 256, "members": 4, "mcast_grp": 1})]
-    modes = [TableEntry("HySyncIngress.sync_mode.modes", {"job_id": 1, "slot": (0, 255)},
-                        "HySyncIngress.sync_mode.set_mode", {"mode": 0, "quorum": 0},
+    modes = [TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 255)},
+                        p4names.SYNC_MODE_SET_MODE, {"mode": 0, "quorum": 0},
                         priority=1)]
-    l2 = [TableEntry("HySyncIngress.forwarding.l2", {"dst_addr": 0x020000000001 + w},
-                     "HySyncIngress.forwarding.set_egress_port", {"port": 1}) for w in range(4)]
-    rewrite = [TableEntry("HySyncEgress.replication.rewrite", {"egress_rid": rid[w]},
-                          "HySyncEgress.replication.rewrite_dst",
+    l2 = [TableEntry(p4names.FORWARDING_L2, {"dst_addr": 0x020000000001 + w},
+                     p4names.FORWARDING_SET_EGRESS_PORT, {"port": 1}) for w in range(4)]
+    rewrite = [TableEntry(p4names.REPLICATION_REWRITE, {"egress_rid": rid[w]},
+                          p4names.REPLICATION_REWRITE_DST,
                           {"dst_mac": 0x020000000001 + w, "dst_addr": LOCALHOST,
                            "dst_port": 47001 + w}) for w in range(4)]
     groups = [MulticastGroup(1, tuple(Replica(1, r) for r in rid)),
@@ -152,7 +152,7 @@ def test_a_failed_install_is_rolled_back(controller: Controller, switch: Switch,
 
     def failing_write(updates):  # type: ignore[no-untyped-def]
         updates = list(updates)
-        if any(getattr(u.entity, "table", "") == "HySyncIngress.admission.jobs"
+        if any(getattr(u.entity, "table", "") == p4names.ADMISSION_JOBS
                for u in updates):
             raise InvalidArgumentError("injected failure")
         real_write(updates)
@@ -190,7 +190,7 @@ def test_set_mode_is_one_modify_for_an_existing_range(controller: Controller,
     controller.add_job(JobConfig.load(EXAMPLE_JOB))
     report = controller.set_mode(1, slots=(0, 255), mode=Mode.PARTIAL, quorum=3)
     assert (report.strategy, report.deleted) == ("modify", 0)
-    modes = switch.read_table("HySyncIngress.sync_mode.modes")
+    modes = switch.read_table(p4names.SYNC_MODE_MODES)
     assert [(e.match["slot"], e.params, e.priority) for e in modes] == [
         ((0, 255), {"mode": 1, "quorum": 3}, 1)]
     report = controller.set_mode(1, slots=(16, 31), mode=Mode.ASYNC)
@@ -200,7 +200,7 @@ def test_set_mode_is_one_modify_for_an_existing_range(controller: Controller,
                         (32, 255, Mode.PARTIAL, 3)]
     report = controller.set_mode(1, slots=(0, 255), mode=Mode.SYNC)
     assert (report.strategy, report.deleted) == ("insert", 2)
-    assert len(switch.read_table("HySyncIngress.sync_mode.modes")) == 1
+    assert len(switch.read_table(p4names.SYNC_MODE_MODES)) == 1
     assert controller.set_mode(1, slots=(0, 255), mode=Mode.SYNC).strategy == "unchanged"
 
 

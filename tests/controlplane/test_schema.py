@@ -6,25 +6,26 @@ import pytest
 
 from controlplane.errors import SchemaError
 from controlplane.schema import Schema
+from hysync import p4names
 
 from .conftest import P4INFO
 
 
 def test_every_name_of_the_protocol_contract_resolves(schema: Schema) -> None:
-    members = schema.table("HySyncIngress.admission.members")
+    members = schema.table(p4names.ADMISSION_MEMBERS)
     assert [(f.name, f.bitwidth, f.kind) for f in members.match_fields] == [
         ("job_id", 16, "exact"), ("worker_id", 8, "exact"), ("src_addr", 32, "exact"),
         ("src_port", 16, "exact")]
-    modes = schema.table("HySyncIngress.sync_mode.modes")
+    modes = schema.table(p4names.SYNC_MODE_MODES)
     assert modes.needs_priority and modes.match_field("slot").kind == "range"
-    set_job = schema.action("HySyncIngress.admission.set_job")
+    set_job = schema.action(p4names.ADMISSION_SET_JOB)
     assert [(p.name, p.bitwidth) for p in set_job.params] == [
         ("slot_base", 16), ("slot_count", 16), ("members", 8), ("mcast_grp", 16)]
-    assert schema.action("HySyncIngress.forwarding.set_egress_port").param("port").bitwidth == 9
+    assert schema.action(p4names.FORWARDING_SET_EGRESS_PORT).param("port").bitwidth == 9
     for name in ("contributions", "late", "duplicates", "stale"):
         assert schema.counter(f"HySyncIngress.stats.{name}").size == 8192
-    assert schema.counter("HySyncIngress.stats.drops").size == 4096
-    assert schema.counter("HySyncEgress.replication.results").unit == "BOTH"
+    assert schema.counter(p4names.STATS_DROPS).size == 4096
+    assert schema.counter(p4names.REPLICATION_RESULTS).unit == "BOTH"
 
 
 def test_ids_map_back_to_the_same_entities(schema: Schema) -> None:
@@ -37,15 +38,15 @@ def test_ids_map_back_to_the_same_entities(schema: Schema) -> None:
 
 
 def test_an_unambiguous_alias_finds_the_full_name(schema: Schema) -> None:
-    assert schema.table("members").name == "HySyncIngress.admission.members"
-    assert schema.counter("drops").name == "HySyncIngress.stats.drops"
+    assert schema.table("members").name == p4names.ADMISSION_MEMBERS
+    assert schema.counter("drops").name == p4names.STATS_DROPS
 
 
 @pytest.mark.parametrize(("lookup", "name", "suggestion"), [
-    ("table", "HySyncIngress.admission.member", "HySyncIngress.admission.members"),
-    ("table", "Ingress.sync_mode.modes", "HySyncIngress.sync_mode.modes"),
-    ("action", "HySyncIngress.admission.set_jobs", "HySyncIngress.admission.set_job"),
-    ("counter", "HySyncIngress.stats.contribution", "HySyncIngress.stats.contributions"),
+    ("table", "HySyncIngress.admission.member", p4names.ADMISSION_MEMBERS),
+    ("table", "Ingress.sync_mode.modes", p4names.SYNC_MODE_MODES),
+    ("action", "HySyncIngress.admission.set_jobs", p4names.ADMISSION_SET_JOB),
+    ("counter", "HySyncIngress.stats.contribution", p4names.STATS_CONTRIBUTIONS),
 ])
 def test_an_unknown_name_fails_listing_close_names(schema: Schema, lookup: str, name: str,
                                                    suggestion: str) -> None:
@@ -57,9 +58,9 @@ def test_an_unknown_name_fails_listing_close_names(schema: Schema, lookup: str, 
 def test_an_unknown_match_field_or_param_names_the_table_or_action(schema: Schema) -> None:
     with pytest.raises(SchemaError, match="match field of table HySyncIngress.admission.jobs.*"
                                           "job_id"):
-        schema.table("HySyncIngress.admission.jobs").match_field("job")
+        schema.table(p4names.ADMISSION_JOBS).match_field("job")
     with pytest.raises(SchemaError, match="did you mean 'quorum'"):
-        schema.action("HySyncIngress.sync_mode.set_mode").param("quorom")
+        schema.action(p4names.SYNC_MODE_SET_MODE).param("quorom")
 
 
 def test_a_missing_p4info_file_says_what_to_pass(tmp_path) -> None:

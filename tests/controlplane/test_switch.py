@@ -24,14 +24,15 @@ from controlplane.errors import (
     SwitchUnreachableError,
 )
 from controlplane.switch import DeviceConfigError, Switch, parse_election_id
+from hysync import p4names
 
 from .conftest import P4INFO, Softswitch
 
-JOBS = "HySyncIngress.admission.jobs"
+JOBS = p4names.ADMISSION_JOBS
 
 
 def _job_entry(job: int) -> TableEntry:
-    return TableEntry(JOBS, {"job_id": job}, "HySyncIngress.admission.set_job",
+    return TableEntry(JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
                       {"slot_base": 0, "slot_count": 8, "members": 2, "mcast_grp": job})
 
 
@@ -52,9 +53,9 @@ def test_writes_and_reads_round_trip(switch: Switch) -> None:
     switch.write([insert(entry), insert(MulticastGroup(3, (Replica(1, 97), Replica(2, 98))))])
     assert switch.read_table(JOBS) == [entry]
     assert switch.read_groups() == [MulticastGroup(3, (Replica(1, 97), Replica(2, 98)))]
-    assert switch.read_counter("HySyncIngress.stats.late", 97) == [
-        CounterCell("HySyncIngress.stats.late", 97, 0, 0)]
-    assert len(switch.read_counter("HySyncIngress.stats.drops")) == 4096
+    assert switch.read_counter(p4names.STATS_LATE, 97) == [
+        CounterCell(p4names.STATS_LATE, 97, 0, 0)]
+    assert len(switch.read_counter(p4names.STATS_DROPS)) == 4096
 
 
 def test_a_refused_write_raises_a_typed_error_with_the_switch_message(switch: Switch) -> None:

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from hysync import wire
-from softswitch.pipeline import JOBS, L2, MEMBERS, REWRITE, Pipeline
+from hysync import p4names, wire
+from softswitch.pipeline import Pipeline
 from softswitch.raw_dataplane import ETH_P_ALL, RawDataPlane, parse_port_map
 from softswitch.tables import Entry, Replica
 
@@ -147,13 +147,13 @@ def _configure(pipeline: Pipeline) -> None:
     replicas = []
     for w, (port, _, mac, ip, udp) in HOSTS.items():
         rid = wire.member_rid(JOB, w)
-        pipeline.write_entry("INSERT", Entry(MEMBERS, (JOB, w, ip, udp),
-                                             "HySyncIngress.admission.admit"))
-        pipeline.write_entry("INSERT", Entry(REWRITE, (rid,),
-                                             "HySyncEgress.replication.rewrite_dst",
+        pipeline.write_entry("INSERT", Entry(p4names.ADMISSION_MEMBERS, (JOB, w, ip, udp),
+                                             p4names.ADMISSION_ADMIT))
+        pipeline.write_entry("INSERT", Entry(p4names.REPLICATION_REWRITE, (rid,),
+                                             p4names.REPLICATION_REWRITE_DST,
                                              (int.from_bytes(mac, "big"), ip, udp)))
         replicas.append(Replica(port, rid))
-    pipeline.write_entry("INSERT", Entry(JOBS, (JOB,), "HySyncIngress.admission.set_job",
+    pipeline.write_entry("INSERT", Entry(p4names.ADMISSION_JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
                                          (0, 16, 2, JOB)))
     pipeline.write_group("INSERT", JOB, replicas)
     pipeline.write_group("INSERT", wire.FLOOD_MCAST_GROUP,
@@ -211,7 +211,7 @@ def test_results_reach_every_member_over_veths(switch):
     # The switch's own transmissions are not processed again (PACKET_OUTGOING copies).
     assert plane.packets_in == 2
     assert plane.packets_out == 2
-    assert sum(pipeline.counters["HySyncIngress.stats.drops"].packets) == 0
+    assert sum(pipeline.counters[p4names.STATS_DROPS].packets) == 0
 
 
 @pytest.mark.root
@@ -234,8 +234,8 @@ def test_late_contribution_gets_a_unicast_resend_out_of_its_ingress_port(switch)
 def test_l2_unicast_and_flooding_between_hosts(switch):
     pipeline, _, hosts = switch
     mac1, mac2 = HOSTS[0][2], HOSTS[1][2]
-    pipeline.write_entry("INSERT", Entry(L2, (int.from_bytes(mac2, "big"),),
-                                         "HySyncIngress.forwarding.set_egress_port", (2,)))
+    pipeline.write_entry("INSERT", Entry(p4names.FORWARDING_L2, (int.from_bytes(mac2, "big"),),
+                                         p4names.FORWARDING_SET_EGRESS_PORT, (2,)))
     unicast = mac2 + mac1 + b"\x88\xb5" + b"unicast to h2".ljust(46, b".")
     hosts[0].send(unicast)
     assert hosts[1].receive(lambda f: f == unicast) == unicast

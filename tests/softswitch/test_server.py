@@ -19,8 +19,8 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
-from hysync import wire
-from softswitch.pipeline import JOBS, L2, MEMBERS, MODES, REWRITE, Pipeline
+from hysync import p4names, wire
+from softswitch.pipeline import Pipeline
 from softswitch.server import CounterInfo, _encode_counters, serve
 from softswitch.tables import Entry, Replica
 from softswitch.udp_dataplane import UdpDataPlane
@@ -43,20 +43,20 @@ from .conftest import (
     update,
 )
 
-SET_JOB = "HySyncIngress.admission.set_job"
-SET_MODE = "HySyncIngress.sync_mode.set_mode"
-ADMIT = "HySyncIngress.admission.admit"
-REWRITE_DST = "HySyncEgress.replication.rewrite_dst"
-CONTRIBUTIONS = "HySyncIngress.stats.contributions"
-RESULTS = "HySyncEgress.replication.results"
-DROPS = "HySyncIngress.stats.drops"
+SET_JOB = p4names.ADMISSION_SET_JOB
+SET_MODE = p4names.SYNC_MODE_SET_MODE
+ADMIT = p4names.ADMISSION_ADMIT
+REWRITE_DST = p4names.REPLICATION_REWRITE_DST
+CONTRIBUTIONS = p4names.STATS_CONTRIBUTIONS
+RESULTS = p4names.REPLICATION_RESULTS
+DROPS = p4names.STATS_DROPS
 OK, ALREADY_EXISTS, NOT_FOUND = 0, 6, 5
 CODE = grpc.StatusCode
 
 
 def job_entry(names: Names, job: int = 1, slot_base: int = 0, slot_count: int = 16,
               members: int = 2, mcast_grp: int = 1) -> p4r.TableEntry:
-    return table_entry(names, JOBS, {"job_id": job}, SET_JOB,
+    return table_entry(names, p4names.ADMISSION_JOBS, {"job_id": job}, SET_JOB,
                        {"slot_base": slot_base, "slot_count": slot_count, "members": members,
                         "mcast_grp": mcast_grp})
 
@@ -123,7 +123,7 @@ def test_backup_write_is_refused_naming_the_primary(connect, p4info, names):
     assert err.code() == CODE.PERMISSION_DENIED
     assert "primary" in err.details() and "7" in err.details()
     b.write(update(INSERT, table_entry=job_entry(names)))  # the primary may
-    assert len(b.read_table(names.table_id(JOBS))) == 1
+    assert len(b.read_table(names.table_id(p4names.ADMISSION_JOBS))) == 1
 
 
 def test_write_without_arbitration_is_permission_denied(connect, p4info, names):
@@ -252,12 +252,12 @@ def _mutated(p4info: p4info_pb2.P4Info, how: str) -> p4info_pb2.P4Info:
     tables = {t.preamble.name: t for t in bad.tables}
     actions = {a.preamble.name: a for a in bad.actions}
     if how == "field width":
-        tables[MEMBERS].match_fields[1].bitwidth = 16
+        tables[p4names.ADMISSION_MEMBERS].match_fields[1].bitwidth = 16
     elif how == "match kind":
-        next(f for f in tables[MODES].match_fields if f.name == "slot").match_type = \
-            p4info_pb2.MatchField.EXACT
+        slot = next(f for f in tables[p4names.SYNC_MODE_MODES].match_fields if f.name == "slot")
+        slot.match_type = p4info_pb2.MatchField.EXACT
     elif how == "missing table":
-        bad.tables.remove(tables[REWRITE])
+        bad.tables.remove(tables[p4names.REPLICATION_REWRITE])
     elif how == "missing counter":
         del bad.counters[0]
     elif how == "counter size":
@@ -265,18 +265,19 @@ def _mutated(p4info: p4info_pb2.P4Info, how: str) -> p4info_pb2.P4Info:
     elif how == "param width":
         actions[SET_JOB].params[0].bitwidth = 32
     elif how == "extra field":
-        tables[JOBS].match_fields.add(id=9, name="vlan", bitwidth=12,
+        tables[p4names.ADMISSION_JOBS].match_fields.add(id=9, name="vlan", bitwidth=12,
                                       match_type=p4info_pb2.MatchField.EXACT)
     elif how == "table size":
-        tables[L2].size = 16
+        tables[p4names.FORWARDING_L2].size = 16
     return bad
 
 
 @pytest.mark.parametrize("how, named", [
-    ("field width", "worker_id"), ("match kind", "slot"), ("missing table", REWRITE),
-    ("missing counter", "HySyncIngress.stats.contributions"),
-    ("counter size", "HySyncIngress.stats.contributions"), ("param width", "slot_base"),
-    ("extra field", "vlan"), ("table size", L2),
+    ("field width", "worker_id"), ("match kind", "slot"),
+    ("missing table", p4names.REPLICATION_REWRITE),
+    ("missing counter", p4names.STATS_CONTRIBUTIONS),
+    ("counter size", p4names.STATS_CONTRIBUTIONS), ("param width", "slot_base"),
+    ("extra field", "vlan"), ("table size", p4names.FORWARDING_L2),
 ])
 def test_mismatching_p4info_is_rejected_naming_the_mismatch(controller, p4info, names, how,
                                                             named):
@@ -348,30 +349,33 @@ def test_preloaded_p4info_serves_without_a_push(pipeline, p4info, names):
 def test_insert_read_modify_delete_round_trip(controller, names, pipeline):
     te = job_entry(names, slot_base=16, slot_count=32, members=4, mcast_grp=3)
     controller.write(update(INSERT, table_entry=te))
-    assert controller.read_table(names.table_id(JOBS)) == [te]  # read-write symmetry
-    assert pipeline.tables[JOBS].entries[((1,), 0)] == Entry(JOBS, (1,), SET_JOB, (16, 32, 4, 3))
+    # read-write symmetry
+    assert controller.read_table(names.table_id(p4names.ADMISSION_JOBS)) == [te]
+    assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)] == Entry(
+        p4names.ADMISSION_JOBS, (1,), SET_JOB, (16, 32, 4, 3))
 
     changed = job_entry(names, slot_base=0, slot_count=8, members=3, mcast_grp=3)
     controller.write(update(MODIFY, table_entry=changed))
-    assert controller.read_table(names.table_id(JOBS)) == [changed]
-    assert pipeline.tables[JOBS].entries[((1,), 0)].params == (0, 8, 3, 3)
+    assert controller.read_table(names.table_id(p4names.ADMISSION_JOBS)) == [changed]
+    assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)].params == (0, 8, 3, 3)
 
-    key_only = table_entry(names, JOBS, {"job_id": 1})
+    key_only = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1})
     controller.write(update(DELETE, table_entry=key_only))
     assert controller.read_table() == []
-    assert not pipeline.tables[JOBS].entries
+    assert not pipeline.tables[p4names.ADMISSION_JOBS].entries
 
 
 def test_members_key_is_stored_in_pipeline_order(controller, names, pipeline):
-    te = table_entry(names, MEMBERS, {"job_id": 2, "worker_id": 3,
+    te = table_entry(names, p4names.ADMISSION_MEMBERS, {"job_id": 2, "worker_id": 3,
                                       "src_addr": wire.ip_to_int("10.0.0.3"),
                                       "src_port": 5000}, ADMIT)
     del te.match[:]  # send the fields in reverse order: the server maps them by id
     for name, value in reversed([("job_id", 2), ("worker_id", 3),
                                  ("src_addr", wire.ip_to_int("10.0.0.3")), ("src_port", 5000)]):
-        te.match.add(field_id=names.field(MEMBERS, name).id).exact.value = enc(value)
+        field_id = names.field(p4names.ADMISSION_MEMBERS, name).id
+        te.match.add(field_id=field_id).exact.value = enc(value)
     controller.write(update(INSERT, table_entry=te))
-    (entry,) = pipeline.tables[MEMBERS].entries.values()
+    (entry,) = pipeline.tables[p4names.ADMISSION_MEMBERS].entries.values()
     assert entry.match == (2, 3, wire.ip_to_int("10.0.0.3"), 5000)
     assert entry.action == ADMIT
 
@@ -402,7 +406,8 @@ def test_delete_or_modify_of_a_missing_entry_is_not_found(controller, names):
 
 def test_modify_without_action_keeps_the_action(controller, names):
     controller.write(update(INSERT, table_entry=job_entry(names, members=3)))
-    controller.write(update(MODIFY, table_entry=table_entry(names, JOBS, {"job_id": 1})))
+    controller.write(update(MODIFY, table_entry=table_entry(names, p4names.ADMISSION_JOBS,
+                                                            {"job_id": 1})))
     assert controller.read_table() == [job_entry(names, members=3)]
 
 
@@ -423,14 +428,14 @@ def test_unknown_ids_are_invalid_argument_naming_them(controller, names, what):
 
 
 def test_action_of_another_table_is_invalid_argument(controller, names):
-    te = table_entry(names, JOBS, {"job_id": 1}, ADMIT)
+    te = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1}, ADMIT)
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
-    assert ADMIT in error.message and JOBS in error.message
+    assert ADMIT in error.message and p4names.ADMISSION_JOBS in error.message
 
 
 def test_default_only_action_on_an_entry_is_permission_denied(controller, names):
-    te = table_entry(names, JOBS, {"job_id": 1}, "NoAction")
+    te = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.NO_ACTION)
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.PERMISSION_DENIED.value[0]
 
@@ -463,7 +468,7 @@ def test_empty_bytestring_is_rejected(controller, names):
 
 
 def test_range_table_needs_a_priority(controller, names):
-    te = table_entry(names, MODES, {"job_id": 1, "slot": (0, 7)}, SET_MODE,
+    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 7)}, SET_MODE,
                      {"mode": 1, "quorum": 2})
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
@@ -479,19 +484,19 @@ def test_exact_table_refuses_a_priority(controller, names):
 
 
 def test_range_entries_round_trip_and_omitted_range_is_dont_care(controller, names, pipeline):
-    ranged = table_entry(names, MODES, {"job_id": 1, "slot": (8, 15)}, SET_MODE,
+    ranged = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (8, 15)}, SET_MODE,
                          {"mode": 2, "quorum": 0}, priority=10)
-    everything = table_entry(names, MODES, {"job_id": 1}, SET_MODE, {"mode": 1, "quorum": 3},
-                             priority=1)
+    everything = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1}, SET_MODE,
+                             {"mode": 1, "quorum": 3}, priority=1)
     controller.write(update(INSERT, table_entry=ranged), update(INSERT, table_entry=everything))
-    read = controller.read_table(names.table_id(MODES))
+    read = controller.read_table(names.table_id(p4names.SYNC_MODE_MODES))
     assert sorted(read, key=lambda t: t.priority) == [everything, ranged]
     assert pipeline._desired_mode(1, 9) == (2, 0)  # the higher priority range wins
     assert pipeline._desired_mode(1, 100) == (1, 3)
 
 
 def test_explicit_full_range_must_be_omitted(controller, names):
-    te = table_entry(names, MODES, {"job_id": 1, "slot": (0, 0xFFFF)}, SET_MODE,
+    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 0xFFFF)}, SET_MODE,
                      {"mode": 1, "quorum": 0}, priority=1)
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
@@ -508,7 +513,7 @@ def test_invalid_batch_is_rejected_whole_and_changes_nothing(controller, names, 
     assert [e.canonical_code for e in errors] == [
         CODE.ABORTED.value[0], CODE.OUT_OF_RANGE.value[0], CODE.ABORTED.value[0]]
     assert controller.read_table() == []
-    assert not pipeline.groups and not pipeline.tables[JOBS].entries
+    assert not pipeline.groups and not pipeline.tables[p4names.ADMISSION_JOBS].entries
 
 
 def test_large_rejected_batch_still_tells_a_default_client_why(controller, names, server_port):
@@ -537,14 +542,14 @@ def test_batch_is_validated_in_order_against_its_own_updates(controller, names):
 
 
 def test_full_table_is_resource_exhausted(controller, names):
-    size = names.tables[JOBS].size
+    size = names.tables[p4names.ADMISSION_JOBS].size
     controller.write(*(update(INSERT, table_entry=job_entry(names, job=j)) for j in range(size)))
     error = single_error(controller, update(INSERT, table_entry=job_entry(names, job=size)))
     assert error.canonical_code == CODE.RESOURCE_EXHAUSTED.value[0]
 
 
 def test_const_default_action_cannot_be_modified(controller, names):
-    te = p4r.TableEntry(table_id=names.table_id(L2), is_default_action=True)
+    te = p4r.TableEntry(table_id=names.table_id(p4names.FORWARDING_L2), is_default_action=True)
     error = single_error(controller, update(MODIFY, table_entry=te))
     assert error.canonical_code == CODE.PERMISSION_DENIED.value[0]
     assert "const" in error.message
@@ -552,10 +557,10 @@ def test_const_default_action_cannot_be_modified(controller, names):
 
 def test_default_entry_is_readable(controller, names):
     (entity,) = controller.read(p4r.Entity(table_entry=p4r.TableEntry(
-        table_id=names.table_id(L2), is_default_action=True)))
+        table_id=names.table_id(p4names.FORWARDING_L2), is_default_action=True)))
     assert entity.table_entry.is_default_action
     assert entity.table_entry.action.action.action_id == names.action_id(
-        "HySyncIngress.forwarding.flood")
+        p4names.FORWARDING_FLOOD)
 
 
 def test_metadata_is_returned_on_read(controller, names):
@@ -566,20 +571,21 @@ def test_metadata_is_returned_on_read(controller, names):
 
 
 def test_read_filters_by_match_and_reads_every_table(controller, names):
-    member = table_entry(names, MEMBERS, {"job_id": 1, "worker_id": 0, "src_addr": 1,
-                                          "src_port": 2}, ADMIT)
+    member = table_entry(names, p4names.ADMISSION_MEMBERS,
+                         {"job_id": 1, "worker_id": 0, "src_addr": 1, "src_port": 2}, ADMIT)
     controller.write(update(INSERT, table_entry=job_entry(names, job=1)),
                      update(INSERT, table_entry=job_entry(names, job=2)),
                      update(INSERT, table_entry=member))
     assert len(controller.read_table()) == 3
-    one = controller.read(p4r.Entity(table_entry=table_entry(names, JOBS, {"job_id": 2})))
+    one = controller.read(p4r.Entity(table_entry=table_entry(names, p4names.ADMISSION_JOBS,
+                                                             {"job_id": 2})))
     assert [e.table_entry for e in one] == [job_entry(names, job=2)]
 
 
 def test_unknown_table_in_read_is_reported_per_entity(controller, names):
     controller.write(update(INSERT, table_entry=job_entry(names)))
     err = rpc_error(controller.read, p4r.Entity(table_entry=p4r.TableEntry(table_id=5)),
-                    p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_id(JOBS))))
+                    p4r.Entity(table_entry=p4r.TableEntry(table_id=names.table_id(p4names.ADMISSION_JOBS))))
     assert err.code() == CODE.UNKNOWN
     assert [e.canonical_code for e in p4_errors(err)] == [CODE.INVALID_ARGUMENT.value[0], 0]
 
@@ -748,10 +754,10 @@ def test_job_configured_over_p4runtime_aggregates_udp_contributions(controller, 
             port = sock.getsockname()[1]
             rid = wire.member_rid(job, w)
             updates.append(update(INSERT, table_entry=table_entry(
-                names, MEMBERS, {"job_id": job, "worker_id": w, "src_addr": local,
+                names, p4names.ADMISSION_MEMBERS, {"job_id": job, "worker_id": w, "src_addr": local,
                                  "src_port": port}, ADMIT)))
             updates.append(update(INSERT, table_entry=table_entry(
-                names, REWRITE, {"egress_rid": rid}, REWRITE_DST,
+                names, p4names.REPLICATION_REWRITE, {"egress_rid": rid}, REWRITE_DST,
                 {"dst_mac": 0x020000000001 + w, "dst_addr": local, "dst_port": port})))
             replicas.append((1, rid))
         updates.append(update(INSERT, group=group(job, replicas)))

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import Mode
-from softswitch.pipeline import JOBS, MEMBERS, MODES, REWRITE, Pipeline
+from softswitch.pipeline import Pipeline
 from softswitch.tables import Entry, Replica
 from softswitch.udp_dataplane import UdpDataPlane
 
@@ -45,14 +45,17 @@ class Switch:
         group = job.job_id  # job groups are below FLOOD_MCAST_GROUP
         replicas = []
         for worker_id, ip, port in job.members:
-            p.write_entry("INSERT", Entry(MEMBERS, (job.job_id, worker_id, wire.ip_to_int(ip),
-                                                    port), "HySyncIngress.admission.admit"))
+            p.write_entry("INSERT", Entry(p4names.ADMISSION_MEMBERS,
+                                          (job.job_id, worker_id, wire.ip_to_int(ip), port),
+                                          p4names.ADMISSION_ADMIT))
             rid = wire.member_rid(job.job_id, worker_id)
-            p.write_entry("INSERT", Entry(REWRITE, (rid,), "HySyncEgress.replication.rewrite_dst",
+            p.write_entry("INSERT", Entry(p4names.REPLICATION_REWRITE, (rid,),
+                                          p4names.REPLICATION_REWRITE_DST,
                                           (0, wire.ip_to_int(ip), port)))
             replicas.append(Replica(port=1, rid=rid))
         p.write_group("INSERT", group, replicas)
-        p.write_entry("INSERT", Entry(JOBS, (job.job_id,), "HySyncIngress.admission.set_job",
+        p.write_entry("INSERT", Entry(p4names.ADMISSION_JOBS, (job.job_id,),
+                                      p4names.ADMISSION_SET_JOB,
                                       (job.slot_base, job.slot_count, len(job.members), group)))
         p.write_entry("INSERT", _mode_entry(job, mode, quorum))
 
@@ -63,7 +66,8 @@ class Switch:
 
 def _mode_entry(job: Job, mode: Mode, quorum: int) -> Entry:
     last = job.slot_base + job.slot_count - 1
-    return Entry(MODES, (job.job_id, (job.slot_base, last)), "HySyncIngress.sync_mode.set_mode",
+    return Entry(p4names.SYNC_MODE_MODES, (job.job_id, (job.slot_base, last)),
+                 p4names.SYNC_MODE_SET_MODE,
                  (int(mode), quorum), priority=MODE_PRIORITY)
 
 

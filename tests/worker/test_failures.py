@@ -12,9 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import DropReason, Mode, Op
-from softswitch.pipeline import MEMBERS
 from softswitch.tables import Entry, Replica
 from tests.worker.conftest import Job
 from worker.quantize import FixedPointQuantizer
@@ -69,7 +68,7 @@ def test_worker_that_is_not_a_member_raises_and_the_switch_counts_it(switch):
         # the job admits worker 0 from another port only
         switch.install(Job(JOB, BASE, 4, [(0, "127.0.0.1", tr.address[1] + 1)]))
         assert_unreachable_within(tr, 0.5, switch.address)
-        drops = switch.pipeline.counters["HySyncIngress.stats.drops"].packets
+        drops = switch.pipeline.counters[p4names.STATS_DROPS].packets
         assert drops[JOB * wire.NUM_DROP_REASONS + DropReason.NOT_MEMBER] > 0
     finally:
         tr.close()
@@ -234,8 +233,9 @@ def test_a_parked_packet_answered_between_calls_settles_and_the_worker_contribut
     and a policy's probation measured it as infinitely slow)."""
     tr = make_transport(switch.address[1], members=2, slots=1)
     peer = Peer()
-    member = Entry(MEMBERS, (JOB, 0, wire.ip_to_int(tr.address[0]), tr.address[1]),
-                   "HySyncIngress.admission.admit")
+    member = Entry(p4names.ADMISSION_MEMBERS,
+                   (JOB, 0, wire.ip_to_int(tr.address[0]), tr.address[1]),
+                   p4names.ADMISSION_ADMIT)
     try:
         job = Job(JOB, BASE, 1, [(0, *tr.address), (1, *peer.address)])
         switch.install(job, Mode.PARTIAL, 1)
