@@ -10,8 +10,8 @@
 from controlplane.controller import Controller, InstalledJob
 from controlplane.errors import ControlPlaneError
 from controlplane.job import JobConfig, Member
-from controlplane.schema import Schema
 from controlplane.switch import Switch
+from hysync.p4schema import Schema
 
 __all__ = ["ControlPlaneError", "Controller", "InstalledJob", "JobConfig", "Member", "Schema",
            "Switch"]

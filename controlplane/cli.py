@@ -29,6 +29,7 @@ from controlplane.policy import POLICIES, PolicyRunner, latest_decision, make_po
 from controlplane.stats import JobRates, JobStats, rates_between
 from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
 from hysync import wire
+from hysync.errors import HySyncError
 from hysync.wire import Mode
 
 PROG = "hysync"
@@ -477,7 +478,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     except UsageError as err:
         _error(stderr, str(err))
         return 2
-    except ControlPlaneError as err:
+    except HySyncError as err:
         _error(stderr, str(err))
         return 1
     except SystemExit as exit_:  # --help

@@ -55,6 +55,7 @@ from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
 from controlplane.sync_mode import ModeRange, Segment
 from hysync import p4names, wire
+from hysync.errors import HySyncError
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -318,7 +319,7 @@ class Controller:
                 continue
             try:
                 self.switch.write([step.undo])
-            except ControlPlaneError as err:
+            except HySyncError as err:
                 log.error("rollback of %s failed: %s", step.update, err)
 
     # ---------------------------------------------------------- jobs

@@ -23,31 +23,9 @@ from typing import Union
 
 from p4.v1 import p4runtime_pb2 as p4r
 
-from controlplane.errors import EncodeError, SchemaError
-from controlplane.schema import MatchFieldInfo, Schema
+from hysync.p4schema import EncodeError, MatchFieldInfo, Schema, SchemaError, decode_int, encode_int
 
 MatchValue = Union[int, tuple[int, int], None]  # noqa: UP007 (a runtime alias, 3.11 safe)
-
-
-# ------------------------------------------------------------ bytestrings
-def encode_int(value: int, bitwidth: int, what: str) -> bytes:
-    """`value` as a canonical P4Runtime bytestring, refusing values wider than `bitwidth`."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise EncodeError(f"{what} must be an integer, got {value!r}")
-    if value < 0:
-        raise EncodeError(f"{what} = {value} is negative; P4Runtime values are unsigned")
-    if bitwidth and value >> bitwidth:
-        raise EncodeError(f"{what} = {value} does not fit in {bitwidth} bits "
-                          f"(0..{(1 << bitwidth) - 1})")
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def decode_int(data: bytes, bitwidth: int, what: str) -> int:
-    """A P4Runtime bytestring (canonical or padded) as an int, checked against `bitwidth`."""
-    value = int.from_bytes(data, "big")
-    if bitwidth and value >> bitwidth:
-        raise EncodeError(f"{what} = {value} read from the switch does not fit in {bitwidth} bits")
-    return value
 
 
 # ------------------------------------------------------------ table entries

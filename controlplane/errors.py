@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import grpc
 
+from hysync.errors import HySyncError
 
-class ControlPlaneError(Exception):
+# The schema's errors are the control plane's too (it encodes through that schema).
+from hysync.p4schema import EncodeError, SchemaError  # noqa: F401
+
+
+class ControlPlaneError(HySyncError):
     """Base class of every error the control plane raises on purpose."""
-
-
-class SchemaError(ControlPlaneError, LookupError):
-    """A P4Info name or id that the pipeline does not have, or an unusable P4Info."""
-
-
-class EncodeError(ControlPlaneError, ValueError):
-    """A value that does not fit its P4Info field (width, sign, kind)."""
 
 
 class JobConfigError(ControlPlaneError, ValueError):

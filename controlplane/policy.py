@@ -85,6 +85,7 @@ from controlplane.detect import (
 )
 from controlplane.errors import ControlPlaneError
 from controlplane.stats import JobStats
+from hysync.errors import HySyncError
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -630,7 +631,7 @@ class PolicyRunner:
             elif not self.dry_run:
                 try:
                     self._apply(d, view)
-                except ControlPlaneError as err:
+                except HySyncError as err:
                     error = failed = " ".join(str(err).split())
                     log.warning("policy decision %s failed: %s", d.describe(), error)
             record = dict(d.to_dict(), job_id=self.job_id, applied=not self.dry_run and

@@ -38,7 +38,7 @@ from controlplane.errors import (
     error_for,
     status_code,
 )
-from controlplane.schema import Schema
+from hysync.p4schema import Schema
 
 log = logging.getLogger(__name__)
 

@@ -107,8 +107,14 @@ PACKET_BYTES = HEADER_BYTES + PAYLOAD_BYTES  # a CONTRIB or RESULT datagram
 _NUMPY_TYPE = {8: "u1", 16: ">u2", 32: ">u4"}
 HEADER_DTYPE = np.dtype([(name, _NUMPY_TYPE[width]) for name, width in HEADER_FIELDS])
 PACKET_DTYPE = np.dtype(HEADER_DTYPE.descr + [("lanes", ">i4", (LANES,))])
-_HEADER_STRUCT = struct.Struct("!BBBBHBBHBBIII")
-assert _HEADER_STRUCT.size == HEADER_BYTES == HEADER_DTYPE.itemsize == 24
+_STRUCT_CODE = {8: "B", 16: "H", 32: "I"}
+# The header as one struct (values in HEADER_FIELDS order) and each field's byte offset:
+# the codecs that cannot afford a Header object per packet (the softswitch's pipeline)
+# use these instead of a copy of the layout.
+HEADER_STRUCT = struct.Struct("!" + "".join(_STRUCT_CODE[width] for _, width in HEADER_FIELDS))
+FIELD_OFFSET = {name: sum(w for _, w in HEADER_FIELDS[:i]) // 8
+                for i, (name, _) in enumerate(HEADER_FIELDS)}
+assert HEADER_STRUCT.size == HEADER_BYTES == HEADER_DTYPE.itemsize == 24
 
 # Frame layer offsets (Ethernet II, IPv4 without options, UDP).
 ETH_BYTES, IPV4_BYTES, UDP_BYTES = 14, 20, 8
@@ -138,7 +144,7 @@ class Header:
     version: int = VERSION
 
     def pack(self) -> bytes:
-        return _HEADER_STRUCT.pack(
+        return HEADER_STRUCT.pack(
             self.version, self.op, self.flags, self.mode, self.job_id, self.worker_id,
             self.count, self.slot, self.reason, self.quorum, self.round & 0xFFFFFFFF,
             self.chunk & 0xFFFFFFFF, self.bitmap & 0xFFFFFFFF,
@@ -149,7 +155,7 @@ class Header:
         if len(data) - offset < HEADER_BYTES:
             raise WireError(f"HySync header needs {HEADER_BYTES} bytes, got {len(data) - offset}")
         (version, op, flags, mode, job_id, worker_id, count, slot, reason, quorum, rnd, chunk,
-         bitmap) = _HEADER_STRUCT.unpack_from(data, offset)
+         bitmap) = HEADER_STRUCT.unpack_from(data, offset)
         return cls(op=op, job_id=job_id, worker_id=worker_id, slot=slot, round=rnd, chunk=chunk,
                    flags=flags, mode=mode, count=count, reason=reason, quorum=quorum,
                    bitmap=bitmap, version=version)
@@ -257,31 +263,31 @@ class FrameAddress:
     dst_port: int = HYSYNC_UDP_PORT
 
 
-_ETH = struct.Struct("!6s6sH")
-_IPV4 = struct.Struct("!BBHHHBBHII")
-_UDP = struct.Struct("!HHHH")
+ETH_STRUCT = struct.Struct("!6s6sH")  # dst, src, ethertype
+IPV4_STRUCT = struct.Struct("!BBHHHBBHII")  # no options
+UDP_STRUCT = struct.Struct("!HHHH")  # src port, dst port, length, checksum
 
 
 def build_frame(addr: FrameAddress, payload: bytes, *, ttl: int = 64, ident: int = 0) -> bytes:
     """Ethernet/IPv4/UDP around a HySync datagram. UDP checksum 0 (none, legal in IPv4)."""
     total = IPV4_BYTES + UDP_BYTES + len(payload)
-    ip = bytearray(_IPV4.pack(0x45, 0, total, ident, 0, ttl, IPPROTO_UDP, 0, addr.src_ip,
+    ip = bytearray(IPV4_STRUCT.pack(0x45, 0, total, ident, 0, ttl, IPPROTO_UDP, 0, addr.src_ip,
                               addr.dst_ip))
     ip[10:12] = ipv4_checksum(ip).to_bytes(2, "big")
-    return (_ETH.pack(addr.dst_mac, addr.src_mac, ETHERTYPE_IPV4) + bytes(ip)
-            + _UDP.pack(addr.src_port, addr.dst_port, UDP_BYTES + len(payload), 0) + payload)
+    return (ETH_STRUCT.pack(addr.dst_mac, addr.src_mac, ETHERTYPE_IPV4) + bytes(ip)
+            + UDP_STRUCT.pack(addr.src_port, addr.dst_port, UDP_BYTES + len(payload), 0) + payload)
 
 
 def parse_frame(frame: bytes) -> tuple[FrameAddress, bytes]:
     """Split an Ethernet/IPv4/UDP frame into its addresses and UDP payload."""
     if len(frame) < HYSYNC_OFFSET:
         raise WireError(f"frame of {len(frame)} bytes is shorter than Ethernet/IPv4/UDP")
-    dst_mac, src_mac, ethertype = _ETH.unpack_from(frame, 0)
+    dst_mac, src_mac, ethertype = ETH_STRUCT.unpack_from(frame, 0)
     if ethertype != ETHERTYPE_IPV4:
         raise WireError(f"ethertype 0x{ethertype:04x} is not IPv4")
-    ver_ihl, _, total, _, _, _, proto, _, src_ip, dst_ip = _IPV4.unpack_from(frame, ETH_BYTES)
+    ver_ihl, _, total, _, _, _, proto, _, src_ip, dst_ip = IPV4_STRUCT.unpack_from(frame, ETH_BYTES)
     if ver_ihl != 0x45 or proto != IPPROTO_UDP:
         raise WireError("not an IPv4 (no options) UDP frame")
-    src_port, dst_port, udp_len, _ = _UDP.unpack_from(frame, ETH_BYTES + IPV4_BYTES)
+    src_port, dst_port, udp_len, _ = UDP_STRUCT.unpack_from(frame, ETH_BYTES + IPV4_BYTES)
     payload = frame[HYSYNC_OFFSET:ETH_BYTES + IPV4_BYTES + udp_len]
     return FrameAddress(src_mac, dst_mac, src_ip, dst_ip, src_port, dst_port), payload

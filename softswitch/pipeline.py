@@ -15,7 +15,6 @@ result is sent with one conversion to network order.
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +38,8 @@ COUNTER_NAMES = (
 MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
 DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
 
-_HDR = struct.Struct("!BBBBHBBHBBIII")
+_HDR = wire.HEADER_STRUCT  # module globals: the hot path looks them up per packet
+_OP, _JOB, _WORKER = (wire.FIELD_OFFSET[f] for f in ("op", "job_id", "worker_id"))
 _U32 = 0xFFFFFFFF
 _BE = np.dtype(">i4")
 _FRAME_OVERHEAD = wire.HYSYNC_OFFSET
@@ -302,7 +302,7 @@ class Pipeline:
         return _HDR.pack(version, Op.RESYNC, 0, self.mode[s], job, w, self.count[s], s, reason,
                          self.quorum[s], self.round[s], self.chunk[s], self.bitmap[s])
 
-    def _replicas(self, group: int, job: int, nbytes: int) -> list[tuple[int, tuple[int, ...]]]:
+    def _replicas(self, group: int, nbytes: int) -> list[tuple[int, tuple[int, ...]]]:
         """Egress for a result: each replica's port and rewrite (dst mac, ip, udp port).
 
         A replica without a rewrite entry is dropped: the controller installs both together.
@@ -327,11 +327,10 @@ class Pipeline:
         kind, group, out = emit
         out_bytes = _FRAME_OVERHEAD + len(out)
         if kind == REPLY:
-            if out[1] == Op.RESULT:
+            if out[_OP] == Op.RESULT:
                 self._results.count(_member_of(out), out_bytes)
             return [(src_ip, src_port, out)]
-        job = out[4] << 8 | out[5]
-        return [(rw[1], rw[2], out) for _, rw in self._replicas(group, job, out_bytes)]
+        return [(rw[1], rw[2], out) for _, rw in self._replicas(group, out_bytes)]
 
     # ------------------------------------------------------ frame path
     def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
@@ -347,16 +346,17 @@ class Pipeline:
         ip_len = int.from_bytes(ip[2:4], "big")
         udp_len = int.from_bytes(frame[38:40], "big")
         src_ip = int.from_bytes(ip[12:16], "big")
-        if (len(payload) >= wire.HEADER_BYTES and payload[1] == Op.CONTRIB
+        if (len(payload) >= wire.HEADER_BYTES and payload[_OP] == Op.CONTRIB
                 and len(payload) >= wire.PACKET_BYTES and payload[0] == wire.VERSION
                 and (ip_len != _EXPECTED_IP_LEN or udp_len != _EXPECTED_UDP_LEN
                      or nbytes != wire.HYSYNC_OFFSET + wire.PACKET_BYTES)):
-            job = payload[4] << 8 | payload[5]
+            job = int.from_bytes(payload[_JOB:_JOB + 2], "big")
             self._drop(job, DropReason.BAD_LENGTH, nbytes)
             return []
         # The P4 parser extracts exactly one header + lanes; trailing bytes are
         # caught by the length check above, so the model sees the parsed bytes only.
-        parsed_len = wire.PACKET_BYTES if payload[1:2] in (b"\x01", b"\x02") else wire.HEADER_BYTES
+        has_lanes = len(payload) > _OP and payload[_OP] in (Op.CONTRIB, Op.RESULT)
+        parsed_len = wire.PACKET_BYTES if has_lanes else wire.HEADER_BYTES
         emit = self._aggregate(payload[:parsed_len] if len(payload) >= parsed_len else payload,
                                src_ip, udp_ports[0], nbytes)
         if emit is None:
@@ -364,14 +364,13 @@ class Pipeline:
         kind, group, out = emit
         out_len = wire.HYSYNC_OFFSET + len(out)
         if kind == REPLY:
-            if out[1] == Op.RESULT:
+            if out[_OP] == Op.RESULT:
                 self._results.count(_member_of(out), out_len)
             frame_out = _build(eth[0:6], eth[6:12], ip, ip[16:20], ip[12:16], udp_ports[0], out)
             return [(ingress_port, frame_out)]
-        job = out[4] << 8 | out[5]
         return [(port, _build(eth[0:6], rw[0].to_bytes(6, "big"), ip, ip[16:20],
                               rw[1].to_bytes(4, "big"), rw[2], out))
-                for port, rw in self._replicas(group, job, out_len)]
+                for port, rw in self._replicas(group, out_len)]
 
     def _forward(self, ingress_port: int, frame: bytes, eth: bytes) -> list[tuple[int, bytes]]:
         port = self._l2.get(int.from_bytes(eth[0:6], "big"))
@@ -382,8 +381,8 @@ class Pipeline:
 
 
 def _member_of(datagram: bytes) -> int:
-    job = datagram[4] << 8 | datagram[5]
-    return job * wire.MAX_WORKERS + datagram[6]
+    job = int.from_bytes(datagram[_JOB:_JOB + 2], "big")
+    return job * wire.MAX_WORKERS + datagram[_WORKER]
 
 
 def _parse(frame: bytes) -> tuple[bytes, bytes, tuple[int, int], bytes | None] | None:
@@ -391,7 +390,7 @@ def _parse(frame: bytes) -> tuple[bytes, bytes, tuple[int, int], bytes | None] |
     if len(frame) < wire.ETH_BYTES:
         return None
     eth = frame[:wire.ETH_BYTES]
-    if eth[12:14] != b"\x08\x00":
+    if int.from_bytes(eth[12:14], "big") != wire.ETHERTYPE_IPV4:
         return eth, b"", (0, 0), None
     if len(frame) < wire.ETH_BYTES + wire.IPV4_BYTES:
         return None
@@ -400,7 +399,7 @@ def _parse(frame: bytes) -> tuple[bytes, bytes, tuple[int, int], bytes | None] |
         return eth, ip, (0, 0), None
     if len(frame) < wire.HYSYNC_OFFSET:
         return None
-    src_port, dst_port = struct.unpack_from("!HH", frame, wire.ETH_BYTES + wire.IPV4_BYTES)
+    src_port, dst_port, _, _ = wire.UDP_STRUCT.unpack_from(frame, wire.ETH_BYTES + wire.IPV4_BYTES)
     if dst_port != wire.HYSYNC_UDP_PORT:
         return eth, ip, (src_port, dst_port), None
     return eth, ip, (src_port, dst_port), frame[wire.HYSYNC_OFFSET:]
@@ -415,5 +414,5 @@ def _build(src_mac: bytes, dst_mac: bytes, ip_in: bytes, src_ip: bytes, dst_ip: 
     ip[12:16] = src_ip
     ip[16:20] = dst_ip
     ip[10:12] = wire.ipv4_checksum(ip).to_bytes(2, "big")
-    udp = struct.pack("!HHHH", wire.HYSYNC_UDP_PORT, dst_port, wire.UDP_BYTES + len(datagram), 0)
-    return dst_mac + src_mac + b"\x08\x00" + bytes(ip) + udp + datagram
+    udp = wire.UDP_STRUCT.pack(wire.HYSYNC_UDP_PORT, dst_port, wire.UDP_BYTES + len(datagram), 0)
+    return wire.ETH_STRUCT.pack(dst_mac, src_mac, wire.ETHERTYPE_IPV4) + bytes(ip) + udp + datagram

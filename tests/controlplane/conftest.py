@@ -12,8 +12,8 @@ import pytest
 
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
-from controlplane.schema import Schema
 from controlplane.switch import Switch
+from hysync.p4schema import Schema
 from softswitch.pipeline import Pipeline
 from softswitch.server import serve
 from softswitch.udp_dataplane import UdpDataPlane

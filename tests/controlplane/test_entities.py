@@ -10,8 +10,8 @@ from p4.v1 import p4runtime_pb2 as p4r
 from controlplane import entities as ent
 from controlplane.entities import CounterCell, MulticastGroup, Replica, TableEntry
 from controlplane.errors import EncodeError, SchemaError
-from controlplane.schema import Schema
 from hysync import p4names
+from hysync.p4schema import Schema
 
 from .conftest import P4INFO
 

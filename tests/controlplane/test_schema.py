@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.errors import SchemaError
-from controlplane.schema import Schema
 from hysync import p4names
+from hysync.p4schema import Schema
 
 from .conftest import P4INFO
 

@@ -20,8 +20,10 @@ from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
 from hysync import p4names, wire
+from softswitch.p4read import encode_counters
+from softswitch.p4schema_check import CounterInfo
 from softswitch.pipeline import Pipeline
-from softswitch.server import CounterInfo, _encode_counters, serve
+from softswitch.server import serve
 from softswitch.tables import Entry, Replica
 from softswitch.udp_dataplane import UdpDataPlane
 
@@ -689,7 +691,7 @@ def test_large_counter_values_survive_the_hand_encoded_read(controller, names):
 def test_counter_encoding_matches_protobuf(unit):
     info = CounterInfo(id=316017724, name="c", size=4, unit=unit)
     packets, nbytes = [0, 1, 300, 2**35], [0, 64, 0, 2**50]
-    raw = list(_encode_counters([(info, 5, packets, nbytes)]))
+    raw = list(encode_counters([(info, 5, packets, nbytes)]))
     for i, blob in enumerate(raw):
         expected = p4r.Entity()
         ce = expected.counter_entry

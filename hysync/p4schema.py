@@ -1,9 +1,12 @@
-"""The P4Info-backed schema: P4Info names -> ids and bit widths, and back.
+"""The P4Info-backed schema and the P4Runtime value codec, for both ends of P4Runtime.
 
 Everything the control plane encodes goes through a `Schema`, so an unknown name
 fails fast with the close names the pipeline does have, before any request is sent
 (finsy's P4Schema is the model). Names are looked up by their fully qualified
 P4Info name (`HySyncIngress.admission.members`) or, when unambiguous, by alias.
+The softswitch's P4Runtime server reads a pushed P4Info through the same `Schema`
+and decodes and encodes values with the same `encode_int`/`decode_int`
+(docs/design.md, "One owner per name").
 """
 
 from __future__ import annotations
@@ -17,8 +20,43 @@ from typing import TypeVar
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
-from controlplane.errors import SchemaError
+from hysync.errors import HySyncError
 
+
+class SchemaError(HySyncError, LookupError):
+    """A P4Info name or id that the pipeline does not have, or an unusable P4Info."""
+
+
+class EncodeError(HySyncError, ValueError):
+    """A value that does not fit its P4Info field (width, sign, kind)."""
+
+
+# ------------------------------------------------------------ bytestrings
+def encode_int(value: int, bitwidth: int, what: str) -> bytes:
+    """`value` as a canonical P4Runtime bytestring, refusing values wider than `bitwidth`.
+
+    Canonical: the shortest big-endian string, `b"\\x00"` for zero (P4Runtime §8.3).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise EncodeError(f"{what} must be an integer, got {value!r}")
+    if value < 0:
+        raise EncodeError(f"{what} = {value} is negative; P4Runtime values are unsigned")
+    if bitwidth and value >> bitwidth:
+        raise EncodeError(f"{what} = {value} does not fit in {bitwidth} bits "
+                          f"(0..{(1 << bitwidth) - 1})")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def decode_int(data: bytes, bitwidth: int, what: str) -> int:
+    """A P4Runtime bytestring (canonical or padded) as an int, checked against `bitwidth`."""
+    value = int.from_bytes(data, "big")
+    if bitwidth and value >> bitwidth:
+        raise EncodeError(f"{what}: value 0x{data.hex()} does not fit in {bitwidth} bits "
+                          f"(maximum {(1 << bitwidth) - 1})")
+    return value
+
+
+# ----------------------------------------------------------------- schema
 MATCH_KINDS = {
     p4i.MatchField.EXACT: "exact",
     p4i.MatchField.LPM: "lpm",

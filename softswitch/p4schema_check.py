@@ -1,0 +1,262 @@
+"""The softswitch's check of a pushed P4Info against the program its pipeline implements.
+
+The P4Info must describe p4src/v1model/hysync.p4 (docs/protocol.md §8; the program's
+structure is hysync/p4names.py, generated from the committed P4Info): a P4Info of
+another program is refused with a `ConfigError` naming the first mismatch instead of
+being silently half-served. What passes becomes a `Schema`: the P4Info's ids bound to
+the positions of the pipeline's Entry.match and Entry.params.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from p4.config.v1 import p4info_pb2
+
+from hysync import p4names
+from hysync.p4schema import MatchFieldInfo, ParamInfo
+from softswitch.p4status import P4RuntimeError
+from softswitch.pipeline import Pipeline
+
+EXACT = "exact"
+RANGE = "range"
+_KINDS = {p4info_pb2.MatchField.EXACT: EXACT, p4info_pb2.MatchField.RANGE: RANGE}
+TABLE_ONLY = p4info_pb2.ActionRef.TABLE_ONLY
+DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
+# Key fields and params are in the order the pipeline's Entry.match and Entry.params
+# hold them; P4Info ids are mapped onto these positions by name, so a P4Info that
+# orders them differently still works. A table's first action is required, the rest allowed.
+TABLE_KEYS = p4names.TABLE_KEYS
+TABLE_ACTIONS = p4names.TABLE_ACTIONS
+ACTION_PARAMS = p4names.ACTION_PARAMS
+
+
+class ConfigError(ValueError):
+    """A P4Info that does not describe the program the softswitch pipeline implements."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionInfo:
+    id: int
+    name: str
+    params: tuple[ParamInfo, ...]  # in Entry.params order
+    position: dict[int, int]  # param id -> index in params
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    id: int
+    name: str
+    fields: tuple[MatchFieldInfo, ...]  # in Entry.match order
+    position: dict[int, int]  # field id -> index in fields
+    scopes: dict[int, int]  # action id -> ActionRef scope
+    const_default: bool
+    initial_default: tuple[str, tuple[int, ...]]
+    size: int
+
+    @property
+    def needs_priority(self) -> bool:
+        return any(f.kind != EXACT for f in self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterInfo:
+    id: int
+    name: str
+    size: int
+    unit: int
+
+
+@dataclass(slots=True)
+class Schema:
+    """The P4Info, indexed both ways: ids for requests, names for reads."""
+
+    tables: dict[int, TableInfo] = field(default_factory=dict)
+    actions: dict[int, ActionInfo] = field(default_factory=dict)
+    counters: dict[int, CounterInfo] = field(default_factory=dict)
+    table_ids: dict[str, int] = field(default_factory=dict)
+    action_ids: dict[str, int] = field(default_factory=dict)
+
+    def table(self, table_id: int) -> TableInfo:
+        table = self.tables.get(table_id)
+        if table is None:
+            known = ", ".join(f"{t.id} ({t.name})" for t in self.tables.values())
+            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"unknown table id {table_id}; the P4Info's tables are {known}")
+        return table
+
+    def counter(self, counter_id: int) -> CounterInfo:
+        counter = self.counters.get(counter_id)
+        if counter is None:
+            known = ", ".join(f"{c.id} ({c.name})" for c in self.counters.values())
+            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"unknown counter id {counter_id}; the P4Info's counters are "
+                                 f"{known}")
+        return counter
+
+
+_UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "meters", "direct_meters",
+                       "controller_packet_metadata", "value_sets", "digests")
+
+
+def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
+                 defaults: dict[str, tuple[str, tuple[int, ...]]] | None = None) -> Schema:
+    """The schema of `p4info` if it describes the program `pipeline` implements.
+
+    `defaults` is each table's default action as the program defines it (what a
+    fresh pipeline has); it defaults to the pipeline's current ones. Raises
+    ConfigError naming the first mismatch.
+    """
+    if defaults is None:
+        defaults = {name: (t.default_action, t.default_params)
+                    for name, t in pipeline.tables.items()}
+    for kind in _UNSUPPORTED_P4INFO:
+        objects = getattr(p4info, kind)
+        if objects:
+            raise ConfigError(f"the P4Info has {kind} ({objects[0].preamble.name}), which the "
+                              "softswitch pipeline does not implement: push the P4Info of "
+                              "p4src/v1model/hysync.p4")
+    schema = Schema()
+    ids: dict[int, str] = {}
+    for action in p4info.actions:
+        _claim_id(ids, action.preamble)
+        schema.action_ids[action.preamble.name] = action.preamble.id
+    for counter in p4info.counters:
+        _claim_id(ids, counter.preamble)
+    by_name = {a.preamble.name: a for a in p4info.actions}
+    p4_tables = {t.preamble.name: t for t in p4info.tables}
+    for name in pipeline.tables:
+        if name not in p4_tables:
+            raise ConfigError(f"the P4Info has no table {name}, which the softswitch pipeline "
+                              "implements: push the P4Info of p4src/v1model/hysync.p4")
+    for name, table in p4_tables.items():
+        _claim_id(ids, table.preamble)
+        if name not in pipeline.tables:
+            raise ConfigError(f"P4Info table {name} is not implemented by the softswitch "
+                              f"pipeline (its tables: {', '.join(pipeline.tables)})")
+        info = _check_table(table, pipeline.tables[name].size, by_name, schema, defaults[name])
+        schema.tables[info.id] = info
+        schema.table_ids[name] = info.id
+    p4_counters = {c.preamble.name: c for c in p4info.counters}
+    for name, counter in pipeline.counters.items():
+        p4_counter = p4_counters.get(name)
+        if p4_counter is None:
+            raise ConfigError(f"the P4Info has no counter {name}, which the softswitch pipeline "
+                              "implements")
+        if p4_counter.size != counter.size:
+            raise ConfigError(f"P4Info counter {name} has {p4_counter.size} cells, the softswitch "
+                              f"pipeline's has {counter.size}")
+        schema.counters[p4_counter.preamble.id] = CounterInfo(
+            p4_counter.preamble.id, name, counter.size, p4_counter.spec.unit)
+    for name in p4_counters:
+        if name not in pipeline.counters:
+            raise ConfigError(f"P4Info counter {name} is not implemented by the softswitch "
+                              f"pipeline (its counters: {', '.join(pipeline.counters)})")
+    return schema
+
+
+def _claim_id(ids: dict[int, str], preamble: p4info_pb2.Preamble) -> None:
+    if preamble.id == 0:
+        raise ConfigError(f"P4Info object {preamble.name} has id 0; every id must be non-zero")
+    other = ids.setdefault(preamble.id, preamble.name)
+    if other != preamble.name:
+        raise ConfigError(f"P4Info id {preamble.id} is used by both {other} and {preamble.name}")
+
+
+def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_pb2.Action],
+                 schema: Schema, default: tuple[str, tuple[int, ...]]) -> TableInfo:
+    name = table.preamble.name
+    if table.implementation_id or table.direct_resource_ids:
+        raise ConfigError(f"P4Info table {name} has an action profile or direct resources; the "
+                          "softswitch implements a direct table without them")
+    if table.is_const_table:
+        raise ConfigError(f"P4Info table {name} is const; the softswitch's is written at run time")
+    if table.size != size:
+        raise ConfigError(f"P4Info table {name} has size {table.size}, the softswitch pipeline's "
+                          f"has {size}")
+    p4_fields = {f.name: f for f in table.match_fields}
+    fields = []
+    for field_name, bits, match_type in TABLE_KEYS[name]:
+        kind = match_type.lower()
+        f = p4_fields.pop(field_name, None)
+        if f is None:
+            raise ConfigError(f"P4Info table {name} has no match field {field_name} "
+                              f"({bits} bits, {kind})")
+        if f.bitwidth != bits or _KINDS.get(f.match_type) != kind:
+            raise ConfigError(
+                f"P4Info table {name} match field {field_name} is {f.bitwidth} bits "
+                f"{p4info_pb2.MatchField.MatchType.Name(f.match_type)}, the softswitch's is "
+                f"{bits} bits {kind.upper()}")
+        fields.append(MatchFieldInfo(f.id, field_name, bits, kind))
+    if p4_fields:
+        raise ConfigError(f"P4Info table {name} has match field {next(iter(p4_fields))}, which "
+                          "the softswitch pipeline does not match on")
+    if len({f.id for f in fields}) != len(fields):
+        raise ConfigError(f"P4Info table {name} has two match fields with the same id")
+    allowed = TABLE_ACTIONS[name]
+    scopes: dict[int, int] = {}
+    refs = {}
+    for ref in table.action_refs:
+        action = next((a for a in actions.values() if a.preamble.id == ref.id), None)
+        if action is None:
+            raise ConfigError(f"P4Info table {name} refers to action id {ref.id}, which the "
+                              "P4Info does not define")
+        if action.preamble.name not in allowed:
+            raise ConfigError(f"P4Info table {name} has action {action.preamble.name}; the "
+                              f"softswitch's has only {', '.join(allowed)}")
+        scopes[ref.id] = ref.scope
+        refs[action.preamble.name] = action
+    if allowed[0] not in refs:
+        raise ConfigError(f"P4Info table {name} lacks action {allowed[0]}")
+    for action in refs.values():
+        _register_action(action, schema)
+    default_id = table.const_default_action_id or table.initial_default_action.action_id
+    default_name = (schema.actions[default_id].name if default_id in schema.actions
+                    else p4names.NO_ACTION)
+    if default_id and default_id not in scopes:
+        raise ConfigError(f"P4Info table {name}'s default action id {default_id} is not one of "
+                          "its actions")
+    if default_name != default[0]:
+        raise ConfigError(f"P4Info table {name}'s default action is {default_name}; the "
+                          f"softswitch pipeline's is {default[0]}")
+    initial = (default_name, _initial_params(table, schema, default_id, default[1]))
+    return TableInfo(table.preamble.id, name, tuple(fields),
+                     {f.id: i for i, f in enumerate(fields)}, scopes,
+                     bool(table.const_default_action_id), initial, size)
+
+
+def _register_action(action: p4info_pb2.Action, schema: Schema) -> None:
+    name = action.preamble.name
+    if action.preamble.id in schema.actions:
+        return
+    p4_params = {p.name: p for p in action.params}
+    params = []
+    for param_name, bits in ACTION_PARAMS[name]:
+        p = p4_params.pop(param_name, None)
+        if p is None:
+            raise ConfigError(f"P4Info action {name} has no parameter {param_name} ({bits} bits)")
+        if p.bitwidth != bits:
+            raise ConfigError(f"P4Info action {name} parameter {param_name} is {p.bitwidth} bits, "
+                              f"the softswitch's is {bits}")
+        params.append(ParamInfo(p.id, param_name, bits))
+    if p4_params:
+        raise ConfigError(f"P4Info action {name} has parameter {next(iter(p4_params))}, which the "
+                          "softswitch's does not take")
+    schema.actions[action.preamble.id] = ActionInfo(
+        action.preamble.id, name, tuple(params), {p.id: i for i, p in enumerate(params)})
+
+
+def _initial_params(table: p4info_pb2.Table, schema: Schema, action_id: int,
+                    expected: tuple[int, ...]) -> tuple[int, ...]:
+    if not table.HasField("initial_default_action") or action_id not in schema.actions:
+        return expected
+    action = schema.actions[action_id]
+    values = [0] * len(action.params)
+    for arg in table.initial_default_action.arguments:
+        if arg.param_id in action.position:
+            values[action.position[arg.param_id]] = int.from_bytes(arg.value, "big")
+    if tuple(values) != expected:
+        raise ConfigError(f"P4Info table {table.preamble.name}'s default action arguments "
+                          f"{tuple(values)} differ from the softswitch pipeline's {expected}")
+    return expected
