@@ -23,12 +23,6 @@ from .topology import (
     wrap_sum,
 )
 
-CONTRIBUTIONS = p4names.STATS_CONTRIBUTIONS
-LATE = p4names.STATS_LATE
-DUPLICATES = p4names.STATS_DUPLICATES
-STALE = p4names.STATS_STALE
-DROPS = p4names.STATS_DROPS
-RESULTS = p4names.REPLICATION_RESULTS
 ALL4 = 0b1111
 
 
@@ -57,8 +51,8 @@ def test_sync_round_closes_when_every_member_contributed(target):
     expected_sum = wrap_sum(*(lanes_of(w) for w in range(4)))
     assert out == multicast(JOB1, result(JOB1, 3, 3, 0, 77, ALL4, expected_sum))
     for w in range(4):
-        assert target.counter(CONTRIBUTIONS, member(JOB1, w)) == 1
-        assert target.counter(RESULTS, member(JOB1, w)) == 1
+        assert target.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, w)) == 1
+        assert target.counter(p4names.REPLICATION_RESULTS, member(JOB1, w)) == 1
 
 
 def test_sync_next_round_writes_the_other_bank_fresh(target):
@@ -82,8 +76,8 @@ def test_sums_wrap_modulo_2_to_the_32(target):
 def test_duplicate_in_open_round_is_dropped_and_counted(target):
     assert send(target, JOB1, 0, 5, 0) == []
     assert send(target, JOB1, 0, 5, 0, flags=Flag.RETRANSMIT) == []
-    assert target.counter(DUPLICATES, member(JOB1, 0)) == 1
-    assert target.counter(DROPS, drop(1, DropReason.DUPLICATE)) == 1
+    assert target.counter(p4names.STATS_DUPLICATES, member(JOB1, 0)) == 1
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.DUPLICATE)) == 1
     # The round still needs the other three and sums worker 0 once.
     out = close_round(target, JOB1, 5, 0, [1, 2, 3])
     assert out == multicast(JOB1, result(JOB1, 3, 5, 0, 0, ALL4,
@@ -96,9 +90,9 @@ def test_retransmission_after_close_gets_the_stored_result_unicast(target):
     stored = result(JOB1, 1, 2, 0, 9, ALL4, wrap_sum(*(lanes_of(w) for w in range(4))),
                     flags=Flag.RESEND)
     assert out == [(JOB1.member(1).port, to_member(JOB1.member(1), stored))]
-    assert target.counter(DUPLICATES, member(JOB1, 1)) == 1
-    assert target.counter(LATE, member(JOB1, 1)) == 0
-    assert target.counter(RESULTS, member(JOB1, 1)) == 2
+    assert target.counter(p4names.STATS_DUPLICATES, member(JOB1, 1)) == 1
+    assert target.counter(p4names.STATS_LATE, member(JOB1, 1)) == 0
+    assert target.counter(p4names.REPLICATION_RESULTS, member(JOB1, 1)) == 2
 
 
 def test_previous_result_stays_readable_while_next_round_accumulates(target):
@@ -121,8 +115,8 @@ def test_stale_round_gets_resync_saying_not_counted(target):
     # Worker 3 *was* counted in round 0 but has since been counted in round 1: the
     # switch remembers the last round only, so only that one is reported as counted.
     assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), reply))]
-    assert target.counter(STALE, member(JOB1, 3)) == 1
-    assert target.counter(DROPS, drop(1, DropReason.STALE)) == 1
+    assert target.counter(p4names.STATS_STALE, member(JOB1, 3)) == 1
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.STALE)) == 1
 
 
 def test_stale_round_that_counted_the_worker_says_so(bare_target):
@@ -152,8 +146,8 @@ def test_chunk_mismatch_gets_resync_naming_the_latched_chunk(target):
     reply = resync(JOB1, 1, 7, open_round=0, chunk=100, count=1, bitmap=0b1,
                    reason=ResyncReason.CHUNK_MISMATCH)
     assert out == [(JOB1.member(1).port, to_member(JOB1.member(1), reply))]
-    assert target.counter(DROPS, drop(1, DropReason.CHUNK_MISMATCH)) == 1
-    assert target.counter(CONTRIBUTIONS, member(JOB1, 1)) == 0
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.CHUNK_MISMATCH)) == 1
+    assert target.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 1)) == 0
 
 
 # --------------------------------------------------------------- partial
@@ -168,8 +162,8 @@ def test_partial_closes_at_quorum_and_the_straggler_is_late(bare_target):
     resent = result(JOB1, 3, 8, 0, 4, 0b0111, summed, mode=Mode.PARTIAL, quorum=3,
                     flags=Flag.RESEND)
     assert late == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
-    assert t.counter(LATE, member(JOB1, 3)) == 1
-    assert t.counter(CONTRIBUTIONS, member(JOB1, 3)) == 0
+    assert t.counter(p4names.STATS_LATE, member(JOB1, 3)) == 1
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 3)) == 0
 
 
 # ----------------------------------------------------------------- async
@@ -186,8 +180,8 @@ def test_async_closes_a_round_per_contribution_and_acks_retransmissions(bare_tar
     ack = wire.Header(op=wire.Op.ACK, job_id=1, worker_id=2, slot=9, round=0xDEAD0001,
                       chunk=3, mode=Mode.ASYNC).pack()
     assert again == [(JOB1.member(2).port, to_member(JOB1.member(2), ack))]
-    assert t.counter(DUPLICATES, member(JOB1, 2)) == 1
-    assert t.counter(CONTRIBUTIONS, member(JOB1, 2)) == 1
+    assert t.counter(p4names.STATS_DUPLICATES, member(JOB1, 2)) == 1
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 2)) == 1
 
 
 # ------------------------------------------------------------- hot swap
@@ -229,7 +223,7 @@ def test_excluded_member_is_not_admitted_and_rounds_close_without_it(bare_target
     install(bare_target, JOB1, active=(0, 1, 2))
     t = bare_target
     assert send(t, JOB1, 3, 0, 0) == []
-    assert t.counter(DROPS, drop(1, DropReason.NOT_MEMBER)) == 1
+    assert t.counter(p4names.STATS_DROPS, drop(1, DropReason.NOT_MEMBER)) == 1
     out = close_round(t, JOB1, 0, 0, [0, 1, 2])
     summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
     assert out == multicast(JOB1, result(JOB1, 2, 0, 0, 0, 0b0111, summed), members=(0, 1, 2))
@@ -283,8 +277,8 @@ def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
     ]
     for frame, job, reason in cases:
         assert target.send(1, frame) == [], reason
-        assert target.counter(DROPS, drop(job, reason)) >= 1, reason
-    assert target.counter(DROPS, drop(1, DropReason.BAD_OP)) == 2
+        assert target.counter(p4names.STATS_DROPS, drop(job, reason)) >= 1, reason
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.BAD_OP)) == 2
     _assert_state_unchanged(target)
 
 
@@ -297,8 +291,8 @@ def test_non_members_and_foreign_slots_are_dropped_and_counted(target):
     assert target.send(1, wrong_port) == []
     assert send(target, JOB1, 0, 16, 0) == []  # JOB2's slot
     assert send(target, JOB1, 0, 4000, 0) == []  # beyond every job
-    assert target.counter(DROPS, drop(1, DropReason.NOT_MEMBER)) == 1
-    assert target.counter(DROPS, drop(1, DropReason.SLOT_RANGE)) == 2
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.NOT_MEMBER)) == 1
+    assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.SLOT_RANGE)) == 2
     _assert_state_unchanged(target)
 
 
@@ -307,7 +301,7 @@ def test_member_of_a_job_without_config_is_dropped(bare_target):
     for w in job_writes(JOB1)[:4]:
         t.write("INSERT", w)
     assert send(t, JOB1, 0, 0, 0) == []
-    assert t.counter(DROPS, drop(1, DropReason.NO_JOB)) == 1
+    assert t.counter(p4names.STATS_DROPS, drop(1, DropReason.NO_JOB)) == 1
 
 
 # ------------------------------------------------------- L2 forwarding
@@ -351,7 +345,7 @@ def test_retransmission_closes_a_round_that_an_exclusion_completed(target):
     out = send(target, JOB1, 1, 6, 0, flags=Flag.RETRANSMIT)
     summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
     assert out == multicast(JOB1, result(JOB1, 1, 6, 0, 0, 0b0111, summed), members=(0, 1, 2))
-    assert target.counter(DUPLICATES, member(JOB1, 1)) == 1
+    assert target.counter(p4names.STATS_DUPLICATES, member(JOB1, 1)) == 1
 
 
 def test_the_contribution_that_closes_a_round_is_counted_as_its_close(target):

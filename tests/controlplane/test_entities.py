@@ -15,10 +15,6 @@ from hysync.p4schema import Schema
 
 from .conftest import P4INFO
 
-MEMBERS = p4names.ADMISSION_MEMBERS
-MODES = p4names.SYNC_MODE_MODES
-JOBS = p4names.ADMISSION_JOBS
-L2 = p4names.FORWARDING_L2
 SCHEMA = Schema.from_file(P4INFO)  # hypothesis tests take no function-scoped fixture
 
 
@@ -43,7 +39,7 @@ def test_decoding_accepts_padding_but_not_overflow() -> None:
 ])
 def test_a_value_outside_its_field_is_refused_naming_the_field(schema: Schema, value: object,
                                                                 message: str) -> None:
-    entry = TableEntry(L2, {"dst_addr": 1}, p4names.FORWARDING_SET_EGRESS_PORT,
+    entry = TableEntry(p4names.FORWARDING_L2, {"dst_addr": 1}, p4names.FORWARDING_SET_EGRESS_PORT,
                        {"port": value})  # type: ignore[dict-item]
     with pytest.raises(EncodeError, match=message):
         entry.encode(schema)
@@ -53,8 +49,9 @@ def test_a_value_outside_its_field_is_refused_naming_the_field(schema: Schema, v
        st.integers(0, 2**16 - 1))
 def test_members_entries_round_trip(job: int, worker: int, addr: int, port: int) -> None:
     schema = SCHEMA
-    entry = TableEntry(MEMBERS, {"job_id": job, "worker_id": worker, "src_addr": addr,
-                                 "src_port": port}, p4names.ADMISSION_ADMIT)
+    entry = TableEntry(p4names.ADMISSION_MEMBERS, {"job_id": job, "worker_id": worker,
+                                                   "src_addr": addr, "src_port": port},
+                       p4names.ADMISSION_ADMIT)
     msg = entry.encode(schema)
     for fm in msg.table_entry.match:  # canonical: no leading zero byte
         assert fm.exact.value == b"\x00" or fm.exact.value[0] != 0
@@ -68,14 +65,14 @@ def test_range_entries_round_trip(low: int, high: int, priority: int, mode: int,
                                   quorum: int) -> None:
     schema = SCHEMA
     low, high = min(low, high), max(low, high)
-    entry = TableEntry(MODES, {"job_id": 3, "slot": (low, high)},
+    entry = TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 3, "slot": (low, high)},
                        p4names.SYNC_MODE_SET_MODE, {"mode": mode, "quorum": quorum},
                        priority=priority)
     assert TableEntry.decode(entry.encode(schema), schema) == entry
 
 
 def test_a_full_range_is_a_dont_care_and_is_omitted(schema: Schema) -> None:
-    entry = TableEntry(MODES, {"job_id": 1, "slot": (0, 0xFFFF)},
+    entry = TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 0xFFFF)},
                        p4names.SYNC_MODE_SET_MODE, {"mode": 0, "quorum": 0}, priority=1)
     msg = entry.encode(schema)
     assert [fm.field_id for fm in msg.table_entry.match] == [1]
@@ -84,28 +81,30 @@ def test_a_full_range_is_a_dont_care_and_is_omitted(schema: Schema) -> None:
 
 def test_range_tables_need_a_priority_and_exact_tables_refuse_one(schema: Schema) -> None:
     with pytest.raises(EncodeError, match="priority >= 1"):
-        TableEntry(MODES, {"job_id": 1, "slot": (0, 3)}, p4names.SYNC_MODE_SET_MODE,
+        TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 3)},
+                   p4names.SYNC_MODE_SET_MODE,
                    {"mode": 0, "quorum": 0}).encode(schema)
     with pytest.raises(EncodeError, match="priority must be 0"):
-        TableEntry(JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
+        TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
                    {"slot_base": 0, "slot_count": 1, "members": 1, "mcast_grp": 1},
                    priority=5).encode(schema)
 
 
 def test_malformed_entries_are_refused_before_anything_is_sent(schema: Schema) -> None:
     with pytest.raises(EncodeError, match="low 9 is above high 3"):
-        TableEntry(MODES, {"job_id": 1, "slot": (9, 3)}, p4names.SYNC_MODE_SET_MODE,
+        TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (9, 3)},
+                   p4names.SYNC_MODE_SET_MODE,
                    {"mode": 0, "quorum": 0}, priority=1).encode(schema)
     with pytest.raises(EncodeError, match="exact match field 'worker_id' is missing"):
-        TableEntry(MEMBERS, {"job_id": 1, "src_addr": 1, "src_port": 1},
+        TableEntry(p4names.ADMISSION_MEMBERS, {"job_id": 1, "src_addr": 1, "src_port": 1},
                    p4names.ADMISSION_ADMIT).encode(schema)
     with pytest.raises(EncodeError, match="needs parameter.*mcast_grp"):
-        TableEntry(JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
+        TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
                    {"slot_base": 0, "slot_count": 1, "members": 1}).encode(schema)
     with pytest.raises(SchemaError, match="not an action of table"):
-        TableEntry(JOBS, {"job_id": 1}, p4names.ADMISSION_ADMIT).encode(schema)
+        TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_ADMIT).encode(schema)
     with pytest.raises(SchemaError, match="did you mean 'members'"):
-        TableEntry(JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
+        TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
                    {"slot_base": 0, "slot_count": 1, "member": 1, "mcast_grp": 1,
                     "members": 1}).encode(schema)
 
@@ -113,9 +112,9 @@ def test_malformed_entries_are_refused_before_anything_is_sent(schema: Schema) -
 def test_entries_are_values(schema: Schema) -> None:
     match = {"job_id": 1}
     params = {"slot_base": 0, "slot_count": 8, "members": 4, "mcast_grp": 1}
-    a = TableEntry(JOBS, match, p4names.ADMISSION_SET_JOB, params)
+    a = TableEntry(p4names.ADMISSION_JOBS, match, p4names.ADMISSION_SET_JOB, params)
     match["job_id"] = 2  # the entry holds its own copy
-    b = TableEntry(JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB, dict(params))
+    b = TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB, dict(params))
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     with pytest.raises(AttributeError):
         a.priority = 3  # type: ignore[misc]
@@ -146,7 +145,7 @@ def test_counter_cells_round_trip_and_check_the_index(schema: Schema) -> None:
 
 
 def test_updates_describe_themselves(schema: Schema) -> None:
-    update = ent.insert(TableEntry(MODES, {"job_id": 1, "slot": (0, 7)},
+    update = ent.insert(TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 7)},
                                    p4names.SYNC_MODE_SET_MODE,
                                    {"mode": 1, "quorum": 3}, priority=2))
     assert str(update) == ("INSERT HySyncIngress.sync_mode.modes[job_id=1, slot=0..7] "

@@ -28,11 +28,9 @@ from hysync import p4names
 
 from .conftest import P4INFO, Softswitch
 
-JOBS = p4names.ADMISSION_JOBS
-
 
 def _job_entry(job: int) -> TableEntry:
-    return TableEntry(JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
+    return TableEntry(p4names.ADMISSION_JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
                       {"slot_base": 0, "slot_count": 8, "members": 2, "mcast_grp": job})
 
 
@@ -40,9 +38,9 @@ def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswit
     with Switch(softswitch.grpc_addr) as sw:
         assert sw.is_primary and not sw.has_pipeline
         with pytest.raises(NoPipelineError, match="hysync pipeline push --p4info"):
-            sw.read_table(JOBS)
+            sw.read_table(p4names.ADMISSION_JOBS)
         schema = sw.push_pipeline(P4INFO)
-        assert schema.table(JOBS).size == 256 and sw.has_pipeline
+        assert schema.table(p4names.ADMISSION_JOBS).size == 256 and sw.has_pipeline
     # A new session learns the pipeline from the switch: no P4Info path needed.
     with Switch(softswitch.grpc_addr, election_id=(0, 7)) as sw:
         assert sw.schema.p4info == schema.p4info
@@ -51,7 +49,7 @@ def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswit
 def test_writes_and_reads_round_trip(switch: Switch) -> None:
     entry = _job_entry(3)
     switch.write([insert(entry), insert(MulticastGroup(3, (Replica(1, 97), Replica(2, 98))))])
-    assert switch.read_table(JOBS) == [entry]
+    assert switch.read_table(p4names.ADMISSION_JOBS) == [entry]
     assert switch.read_groups() == [MulticastGroup(3, (Replica(1, 97), Replica(2, 98)))]
     assert switch.read_counter(p4names.STATS_LATE, 97) == [
         CounterCell(p4names.STATS_LATE, 97, 0, 0)]
@@ -117,7 +115,7 @@ def test_read_only_sessions_do_not_disturb_the_primary(switch: Switch,
                                                       softswitch: Softswitch) -> None:
     switch.write([insert(_job_entry(2))])
     with Switch(softswitch.grpc_addr, election_id=(9, 9), arbitrate=False) as reader:
-        assert reader.read_table(JOBS) == [_job_entry(2)]
+        assert reader.read_table(p4names.ADMISSION_JOBS) == [_job_entry(2)]
     assert switch.is_primary
     switch.write([insert(_job_entry(3))])
 

@@ -45,20 +45,13 @@ from .conftest import (
     update,
 )
 
-SET_JOB = p4names.ADMISSION_SET_JOB
-SET_MODE = p4names.SYNC_MODE_SET_MODE
-ADMIT = p4names.ADMISSION_ADMIT
-REWRITE_DST = p4names.REPLICATION_REWRITE_DST
-CONTRIBUTIONS = p4names.STATS_CONTRIBUTIONS
-RESULTS = p4names.REPLICATION_RESULTS
-DROPS = p4names.STATS_DROPS
 OK, ALREADY_EXISTS, NOT_FOUND = 0, 6, 5
 CODE = grpc.StatusCode
 
 
 def job_entry(names: Names, job: int = 1, slot_base: int = 0, slot_count: int = 16,
               members: int = 2, mcast_grp: int = 1) -> p4r.TableEntry:
-    return table_entry(names, p4names.ADMISSION_JOBS, {"job_id": job}, SET_JOB,
+    return table_entry(names, p4names.ADMISSION_JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
                        {"slot_base": slot_base, "slot_count": slot_count, "members": members,
                         "mcast_grp": mcast_grp})
 
@@ -265,7 +258,7 @@ def _mutated(p4info: p4info_pb2.P4Info, how: str) -> p4info_pb2.P4Info:
     elif how == "counter size":
         bad.counters[0].size = 1024
     elif how == "param width":
-        actions[SET_JOB].params[0].bitwidth = 32
+        actions[p4names.ADMISSION_SET_JOB].params[0].bitwidth = 32
     elif how == "extra field":
         tables[p4names.ADMISSION_JOBS].match_fields.add(id=9, name="vlan", bitwidth=12,
                                       match_type=p4info_pb2.MatchField.EXACT)
@@ -310,11 +303,11 @@ def test_verify_and_commit_clears_tables_groups_and_counters(controller, p4info,
                                                              pipeline):
     controller.write(update(INSERT, table_entry=job_entry(names)),
                      update(INSERT, group=group(1, [(1, 33)])))
-    pipeline.counters[CONTRIBUTIONS].count(5, 100)
+    pipeline.counters[p4names.STATS_CONTRIBUTIONS].count(5, 100)
     controller.set_pipeline(p4info, Config.VERIFY_AND_COMMIT)
     assert controller.read_table() == []
     assert not pipeline.groups
-    assert pipeline.counters[CONTRIBUTIONS].packets[5] == 0
+    assert pipeline.counters[p4names.STATS_CONTRIBUTIONS].packets[5] == 0
 
 
 def test_reconcile_and_commit_keeps_state(controller, p4info, names):
@@ -354,7 +347,7 @@ def test_insert_read_modify_delete_round_trip(controller, names, pipeline):
     # read-write symmetry
     assert controller.read_table(names.table_id(p4names.ADMISSION_JOBS)) == [te]
     assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)] == Entry(
-        p4names.ADMISSION_JOBS, (1,), SET_JOB, (16, 32, 4, 3))
+        p4names.ADMISSION_JOBS, (1,), p4names.ADMISSION_SET_JOB, (16, 32, 4, 3))
 
     changed = job_entry(names, slot_base=0, slot_count=8, members=3, mcast_grp=3)
     controller.write(update(MODIFY, table_entry=changed))
@@ -370,7 +363,7 @@ def test_insert_read_modify_delete_round_trip(controller, names, pipeline):
 def test_members_key_is_stored_in_pipeline_order(controller, names, pipeline):
     te = table_entry(names, p4names.ADMISSION_MEMBERS, {"job_id": 2, "worker_id": 3,
                                       "src_addr": wire.ip_to_int("10.0.0.3"),
-                                      "src_port": 5000}, ADMIT)
+                                      "src_port": 5000}, p4names.ADMISSION_ADMIT)
     del te.match[:]  # send the fields in reverse order: the server maps them by id
     for name, value in reversed([("job_id", 2), ("worker_id", 3),
                                  ("src_addr", wire.ip_to_int("10.0.0.3")), ("src_port", 5000)]):
@@ -379,7 +372,7 @@ def test_members_key_is_stored_in_pipeline_order(controller, names, pipeline):
     controller.write(update(INSERT, table_entry=te))
     (entry,) = pipeline.tables[p4names.ADMISSION_MEMBERS].entries.values()
     assert entry.match == (2, 3, wire.ip_to_int("10.0.0.3"), 5000)
-    assert entry.action == ADMIT
+    assert entry.action == p4names.ADMISSION_ADMIT
 
 
 def test_non_canonical_bytestrings_are_accepted_and_read_back_canonical(controller, names):
@@ -430,10 +423,10 @@ def test_unknown_ids_are_invalid_argument_naming_them(controller, names, what):
 
 
 def test_action_of_another_table_is_invalid_argument(controller, names):
-    te = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1}, ADMIT)
+    te = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_ADMIT)
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
-    assert ADMIT in error.message and p4names.ADMISSION_JOBS in error.message
+    assert p4names.ADMISSION_ADMIT in error.message and p4names.ADMISSION_JOBS in error.message
 
 
 def test_default_only_action_on_an_entry_is_permission_denied(controller, names):
@@ -470,7 +463,8 @@ def test_empty_bytestring_is_rejected(controller, names):
 
 
 def test_range_table_needs_a_priority(controller, names):
-    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 7)}, SET_MODE,
+    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 7)},
+                     p4names.SYNC_MODE_SET_MODE,
                      {"mode": 1, "quorum": 2})
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
@@ -486,9 +480,11 @@ def test_exact_table_refuses_a_priority(controller, names):
 
 
 def test_range_entries_round_trip_and_omitted_range_is_dont_care(controller, names, pipeline):
-    ranged = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (8, 15)}, SET_MODE,
+    ranged = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (8, 15)},
+                         p4names.SYNC_MODE_SET_MODE,
                          {"mode": 2, "quorum": 0}, priority=10)
-    everything = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1}, SET_MODE,
+    everything = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1},
+                             p4names.SYNC_MODE_SET_MODE,
                              {"mode": 1, "quorum": 3}, priority=1)
     controller.write(update(INSERT, table_entry=ranged), update(INSERT, table_entry=everything))
     read = controller.read_table(names.table_id(p4names.SYNC_MODE_MODES))
@@ -498,7 +494,8 @@ def test_range_entries_round_trip_and_omitted_range_is_dont_care(controller, nam
 
 
 def test_explicit_full_range_must_be_omitted(controller, names):
-    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 0xFFFF)}, SET_MODE,
+    te = table_entry(names, p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 0xFFFF)},
+                     p4names.SYNC_MODE_SET_MODE,
                      {"mode": 1, "quorum": 0}, priority=1)
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
@@ -574,7 +571,8 @@ def test_metadata_is_returned_on_read(controller, names):
 
 def test_read_filters_by_match_and_reads_every_table(controller, names):
     member = table_entry(names, p4names.ADMISSION_MEMBERS,
-                         {"job_id": 1, "worker_id": 0, "src_addr": 1, "src_port": 2}, ADMIT)
+                         {"job_id": 1, "worker_id": 0, "src_addr": 1,
+                          "src_port": 2}, p4names.ADMISSION_ADMIT)
     controller.write(update(INSERT, table_entry=job_entry(names, job=1)),
                      update(INSERT, table_entry=job_entry(names, job=2)),
                      update(INSERT, table_entry=member))
@@ -666,24 +664,24 @@ def _count(client: Client, names: Names, name: str, index: int) -> tuple[int, in
 
 
 def test_counter_cells_can_be_set_and_reset(controller, names, pipeline):
-    ce = _counter(names, CONTRIBUTIONS, 33).counter_entry
+    ce = _counter(names, p4names.STATS_CONTRIBUTIONS, 33).counter_entry
     ce.data.packet_count, ce.data.byte_count = 5, 500
     controller.write(update(MODIFY, counter_entry=ce))
-    assert _count(controller, names, CONTRIBUTIONS, 33) == (5, 500)
-    assert pipeline.counters[CONTRIBUTIONS].packets[33] == 5
+    assert _count(controller, names, p4names.STATS_CONTRIBUTIONS, 33) == (5, 500)
+    assert pipeline.counters[p4names.STATS_CONTRIBUTIONS].packets[33] == 5
 
-    reset = _counter(names, CONTRIBUTIONS).counter_entry
+    reset = _counter(names, p4names.STATS_CONTRIBUTIONS).counter_entry
     reset.data.SetInParent()  # every cell to zero
     controller.write(update(MODIFY, counter_entry=reset))
-    assert _count(controller, names, CONTRIBUTIONS, 33) == (0, 0)
+    assert _count(controller, names, p4names.STATS_CONTRIBUTIONS, 33) == (0, 0)
 
 
 def test_large_counter_values_survive_the_hand_encoded_read(controller, names):
-    ce = _counter(names, RESULTS, 8191).counter_entry
+    ce = _counter(names, p4names.REPLICATION_RESULTS, 8191).counter_entry
     ce.data.packet_count, ce.data.byte_count = 2**40 + 3, 2**62 + 1
     controller.write(update(MODIFY, counter_entry=ce))
-    assert _count(controller, names, RESULTS, 8191) == (2**40 + 3, 2**62 + 1)
-    assert _count(controller, names, RESULTS, 0) == (0, 0)
+    assert _count(controller, names, p4names.REPLICATION_RESULTS, 8191) == (2**40 + 3, 2**62 + 1)
+    assert _count(controller, names, p4names.REPLICATION_RESULTS, 0) == (0, 0)
 
 
 @pytest.mark.parametrize("unit", [p4info_pb2.CounterSpec.BOTH, p4info_pb2.CounterSpec.PACKETS,
@@ -705,11 +703,11 @@ def test_counter_encoding_matches_protobuf(unit):
 
 
 def test_counter_errors(controller, names):
-    out_of_range = _counter(names, CONTRIBUTIONS, 8192).counter_entry
+    out_of_range = _counter(names, p4names.STATS_CONTRIBUTIONS, 8192).counter_entry
     out_of_range.data.SetInParent()
     assert single_error(controller, update(MODIFY, counter_entry=out_of_range)).canonical_code \
         == CODE.OUT_OF_RANGE.value[0]
-    insert = _counter(names, CONTRIBUTIONS, 1).counter_entry
+    insert = _counter(names, p4names.STATS_CONTRIBUTIONS, 1).counter_entry
     assert single_error(controller, update(INSERT, counter_entry=insert)).canonical_code \
         == CODE.INVALID_ARGUMENT.value[0]
     unknown = p4r.CounterEntry(counter_id=4242)
@@ -757,9 +755,10 @@ def test_job_configured_over_p4runtime_aggregates_udp_contributions(controller, 
             rid = wire.member_rid(job, w)
             updates.append(update(INSERT, table_entry=table_entry(
                 names, p4names.ADMISSION_MEMBERS, {"job_id": job, "worker_id": w, "src_addr": local,
-                                 "src_port": port}, ADMIT)))
+                                 "src_port": port}, p4names.ADMISSION_ADMIT)))
             updates.append(update(INSERT, table_entry=table_entry(
-                names, p4names.REPLICATION_REWRITE, {"egress_rid": rid}, REWRITE_DST,
+                names, p4names.REPLICATION_REWRITE, {"egress_rid": rid},
+                p4names.REPLICATION_REWRITE_DST,
                 {"dst_mac": 0x020000000001 + w, "dst_addr": local, "dst_port": port})))
             replicas.append((1, rid))
         updates.append(update(INSERT, group=group(job, replicas)))
@@ -779,7 +778,7 @@ def test_job_configured_over_p4runtime_aggregates_udp_contributions(controller, 
         stranger.sendto(_contribution(job, 0, lanes[0]), udp_plane.address)
         deadline = time.monotonic() + 5
         drops_cell = job * wire.NUM_DROP_REASONS + wire.DropReason.NOT_MEMBER
-        while _count(controller, names, DROPS, drops_cell)[0] == 0:
+        while _count(controller, names, p4names.STATS_DROPS, drops_cell)[0] == 0:
             assert time.monotonic() < deadline, "the stranger's packet was not counted"
             time.sleep(0.02)
         stranger.close()
@@ -787,9 +786,9 @@ def test_job_configured_over_p4runtime_aggregates_udp_contributions(controller, 
         frame = wire.HYSYNC_OFFSET + wire.PACKET_BYTES  # counters count frame bytes
         for w in range(2):
             cell = wire.member_index(job, w)
-            assert _count(controller, names, CONTRIBUTIONS, cell) == (1, frame)
-            assert _count(controller, names, RESULTS, cell) == (1, frame)
-        assert _count(controller, names, DROPS, drops_cell) == (1, frame)
+            assert _count(controller, names, p4names.STATS_CONTRIBUTIONS, cell) == (1, frame)
+            assert _count(controller, names, p4names.REPLICATION_RESULTS, cell) == (1, frame)
+        assert _count(controller, names, p4names.STATS_DROPS, drops_cell) == (1, frame)
     finally:
         for sock in workers:
             sock.close()
