@@ -1,4 +1,4 @@
-"""DESIGN.md invariants 1-4 under loss, duplication, reordering and hot swaps.
+"""docs/design.md invariants 1-4 under loss, duplication, reordering and hot swaps.
 
 Hypothesis drives random interleavings of: members contributing and retransmitting,
 the network dropping, duplicating and reordering packets in both directions, the

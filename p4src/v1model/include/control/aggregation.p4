@@ -2,7 +2,7 @@
 // machine that decides, for one admitted contribution, whether it opens, joins, closes,
 // duplicates or misses a round.
 //
-// Register discipline (DESIGN.md): every read-modify-write of a register happens inside
+// Register discipline (docs/design.md): every read-modify-write of a register happens inside
 // one action, and each register is touched by at most one action per packet:
 //   slot_update_action    round, count, bitmap, chunk, mode, quorum, member_seq
 //   result_write_action   res_* (on a close)         } never both
