@@ -522,10 +522,6 @@ class Controller:
                                   f"{first}-{last}: pick a range inside {first}-{last}")
         return low, high
 
-    def mode_segments(self, job_id: int) -> list[Segment]:
-        """The desired mode of every slot of the job, as runs of equal mode."""
-        return self.job(job_id).segments()
-
     # ---------------------------------------------------------- membership
     def exclude(self, job_id: int, worker: int) -> MembershipReport:
         """Take a member out of the job: its admission entry goes (its packets are dropped

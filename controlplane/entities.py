@@ -17,7 +17,7 @@ restores it, so both directions give the same value.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -300,17 +300,6 @@ def groups_query() -> p4r.Entity:
 Entity = TableEntry | MulticastGroup | CounterCell
 
 
-def decode_entity(msg: p4r.Entity, schema: Schema) -> Entity:
-    kind = msg.WhichOneof("entity")
-    if kind == "table_entry":
-        return TableEntry.decode(msg, schema)
-    if kind == "packet_replication_engine_entry":
-        return MulticastGroup.decode(msg, schema)
-    if kind == "counter_entry":
-        return CounterCell.decode(msg, schema)
-    raise SchemaError(f"HySync does not decode P4Runtime {kind} entities")
-
-
 # ------------------------------------------------------------ updates
 class UpdateType(enum.Enum):
     INSERT = p4r.Update.INSERT
@@ -361,7 +350,3 @@ def _fmt(value: MatchValue) -> str:
     if isinstance(value, tuple):
         return f"{value[0]}..{value[1]}"
     return str(value)
-
-
-def updates_of(kind: UpdateType, entities: Iterable[Entity]) -> list[Update]:
-    return [Update(kind, e) for e in entities]

@@ -196,10 +196,6 @@ class Switch:
             raise NoPipelineError(self.grpc_addr)
         return self._schema
 
-    @property
-    def has_pipeline(self) -> bool:
-        return self._schema is not None
-
     def fetch_schema(self) -> Schema | None:
         """The pipeline's P4Info as the switch reports it, or None when it has no pipeline."""
         request = p4r.GetForwardingPipelineConfigRequest(
@@ -285,11 +281,6 @@ class Switch:
             raise self._map(err, "read") from None
         return found
 
-    def read_table(self, name: str) -> list[ent.TableEntry]:
-        schema = self.schema
-        return [ent.TableEntry.decode(e, schema) for e in self.read([ent.table_query(schema, name)])
-                if e.HasField("table_entry")]
-
     def read_tables(self, names: Sequence[str]) -> dict[str, list[ent.TableEntry]]:
         """Several tables in one Read RPC, keyed by full table name."""
         schema = self.schema
@@ -299,10 +290,6 @@ class Switch:
                 entry = ent.TableEntry.decode(e, schema)
                 found.setdefault(entry.table, []).append(entry)
         return found
-
-    def read_counter(self, name: str, index: int | None = None) -> list[ent.CounterCell]:
-        """One cell, or every cell of the counter when `index` is None."""
-        return self.read_counter_cells([(name, index)])
 
     def read_counter_cells(self, cells: Sequence[tuple[str, int | None]]) -> list[ent.CounterCell]:
         """Many (counter, index) cells in one Read RPC."""

@@ -211,14 +211,6 @@ def encode_batch(batch: np.ndarray) -> list[bytes]:
     return [raw[i:i + PACKET_BYTES] for i in range(0, len(raw), PACKET_BYTES)]
 
 
-def decode_batch(datagrams: list[bytes]) -> np.ndarray:
-    """Full-size datagrams -> PACKET_DTYPE array. Raise WireError on a wrong size."""
-    for i, d in enumerate(datagrams):
-        if len(d) != PACKET_BYTES:
-            raise WireError(f"datagram {i} is {len(d)} bytes, a full packet is {PACKET_BYTES}")
-    return np.frombuffer(b"".join(datagrams), dtype=PACKET_DTYPE).copy()
-
-
 # ------------------------------------------------------------ frame layer
 def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
     """RFC 1071 checksum of an IPv4 header whose checksum field is zero."""

@@ -10,7 +10,6 @@ Conventions, so that numbers mean the same thing in every table:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,16 +29,6 @@ class ConfigSummary:
     throughput: float
     steps: int
     duration_s: float
-
-
-def load_logs(directory: Path) -> dict[str, list[dict]]:
-    """{config: [log of worker 0, worker 1, ...]} from directory/<config>/worker-<w>.json."""
-    runs: dict[str, list[dict]] = {}
-    for path in sorted(directory.glob("*/worker-*.json")):
-        runs.setdefault(path.parent.name, []).append(json.loads(path.read_text()))
-    for logs in runs.values():
-        logs.sort(key=lambda log: log["worker"])
-    return runs
 
 
 def _is_hysync(logs: list[dict]) -> bool:

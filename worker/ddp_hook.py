@@ -7,8 +7,9 @@ As torch/distributed/algorithms/ddp_comm_hooks: the second parameter is named
 `bucket`, the future holds one tensor shaped like the bucket's buffer, and the
 averaged result is copied into that buffer in place. DDP still needs a process
 group (it broadcasts parameters with it); the hook replaces only the gradient
-all-reduce. Residuals (error feedback) live in the transport, one key per
-`bucket.index()`, as PowerSGD keeps its `error_dict`; `state.residuals` shows them.
+all-reduce. Error feedback is per bucket, as PowerSGD's `error_dict`: the transport
+carries each bucket's residual into that bucket's next contribution, and
+`state.residuals()` gives them by `bucket.index()` (docs/design.md, worker/).
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
@@ -30,12 +31,19 @@ class HookStats:
 
 
 class HySyncHookState:
-    __slots__ = ("worker", "residuals", "stats")
+    __slots__ = ("worker", "buckets", "stats")
 
     def __init__(self, worker: HySyncWorker) -> None:
         self.worker = worker
-        self.residuals: dict[int, np.ndarray] = {}  # bucket.index() -> transport residual
+        self.buckets: set[int] = set()  # bucket.index() of every bucket all-reduced
         self.stats = HookStats()
+
+    def residuals(self) -> dict[int, np.ndarray]:
+        """bucket.index() -> the float32 residual carried for it (padded to whole chunks).
+
+        Copies taken between calls, on the worker's thread: the transport mutates the
+        live arrays while a call runs."""
+        return {index: self.worker.residual(bucket_key(index)) for index in sorted(self.buckets)}
 
     def last_stats(self) -> "CallStats | None":
         return self.worker.last_stats()
@@ -56,11 +64,11 @@ def hysync_hook(state: HySyncHookState,
     buffer = bucket.buffer()
     index = bucket.index()
     key = bucket_key(index)
+    state.buckets.add(index)
     future = state.worker.allreduce_async(buffer, key=key)
 
     def copy_back(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         buffer.copy_(fut.value())
-        state.residuals[index] = state.worker.residual(key)
         state.stats.calls += 1
         state.stats.needs_resync = state.worker.needs_resync
         return buffer

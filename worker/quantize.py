@@ -3,12 +3,12 @@
 `FixedPointQuantizer(scale, members)` maps a float to `round(x * scale)` clipped to
 `±floor((2**31 - 1) / members)`: the switch adds the contributions of up to
 `members` workers in wrapping int32 arithmetic, and with this bound their sum can
-never wrap. The shape is Horovod's compression interface:
+never wrap:
 
-    payload, ctx = quantizer.compress(tensor)     # int32, same container type
-    tensor = quantizer.decompress(payload, ctx)   # payload may be a sum of payloads
+    payload, stats = quantizer.quantize(values)   # float32 array -> int32 payload
+    values = quantizer.dequantize(payload)        # payload may be a sum of payloads
 
-`ctx.stats` reports what quantization did: how many elements were clipped, how many
+`stats` reports what quantization did: how many elements were clipped, how many
 were not finite (NaN/inf are sent as 0 / the bound), and the largest absolute error.
 Clipping happens in float32, so a clipped element is sent as `clip_limit`, the largest
 float32 not above the bound (at most 128 below it).
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -41,17 +40,6 @@ class QuantStats:
         self.clipped += other.clipped
         self.nonfinite += other.nonfinite
         self.max_abs_error = max(self.max_abs_error, other.max_abs_error)
-
-
-@dataclass(frozen=True, slots=True)
-class QuantContext:
-    """What `decompress` needs to rebuild the tensor (Horovod's `ctx`)."""
-
-    shape: tuple[int, ...]
-    dtype: Any  # torch.dtype or numpy dtype of the input
-    is_torch: bool
-    device: Any
-    stats: QuantStats
 
 
 class FixedPointQuantizer:
@@ -116,31 +104,3 @@ class FixedPointQuantizer:
     def dequantize(self, payload: np.ndarray) -> np.ndarray:
         """A payload (or a sum of payloads, any integer/float dtype) -> float32 values."""
         return (np.asarray(payload, dtype=np.float64) / self.scale).astype(np.float32)
-
-    # ------------------------------------------------- Horovod-shaped API
-    def compress(self, tensor: Any) -> tuple[Any, QuantContext]:
-        """tensor (numpy array or torch tensor) -> (int32 payload of the same kind, ctx)."""
-        is_torch = type(tensor).__module__.startswith("torch")
-        if is_torch:
-            flat = tensor.detach().reshape(-1).float().cpu().numpy()
-            shape, dtype, device = tuple(tensor.shape), tensor.dtype, tensor.device
-        else:
-            arr = np.asarray(tensor)
-            flat, shape, dtype, device = arr.reshape(-1), arr.shape, arr.dtype, None
-        payload, stats = self.quantize(flat)
-        payload = payload.reshape(shape)
-        if is_torch:
-            import torch
-
-            payload = torch.from_numpy(payload)
-        return payload, QuantContext(shape, dtype, is_torch, device, stats)
-
-    def decompress(self, payload: Any, ctx: QuantContext) -> Any:
-        """Inverse of `compress`; `payload` may also be the sum of several members' payloads."""
-        raw = payload.cpu().numpy() if ctx.is_torch else np.asarray(payload)
-        values = self.dequantize(raw).reshape(ctx.shape)
-        if ctx.is_torch:
-            import torch
-
-            return torch.from_numpy(values).to(dtype=ctx.dtype, device=ctx.device)
-        return values.astype(ctx.dtype, copy=False)

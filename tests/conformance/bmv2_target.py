@@ -181,7 +181,7 @@ class Bmv2Target:
 
     def counter(self, name: str, index: int) -> int:
         assert self.switch is not None
-        return self.switch.read_counter(name, index)[0].packets
+        return self.switch.read_counter_cells([(name, index)])[0].packets
 
     def close(self) -> None:
         """Per test: nothing (the next test pushes the pipeline afresh)."""

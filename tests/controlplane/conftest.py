@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from controlplane.controller import Controller
+from controlplane.entities import TableEntry
 from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
 from hysync.p4schema import Schema
@@ -82,3 +83,8 @@ def make_job(job_id: int = 1, *, workers: int = 4, base: int = 0, count: int = 2
     if quorum is not None:
         data["quorum"] = quorum
     return JobConfig.from_dict(data)
+
+
+def read_table(switch: Switch, name: str) -> list[TableEntry]:
+    """Every entry of one table (Switch reads several tables in one RPC)."""
+    return next(iter(switch.read_tables([name]).values()))

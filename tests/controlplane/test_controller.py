@@ -18,7 +18,7 @@ from controlplane.switch import Switch
 from hysync import p4names, wire
 from hysync.wire import Mode
 
-from .conftest import EXAMPLE_JOB, Softswitch, make_job
+from .conftest import EXAMPLE_JOB, Softswitch, make_job, read_table
 
 TABLES = (p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS,
           p4names.SYNC_MODE_MODES, p4names.FORWARDING_L2,
@@ -28,7 +28,7 @@ LOCALHOST = 0x7F000001
 
 def snapshot(switch: Switch) -> dict[str, object]:
     """Everything the controller programs, as comparable values."""
-    state: dict[str, object] = {t.rsplit(".", 1)[1]: sorted(switch.read_table(t), key=repr)
+    state: dict[str, object] = {t.rsplit(".", 1)[1]: sorted(read_table(switch, t), key=repr)
                                 for t in TABLES}
     state["groups"] = sorted(switch.read_groups(), key=lambda g: g.group_id)
     return state
@@ -190,17 +190,17 @@ def test_set_mode_is_one_modify_for_an_existing_range(controller: Controller,
     controller.add_job(JobConfig.load(EXAMPLE_JOB))
     report = controller.set_mode(1, slots=(0, 255), mode=Mode.PARTIAL, quorum=3)
     assert (report.strategy, report.deleted) == ("modify", 0)
-    modes = switch.read_table(p4names.SYNC_MODE_MODES)
+    modes = read_table(switch, p4names.SYNC_MODE_MODES)
     assert [(e.match["slot"], e.params, e.priority) for e in modes] == [
         ((0, 255), {"mode": 1, "quorum": 3}, 1)]
     report = controller.set_mode(1, slots=(16, 31), mode=Mode.ASYNC)
     assert report.strategy == "insert"
-    segments = [(s.low, s.high, s.mode, s.quorum) for s in controller.mode_segments(1)]
+    segments = [(s.low, s.high, s.mode, s.quorum) for s in controller.job(1).segments()]
     assert segments == [(0, 15, Mode.PARTIAL, 3), (16, 31, Mode.ASYNC, 0),
                         (32, 255, Mode.PARTIAL, 3)]
     report = controller.set_mode(1, slots=(0, 255), mode=Mode.SYNC)
     assert (report.strategy, report.deleted) == ("insert", 2)
-    assert len(switch.read_table(p4names.SYNC_MODE_MODES)) == 1
+    assert len(read_table(switch, p4names.SYNC_MODE_MODES)) == 1
     assert controller.set_mode(1, slots=(0, 255), mode=Mode.SYNC).strategy == "unchanged"
 
 

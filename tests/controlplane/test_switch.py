@@ -26,7 +26,7 @@ from controlplane.errors import (
 from controlplane.switch import DeviceConfigError, Switch, parse_election_id
 from hysync import p4names
 
-from .conftest import P4INFO, Softswitch
+from .conftest import P4INFO, Softswitch, read_table
 
 
 def _job_entry(job: int) -> TableEntry:
@@ -36,11 +36,11 @@ def _job_entry(job: int) -> TableEntry:
 
 def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswitch) -> None:
     with Switch(softswitch.grpc_addr) as sw:
-        assert sw.is_primary and not sw.has_pipeline
+        assert sw.is_primary
         with pytest.raises(NoPipelineError, match="hysync pipeline push --p4info"):
-            sw.read_table(p4names.ADMISSION_JOBS)
+            read_table(sw, p4names.ADMISSION_JOBS)
         schema = sw.push_pipeline(P4INFO)
-        assert schema.table(p4names.ADMISSION_JOBS).size == 256 and sw.has_pipeline
+        assert schema.table(p4names.ADMISSION_JOBS).size == 256 and sw.schema is schema
     # A new session learns the pipeline from the switch: no P4Info path needed.
     with Switch(softswitch.grpc_addr, election_id=(0, 7)) as sw:
         assert sw.schema.p4info == schema.p4info
@@ -49,11 +49,11 @@ def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswit
 def test_writes_and_reads_round_trip(switch: Switch) -> None:
     entry = _job_entry(3)
     switch.write([insert(entry), insert(MulticastGroup(3, (Replica(1, 97), Replica(2, 98))))])
-    assert switch.read_table(p4names.ADMISSION_JOBS) == [entry]
+    assert read_table(switch, p4names.ADMISSION_JOBS) == [entry]
     assert switch.read_groups() == [MulticastGroup(3, (Replica(1, 97), Replica(2, 98)))]
-    assert switch.read_counter(p4names.STATS_LATE, 97) == [
+    assert switch.read_counter_cells([(p4names.STATS_LATE, 97)]) == [
         CounterCell(p4names.STATS_LATE, 97, 0, 0)]
-    assert len(switch.read_counter(p4names.STATS_DROPS)) == 4096
+    assert len(switch.read_counter_cells([(p4names.STATS_DROPS, None)])) == 4096
 
 
 def test_a_refused_write_raises_a_typed_error_with_the_switch_message(switch: Switch) -> None:
@@ -70,7 +70,7 @@ def test_a_refused_write_raises_a_typed_error_with_the_switch_message(switch: Sw
 
 def test_an_unknown_name_fails_before_anything_is_sent(switch: Switch) -> None:
     with pytest.raises(SchemaError, match="did you mean 'HySyncIngress.admission.jobs'"):
-        switch.read_table("HySyncIngress.admission.job")
+        read_table(switch, "HySyncIngress.admission.job")
 
 
 def test_an_unreachable_switch_fails_fast_saying_how_to_start_one() -> None:
@@ -115,7 +115,7 @@ def test_read_only_sessions_do_not_disturb_the_primary(switch: Switch,
                                                       softswitch: Softswitch) -> None:
     switch.write([insert(_job_entry(2))])
     with Switch(softswitch.grpc_addr, election_id=(9, 9), arbitrate=False) as reader:
-        assert reader.read_table(p4names.ADMISSION_JOBS) == [_job_entry(2)]
+        assert read_table(reader, p4names.ADMISSION_JOBS) == [_job_entry(2)]
     assert switch.is_primary
     switch.write([insert(_job_entry(3))])
 

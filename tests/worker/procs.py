@@ -169,7 +169,7 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
             # small buckets: several keys, and DDP rebuilds them after the first step
             ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)
             if hook:
-                ddp.register_comm_hook(HySyncHookState(hw), hysync_hook)
+                ddp.register_comm_hook(state, hysync_hook)
             opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
             losses = []
             for _ in range(spec.calls):
@@ -180,10 +180,15 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
                 losses.append(loss.item())
             return losses
 
+        state = HySyncHookState(hw)
         gloo = train(hook=False)
         hysync = train(hook=True)
+        residuals = state.residuals()
         out.put((rank, "result", {"gloo": gloo, "hysync": hysync,
-                                  "needs_resync": hw.needs_resync}))
+                                  "needs_resync": hw.needs_resync,
+                                  "buckets": sorted(residuals),
+                                  "max_residual": max(float(np.abs(r).max())
+                                                      for r in residuals.values())}))
         dist.destroy_process_group()
         hw.close()
     except BaseException:  # noqa: BLE001 - reported to the test process
