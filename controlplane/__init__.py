@@ -7,8 +7,9 @@
         controller.add_job(JobConfig.load("controlplane/examples/job-loopback.toml"))
 """
 
-from controlplane.controller import Controller, InstalledJob
+from controlplane.controller import Controller
 from controlplane.errors import ControlPlaneError
+from controlplane.installed import InstalledJob
 from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
 from hysync.p4schema import Schema

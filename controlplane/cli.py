@@ -21,13 +21,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from controlplane import sync_mode
-from controlplane.controller import Controller, InstalledJob
+from controlplane.controller import Controller
 from controlplane.errors import ControlPlaneError
+from controlplane.installed import InstalledJob
 from controlplane.job import JobConfig
-from controlplane.policy import POLICIES, PolicyRunner, latest_decision, make_policy
+from controlplane.policy import POLICIES, Decision, make_policy, mode_text
+from controlplane.policy_runner import PolicyRunner, latest_decision
 from controlplane.stats import JobRates, JobStats, rates_between
 from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
+from controlplane.sync_mode import format_mode
 from hysync import wire
 from hysync.errors import HySyncError
 from hysync.wire import Mode
@@ -105,13 +107,9 @@ class _Out:
               flush=True)
 
 
-def _mode_text(mode: Mode, quorum: int) -> str:
-    return sync_mode.format_mode(mode, quorum)
-
-
 def _job_line(job: InstalledJob) -> str:
     lo, hi = job.slots
-    modes = ", ".join(f"{s.low}-{s.high} {_mode_text(s.mode, s.quorum)}"
+    modes = ", ".join(f"{s.low}-{s.high} {format_mode(s.mode, s.quorum)}"
                       for s in job.segments())
     excluded = sorted(m.worker for m in job.members if m.worker not in job.active)
     excl = f", excluded {', '.join(map(str, excluded))}" if excluded else ""
@@ -157,7 +155,7 @@ def cmd_job_add(args: argparse.Namespace, out: _Out) -> None:
               "slots": [lo, hi], "members": len(job.members)},
              f"job {job.job_id} {report.outcome} ({report.updates} updates): "
              f"{len(job.members)} members, slots {lo}-{hi}, mode "
-             f"{_mode_text(job.mode, job.quorum)}")
+             f"{format_mode(job.mode, job.quorum)}")
 
 
 def cmd_job_remove(args: argparse.Namespace, out: _Out) -> None:
@@ -200,7 +198,7 @@ def cmd_mode_set(args: argparse.Namespace, out: _Out) -> None:
     lo, hi = report.slots
     how = {"modify": "one MODIFY", "insert": "new range entry",
            "unchanged": "already set"}[report.strategy]
-    text = f"job {args.job} slots {lo}-{hi}: {_mode_text(mode, report.quorum)} ({how})"
+    text = f"job {args.job} slots {lo}-{hi}: {format_mode(mode, report.quorum)} ({how})"
     if latched is not None:
         text += f"; latched after {latched:.3f} s"
     out.emit({"job_id": args.job, "slots": [lo, hi], "mode": args.mode,
@@ -214,8 +212,8 @@ def cmd_mode_show(args: argparse.Namespace, out: _Out) -> None:
         job = Controller(switch).attach().job(args.job)
     lines = [f"job {job.job_id} slots {job.slots[0]}-{job.slots[1]}, "
              f"{len(job.active)} active members"]
-    lines += [f"  slots {s.low}-{s.high}: {_mode_text(s.mode, s.quorum)}" for s in job.segments()]
-    lines += [f"  entry {r.low}-{r.high} priority {r.priority}: {_mode_text(r.mode, r.quorum)}"
+    lines += [f"  slots {s.low}-{s.high}: {format_mode(s.mode, s.quorum)}" for s in job.segments()]
+    lines += [f"  entry {r.low}-{r.high} priority {r.priority}: {format_mode(r.mode, r.quorum)}"
               for r in sorted(job.modes, key=lambda r: r.priority)]
     data = job.to_dict()
     out.emit({"job_id": job.job_id, "modes": data["modes"], "entries": data["mode_entries"]},
@@ -280,7 +278,7 @@ def cmd_policy_run(args: argparse.Namespace, out: _Out) -> None:
             pass
     made = len(policy.decisions)
     dry = " (dry run)" if args.dry_run else ""
-    mode = _mode_text(policy.mode, policy.quorum) if policy.mode is not None else "mixed"
+    mode = mode_text(policy.mode, policy.quorum)
     out.emit({"job_id": args.job, "policy": args.policy, "decisions": made,
               "dry_run": args.dry_run, "mode": mode, "active": sorted(policy.active)},
              f"policy {args.policy} on job {args.job}{dry}: {made} decisions; mode {mode}, "
@@ -292,11 +290,7 @@ def _decision_text(record: dict[str, object]) -> str:
     if record.get("action") == "start":
         dry = " (dry run)" if record.get("dry_run") else ""
         return f"started{dry}, {record.get('mode')}"
-    if record.get("action") == "set_mode":
-        mode = str(record.get("mode"))
-        what = f"partial({record.get('quorum')})" if mode == "partial" else mode
-        return f"mode {what}: {record.get('reason')}"
-    return f"{record.get('action')} worker {record.get('worker')}: {record.get('reason')}"
+    return Decision.from_dict(record).describe()
 
 
 def cmd_stats(args: argparse.Namespace, out: _Out) -> None:

@@ -23,39 +23,37 @@ deletes only those no other job uses.
 
 Writes are ordered so that traffic never meets a half-installed job: egress and
 forwarding state first, then the jobs entry, then admission (removal: the reverse).
-A failed write rolls back the updates that had succeeded (best effort, logged).
+A failed write rolls back the updates that had succeeded (best effort, logged; see
+transaction.py). What is installed is read back by installed.py.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from controlplane import admission, forwarding, replication, sync_mode
 from controlplane import stats as counters
 from controlplane.entities import (
     MulticastGroup,
-    TableEntry,
-    Update,
     UpdateType,
     delete,
     insert,
-    modify,
 )
 from controlplane.errors import (
     ControlPlaneError,
     JobError,
-    P4RuntimeError,
     UnknownJobError,
     ValidationError,
 )
+from controlplane.installed import InstalledJob, SwitchState, read_state
 from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
-from controlplane.sync_mode import ModeRange, Segment
+from controlplane.sync_mode import ModeRange
+from controlplane.transaction import Step, execute, step_modify, steps_delete, steps_insert
 from hysync import p4names, wire
-from hysync.errors import HySyncError
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -63,132 +61,6 @@ log = logging.getLogger(__name__)
 
 class LatchTimeoutError(ControlPlaneError, TimeoutError):
     """The counters did not show every slot of a range latching the new mode in time."""
-
-
-# ------------------------------------------------------------------ registry
-@dataclass(frozen=True, slots=True)
-class InstalledJob:
-    """A job as the switch's tables describe it."""
-
-    job_id: int
-    slot_base: int
-    slot_count: int
-    member_count: int  # the jobs entry's `members` (active count n)
-    mcast_grp: int
-    members: tuple[Member, ...]  # every member with a rewrite entry, active or excluded
-    active: frozenset[int]  # workers with an admission entry
-    modes: tuple[ModeRange, ...]
-    complete: bool = True  # False: traces of the job without a jobs entry
-
-    @property
-    def slots(self) -> tuple[int, int]:
-        return self.slot_base, self.slot_base + self.slot_count - 1
-
-    def member(self, worker: int) -> Member | None:
-        return next((m for m in self.members if m.worker == worker), None)
-
-    def segments(self) -> list[Segment]:
-        return sync_mode.effective(self.modes, *self.slots)
-
-    def differences(self, job: JobConfig) -> list[str]:
-        """How `job`'s definition (slots, members) differs from what is installed."""
-        diffs = []
-        if not self.complete:
-            diffs.append("the installed job has no jobs-table entry (a partial install)")
-        elif (self.slot_base, self.slot_count) != (job.slot_base, job.slot_count):
-            diffs.append(f"slots {_fmt_range(self.slots)} installed, {_fmt_range(job.slots)} "
-                         "in the file")
-        if set(self.members) != set(job.members):
-            diffs.append(f"members {_fmt_members(self.members)} installed, "
-                         f"{_fmt_members(job.members)} in the file")
-        return diffs
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "job_id": self.job_id, "slots": list(self.slots), "members": self.member_count,
-            "mcast_grp": self.mcast_grp, "complete": self.complete,
-            "workers": [dict(asdict(m), active=m.worker in self.active) for m in self.members],
-            "modes": [{"slots": [s.low, s.high], "mode": Mode(s.mode).name.lower(),
-                       "quorum": s.quorum} for s in self.segments()],
-            "mode_entries": [{"slots": [r.low, r.high], "mode": Mode(r.mode).name.lower(),
-                              "quorum": r.quorum, "priority": r.priority} for r in self.modes],
-        }
-
-
-@dataclass(slots=True)
-class _State:
-    """One read of everything the controller programs."""
-
-    admitted: list[admission.Admitted]
-    jobs: dict[int, admission.JobRow]
-    modes: dict[int, list[ModeRange]]
-    l2: dict[str, int]
-    rewrites: dict[tuple[int, int], replication.Rewrite]
-    groups: dict[int, MulticastGroup]
-    problems: list[str] = field(default_factory=list)
-
-    def job_ids(self) -> set[int]:
-        ids = set(self.jobs) | set(self.modes) | {a.job_id for a in self.admitted}
-        ids |= {job for job, _ in self.rewrites}
-        ids |= {g for g in self.groups if 0 < g < wire.MAX_JOBS}
-        return ids
-
-    def installed(self, job_id: int) -> InstalledJob:
-        row = self.jobs.get(job_id)
-        group = self.groups.get(job_id)
-        port_of_rid = {r.rid: r.port for r in group.replicas} if group else {}
-        members = []
-        for (job, worker), rw in sorted(self.rewrites.items()):
-            if job != job_id:
-                continue
-            port = port_of_rid.get(wire.member_rid(job, worker), self.l2.get(rw.mac, -1))
-            members.append(Member(worker, rw.ipv4, rw.mac, rw.udp_port, port))
-        active = frozenset(a.worker for a in self.admitted if a.job_id == job_id)
-        if row is None:
-            return InstalledJob(job_id, 0, 0, 0, job_id, tuple(members), active,
-                                tuple(self.modes.get(job_id, ())), complete=False)
-        return InstalledJob(job_id, row.slot_base, row.slot_count, row.members, row.mcast_grp,
-                            tuple(members), active, tuple(self.modes.get(job_id, ())))
-
-    def check(self, job: InstalledJob) -> None:
-        """Record inconsistencies of an installed job in `problems`."""
-        where = f"job {job.job_id}"
-        known = {m.worker for m in job.members}
-        if not job.complete:
-            self.problems.append(f"{where}: entries without a jobs-table entry (partial "
-                                 "install); `hysync job remove` cleans it")
-            return
-        for w in sorted(job.active - known):
-            self.problems.append(f"{where}: worker {w} is admitted but has no rewrite entry")
-        if job.member_count != len(job.active):
-            self.problems.append(f"{where}: jobs entry says {job.member_count} members, "
-                                 f"{len(job.active)} are admitted")
-        group = self.groups.get(job.mcast_grp)
-        replicas = {r.rid for r in group.replicas} if group else set()
-        wanted = {wire.member_rid(job.job_id, w) for w in job.active}
-        if replicas != wanted:
-            self.problems.append(f"{where}: multicast group {job.mcast_grp} has rids "
-                                 f"{sorted(replicas)}, the admitted members need {sorted(wanted)}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    """An update and the update that undoes it (for rollback)."""
-
-    update: Update
-    undo: Update | None
-
-
-def _steps_insert(entities: Iterable[TableEntry | MulticastGroup]) -> list[_Step]:
-    return [_Step(insert(e), delete(e)) for e in entities]
-
-
-def _steps_delete(entities: Iterable[TableEntry | MulticastGroup]) -> list[_Step]:
-    return [_Step(delete(e), insert(e)) for e in entities]
-
-
-def _step_modify(new: TableEntry | MulticastGroup, old: TableEntry | MulticastGroup) -> _Step:
-    return _Step(modify(new), modify(old))
 
 
 # ------------------------------------------------------------------ reports
@@ -246,28 +118,8 @@ class Controller:
             log.warning("switch %s: %s", self.switch.grpc_addr, problem)
         return self
 
-    def _read(self) -> _State:
-        sw = self.switch
-        tables = sw.read_tables([p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS,
-                                 p4names.SYNC_MODE_MODES, p4names.FORWARDING_L2,
-                                 p4names.REPLICATION_REWRITE])
-        state = _State(
-            admitted=[admission.Admitted.from_entry(e) for e in tables[p4names.ADMISSION_MEMBERS]],
-            jobs={r.job_id: r
-                  for r in map(admission.JobRow.from_entry, tables[p4names.ADMISSION_JOBS])},
-            modes={}, l2=dict(map(forwarding.l2_of, tables[p4names.FORWARDING_L2])),
-            rewrites={}, groups={g.group_id: g for g in sw.read_groups()})
-        for entry in tables[p4names.SYNC_MODE_MODES]:
-            try:
-                r = ModeRange.from_entry(entry)
-            except ValueError:
-                state.problems.append(f"modes entry {entry.match} has unknown mode "
-                                      f"{entry.params.get('mode')}")
-                continue
-            state.modes.setdefault(r.job_id, []).append(r)
-        for entry in tables[p4names.REPLICATION_REWRITE]:
-            rw = replication.Rewrite.from_entry(entry)
-            state.rewrites[(rw.job_id, rw.worker)] = rw
+    def _read(self) -> SwitchState:
+        state = read_state(self.switch)
         self.jobs = {}
         for job_id in sorted(state.job_ids()):
             job = state.installed(job_id)
@@ -276,7 +128,7 @@ class Controller:
         self.problems = state.problems
         return state
 
-    def _job(self, state: _State, job_id: int) -> InstalledJob:
+    def _job(self, state: SwitchState, job_id: int) -> InstalledJob:
         job = self.jobs.get(job_id)
         if job is None or not job.complete:
             known = ", ".join(str(j) for j, v in self.jobs.items() if v.complete) or "none"
@@ -293,35 +145,6 @@ class Controller:
         self._read()
         return list(self.jobs.values())
 
-    # ---------------------------------------------------------- writes
-    def _execute(self, phases: Sequence[Sequence[_Step]]) -> int:
-        """Write each phase in one request, in order; on failure undo what succeeded."""
-        done: list[_Step] = []
-        written = 0
-        for phase in phases:
-            if not phase:
-                continue
-            try:
-                self.switch.write([s.update for s in phase])
-            except P4RuntimeError as err:
-                failed = {i for i, _, _ in err.failures}
-                if err.failures:  # the others in this request were applied
-                    done += [s for i, s in enumerate(phase) if i not in failed]
-                self._rollback(done)
-                raise
-            done += phase
-            written += len(phase)
-        return written
-
-    def _rollback(self, done: list[_Step]) -> None:
-        for step in reversed(done):
-            if step.undo is None:
-                continue
-            try:
-                self.switch.write([step.undo])
-            except HySyncError as err:
-                log.error("rollback of %s failed: %s", step.update, err)
-
     # ---------------------------------------------------------- jobs
     def add_job(self, job: JobConfig, *, replace: bool = False) -> AddReport:
         """Install a job: admission, jobs entry, base modes entry, multicast group, rewrite
@@ -335,7 +158,7 @@ class Controller:
             diffs = installed.differences(job)
             if not diffs:
                 repair = self._forwarding_steps(state, job.members, job.job_id)
-                written = self._execute([repair])
+                written = execute(self.switch, [repair])
                 return AddReport(job.job_id, "repaired" if written else "unchanged", written)
             if not replace:
                 raise JobError(
@@ -347,14 +170,14 @@ class Controller:
             outcome = "replaced"
         self._check_overlap(job)
         phase1 = self._forwarding_steps(state, job.members, job.job_id)
-        phase1 += _steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
-        phase1 += _steps_insert([replication.job_group(job.job_id, job.members)])
-        phase1 += _steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
+        phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
+        phase1 += steps_insert([replication.job_group(job.job_id, job.members)])
+        phase1 += steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(job.members),
                                job.job_id)
-        phase2 = _steps_insert([row.entry()])
-        phase3 = _steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
-        written = self._execute([phase1, phase2, phase3])
+        phase2 = steps_insert([row.entry()])
+        phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
+        written = execute(self.switch, [phase1, phase2, phase3])
         self._read()
         log.info("job %d %s: %d updates", job.job_id, outcome, written)
         return AddReport(job.job_id, outcome, written)
@@ -370,14 +193,14 @@ class Controller:
                     f"job {job.job_id} slots {lo}-{hi} overlap job {other.job_id} slots "
                     f"{o_lo}-{o_hi}: give job {job.job_id} a slot range outside {o_lo}-{o_hi}")
 
-    def _forwarding_steps(self, state: _State, members: Iterable[Member],
-                          job_id: int) -> list[_Step]:
+    def _forwarding_steps(self, state: SwitchState, members: Iterable[Member],
+                          job_id: int) -> list[Step]:
         """l2 entries and flood ports the members need and the switch lacks."""
-        steps: list[_Step] = []
+        steps: list[Step] = []
         for mac, port in sorted({(m.mac, m.switch_port) for m in members}):
             have = state.l2.get(mac)
             if have is None:
-                steps += _steps_insert([forwarding.l2_entry(mac, port)])
+                steps += steps_insert([forwarding.l2_entry(mac, port)])
             elif have != port:
                 users = [j.job_id for j in self.jobs.values()
                          if j.job_id != job_id and any(m.mac == mac for m in j.members)]
@@ -388,9 +211,9 @@ class Controller:
         ports = {m.switch_port for m in members}
         flood = state.groups.get(forwarding.FLOOD_GROUP)
         if flood is None:
-            steps += _steps_insert([forwarding.flood_group(ports)])
+            steps += steps_insert([forwarding.flood_group(ports)])
         elif not ports <= flood.ports():
-            steps.append(_step_modify(forwarding.flood_group(flood.ports() | ports), flood))
+            steps.append(step_modify(forwarding.flood_group(flood.ports() | ports), flood))
         return steps
 
     def remove_job(self, job_id: int) -> int:
@@ -404,25 +227,25 @@ class Controller:
                 f"{known}); `hysync job list` shows them")
         job = self.jobs[job_id]
         others = [j for j in self.jobs.values() if j.job_id != job_id]
-        phase1 = _steps_delete(a.entry() for a in state.admitted if a.job_id == job_id)
+        phase1 = steps_delete(a.entry() for a in state.admitted if a.job_id == job_id)
         row = state.jobs.get(job_id)
-        phase2 = _steps_delete([row.entry()] if row else [])
-        phase3 = _steps_delete(r.entry() for r in state.modes.get(job_id, ()))
+        phase2 = steps_delete([row.entry()] if row else [])
+        phase3 = steps_delete(r.entry() for r in state.modes.get(job_id, ()))
         group = state.groups.get(job_id)
-        phase3 += _steps_delete([group] if group else [])
-        phase3 += _steps_delete(replication.rewrite_entry(job_id, m) for m in job.members)
+        phase3 += steps_delete([group] if group else [])
+        phase3 += steps_delete(replication.rewrite_entry(job_id, m) for m in job.members)
         other_macs = {m.mac for j in others for m in j.members}
         other_ports = {m.switch_port for j in others for m in j.members}
         for mac in sorted({m.mac for m in job.members} - other_macs):
             if mac in state.l2:
-                phase3 += _steps_delete([forwarding.l2_entry(mac, state.l2[mac])])
+                phase3 += steps_delete([forwarding.l2_entry(mac, state.l2[mac])])
         flood = state.groups.get(forwarding.FLOOD_GROUP)
         unused = {m.switch_port for m in job.members} - other_ports
         if flood is not None and unused & flood.ports():
             keep = flood.ports() - unused
-            phase3.append(_step_modify(forwarding.flood_group(keep), flood) if keep
-                          else _Step(delete(flood), insert(flood)))
-        written = self._execute([phase1, phase2, phase3])
+            phase3.append(step_modify(forwarding.flood_group(keep), flood) if keep
+                          else Step(delete(flood), insert(flood)))
+        written = execute(self.switch, [phase1, phase2, phase3])
         self._swaps = {k: v for k, v in self._swaps.items() if k[0] != job_id}
         self._read()
         log.info("job %d removed: %d updates", job_id, written)
@@ -548,13 +371,13 @@ class Controller:
         for r in job.modes:
             if r.mode == Mode.PARTIAL and r.quorum > n:
                 lowered = ModeRange(r.job_id, r.low, r.high, r.mode, n, r.priority)
-                quorum_steps.append(_step_modify(lowered.entry(), r.entry()))
+                quorum_steps.append(step_modify(lowered.entry(), r.entry()))
                 changed.append((r.low, r.high, r.quorum, n))
                 self._lowered[(job_id, r.low, r.high, r.priority)] = r.quorum
-        self._execute([
-            _steps_delete([admission.member_entry(job_id, member)]),
-            [_step_modify(new_row.entry(), row.entry())],
-            [_step_modify(new_group, group)],
+        execute(self.switch, [
+            steps_delete([admission.member_entry(job_id, member)]),
+            [step_modify(new_row.entry(), row.entry())],
+            [step_modify(new_group, group)],
             quorum_steps,
         ])
         self._read()
@@ -578,21 +401,21 @@ class Controller:
         new_row = admission.JobRow(job_id, row.slot_base, row.slot_count, n, row.mcast_grp)
         group = state.groups.get(row.mcast_grp)
         replica = replication.replica(job_id, member)
-        group_step = (_step_modify(MulticastGroup(group.group_id, (*group.replicas, replica)),
+        group_step = (step_modify(MulticastGroup(group.group_id, (*group.replicas, replica)),
                                    group) if group is not None
-                      else _steps_insert([MulticastGroup(row.mcast_grp, (replica,))])[0])
+                      else steps_insert([MulticastGroup(row.mcast_grp, (replica,))])[0])
         quorum_steps, changed = [], []
         for r in job.modes:
             original = self._lowered.get((job_id, r.low, r.high, r.priority))
             if original is not None and r.mode == Mode.PARTIAL and r.quorum < original:
                 q = min(original, n)
                 raised = ModeRange(r.job_id, r.low, r.high, r.mode, q, r.priority)
-                quorum_steps.append(_step_modify(raised.entry(), r.entry()))
+                quorum_steps.append(step_modify(raised.entry(), r.entry()))
                 changed.append((r.low, r.high, r.quorum, q))
-        self._execute([
+        execute(self.switch, [
             [group_step],
-            [_step_modify(new_row.entry(), row.entry())],
-            _steps_insert([admission.member_entry(job_id, member)]),
+            [step_modify(new_row.entry(), row.entry())],
+            steps_insert([admission.member_entry(job_id, member)]),
             quorum_steps,
         ])
         for low, high, _, q in changed:
@@ -629,11 +452,3 @@ class Controller:
         time.sleep(interval)
         return counters.rates_between(before, self._stats(job))
 
-
-def _fmt_range(r: tuple[int, int]) -> str:
-    return f"{r[0]}-{r[1]}"
-
-
-def _fmt_members(members: Iterable[Member]) -> str:
-    return "[" + ", ".join(f"{m.worker}@{m.ipv4}:{m.udp_port}/{m.mac}/port{m.switch_port}"
-                           for m in sorted(members)) + "]"

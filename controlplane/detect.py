@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.controller import InstalledJob
+from controlplane.installed import InstalledJob
 from controlplane.stats import JobStats, WorkerStats
 from hysync.wire import Mode
 

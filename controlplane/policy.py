@@ -2,8 +2,8 @@
 
 `AdaptivePolicy.observe(interval)` is a pure function of the counter intervals it has
 been given (`detect.Interval`) and of its own state: it can be tested on recorded or
-synthetic traces without a switch. `PolicyRunner` feeds it from a switch and applies
-its decisions through the `Controller`.
+synthetic traces without a switch. `policy_runner.PolicyRunner` feeds it from a switch
+and applies its decisions through the `Controller`.
 
 **Modes, by a cost model.** Each member has a slowdown `s` (1 for the healthy ones,
 the detector's measurement for the slow ones). In units of "one healthy worker's
@@ -58,23 +58,20 @@ member, so that another member's heartbeat cannot be taken for its own.
 an excluded live member is probed within `max_excluded_s`; in partial, a member that
 has been in no round's sum for `max_starved_s` gets a sync refresh of `refresh_s` (every
 round waits for it once), after which the policy decides again.
+
+(This file is over 500 lines for a reason: the policy is one state machine whose rules
+read best side by side. What runs it against a switch is policy_runner.py.)
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import threading
-import time as _time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
-from typing import IO
 
 from controlplane import sync_mode
-from controlplane.controller import Controller
 from controlplane.detect import (
     Detector,
     DetectorConfig,
@@ -83,19 +80,12 @@ from controlplane.detect import (
     JobView,
     WorkerHealth,
 )
-from controlplane.errors import ControlPlaneError
-from controlplane.stats import JobStats
-from hysync.errors import HySyncError
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
 
 POLICIES = ("adaptive",)
 SET_MODE, EXCLUDE, READMIT = "set_mode", "exclude", "readmit"
-
-
-class PolicyLogError(ControlPlaneError, ValueError):
-    """A policy decision log that cannot be read."""
 
 
 # ------------------------------------------------------------------ configuration
@@ -212,6 +202,11 @@ class Decision:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, object]) -> Decision:
+        """A decision back from its to_dict() (a decision-log record: extra keys ignored)."""
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
 @dataclass(slots=True)
@@ -564,149 +559,3 @@ def make_policy(name: str, config: PolicyConfig | None = None) -> AdaptivePolicy
     if name != "adaptive":
         raise ValueError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
     return AdaptivePolicy(config)
-
-
-# ------------------------------------------------------------------ runner
-class PolicyRunner:
-    """Reads a job's counters every `interval` seconds, feeds the policy, and applies its
-    decisions through the controller (`dry_run`: only reports them). With `log_path`,
-    every decision is appended to that file as a JSON line (plus one `start` line)."""
-
-    def __init__(self, controller: Controller, job_id: int, policy: AdaptivePolicy, *,
-                 interval: float = 0.5, dry_run: bool = False, log_path: Path | None = None,
-                 echo: Callable[[dict[str, object]], None] | None = None) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0, got {interval}")
-        self.controller, self.job_id, self.policy = controller, job_id, policy
-        self.interval, self.dry_run = interval, dry_run
-        self.echo = echo
-        self._log: IO[str] | None = log_path.open("a") if log_path is not None else None
-        self._prev: tuple[JobStats, JobView] | None = None
-
-    def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> PolicyRunner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _read(self) -> tuple[JobStats, JobView]:
-        stats = self.controller.stats(self.job_id)  # also refreshes controller.jobs
-        return stats, JobView.of(self.controller.jobs[self.job_id])
-
-    def start(self) -> None:
-        stats, view = self._read()
-        self._prev = (stats, view)
-        self.policy.start(view, stats.time)
-        self._write({"time": round(stats.time, 6), "action": "start", "job_id": self.job_id,
-                     "policy": self.policy.name, "mode": mode_text(view.mode, view.quorum),
-                     "quorum": view.quorum, "active": sorted(view.active),
-                     "dry_run": self.dry_run, "wall": _time.time()})
-
-    def step(self) -> list[Decision]:
-        """One interval: read, decide, apply."""
-        if self._prev is None:
-            self.start()
-            return []
-        assert self._prev is not None
-        stats, view = self._read()
-        interval = Interval.between(self._prev[0], stats, self._prev[1], view)
-        self._prev = (stats, view)
-        p = self.policy
-        if not self.dry_run and (view.mode, view.quorum, view.active) != (
-                p.mode, p.quorum, frozenset(p.active)):
-            log.info("job %d changed outside the policy: %s, active %s", self.job_id,
-                     mode_text(view.mode, view.quorum), sorted(view.active))
-            p.resync(view, stats.time)
-        decisions = p.observe(interval)
-        failed: str | None = None
-        for d in decisions:
-            error = None
-            if failed is not None:
-                error = f"not applied: an earlier decision failed ({failed})"
-            elif not self.dry_run:
-                try:
-                    self._apply(d, view)
-                except HySyncError as err:
-                    error = failed = " ".join(str(err).split())
-                    log.warning("policy decision %s failed: %s", d.describe(), error)
-            record = dict(d.to_dict(), job_id=self.job_id, applied=not self.dry_run and
-                          error is None, error=error, dry_run=self.dry_run, wall=_time.time())
-            self._write(record)
-            if self.echo is not None:
-                self.echo(record)
-        if failed is not None:
-            _, now = self._read()
-            self.policy.resync(now, stats.time)
-        return decisions
-
-    def _apply(self, d: Decision, view: JobView) -> None:
-        c = self.controller
-        if d.action == SET_MODE:
-            mode = Mode[d.mode.upper()]
-            c.set_mode(self.job_id, slots=view.slots, mode=mode,
-                       quorum=d.quorum if mode == Mode.PARTIAL else None)
-        elif d.action == EXCLUDE:
-            assert d.worker is not None
-            c.exclude(self.job_id, d.worker)
-        elif d.action == READMIT:
-            assert d.worker is not None
-            report = c.readmit(self.job_id, d.worker)
-            if report.quorums and self.policy.mode is not None:
-                # readmit() raised quorums an earlier exclude() had lowered: put back the
-                # mode the policy wants (a probation quorum that leaves the member out).
-                q = self.policy.quorum
-                c.set_mode(self.job_id, slots=view.slots, mode=self.policy.mode,
-                           quorum=q if self.policy.mode == Mode.PARTIAL else None)
-
-    def run(self, *, duration: float | None = None,
-            stop: threading.Event | None = None) -> list[Decision]:
-        """Step every `interval` until `duration` has passed or `stop` is set."""
-        stop = stop or threading.Event()
-        made: list[Decision] = []
-        if self._prev is None:
-            self.start()
-        begin = _time.monotonic()
-        end = math.inf if duration is None else begin + duration
-        next_at = begin + self.interval
-        while not stop.is_set():
-            if next_at > end + 1e-6:
-                stop.wait(max(0.0, end - _time.monotonic()))
-                break
-            if stop.wait(max(0.0, next_at - _time.monotonic())):
-                break
-            made += self.step()
-            next_at += self.interval
-            if next_at < _time.monotonic():  # a slow step: no burst to catch up
-                next_at = _time.monotonic() + self.interval
-        return made
-
-    def _write(self, record: Mapping[str, object]) -> None:
-        if self._log is not None:
-            self._log.write(json.dumps(record, sort_keys=True) + "\n")
-            self._log.flush()
-
-
-def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:
-    """The last record of `job_id` in a decision log (None: the log has none for it)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise PolicyLogError(f"cannot read the policy log {path}: {err.strerror}; it is "
-                             f"written by `hysync policy run {job_id} --log {path}`") from None
-    for number in range(len(lines), 0, -1):
-        line = lines[number - 1].strip()
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise PolicyLogError(f"{path} line {number} is not JSON ({err.msg}): is it a "
-                                 "policy log written by `hysync policy run --log`?") from None
-        if isinstance(record, dict) and record.get("job_id") == job_id:
-            return record
-    return None

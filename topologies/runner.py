@@ -24,7 +24,8 @@ from typing import Protocol
 
 from controlplane.controller import Controller
 from controlplane.job import JobConfig, Member
-from controlplane.policy import PolicyConfig, PolicyRunner, make_policy
+from controlplane.policy import PolicyConfig, make_policy
+from controlplane.policy_runner import PolicyRunner
 from controlplane.switch import Switch, wait_for_server
 from hysync import wire
 from hysync.wire import Mode

@@ -36,11 +36,10 @@ from controlplane.policy import (
     AdaptivePolicy,
     Decision,
     PolicyConfig,
-    PolicyRunner,
     candidates,
-    latest_decision,
     value,
 )
+from controlplane.policy_runner import PolicyRunner, latest_decision
 from controlplane.stats import JobStats, WorkerStats
 from hysync import wire
 from hysync.wire import Mode, Op
@@ -695,6 +694,13 @@ def test_policy_run_dry_run_and_stats_show_the_latest_decision(
     assert json.loads(out)["policy"]["quorum"] == 3
     code, out, err = hysync("stats", "1", "--policy-log", str(tmp_path / "missing"))
     assert code == 1 and "cannot read the policy log" in err and len(err.splitlines()) == 1
+
+
+def test_a_decision_log_record_reads_back_as_the_decision() -> None:
+    d = Decision(12.5, SET_MODE, "partial", 3, None, "worker 2 is 2.0x slow", {"n": 4})
+    record = dict(d.to_dict(), job_id=1, applied=True, error=None, wall=1.0)
+    assert Decision.from_dict(record) == d
+    assert d.describe() == "mode partial(3): worker 2 is 2.0x slow"
 
 
 def test_latest_decision_reads_the_last_record_of_the_job(tmp_path: Path) -> None:

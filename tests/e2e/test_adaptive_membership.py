@@ -42,8 +42,8 @@ from controlplane.policy import (
     SET_MODE,
     AdaptivePolicy,
     PolicyConfig,
-    PolicyRunner,
 )
+from controlplane.policy_runner import PolicyRunner
 from controlplane.switch import Switch
 from hysync.wire import Mode
 from tests.e2e.membership_procs import Cluster, Spec, gradient, softswitch_process
