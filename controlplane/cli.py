@@ -7,7 +7,11 @@ Commands that only read (job list, mode show, stats) open no arbitration stream,
 so they never disturb a running primary controller.
 
 Exit status 0 on success; on failure one line `hysync: error: ...` on stderr
-(1: the operation failed, 2: bad command line).
+(1: the operation failed, 2: bad command line). `hysync sniff IFACE` talks to no
+switch: it prints the HySync headers seen on an interface (hysync.scapy).
+
+(Over 500 lines for a reason: every subcommand's handler and its argparse lines sit
+next to each other, and each handler is a few lines over the controller's API.)
 """
 
 from __future__ import annotations
@@ -350,6 +354,18 @@ def _stats_table(s: JobStats, rates: JobRates | None) -> str:
 
 
 # ------------------------------------------------------------ plumbing
+def cmd_sniff(args: argparse.Namespace, out: _Out) -> None:
+    """Print the HySync headers of the packets on an interface, as tcpdump would (needs
+    root). Stops after --count packets or --duration seconds, else at Ctrl-C."""
+    from hysync import scapy  # scapy's import costs ~1 s: only for this command
+
+    if args.json:
+        raise UsageError("sniff prints one text line per packet; it has no --json")
+    seen = scapy.sniff(args.iface, lambda line: out.emit(None, line), count=args.count or 0,
+                       timeout=args.duration)
+    out.emit(None, f"{seen} HySync packet(s) on {args.iface}")
+
+
 def _connect(args: argparse.Namespace, *, read_only: bool = False) -> Switch:
     return Switch(args.grpc_addr, device_id=args.device_id, election_id=args.election_id,
                   timeout=args.timeout, arbitrate=not read_only)
@@ -457,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")
     p.add_argument("--policy-log", metavar="FILE",
                    help="show the latest decision of `hysync policy run --log FILE`")
+
+    p = command(groups, "sniff", cmd_sniff)
+    p.add_argument("iface", metavar="IFACE", help="the interface to capture on")
+    p.add_argument("--count", type=_count, metavar="N", help="stop after N HySync packets")
+    p.add_argument("--duration", type=_seconds, metavar="SECONDS",
+                   help="stop after SECONDS (default: until Ctrl-C)")
     return parser
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from scapy.layers.inet import UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 
 from hysync import p4names, wire
+from hysync.scapy import HySync
 from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
 from .conftest import install
@@ -258,22 +262,24 @@ def _assert_state_unchanged(target):
 
 
 def _payload(**fields):
-    header = dict(op=wire.Op.CONTRIB, job_id=1, worker_id=0, slot=15, round=0)
+    """A crafted HySync datagram: job 1 worker 0's CONTRIB for slot 15 unless overridden."""
+    header = dict(op=wire.Op.CONTRIB, job_id=1, worker_id=0, slot=15, round=0,
+                  lanes=[int(v) for v in lanes_of(0)])
     header.update(fields)
-    return wire.Header(**header).pack()
+    return HySync(**header)
 
 
 def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
-    lanes = lanes_of(0).astype(">i4").tobytes()
+    lanes = [int(v) for v in lanes_of(0)]
     cases = [
-        (raw_frame(JOB1, 0, _payload()[:10]), 0, DropReason.MALFORMED),  # truncated header
-        (raw_frame(JOB1, 0, _payload() + lanes[:100]), 1, DropReason.MALFORMED),  # short lanes
-        (raw_frame(JOB1, 0, _payload(version=2) + lanes), 1, DropReason.BAD_VERSION),
-        (raw_frame(JOB1, 0, _payload(op=wire.Op.RESULT) + lanes), 1, DropReason.BAD_OP),
-        (raw_frame(JOB1, 0, _payload(op=9)), 1, DropReason.BAD_OP),
-        (raw_frame(JOB1, 0, _payload() + lanes + b"\0" * 8), 1, DropReason.BAD_LENGTH),
+        (raw_frame(JOB1, 0, bytes(_payload())[:10]), 0, DropReason.MALFORMED),  # short header
+        (raw_frame(JOB1, 0, _payload(lanes=lanes[:25])), 1, DropReason.MALFORMED),  # short lanes
+        (raw_frame(JOB1, 0, _payload(version=2)), 1, DropReason.BAD_VERSION),
+        (raw_frame(JOB1, 0, _payload(op=wire.Op.RESULT)), 1, DropReason.BAD_OP),
+        (raw_frame(JOB1, 0, _payload(op=9)), 1, DropReason.BAD_OP),  # header only
+        (raw_frame(JOB1, 0, _payload() / Raw(b"\0" * 8)), 1, DropReason.BAD_LENGTH),
         # Right IPv4/UDP lengths, but bytes after the IPv4 packet.
-        (raw_frame(JOB1, 0, _payload() + lanes) + b"\xee" * 6, 1, DropReason.BAD_LENGTH),
+        (raw_frame(JOB1, 0, _payload()) + b"\xee" * 6, 1, DropReason.BAD_LENGTH),
     ]
     for frame, job, reason in cases:
         assert target.send(1, frame) == [], reason
@@ -283,11 +289,9 @@ def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
 
 
 def test_non_members_and_foreign_slots_are_dropped_and_counted(target):
-    m = JOB1.member(0)
-    wrong_port = wire.build_frame(
-        wire.FrameAddress(m.mac, b"\x02\0\0\0\0\xfe", m.ip, wire.ip_to_int("10.0.0.254"),
-                          m.udp_port + 1),
-        _payload() + lanes_of(0).astype(">i4").tobytes())
+    frame = Ether(raw_frame(JOB1, 0, _payload()))
+    frame[UDP].sport += 1  # an address the members table does not admit
+    wrong_port = bytes(frame)
     assert target.send(1, wrong_port) == []
     assert send(target, JOB1, 0, 16, 0) == []  # JOB2's slot
     assert send(target, JOB1, 0, 4000, 0) == []  # beyond every job

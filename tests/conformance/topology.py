@@ -1,7 +1,9 @@
 """The fixed test topology of the conformance suite and the frames it exchanges.
 
 Expected outputs are built here from docs/protocol.md with hysync.wire, never by
-asking an implementation, so the suite checks every target against the spec.
+asking an implementation, so the suite checks every target against the spec. Input
+frames are crafted with the scapy layer (hysync.scapy), the way a user crafts them: a
+second codec, so an input and its expected output never share one encoder's bug.
 """
 
 from __future__ import annotations
@@ -9,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
 
 from hysync import wire
+from hysync.scapy import HySync
 from hysync.wire import FrameAddress, Header, Op
 
 SWITCH_MAC = bytes.fromhex("0200000000fe")
@@ -60,19 +66,21 @@ def lanes_of(seed: int) -> np.ndarray:
 def contribution(job: Job, worker: int, slot: int, rnd: int, chunk: int = 0,
                  lanes: np.ndarray | None = None, *, flags: int = 0, ttl: int = 64,
                  ident: int = 0x1234) -> bytes:
-    m = job.member(worker)
-    payload = wire.Packet(
-        Header(op=Op.CONTRIB, job_id=job.job_id, worker_id=worker, slot=slot, round=rnd,
-               chunk=chunk, flags=flags),
-        lanes_of(worker) if lanes is None else lanes).encode()
-    return wire.build_frame(FrameAddress(m.mac, SWITCH_MAC, m.ip, SWITCH_IP, m.udp_port),
-                            payload, ttl=ttl, ident=ident)
+    values = lanes_of(worker) if lanes is None else lanes
+    return raw_frame(job, worker, HySync(op=Op.CONTRIB, job_id=job.job_id, worker_id=worker,
+                                         slot=slot, round=rnd, chunk=chunk, flags=flags,
+                                         lanes=[int(v) for v in values]),
+                     ttl=ttl, ident=ident)
 
 
-def raw_frame(job: Job, worker: int, payload: bytes, *, ident: int = 0x1234) -> bytes:
+def raw_frame(job: Job, worker: int, payload: Packet | bytes, *, ttl: int = 64,
+              ident: int = 0x1234) -> bytes:
+    """`payload` (a HySync layer, or any bytes) from `worker` to the switch's HySync port."""
     m = job.member(worker)
-    return wire.build_frame(FrameAddress(m.mac, SWITCH_MAC, m.ip, SWITCH_IP, m.udp_port),
-                            payload, ident=ident)
+    frame = (Ether(src=wire.bytes_to_mac(m.mac), dst=wire.bytes_to_mac(SWITCH_MAC))
+             / IP(src=wire.int_to_ip(m.ip), dst=wire.int_to_ip(SWITCH_IP), id=ident, ttl=ttl)
+             / UDP(sport=m.udp_port, dport=wire.HYSYNC_UDP_PORT, chksum=0) / payload)
+    return bytes(frame)
 
 
 def to_member(m: Member, datagram: bytes, *, ident: int = 0x1234, ttl: int = 64) -> bytes:
