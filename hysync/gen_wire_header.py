@@ -26,11 +26,7 @@ _CTYPE = {8: "uint8_t", 16: "uint16_t", 32: "uint32_t"}
 
 def field_offsets() -> list[tuple[str, int, int]]:
     """(name, byte offset, width in bits) of every header field, in wire order."""
-    rows, offset = [], 0
-    for name, width in wire.HEADER_FIELDS:
-        rows.append((name, offset, width))
-        offset += width // 8
-    return rows
+    return [(name, wire.FIELD_OFFSET[name], width) for name, width in wire.HEADER_FIELDS]
 
 
 def render() -> str:
