@@ -24,12 +24,10 @@ RANGE = "range"
 _KINDS = {p4info_pb2.MatchField.EXACT: EXACT, p4info_pb2.MatchField.RANGE: RANGE}
 TABLE_ONLY = p4info_pb2.ActionRef.TABLE_ONLY
 DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
-# Key fields and params are in the order the pipeline's Entry.match and Entry.params
-# hold them; P4Info ids are mapped onto these positions by name, so a P4Info that
-# orders them differently still works. A table's first action is required, the rest allowed.
-TABLE_KEYS = p4names.TABLE_KEYS
-TABLE_ACTIONS = p4names.TABLE_ACTIONS
-ACTION_PARAMS = p4names.ACTION_PARAMS
+# The program is p4names' TABLE_KEYS, TABLE_ACTIONS and ACTION_PARAMS: key fields and
+# params in the order the pipeline's Entry.match and Entry.params hold them. P4Info ids
+# are mapped onto these positions by name, so a P4Info that orders them differently
+# still works. A table's first action is required, the rest allowed.
 
 
 class ConfigError(ValueError):
@@ -177,7 +175,7 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
                           f"has {size}")
     p4_fields = {f.name: f for f in table.match_fields}
     fields = []
-    for field_name, bits, match_type in TABLE_KEYS[name]:
+    for field_name, bits, match_type in p4names.TABLE_KEYS[name]:
         kind = match_type.lower()
         f = p4_fields.pop(field_name, None)
         if f is None:
@@ -194,7 +192,7 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
                           "the softswitch pipeline does not match on")
     if len({f.id for f in fields}) != len(fields):
         raise ConfigError(f"P4Info table {name} has two match fields with the same id")
-    allowed = TABLE_ACTIONS[name]
+    allowed = p4names.TABLE_ACTIONS[name]
     scopes: dict[int, int] = {}
     refs = {}
     for ref in table.action_refs:
@@ -232,7 +230,7 @@ def _register_action(action: p4info_pb2.Action, schema: Schema) -> None:
         return
     p4_params = {p.name: p for p in action.params}
     params = []
-    for param_name, bits in ACTION_PARAMS[name]:
+    for param_name, bits in p4names.ACTION_PARAMS[name]:
         p = p4_params.pop(param_name, None)
         if p is None:
             raise ConfigError(f"P4Info action {name} has no parameter {param_name} ({bits} bits)")

@@ -107,7 +107,7 @@ class Writer:
                            + [p4_error(grpc.StatusCode.ABORTED, "not applied")]
                            * (len(ops) - done - 1))
                 raise BatchError(f"update {done} failed while applying ({code.name}: {err}); "
-                                  f"the {done} update(s) before it were applied", details) from err
+                                 f"the {done} update(s) before it were applied", details) from err
 
     def _plan(self, schema: Schema, overlay: Overlay,
               update: p4r.Update) -> Callable[[], None]:
