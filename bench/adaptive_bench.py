@@ -72,8 +72,7 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                           flush=True)
                     try:
                         logs, swaps = run_config(harness, controller, scenario, config,
-                                                 out / name / f"run{r + 1}",
-                                                 say=lambda text: None)
+                                                 out / name / f"run{r + 1}")
                     except RunFailed as err:
                         errors[key] = str(err)
                         print(f"  failed after {time.monotonic() - started:.0f} s: {err}")

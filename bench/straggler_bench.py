@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
             for config in CONFIGS:
                 print(f"straggler bench ({scenario.name}): {config.name} ...", flush=True)
                 runs[config.name], _ = run_config(harness, controller, scenario, config,
-                                                  args.out, say=lambda text: None)
+                                                  args.out)
     finally:
         harness.close()
     rows = [asdict(report.summarize(name, logs, scenario.target_accuracy, stragglers))

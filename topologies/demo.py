@@ -1,119 +1,101 @@
 """`make demo`: HySync end to end on this machine, no root, no Mininet.
 
 The softswitch on UDP loopback, the controller over real P4Runtime gRPC, and 4
-workers training an MLP on scikit-learn's digits, worker 3 three times slower.
-Two configurations of the same training run one after the other:
+workers training on scikit-learn's digits, one of them a straggler. The same training,
+one configuration after the other:
 
-  gloo               DDP with gloo all-reduce: the standard baseline
-  hysync-sync→partial DDP with the HySync hook; the controller starts the job in
-                     sync and hot-swaps it to partial(3) when worker 0 reaches the
-                     scenario's swap step
+  gloo             DDP with gloo all-reduce: the standard baseline
+  hysync-sync      DDP with the HySync hook, every round waits for every member
+  hysync-adaptive  the same, with the adaptive straggler policy choosing the mode and
+                   the membership (the default, POLICY=adaptive)
 
-It ends with a table (iterations/s per phase, time to target accuracy, final
-accuracy) and the path of a PNG plot.
+or, with `--policy manual-schedule`, gloo and `hysync-sync-then-partial`: the controller
+starts in sync and hot-swaps to partial when worker 0 reaches the scenario's swap step.
+In every HySync configuration the replicas average their parameters in the background
+through the switch. It ends with the outcome in one sentence, the tables (time to the
+target, time per step split into compute, waiting and communication, phases), the plot
+and where the logs are.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from controlplane.controller import Controller
 from topologies import report
-from topologies.runner import (
-    P4INFO,
-    REPO,
-    LocalHarness,
-    RunConfig,
-    RunFailed,
-    connect,
-    run_config,
-)
+from topologies.progress import make_display
+from topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
 from topologies.scenario import ScenarioError, load_scenario
 
-DEFAULT_SCENARIO = REPO / "topologies" / "scenarios" / "demo.toml"
+SCENARIOS = REPO / "topologies" / "scenarios"
+DEFAULT_SCENARIO = {"adaptive": SCENARIOS / "demo.toml",
+                    "manual-schedule": SCENARIOS / "demo-manual.toml"}
+
+
+def configs_for(policy: str, scenario, baseline: bool) -> list[RunConfig]:
+    """The configurations to compare, the policy's last (the outcome is about it)."""
+    configs = [RunConfig("gloo", "gloo")] if baseline else []
+    if policy == "adaptive":
+        if baseline:
+            configs.append(RunConfig("hysync-sync", "hysync", "sync"))
+        return [*configs, RunConfig("hysync-adaptive", "hysync", "adaptive")]
+    if scenario.schedule:
+        return [*configs, RunConfig("hysync-sync-then-partial", "hysync", "manual-schedule")]
+    return [*configs, RunConfig("hysync-sync", "hysync", "sync")]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m topologies.demo",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", type=Path, default=DEFAULT_SCENARIO)
+    parser.add_argument("--scenario", type=Path,
+                        help="a scenario file (default: topologies/scenarios/demo.toml, "
+                             "demo-manual.toml with --policy manual-schedule)")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo")
     parser.add_argument("--skip-baseline", action="store_true",
-                        help="run only the HySync configuration")
-    parser.add_argument("--policy", choices=("manual-schedule", "adaptive"),
-                        default="manual-schedule",
-                        help="HySync's mode policy: the scenario's schedule (default), or "
-                             "the adaptive straggler policy")
+                        help="run only the HySync configuration of the policy")
+    parser.add_argument("--policy", choices=("adaptive", "manual-schedule"), default="adaptive",
+                        help="HySync's mode policy: the adaptive straggler policy (default), "
+                             "or the scenario's schedule")
     args = parser.parse_args(argv)
     try:
-        scenario = load_scenario(args.scenario)
+        scenario = load_scenario(args.scenario or DEFAULT_SCENARIO[args.policy])
     except ScenarioError as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2
-    stragglers = {s.worker for s in scenario.stragglers}
-    swap = scenario.schedule[0] if scenario.schedule else None
-    configs = [] if args.skip_baseline else [RunConfig("gloo", "gloo")]
-    if args.policy == "adaptive":
-        configs.append(RunConfig("hysync-adaptive", "hysync", "adaptive"))
-    else:
-        configs.append(RunConfig("hysync-sync-then-partial" if swap else "hysync-sync",
-                                 "hysync", "manual-schedule" if swap else "sync"))
-    print(f"HySync demo: scenario {scenario.name!r}: {scenario.workers} workers, "
-          f"{scenario.steps} steps, straggler(s) {sorted(stragglers) or 'none'}; "
-          f"logs in {args.out}")
+    configs = configs_for(args.policy, scenario, not args.skip_baseline)
+    stragglers = sorted(s.worker for s in scenario.stragglers)
+    about = f" ({scenario.description})" if scenario.description else ""
+    print(f"HySync demo: scenario {scenario.name!r}{about}: {scenario.workers} workers, "
+          f"model {scenario.model}, {scenario.steps} steps of the job clock, straggler(s) "
+          f"{stragglers or 'none'}; logs in {args.out}")
+    print("The job clock counts the updates the job applied, in sync rounds of every member; "
+          "in partial or async mode a fast worker runs more local steps than that.")
     harness = LocalHarness(args.out)
     started = time.monotonic()
+    print(f"softswitch: P4Runtime {harness.grpc_addr}, data plane UDP "
+          f"{harness.switch_data_addr()}", flush=True)
+    display = make_display()
     try:
-        print(f"starting the softswitch: P4Runtime {harness.grpc_addr}, "
-              f"data plane UDP {harness.switch_data_addr()}")
         with connect(harness) as switch:
-            print(f"pushed the pipeline ({P4INFO.relative_to(REPO)})")
             controller = Controller(switch).attach()
             runs, swaps = {}, {}
             for config in configs:
-                print(f"running {config.name} ...", flush=True)
                 runs[config.name], swaps[config.name] = run_config(
-                    harness, controller, scenario, config, args.out,
-                    say=lambda text: print(text, flush=True))
+                    harness, controller, scenario, config, args.out, display)
     except RunFailed as err:
         print(f"demo: error: {err} (worker output above; switch log {harness.log})",
               file=sys.stderr)
         return 1
     finally:
+        display.close()
         harness.close()
-    print(summarize(runs, swaps, scenario, stragglers, args.out, time.monotonic() - started))
+    print(report.write_summary(runs, swaps, scenario=scenario, out=args.out,
+                               title=f"demo ({scenario.name})",
+                               elapsed_s=time.monotonic() - started))
     return 0
-
-
-def summarize(runs, swaps, scenario, stragglers, out: Path, elapsed: float) -> str:
-    rows, phase_rows, summaries = [], [], []
-    for name, logs in runs.items():
-        s = report.summarize(name, logs, scenario.target_accuracy, stragglers)
-        summaries.append(s)
-        ttt = f"{s.time_to_target_s:.1f} s" if s.time_to_target_s is not None else "not reached"
-        rows.append([name, ttt, f"{s.final_accuracy:.3f}", f"{s.throughput:.1f}"])
-        ref = report.reference(logs, stragglers)
-        mode_swaps = [w.at_step for w in swaps[name] if w.action == "set_mode"]
-        for label, _, _, rate, mode in report.phase_rates(ref, mode_swaps):
-            phase_rows.append([name, label, mode, f"{rate:.1f}"])
-    plot = report.plot_runs(runs, out / "demo.png", f"demo ({scenario.name})",
-                            scenario.target_accuracy, stragglers,
-                            {k: [asdict(x) for x in v] for k, v in swaps.items()})
-    (out / "summary.json").write_text(json.dumps(
-        {"scenario": scenario.name, "configs": [asdict(s) for s in summaries],
-         "swaps": {k: [asdict(x) for x in v] for k, v in swaps.items()}}, indent=2) + "\n")
-    target = f"time to {scenario.target_accuracy:.0%}"
-    return "\n".join([
-        "", f"Results ({elapsed:.0f} s in all; reference replica = worker 0):", "",
-        report.table(rows, ["config", target, "final accuracy", "iterations/s"]), "",
-        report.table(phase_rows, ["config", "phase", "mode", "iterations/s"]), "",
-        f"plot: {plot}", f"logs: {out}/<config>/worker-<w>.json, summary: {out}/summary.json",
-    ])
 
 
 if __name__ == "__main__":

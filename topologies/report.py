@@ -5,12 +5,19 @@ Conventions, so that numbers mean the same thing in every table:
   worker id that is not a straggler in the scenario) reaches the target accuracy on the
   held-out set; None if it never does;
 * final accuracy: the mean over the replicas that finished the run;
-* throughput: the reference replica's iterations per second over the whole run.
+* throughput: the reference replica's local steps (iterations) per second over the run;
+* job clock: the updates the job applied, in sync rounds of every member (what ends the
+  run); in partial or async mode a replica runs more local steps than that;
+* time per step: the reference replica's mean over its steps after the first (start-up),
+  split into compute, waiting for the switch and communication (topologies/step_split.py;
+  gloo cannot tell waiting from communication: all of it is communication there).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import statistics
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +36,10 @@ class ConfigSummary:
     throughput: float
     steps: int
     duration_s: float
+    job_clock: float = 0.0
+    compute_ms: float = 0.0
+    wait_ms: float | None = None  # None: the backend cannot tell (gloo)
+    comm_ms: float = 0.0
 
 
 def _is_hysync(logs: list[dict]) -> bool:
@@ -48,8 +59,87 @@ def summarize(config: str, logs: list[dict], target: float,
     finished = [log["final_accuracy"] for log in logs
                 if log["ended"] == "completed" and log["final_accuracy"] is not None]
     duration = steps[-1]["t"] if steps else 0.0
+    timed = steps[1:] or steps  # the first step includes start-up
+    mean_ms = lambda key: 1000 * statistics.fmean(s.get(key, 0.0) for s in timed) if timed else 0.0
+    step_ms, wait_ms, comm_ms = mean_ms("step_s"), mean_ms("wait_s"), mean_ms("comm_s")
     return ConfigSummary(config, reached, sum(finished) / max(len(finished), 1),
-                         len(steps) / duration if duration else 0.0, len(steps), duration)
+                         len(steps) / duration if duration else 0.0, len(steps), duration,
+                         steps[-1]["progress"] if steps else 0.0,
+                         max(0.0, step_ms - wait_ms - comm_ms),
+                         wait_ms if _is_hysync(logs) else None, comm_ms)
+
+
+def outcome(summaries: list[ConfigSummary], target: float) -> str:
+    """One sentence: the last configuration's time to the target against the others'."""
+    *others, main = summaries
+    aim = f"{target:.0%} held-out accuracy"
+    if main.time_to_target_s is None:
+        reached = [f"{o.config} in {o.time_to_target_s:.1f} s" for o in others
+                   if o.time_to_target_s is not None]
+        return (f"{main.config} did not reach {aim}"
+                + (f" ({', '.join(reached)} did)." if reached else ", nor did any other."))
+    versus = []
+    for o in others:
+        if o.time_to_target_s is None:
+            versus.append(f"{o.config} did not reach it")
+            continue
+        ratio = o.time_to_target_s / main.time_to_target_s
+        versus.append(f"{ratio:.1f}x {'faster' if ratio >= 1 else 'SLOWER'} than {o.config} "
+                      f"({o.time_to_target_s:.1f} s)")
+    return f"{main.config} reached {aim} in {main.time_to_target_s:.1f} s: " + \
+        ", ".join(versus) + "."
+
+
+def time_split_rows(summaries: list[ConfigSummary]) -> list[list[str]]:
+    """Per configuration: ms per step in compute, waiting, communication; the largest."""
+    rows = []
+    for s in summaries:
+        parts = {"compute": s.compute_ms, "waiting for the switch": s.wait_ms or 0.0,
+                 "communication": s.comm_ms}
+        rows.append([s.config, f"{s.compute_ms:.1f}",
+                     "-" if s.wait_ms is None else f"{s.wait_ms:.1f}", f"{s.comm_ms:.1f}",
+                     max(parts, key=parts.get)])
+    return rows
+
+
+def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenario,
+                  out: Path, title: str, elapsed_s: float, extra: dict | None = None) -> str:
+    """The summary of a comparison (the same for the demo and Mininet runs): writes
+    out/summary.json and out/plot.png, returns the text to print - the outcome in one
+    sentence, the tables, the plot and where the logs are."""
+    stragglers = {s.worker for s in scenario.stragglers}
+    summaries = [summarize(name, logs, scenario.target_accuracy, stragglers)
+                 for name, logs in runs.items()]
+    events = {k: [asdict(x) for x in v] for k, v in swaps.items()}
+    rows, phase_rows = [], []
+    for s in summaries:
+        ttt = f"{s.time_to_target_s:.1f} s" if s.time_to_target_s is not None else "not reached"
+        rows.append([s.config, ttt, f"{s.final_accuracy:.3f}",
+                     f"{s.steps} / {s.job_clock:.0f}", f"{s.throughput:.1f}"])
+        ref = reference(runs[s.config], stragglers)
+        boundaries = [e["at_step"] for e in events[s.config] if e["action"] == "set_mode"]
+        for label, _, _, rate, mode in phase_rates(ref, boundaries):
+            phase_rows.append([s.config, label, mode, f"{rate:.1f}"])
+    plot = plot_runs(runs, out / "plot.png", title, scenario.target_accuracy, stragglers,
+                     events)
+    sentence = outcome(summaries, scenario.target_accuracy)
+    (out / "summary.json").write_text(json.dumps(
+        {"scenario": scenario.name, **(extra or {}), "outcome": sentence,
+         "configs": [asdict(s) for s in summaries], "swaps": events}, indent=2) + "\n")
+    return "\n".join([
+        "", sentence, "",
+        f"{title}: {elapsed_s:.0f} s in all; the reference replica is worker "
+        f"{reference(next(iter(runs.values())), stragglers)['worker']}", "",
+        table(rows, ["config", f"time to {scenario.target_accuracy:.0%}", "final accuracy",
+                     "local steps / job clock", "local steps/s"]), "",
+        "time per step (ms, mean of the reference replica):",
+        table(time_split_rows(summaries), ["config", "compute", "waiting for the switch",
+                                           "communication", "dominates"]), "",
+        table(phase_rows, ["config", "phase", "mode", "local steps/s"]), "",
+        f"plot: {plot}",
+        f"logs: {out}/<config>/worker-<w>.json (policy decisions: policy.jsonl), "
+        f"summary: {out}/summary.json",
+    ])
 
 
 def phase_rates(log: dict, boundaries: list[int]) -> list[tuple[str, int, int, float, str]]:

@@ -9,22 +9,21 @@ job, starts one worker per Mininet host, applies the scenario (compute slowdowns
 workers; link bandwidth with tc htb; link delay in the softswitch, since this kernel has
 no netem), swaps modes on the schedule (manual-schedule) or lets the straggler policy
 decide (adaptive; its decisions in <out>/<config>/policy.jsonl), shows progress, and
-writes the JSON logs, a
-summary table (summary.json) and a PNG plot. `--baseline` also runs DDP over gloo
+writes the JSON logs, the summary (summary.json; printed: the outcome in one sentence,
+tables) and a PNG plot (plot.png), as the demo does. `--baseline` also runs DDP over gloo
 in the same topology with the same stragglers.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from controlplane.controller import Controller
 from topologies import report
+from topologies.progress import make_display
 from topologies.runner import POLICIES, REPO, RunConfig, RunFailed, connect, run_config
 from topologies.scenario import ScenarioError, load_scenario
 from topologies.switches import SWITCH_CLASSES
@@ -65,41 +64,27 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as err:
         print(f"run: error: {err}", file=sys.stderr)
         return 2
-    stragglers = {s.worker for s in scenario.stragglers}
     started = time.monotonic()
+    print(f"Mininet: {scenario.workers} hosts behind {args.switch} "
+          f"(P4Runtime {harness.grpc_addr}); logs in {out}", flush=True)
+    display = make_display()
     try:
-        print(f"Mininet: {scenario.workers} hosts behind {args.switch} "
-              f"(P4Runtime {harness.grpc_addr}); logs in {out}", flush=True)
         with connect(harness) as switch:
             controller = Controller(switch).attach()
             runs, swaps = {}, {}
             for config in configs:
-                print(f"running {config.name} ...", flush=True)
                 runs[config.name], swaps[config.name] = run_config(
-                    harness, controller, scenario, config, out,
-                    say=lambda text: print(text, flush=True))
+                    harness, controller, scenario, config, out, display)
     except RunFailed as err:
         print(f"run: error: {err} (worker output above)", file=sys.stderr)
         return 1
     finally:
+        display.close()
         harness.close()
-    rows, summaries = [], []
-    for name, logs in runs.items():
-        s = report.summarize(name, logs, scenario.target_accuracy, stragglers)
-        summaries.append(s)
-        ttt = f"{s.time_to_target_s:.1f}" if s.time_to_target_s is not None else "-"
-        rows.append([name, ttt, f"{s.final_accuracy:.3f}", f"{s.throughput:.1f}"])
-    plot = report.plot_runs(runs, out / "plot.png", f"{scenario.name} on {args.switch}",
-                            scenario.target_accuracy, stragglers,
-                            {k: [asdict(x) for x in v] for k, v in swaps.items()})
-    (out / "summary.json").write_text(json.dumps(
-        {"scenario": scenario.name, "switch": args.switch,
-         "configs": [asdict(s) for s in summaries],
-         "swaps": {k: [asdict(x) for x in v] for k, v in swaps.items()}}, indent=2) + "\n")
-    print(f"\n{scenario.name} on {args.switch} ({time.monotonic() - started:.0f} s):\n")
-    print(report.table(rows, ["config", f"time to {scenario.target_accuracy:.0%} (s)",
-                              "final accuracy", "iterations/s"]))
-    print(f"\nplot: {plot}\nsummary: {out / 'summary.json'}")
+    print(report.write_summary(runs, swaps, scenario=scenario, out=out,
+                               title=f"{scenario.name} on {args.switch}",
+                               elapsed_s=time.monotonic() - started,
+                               extra={"switch": args.switch}))
     return 0
 
 

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +28,7 @@ from controlplane.policy_runner import PolicyRunner
 from controlplane.switch import Switch, wait_for_server
 from hysync import wire
 from hysync.wire import Mode
+from topologies.progress import Display, QuietDisplay, RunLine, RunState
 from topologies.scenario import Scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,8 +176,9 @@ class Swap:
 
 
 def run_config(harness: Harness, controller: Controller, scenario: Scenario, config: RunConfig,
-               out_dir: Path, say: Callable[[str], None] = print) -> tuple[list[dict], list[Swap]]:
-    """Train one configuration to the end; return the workers' logs and the swaps made."""
+               out_dir: Path, display: Display | None = None) -> tuple[list[dict], list[Swap]]:
+    """Train one configuration to the end, its progress on a line of `display`; return the
+    workers' logs and the swaps made."""
     jobs: list[JobConfig] = []
     if config.backend == "hysync":
         base = fresh_slots(harness)
@@ -213,7 +214,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                 controller, JOB_ID,
                 make_policy("adaptive", PolicyConfig().scaled(POLICY_TIME_SCALE)),
                 interval=POLICY_INTERVAL_S, log_path=out_dir / config.name / "policy.jsonl")
-        swaps = _follow(procs, lines, scenario, config, controller, policy, say,
+        swaps = _follow(procs, lines, scenario, config, controller, policy,
+                        (display or QuietDisplay()).line(config.name, scenario.steps),
                         jobs[0].slots if jobs else (0, 0))
     except BaseException:
         for proc in procs:  # a failed run leaves no worker waiting for the others
@@ -247,16 +249,22 @@ def _pump(worker: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
 
 
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
-            controller: Controller, policy: PolicyRunner | None, say: Callable[[str], None],
+            controller: Controller, policy: PolicyRunner | None, line: RunLine,
             slots: tuple[int, int]) -> list[Swap]:
-    """Show progress every 2 s; apply the manual schedule when worker 0 reaches a step, or
+    """Show progress on `line`; apply the manual schedule when worker 0 reaches a step, or
     step the adaptive policy every interval until the first worker finishes; exclude a
     finished worker from the training job while others still train, and a worker that
     exits without finishing from the averaging job too."""
     schedule = list(scenario.schedule) if config.policy == "manual-schedule" else []
     finished: set[int] = set()
-    steps, modes, acc, swaps = {}, {}, {}, []
-    open_streams, start, last_report = len(procs), time.monotonic(), 0.0
+    steps: dict[int, int] = {}
+    swaps: list[Swap] = []
+    # The line follows the reference replica, as the summary does (topologies/report.py).
+    stragglers = {s.worker for s in scenario.stragglers}
+    ref = min(set(range(len(procs))) - stragglers, default=0)
+    state = RunState()
+    say = line.event
+    open_streams, start = len(procs), time.monotonic()
     next_policy_step = start + POLICY_INTERVAL_S
 
     def finish(worker: int, why: str, *, completed: bool) -> None:
@@ -272,7 +280,7 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             for w in sorted(set(range(len(procs))) - finished - controller.job(JOB_ID).active):
                 controller.readmit(JOB_ID, w)
                 record("readmit", "", 0, w, "the run is draining: the policy stopped")
-                say(f"  [{config.name}] controller: policy stopped; readmitted worker {w}")
+                say(f"controller: policy stopped; readmitted worker {w}")
         # Take it out of the job, so that a round it will never join cannot hold the
         # members still finishing their last steps (an exited worker: also the averaging).
         job_ids = [JOB_ID] if completed else [JOB_ID, AVG_JOB_ID]
@@ -280,8 +288,7 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             active = controller.job(job_id).active
             if worker in active and len(active) > 1:
                 controller.exclude(job_id, worker)
-                say(f"  [{config.name}] controller: worker {worker} {why}; excluded it "
-                    f"from job {job_id}")
+                say(f"controller: worker {worker} {why}; excluded it from job {job_id}")
         if not completed:
             record("exclude", "", 0, worker, f"worker {why} before finishing")
 
@@ -292,23 +299,27 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
 
     while open_streams:
         try:
-            line = lines.get(timeout=0.1 if policy else 0.5)
+            output = lines.get(timeout=0.1 if policy else 0.5)
         except queue.Empty:
-            line = ""
-        if isinstance(line, int):  # a worker's output ended: it exited
+            output = ""
+        if isinstance(output, int):  # a worker's output ended: it exited
             open_streams -= 1
-            if line not in finished:
-                finish(line, "exited", completed=False)
+            if output not in finished:
+                finish(output, "exited", completed=False)
             continue
-        if line.startswith("{"):
-            rec = json.loads(line)
+        if output.startswith("{"):
+            rec = json.loads(output)
             w = rec["worker"]
             if rec.get("done"):
                 finish(w, "finished training", completed=True)
                 continue
-            steps[w], modes[w] = rec["step"], rec["mode"] or modes.get(w)
-            if rec["accuracy"] is not None:
-                acc[w] = rec["accuracy"]
+            steps[w] = rec["step"]
+            state.local_steps[w] = rec["step"] + 1
+            if w == ref:
+                state.clock = rec["progress"]
+                state.mode = rec["mode"] or state.mode
+                if rec["accuracy"] is not None:
+                    state.accuracy = rec["accuracy"]
             while schedule and w == 0 and rec["step"] >= schedule[0].at_step:
                 swap = schedule.pop(0)
                 controller.set_mode(JOB_ID, slots=slots,
@@ -316,19 +327,19 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                                     quorum=swap.quorum if swap.mode == "partial" else None)
                 record("set_mode", swap.mode, swap.quorum)
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
-                say(f"  [{config.name}] controller: step {rec['step']} of worker 0 -> "
+                state.decision = f"schedule: {label} at step {rec['step']}"
+                say(f"controller: step {rec['step']} of worker 0 -> "
                     f"mode {label} for slots {slots[0]}-{slots[1]}")
-        elif line.strip():
-            say(f"  [{config.name}] {line.rstrip()}")
+        elif output.strip():
+            say(output.rstrip())
         now = time.monotonic()
         if policy is not None and not finished and now >= next_policy_step:
             next_policy_step = max(next_policy_step + POLICY_INTERVAL_S, now)
             for d in policy.step():
                 record(d.action, d.mode, d.quorum, d.worker, d.reason)
-                say(f"  [{config.name}] policy: {d.describe()}")
-        if now - last_report >= 2.0 and steps:
-            last_report = now
-            done = " ".join(f"w{w}={s + 1}" for w, s in sorted(steps.items()))
-            say(f"  [{config.name}] {now - start:5.1f}s  steps {done} of {scenario.steps}  "
-                f"mode {modes.get(0) or '-'}  accuracy {acc.get(0, 0):.3f}")
+                say(f"policy: {d.describe()}")
+                state.decision = f"policy: {d.describe().split(';')[0]}"  # its reason: above
+        if steps:
+            line.update(state)
+    line.finish(state)
     return swaps

@@ -5,6 +5,7 @@
     steps = 300                 # training iterations per worker
     compute_ms = 20.0           # emulated compute time of one step on a healthy worker
     lr = 0.1                    # SGD learning rate (momentum 0.9)
+    model = "mlp"               # mlp | cnn (topologies/workload.py)
     target_accuracy = 0.90      # for time-to-target: best on the rising part of the curve
 
     [[straggler]]               # any number
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PATTERNS = ("constant", "intermittent", "recovering", "dies")
+MODELS = ("mlp", "cnn")  # topologies/workload.py builds them
 MODES = ("sync", "partial", "async")
 
 
@@ -84,6 +86,8 @@ class Scenario:
     delay_ms: float = 0.0
     schedule: tuple[ScheduledSwap, ...] = field(default=())
     path: Path | None = None
+    model: str = "mlp"
+    description: str = ""
 
     def straggler(self, worker: int) -> Straggler | None:
         return next((s for s in self.stragglers if s.worker == worker), None)
@@ -114,7 +118,7 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {err}") from None
     where = str(path)
     known = {"name", "workers", "steps", "compute_ms", "lr", "target_accuracy", "straggler",
-             "link", "schedule", "description"}
+             "link", "schedule", "description", "model"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -164,4 +168,7 @@ def load_scenario(path: str | Path) -> Scenario:
                         "ms >= 0"),
         schedule=tuple(sorted(schedule, key=lambda s: s.at_step)),
         path=path,
+        model=_field(data, "model", str, where, "mlp", lambda v: v in MODELS,
+                     f"one of {', '.join(MODELS)}"),
+        description=_field(data, "description", str, where, ""),
     )

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from topologies.scenario import load_scenario
+from topologies.step_split import StepSplit
 from topologies.workload import (
     RunLog,
     StepRecord,
@@ -85,17 +87,19 @@ def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bi
 
 def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int,
                   steps: int):
-    """Register the HySync hook and build the model averager (its own job); return the
-    averager and a callable giving (mode, contributors, updates applied) of a step."""
+    """Register the HySync hook (timed) and build the model averager (its own job); return
+    the averager, a callable giving (mode, contributors, updates applied) of a step, and
+    the step's time split."""
     from worker.api import HySyncWorker
     from worker.averaging import BackgroundAverager
-    from worker.ddp_hook import HySyncHookState, hysync_hook
+    from worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
 
     training = HySyncWorker(_transport_config(args, workers, job_id=args.job_id,
                                               bind=args.bind, slot_base=args.slot_base,
                                               slot_count=args.slot_count), scale=args.scale)
     state = HySyncHookState(training)
-    model.register_comm_hook(state, hysync_hook)
+    split = StepSplit(waited=lambda index: training.last_stats(bucket_key(index)).waited_s)
+    model.register_comm_hook(state, split.wrap(hysync_hook))
     averaging = HySyncWorker(_transport_config(args, workers, job_id=args.avg_job_id,
                                                bind=args.avg_bind,
                                                slot_base=args.avg_slot_base,
@@ -114,7 +118,7 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
         mode = stats.modes.most_common(1)[0][0]
         return mode, float(stats.results["count"].mean()), state.updates_applied()
 
-    return averager, step_info
+    return averager, step_info, split
 
 
 def average_replicas_over_gloo(model: DistributedDataParallel, workers: int) -> None:
@@ -141,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                           timeout=timedelta(seconds=120))
     dist.init_process_group("gloo", store=store, rank=args.worker, world_size=workers,
                             timeout=timedelta(seconds=120))
-    model = DistributedDataParallel(make_model(args.seed))
+    model = DistributedDataParallel(make_model(scenario.model, args.seed))
     averager = None
     if args.backend == "hysync":
-        averager, step_info = attach_hysync(model, args, workers, scenario.steps)
+        averager, step_info, split = attach_hysync(model, args, workers, scenario.steps)
     else:
+        split = StepSplit()  # gloo's own all-reduce, through the standard hook to time it
+        model.register_comm_hook(None, split.wrap(default_hooks.allreduce_hook))
+
         def step_info() -> tuple[str | None, float | None, float]:
             return "allreduce", float(workers), 1.0
     straggler = scenario.straggler(args.worker)
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         train(model, data, args.worker, workers, cfg, log,
               slowdown=straggler.factor_at if straggler else (lambda t: 1.0),
               dead=straggler.dead_at if straggler else (lambda t: False),
-              step_info=step_info, progress=progress,
+              step_info=step_info, progress=progress, split=split.take,
               **({"on_step": lambda step, clock: averager.at_step(clock),
                   "step_lock": averager.step_lock} if averager else {}))
         if log.ended == "completed":

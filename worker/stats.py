@@ -23,6 +23,7 @@ class CallStats:
     elements: int = 0
     chunks: int = 0
     elapsed_s: float = 0.0
+    waited_s: float = 0.0  # of elapsed_s: blocked until the switch replied (or a timer fell due)
     results: np.ndarray = field(default_factory=lambda: np.empty(0, wire.HEADER_DTYPE))
     included: int = 0  # my contributions counted in a round (result bitmap, ACK or STALE_COUNTED)
     carried: int = 0  # my chunks whose round closed without me: kept as residual

@@ -522,7 +522,10 @@ class Transport:
             if not call.remaining:
                 break
             delay = self._timers[0][0] - now if self._timers else dead_after
-            if self._poll.poll(max(0.0, delay) * 1e3):
+            blocked = time.monotonic()
+            ready = self._poll.poll(max(0.0, delay) * 1e3)
+            self._stats.waited_s += time.monotonic() - blocked  # nothing to do but wait
+            if ready:
                 self._receive()
             elif time.monotonic() - max(self._last_rx, start) > dead_after:
                 raise self._unreachable()

@@ -56,11 +56,22 @@ def test_demo_runs_end_to_end_without_root(tmp_path):
     scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "topologies.demo", "--scenario", str(scenario),
-                           "--out", str(out), "--skip-baseline"], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+                           "--out", str(out), "--skip-baseline", "--policy", "manual-schedule"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "iterations/s" in proc.stdout and "plot:" in proc.stdout
-    assert (out / "demo.png").stat().st_size > 10_000
+    # not a terminal: plain progress lines, counted on the job clock
+    assert "[hysync-sync-then-partial]" in proc.stdout and "job clock" in proc.stdout
+    written = json.loads((out / "summary.json").read_text())
+    outcome = written["outcome"]  # one sentence, first in the summary
+    assert outcome.startswith("hysync-sync-then-partial ") and "held-out accuracy" in outcome
+    summary = proc.stdout[proc.stdout.index(outcome):]
+    for shown in ("local steps/s", "waiting for the switch", "plot:", "logs:"):
+        assert shown in summary, shown
+    # every step's time split into compute, waiting for the switch, communication
+    split = written["configs"][0]
+    assert split["compute_ms"] > 10.0  # the scenario emulates 10 ms, more on the straggler
+    assert split["wait_ms"] is not None and split["wait_ms"] >= 0 and split["comm_ms"] > 0
+    assert (out / "plot.png").stat().st_size > 10_000
     _check_run(out, "hysync-sync-then-partial", 3)
 
 

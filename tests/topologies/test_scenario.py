@@ -18,10 +18,29 @@ def test_every_shipped_scenario_loads(path):
     assert scenario.name and scenario.workers >= 2 and scenario.steps > 0
 
 
-def test_demo_scenario_swaps_to_partial_with_one_straggler():
-    demo = load_scenario(next(p for p in SCENARIOS if p.stem == "demo"))
-    assert [s.worker for s in demo.stragglers] == [3]
-    assert demo.schedule[0].mode == "partial" and demo.schedule[0].quorum == 3
+def test_demo_scenario_has_one_straggler_that_recovers_and_no_schedule():
+    demo = load_scenario(SCENARIO_DIR / "demo.toml")
+    assert [(s.worker, s.pattern) for s in demo.stragglers] == [(3, "recovering")]
+    assert demo.stragglers[0].factor_at(0.0) > 1 and demo.stragglers[0].factor_at(1e6) == 1
+    assert not demo.schedule  # the adaptive policy decides
+
+
+def test_manual_demo_scenario_swaps_to_partial_early():
+    manual = load_scenario(SCENARIO_DIR / "demo-manual.toml")
+    assert [s.worker for s in manual.stragglers] == [3]
+    swap = manual.schedule[0]
+    assert swap.mode == "partial" and swap.quorum == 3
+    # well before the target (about a third of the steps with a straggler in sync)
+    assert swap.at_step <= manual.steps // 10
+
+
+def test_model_is_chosen_by_the_scenario(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('name="x"\nworkers=2\nsteps=1\n')
+    assert load_scenario(f).model == "mlp"
+    f.write_text('name="x"\nworkers=2\nsteps=1\nmodel="cnn"\n')
+    assert load_scenario(f).model == "cnn"
+    assert load_scenario(SCENARIO_DIR / "cnn.toml").model == "cnn"
 
 
 def test_straggler_patterns_follow_their_timelines(tmp_path):
@@ -56,6 +75,8 @@ def test_straggler_patterns_follow_their_timelines(tmp_path):
      "one of sync, partial, async"),
     ('name="x"\nworkers=4\nsteps=10\nlr=0\n', "'lr' = 0.0 is out of range: a rate in (0, 10]"),
     ('name = \n', "not valid TOML"),
+    ('name="x"\nworkers=4\nsteps=10\nmodel="resnet"\n',
+     "'model' = 'resnet' is out of range: one of mlp, cnn"),
 ])
 def test_bad_scenarios_are_refused_naming_the_field(tmp_path, body, message):
     f = tmp_path / "bad.toml"
