@@ -8,7 +8,7 @@ P4OUT  := build/p4
 PYTEST_ARGS ?=
 SCENARIO ?= topologies/scenarios/demo.toml
 SWITCH ?= softswitch
-POLICY ?= manual-schedule
+POLICY ?= adaptive
 
 NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h' 2>/dev/null) \
                   hysync/wire.py hysync/gen_wire_header.py
@@ -20,8 +20,9 @@ FUZZ_RUNS ?= 200000
 help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
 	@echo "make p4       compile $(P4SRC) with p4c for BMv2 (needs p4c on PATH)"
-	@echo "make demo     the main job: softswitch + controller + 4 workers on loopback, a mode swap"
-	@echo "              (POLICY=adaptive: the straggler policy swaps modes instead of the schedule)"
+	@echo "make demo     the main job: softswitch + controller + 4 workers on loopback, one a"
+	@echo "              straggler: gloo vs HySync sync vs HySync adaptive (POLICY=manual-schedule:"
+	@echo "              gloo vs HySync swapping sync -> partial on the scenario's schedule)"
 	@echo "make emulate  a Mininet run (root): SCENARIO=... SWITCH=softswitch|bmv2 POLICY=..."
 	@echo "make test     set up if needed, lint, and run the test suite"
 	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"

@@ -8,8 +8,12 @@ as local processes - the harness of `make demo`), `--repeat` runs per cell:
     .venv/bin/python -m bench.adaptive_bench [--scenarios homogeneous constant-2x ...]
                                              [--configs gloo adaptive ...] [--repeat 2]
 
+`--scenarios cnn` runs the 118k-parameter CNN (topologies/scenarios/cnn.toml; not in
+the default set: minutes per HySync run on 2 cores).
+
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
-accuracy, final accuracy, throughput, the speed-ups of adaptive over sync and gloo, the
+accuracy, final accuracy, throughput, the time per step split into compute, waiting for
+the switch and communication, the speed-ups of adaptive over sync and gloo, the
 policy's decisions) with the goals checked, bench/results/adaptive.png (time to target
 per cell), and per scenario bench/results/adaptive-<scenario>.png (accuracy over time,
 iteration times, mode timeline with the policy's exclusions and readmissions); the
@@ -34,6 +38,8 @@ from topologies.scenario import load_scenario
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("homogeneous", "constant-2x", "constant-4x", "intermittent", "recovering", "dies")
+# Not in the default set (minutes per HySync run on 2 cores): the 118k-parameter CNN.
+MORE_SCENARIOS = ("cnn",)
 CONFIGS = {
     "gloo": RunConfig("gloo", "gloo"),
     "sync": RunConfig("hysync-sync", "hysync", "sync"),
@@ -82,6 +88,8 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                         "time_to_target_s": _round(s.time_to_target_s, 3),
                         "final_accuracy": round(s.final_accuracy, 4),
                         "throughput": round(s.throughput, 2), "duration_s": round(s.duration_s, 2),
+                        "compute_ms": round(s.compute_ms, 1), "wait_ms": _round(s.wait_ms, 1),
+                        "comm_ms": round(s.comm_ms, 1),
                         "decisions": [asdict(x) for x in swaps]})
                     if r == 0:
                         plotted[config.name] = logs
@@ -110,6 +118,8 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                                if runs else None),
             "throughput": (round(statistics.median(x["throughput"] for x in runs), 2)
                            if runs else None),
+            **{part: _median([x[part] for x in runs])
+               for part in ("compute_ms", "wait_ms", "comm_ms")},
             "per_run": runs, **({"error": errors[key]} if key in errors else {})})
     return rows
 
@@ -191,7 +201,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS + MORE_SCENARIOS,
+                        default=list(SCENARIOS))
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs per cell (interleaved); the table has their medians")
@@ -211,10 +222,11 @@ def main(argv: list[str] | None = None) -> None:
     print(report.table(
         [[r["scenario"], r["config"], _text(r["time_to_target_s"]),
           _text(r["final_accuracy"], "{:.3f}"), _text(r["throughput"], "{:.1f}"),
-          _text(r.get("speedup_vs_sync"), "{:.2f}"), _text(r.get("speedup_vs_gloo"), "{:.2f}")]
+          _text(r.get("speedup_vs_sync"), "{:.2f}"), _text(r.get("speedup_vs_gloo"), "{:.2f}"),
+          " / ".join(_text(r.get(part)) for part in ("compute_ms", "wait_ms", "comm_ms"))]
          for r in rows],
         ["scenario", "config", "time to target (s)", "final accuracy", "iterations/s",
-         "adaptive/sync", "adaptive/gloo"]))
+         "adaptive/sync", "adaptive/gloo", "ms/step: compute / waiting / communication"]))
     print()
     print(report.table([[c["scenario"], c["goal"], str(c["value"]),
                          {True: "met", False: "MISSED", None: "n/a"}[c["met"]]] for c in checks],
@@ -225,6 +237,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(x, digits)
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median of the runs' values, None if any run has none (gloo's waiting)."""
+    if not values or any(v is None for v in values):
+        return None
+    return round(statistics.median(values), 1)
 
 
 def _text(x: float | None, fmt: str = "{:.1f}") -> str:

@@ -16,6 +16,7 @@ Conventions, so that numbers mean the same thing in every table:
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -128,7 +129,8 @@ def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenar
          "configs": [asdict(s) for s in summaries], "swaps": events}, indent=2) + "\n")
     return "\n".join([
         "", sentence, "",
-        f"{title}: {elapsed_s:.0f} s in all; the reference replica is worker "
+        f"{title}: {elapsed_s:.0f} s in all on {os.cpu_count()} cores (load average "
+        f"{os.getloadavg()[0]:.1f} at the end); the reference replica is worker "
         f"{reference(next(iter(runs.values())), stragglers)['worker']}", "",
         table(rows, ["config", f"time to {scenario.target_accuracy:.0%}", "final accuracy",
                      "local steps / job clock", "local steps/s"]), "",

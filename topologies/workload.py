@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from topologies.scenario import MODELS
+
 TEST_FRACTION = 0.2
 
 
@@ -69,7 +71,7 @@ def make_model(kind: str = "mlp", seed: int = 0) -> nn.Module:
             nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(64 * 4 * 4, 96), nn.ReLU(), nn.Linear(96, 10))
-    raise ValueError(f"unknown model {kind!r}: one of mlp, cnn")
+    raise ValueError(f"unknown model {kind!r}: one of {', '.join(MODELS)}")
 
 
 @torch.no_grad()
