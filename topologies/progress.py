@@ -2,10 +2,10 @@
 
 Each line shows the *job clock* (the updates the job applied, in units of one sync round
 of every member: what ends the run, and what the summary counts) against the
-scenario's steps, with its ETA, the mode in force, the latest held-out accuracy and the
-controller's latest decision. In partial or async mode a round that closes without
-every member advances the clock by its share only, so a fast worker runs more local
-steps than the clock: the line says so when it happens.
+scenario's steps, with its ETA, the mode in force and the latest held-out accuracy; the
+controller's decisions appear as lines of their own as they happen. In partial or async
+mode a round that closes without every member advances the clock by its share only, so
+a fast worker runs more local steps than the clock: the line says so when it happens.
 
 On a terminal the lines are live (rich); otherwise (CI, a log file) a plain line every
 2 s per running configuration, and one line per event.
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Column
 
 PLAIN_EVERY_S = 2.0
 
@@ -32,7 +33,6 @@ class RunState:
     local_steps: dict[int, int] = field(default_factory=dict)  # worker -> steps it ran
     mode: str | None = None
     accuracy: float | None = None
-    decision: str = ""  # the controller's latest action
 
     def ahead(self) -> str:
         """Why a worker's local steps ran ahead of the job clock, if one did; '' otherwise."""
@@ -41,14 +41,13 @@ class RunState:
         worker, steps = max(self.local_steps.items(), key=lambda item: item[1])
         if steps <= int(self.clock) + 1:
             return ""
-        return (f"worker {worker} at {steps} local steps, job clock {int(self.clock)} "
-                "(a round without every member counts its share)")
+        why = self.mode if self.mode in ("partial", "async") else "earlier partial/async"
+        return f"{why}: worker {worker} at {steps} local steps, job clock {int(self.clock)}"
 
-    def fields(self, *, decision: bool = True) -> str:
+    def fields(self) -> str:
         acc = f"{self.accuracy:.3f}" if self.accuracy is not None else "-"
-        parts = [f"mode {self.mode or '-'}", f"accuracy {acc}", self.ahead(),
-                 self.decision if decision else ""]
-        return "  ".join(p for p in parts if p)
+        return "  ".join(p for p in (f"mode {self.mode or '-'}", f"accuracy {acc}",
+                                     self.ahead()) if p)
 
 
 class RunLine(Protocol):
@@ -71,10 +70,13 @@ def make_display(stream: TextIO = sys.stdout) -> Display:
 
 class LiveDisplay:
     def __init__(self, console: Console) -> None:
+        # The details wrap under a narrow terminal rather than push the bar off the line.
         self._progress = Progress(
-            TextColumn("{task.description:<26}"), BarColumn(bar_width=24),
-            MofNCompleteColumn(), TextColumn("job clock"), TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"), console=console)
+            TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=12), TextColumn("job clock {task.completed:.0f}/{task.total}"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}", table_column=Column(ratio=1, overflow="fold")),
+            console=console)
         self._progress.start()
 
     def line(self, config: str, total: int) -> RunLine:
@@ -124,9 +126,8 @@ class _PlainLine:
             self.finish(state)
 
     def finish(self, state: RunState) -> None:
-        # (the controller's decisions are lines of their own: not repeated here)
         now = time.monotonic()
-        shown = f"job clock {int(state.clock)} of {self._total}  {state.fields(decision=False)}"
+        shown = f"job clock {int(state.clock)} of {self._total}  {state.fields()}"
         if shown != self._shown:  # a run winding down changes nothing: no repeated lines
             self._last, self._shown = now, shown
             self._write(f"{now - self._start:5.1f}s  {shown}")

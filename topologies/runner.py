@@ -327,7 +327,6 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                                     quorum=swap.quorum if swap.mode == "partial" else None)
                 record("set_mode", swap.mode, swap.quorum)
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
-                state.decision = f"schedule: {label} at step {rec['step']}"
                 say(f"controller: step {rec['step']} of worker 0 -> "
                     f"mode {label} for slots {slots[0]}-{slots[1]}")
         elif output.strip():
@@ -338,7 +337,6 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             for d in policy.step():
                 record(d.action, d.mode, d.quorum, d.worker, d.reason)
                 say(f"policy: {d.describe()}")
-                state.decision = f"policy: {d.describe().split(';')[0]}"  # its reason: above
         if steps:
             line.update(state)
     line.finish(state)
