@@ -85,10 +85,10 @@ def outcome(summaries: list[ConfigSummary], target: float) -> str:
             versus.append(f"{o.config} did not reach it")
             continue
         ratio = o.time_to_target_s / main.time_to_target_s
-        versus.append(f"{ratio:.1f}x {'faster' if ratio >= 1 else 'SLOWER'} than {o.config} "
-                      f"({o.time_to_target_s:.1f} s)")
-    return f"{main.config} reached {aim} in {main.time_to_target_s:.1f} s: " + \
-        ", ".join(versus) + "."
+        versus.append((f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower")
+                      + f" than {o.config} ({o.time_to_target_s:.1f} s)")
+    reached = f"{main.config} reached {aim} in {main.time_to_target_s:.1f} s"
+    return reached + (": " + ", ".join(versus) if versus else "") + "."
 
 
 def time_split_rows(summaries: list[ConfigSummary]) -> list[list[str]]:
@@ -116,7 +116,7 @@ def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenar
     for s in summaries:
         ttt = f"{s.time_to_target_s:.1f} s" if s.time_to_target_s is not None else "not reached"
         rows.append([s.config, ttt, f"{s.final_accuracy:.3f}",
-                     f"{s.steps} / {s.job_clock:.0f}", f"{s.throughput:.1f}"])
+                     f"{s.steps} / {int(s.job_clock)}", f"{s.throughput:.1f}"])
         ref = reference(runs[s.config], stragglers)
         boundaries = [e["at_step"] for e in events[s.config] if e["action"] == "set_mode"]
         for label, _, _, rate, mode in phase_rates(ref, boundaries):
