@@ -28,14 +28,14 @@ from controlplane.controller import Controller
 from topologies import report
 from topologies.progress import make_display
 from topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
-from topologies.scenario import ScenarioError, load_scenario
+from topologies.scenario import Scenario, ScenarioError, load_scenario
 
 SCENARIOS = REPO / "topologies" / "scenarios"
 DEFAULT_SCENARIO = {"adaptive": SCENARIOS / "demo.toml",
                     "manual-schedule": SCENARIOS / "demo-manual.toml"}
 
 
-def configs_for(policy: str, scenario, baseline: bool) -> list[RunConfig]:
+def configs_for(policy: str, scenario: Scenario, baseline: bool) -> list[RunConfig]:
     """The configurations to compare, the policy's last (the outcome is about it)."""
     configs = [RunConfig("gloo", "gloo")] if baseline else []
     if policy == "adaptive":
