@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -394,6 +395,9 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
                         help="deadline of each request (default 5)")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print machine-readable JSON")
+    parser.add_argument("--serve", default=default(os.environ.get("HYSYNC_SERVE")),
+                        metavar="ADDR", help="send writes to the `hysync serve` at ADDR "
+                        "(HOST:PORT or unix:PATH; default $HYSYNC_SERVE)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -479,6 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=_count, metavar="N", help="stop after N HySync packets")
     p.add_argument("--duration", type=_seconds, metavar="SECONDS",
                    help="stop after SECONDS (default: until Ctrl-C)")
+
+    from controlplane import testbed_cli  # imports this module: load it last
+
+    testbed_cli.add_commands(groups, command)
     return parser
 
 
@@ -490,7 +498,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        args.handler(args, _Out(args.json, stdout))
+        handler = args.handler
+        if args.serve:
+            from controlplane.testbed_cli import routes
+
+            handler = routes().get(handler.__name__, handler)
+        handler(args, _Out(args.json, stdout))
     except UsageError as err:
         _error(stderr, str(err))
         return 2

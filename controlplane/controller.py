@@ -102,8 +102,13 @@ class _Swap:
 class Controller:
     """Programs HySync jobs on one switch through a primary `Switch` session."""
 
-    def __init__(self, switch: Switch) -> None:
+    def __init__(self, switch: Switch, *, keep_macs: Iterable[str] = (),
+                 keep_ports: Iterable[int] = ()) -> None:
+        """`keep_macs` / `keep_ports`: l2 entries and flood ports that a deployment owns
+        (controlplane/deploy.py); removing a job never deletes them."""
         self.switch = switch
+        self.keep_macs = frozenset(keep_macs)
+        self.keep_ports = frozenset(keep_ports)
         self.jobs: dict[int, InstalledJob] = {}
         self.problems: list[str] = []
         self._swaps: dict[tuple[int, int, int], _Swap] = {}
@@ -234,8 +239,8 @@ class Controller:
         group = state.groups.get(job_id)
         phase3 += steps_delete([group] if group else [])
         phase3 += steps_delete(replication.rewrite_entry(job_id, m) for m in job.members)
-        other_macs = {m.mac for j in others for m in j.members}
-        other_ports = {m.switch_port for j in others for m in j.members}
+        other_macs = {m.mac for j in others for m in j.members} | self.keep_macs
+        other_ports = {m.switch_port for j in others for m in j.members} | self.keep_ports
         for mac in sorted({m.mac for m in job.members} - other_macs):
             if mac in state.l2:
                 phase3 += steps_delete([forwarding.l2_entry(mac, state.l2[mac])])

@@ -160,7 +160,8 @@ class Switch:
         if reply is None:
             raise SwitchUnreachableError(self.grpc_addr, "the stream closed during arbitration")
         if isinstance(reply, grpc.RpcError):
-            if reply.code() in (grpc.StatusCode.ALREADY_EXISTS,
+            # INVALID_ARGUMENT: another live stream uses this election id (P4Runtime §5.3)
+            if reply.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT,
                                 grpc.StatusCode.PERMISSION_DENIED):
                 raise NotPrimaryError(self.grpc_addr, self.device_id, self.election_id, None,
                                       reply.details() or "")
@@ -198,6 +199,10 @@ class Switch:
 
     def fetch_schema(self) -> Schema | None:
         """The pipeline's P4Info as the switch reports it, or None when it has no pipeline."""
+        return self.fetch_pipeline()[0]
+
+    def fetch_pipeline(self) -> tuple[Schema | None, int]:
+        """(P4Info, cookie) of the switch's pipeline; (None, 0) when it has none."""
         request = p4r.GetForwardingPipelineConfigRequest(
             device_id=self.device_id,
             response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
@@ -205,11 +210,11 @@ class Switch:
             reply = self._stub.GetForwardingPipelineConfig(request, timeout=self.timeout)
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-                return None
+                return None, 0
             raise self._map(err, "get pipeline") from None
         if not reply.config.p4info.tables:
-            return None
-        return Schema(reply.config.p4info)
+            return None, 0
+        return Schema(reply.config.p4info), reply.config.cookie.cookie
 
     def push_pipeline(self, p4info_path: str | Path,
                       device_config_path: str | Path | None = None) -> Schema:
@@ -230,8 +235,7 @@ class Switch:
             action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
         request.config.p4info.CopyFrom(schema.p4info)
         request.config.p4_device_config = device_config
-        digest = hashlib.sha256(schema.p4info.SerializeToString() + device_config).digest()
-        request.config.cookie.cookie = int.from_bytes(digest[:8], "big")
+        request.config.cookie.cookie = pipeline_cookie(schema, device_config)
         try:
             self._stub.SetForwardingPipelineConfig(request, timeout=self.pipeline_timeout)
         except grpc.RpcError as err:
@@ -322,6 +326,12 @@ class Switch:
         return error_for(code, f"the switch refused the {what}: {code.name}: {details}")
 
 
+def pipeline_cookie(schema: Schema, device_config: bytes = b"") -> int:
+    """The cookie `push_pipeline` gives a pipeline: its identity when read back."""
+    digest = hashlib.sha256(schema.p4info.SerializeToString() + device_config).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def _write_failures(err: grpc.RpcError) -> list[tuple[int, str, str]]:
     """Per-update errors from the google.rpc.Status in the trailing metadata (P4Runtime §12)."""
     trailers = getattr(err, "trailing_metadata", lambda: None)() or ()
@@ -353,4 +363,4 @@ def parse_election_id(text: str) -> ElectionId:
 
 
 __all__ = ["DEFAULT_GRPC_ADDR", "DeviceConfigError", "ElectionId", "P4RuntimeError", "Switch",
-           "parse_election_id"]
+           "parse_election_id", "pipeline_cookie"]

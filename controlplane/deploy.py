@@ -1,0 +1,230 @@
+"""What a testbed needs on its switch before any job: `hysync deploy`, `--check`, `teardown`.
+
+Deploy owns the pipeline, one l2 entry per host (its MAC -> its switch port) and the
+flood group's host ports; jobs (controlplane/serve.py) add the rest. Every function
+reads the switch first and writes only the difference, so a second deploy writes
+nothing. A pipeline push clears every entry of the switch, so deploy pushes only
+when the switch has none; a switch running another pipeline is refused unless
+`replace_pipeline`. Identity of a pipeline: the cookie `Switch.push_pipeline` gives it
+(a hash of P4Info and device config), or the P4Info itself when the cookie is 0 (a
+switch that started with its P4Info preloaded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controlplane import forwarding
+from controlplane.controller import Controller
+from controlplane.entities import MulticastGroup, Update, delete, insert, modify
+from controlplane.errors import ControlPlaneError, NotPrimaryError
+from controlplane.installed import InstalledJob
+from controlplane.inventory import Inventory
+from controlplane.switch import Switch, pipeline_cookie
+from hysync import p4names
+from hysync.p4schema import Schema
+
+
+class DeployError(ControlPlaneError):
+    """The switch is not in a state deploy may change (another pipeline, another owner)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """How the switch's pipeline compares with the inventory's."""
+
+    state: str  # same | none | other
+    detail: str
+
+
+@dataclass(slots=True)
+class DeployReport:
+    push: bool  # the pipeline was (or, dry run, would be) pushed
+    updates: list[Update] = field(default_factory=list)
+    pipeline: Pipeline | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+
+
+def connect(inv: Inventory, *, read_only: bool = False, timeout: float = 5.0) -> Switch:
+    """A session with the inventory's switch under the inventory's election id."""
+    s = inv.switch
+    try:
+        return Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
+                      timeout=timeout, arbitrate=not read_only)
+    except NotPrimaryError as err:
+        raise DeployError(f"{held(inv, err)}: is `hysync serve {inv.path}` running? stop it "
+                          "first") from None
+
+
+def held(inv: Inventory, err: NotPrimaryError) -> str:
+    """Who holds the switch, from a refused arbitration."""
+    high, low = err.primary or inv.switch.election_id
+    who = f"{low}" if high == 0 else f"{high},{low}"
+    return f"a controller with election id {who} holds the switch at {inv.switch.grpc_addr}"
+
+
+def inventory_schema(inv: Inventory) -> tuple[Schema, int]:
+    """The inventory's P4Info and the cookie a push of it (with its device config) gets."""
+    schema = Schema.from_file(inv.switch.p4info)
+    config = inv.switch.device_config.read_bytes() if inv.switch.device_config else b""
+    return schema, pipeline_cookie(schema, config)
+
+
+def compare_pipeline(switch: Switch, inv: Inventory) -> Pipeline:
+    mine, cookie = inventory_schema(inv)
+    theirs, their_cookie = switch.fetch_pipeline()
+    if theirs is None:
+        return Pipeline("none", f"the switch has no pipeline; the inventory's has cookie "
+                                f"{cookie:#018x}")
+    if their_cookie == cookie:
+        return Pipeline("same", f"cookie {cookie:#018x} ({inv.switch.p4info.name})")
+    same_p4info = theirs.p4info.SerializeToString() == mine.p4info.SerializeToString()
+    if their_cookie == 0 and same_p4info:
+        return Pipeline("same", f"the inventory's P4Info ({inv.switch.p4info.name}; the switch "
+                                "was started with it, no cookie)")
+    what = "the same P4Info with another device config" if same_p4info else "another P4Info"
+    return Pipeline("other", f"the switch runs cookie {their_cookie:#018x} ({what}), the "
+                             f"inventory's is {cookie:#018x}")
+
+
+def forwarding_updates(inv: Inventory, l2: dict[str, int],
+                       flood: MulticastGroup | None) -> list[Update]:
+    """The writes that make every host reachable: l2 entries and flood ports."""
+    updates: list[Update] = []
+    for h in inv.hosts:
+        have = l2.get(h.mac)
+        if have is None:
+            updates.append(insert(forwarding.l2_entry(h.mac, h.switch_port)))
+        elif have != h.switch_port:
+            updates.append(modify(forwarding.l2_entry(h.mac, h.switch_port)))
+    ports = {h.switch_port for h in inv.hosts}
+    if flood is None:
+        updates.append(insert(forwarding.flood_group(ports)))
+    elif not ports <= flood.ports():
+        updates.append(modify(forwarding.flood_group(flood.ports() | ports)))
+    return updates
+
+
+def _forwarding_state(switch: Switch) -> tuple[dict[str, int], MulticastGroup | None]:
+    l2 = dict(map(forwarding.l2_of, switch.read_table(p4names.FORWARDING_L2)))
+    flood = next((g for g in switch.read_groups() if g.group_id == forwarding.FLOOD_GROUP), None)
+    return l2, flood
+
+
+def deploy(inv: Inventory, *, dry_run: bool = False, replace_pipeline: bool = False,
+           timeout: float = 5.0) -> DeployReport:
+    """Push the pipeline if the switch has none, and the hosts' forwarding it lacks."""
+    with connect(inv, read_only=dry_run, timeout=timeout) as switch:
+        pipeline = compare_pipeline(switch, inv)
+        if pipeline.state == "other" and not replace_pipeline:
+            raise DeployError(f"{pipeline.detail}: deploy would clear every entry of it; pass "
+                              "--replace-pipeline if that is what you want, or fix "
+                              "switch.p4info / switch.device_config in the inventory")
+        push = pipeline.state != "same"
+        l2, flood = ({}, None) if push else _forwarding_state(switch)
+        report = DeployReport(push, forwarding_updates(inv, l2, flood), pipeline)
+        if dry_run:
+            return report
+        if push:
+            switch.push_pipeline(inv.switch.p4info, inv.switch.device_config)
+        switch.write(report.updates)
+    return report
+
+
+def check(inv: Inventory, *, timeout: float = 5.0) -> list[Check]:
+    """Reachability, arbitration, pipeline identity and the port map; a failed check
+    stops the ones that depend on it."""
+    s = inv.switch
+    try:
+        switch = Switch(s.grpc_addr, device_id=s.device_id, timeout=timeout, arbitrate=False,
+                        connect_timeout=timeout)
+    except ControlPlaneError as err:
+        return [Check("reachable", False, str(err))]
+    with switch:
+        checks = [Check("reachable", True, f"P4Runtime at {s.grpc_addr}, device {s.device_id}"),
+                  _check_arbitration(inv, timeout)]
+        pipeline = compare_pipeline(switch, inv)
+        checks.append(Check("pipeline", pipeline.state == "same", pipeline.detail))
+        if pipeline.state != "same":
+            return checks
+        l2, flood = _forwarding_state(switch)
+        flood_ports = flood.ports() if flood else set()
+        for h in inv.hosts:
+            problems = []
+            if l2.get(h.mac) != h.switch_port:
+                problems.append(f"l2 sends {h.mac} to port {l2[h.mac]}" if h.mac in l2
+                                else f"no l2 entry for {h.mac}")
+            if h.switch_port not in flood_ports:
+                problems.append(f"port {h.switch_port} is not in the flood group")
+            fix = "; run `hysync deploy` to fix" if problems else ""
+            checks.append(Check(f"port map {h.name}", not problems,
+                                "; ".join(problems) + fix if problems else
+                                f"{h.mac} -> port {h.switch_port}, flooded"))
+    return checks
+
+
+def _check_arbitration(inv: Inventory, timeout: float) -> Check:
+    s = inv.switch
+    high, low = s.election_id
+    election = f"{low}" if high == 0 else f"{high},{low}"
+    try:
+        with Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
+                    timeout=timeout, connect_timeout=timeout):
+            return Check("arbitration", True, f"election id {election} becomes primary (no "
+                                              "controller holds the switch now)")
+    except NotPrimaryError as err:
+        if err.primary is None or err.primary == s.election_id:
+            return Check("arbitration", True, f"election id {election} is in use: `hysync "
+                                              "serve` holds the switch")
+        return Check("arbitration", False, f"{err}; raise switch.election_id in the inventory")
+    except ControlPlaneError as err:
+        return Check("arbitration", False, str(err))
+
+
+def inventory_jobs(controller: Controller, inv: Inventory) -> list[InstalledJob]:
+    """The installed jobs whose members are all hosts of the inventory."""
+    macs = {h.mac for h in inv.hosts}
+    return [j for j in controller.list_jobs()
+            if j.members and all(m.mac in macs for m in j.members)]
+
+
+def teardown(inv: Inventory, *, dry_run: bool = False, timeout: float = 5.0,
+             say: Callable[[str], None] = lambda _: None) -> int:
+    """Remove the inventory's jobs, then the hosts' l2 entries and flood ports; entries
+    of anything else stay. Returns the number of updates (dry run: that would be made)."""
+    written = 0
+    with connect(inv, read_only=dry_run, timeout=timeout) as switch:
+        if not switch.has_pipeline:
+            say("the switch has no pipeline: nothing to remove")
+            return 0
+        controller = Controller(switch)
+        for job in inventory_jobs(controller, inv):
+            if dry_run:
+                say(f"would remove job {job.job_id} (slots {job.slots[0]}-{job.slots[1]})")
+                continue
+            n = controller.remove_job(job.job_id)
+            say(f"job {job.job_id} removed ({n} updates)")
+            written += n
+        l2, flood = _forwarding_state(switch)
+        updates = [delete(forwarding.l2_entry(h.mac, l2[h.mac])) for h in inv.hosts
+                   if h.mac in l2]
+        if flood is not None:
+            keep = flood.ports() - {h.switch_port for h in inv.hosts}
+            if keep != flood.ports():
+                updates.append(modify(forwarding.flood_group(keep)) if keep else delete(flood))
+        for u in updates:
+            say(("would write " if dry_run else "") + str(u))
+        if not dry_run:
+            switch.write(updates)
+        written += len(updates)
+    return written

@@ -1,0 +1,380 @@
+"""`hysync serve INVENTORY`: the one owner of a testbed's switch.
+
+It holds the P4Runtime primary role under the inventory's election id for as long as
+it runs, so a second `serve` against the same switch is refused by the switch itself
+(two streams may not share an election id). It listens on `serve.listen` (TCP or a
+Unix socket) for one JSON request per line (controlplane/serve_client.py):
+
+* `admit`: a training script's job (and its model-averaging job); members are
+  inventory hosts; job ids and slots come from the pool, disjoint from live jobs';
+* `claim`: take over the lease of jobs after a reconnect (a restarted serve);
+* `release`: remove the jobs this connection admitted;
+* `mode_set`, `exclude`, `readmit`, `job_add`, `job_remove`: the CLI's writes, routed
+  here (`hysync --serve ADDR ...`);
+* `status`: the jobs, their owners and policies.
+
+The connection that admitted a job is its lease: when it closes without `release`
+(the script crashed), the job is removed and its slots return to the pool. A mode set
+by the operator while a job's policy runs is applied and logged as an override; the
+policy adopts it and holds it for its minimum dwell before deciding again.
+
+A restarted serve reads the switch's tables back (`Controller.attach`): the jobs it
+finds on the inventory's hosts are kept for `claim_grace` seconds for their scripts
+to reconnect and claim them, then removed; slots are given after the last one in use,
+so a restart never hands out a live job's slots.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controlplane.controller import Controller
+from controlplane.deploy import compare_pipeline, held, inventory_jobs
+from controlplane.errors import ControlPlaneError, NotPrimaryError
+from controlplane.inventory import Inventory, parse_listen
+from controlplane.job import JobConfig
+from controlplane.policy import PolicyConfig, make_policy
+from controlplane.policy_runner import PolicyRunner
+from controlplane.serve_client import ServeError
+from controlplane.switch import Switch
+from hysync import wire
+from hysync.wire import Mode
+
+log = logging.getLogger(__name__)
+
+OPERATOR = -1  # owner of jobs added from the CLI: no lease, removed by hand
+
+
+@dataclass(slots=True)
+class Lease:
+    owner: int | None  # connection id; None: adopted at a restart, waiting for a claim
+    deadline: float = 0.0  # unclaimed adopted jobs are removed then
+    policy: PolicyRunner | None = None
+
+
+class Server:
+    """The serve process's state: the primary session, the jobs' leases and policies."""
+
+    def __init__(self, inv: Inventory, *, policy: str | None = "adaptive",
+                 policy_interval: float = 0.5, policy_scale: float = 1.0,
+                 policy_log: Path | None = None, claim_grace: float = 30.0,
+                 timeout: float = 5.0, say: Callable[[str], None] = print) -> None:
+        self.inv = inv
+        self.policy_name, self.policy_interval = policy, policy_interval
+        self.policy_config = PolicyConfig().scaled(policy_scale)
+        self.policy_log, self.claim_grace, self.say = policy_log, claim_grace, say
+        self.lock = threading.RLock()  # one controller call at a time
+        self.leases: dict[int, Lease] = {}
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listener: socketserver.BaseServer | None = None
+        s = inv.switch
+        try:
+            self.switch = Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
+                                 timeout=timeout)
+        except NotPrimaryError as err:
+            raise ServeError(f"{held(inv, err)}: one switch has one `hysync serve`; stop the "
+                             "other before starting this one") from None
+        try:
+            pipeline = compare_pipeline(self.switch, inv)
+            if pipeline.state != "same":
+                raise ServeError(f"{pipeline.detail}: run `hysync deploy {inv.path}` first")
+            self.controller = Controller(self.switch, keep_macs={h.mac for h in inv.hosts},
+                                         keep_ports={h.switch_port for h in inv.hosts})
+            self.controller.attach()
+            adopted = inventory_jobs(self.controller, inv)
+            for job in adopted:
+                self.leases[job.job_id] = Lease(None, time.monotonic() + claim_grace)
+            self._cursor = max((j.slots[1] + 1 for j in adopted), default=inv.pool.slot_base)
+            if adopted:
+                say(f"adopted jobs {', '.join(str(j.job_id) for j in adopted)} from the switch; "
+                    f"their owners have {claim_grace:g} s to claim them")
+        except BaseException:
+            self.switch.close()
+            raise
+
+    # ---------------------------------------------------------- lifecycle
+    def start(self) -> Server:
+        kind, where = parse_listen(self.inv.serve)
+        handler = _handler(self)
+        listener: socketserver.BaseServer
+        if kind == "unix":
+            assert isinstance(where, str)
+            if os.path.exists(where):
+                os.unlink(where)  # we are the primary: a socket file left there is stale
+            listener = socketserver.ThreadingUnixStreamServer(where, handler)
+        else:
+            socketserver.ThreadingTCPServer.allow_reuse_address = True
+            listener = socketserver.ThreadingTCPServer(where, handler)  # type: ignore[arg-type]
+        listener.daemon_threads = True  # type: ignore[attr-defined]
+        self._listener = listener
+        for target in (listener.serve_forever, self._tick):
+            t = threading.Thread(target=target, daemon=True, name=f"serve-{target.__name__}")
+            t.start()
+            self._threads.append(t)
+        return self
+
+    @property
+    def address(self) -> str:
+        assert self._listener is not None
+        where = self._listener.server_address
+        return f"unix:{where}" if isinstance(where, str) else "{}:{}".format(*where[:2])
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.shutdown()
+            self._listener.server_close()
+        for t in self._threads:
+            t.join(timeout=5)
+        with self.lock:
+            for lease in self.leases.values():
+                if lease.policy is not None:
+                    lease.policy.close()
+        self.switch.close()
+
+    def _tick(self) -> None:
+        """Every policy interval: step the policies, drop unclaimed adopted jobs."""
+        while not self._stop.wait(self.policy_interval):
+            with self.lock:
+                now = time.monotonic()
+                for job_id, lease in list(self.leases.items()):
+                    if lease.owner is None and now >= lease.deadline:
+                        self._remove([job_id], "nobody claimed it after the restart")
+                    elif lease.policy is not None:
+                        try:
+                            lease.policy.step()
+                        except ControlPlaneError as err:
+                            log.warning("policy of job %d: %s", job_id, err)
+
+    # ---------------------------------------------------------- requests
+    def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+        if method is None:
+            ops = sorted(n[3:] for n in dir(self) if n.startswith("op_"))
+            raise ServeError(f"unknown op {op!r}: one of {', '.join(ops)}")
+        with self.lock:
+            return dict(method(conn, request), ok=True)
+
+    def connection_closed(self, conn: int) -> None:
+        with self.lock:
+            owned = [j for j, lease in self.leases.items() if lease.owner == conn]
+            if owned:
+                self._remove(owned, "its training script's connection closed")
+
+    def op_status(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        jobs = []
+        for job in self.controller.list_jobs():
+            lease = self.leases.get(job.job_id)
+            owner = ("operator" if lease and lease.owner == OPERATOR else
+                     "unclaimed" if lease and lease.owner is None else
+                     f"connection {lease.owner}" if lease else "not this serve's")
+            jobs.append(dict(job.to_dict(), owner=owner,
+                             policy=bool(lease and lease.policy is not None)))
+        return {"jobs": jobs, "grpc_addr": self.inv.switch.grpc_addr}
+
+    def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        members = request.get("members")
+        if not isinstance(members, list) or not members:
+            raise ServeError("admit needs members: [{worker, host, udp_port[, avg_udp_port]}]")
+        pool = self.inv.pool
+        averaging = all(m.get("avg_udp_port") for m in members)
+        need = pool.job_slots + (pool.averaging_slots if averaging else 0)
+        base = self._allocate(need)
+        ids = self._free_ids(2 if averaging else 1)
+        mode = str(request.get("mode", "sync"))
+        train = self._job_config(ids[0], members, "udp_port", base, pool.job_slots, mode,
+                                 request.get("quorum"), str(request.get("name", "")))
+        jobs = [train]
+        if averaging:
+            jobs.append(self._job_config(ids[1], members, "avg_udp_port", base + pool.job_slots,
+                                         pool.averaging_slots, "sync", None, "model-averaging"))
+        installed: list[JobConfig] = []
+        try:
+            for job in jobs:
+                self.controller.add_job(job)
+                installed.append(job)
+        except ControlPlaneError:
+            for job in installed:
+                self.controller.remove_job(job.job_id)
+            raise
+        self._cursor = base + need
+        policy = request.get("policy", self.policy_name)
+        for job in jobs:
+            self.leases[job.job_id] = Lease(conn)
+        if policy and policy != "none":
+            self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
+        self.say(f"admitted job {train.job_id} {train.name!r}: {len(members)} members, slots "
+                 f"{train.slots[0]}-{train.slots[1]}" +
+                 (f", averaging job {jobs[1].job_id} slots {jobs[1].slots[0]}-{jobs[1].slots[1]}"
+                  if averaging else "") + (f", policy {policy}" if policy else ""))
+        return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
+                          "slot_count": j.slot_count} for j in jobs],
+                "switch": {"ipv4": self.inv.switch.data_ipv4,
+                           "udp_port": self.inv.switch.data_udp_port}}
+
+    def op_claim(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        ids = _job_ids(request)
+        for job_id in ids:
+            lease = self.leases.get(job_id)
+            if lease is None or lease.owner not in (None,):
+                raise ServeError(f"job {job_id} is not waiting for a claim (it is "
+                                 f"{'unknown' if lease is None else 'owned'})")
+        for job_id in ids:
+            self.leases[job_id].owner = conn
+        self.say(f"jobs {', '.join(map(str, ids))} claimed by connection {conn}")
+        return {"jobs": ids}
+
+    def op_release(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        owned = [j for j, lease in self.leases.items() if lease.owner == conn]
+        self._remove(owned, "released by its training script")
+        return {"jobs": owned}
+
+    def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        job_id = _int(request, "job")
+        job = self.controller.job(job_id)
+        slots = tuple(request.get("slots") or job.slots)
+        mode = Mode[str(request.get("mode", "")).upper()]
+        report = self.controller.set_mode(job_id, slots=(int(slots[0]), int(slots[1])),
+                                          mode=mode, quorum=request.get("quorum"))
+        lease = self.leases.get(job_id)
+        if lease is not None and lease.policy is not None:
+            runner = lease.policy
+            runner.step()  # the policy sees the change now, adopts it, restarts its dwell
+            runner._write({"time": time.monotonic(), "action": "override", "job_id": job_id,
+                           "mode": mode.name.lower(), "quorum": report.quorum,
+                           "slots": list(report.slots), "wall": time.time()})
+            self.say(f"job {job_id}: operator override {mode.name.lower()} "
+                     f"(quorum {report.quorum}); the policy adopts it")
+        return {"job_id": job_id, "slots": list(report.slots), "mode": mode.name.lower(),
+                "quorum": report.quorum, "strategy": report.strategy,
+                "deleted_entries": report.deleted, "override": bool(lease and lease.policy)}
+
+    def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        r = self.controller.exclude(_int(request, "job"), _int(request, "worker"))
+        return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
+                "quorums": [list(q) for q in r.quorums]}
+
+    def op_readmit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        r = self.controller.readmit(_int(request, "job"), _int(request, "worker"))
+        return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
+                "quorums": [list(q) for q in r.quorums]}
+
+    def op_job_add(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        job = JobConfig.from_dict(request.get("job") or {})
+        report = self.controller.add_job(job, replace=bool(request.get("replace")))
+        self.leases.setdefault(job.job_id, Lease(OPERATOR))
+        return {"job_id": job.job_id, "outcome": report.outcome, "updates": report.updates}
+
+    def op_job_remove(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        job_id = _int(request, "job")
+        written = self.controller.remove_job(job_id)
+        self._drop_lease(job_id)
+        return {"job_id": job_id, "updates": written}
+
+    # ---------------------------------------------------------- helpers
+    def _remove(self, job_ids: list[int], why: str) -> None:
+        for job_id in job_ids:
+            self._drop_lease(job_id)
+            try:
+                self.controller.remove_job(job_id)
+                self.say(f"job {job_id} removed: {why}")
+            except ControlPlaneError as err:
+                self.say(f"job {job_id}: removing it failed ({err})")
+
+    def _drop_lease(self, job_id: int) -> None:
+        lease = self.leases.pop(job_id, None)
+        if lease is not None and lease.policy is not None:
+            lease.policy.close()
+
+    def _policy(self, job_id: int, name: str) -> PolicyRunner:
+        path = self.policy_log
+        runner = PolicyRunner(self.controller, job_id, make_policy(name, self.policy_config),
+                              interval=self.policy_interval, log_path=path)
+        runner.start()
+        return runner
+
+    def _job_config(self, job_id: int, members: list[dict[str, Any]], port_key: str, base: int,
+                    count: int, mode: str, quorum: object, name: str) -> JobConfig:
+        rows = []
+        for i, m in enumerate(members):
+            if not isinstance(m, dict):
+                raise ServeError(f"members[{i}] must be an object {{worker, host, udp_port}}")
+            host = self.inv.host(str(m.get("host")))
+            rows.append({"worker": m.get("worker"), "ipv4": host.ipv4, "mac": host.mac,
+                         "udp_port": m.get(port_key), "switch_port": host.switch_port})
+        data: dict[str, Any] = {"job_id": job_id, "mode": mode, "name": name,
+                                "slots": {"base": base, "count": count}, "members": rows}
+        if quorum is not None:
+            data["quorum"] = quorum
+        return JobConfig.from_dict(data)
+
+    def _allocate(self, need: int) -> int:
+        """The first free range of `need` slots at or after the cursor (wrapping): slots
+        after the last ones given out first, so a freed range rests before it is reused."""
+        lo, hi = self.inv.pool.slots
+        used = sorted(j.slots for j in self.controller.list_jobs() if j.complete)
+        starts = [self._cursor] + [b + 1 for _, b in used] + [lo]
+        for start in sorted(set(starts), key=lambda s: (s < self._cursor, s)):
+            end = start + need - 1
+            if start >= lo and end <= hi and all(end < a or start > b for a, b in used):
+                return start
+        raise ServeError(f"no {need} free slots in the pool {lo}-{hi} (jobs use "
+                         f"{', '.join(f'{a}-{b}' for a, b in used)}): wait for a job to end, or "
+                         "lower pool.job_slots in the inventory")
+
+    def _free_ids(self, n: int) -> list[int]:
+        taken = set(self.controller.jobs)
+        free = [j for j in range(1, wire.MAX_JOBS) if j not in taken][:n]
+        if len(free) < n:
+            raise ServeError("every job id 1..255 is in use on the switch")
+        return free
+
+
+def _int(request: dict[str, Any], key: str) -> int:
+    value = request.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServeError(f"{key} must be an integer, got {value!r}")
+    return value
+
+
+def _job_ids(request: dict[str, Any]) -> list[int]:
+    ids = request.get("jobs")
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise ServeError("jobs must be a list of job ids")
+    return ids
+
+
+def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            conn = next(server._ids)
+            try:
+                for line in self.rfile:
+                    try:
+                        request = json.loads(line)
+                        if not isinstance(request, dict):
+                            raise ServeError("a request is one JSON object per line")
+                        reply = server.handle(conn, request)
+                    except (ControlPlaneError, KeyError, ValueError, TypeError) as err:
+                        reply = {"ok": False, "error": " ".join(str(err).split())
+                                 or type(err).__name__}
+                    self.wfile.write((json.dumps(reply) + "\n").encode())
+            except OSError:
+                pass
+            finally:
+                server.connection_closed(conn)
+
+    return Handler

@@ -1,0 +1,183 @@
+"""The testbed commands of `hysync`: deploy, teardown and serve, and the CLI's writes
+routed through a running serve (`hysync --serve ADDR mode set ...`).
+
+While `hysync serve` holds the switch it is the only primary: a CLI process that
+arbitrated itself would be refused (election ids only go up). With `--serve ADDR` (or
+HYSYNC_SERVE in the environment) `job add/remove`, `mode set` and `member
+exclude/readmit` are requests to the serve instead; reads need no routing (they open
+no arbitration stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controlplane import deploy
+from controlplane.cli import UsageError, _Out
+from controlplane.errors import ControlPlaneError
+from controlplane.inventory import Inventory
+from controlplane.job import JobConfig
+from controlplane.serve import Server
+from controlplane.serve_client import ServeClient
+from controlplane.sync_mode import format_mode
+from hysync.wire import Mode
+
+Handler = Callable[[argparse.Namespace, _Out], None]
+
+
+def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
+    """Prepare a testbed's switch for jobs. The pipeline, and l2 forwarding and
+    flooding for every host of the INVENTORY.
+
+    Idempotent: what the switch has already is not written again (a second run says
+    "nothing to do"). --dry-run prints every P4Runtime write it would make and makes
+    none. --check makes no write either: it reports reachability, arbitration, the
+    pipeline's identity and the port map, one line per check, and exits non-zero if one
+    fails. A switch running another pipeline is refused unless --replace-pipeline.
+    """
+    inv = Inventory.load(args.inventory)
+    if args.check:
+        checks = deploy.check(inv, timeout=args.timeout)
+        out.emit({"checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks]},
+                 "\n".join(c.line() for c in checks))
+        failed = [c.name for c in checks if not c.ok]
+        if failed:
+            raise ControlPlaneError(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+        return
+    report = deploy.deploy(inv, dry_run=args.dry_run, replace_pipeline=args.replace_pipeline,
+                           timeout=args.timeout)
+    prefix = "would " if args.dry_run else ""
+    lines = []
+    if report.push:
+        lines.append(f"{prefix}push pipeline {inv.switch.p4info}"
+                     + (f" + {inv.switch.device_config}" if inv.switch.device_config else "")
+                     + f" ({report.pipeline.detail if report.pipeline else ''})")
+    lines += [f"{prefix}write {u}" for u in report.updates]
+    if not lines:
+        lines.append(f"nothing to do: {inv.switch.grpc_addr} already has the pipeline and the "
+                     f"forwarding of {len(inv.hosts)} hosts")
+    elif not args.dry_run:
+        lines.append(f"deployed {inv.name or inv.path} on {inv.switch.grpc_addr}: "
+                     f"{len(report.updates)} writes")
+    out.emit({"push": report.push, "writes": [str(u) for u in report.updates],
+              "dry_run": args.dry_run}, "\n".join(lines))
+
+
+def cmd_teardown(args: argparse.Namespace, out: _Out) -> None:
+    """Remove what deploy and the INVENTORY's jobs wrote. Nothing else goes: the jobs
+    whose members are its hosts, the hosts' l2 entries and flood ports.
+
+    Stop `hysync serve` first (it holds the switch). --dry-run says what would go.
+    """
+    inv = Inventory.load(args.inventory)
+    lines: list[str] = []
+    n = deploy.teardown(inv, dry_run=args.dry_run, timeout=args.timeout, say=lines.append)
+    lines.append(f"{'would remove' if args.dry_run else 'removed'} {n} entries of "
+                 f"{inv.name or inv.path}")
+    out.emit({"updates": n, "dry_run": args.dry_run}, "\n".join(lines))
+
+
+def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
+    """Own the INVENTORY's switch until Ctrl-C or SIGTERM. Hold the P4Runtime primary role,
+    admit jobs from training scripts (hysync.torch.attach), run each job's straggler
+    policy, and carry out the CLI's writes (`hysync --serve ADDR ...`).
+
+    A second serve against the same switch is refused; a restarted one reads the jobs
+    back from the switch and keeps them for --claim-grace seconds for their scripts.
+    """
+    inv = Inventory.load(args.inventory)
+    server = Server(inv, policy=None if args.policy == "none" else args.policy,
+                    policy_interval=args.policy_interval, policy_scale=args.policy_scale,
+                    policy_log=Path(args.policy_log) if args.policy_log else None,
+                    claim_grace=args.claim_grace, timeout=args.timeout,
+                    say=lambda text: out.emit({"event": text}, text)).start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    out.emit({"listen": server.address, "grpc_addr": inv.switch.grpc_addr},
+             f"serving {inv.name or inv.path}: switch {inv.switch.grpc_addr}, requests on "
+             f"{server.address}")
+    try:
+        stop.wait()
+    finally:
+        server.close()
+
+
+# ------------------------------------------------------------ routed through serve
+def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any]:
+    with ServeClient(args.serve, timeout=max(args.timeout, 30.0)) as client:
+        return client.request(message)
+
+
+def routed_job_add(args: argparse.Namespace, out: _Out) -> None:
+    job = JobConfig.load(args.file)
+    import tomllib  # the file as data again: the serve validates it the same way
+
+    r = _request(args, {"op": "job_add", "job": tomllib.loads(Path(args.file).read_text()),
+                        "replace": args.replace})
+    out.emit(r, f"job {job.job_id} {r['outcome']} ({r['updates']} updates) via {args.serve}")
+
+
+def routed_job_remove(args: argparse.Namespace, out: _Out) -> None:
+    r = _request(args, {"op": "job_remove", "job": args.job})
+    out.emit(r, f"job {args.job} removed ({r['updates']} updates) via {args.serve}")
+
+
+def routed_mode_set(args: argparse.Namespace, out: _Out) -> None:
+    mode = Mode[args.mode.upper()]
+    if mode == Mode.PARTIAL and args.quorum is None:
+        raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
+    if args.wait is not None:
+        raise UsageError("--wait is not available through --serve; watch `hysync stats`")
+    r = _request(args, {"op": "mode_set", "job": args.job, "slots": list(args.slots),
+                        "mode": args.mode, "quorum": args.quorum})
+    lo, hi = r["slots"]
+    note = "; an override of the job's policy" if r["override"] else ""
+    out.emit(r, f"job {args.job} slots {lo}-{hi}: {format_mode(mode, r['quorum'])} "
+                f"({r['strategy']}) via {args.serve}{note}")
+
+
+def _routed_member(op: str, what: str) -> Handler:
+    def run(args: argparse.Namespace, out: _Out) -> None:
+        r = _request(args, {"op": op, "job": args.job, "worker": args.worker})
+        out.emit(r, f"job {args.job}: worker {args.worker} {what}; {r['members']} active "
+                    f"members (via {args.serve})")
+    return run
+
+
+def routes() -> dict[str, Handler]:
+    """Handler name in controlplane.cli -> its version through a serve."""
+    return {"cmd_job_add": routed_job_add, "cmd_job_remove": routed_job_remove,
+            "cmd_mode_set": routed_mode_set,
+            "cmd_member_exclude": _routed_member("exclude", "excluded"),
+            "cmd_member_readmit": _routed_member("readmit", "readmitted")}
+
+
+def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
+                 command: Callable[..., argparse.ArgumentParser]) -> None:
+    p = command(groups, "deploy", cmd_deploy)
+    p.add_argument("inventory", metavar="INVENTORY", help="TOML inventory of the testbed")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--dry-run", action="store_true", help="print the writes, make none")
+    how.add_argument("--check", action="store_true", help="check the testbed, write nothing")
+    p.add_argument("--replace-pipeline", action="store_true",
+                   help="push the inventory's pipeline over another one (clears the switch)")
+    p = command(groups, "teardown", cmd_teardown)
+    p.add_argument("inventory", metavar="INVENTORY")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    p = command(groups, "serve", cmd_serve)
+    p.add_argument("inventory", metavar="INVENTORY")
+    p.add_argument("--policy", choices=["adaptive", "none"], default="adaptive",
+                   help="the straggler policy of every admitted job (default adaptive)")
+    p.add_argument("--policy-interval", type=float, default=0.5, metavar="SECONDS",
+                   help="counter read interval of the policies (default 0.5)")
+    p.add_argument("--policy-scale", type=float, default=1.0, metavar="FACTOR",
+                   help="scale the policy's time constants (short test runs: 0.5)")
+    p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
+    p.add_argument("--claim-grace", type=float, default=30.0, metavar="SECONDS",
+                   help="after a restart, how long jobs found on the switch wait for a claim")
