@@ -8,6 +8,7 @@ Unix socket) for one JSON request per line (controlplane/serve_client.py):
 * `admit`: a training script's job (and its model-averaging job); members are
   inventory hosts; job ids and slots come from the pool, disjoint from live jobs';
 * `claim`: take over the lease of jobs after a reconnect (a restarted serve);
+* `leave`: a worker finished training (it is excluded, the policy stops);
 * `release`: remove the jobs this connection admitted;
 * `mode_set`, `exclude`, `readmit`, `job_add`, `job_remove`: the CLI's writes, routed
   here (`hysync --serve ADDR ...`);
@@ -34,7 +35,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ class Lease:
     owner: int | None  # connection id; None: adopted at a restart, waiting for a claim
     deadline: float = 0.0  # unclaimed adopted jobs are removed then
     policy: PolicyRunner | None = None
+    left: set[int] = field(default_factory=set)  # workers that finished training
 
 
 class Server:
@@ -241,6 +243,28 @@ class Server:
         owned = [j for j, lease in self.leases.items() if lease.owner == conn]
         self._remove(owned, "released by its training script")
         return {"jobs": owned}
+
+    def op_leave(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        """A worker finished training: take it out of the job, so that the rounds of the
+        members still finishing their last steps never wait for it. The policy's work is
+        done (what is left is a drain): it stops, and the members it excluded come back."""
+        job_id, worker = _int(request, "job"), _int(request, "worker")
+        lease = self.leases.get(job_id)
+        if lease is None:
+            raise ServeError(f"job {job_id} is not one of this serve's jobs")
+        lease.left.add(worker)
+        if lease.policy is not None:
+            lease.policy.close()
+            lease.policy = None
+            self.say(f"job {job_id}: worker {worker} finished; policy stopped")
+        job = self.controller.job(job_id)
+        for w in sorted({m.worker for m in job.members} - job.active - lease.left):
+            self.controller.readmit(job_id, w)
+            self.say(f"job {job_id}: readmitted worker {w} to finish")
+        active = self.controller.job(job_id).active
+        if worker in active and len(active) > 1:
+            self.controller.exclude(job_id, worker)
+        return {"job_id": job_id, "worker": worker}
 
     def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         job_id = _int(request, "job")

@@ -1,0 +1,157 @@
+"""HySync in a user's training script: one call after `init_process_group`.
+
+    import hysync.torch
+    dist.init_process_group("gloo")                # as torchrun sets it up
+    model = DistributedDataParallel(net)
+    job = hysync.torch.attach(model, inventory="rack.toml")
+    for step in job.steps(1000):                   # until the *job* applied 1000 updates
+        ...forward, backward, optimizer step...
+
+`attach` finds which inventory host it runs on (the host whose address it can bind,
+or HYSYNC_HOST), reserves a UDP port there, publishes the address through the process
+group's store, and rank 0 asks `hysync serve` (the inventory's `serve.listen`) to admit
+the job: job id and slots come from the switch's pool, so jobs never collide. Rank 0's
+connection to the serve is the job's lease: when the script ends, or crashes, the
+serve removes the job. Every rank then registers the HySync DDP communication hook.
+
+`steps(n)` counts the job's clock, not the local iterations: in partial or async mode
+a straggler applies several rounds in one call, and every replica stops at the same
+round. A rank that is done leaves the job (the others' rounds stop waiting for it),
+waits for the others, and rank 0 releases the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from controlplane.inventory import Host, Inventory, InventoryError
+from controlplane.serve_client import ServeClient
+from worker.api import DEFAULT_SCALE, HySyncWorker
+from worker.ddp_hook import HySyncHookState, hysync_hook
+from worker.transport import TransportConfig
+
+STORE_PREFIX = "hysync"
+
+
+class AttachError(RuntimeError):
+    """The script cannot join HySync as configured; the message says what to fix."""
+
+
+class HySyncJob:
+    """A rank's handle on its HySync job: the worker, the hook state, the job's clock."""
+
+    def __init__(self, rank: int, world: int, job: dict, worker: HySyncWorker,
+                 state: HySyncHookState, serve: ServeClient) -> None:
+        self.rank, self.world = rank, world
+        self.job_id: int = job["job_id"]
+        self.slots = (job["slot_base"], job["slot_base"] + job["slot_count"] - 1)
+        self.worker, self.state, self.serve = worker, state, serve
+        self.updates = 0.0  # the job's clock: all-member updates applied at this replica
+        self.local_steps = 0  # this rank's own iterations
+        self._closed = False
+
+    def steps(self, n: int) -> Iterator[int]:
+        """Yield local step numbers until the job has applied `n` updates, then finish."""
+        while self.updates < n - 1e-9:
+            calls = self.state.stats.calls
+            yield self.local_steps
+            self.local_steps += 1
+            if self.state.stats.calls > calls:  # a backward ran the hook: the clock moved
+                self.updates += self.state.updates_applied()
+        self.finish()
+
+    def finish(self) -> None:
+        """Leave the job, wait for every rank, and (rank 0) release it."""
+        if self._closed:
+            return
+        self.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank})
+        dist.barrier()
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.rank == 0:
+            self.serve.request({"op": "release"})
+        self.serve.close()
+        self.worker.close()
+
+
+def find_host(inv: Inventory, name: str | None = None) -> Host:
+    """The inventory host this process runs on: `name`, HYSYNC_HOST, or the one host whose
+    IPv4 address a socket here can bind."""
+    name = name or os.environ.get("HYSYNC_HOST")
+    if name:
+        return inv.host(name)
+    local = []
+    for host in inv.hosts:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((host.ipv4, 0))
+            except OSError:
+                continue
+        local.append(host)
+    if len(local) != 1:
+        which = ", ".join(h.name for h in local) or "none"
+        raise AttachError(f"cannot tell which host of {inv.path} this is (hosts with an "
+                          f"address here: {which}): set HYSYNC_HOST to its name")
+    return local[0]
+
+
+def _reserve_port(ipv4: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((ipv4, 0))
+        return s.getsockname()[1]
+
+
+def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
+           host: str | None = None, mode: str = "sync", policy: str | None = None,
+           scale: float = DEFAULT_SCALE, timeout: float = 120.0) -> HySyncJob:
+    """Join HySync: admit the job (rank 0), register the DDP hook (every rank)."""
+    if not dist.is_initialized():
+        raise AttachError("call torch.distributed.init_process_group before "
+                          "hysync.torch.attach (torchrun sets up its environment)")
+    try:
+        inv = inventory if isinstance(inventory, Inventory) else Inventory.load(inventory)
+    except InventoryError as err:
+        raise AttachError(str(err)) from None
+    rank, world = dist.get_rank(), dist.get_world_size()
+    me = find_host(inv, host)
+    port = _reserve_port(me.ipv4)
+    # The process group's store (private in torch, stable since 1.x): the rendezvous
+    # every rank already shares, whatever launched it.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{STORE_PREFIX}/member/{rank}", json.dumps(
+        {"worker": rank, "host": me.name, "udp_port": port}))
+    serve = ServeClient(inv.serve, timeout=timeout)
+    if rank == 0:
+        keys = [f"{STORE_PREFIX}/member/{r}" for r in range(world)]
+        store.wait(keys, timedelta(seconds=timeout))
+        members = [json.loads(store.get(k)) for k in keys]
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+        request = {"op": "admit", "name": "torchrun" if run_id == "none" else run_id,
+                   "members": members, "mode": mode}
+        if policy is not None:
+            request["policy"] = policy
+        reply = serve.request(request)
+        store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
+    store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
+    reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
+    job, switch = reply["jobs"][0], reply["switch"]
+    config = TransportConfig(job_id=job["job_id"], worker_id=rank, switch_host=switch["ipv4"],
+                             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port,
+                             slot_base=job["slot_base"], slot_count=job["slot_count"],
+                             members=world, dead_after=timeout)
+    worker = HySyncWorker(config, scale=scale)
+    state = HySyncHookState(worker)
+    model.register_comm_hook(state, hysync_hook)
+    return HySyncJob(rank, world, job, worker, state, serve)
