@@ -1,0 +1,67 @@
+"""Fixtures of the testbed tests: a valid loopback inventory as data and as a file, and
+the real in-process softswitch of the control-plane tests."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
+
+Data = dict[str, Any]
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loopback_inventory(grpc_addr: str = "127.0.0.1:9559", udp_port: int = 48620,
+                       listen: str = "127.0.0.1:9600", hosts: int = 2) -> Data:
+    """Hosts emulated on this machine: all on 127.0.0.1, told apart by HYSYNC_HOST."""
+    return {
+        "name": "loopback",
+        "switch": {"grpc_addr": grpc_addr, "target": "softswitch", "p4info": str(P4INFO),
+                   "election_id": 10, "data_ipv4": "127.0.0.1", "data_udp_port": udp_port},
+        "pool": {"job_slots": 32, "averaging_slots": 8},
+        "serve": {"listen": listen},
+        "hosts": [{"name": f"h{i + 1}", "interface": "lo", "ipv4": "127.0.0.1",
+                   "mac": f"02:00:00:00:01:{i + 1:02x}", "switch_port": i + 1}
+                  for i in range(hosts)],
+    }
+
+
+def toml_text(data: Data) -> str:
+    """Enough TOML for an inventory: scalars, tables, arrays of tables."""
+    def scalar(v: object) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {scalar(v)}" for k, v in data.items() if not isinstance(v, dict | list)]
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines += [f"[{key}]"] + [f"{k} = {scalar(v)}" for k, v in value.items()]
+        elif isinstance(value, list):
+            for item in value:
+                lines += [f"[[{key}]]"] + [f"{k} = {scalar(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_inventory(path: Path, data: Data) -> Path:
+    path.write_text(toml_text(data))
+    return path
+
+
+@pytest.fixture
+def inventory_for(tmp_path: Path):
+    """inventory_for(softswitch, **changes) -> the path of a loopback inventory of it."""
+    def make(switch: Softswitch, *, listen: str | None = None, hosts: int = 2) -> Path:
+        data = loopback_inventory(switch.grpc_addr, switch.udp_addr[1],
+                                  listen or f"127.0.0.1:{free_port()}", hosts)
+        return write_inventory(tmp_path / "testbed.toml", copy.deepcopy(data))
+    return make
