@@ -27,10 +27,12 @@ so a restart never hands out a live job's slots.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import os
+import socket
 import socketserver
 import threading
 import time
@@ -80,6 +82,7 @@ class Server:
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.connections: set[socket.socket] = set()  # closed by close(): clients learn it
         self._listener: socketserver.BaseServer | None = None
         s = inv.switch
         try:
@@ -141,6 +144,9 @@ class Server:
         for t in self._threads:
             t.join(timeout=5)
         with self.lock:
+            for sock in list(self.connections):
+                with contextlib.suppress(OSError):  # the client closed it already
+                    sock.shutdown(socket.SHUT_RDWR)
             for lease in self.leases.values():
                 if lease.policy is not None:
                     lease.policy.close()
@@ -171,6 +177,8 @@ class Server:
             return dict(method(conn, request), ok=True)
 
     def connection_closed(self, conn: int) -> None:
+        if self._stop.is_set():  # serve is stopping, not the script: its jobs stay
+            return
         with self.lock:
             owned = [j for j, lease in self.leases.items() if lease.owner == conn]
             if owned:
@@ -385,6 +393,8 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
             conn = next(server._ids)
+            with server.lock:
+                server.connections.add(self.connection)
             try:
                 for line in self.rfile:
                     try:
@@ -399,6 +409,8 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
             except OSError:
                 pass
             finally:
+                with server.lock:
+                    server.connections.discard(self.connection)
                 server.connection_closed(conn)
 
     return Handler

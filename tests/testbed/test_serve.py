@@ -1,0 +1,178 @@
+"""`hysync serve` against a real softswitch: one owner, jobs on leases with disjoint slots
+from the pool, a second serve refused, a restart that reconciles, the CLI routed."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane import forwarding
+from controlplane.cli import main
+from controlplane.controller import Controller
+from controlplane.inventory import Inventory
+from controlplane.serve import Server
+from controlplane.serve_client import ServeClient, ServeError
+from controlplane.switch import Switch
+
+from .conftest import Softswitch, loopback_inventory, write_inventory
+
+Start = Callable[..., Server]
+
+
+def hysync(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def deployed(inventory_for, softswitch: Softswitch) -> Inventory:
+    path = inventory_for(softswitch, hosts=3)
+    assert hysync("deploy", str(path))[0] == 0
+    return Inventory.load(path)
+
+
+@pytest.fixture
+def start(deployed: Inventory) -> Iterator[Start]:
+    servers: list[Server] = []
+
+    def make(**options: object) -> Server:
+        options.setdefault("say", lambda _: None)
+        server = Server(deployed, **options).start()  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+    yield make
+    for server in servers:
+        server.close()
+
+
+def members(*hosts: int, avg: bool = False) -> list[dict[str, object]]:
+    return [{"worker": w, "host": f"h{h}", "udp_port": 41000 + 2 * w,
+             **({"avg_udp_port": 41001 + 2 * w} if avg else {})} for w, h in enumerate(hosts)]
+
+
+def installed(inv: Inventory) -> dict[int, tuple[int, int]]:
+    with Switch(inv.switch.grpc_addr, arbitrate=False) as sw:
+        return {j.job_id: j.slots for j in Controller(sw).list_jobs()}
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_jobs_get_disjoint_slots_and_live_as_long_as_their_connection(
+        deployed: Inventory, start: Start) -> None:
+    server = start(policy=None)
+    a, b = ServeClient(server.address), ServeClient(server.address)
+    ra = a.request({"op": "admit", "members": members(1, 2, avg=True)})
+    rb = b.request({"op": "admit", "members": members(2, 3)})
+    assert ra["switch"] == {"ipv4": "127.0.0.1", "udp_port": deployed.switch.data_udp_port}
+    assert [(j["job_id"], j["slot_base"], j["slot_count"]) for j in ra["jobs"]] == [
+        (1, 0, 32), (2, 32, 8)]
+    assert [(j["job_id"], j["slot_base"]) for j in rb["jobs"]] == [(3, 40)]
+    assert installed(deployed) == {1: (0, 31), 2: (32, 39), 3: (40, 71)}
+    a.close()  # the script ended or crashed: its jobs go, the other job stays
+    wait_for(lambda: set(installed(deployed)) == {3})
+    rc = a.__class__(server.address).request({"op": "admit", "members": members(1)})
+    assert rc["jobs"][0]["slot_base"] == 72  # freed slots rest before they are reused
+    b.request({"op": "release"})
+    with Switch(deployed.switch.grpc_addr, arbitrate=False) as sw:  # deploy's entries stay
+        l2 = dict(map(forwarding.l2_of, sw.read_table(forwarding.L2)))
+    assert l2 == {h.mac: h.switch_port for h in deployed.hosts}
+
+
+def test_bad_admissions_are_refused_and_change_nothing(deployed: Inventory,
+                                                       start: Start) -> None:
+    server = start(policy=None)
+    with ServeClient(server.address) as client:
+        with pytest.raises(ServeError, match="no host 'h9'"):
+            client.request({"op": "admit", "members": [{"worker": 0, "host": "h9",
+                                                        "udp_port": 1}]})
+        with pytest.raises(ServeError, match=r"members\[1\].worker = 0 is also"):
+            client.request({"op": "admit", "members": [
+                {"worker": 0, "host": "h1", "udp_port": 41000},
+                {"worker": 0, "host": "h2", "udp_port": 41001}]})
+        with pytest.raises(ServeError, match="unknown op 'fly'"):
+            client.request({"op": "fly"})
+        assert installed(deployed) == {}
+
+
+def test_a_full_pool_refuses_a_job_with_a_way_out(tmp_path: Path, softswitch: Softswitch,
+                                                   deployed: Inventory) -> None:
+    data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1],
+                              f"unix:{tmp_path / 'serve.sock'}", hosts=3)
+    data["pool"] = {"slot_base": 100, "slot_count": 64, "job_slots": 32, "averaging_slots": 8}
+    server = Server(Inventory.load(write_inventory(tmp_path / "small.toml", data)),
+                    policy=None, say=lambda _: None).start()
+    try:
+        with ServeClient(server.address) as client:
+            bases = [client.request({"op": "admit", "members": members(1)})["jobs"][0]
+                     ["slot_base"] for _ in range(2)]
+            assert bases == [100, 132]
+            with pytest.raises(ServeError, match="no 32 free slots in the pool 100-163 .*"
+                                                 "lower pool.job_slots"):
+                client.request({"op": "admit", "members": members(2)})
+    finally:
+        server.close()
+
+
+def test_a_second_serve_is_refused(deployed: Inventory, start: Start) -> None:
+    start(policy=None)
+    code, out, err = hysync("serve", str(deployed.path))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "a controller with election id 10 holds the switch" in err
+    assert "one switch has one `hysync serve`" in err
+
+
+def test_a_restarted_serve_adopts_the_jobs_and_removes_the_unclaimed(
+        deployed: Inventory, start: Start) -> None:
+    first = start(policy=None)
+    a, b = ServeClient(first.address), ServeClient(first.address)
+    job_a = a.request({"op": "admit", "members": members(1, 2)})["jobs"][0]["job_id"]
+    b.request({"op": "admit", "members": members(3)})
+    first.close()
+    assert set(installed(deployed)) == {1, 2}  # stopping serve is not the scripts ending
+    second = start(policy=None, claim_grace=1.5)
+    with ServeClient(second.address) as client:
+        owners = {j["job_id"]: j["owner"] for j in client.request({"op": "status"})["jobs"]}
+        assert owners == {1: "unclaimed", 2: "unclaimed"}
+        client.request({"op": "claim", "jobs": [job_a]})
+        wait_for(lambda: set(installed(deployed)) == {job_a})
+        reply = client.request({"op": "admit", "members": members(2)})
+        assert reply["jobs"][0]["slot_base"] >= 64  # after every slot the first serve gave
+        with pytest.raises(ServeError, match="job 1 is not waiting for a claim"):
+            ServeClient(second.address).request({"op": "claim", "jobs": [1]})
+
+
+def test_the_cli_writes_through_serve_and_a_mode_set_overrides_the_policy(
+        deployed: Inventory, start: Start, tmp_path: Path) -> None:
+    log = tmp_path / "policy.jsonl"
+    server = start(policy="adaptive", policy_interval=0.1, policy_log=log)
+    client = ServeClient(server.address)
+    client.request({"op": "admit", "members": members(1, 2, 3)})
+    grpc = ["--grpc-addr", deployed.switch.grpc_addr]
+    code, _, err = hysync(*grpc, "mode", "set", "1", "--slots", "0-31", "async")
+    assert code == 1 and "not the primary controller" in err  # serve owns the switch
+    code, out, err = hysync("--serve", server.address, "mode", "set", "1", "--slots", "0-31",
+                            "partial", "--quorum", "2")
+    assert (code, err) == (0, "")
+    assert out == (f"job 1 slots 0-31: partial(2) (modify) via {server.address}; an override "
+                   "of the job's policy\n")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {"action": "override", "mode": "partial", "quorum": 2}.items() <= records[-1].items()
+    time.sleep(0.5)  # a few policy intervals: it keeps the operator's mode
+    code, out, _ = hysync(*grpc, "mode", "show", "1")
+    assert "slots 0-31: partial(2)" in out
+    code, out, _ = hysync("--serve", server.address, "member", "exclude", "1", "2")
+    assert code == 0 and "worker 2 excluded; 2 active members" in out
+    code, out, err = hysync("--serve", server.address, "job", "remove", "9")
+    assert code == 1 and "no job 9" in err
+    client.close()
