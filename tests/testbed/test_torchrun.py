@@ -1,0 +1,114 @@
+"""examples/train_ddp.py under real `torchrun`, one launcher per emulated host on this
+machine (no root): the job is admitted through `hysync serve`, trains to the target
+accuracy through the softswitch, and is gone from the switch when the script ends - or
+when it crashes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.controller import Controller
+from controlplane.deploy import deploy
+from controlplane.inventory import Inventory
+from controlplane.serve import Server
+from controlplane.switch import Switch
+
+from .conftest import ROOT, Softswitch, free_port
+
+pytestmark = pytest.mark.slow
+TARGET_ACCURACY = 0.9
+
+
+@pytest.fixture
+def served(inventory_for, softswitch: Softswitch) -> Iterator[tuple[Inventory, list[str]]]:
+    inv = Inventory.load(inventory_for(softswitch))
+    deploy(inv)
+    events: list[str] = []
+    server = Server(inv, policy=None, say=events.append).start()
+    yield inv, events
+    server.close()
+
+
+def launch(inv: Inventory, *script_args: str) -> list[subprocess.Popen]:
+    """One `torchrun --nnodes 2 --node-rank R` per host, as on two servers."""
+    port = str(free_port())
+    procs = []
+    for rank, host in enumerate(inv.hosts):
+        env = dict(os.environ, HYSYNC_HOST=host.name, GLOO_SOCKET_IFNAME="lo",
+                   OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+             "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+             "--master-port", port, str(ROOT / "examples" / "train_ddp.py"),
+             "--inventory", str(inv.path), *script_args],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def tree(pid: int) -> list[int]:
+    """A process and its descendants (torchrun starts its workers in sessions of their own)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [pid] + [d for c in children for d in tree(int(c))]
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    for pid in reversed(tree(proc.pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def jobs_on(inv: Inventory) -> list[int]:
+    with Switch(inv.switch.grpc_addr, arbitrate=False) as sw:
+        return [j.job_id for j in Controller(sw).list_jobs()]
+
+
+def test_the_example_trains_under_torchrun_and_its_job_goes_at_the_end(
+        served: tuple[Inventory, list[str]]) -> None:
+    inv, events = served
+    procs = launch(inv, "--steps", "150")
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    for p, out in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    results = [json.loads(line) for out in outputs for line in out.splitlines()
+               if line.startswith('{"rank"')]
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    for r in results:
+        assert r["updates"] >= 150 and r["accuracy"] >= TARGET_ACCURACY, r
+    assert events[0].startswith("admitted job 1 'torchrun': 2 members, slots 0-31")
+    assert events[-1] == "job 1 removed: released by its training script"
+    assert jobs_on(inv) == []
+
+
+def test_a_crashed_script_gives_its_slots_back(served: tuple[Inventory, list[str]]) -> None:
+    inv, events = served
+    procs = launch(inv, "--steps", "1000000", "--compute-ms", "20")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(e.startswith("admitted job 1") for e in events):
+            assert time.monotonic() < deadline and procs[0].poll() is None, \
+                procs[0].communicate()[0][-3000:]
+            time.sleep(0.2)
+        assert jobs_on(inv) == [1]
+        kill_tree(procs[0])  # rank 0's server loses power
+        deadline = time.monotonic() + 20
+        while jobs_on(inv):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.1)
+        assert events[-1] == "job 1 removed: its training script's connection closed"
+    finally:
+        for p in procs:
+            kill_tree(p)
+            p.communicate()
