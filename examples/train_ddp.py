@@ -39,6 +39,9 @@ def parse_args() -> argparse.Namespace:
                    help="extra compute time per step (emulates a larger model)")
     p.add_argument("--slowdown", type=float, default=1.0,
                    help="this host computes FACTOR times slower (a straggler)")
+    p.add_argument("--average-every", type=float, metavar="SECONDS",
+                   help="also average the replicas' parameters through the switch every "
+                   "SECONDS (keeps them together in partial and async modes)")
     return p.parse_args()
 
 
@@ -55,7 +58,8 @@ def main() -> None:
     y = torch.tensor(y_train[rank::world])
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(),
                                                   nn.Linear(64, 10)))
-    job = hysync.torch.attach(model, inventory=args.inventory)  # HySync
+    job = hysync.torch.attach(model, inventory=args.inventory,  # HySync
+                              average_every=args.average_every)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(rank)

@@ -22,6 +22,7 @@ waits for the others, and rank 0 releases the job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -29,12 +30,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from controlplane.inventory import Host, Inventory, InventoryError
 from controlplane.serve_client import ServeClient
 from worker.api import DEFAULT_SCALE, HySyncWorker
+from worker.averaging import BackgroundAverager
 from worker.ddp_hook import HySyncHookState, hysync_hook
 from worker.transport import TransportConfig
 
@@ -49,30 +52,50 @@ class HySyncJob:
     """A rank's handle on its HySync job: the worker, the hook state, the job's clock."""
 
     def __init__(self, rank: int, world: int, job: dict, worker: HySyncWorker,
-                 state: HySyncHookState, serve: ServeClient) -> None:
+                 state: HySyncHookState, serve: ServeClient,
+                 averaging: tuple[HySyncWorker, list[torch.Tensor], float] | None) -> None:
         self.rank, self.world = rank, world
         self.job_id: int = job["job_id"]
         self.slots = (job["slot_base"], job["slot_base"] + job["slot_count"] - 1)
         self.worker, self.state, self.serve = worker, state, serve
+        self._averaging = averaging  # (worker, parameters, period): started by steps()
+        self.averager: BackgroundAverager | None = None
         self.updates = 0.0  # the job's clock: all-member updates applied at this replica
         self.local_steps = 0  # this rank's own iterations
         self._closed = False
 
     def steps(self, n: int) -> Iterator[int]:
-        """Yield local step numbers until the job has applied `n` updates, then finish."""
-        while self.updates < n - 1e-9:
+        """Yield local step numbers until the job has applied `n` updates, then finish.
+        With background averaging, its moves are applied between two steps, and a step
+        (from one yield to the next) holds the averager off the parameters."""
+        if self._averaging is not None and self.averager is None:
+            worker, params, period = self._averaging
+            training = self.worker.transport
+            self.averager = BackgroundAverager(
+                worker, params, period_s=period, steps=n,
+                needs_resync=lambda: training.needs_resync, clear_resync=training.clear_resync)
+        step_lock = self.averager.step_lock if self.averager else contextlib.nullcontext()
+        while True:
+            if self.averager is not None:
+                self.updates = self.averager.at_step(self.updates)
+            if self.updates >= n - 1e-9:
+                break
             calls = self.state.stats.calls
-            yield self.local_steps
+            with step_lock:
+                yield self.local_steps
             self.local_steps += 1
             if self.state.stats.calls > calls:  # a backward ran the hook: the clock moved
                 self.updates += self.state.updates_applied()
         self.finish()
 
     def finish(self) -> None:
-        """Leave the job, wait for every rank, and (rank 0) release it."""
+        """Leave the job, run the final averaging round, wait for every rank, and (rank 0)
+        release the job."""
         if self._closed:
             return
         self.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank})
+        if self.averager is not None:
+            self.averager.finish(self.updates)
         dist.barrier()
         self.close()
 
@@ -84,6 +107,10 @@ class HySyncJob:
             self.serve.request({"op": "release"})
         self.serve.close()
         self.worker.close()
+        if self.averager is not None:
+            self.averager.close()
+        elif self._averaging is not None:
+            self._averaging[0].close()
 
 
 def find_host(inv: Inventory, name: str | None = None) -> Host:
@@ -115,8 +142,11 @@ def _reserve_port(ipv4: str) -> int:
 
 def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
-           scale: float = DEFAULT_SCALE, timeout: float = 120.0) -> HySyncJob:
-    """Join HySync: admit the job (rank 0), register the DDP hook (every rank)."""
+           average_every: float | None = None, scale: float = DEFAULT_SCALE,
+           timeout: float = 120.0) -> HySyncJob:
+    """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
+    `average_every` seconds, the replicas' parameters are also averaged in the
+    background through the switch, on a second job (worker/averaging.py)."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
@@ -127,11 +157,12 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     rank, world = dist.get_rank(), dist.get_world_size()
     me = find_host(inv, host)
     port = _reserve_port(me.ipv4)
+    avg_port = _reserve_port(me.ipv4) if average_every else None
     # The process group's store (private in torch, stable since 1.x): the rendezvous
     # every rank already shares, whatever launched it.
     store = dist.distributed_c10d._get_default_store()
     store.set(f"{STORE_PREFIX}/member/{rank}", json.dumps(
-        {"worker": rank, "host": me.name, "udp_port": port}))
+        {"worker": rank, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
     serve = ServeClient(inv.serve, timeout=timeout)
     if rank == 0:
         keys = [f"{STORE_PREFIX}/member/{r}" for r in range(world)]
@@ -146,12 +177,21 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
     store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
-    job, switch = reply["jobs"][0], reply["switch"]
-    config = TransportConfig(job_id=job["job_id"], worker_id=rank, switch_host=switch["ipv4"],
-                             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port,
-                             slot_base=job["slot_base"], slot_count=job["slot_count"],
-                             members=world, dead_after=timeout)
-    worker = HySyncWorker(config, scale=scale)
-    state = HySyncHookState(worker)
+    switch = reply["switch"]
+
+    def worker(job: dict, bind_port: int) -> HySyncWorker:
+        return HySyncWorker(TransportConfig(
+            job_id=job["job_id"], worker_id=rank, switch_host=switch["ipv4"],
+            switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=bind_port,
+            slot_base=job["slot_base"], slot_count=job["slot_count"], members=world,
+            dead_after=timeout), scale=scale)
+
+    training = worker(reply["jobs"][0], port)
+    state = HySyncHookState(training)
     model.register_comm_hook(state, hysync_hook)
-    return HySyncJob(rank, world, job, worker, state, serve)
+    averaging = None
+    if average_every:
+        assert avg_port is not None
+        averaging = (worker(reply["jobs"][1], avg_port), list(model.module.parameters()),
+                     average_every)
+    return HySyncJob(rank, world, reply["jobs"][0], training, state, serve, averaging)

@@ -75,10 +75,10 @@ def jobs_on(inv: Inventory) -> list[int]:
         return [j.job_id for j in Controller(sw).list_jobs()]
 
 
-def test_the_example_trains_under_torchrun_and_its_job_goes_at_the_end(
+def test_the_example_trains_under_torchrun_and_its_jobs_go_at_the_end(
         served: tuple[Inventory, list[str]]) -> None:
     inv, events = served
-    procs = launch(inv, "--steps", "150")
+    procs = launch(inv, "--steps", "150", "--average-every", "0.5")
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
@@ -87,8 +87,12 @@ def test_the_example_trains_under_torchrun_and_its_job_goes_at_the_end(
     assert sorted(r["rank"] for r in results) == [0, 1]
     for r in results:
         assert r["updates"] >= 150 and r["accuracy"] >= TARGET_ACCURACY, r
-    assert events[0].startswith("admitted job 1 'torchrun': 2 members, slots 0-31")
-    assert events[-1] == "job 1 removed: released by its training script"
+    # the final model-averaging round leaves every replica with the same parameters
+    assert results[0]["accuracy"] == results[1]["accuracy"]
+    assert events[0].startswith("admitted job 1 'torchrun': 2 members, slots 0-31, "
+                                "averaging job 2 slots 32-39")
+    assert events[-2:] == ["job 1 removed: released by its training script",
+                           "job 2 removed: released by its training script"]
     assert jobs_on(inv) == []
 
 
