@@ -12,12 +12,18 @@ server removes the job (controlplane/serve.py).
 from __future__ import annotations
 
 import json
+import logging
+import select
 import socket
+import threading
+import time
 from types import TracebackType
 from typing import Any
 
 from controlplane.errors import ControlPlaneError
 from controlplane.inventory import parse_listen
+
+log = logging.getLogger(__name__)
 
 
 class ServeError(ControlPlaneError):
@@ -38,29 +44,93 @@ def open_socket(address: str, timeout: float) -> socket.socket:
     return sock
 
 
+class ConnectionLostError(ServeError):
+    """The serve closed the connection or went away (it stopped or restarted)."""
+
+
 class ServeClient:
+    """One connection to a serve. A request that meets a lost connection (the serve
+    restarted) reconnects, retrying for `timeout` seconds, and is sent once more.
+    `hold(job_ids)` makes the connection a lease that outlives a restart: a watcher
+    thread notices the connection closing, reconnects and claims the jobs again before
+    the restarted serve's grace period ends."""
+
     def __init__(self, address: str, *, timeout: float = 30.0) -> None:
-        self.address = address
+        self.address, self.timeout = address, timeout
         self.sock = open_socket(address, timeout)
         self._reader = self.sock.makefile("r", encoding="utf-8")
+        self._lock = threading.Lock()  # one exchange on the socket at a time
+        self._held: list[int] = []
+        self._closed = False
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        try:
-            self.sock.sendall((json.dumps(message) + "\n").encode())
-            line = self._reader.readline()
-        except OSError as err:
-            raise ServeError(f"`hysync serve` at {self.address} went away: "
-                             f"{err.strerror or err}") from None
-        if not line:
-            raise ServeError(f"`hysync serve` at {self.address} closed the connection")
-        reply = json.loads(line)
+        with self._lock:
+            try:
+                reply = self._exchange(message)
+            except ConnectionLostError:  # a restarted serve: once more on a new connection
+                self._reconnect()
+                reply = self._exchange(message)
         if not reply.get("ok"):
             raise ServeError(str(reply.get("error", "refused without a reason")))
         return reply
 
-    def close(self) -> None:
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.sock.sendall((json.dumps(message) + "\n").encode())
+            line = self._reader.readline()
+        except OSError as err:
+            raise ConnectionLostError(f"`hysync serve` at {self.address} went away: "
+                                      f"{err.strerror or err}") from None
+        if not line:
+            raise ConnectionLostError(f"`hysync serve` at {self.address} closed the connection")
+        return json.loads(line)
+
+    def hold(self, job_ids: list[int]) -> None:
+        """Keep the lease of `job_ids` across serve restarts (see the class)."""
+        self._held = list(job_ids)
+        threading.Thread(target=self._watch, daemon=True, name="hysync-lease").start()
+
+    def _watch(self) -> None:
+        while not self._closed:
+            time.sleep(0.5)
+            with self._lock:
+                if self._closed:
+                    return
+                try:
+                    readable, _, _ = select.select([self.sock], [], [], 0)
+                    lost = bool(readable) and not self.sock.recv(1, socket.MSG_PEEK)
+                    if lost:
+                        self._reconnect()
+                except (OSError, ServeError) as err:
+                    log.error("lost the lease of jobs %s: %s", self._held, err)
+                    return
+
+    def _reconnect(self) -> None:
         self._reader.close()
         self.sock.close()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self.sock = open_socket(self.address, self.timeout)
+                break
+            except ServeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self._reader = self.sock.makefile("r", encoding="utf-8")
+        if not self._held:
+            return
+        reply = self._exchange({"op": "claim", "jobs": self._held})
+        if not reply.get("ok"):
+            raise ServeError(f"the restarted serve at {self.address} refused the claim of "
+                             f"jobs {self._held}: {reply.get('error')}")
+        log.info("reconnected to %s and claimed jobs %s", self.address, self._held)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._reader.close()
+            self.sock.close()
 
     def __enter__(self) -> ServeClient:
         return self

@@ -74,6 +74,9 @@ def main() -> None:
         busy = args.compute_ms / 1000.0 * args.slowdown - (time.monotonic() - t0)
         if busy > 0:
             time.sleep(busy)
+        if rank == 0 and job.local_steps % 50 == 49:
+            print(json.dumps({"progress": round(job.updates, 1), "loss": round(loss.item(), 4),
+                              "seconds": round(time.monotonic() - start, 1)}), flush=True)
     with torch.no_grad():
         predicted = model(torch.tensor(x_test, dtype=torch.float32)).argmax(dim=1)
     accuracy = float((predicted == torch.tensor(y_test)).float().mean())

@@ -174,6 +174,7 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         if policy is not None:
             request["policy"] = policy
         reply = serve.request(request)
+        serve.hold([j["job_id"] for j in reply["jobs"]])  # the lease survives serve restarts
         store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
     store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))

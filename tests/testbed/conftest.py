@@ -3,9 +3,13 @@ the real in-process softswitch of the control-plane tests."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
+import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,21 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tree(pid: int) -> list[int]:
+    """A process and its descendants (torchrun starts its workers in sessions of their own)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [pid] + [d for c in children for d in tree(int(c))]
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    for pid in reversed(tree(proc.pid)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def loopback_inventory(grpc_addr: str = "127.0.0.1:9559", udp_port: int = 48620,

@@ -24,7 +24,7 @@ from controlplane.switch import Switch, wait_for_server
 from topologies.switches import SWITCH_IP, SWITCH_MAC
 from topologies.topo import host_ip, host_mac
 
-from .conftest import P4INFO, ROOT, loopback_inventory, write_inventory
+from .conftest import P4INFO, ROOT, kill_tree, loopback_inventory, write_inventory
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 HOSTS = 3
@@ -103,13 +103,12 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
                  "--nnodes", str(HOSTS), "--nproc-per-node", "1", "--node-rank", str(w),
                  "--master-addr", host_ip(0), "--master-port", port,
                  str(ROOT / "examples" / "train_ddp.py"), "--inventory", str(inventory),
-                 "--steps", "250", "--compute-ms", "25", "--average-every", "1", *slow],
+                 "--steps", "200", "--compute-ms", "30", "--average-every", "1", *slow],
                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        outputs = [p.communicate(timeout=150)[0] for p in procs]
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            kill_tree(p)  # `ip netns exec` became torchrun; its worker is a child
         serve.terminate()
         serve.wait(timeout=10)
         serve_out.close()
@@ -125,9 +124,8 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
     assert len({r["accuracy"] for r in results.values()}) == 1, results
     assert "admitted job 1 'torchrun': 3 members" in served
     decisions = [json.loads(line) for line in policy_log.read_text().splitlines()]
-    handled = [d for d in decisions if d.get("applied") and (
-        d["action"] == "set_mode" and d["mode"] in ("partial", "async")
-        or d["action"] == "exclude" and d["worker"] == STRAGGLER)]
+    handled = [d for d in decisions if d.get("applied") and d["action"] != "start" and (
+        d.get("worker") == STRAGGLER or f"worker {STRAGGLER} " in d.get("reason", ""))]
     assert handled, f"the policy never acted on the straggler: {decisions}"
     assert "job 1 removed: released by its training script" in served
     assert "job 2 removed: released by its training script" in served  # the averaging job

@@ -176,3 +176,23 @@ def test_the_cli_writes_through_serve_and_a_mode_set_overrides_the_policy(
     code, out, err = hysync("--serve", server.address, "job", "remove", "9")
     assert code == 1 and "no job 9" in err
     client.close()
+
+
+def test_a_held_lease_reclaims_its_jobs_from_a_restarted_serve(deployed: Inventory,
+                                                                start: Start) -> None:
+    first = start(policy=None)
+    client = ServeClient(first.address, timeout=10)
+    reply = client.request({"op": "admit", "members": members(1, 2, avg=True)})
+    ids = [j["job_id"] for j in reply["jobs"]]
+    client.hold(ids)
+    first.close()
+    second = start(policy=None, claim_grace=2.0)
+
+    def owners() -> set[str]:
+        return {j["owner"] for j in second.handle(0, {"op": "status"})["jobs"]}
+    wait_for(lambda: owners() == {"connection 1"})
+    assert client.request({"op": "status"})["ok"]  # the same client object, reconnected
+    time.sleep(2.5)  # past the grace period: claimed jobs stay
+    assert set(installed(deployed)) == set(ids)
+    client.close()  # the script ends: the restarted serve removes its jobs
+    wait_for(lambda: installed(deployed) == {})

@@ -5,15 +5,12 @@ when it crashes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +20,7 @@ from controlplane.inventory import Inventory
 from controlplane.serve import Server
 from controlplane.switch import Switch
 
-from .conftest import ROOT, Softswitch, free_port
+from .conftest import ROOT, Softswitch, free_port, kill_tree
 
 pytestmark = pytest.mark.slow
 TARGET_ACCURACY = 0.9
@@ -53,21 +50,6 @@ def launch(inv: Inventory, *script_args: str) -> list[subprocess.Popen]:
              "--inventory", str(inv.path), *script_args],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
-
-
-def tree(pid: int) -> list[int]:
-    """A process and its descendants (torchrun starts its workers in sessions of their own)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    return [pid] + [d for c in children for d in tree(int(c))]
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    for pid in reversed(tree(proc.pid)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def jobs_on(inv: Inventory) -> list[int]:
