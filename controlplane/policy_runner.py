@@ -150,6 +150,10 @@ class PolicyRunner:
                 next_at = _time.monotonic() + self.interval
         return made
 
+    def note(self, record: Mapping[str, object]) -> None:
+        """Log a change the policy did not decide (an operator's override)."""
+        self._write(record)
+
     def _write(self, record: Mapping[str, object]) -> None:
         if self._log is not None:
             self._log.write(json.dumps(record, sort_keys=True) + "\n")

@@ -239,7 +239,7 @@ class Server:
         ids = _job_ids(request)
         for job_id in ids:
             lease = self.leases.get(job_id)
-            if lease is None or lease.owner not in (None,):
+            if lease is None or lease.owner is not None:
                 raise ServeError(f"job {job_id} is not waiting for a claim (it is "
                                  f"{'unknown' if lease is None else 'owned'})")
         for job_id in ids:
@@ -285,7 +285,7 @@ class Server:
         if lease is not None and lease.policy is not None:
             runner = lease.policy
             runner.step()  # the policy sees the change now, adopts it, restarts its dwell
-            runner._write({"time": time.monotonic(), "action": "override", "job_id": job_id,
+            runner.note({"time": time.monotonic(), "action": "override", "job_id": job_id,
                            "mode": mode.name.lower(), "quorum": report.quorum,
                            "slots": list(report.slots), "wall": time.time()})
             self.say(f"job {job_id}: operator override {mode.name.lower()} "

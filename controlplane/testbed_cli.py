@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from controlplane import deploy
-from controlplane.cli import UsageError, _Out
+from controlplane.cli import UsageError, _Out, _seconds
 from controlplane.errors import ControlPlaneError
 from controlplane.inventory import Inventory
 from controlplane.job import JobConfig
@@ -115,9 +116,7 @@ def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any
 
 
 def routed_job_add(args: argparse.Namespace, out: _Out) -> None:
-    job = JobConfig.load(args.file)
-    import tomllib  # the file as data again: the serve validates it the same way
-
+    job = JobConfig.load(args.file)  # a bad file fails here, in one line, as without serve
     r = _request(args, {"op": "job_add", "job": tomllib.loads(Path(args.file).read_text()),
                         "replace": args.replace})
     out.emit(r, f"job {job.job_id} {r['outcome']} ({r['updates']} updates) via {args.serve}")
@@ -174,10 +173,10 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("inventory", metavar="INVENTORY")
     p.add_argument("--policy", choices=["adaptive", "none"], default="adaptive",
                    help="the straggler policy of every admitted job (default adaptive)")
-    p.add_argument("--policy-interval", type=float, default=0.5, metavar="SECONDS",
+    p.add_argument("--policy-interval", type=_seconds, default=0.5, metavar="SECONDS",
                    help="counter read interval of the policies (default 0.5)")
-    p.add_argument("--policy-scale", type=float, default=1.0, metavar="FACTOR",
+    p.add_argument("--policy-scale", type=_seconds, default=1.0, metavar="FACTOR",
                    help="scale the policy's time constants (short test runs: 0.5)")
     p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
-    p.add_argument("--claim-grace", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--claim-grace", type=_seconds, default=30.0, metavar="SECONDS",
                    help="after a restart, how long jobs found on the switch wait for a claim")

@@ -196,3 +196,19 @@ def test_a_held_lease_reclaims_its_jobs_from_a_restarted_serve(deployed: Invento
     assert set(installed(deployed)) == set(ids)
     client.close()  # the script ends: the restarted serve removes its jobs
     wait_for(lambda: installed(deployed) == {})
+
+
+def test_an_operators_job_file_goes_through_serve_and_stays_until_removed(
+        deployed: Inventory, start: Start, tmp_path: Path) -> None:
+    server = start(policy=None)
+    job = tmp_path / "job.toml"
+    job.write_text('job_id = 7\n[slots]\nbase = 4000\ncount = 16\n[[members]]\nworker = 0\n'
+                   'ipv4 = "127.0.0.1"\nmac = "02:00:00:00:01:01"\nudp_port = 45000\n'
+                   'switch_port = 1\n')
+    code, out, err = hysync("--serve", server.address, "job", "add", str(job))
+    assert (code, err) == (0, "") and out.startswith("job 7 installed")
+    assert installed(deployed) == {7: (4000, 4015)}
+    owners = {j["job_id"]: j["owner"] for j in server.handle(0, {"op": "status"})["jobs"]}
+    assert owners == {7: "operator"}
+    code, out, _ = hysync("--serve", server.address, "job", "remove", "7")
+    assert code == 0 and installed(deployed) == {}
