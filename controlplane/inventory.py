@@ -35,14 +35,13 @@ Every error is an `InventoryError` naming the file, the field and what would be 
 from __future__ import annotations
 
 import ipaddress
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from controlplane.errors import ControlPlaneError, JobConfigError
-from controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown
+from controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
 from controlplane.switch import ElectionId, parse_election_id
 from hysync import wire
 
@@ -116,14 +115,8 @@ class Inventory:
     @classmethod
     def load(cls, path: str | Path) -> Inventory:
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except OSError as err:
-            raise InventoryError(f"cannot read the inventory {path}: {err.strerror or err}; "
-                                 "pass the path of a TOML inventory such as "
-                                 "docs/testbed.md shows") from err
-        except tomllib.TOMLDecodeError as err:
-            raise InventoryError(f"{path} is not valid TOML: {err}") from err
+        data = read_toml(path, InventoryError, "the inventory",
+                         "the one docs/testbed.md shows")
         try:
             return cls.from_dict(data, base=path.resolve().parent, path=path)
         except JobConfigError as err:  # from the field helpers shared with job files

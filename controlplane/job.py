@@ -81,14 +81,8 @@ class JobConfig:
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except OSError as err:
-            raise JobConfigError(f"cannot read the job file {path}: {err.strerror or err}; "
-                                 "pass the path of a TOML job file such as "
-                                 "controlplane/examples/job-loopback.toml") from err
-        except tomllib.TOMLDecodeError as err:
-            raise JobConfigError(f"{path} is not valid TOML: {err}") from err
+        data = read_toml(path, JobConfigError, "the job file",
+                         "controlplane/examples/job-loopback.toml")
         try:
             return cls.from_dict(data)
         except JobConfigError as err:
@@ -125,6 +119,17 @@ class JobConfig:
         if not isinstance(name, str):
             raise JobConfigError(f"name = {name!r}: give a string, e.g. name = \"resnet\"")
         return cls(job_id, members, base, count, lanes, float(scale), mode, quorum, name)
+
+
+def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
+    """A TOML file as data; `error` with what is wrong (and an example of a good file)."""
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as err:
+        raise error(f"cannot read {what} {path}: {err.strerror or err}; pass the path of a "
+                    f"TOML file such as {example}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{path} is not valid TOML: {err}") from err
 
 
 def _members(raw: Any) -> tuple[Member, ...]:
