@@ -118,7 +118,17 @@ def find_host(inv: Inventory, name: str | None = None) -> Host:
     IPv4 address a socket here can bind."""
     name = name or os.environ.get("HYSYNC_HOST")
     if name:
-        return inv.host(name)
+        try:
+            host = inv.host(name)
+        except InventoryError as err:
+            raise AttachError(str(err)) from None
+        try:
+            socket.if_nametoindex(host.interface)
+        except OSError:
+            raise AttachError(f"host {name} of {inv.path} has its data on interface "
+                              f"{host.interface!r}, which this machine lacks: fix hosts."
+                              "interface in the inventory, or HYSYNC_HOST") from None
+        return host
     local = []
     for host in inv.hosts:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
