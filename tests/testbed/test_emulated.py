@@ -1,6 +1,7 @@
 """The testbed path end to end on an emulated rack (root): network namespaces as hosts
 with their own addresses and MACs, behind a switch namespace running the softswitch on
-its raw data plane (bench.netns_hosts.NetnsStar builds it). The same commands a rack
+its raw data plane, or BMv2 where installed (bench.netns_hosts.NetnsStar builds the
+namespaces). The same commands a rack
 takes: an inventory, `hysync deploy` and `--check`, `hysync serve`, `torchrun` with
 examples/train_ddp.py in every host namespace, a straggler the policy handles,
 `hysync teardown`; afterwards the switch holds nothing of the job."""
@@ -41,26 +42,31 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture
-def rack(tmp_path: Path) -> Iterator[tuple[object, Path]]:
+@pytest.fixture(params=["softswitch-raw", "bmv2"])
+def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[object, Path]]:
+    """(the namespaces, the inventory) of a rack whose switch is the softswitch on its raw
+    data plane, or BMv2 where it is installed."""
     reason = _missing()
     if reason:
         pytest.skip(reason)
+    from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
     from bench.netns_hosts import NetnsStar
 
+    kind = request.param
+    if kind == "bmv2" and (why := bmv2_unavailable()):
+        pytest.skip(why)
     star = NetnsStar(HOSTS)
-    log = (tmp_path / "softswitch.log").open("w")
-    switch = subprocess.Popen(
-        [*star.exec_in(star.switch_ns), sys.executable, "-m", "softswitch", "--grpc-addr",
-         star.grpc_addr, *[a for p, i in star.switch_ifs.items() for a in ("-i", f"{p}@{i}")]],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log = tmp_path / "switch.log"
+    switch = _start_switch(star, kind, log)
     try:
         wait_for_server(star.grpc_addr, failed=lambda: None if switch.poll() is None else
-                        f"the softswitch exited; see {log.name}")
+                        f"the switch exited; see {log}")
         data = loopback_inventory(star.grpc_addr, listen=f"unix:/tmp/hysync-{os.getpid()}.sock")
         data["name"] = "emulated-rack"
         data["switch"].update(data_ipv4=SWITCH_IP, data_mac=SWITCH_MAC, data_udp_port=48620,
                               p4info=str(P4INFO))
+        if kind == "bmv2":
+            data["switch"].update(target="bmv2", device_config=str(BMV2_JSON))
         data["hosts"] = [{"name": f"h{w + 1}", "interface": star.host_ifs[w],
                           "ipv4": host_ip(w), "mac": host_mac(w), "switch_port": w + 1}
                          for w in range(HOSTS)]
@@ -68,7 +74,6 @@ def rack(tmp_path: Path) -> Iterator[tuple[object, Path]]:
     finally:
         switch.terminate()
         switch.wait(timeout=10)
-        log.close()
         star.close()
 
 
