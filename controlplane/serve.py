@@ -111,19 +111,22 @@ class Server:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> Server:
+        """Listen on `serve.listen`; ServeError (and the switch let go) if it cannot."""
         kind, where = parse_listen(self.inv.serve)
         handler = _handler(self)
-        listener: socketserver.BaseServer
-        if kind == "unix":
-            assert isinstance(where, str)
-            if os.path.exists(where):
-                os.unlink(where)  # we are the primary: a socket file left there is stale
-            listener = socketserver.ThreadingUnixStreamServer(where, handler)
-        else:
-            socketserver.ThreadingTCPServer.allow_reuse_address = True
-            listener = socketserver.ThreadingTCPServer(where, handler)  # type: ignore[arg-type]
-        listener.daemon_threads = True  # type: ignore[attr-defined]
-        self._listener = listener
+        try:
+            if kind == "unix":
+                assert isinstance(where, str)
+                if os.path.exists(where):
+                    os.unlink(where)  # we are the primary: a socket file left there is stale
+                self._listener = _UnixServer(where, handler)
+            else:
+                self._listener = _TcpServer(where, handler)
+        except OSError as err:
+            self.switch.close()
+            raise ServeError(f"cannot listen on {self.inv.serve}: {err.strerror or err}; pick "
+                             f"another serve.listen in {self.inv.path}") from None
+        listener = self._listener
         for target in (listener.serve_forever, self._tick):
             t = threading.Thread(target=target, daemon=True, name=f"serve-{target.__name__}")
             t.start()
@@ -373,6 +376,15 @@ class Server:
         if len(free) < n:
             raise ServeError("every job id 1..255 is in use on the switch")
         return free
+
+
+class _TcpServer(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True  # a restarted serve takes its address back at once
+    daemon_threads = True
+
+
+class _UnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
 
 
 def _int(request: dict[str, Any], key: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -212,3 +213,17 @@ def test_an_operators_job_file_goes_through_serve_and_stays_until_removed(
     assert owners == {7: "operator"}
     code, out, _ = hysync("--serve", server.address, "job", "remove", "7")
     assert code == 0 and installed(deployed) == {}
+
+
+def test_a_taken_listen_address_is_refused_and_lets_the_switch_go(
+        tmp_path: Path, softswitch: Softswitch, deployed: Inventory) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1],
+                                  f"127.0.0.1:{taken.getsockname()[1]}", hosts=3)
+        busy = Inventory.load(write_inventory(tmp_path / "busy.toml", data))
+        with pytest.raises(ServeError, match="cannot listen on 127.0.0.1:.*pick another "
+                                             "serve.listen"):
+            Server(busy, policy=None, say=lambda _: None).start()
+    Server(deployed, policy=None, say=lambda _: None).start().close()  # the switch is free
