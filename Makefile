@@ -63,7 +63,7 @@ p4:
 	@echo "BMv2 JSON: $(P4OUT)/hysync.json  P4Info: $(P4OUT)/hysync.p4info.txtpb"
 
 lint: setup
-	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench
+	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
