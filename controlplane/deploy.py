@@ -116,7 +116,8 @@ def forwarding_updates(inv: Inventory, l2: dict[str, int],
 
 
 def _forwarding_state(switch: Switch) -> tuple[dict[str, int], MulticastGroup | None]:
-    l2 = dict(map(forwarding.l2_of, switch.read_table(p4names.FORWARDING_L2)))
+    l2 = dict(map(forwarding.l2_of,
+                  switch.read_tables([p4names.FORWARDING_L2])[p4names.FORWARDING_L2]))
     flood = next((g for g in switch.read_groups() if g.group_id == forwarding.FLOOD_GROUP), None)
     return l2, flood
 

@@ -197,6 +197,10 @@ class Switch:
             raise NoPipelineError(self.grpc_addr)
         return self._schema
 
+    @property
+    def has_pipeline(self) -> bool:
+        return self._schema is not None
+
     def fetch_schema(self) -> Schema | None:
         """The pipeline's P4Info as the switch reports it, or None when it has no pipeline."""
         return self.fetch_pipeline()[0]

@@ -15,8 +15,9 @@ from controlplane.controller import Controller
 from controlplane.entities import modify
 from controlplane.job import JobConfig
 from controlplane.switch import Switch
+from hysync import p4names
 
-from ..controlplane.conftest import make_job
+from ..controlplane.conftest import make_job, read_table
 from .conftest import P4INFO, Softswitch, free_port, loopback_inventory, write_inventory
 
 
@@ -30,7 +31,7 @@ def _forwarding(grpc_addr: str) -> tuple[dict[str, int], set[int] | None]:
     with Switch(grpc_addr, arbitrate=False) as sw:
         if not sw.has_pipeline:
             return {}, None
-        l2 = dict(map(forwarding.l2_of, sw.read_table(forwarding.L2)))
+        l2 = dict(map(forwarding.l2_of, read_table(sw, p4names.FORWARDING_L2)))
         flood = [g.ports() for g in sw.read_groups() if g.group_id == forwarding.FLOOD_GROUP]
         return l2, flood[0] if flood else None
 

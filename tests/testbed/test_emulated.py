@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import forwarding
 from controlplane.controller import Controller
 from controlplane.switch import Switch, wait_for_server
+from hysync import p4names
 from topologies.switches import SWITCH_IP, SWITCH_MAC
 from topologies.topo import host_ip, host_mac
 
+from ..controlplane.conftest import read_table
 from .conftest import P4INFO, ROOT, kill_tree, loopback_inventory, write_inventory
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
@@ -139,5 +140,5 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
     assert torn.returncode == 0, torn.stderr
     with Switch(star.grpc_addr, arbitrate=False) as sw:
         assert Controller(sw).list_jobs() == []
-        assert sw.read_table(forwarding.L2) == []
+        assert read_table(sw, p4names.FORWARDING_L2) == []
         assert [g.group_id for g in sw.read_groups()] == []

@@ -19,7 +19,9 @@ from controlplane.inventory import Inventory
 from controlplane.serve import Server
 from controlplane.serve_client import ServeClient, ServeError
 from controlplane.switch import Switch
+from hysync import p4names
 
+from ..controlplane.conftest import read_table
 from .conftest import Softswitch, loopback_inventory, write_inventory
 
 Start = Callable[..., Server]
@@ -86,7 +88,7 @@ def test_jobs_get_disjoint_slots_and_live_as_long_as_their_connection(
     assert rc["jobs"][0]["slot_base"] == 72  # freed slots rest before they are reused
     b.request({"op": "release"})
     with Switch(deployed.switch.grpc_addr, arbitrate=False) as sw:  # deploy's entries stay
-        l2 = dict(map(forwarding.l2_of, sw.read_table(forwarding.L2)))
+        l2 = dict(map(forwarding.l2_of, read_table(sw, p4names.FORWARDING_L2)))
     assert l2 == {h.mac: h.switch_port for h in deployed.hosts}
 
 
