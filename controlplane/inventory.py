@@ -109,9 +109,6 @@ class Inventory:
         raise InventoryError(f"{self.path}: no host {name!r}; the hosts are "
                              f"{', '.join(h.name for h in self.hosts)}")
 
-    def host_of_mac(self, mac: str) -> Host | None:
-        return next((h for h in self.hosts if h.mac == mac), None)
-
     @classmethod
     def load(cls, path: str | Path) -> Inventory:
         path = Path(path)
