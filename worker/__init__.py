@@ -1,7 +1,7 @@
 """The HySync worker: quantize, packetize, reliable windowed UDP transport, residuals,
 and the PyTorch integration (plain all-reduce and a DDP communication hook).
 
-`worker.transport` and `worker.quantize` need numpy only; `worker.api` and
+`worker.transport` and `worker.quantize` need numpy and the compiled core only; `worker.api` and
 `worker.ddp_hook` import torch, so they are loaded on first use.
 """
 
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.config import TransportConfig
 from worker.quantize import FixedPointQuantizer, QuantStats
 from worker.stats import CallStats
-from worker.transport import CallResult, SwitchUnreachableError, Transport, TransportConfig
+from worker.transport import CallResult, SwitchUnreachableError, Transport
 
 __all__ = [
     "CallResult", "CallStats", "FixedPointQuantizer", "HySyncHookState", "HySyncWorker",

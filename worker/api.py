@@ -9,7 +9,7 @@ One background thread owns the transport's socket; calls run on it one at a time
 in the order they were made. The result is the applied average: in sync mode the
 mean over the members (within the quantization bound), in partial/async mode
 the sum of `sum / count` of every round applied for the key (see
-worker/transport.py for what exactly that covers).
+docs/protocol.md §9 for what exactly that covers).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from worker.config import TransportConfig
 from worker.quantize import FixedPointQuantizer
 from worker.stats import CallStats
-from worker.transport import Transport, TransportConfig
+from worker.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class HySyncWorker:
 
         def run() -> None:
             try:
-                result = self.transport.allreduce(key, values)
+                result = self.transport.allreduce(key, values, in_place=True)  # our copy
                 with self._stats_lock:
                     self._last.pop(key, None)  # keep insertion order = finishing order
                     self._last[key] = result.stats

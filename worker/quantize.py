@@ -12,8 +12,10 @@ never wrap:
 were not finite (NaN/inf are sent as 0 / the bound), and the largest absolute error.
 Clipping happens in float32, so a clipped element is sent as `clip_limit`, the largest
 float32 not above the bound (at most 128 below it).
-Everything is vectorized numpy; torch tensors are accepted without a torch import
-here, so the transport stays importable (and fast to spawn) without torch.
+The arithmetic runs in the compiled core (native/worker/quantize.cc, one vectorized
+pass, the same code the transport engine quantizes with); torch tensors are accepted
+without a torch import here, so the transport stays importable (and fast to spawn)
+without torch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from hysync import _core
 
 INT32_MAX = 2**31 - 1
 
@@ -60,7 +64,6 @@ class FixedPointQuantizer:
         b = np.float32(self.bound)
         self._bound_f32 = b if int(b) <= self.bound else np.nextafter(b, np.float32(0))
         self.clip_limit = int(self._bound_f32)  # what a clipped element is sent as (<= bound)
-        self._scale_f32 = np.float32(self.scale)
 
     def __repr__(self) -> str:
         return f"FixedPointQuantizer(scale={self.scale!r}, members={self.members})"
@@ -73,28 +76,13 @@ class FixedPointQuantizer:
         e.g. by assigning it to a wire lanes field); `error = values - fixed / scale`
         is what error feedback carries as the residual.
         """
-        values = np.asarray(values, dtype=np.float32)
-        with np.errstate(over="ignore"):  # an overflow is an infinity, clipped below
-            fixed = np.multiply(values, self._scale_f32, dtype=np.float32)
-        stats = QuantStats(elements=int(values.size))
-        if values.size:
-            hi, lo = fixed.max(), fixed.min()  # NaN propagates into both
-            if not (-self._bound_f32 <= lo and hi <= self._bound_f32):
-                stats.nonfinite = int(np.count_nonzero(~np.isfinite(values)))
-                self._clip(fixed, stats)
-        np.rint(fixed, out=fixed)
-        error = np.subtract(values, fixed / self._scale_f32, dtype=np.float32)
-        if stats.nonfinite:
-            error[~np.isfinite(values)] = 0.0
-        if error.size:
-            stats.max_abs_error = float(max(error.max(), -error.min()))
-        return fixed, error, stats
-
-    def _clip(self, fixed: np.ndarray, stats: QuantStats) -> None:
-        fixed[np.isnan(fixed)] = 0.0
-        bound = self._bound_f32
-        stats.clipped = int(np.count_nonzero(fixed > bound) + np.count_nonzero(fixed < -bound))
-        np.clip(fixed, -bound, bound, out=fixed)
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        flat = values.reshape(-1)
+        fixed, error = np.empty_like(flat), np.empty_like(flat)
+        clipped, nonfinite, max_err = _core.worker.quantize(flat, fixed, error, self.scale,
+                                                            self.members)
+        stats = QuantStats(int(flat.size), clipped, nonfinite, float(max_err))
+        return fixed.reshape(values.shape), error.reshape(values.shape), stats
 
     def quantize(self, values: np.ndarray) -> tuple[np.ndarray, QuantStats]:
         """float values -> (int32 payload, stats)."""

@@ -1,4 +1,4 @@
-"""What one `Transport.allreduce` call did, for logs and tests.
+"""What one `Transport.allreduce` call (or `poll_results`) did, for logs and tests.
 
 `results` holds the wire header (`hysync.wire.HEADER_DTYPE`) of every result the
 call applied, whatever key it belonged to: round, chunk, contributor count and
@@ -42,6 +42,8 @@ class CallStats:
     srtt_s: float | None = None
     rto_s: float = 0.0
     needs_resync: bool = False
+    in_flight: int = 0  # packets still awaiting their fate after the call (parked, residual-only)
+    slot_modes: tuple[int, ...] = ()  # the mode each slot last reported (-1: not heard from)
 
     @property
     def modes(self) -> Counter:

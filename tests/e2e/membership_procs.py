@@ -104,7 +104,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
     try:
         quantizer = FixedPointQuantizer(spec.scale, spec.members)
         train = Transport(_config(spec, worker, spec.train_job, spec.train_base,
-                                  spec.train_slots, track_sums=True), quantizer)
+                                  spec.train_slots), quantizer)
         avg = Transport(_config(spec, worker, spec.avg_job, spec.avg_base, spec.avg_slots),
                         FixedPointQuantizer(spec.scale, spec.members))
         out.put((worker, "bound", {"train": train.address, "avg": avg.address}))
@@ -114,7 +114,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         totals = defaultdict(int)
         recovered_at: int | None = None
 
-        def call(values: np.ndarray) -> None:
+        def call(values: np.ndarray) -> tuple[int, ...]:
             nonlocal model
             result = train.allreduce(KEY, values)
             model += result.output
@@ -126,6 +126,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             totals["slowest_call_s"] = max(totals["slowest_call_s"], st.elapsed_s)
             for mode, rounds in st.modes.items():
                 totals[f"rounds_{mode}"] += rounds
+            return st.slot_modes
 
         # 1. train
         deadline = time.monotonic() + spec.max_train_s
@@ -146,8 +147,8 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         while not events["stop_serve"].is_set():
             if time.monotonic() > deadline + WAIT:
                 raise TimeoutError("still releasing: stop_serve never came")
-            call(zeros)
-            if not seen_async and all(m == Mode.ASYNC for m in train.slot_modes()):
+            modes = call(zeros)
+            if not seen_async and all(m == Mode.ASYNC for m in modes):
                 seen_async = True
                 out.put((worker, "async", None))
             train.poll_results(0.005)
@@ -157,13 +158,13 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         for _ in range(spec.flush_calls):
             call(zeros)
         barrier.wait(WAIT)
-        train.poll_results(0.5)
+        drained = train.poll_results(0.5)
         model += train.take(KEY)
         out.put((worker, "result", {
-            "model": model.copy(), "applied": train.applied_sums(KEY),
+            "model": model.copy(),
             "residual": train.residual(KEY)[:spec.size].astype(np.float64),
             "needs_resync": train.needs_resync, "missed": train.missed_results,
-            "in_flight": train.in_flight, **totals}))
+            "in_flight": drained.in_flight, **totals}))
         # 4. the final averaging round, on the averaging job
         _wait(events["average"], "average")
         result = avg.allreduce(MODEL_KEY, model.astype(np.float32))
@@ -172,7 +173,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             train.clear_resync()  # the replica is the job's average again
         out.put((worker, "averaged", {
             "model": model, "avg_needs_resync": avg.needs_resync,
-            "avg_in_flight": avg.in_flight, "avg_modes": dict(result.stats.modes),
+            "avg_in_flight": result.stats.in_flight, "avg_modes": dict(result.stats.modes),
             "avg_contributors": dict(result.stats.contributors),
             "train_needs_resync": train.needs_resync}))
         train.close()

@@ -20,6 +20,7 @@ output summed: the "model") are averaged once on the averaging job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -47,6 +48,7 @@ from controlplane.policy_runner import PolicyRunner
 from controlplane.switch import Switch
 from hysync.wire import Mode
 from tests.e2e.membership_procs import Cluster, Spec, gradient, softswitch_process
+from tests.worker.relay import Impairment, LossyRelay
 from worker.quantize import FixedPointQuantizer
 from worker.transport import Transport, TransportConfig
 
@@ -80,6 +82,12 @@ def job(job_id: int, base: int, count: int, addrs: dict[int, tuple[str, int]]) -
                     for w in range(N))
     return JobConfig(job_id=job_id, members=members, slot_base=base, slot_count=count,
                      mode=Mode.SYNC)
+
+
+def per_element(truth: dict[int, np.ndarray], spec: Spec) -> np.ndarray:
+    """The relay's per-chunk totals of the training key (chunks 0..) -> one value per element."""
+    rows = [truth.get(c, np.zeros(64)) for c in range(-(-spec.size // 64))]
+    return np.concatenate(rows)[:spec.size] / spec.scale
 
 
 @pytest.fixture
@@ -143,17 +151,21 @@ def test_a_straggler_is_excluded_and_readmitted_and_every_gradient_applied_once(
     began = time.monotonic()
     log_file = workdir / "policy.jsonl"
     with softswitch_process(workdir) as sw_proc, \
-            Switch(sw_proc.grpc_addr, connect_timeout=10.0, timeout=20.0) as sw:
+            Switch(sw_proc.grpc_addr, connect_timeout=10.0, timeout=20.0) as sw, \
+            contextlib.ExitStack() as stack:
         sw.push_pipeline(P4INFO)
         controller = Controller(sw).attach()
-        spec = Spec(switch=sw_proc.udp_addr, straggler=STRAGGLER)
+        # A relay that loses nothing: it records every result the switch sends.
+        relay = LossyRelay(sw_proc.udp_addr, seed=1, up=Impairment(), down=Impairment()).start()
+        stack.callback(relay.stop)
+        spec = Spec(switch=relay.address, straggler=STRAGGLER)
         train_slots = (spec.train_base, spec.train_base + spec.train_slots - 1)
         with Cluster(spec) as cluster:
             bound = cluster.collect("bound", timeout=120)
             controller.add_job(job(spec.train_job, spec.train_base, spec.train_slots,
-                                   {w: b["train"] for w, b in bound.items()}))
+                                   {w: relay.add_worker(b["train"]) for w, b in bound.items()}))
             controller.add_job(job(spec.avg_job, spec.avg_base, spec.avg_slots,
-                                   {w: b["avg"] for w, b in bound.items()}))
+                                   {w: relay.add_worker(b["avg"]) for w, b in bound.items()}))
             records: list[dict[str, Any]] = []
             runner = PolicyRunner(controller, spec.train_job, AdaptivePolicy(CONFIG),
                                   interval=INTERVAL, log_path=log_file, echo=records.append)
@@ -237,15 +249,17 @@ def test_a_straggler_is_excluded_and_readmitted_and_every_gradient_applied_once(
         # after the sync flush only quantization errors remain
         assert np.abs(r["residual"]).max() <= 0.5 / spec.scale * 1.001, w
     expected = contributed - residual
+    train_range = range(spec.train_base, spec.train_base + spec.train_slots)
+    assert np.abs(per_element(relay.ground_truth(train_range), spec) - expected).max() < 1e-4
+    applied = per_element(relay.averages(train_range), spec)  # every result, exactly once
     # The excluded worker missed the results of the rounds run without it: it must say so.
     assert results[STRAGGLER]["needs_resync"], "the excluded replica hid its missed results"
-    assert np.abs(results[STRAGGLER]["applied"] - expected).max() > 1e-2
+    assert np.abs(results[STRAGGLER]["model"] - applied).max() > 1e-2
     whole = sorted(w for w, r in results.items() if not r["needs_resync"])
     assert whole == [w for w in range(N) if w != STRAGGLER], \
         {w: (r["needs_resync"], r["missed"]) for w, r in results.items()}
     for w in whole:
-        np.testing.assert_allclose(results[w]["applied"], expected, atol=1e-4,
-                                   err_msg=f"worker {w}")
+        np.testing.assert_allclose(results[w]["model"], applied, atol=1e-4, err_msg=f"worker {w}")
     for w in whole[1:]:
         np.testing.assert_allclose(results[w]["model"], results[whole[0]]["model"], atol=1e-4)
     # Rounds ran in every mode: sync, the async probe and release, partial while worker 3
@@ -297,8 +311,8 @@ def test_an_excluded_worker_keeps_its_heartbeat_between_calls(workdir: Path) -> 
                                          slot_count=slots, mode=Mode.PARTIAL, quorum=1))
             values = np.ones(slots * 64, dtype=np.float32)
             for _ in range(2):  # partial(1): its own contributions close the rounds
-                tr.allreduce("g", values)
-            assert tr.slot_modes() == [Mode.PARTIAL] * slots
+                modes = tr.allreduce("g", values).stats.slot_modes
+            assert modes == (Mode.PARTIAL,) * slots
 
             def not_member() -> int:
                 return controller.stats(job_id).drops.get("NOT_MEMBER", 0)

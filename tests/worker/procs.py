@@ -66,7 +66,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
     round stays open); `flush_calls` zero-gradient calls in sync; a final drain."""
     logging.basicConfig(level=logging.WARNING)
     try:
-        tr = Transport(transport_config(spec, worker, track_sums=True),
+        tr = Transport(transport_config(spec, worker),
                        FixedPointQuantizer(spec.scale, spec.members))
         out.put((worker, "bound", tr.address))
         _wait(events["go"])
@@ -75,7 +75,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         totals = {"carried": 0, "parked": 0, "retransmits": 0, "residual_contribs": 0,
                   "mismatch": 0, "stale": 0, "acks": 0}
 
-        def call(values: np.ndarray) -> None:
+        def call(values: np.ndarray) -> tuple[int, ...]:
             nonlocal total_out
             result = tr.allreduce(KEY, values)
             total_out += result.output
@@ -87,6 +87,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             totals["mismatch"] += st.resyncs["CHUNK_MISMATCH"]
             totals["stale"] += st.resyncs["STALE_ROUND"] + st.resyncs["STALE_COUNTED"]
             totals["acks"] += st.acks
+            return st.slot_modes
 
         call(zeros)
         out.put((worker, "warm", None))
@@ -98,8 +99,8 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         out.put((worker, "done", None))
         seen_async = False
         while not events["stop_serve"].is_set():
-            call(zeros)
-            if not seen_async and all(m == Mode.ASYNC for m in tr.slot_modes()):
+            modes = call(zeros)
+            if not seen_async and all(m == Mode.ASYNC for m in modes):
                 seen_async = True
                 out.put((worker, "async", None))
         out.put((worker, "served", None))
@@ -107,12 +108,12 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         for _ in range(spec.flush_calls):
             call(zeros)
         barrier.wait(WAIT)
-        tr.poll_results(0.5)
+        drained = tr.poll_results(0.5)
         total_out += tr.take(KEY)
         out.put((worker, "result", {
-            "output": total_out, "applied": tr.applied_sums(KEY),
+            "output": total_out, "first_chunk": tr.first_chunk(KEY),
             "residual": tr.residual(KEY)[:spec.size].astype(np.float64),
-            "needs_resync": tr.needs_resync, "in_flight": tr.in_flight, **totals}))
+            "needs_resync": tr.needs_resync, "in_flight": drained.in_flight, **totals}))
         tr.close()
     except BaseException:  # noqa: BLE001 - reported to the test process
         out.put((worker, "error", traceback.format_exc()))

@@ -89,12 +89,25 @@ class LossyRelay(ServingThread):
         for sock in [self.down_sock, *self._upstream.values()]:
             sock.close()
 
-    def ground_truth(self) -> dict[int, np.ndarray]:
-        """Sum of every distinct result's lanes, per chunk id (int64)."""
+    def ground_truth(self, slots: range | None = None) -> dict[int, np.ndarray]:
+        """Sum of every distinct result's lanes (of `slots`' results), per chunk id (int64)."""
         totals: dict[int, np.ndarray] = {}
-        for chunk, _, lanes in self.results.values():
+        for (slot, _), (chunk, _, lanes) in self.results.items():
+            if slots is not None and slot not in slots:
+                continue
             totals.setdefault(chunk, np.zeros(wire.LANES, dtype=np.int64))
             totals[chunk] += lanes
+        return totals
+
+    def averages(self, slots: range | None = None) -> dict[int, np.ndarray]:
+        """Sum of every distinct result's lanes / its count, per chunk id (float64): what a
+        replica that applied every result exactly once outputs, in fixed-point units."""
+        totals: dict[int, np.ndarray] = {}
+        for (slot, _), (chunk, count, lanes) in self.results.items():
+            if slots is not None and slot not in slots:
+                continue
+            totals.setdefault(chunk, np.zeros(wire.LANES))
+            totals[chunk] += lanes / count
         return totals
 
     # ------------------------------------------------------------ the loop

@@ -31,27 +31,33 @@ def contributed(spec: procs.Spec) -> np.ndarray:
                for w in range(spec.members) for t in range(spec.calls))
 
 
-def check_exactly_once(spec: procs.Spec, results: dict, relay: LossyRelay | None,
+def per_element(truth: dict[int, np.ndarray], first: int, spec: procs.Spec) -> np.ndarray:
+    """Per-chunk totals of the relay's record -> one value per element of the key."""
+    chunks = -(-spec.size // 64)
+    rows = [truth.get(first + c, np.zeros(64)) for c in range(chunks)]
+    return np.concatenate(rows)[:spec.size] / spec.scale
+
+
+def check_exactly_once(spec: procs.Spec, results: dict, relay: LossyRelay,
                        every_replica_whole: bool) -> None:
-    """What the switch aggregated is everything contributed minus what the workers
-    still hold as residual (only quantization errors after the sync flush); replicas
-    that did not miss a result all applied exactly that, and agree."""
+    """What the switch aggregated (the relay records every result it sent) is everything
+    contributed minus what the workers still hold as residual (only quantization errors
+    after the sync flush); replicas that did not miss a result applied every one of those
+    results exactly once (their output is the sum of sum / count), and agree."""
     residual = sum(r["residual"] for r in results.values())
     for w, r in results.items():
         assert r["in_flight"] == 0, f"worker {w} still has packets in flight"
         # after a sync flush only quantization errors remain
         assert np.abs(r["residual"]).max() <= 0.5 / spec.scale * 1.001, w
     expected = contributed(spec) - residual
-    if relay is not None:
-        truth = relay.ground_truth()
-        chunks = -(-spec.size // 64)
-        aggregated = np.concatenate([truth.get(c, np.zeros(64)) for c in range(chunks)])
-        assert np.abs(aggregated[:spec.size] / spec.scale - expected).max() < 1e-4
+    first = results[0]["first_chunk"]
+    assert np.abs(per_element(relay.ground_truth(), first, spec) - expected).max() < 1e-4
     whole = [w for w, r in results.items() if not r["needs_resync"]]
     if every_replica_whole:
         assert whole == list(results), "a replica missed results it could not get back"
+    applied = per_element(relay.averages(), first, spec)
     for w in whole:
-        np.testing.assert_allclose(results[w]["applied"], expected, atol=1e-4, err_msg=str(w))
+        np.testing.assert_allclose(results[w]["output"], applied, atol=1e-4, err_msg=str(w))
     for w in whole[1:]:
         np.testing.assert_allclose(results[w]["output"], results[whole[0]]["output"], atol=1e-4)
 
@@ -73,10 +79,15 @@ def test_sync_allreduce_is_the_mean_within_the_quantization_bound(switch):
 @pytest.mark.parametrize("mode,quorum", [(Mode.SYNC, 0), (Mode.PARTIAL, 3), (Mode.ASYNC, 0)],
                          ids=["sync", "partial3-straggler", "async"])
 def test_every_gradient_is_applied_exactly_once(switch, mode, quorum):
-    spec = spec_for(switch.address, straggler=3)
-    with Cluster(procs.phased_worker, spec) as cluster:
-        results = cluster.run_phased(switch, None, mode, quorum)
-    check_exactly_once(spec, results, None, every_replica_whole=True)
+    # A relay that loses nothing: it only records what the switch sent.
+    relay = LossyRelay(switch.address, seed=11, up=Impairment(), down=Impairment()).start()
+    try:
+        spec = spec_for(relay.address, straggler=3)
+        with Cluster(procs.phased_worker, spec) as cluster:
+            results = cluster.run_phased(switch, relay, mode, quorum)
+    finally:
+        relay.stop()
+    check_exactly_once(spec, results, relay, every_replica_whole=True)
     if mode == Mode.PARTIAL:
         # the straggler's late contributions were carried, not lost
         assert sum(r["carried"] for r in results.values()) > 0

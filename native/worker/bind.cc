@@ -1,0 +1,151 @@
+// hysync._core.worker: the transport engine and the quantizer, for worker/transport.py and
+// worker/quantize.py. Buffers cross as numpy arrays without copies; calls that wait on the
+// network release the GIL for their whole duration.
+#include <arpa/inet.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <stdexcept>
+
+#include "common/registry.h"
+#include "worker/engine.h"
+#include "worker/quantize.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using hysync::worker::Engine;
+using hysync::worker::EngineConfig;
+
+namespace {
+
+using Floats = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using FloatsOut = nb::ndarray<nb::numpy, float, nb::ndim<1>, nb::c_contig>;
+
+std::tuple<uint64_t, uint64_t, float> quantize(Floats values, Floats fixed, Floats error,
+                                               double scale, int members) {
+  if (fixed.shape(0) != values.shape(0) || error.shape(0) != values.shape(0))
+    throw std::invalid_argument("quantize: values, fixed and error must have the same length");
+  hysync::worker::Quantizer q(scale, members);
+  hysync::worker::QuantStats stats;
+  {
+    nb::gil_scoped_release unlocked;
+    q.quantize(values.data(), fixed.data(), error.data(), values.shape(0), stats);
+  }
+  return {stats.clipped, stats.nonfinite, stats.max_abs_error};
+}
+
+Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
+                    const std::string& switch_ip, uint16_t switch_port, uint32_t slot_base,
+                    uint32_t slot_count, int members, double scale, double rto_initial,
+                    double rto_min, double rto_max, double dead_after, double stall_after,
+                    double missed_after, float staleness_decay, uint64_t seed) {
+  EngineConfig c;
+  c.job_id = job_id;
+  c.worker_id = worker_id;
+  c.switch_addr.sin_family = AF_INET;
+  c.switch_addr.sin_port = htons(switch_port);
+  if (inet_pton(AF_INET, switch_ip.c_str(), &c.switch_addr.sin_addr) != 1)
+    throw std::invalid_argument("switch address " + switch_ip + " is not a dotted IPv4 address");
+  c.slot_base = slot_base;
+  c.slot_count = slot_count;
+  c.members = members;
+  c.scale = scale;
+  c.rto_initial = rto_initial;
+  c.rto_min = rto_min;
+  c.rto_max = rto_max;
+  c.dead_after = dead_after;
+  c.stall_after = stall_after;
+  c.missed_after = missed_after;
+  c.staleness_decay = staleness_decay;
+  c.seed = seed;
+  return new (self) Engine(c, fd);
+}
+
+int checked_key(Engine& e, int index) {
+  if (index < 0 || index >= e.key_count())
+    throw std::out_of_range("no key with index " + std::to_string(index));
+  return index;
+}
+
+nb::dict stats_of(const Engine& e) {
+  const auto& s = e.stats();
+  nb::dict d;
+  d["included"] = s.included;
+  d["carried"] = s.carried;
+  d["residual_contribs"] = s.residual_contribs;
+  d["null_contribs"] = s.null_contribs;
+  d["own_applied"] = s.own_applied;
+  d["retransmits"] = s.retransmits;
+  d["parked"] = s.parked;
+  d["parked_missed"] = s.parked_missed;
+  d["acks"] = s.acks;
+  d["duplicate_results"] = s.duplicate_results;
+  d["stray_replies"] = s.stray_replies;
+  d["bad_datagrams"] = s.bad_datagrams;
+  d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
+  d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,
+                               s.quant.max_abs_error);
+  d["results"] = nb::bytes(reinterpret_cast<const char*>(s.results.data()), s.results.size());
+  return d;
+}
+
+void bind(nb::module_& m) {
+  m.doc() = "The worker's transport engine (docs/protocol.md §9) and its quantizer.";
+  // A process may exit with a worker alive (an executor thread, a test that never closes it):
+  // nanobind's exit-time leak report would then only be noise.
+  nb::set_leak_warnings(false);
+  m.def("quantize", &quantize, "values"_a, "fixed"_a, "error"_a, "scale"_a, "members"_a,
+        "float32 values -> fixed (integers in float32) and error, in place; returns "
+        "(clipped, nonfinite, max_abs_error).");
+  nb::class_<Engine>(m, "Engine")
+      .def("__init__", &make_engine, "fd"_a, "job_id"_a, "worker_id"_a, "switch_ip"_a,
+           "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,
+           "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
+           "missed_after"_a, "staleness_decay"_a, "seed"_a)
+      .def("register", &Engine::register_key, "numel"_a)
+      .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
+      .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })
+      .def("residual", [](nb::handle_t<Engine> self, int k) {
+             Engine& e = nb::cast<Engine&>(self);
+             auto& res = e.key(checked_key(e, k)).residual;
+             return FloatsOut(res.data(), {res.size()}, self);  // a view kept alive by self
+           })
+      .def("allreduce", [](Engine& e, int k, Floats values) {
+             checked_key(e, k);
+             if (int64_t(values.shape(0)) != e.key(k).numel)
+               throw std::invalid_argument("allreduce: values do not match the key's size");
+             nb::gil_scoped_release unlocked;
+             return e.allreduce(k, values.data(), int64_t(values.shape(0))) ==
+                    hysync::worker::CallStatus::DONE;
+           }, "index"_a, "values"_a,
+           "Contribute values (float32, written over with the output); False: unreachable.")
+      .def("take", [](Engine& e, int k, Floats out) {
+             checked_key(e, k);
+             if (int64_t(out.shape(0)) != e.key(k).numel)
+               throw std::invalid_argument("take: out does not match the key's size");
+             e.take(k, out.data());
+           }, "index"_a, "out"_a)
+      .def("poll", &Engine::poll, "duration"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("stats", &stats_of)
+      .def("reset_stats", &Engine::reset_stats)
+      .def_prop_ro("needs_resync", &Engine::needs_resync)
+      .def("clear_resync", &Engine::clear_resync)
+      .def_prop_ro("missed_results", &Engine::missed_results)
+      .def_prop_ro("bad_datagrams", &Engine::bad_datagrams)
+      .def_prop_ro("in_flight", &Engine::in_flight)
+      .def_prop_ro("srtt", [](const Engine& e) -> nb::object {
+             if (e.srtt() < 0) return nb::none();
+             return nb::float_(e.srtt());
+           })
+      .def_prop_ro("rto", &Engine::rto)
+      .def("slot_modes", &Engine::slot_modes)
+      .def("describe_flights", &Engine::describe_flights)
+      .def("take_logs", &Engine::take_logs);
+}
+
+hysync::Binder binder("worker", bind);
+
+}  // namespace

@@ -1,0 +1,1087 @@
+// The worker's protocol engine (docs/protocol.md §9). Method names follow the rules they
+// implement; worker/transport.py's history is this file's reference model.
+#include "worker/engine.h"
+
+#include <poll.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <system_error>
+
+#include "common/bytes.h"
+
+namespace hysync::worker {
+
+namespace {
+
+constexpr std::size_t H = wire::HEADER_BYTES;
+constexpr std::size_t RECV_BATCH = 256;     // datagrams read per wake-up
+constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
+constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
+constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
+constexpr uint64_t LOG_EVERY = 1000;        // after the first few, log one bad datagram in this many
+constexpr uint32_t HALF32 = 1u << 31;
+constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode::PARTIAL),
+                  ASYNC = uint8_t(wire::Mode::ASYNC);
+constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
+                  CHUNK_MISMATCH = uint8_t(wire::ResyncReason::CHUNK_MISMATCH),
+                  STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED);
+
+struct Header {
+  uint8_t version, op, flags, mode, worker_id, count, reason;
+  uint16_t job_id, slot;
+  uint32_t round, chunk, bitmap;
+  explicit Header(const uint8_t* d)
+      : version(d[wire::OFF_VERSION]), op(d[wire::OFF_OP]), flags(d[wire::OFF_FLAGS]),
+        mode(d[wire::OFF_MODE]), worker_id(d[wire::OFF_WORKER_ID]), count(d[wire::OFF_COUNT]),
+        reason(d[wire::OFF_REASON]), job_id(load_be16(d + wire::OFF_JOB_ID)),
+        slot(load_be16(d + wire::OFF_SLOT)), round(load_be32(d + wire::OFF_ROUND)),
+        chunk(load_be32(d + wire::OFF_CHUNK)), bitmap(load_be32(d + wire::OFF_BITMAP)) {}
+};
+
+const char* op_name(uint8_t op) {
+  switch (op) {
+    case 1: return "CONTRIB";
+    case 2: return "RESULT";
+    case 3: return "RESYNC";
+    case 4: return "ACK";
+    default: return "?";
+  }
+}
+
+// Why a datagram does not decode (hysync.wire.Packet.decode's messages), or "" if it does.
+std::string decode_error(const uint8_t* d, std::size_t size) {
+  if (size < H)
+    return "HySync header needs " + std::to_string(H) + " bytes, got " + std::to_string(size);
+  const uint8_t version = d[wire::OFF_VERSION], op = d[wire::OFF_OP];
+  if (version != wire::VERSION)
+    return "HySync version " + std::to_string(version) + ", this build speaks " +
+           std::to_string(wire::VERSION);
+  const bool full = op == 1 || op == 2;
+  if (!full && op != 3 && op != 4) return "unknown HySync op " + std::to_string(op);
+  const std::size_t want = full ? P : H;
+  if (size != want)
+    return std::string(op_name(op)) + " must be " + std::to_string(want) + " bytes, got " +
+           std::to_string(size);
+  return "";
+}
+
+bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
+
+}  // namespace
+
+double monotonic_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+int32_t Flight::lane(std::size_t j) const { return int32_t(load_be32(&data[H + 4 * j])); }
+
+// ------------------------------------------------------------------ the call
+struct Engine::Call {
+  int key;
+  float* values;  // the gradient; a chunk's rows become its output once it is prepared
+  int64_t numel;
+  std::vector<Outcome> outcome;
+  std::vector<uint8_t> prepared;  // quantized: residual holds its error, values its output
+  std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
+  int64_t remaining;
+  std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
+  // Prepared chunks sent back to their queue (sync CHUNK_MISMATCH): their lanes and error.
+  std::unordered_map<int64_t, std::pair<std::array<int32_t, LANES>, std::array<float, LANES>>>
+      requeued;
+
+  Call(int k, const Key& reg, float* v, int64_t n, uint32_t window)
+      : key(k), values(v), numel(n), outcome(std::size_t(reg.chunks), Outcome::PENDING),
+        prepared(std::size_t(reg.chunks), 0), queues(window), remaining(reg.chunks),
+        held(window) {
+    for (uint32_t i = 0; i < window; ++i) {
+      // Local chunk l goes to slot (first + l) % W: every W-th chunk from its start.
+      int64_t start = (int64_t(i) - int64_t(reg.first % window) + window) % window;
+      for (int64_t l = start; l < reg.chunks; l += window) queues[i].push_back(l);
+    }
+  }
+  // Local index of global `chunk` if it waits in slot i's queue, else -1.
+  int64_t pending(const Key& reg, uint32_t chunk, uint32_t i) const {
+    int64_t local = int64_t(chunk) - int64_t(reg.first);
+    if (local < 0 || local >= reg.chunks || outcome[std::size_t(local)] != Outcome::PENDING)
+      return -1;
+    const auto& q = queues[i];
+    return std::find(q.begin(), q.end(), local) != q.end() ? local : -1;
+  }
+  std::size_t lanes_of(int64_t local) const {  // elements of `values` in this chunk
+    return std::size_t(std::clamp<int64_t>(numel - local * int64_t(LANES), 0, LANES));
+  }
+};
+
+Engine::Engine(const EngineConfig& config, int fd)
+    : cfg_(config),
+      quantizer_(config.scale, config.members),
+      fd_(fd),
+      w_(config.slot_count),
+      bit_(1u << config.worker_id),
+      next_round_(w_, 0),
+      seq_(w_),
+      known_(w_, false),
+      mode_(w_, -1),
+      suspect_(w_),
+      acked_(w_),
+      flight_(w_),
+      rto_(config.rto_initial),
+      last_rx_(monotonic_now()),
+      rx_(RECV_BATCH, 2048),
+      tx_(RECV_BATCH, P) {
+  std::mt19937_64 rng(config.seed);
+  for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
+}
+
+Engine::~Engine() = default;
+
+void Engine::log(int level, std::string message) {
+  if (logs_.size() < 10000) logs_.emplace_back(level, std::move(message));
+}
+
+std::vector<std::pair<int, std::string>> Engine::take_logs() {
+  std::vector<std::pair<int, std::string>> out;
+  out.swap(logs_);
+  return out;
+}
+
+// ------------------------------------------------------------------ keys
+int Engine::register_key(int64_t numel) {
+  auto reg = std::make_unique<Key>();
+  reg->numel = numel;
+  reg->chunks = std::max<int64_t>(1, (numel + int64_t(LANES) - 1) / int64_t(LANES));
+  reg->first = uint32_t(next_chunk_);
+  reg->residual.assign(std::size_t(reg->chunks) * LANES, 0.0f);
+  next_chunk_ += reg->chunks;
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    if (it->first >= reg->first && int64_t(it->first) < next_chunk_) {
+      if (reg->acc.empty()) reg->acc.assign(reg->residual.size(), 0.0f);
+      float* row = &reg->acc[std::size_t(it->first - reg->first) * LANES];
+      for (std::size_t j = 0; j < LANES; ++j) row[j] += float(it->second[j] / cfg_.scale);
+      it = orphans_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  starts_.push_back(reg->first);
+  keys_.push_back(std::move(reg));
+  return int(keys_.size()) - 1;
+}
+
+void Engine::retire_key(int index) { key(index).alive = false; }
+
+int Engine::key_of(uint32_t chunk) const {
+  auto it = std::upper_bound(starts_.begin(), starts_.end(), chunk);
+  if (it == starts_.begin()) return -1;
+  int pos = int(it - starts_.begin()) - 1;
+  const Key& reg = *keys_[std::size_t(pos)];
+  if (int64_t(chunk) >= int64_t(reg.first) + reg.chunks) return -1;
+  return pos;
+}
+
+void Engine::take(int index, float* out) {
+  Key& reg = key(index);
+  if (reg.acc.empty()) {
+    std::fill(out, out + reg.numel, 0.0f);
+    return;
+  }
+  std::copy(reg.acc.begin(), reg.acc.begin() + reg.numel, out);
+  std::vector<float>().swap(reg.acc);
+}
+
+// ------------------------------------------------------------------ the call
+CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
+  const double start = monotonic_now();
+  drain();
+  check_suspects();
+  call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  // Timers that fell due between calls first: a call whose every slot is held by a parked
+  // packet carries all its chunks at once and never enters the loop below, so a STALE reply's
+  // grace period would otherwise never end (the worker falls silent).
+  expire(monotonic_now());
+  for (uint32_t i = 0; i < w_; ++i) {
+    if (!flight_[i])
+      send_next(i, monotonic_now());
+    else if (flight_[i]->parked)
+      hold_queue(i, monotonic_now());
+  }
+  while (call_->remaining > 0) {  // residual-only packets may stay in flight into the next call
+    double now = monotonic_now();
+    expire(now);
+    if (call_->remaining == 0) break;
+    flush();
+    double delay = timers_.empty() ? cfg_.dead_after : timers_.top().at - now;
+    delay = std::max(0.0, delay);
+    timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
+    pollfd p{fd_, POLLIN, 0};
+    int ready = ppoll(&p, 1, &ts, nullptr);
+    if (ready > 0) {
+      receive();
+    } else if (monotonic_now() - std::max(last_rx_, start) > cfg_.dead_after) {
+      log(40, "worker " + std::to_string(cfg_.worker_id) +
+                  " gives up waiting: " + describe_flights());
+      abort_call();
+      call_.reset();
+      return CallStatus::UNREACHABLE;
+    }
+  }
+  flush();
+  finish();
+  call_.reset();
+  return CallStatus::DONE;
+}
+
+void Engine::poll(double duration) {
+  const double end = monotonic_now() + duration;
+  double now;
+  while ((now = monotonic_now()) < end) {
+    expire(now);  // residual-only and parked packets keep retrying
+    flush();
+    double wait = end - now;
+    if (!timers_.empty()) wait = std::min(wait, timers_.top().at - now);
+    wait = std::max(0.0, wait);
+    timespec ts{time_t(wait), long((wait - std::floor(wait)) * 1e9)};
+    pollfd p{fd_, POLLIN, 0};
+    if (ppoll(&p, 1, &ts, nullptr) > 0) receive();
+  }
+  flush();
+  check_suspects();
+}
+
+// Prepare a chunk of the call's key for its first transmission: quantize gradient + residual;
+// the residual becomes the error (RULE B: right if the round includes me, see settle()), and the
+// chunk's rows of `values` become its output (what was buffered for it so far).
+void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
+  Call& c = *call_;
+  Key& reg = key(c.key);
+  const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
+  float value[LANES] = {};
+  float* res = &reg.residual[off];
+  for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
+  quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
+  std::copy(err, err + LANES, res);
+  float* out = c.values + off;
+  if (reg.acc.empty()) {
+    std::fill(out, out + n, 0.0f);
+  } else {
+    std::copy(&reg.acc[off], &reg.acc[off] + n, out);
+    std::fill(&reg.acc[off], &reg.acc[off] + LANES, 0.0f);
+  }
+  c.prepared[std::size_t(local)] = 1;
+}
+
+// The fate of a chunk of this call is known. A prepared chunk's residual already holds its
+// error (included); carried, it gets back the quantized amount too (staleness-weighted). An
+// unprepared carried chunk is settled at the end of the call (it may still be sent, see
+// follow_mode), or now by take_residual.
+void Engine::settle(int64_t local, Outcome outcome, const Flight* f) {
+  Call& c = *call_;
+  c.outcome[std::size_t(local)] = outcome;
+  if (outcome != Outcome::CARRIED || !c.prepared[std::size_t(local)] || f == nullptr) return;
+  float* res = &key(c.key).residual[std::size_t(local) * LANES];
+  const float s = quantizer_.scale_f32(), d = cfg_.staleness_decay;
+  for (std::size_t j = 0; j < LANES; ++j) {
+    const float q = float(f->lane(j)) / s;
+    res[j] += d == 1.0f ? q : (q + f->err[j]) * d - f->err[j];
+  }
+}
+
+// RULE B for the chunks whose fate was decided without a packet: carried unsent chunks take
+// their whole value (gradient + residual) into the residual.
+void Engine::finish() {
+  Call& c = *call_;
+  Key& reg = key(c.key);
+  const float d = cfg_.staleness_decay;
+  for (int64_t l = 0; l < reg.chunks; ++l) {
+    const std::size_t k = std::size_t(l);
+    if (c.outcome[k] == Outcome::INCLUDED) ++stats_.included;
+    if (c.outcome[k] == Outcome::CARRIED) {
+      ++stats_.carried;
+      settle_requeued(l);
+    }
+    if (c.prepared[k]) continue;
+    const std::size_t n = c.lanes_of(l), off = k * LANES;
+    float* res = &reg.residual[off];
+    float value[LANES], fixed[LANES], err[LANES];
+    for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
+    quantizer_.quantize(value, fixed, err, LANES, stats_.quant);  // its stats, as if sent
+    for (std::size_t j = 0; j < LANES; ++j) res[j] = value[j] * d;
+    float* out = c.values + off;
+    if (reg.acc.empty()) {
+      std::fill(out, out + n, 0.0f);
+    } else {
+      std::copy(&reg.acc[off], &reg.acc[off] + n, out);
+    }
+    c.prepared[k] = 1;
+  }
+  std::vector<float>().swap(reg.acc);  // every row went to the output
+}
+
+// The call failed: forget what is in flight. Its outcome is unknown, so the chunks keep their
+// full value as residual and the replica must resynchronize.
+void Engine::abort_call() {
+  Call& c = *call_;
+  for (uint32_t i = 0; i < w_; ++i) {
+    Flight* f = flight_[i].get();
+    if (!f) continue;
+    if (f->kind == Kind::OWN && f->key == c.key && !f->parked) {
+      settle(f->local, Outcome::CARRIED, f);
+    } else if (f->kind == Kind::RESIDUAL) {
+      return_residual(*f, false);
+    } else if (f->parked) {
+      restore(*f);
+    }
+    flight_[i].reset();
+  }
+  inflight_ = 0;
+  timers_ = decltype(timers_)();
+  for (auto& o : c.outcome)
+    if (o == Outcome::PENDING) o = Outcome::CARRIED;
+  finish();
+  flag_resync("a call was aborted with contributions in flight");
+}
+
+std::string Engine::describe_flights() const {
+  std::string out;
+  int shown = 0, total = 0;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = flight_[i].get();
+    if (!f) continue;
+    if (++total > 8) continue;
+    ++shown;
+    if (!out.empty()) out += "; ";
+    out += "slot " + std::to_string(cfg_.slot_base + i) + ": " +
+           (f->kind == Kind::OWN ? "own" : f->kind == Kind::RESIDUAL ? "residual" : "null") +
+           " chunk " + std::to_string(f->chunk) + (f->async_style ? " seq " : " round ") +
+           std::to_string(f->round) + " tries " + std::to_string(f->tries) +
+           (f->stale ? " stale" : "") + (f->closed ? " closed" : "") +
+           (f->parked ? " parked" : "") + " (next_round " + std::to_string(next_round_[i]) +
+           ", mode " + std::to_string(mode_[i]) + ")";
+  }
+  if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
+  return out.empty() ? "nothing in flight" : out;
+}
+
+// ------------------------------------------------------------------ sending
+void Engine::send_next(uint32_t i, double now) {
+  if (!call_) return;
+  auto& queue = call_->queues[i];
+  while (!queue.empty()) {
+    int64_t local = queue.front();
+    queue.pop_front();
+    if (call_->outcome[std::size_t(local)] == Outcome::PENDING) {
+      send_own(i, local, nullptr, now);
+      return;
+    }
+  }
+}
+
+void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {
+  Call& c = *call_;
+  const Key& reg = key(c.key);
+  auto f = std::make_unique<Flight>();
+  f->kind = Kind::OWN;
+  f->key = c.key;
+  f->local = local;
+  f->chunk = uint32_t(reg.first + uint32_t(local));
+  int32_t fixed[LANES];
+  auto it = c.requeued.find(local);
+  if (it != c.requeued.end()) {
+    std::copy(it->second.first.begin(), it->second.first.end(), fixed);
+    f->err = it->second.second;
+    c.requeued.erase(it);
+  } else {
+    prepare_chunk(local, fixed, f->err.data());
+  }
+  for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
+  flight_[i] = std::move(f);
+  ++inflight_;
+  launch(i, rnd, now);
+}
+
+// A residual-only (or, with no key, zero) contribution for `chunk` at round `rnd`.
+void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now) {
+  auto f = std::make_unique<Flight>();
+  f->kind = kind;
+  f->key = k;
+  f->chunk = chunk;
+  if (k >= 0) {
+    f->local = int64_t(chunk) - int64_t(key(k).first);
+    take_residual(k, f->local, f->amount.data());
+    f->has_amount = true;
+    int32_t fixed[LANES];
+    QuantStats unused;
+    quantizer_.quantize_lanes(f->amount.data(), fixed, f->err.data(), LANES, unused);
+    for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
+    ++stats_.residual_contribs;
+  } else {
+    ++stats_.null_contribs;
+  }
+  flight_[i] = std::move(f);
+  ++inflight_;
+  launch(i, &rnd, now);
+}
+
+// Move one chunk's residual into a residual-only packet (settling the current call's outcome
+// for it first); return_residual adds back what stays due.
+void Engine::take_residual(int k, int64_t local, float* amount) {
+  Key& reg = key(k);
+  float* res = &reg.residual[std::size_t(local) * LANES];
+  if (call_ && call_->key == k) {
+    Call& c = *call_;
+    const std::size_t l = std::size_t(local);
+    if (c.outcome[l] == Outcome::PENDING) {  // its residual rides on its own contribution
+      std::fill(amount, amount + LANES, 0.0f);
+      return;
+    }
+    if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
+    if (c.outcome[l] == Outcome::CARRIED) {
+      ++stats_.carried;
+      settle_requeued(local);
+      if (!c.prepared[l]) {  // carried unsent: its whole value, now
+        const std::size_t n = c.lanes_of(local), off = l * LANES;
+        for (std::size_t j = 0; j < LANES; ++j)
+          res[j] = ((j < n ? c.values[off + j] : 0.0f) + res[j]) * cfg_.staleness_decay;
+        float* out = c.values + off;
+        if (reg.acc.empty()) {
+          std::fill(out, out + n, 0.0f);
+        } else {
+          std::copy(&reg.acc[off], &reg.acc[off] + n, out);
+          std::fill(&reg.acc[off], &reg.acc[off] + LANES, 0.0f);
+        }
+        c.prepared[l] = 1;
+      }
+    }
+    c.outcome[l] = Outcome::SETTLED;
+  }
+  std::copy(res, res + LANES, amount);
+  std::fill(res, res + LANES, 0.0f);
+}
+
+// RULE B for a residual-only packet: its quantization error, or all of it.
+void Engine::return_residual(const Flight& f, bool included) {
+  if (f.key < 0 || !f.has_amount) return;
+  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  const float* part = included ? f.err.data() : f.amount.data();
+  for (std::size_t j = 0; j < LANES; ++j) res[j] += part[j];
+}
+
+// First transmission of the slot's flight at round *rnd (null: the slot's next round or seq).
+void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
+  Flight& f = *flight_[i];
+  f.probe = !known_[i];
+  if (rnd == nullptr && (f.probe || mode_[i] == ASYNC)) {
+    f.round = next_seq(i);
+    f.async_style = true;
+  } else {
+    f.round = rnd == nullptr ? next_round_[i] : *rnd;
+    f.async_style = false;
+  }
+  uint8_t* d = f.data.data();
+  d[wire::OFF_VERSION] = uint8_t(wire::VERSION);
+  d[wire::OFF_OP] = uint8_t(wire::Op::CONTRIB);
+  store_be16(d + wire::OFF_JOB_ID, uint16_t(cfg_.job_id));
+  d[wire::OFF_WORKER_ID] = uint8_t(cfg_.worker_id);
+  store_be16(d + wire::OFF_SLOT, uint16_t(cfg_.slot_base + i));
+  store_be32(d + wire::OFF_ROUND, f.round);
+  store_be32(d + wire::OFF_CHUNK, f.chunk);
+  f.tries = 0;
+  f.stale = false;
+  f.closed = false;
+  f.launched = now;
+  f.backoff = rto_;
+  transmit(i, now, false);
+}
+
+void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
+  Flight& f = *flight_[i];
+  if (retransmit) {
+    f.data[wire::OFF_FLAGS] = uint8_t(wire::Flag::RETRANSMIT);
+    ++stats_.retransmits;
+  } else {
+    f.data[wire::OFF_FLAGS] = 0;
+  }
+  if (retransmit && timeout) {
+    f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
+    if (now - backed_off_ >= rto_) {
+      // Back the timer off too (at most once per RTO, as TCP does): replies that only
+      // retransmitted packets get carry no RTT sample (Karn), so without this a queue longer
+      // than the RTO would keep every packet retransmitting.
+      rto_ = std::min(2.0 * rto_, cfg_.rto_max);
+      backed_off_ = now;
+    }
+  }
+  ++f.tries;
+  f.sent_at = now;
+  uint8_t* out = tx_.append(cfg_.switch_addr, P);
+  if (out == nullptr) {
+    flush();
+    out = tx_.append(cfg_.switch_addr, P);
+  }
+  std::memcpy(out, f.data.data(), P);
+  f.gen = ++gen_;
+  timers_.push({now + f.backoff, f.gen, i});
+}
+
+void Engine::flush() {
+  if (tx_.size()) tx_.flush(fd_);
+}
+
+uint32_t Engine::next_seq(uint32_t i) {
+  uint32_t seq = seq_[i] + 1;
+  if (seq == 0) seq = 1;
+  seq_[i] = seq;
+  return seq;
+}
+
+// ------------------------------------------------------------------ timers
+void Engine::expire(double now) {
+  while (!timers_.empty() && timers_.top().at <= now) {
+    const Timer t = timers_.top();
+    timers_.pop();
+    Flight* f = flight_[t.slot].get();
+    if (!f || f->gen != t.gen) continue;
+    const uint32_t i = t.slot;
+    if (f->stale) {
+      decide_stale(i, now);
+      continue;
+    }
+    if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
+        !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
+        now - f->launched >= cfg_.stall_after)
+      park(i);
+    transmit(i, now, true);
+  }
+}
+
+// Partial mode: the flight met only silence for stall_after while its round is, as far as this
+// worker knows, the slot's open round. The switch is silent about a contribution it holds in an
+// open round, so it is most likely counted in a round that waits for the others' next call. The
+// call settles it as included and carries its remaining chunks on this slot, so that no call of
+// mine waits for another worker's next call (across slots, that could wait forever). The packet
+// stays in flight until the switch says for certain; if it was not counted, its amount goes
+// back into the residual (done()).
+void Engine::park(uint32_t i) {
+  Flight& f = *flight_[i];
+  f.parked = true;
+  ++stats_.parked;
+  if (f.kind == Kind::OWN && call_ && f.key == call_->key &&
+      call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
+    const float s = quantizer_.scale_f32();
+    for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = float(f.lane(j)) / s;
+    f.has_amount = true;
+    settle(f.local, Outcome::INCLUDED, &f);
+    --call_->remaining;
+  }
+  carry_queue(i);
+}
+
+// A call starts while a parked packet holds slot i: retransmit it at once (its answer settles it
+// and reports the slot's mode). Carrying the slot's chunks meanwhile is for partial mode only:
+// in sync every round needs every member, so a slot left idle for a call deadlocks the job.
+void Engine::hold_queue(uint32_t i, double now) {
+  if (mode_[i] == PARTIAL) carry_queue(i);  // pending again if a reply says otherwise
+  hurry(i, now);
+}
+
+// Retransmit a parked packet now; not a timeout: neither its backoff nor the RTO grows.
+void Engine::hurry(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  if (!f.stale) {  // else its grace timer decides it within one RTO anyway
+    f.backoff = rto_;
+    transmit(i, now, true, false);
+  }
+}
+
+// A reply reported slot i's mode. If it is no longer partial while this call's chunks there were
+// carried because a parked packet held the slot, they are pending again.
+void Engine::follow_mode(uint32_t i, double now) {
+  if (!call_ || call_->held[i].empty() || mode_[i] == PARTIAL) return;
+  Call& c = *call_;
+  for (int64_t local : c.held[i]) {
+    if (c.outcome[std::size_t(local)] == Outcome::CARRIED) {  // not SETTLED meanwhile
+      c.outcome[std::size_t(local)] = Outcome::PENDING;
+      ++c.remaining;
+      c.queues[i].push_back(local);
+    }
+  }
+  c.held[i].clear();
+  Flight* f = flight_[i].get();
+  if (!f)
+    send_next(i, now);
+  else if (f->parked)
+    hurry(i, now);
+}
+
+// The slot is held by a parked packet: this call's chunks there are carried (unsent).
+void Engine::carry_queue(uint32_t i) {
+  if (!call_) return;
+  Call& c = *call_;
+  for (int64_t local : c.queues[i]) {
+    if (c.outcome[std::size_t(local)] == Outcome::PENDING) {
+      c.outcome[std::size_t(local)] = Outcome::CARRIED;
+      c.held[i].push_back(local);
+      --c.remaining;
+    }
+  }
+  c.queues[i].clear();
+}
+
+// A carried chunk that was prepared, sent and then sent back to its queue: its packet's amount
+// goes back into the residual (RULE B), as if its flight had been carried.
+void Engine::settle_requeued(int64_t local) {
+  auto it = call_->requeued.find(local);
+  if (it == call_->requeued.end()) return;
+  Flight tmp;
+  for (std::size_t j = 0; j < LANES; ++j)
+    store_be32(&tmp.data[H + 4 * j], uint32_t(it->second.first[j]));
+  tmp.err = it->second.second;
+  call_->requeued.erase(it);
+  settle(local, Outcome::CARRIED, &tmp);
+}
+
+// A parked contribution was not counted after all: back into the residual.
+void Engine::restore(const Flight& f) {
+  if (f.key < 0 || !f.has_amount) return;
+  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  for (std::size_t j = 0; j < LANES; ++j) res[j] += f.amount[j];
+  ++stats_.parked_missed;
+}
+
+void Engine::rtt_sample(const Flight& f, double now) {
+  if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
+  const double sample = now - f.sent_at;
+  if (srtt_ < 0) {
+    srtt_ = sample;
+    rttvar_ = sample / 2;
+  } else {
+    rttvar_ = 0.75 * rttvar_ + 0.25 * std::fabs(sample - srtt_);
+    srtt_ = 0.875 * srtt_ + 0.125 * sample;
+  }
+  // 4 x srtt, or srtt + 4 x rttvar (Jacobson) when the RTT jitters more than that: on a
+  // loaded host spurious retransmissions otherwise feed back.
+  const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
+  rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
+}
+
+// ------------------------------------------------------------------ outcomes
+void Engine::end_flight(uint32_t i) {
+  flight_[i].reset();
+  --inflight_;
+}
+
+// The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
+void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
+  Flight& f = *flight_[i];
+  rtt_sample(f, now);
+  if (f.kind == Kind::OWN && f.parked) {
+    if (!included) restore(f);
+  } else if (f.kind == Kind::OWN) {
+    if (call_ && call_->key == f.key &&
+        call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
+      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f);
+      --call_->remaining;
+    }
+  } else if (f.kind == Kind::RESIDUAL) {
+    return_residual(f, included);
+  }
+  end_flight(i);
+  if (send_next_chunk) send_next(i, now);
+}
+
+// ACK: counted, result lost; an async round's result is exactly my lanes / 1.
+void Engine::apply_own(uint32_t i) {
+  const Flight& f = *flight_[i];
+  double lanes[LANES];
+  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j));
+  add(f.chunk, lanes);
+  auto& acked = acked_[i];
+  if (acked.size() == ACK_MEMORY) acked.pop_front();
+  std::array<uint8_t, 4 * LANES> raw;
+  std::memcpy(raw.data(), &f.data[H], raw.size());
+  acked.emplace_back(f.chunk, raw);
+  ++stats_.own_applied;
+}
+
+float* Engine::acc_row(uint32_t chunk) {
+  const int k = key_of(chunk);
+  if (k < 0) return nullptr;
+  Key& reg = key(k);
+  if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
+  const int64_t local = int64_t(chunk) - int64_t(reg.first);
+  if (call_ && call_->key == k && call_->prepared[std::size_t(local)]) {
+    return call_->values + std::size_t(local) * LANES;  // straight into the call's output
+  }
+  if (reg.acc.empty()) reg.acc.assign(reg.residual.size(), 0.0f);
+  return &reg.acc[std::size_t(local) * LANES];
+}
+
+void Engine::add(uint32_t chunk, const double* avg) {
+  if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
+    auto& held = orphans_[chunk];
+    for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
+    return;
+  }
+  float* row = acc_row(chunk);
+  if (!row) return;
+  std::size_t n = LANES;
+  if (call_ && row >= call_->values && row < call_->values + call_->numel)
+    n = std::size_t(std::min<int64_t>(LANES, call_->values + call_->numel - row));
+  for (std::size_t j = 0; j < n; ++j) row[j] += float(avg[j] / cfg_.scale);
+}
+
+void Engine::apply(const uint8_t* d) {
+  stats_.results.insert(stats_.results.end(), d, d + H);
+  const double count = double(d[wire::OFF_COUNT]);
+  double avg[LANES];
+  for (std::size_t j = 0; j < LANES; ++j)
+    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / count;
+  add(load_be32(d + wire::OFF_CHUNK), avg);
+}
+
+// ------------------------------------------------------------------ rounds (RULE A)
+// The slot's rounds before `upto` are closed: suspect those not seen yet.
+void Engine::advance(uint32_t i, uint32_t upto) {
+  const uint32_t nr = next_round_[i];
+  known_[i] = true;
+  const uint32_t gap = upto - nr;
+  if (gap == 0 || gap >= HALF32) return;
+  if (gap > MAX_SUSPECT_GAP) {
+    flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
+                std::to_string(gap) + " rounds ahead");
+  } else {
+    auto& suspect = suspect_[i];
+    const double now = monotonic_now();
+    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = now;
+    if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
+      suspect_slots_.push_back(i);
+  }
+  next_round_[i] = upto;
+}
+
+bool Engine::is_new(uint32_t i, uint32_t rnd) {
+  if (ahead(rnd, next_round_[i])) {
+    advance(i, rnd);
+    next_round_[i] = rnd + 1;
+    return true;
+  }
+  auto& suspect = suspect_[i];
+  auto it = suspect.find(rnd);
+  if (it != suspect.end()) {
+    suspect.erase(it);
+    return true;
+  }
+  return false;
+}
+
+// Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
+// round is unknown); forget those older than SUSPECT_MEMORY.
+void Engine::check_suspects() {
+  const double now = monotonic_now();
+  const double judge = now - cfg_.missed_after, forget = now - SUSPECT_MEMORY;
+  uint64_t missed = 0;
+  std::vector<uint32_t> keep;
+  for (uint32_t i : suspect_slots_) {
+    auto& suspect = suspect_[i];
+    auto& acked = acked_[i];
+    std::size_t gone = 0;
+    for (auto it = suspect.begin(); it != suspect.end();) {
+      if (it->second < forget) {
+        it = suspect.erase(it);
+        ++gone;
+      } else {
+        ++it;
+      }
+    }
+    if (gone > acked.size())
+      flag_resync("results of slot " + std::to_string(cfg_.slot_base + i) + " never arrived");
+    for (std::size_t n = std::min(gone, acked.size()); n > 0; --n) acked.pop_front();
+    if (!suspect.empty()) keep.push_back(i);
+    std::size_t old = 0;
+    for (const auto& [r, since] : suspect) old += since < judge;
+    missed += old > acked.size() ? old - acked.size() : 0;
+  }
+  suspect_slots_.swap(keep);
+  const bool was = needs_resync();
+  missed_results_ = missed;
+  if (missed && !was)
+    log_resync(std::to_string(missed) + " result(s) did not arrive within " +
+               std::to_string(cfg_.missed_after) + " s");
+}
+
+void Engine::flag_resync(const std::string& why) {
+  if (!needs_resync()) log_resync(why);
+  if (resync_why_.empty()) resync_why_ = why;
+  resync_flagged_ = true;
+}
+
+void Engine::log_resync(const std::string& why) {
+  log(30, "worker " + std::to_string(cfg_.worker_id) +
+              " fell out of the switch's retransmission window (" + why +
+              "): its replica missed updates and must be resynchronized at the next "
+              "averaging round");
+}
+
+// The replica was re-synchronized: forget missed and suspected rounds (results of those rounds
+// that still arrive are dropped as duplicates).
+void Engine::clear_resync() {
+  resync_why_.clear();
+  resync_flagged_ = false;
+  missed_results_ = 0;
+  for (uint32_t i : suspect_slots_) {
+    suspect_[i].clear();
+    acked_[i].clear();
+  }
+  suspect_slots_.clear();
+}
+
+// ------------------------------------------------------------------ receiving
+void Engine::drain() {
+  while (receive() == RECV_BATCH) {
+  }
+}
+
+std::size_t Engine::receive() {
+  std::size_t n;
+  try {
+    n = rx_.receive(fd_);
+  } catch (const std::system_error& err) {  // e.g. an ICMP error reported on the socket
+    bad(std::string("socket error ") + err.what());
+    return 0;
+  }
+  const double now = monotonic_now();
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t size = rx_.truncated(j) ? rx_.max_bytes() + 1 : rx_.length(j);
+    on_datagram(rx_.data(j), size, now);
+  }
+  if (n) flush();
+  return n;
+}
+
+void Engine::on_datagram(const uint8_t* data, std::size_t size, double now) {
+  if (size == P)
+    on_full(data, now);
+  else
+    on_short(data, size, now);
+}
+
+void Engine::bad(const std::string& reason) {
+  ++bad_datagrams_;
+  ++stats_.bad_datagrams;
+  if (bad_datagrams_ <= 10 || bad_datagrams_ % LOG_EVERY == 0)
+    log(30, "worker " + std::to_string(cfg_.worker_id) + " ignored a datagram (" +
+                std::to_string(bad_datagrams_) + " so far): " + reason);
+}
+
+// A full-size datagram: a RESULT, or garbage.
+void Engine::on_full(const uint8_t* d, double now) {
+  const Header h(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  if (h.version != wire::VERSION || h.op != uint8_t(wire::Op::RESULT) || h.job_id != cfg_.job_id ||
+      h.slot < cfg_.slot_base || i >= w_ || h.count == 0) {
+    std::string reason = decode_error(d, P);
+    if (reason.empty())
+      reason = "op " + std::to_string(h.op) + " job " + std::to_string(h.job_id) + " slot " +
+               std::to_string(h.slot) + " count " + std::to_string(h.count) +
+               ": not a RESULT of job " + std::to_string(cfg_.job_id) + " slots " +
+               std::to_string(cfg_.slot_base) + ".." + std::to_string(cfg_.slot_base + w_ - 1);
+    bad(reason);
+    return;
+  }
+  last_rx_ = now;
+  mode_[i] = h.mode;
+  const bool mine = h.bitmap & bit_;
+  const bool fresh = is_new(i, h.round);
+  Flight* f = flight_[i].get();
+  if (f && mine && f->chunk == h.chunk &&
+      (h.mode != ASYNC ? h.round == f->round
+                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0)) {
+    done(i, true, now);
+  } else if (f && !mine && h.mode != ASYNC && h.round == f->round && !f->async_style) {
+    // The round I sent to closed without me. Only the switch's answer to my own packet (a
+    // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
+    // switch counts it in an async round instead.
+    if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id) {
+      done(i, false, now);  // carried as residual (whatever chunk it had)
+    } else {
+      f->closed = true;
+      f->closed_chunk = h.chunk;
+    }
+  }
+  if (h.mode != PARTIAL) follow_mode(i, now);
+  if (!fresh) {
+    ++stats_.duplicate_results;
+    return;
+  }
+  if (mine && h.mode == ASYNC && h.count == 1 && !acked_[i].empty()) {
+    auto& acked = acked_[i];
+    for (auto it = acked.begin(); it != acked.end(); ++it) {
+      if (it->first == h.chunk && std::memcmp(it->second.data(), d + H, 4 * LANES) == 0) {
+        acked.erase(it);  // its ACK applied it already
+        return;
+      }
+    }
+  }
+  apply(d);
+}
+
+// A header-only datagram: RESYNC or ACK, or garbage.
+void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
+  if (size != H) {
+    bad(size > P ? "datagram longer than a " + std::to_string(P) + "-byte HySync packet"
+                 : decode_error(d, size));
+    return;
+  }
+  std::string err = decode_error(d, size);
+  if (!err.empty()) {
+    bad(err);
+    return;
+  }
+  const Header h(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  const bool reply = h.op == uint8_t(wire::Op::RESYNC) || h.op == uint8_t(wire::Op::ACK);
+  if (h.job_id != cfg_.job_id || h.slot < cfg_.slot_base || i >= w_ ||
+      h.worker_id != cfg_.worker_id || !reply) {
+    bad(std::string(op_name(h.op)) + " for job " + std::to_string(h.job_id) + " worker " +
+        std::to_string(h.worker_id) + " slot " + std::to_string(h.slot) +
+        " is not a reply to worker " + std::to_string(cfg_.worker_id) + " of job " +
+        std::to_string(cfg_.job_id));
+    return;
+  }
+  last_rx_ = now;
+  mode_[i] = h.mode;
+  if (h.op == uint8_t(wire::Op::ACK))
+    on_ack(i, h.round, h.chunk, now);
+  else
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, now);
+  if (h.mode != PARTIAL) follow_mode(i, now);
+}
+
+void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
+  ++stats_.acks;
+  Flight* f = flight_[i].get();
+  if (!f || rnd != f->round || chunk != f->chunk) {
+    ++stats_.stray_replies;
+    return;
+  }
+  counted_without_result(i, now);
+}
+
+void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
+                       double now) {
+  if (reason > STALE_COUNTED) {
+    bad("RESYNC with unknown reason " + std::to_string(reason));
+    return;
+  }
+  ++stats_.resyncs[reason];
+  advance(i, rnd);
+  Flight* f = flight_[i].get();
+  if (reason == CHUNK_MISMATCH) {
+    // Only a contribution for the open round (rnd) with another chunk gets this.
+    if (!f || f->async_style || rnd != f->round || chunk == f->chunk) {
+      ++stats_.stray_replies;
+      return;
+    }
+    retarget(i, chunk, rnd, mode, now);
+    return;
+  }
+  // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
+  // least two ahead of a sync-style round in flight.
+  if (!f || (!f->async_style && !(uint32_t(rnd - f->round) >= 2 &&
+                                   uint32_t(rnd - f->round) < HALF32))) {
+    ++stats_.stray_replies;  // cannot be about the packet in flight
+    return;
+  }
+  if (f->probe) {  // first contact: no older packet of mine exists to confuse it with
+    f->stale = true;
+    f->stale_reason = reason;
+    f->stale_mode = mode;
+    decide_stale(i, now);
+    return;
+  }
+  if (!f->stale) {
+    f->gen = ++gen_;
+    timers_.push({now + rto_, f->gen, i});
+  }
+  f->stale = true;  // the latest plausible reply wins
+  f->stale_reason = reason;
+  f->stale_mode = mode;
+}
+
+// A STALE reply stood for a grace period without the round's result arriving.
+void Engine::decide_stale(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  f.stale = false;
+  if (f.stale_reason == STALE_COUNTED)
+    counted_without_result(i, now);
+  else if (f.async_style || f.stale_mode == SYNC)
+    launch(i, nullptr, now);  // not counted: again at the open round
+  else
+    done(i, false, now);  // partial: its round is gone, carried (not chased)
+}
+
+// ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
+// counted, and its result did not reach me.
+void Engine::counted_without_result(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  if (!f.async_style && f.round == 0 && f.closed) {
+    // member_seq starts at 0: a round-0 contribution whose round closed without me matches it
+    // without ever having been counted.
+    done(i, false, now);
+    return;
+  }
+  if (f.async_style || f.closed) {
+    // Counted in an async round (a sync-style packet whose round closed without me can only
+    // have been counted after the slot turned async): its result is exactly my lanes / 1.
+    apply_own(i);
+  } else {
+    advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
+  }
+  done(i, true, now);
+}
+
+// CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it: my own `chunk` if
+// it is pending in this call, else its residual (zeros if no key owns it and the round is
+// sync). The flight's chunk waits for a later round in sync; in partial mode it is carried
+// (RULE B) rather than chased into a round of its own, which would wait for the others' next
+// call (and, across slots, could wait forever).
+void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now) {
+  const int64_t local = call_ ? call_->pending(key(call_->key), chunk, i) : -1;
+  int k = -1;
+  if (local < 0) {
+    k = key_of(chunk);
+    if (k >= 0 && !key(k).alive) k = -1;
+  }
+  if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
+  Flight& f = *flight_[i];
+  if (mode != SYNC || f.parked) {
+    done(i, false, now, false);
+  } else {
+    if (f.kind == Kind::OWN && call_ && f.key == call_->key) {
+      std::array<int32_t, LANES> lanes;
+      for (std::size_t j = 0; j < LANES; ++j) lanes[j] = f.lane(j);
+      call_->requeued[f.local] = {lanes, f.err};
+      call_->queues[i].push_front(f.local);
+    } else if (f.kind == Kind::RESIDUAL) {
+      return_residual(f, false);
+    }
+    end_flight(i);
+  }
+  if (local >= 0) {
+    auto& q = call_->queues[i];
+    q.erase(std::find(q.begin(), q.end(), local));
+    send_own(i, local, &rnd, now);
+  } else if (k >= 0) {
+    send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now);
+  } else {
+    send_extra(i, Kind::NULLS, -1, chunk, rnd, now);
+  }
+}
+
+}  // namespace hysync::worker

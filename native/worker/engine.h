@@ -1,0 +1,220 @@
+// The worker's transport engine: the per-packet half of worker/transport.py, the whole protocol
+// of docs/protocol.md §9 (RULE A / RULE B, sync / partial / async, parking, resync tracking).
+// One thread calls it at a time, without the GIL: it touches no Python object. Python keeps the
+// meaning (configuration, keys by name, errors, logs, CallStats).
+#pragma once
+#include <netinet/in.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/udp_batch.h"
+#include "hysync_wire.h"
+#include "worker/quantize.h"
+
+namespace hysync::worker {
+
+constexpr std::size_t LANES = wire::LANES;
+constexpr std::size_t P = wire::PACKET_BYTES;
+
+struct EngineConfig {
+  uint32_t job_id = 1, worker_id = 0;
+  sockaddr_in switch_addr{};
+  uint32_t slot_base = 0, slot_count = 64;
+  int members = 1;
+  double scale = 1 << 20;
+  double rto_initial = 0.02, rto_min = 0.002, rto_max = 0.5;
+  double dead_after = 5.0, stall_after = 0.05, missed_after = 0.25;
+  float staleness_decay = 1.0f;
+  uint64_t seed = 0;
+};
+
+// What one call (or one poll between calls) did: CallStats' counters.
+struct EngineStats {
+  uint64_t included = 0, carried = 0, residual_contribs = 0, null_contribs = 0, own_applied = 0,
+           retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
+           stray_replies = 0, bad_datagrams = 0;
+  uint64_t resyncs[4] = {0, 0, 0, 0};  // by ResyncReason
+  QuantStats quant;
+  std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
+};
+
+// A registered tensor: its chunk range, residual (RULE B) and what was applied for it since
+// its last call (output units, allocated on the first result).
+struct Key {
+  int64_t numel = 0, chunks = 0;
+  uint32_t first = 0;
+  bool alive = true;
+  std::vector<float> residual;  // chunks * LANES, float32 per element
+  std::vector<float> acc;       // empty, or chunks * LANES
+};
+
+enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
+enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
+
+// The one packet in flight on a slot; it owns its bytes.
+struct Flight {
+  Kind kind = Kind::OWN;
+  int key = -1;  // index into keys_, -1 for NULLS
+  int64_t local = -1;
+  uint32_t chunk = 0;
+  std::array<uint8_t, P> data{};  // the datagram, header and big-endian lanes
+  std::array<float, LANES> err{};   // quantization error of what it carries
+  std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
+  bool has_amount = false;
+  uint32_t round = 0;
+  bool async_style = false, probe = false, parked = false;
+  double launched = 0, sent_at = 0, backoff = 0;
+  int tries = 0;
+  uint64_t gen = 0;
+  bool stale = false;  // a STALE reply under its grace period
+  uint8_t stale_reason = 0, stale_mode = 0;
+  bool closed = false;  // its round was seen closed without me
+  uint32_t closed_chunk = 0;
+  int32_t lane(std::size_t j) const;
+};
+
+enum class CallStatus { DONE, UNREACHABLE };
+
+class Engine {
+ public:
+  Engine(const EngineConfig& config, int fd);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Keys: returns the key's index; a known key of another size gets a new chunk range.
+  int register_key(int64_t numel);
+  void retire_key(int index);  // its name now maps to another range
+  Key& key(int index) { return *keys_.at(std::size_t(index)); }
+  int key_count() const { return int(keys_.size()); }
+
+  // Contribute `values` (numel float32) under key `index`; the output (what was applied for the
+  // key) replaces them in place. UNREACHABLE: nothing heard for dead_after; the call's chunks
+  // are kept as residual and the replica needs a resync.
+  CallStatus allreduce(int index, float* values, int64_t numel);
+  // What was applied for a key since its last call, into out (numel floats); zeroes it.
+  void take(int index, float* out);
+  // Between calls: serve the socket for `duration` seconds (results, retransmissions).
+  void poll(double duration);
+  // One received datagram, as the receive loop handles it (the fuzz target's entry point).
+  void on_datagram(const uint8_t* data, std::size_t size, double now);
+
+  // Safe to read from another thread while a call runs.
+  bool needs_resync() const { return resync_flagged_ || missed_results_ > 0; }
+  void clear_resync();
+  uint64_t missed_results() const { return missed_results_; }
+  uint64_t bad_datagrams() const { return bad_datagrams_; }
+  int in_flight() const { return inflight_; }
+  const EngineStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = EngineStats(); }
+  double srtt() const { return srtt_; }  // < 0: no sample yet
+  double rto() const { return rto_; }
+  std::vector<int> slot_modes() const { return mode_; }
+  std::string describe_flights() const;
+  // Log lines since the last call: (level, message), level 30 = warning, 20 = info.
+  std::vector<std::pair<int, std::string>> take_logs();
+
+ private:
+  struct Call;
+  struct Timer {
+    double at;
+    uint64_t gen;
+    uint32_t slot;
+    bool operator>(const Timer& o) const { return at > o.at || (at == o.at && gen > o.gen); }
+  };
+
+  // receiving
+  void drain();
+  std::size_t receive();
+  void bad(const std::string& reason);
+  void on_full(const uint8_t* d, double now);
+  void on_short(const uint8_t* d, std::size_t size, double now);
+  void on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now);
+  void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
+                 double now);
+  void decide_stale(uint32_t i, double now);
+  void counted_without_result(uint32_t i, double now);
+  void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
+  void apply(const uint8_t* d);
+  void add(uint32_t chunk, const double* avg);
+  float* acc_row(uint32_t chunk);
+  // sending
+  void send_next(uint32_t i, double now);
+  void send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now);
+  void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now);
+  void launch(uint32_t i, const uint32_t* rnd, double now);
+  void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
+  void flush();
+  uint32_t next_seq(uint32_t i);
+  // timers
+  void expire(double now);
+  void park(uint32_t i);
+  void hold_queue(uint32_t i, double now);
+  void hurry(uint32_t i, double now);
+  void follow_mode(uint32_t i, double now);
+  void carry_queue(uint32_t i);
+  void settle_requeued(int64_t local);
+  void restore(const Flight& f);
+  void rtt_sample(const Flight& f, double now);
+  // outcomes (RULE B)
+  void done(uint32_t i, bool included, double now, bool send_next_chunk = true);
+  void end_flight(uint32_t i);
+  void settle(int64_t local, Outcome outcome, const Flight* f);
+  void prepare_chunk(int64_t local, int32_t* fixed, float* err);
+  void take_residual(int key, int64_t local, float* amount);
+  void return_residual(const Flight& f, bool included);
+  void apply_own(uint32_t i);
+  void finish();
+  void abort_call();
+  // rounds (RULE A)
+  void advance(uint32_t i, uint32_t upto);
+  bool is_new(uint32_t i, uint32_t rnd);
+  void check_suspects();
+  void flag_resync(const std::string& why);
+  void log_resync(const std::string& why);
+  int key_of(uint32_t chunk) const;
+  void log(int level, std::string message);
+
+  EngineConfig cfg_;
+  Quantizer quantizer_;
+  int fd_;
+  uint32_t w_, bit_;
+  std::vector<uint32_t> next_round_, seq_;
+  std::vector<bool> known_;
+  std::vector<int> mode_;
+  std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
+  std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
+  std::vector<uint32_t> suspect_slots_;
+  std::vector<std::unique_ptr<Flight>> flight_;
+  int inflight_ = 0;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  uint64_t gen_ = 0;
+  std::vector<std::unique_ptr<Key>> keys_;
+  std::vector<uint32_t> starts_;
+  int64_t next_chunk_ = 0;
+  std::unordered_map<uint32_t, std::array<double, LANES>> orphans_;
+  double srtt_ = -1, rttvar_ = 0, rto_, backed_off_ = 0;
+  std::atomic<uint64_t> missed_results_{0};
+  std::atomic<bool> resync_flagged_{false};
+  uint64_t bad_datagrams_ = 0;
+  std::string resync_why_;  // what cannot heal: aborts, huge gaps
+  std::unique_ptr<Call> call_;
+  EngineStats stats_;
+  double last_rx_;
+  DatagramBatch rx_, tx_;
+  std::vector<std::pair<int, std::string>> logs_;
+};
+
+double monotonic_now();
+
+}  // namespace hysync::worker
