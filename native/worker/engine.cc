@@ -200,17 +200,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
   const double start = monotonic_now();
   drain();
   check_suspects();
-  call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
-  // Timers that fell due between calls first: a call whose every slot is held by a parked
-  // packet carries all its chunks at once and never enters the loop below, so a STALE reply's
-  // grace period would otherwise never end (the worker falls silent).
-  expire(monotonic_now());
-  for (uint32_t i = 0; i < w_; ++i) {
-    if (!flight_[i])
-      send_next(i, monotonic_now());
-    else if (flight_[i]->parked)
-      hold_queue(i, monotonic_now());
-  }
+  begin_call(index, values, numel);
   while (call_->remaining > 0) {  // residual-only packets may stay in flight into the next call
     double now = monotonic_now();
     expire(now);
@@ -227,14 +217,38 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
       log(40, "worker " + std::to_string(cfg_.worker_id) +
                   " gives up waiting: " + describe_flights());
       abort_call();
-      call_.reset();
       return CallStatus::UNREACHABLE;
     }
   }
+  end_call();
+  return CallStatus::DONE;
+}
+
+void Engine::begin_call(int index, float* values, int64_t numel) {
+  call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  // Timers that fell due between calls first: a call whose every slot is held by a parked
+  // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
+  // grace period would otherwise never end (the worker falls silent).
+  expire(monotonic_now());
+  for (uint32_t i = 0; i < w_; ++i) {
+    if (!flight_[i])
+      send_next(i, monotonic_now());
+    else if (flight_[i]->parked)
+      hold_queue(i, monotonic_now());
+  }
+}
+
+bool Engine::call_done() const { return !call_ || call_->remaining == 0; }
+
+void Engine::end_call() {
   flush();
   finish();
   call_.reset();
-  return CallStatus::DONE;
+}
+
+void Engine::tick(double now) {
+  expire(now);
+  flush();
 }
 
 void Engine::poll(double duration) {
@@ -344,6 +358,7 @@ void Engine::abort_call() {
   for (auto& o : c.outcome)
     if (o == Outcome::PENDING) o = Outcome::CARRIED;
   finish();
+  call_.reset();
   flag_resync("a call was aborted with contributions in flight");
 }
 

@@ -106,8 +106,14 @@ class Engine {
   void take(int index, float* out);
   // Between calls: serve the socket for `duration` seconds (results, retransmissions).
   void poll(double duration);
-  // One received datagram, as the receive loop handles it (the fuzz target's entry point).
+  // The steps of allreduce, for a driver that feeds datagrams itself (the fuzz target): start
+  // a call (sends the first window), is every chunk's fate known, finish it (RULE B, output).
+  void begin_call(int index, float* values, int64_t numel);
+  bool call_done() const;
+  void end_call();
+  // One received datagram, as the receive loop handles it; timers that fell due by `now`.
   void on_datagram(const uint8_t* data, std::size_t size, double now);
+  void tick(double now);
 
   // Safe to read from another thread while a call runs.
   bool needs_resync() const { return resync_flagged_ || missed_results_ > 0; }
