@@ -1,29 +1,33 @@
-"""Worker bench: quantize+packetize throughput, and HySync all-reduce next to gloo.
+"""Worker bench: the native engine at the kernel's UDP rate, and all-reduce next to gloo.
 
-1. Quantize + packetize (in this process): float32 gradient + residual -> fixed point
-   -> the key's PACKET_DTYPE batch, as `Transport` does before a call.
+1. One worker against the zero-work switch (`_core.worker.ResultReflector`: each
+   contribution back as its own result): packets/s and payload Gbit/s of 10M-float32
+   calls, as a share of this machine's UDP loopback limit measured in the same run,
+   interleaved (the echo reflector with one sender and the same window: the
+   `--echo-reflector` binary, e.g. /work/shared/tools/udp-reflector.c compiled under
+   /tmp, until `python -m softswitch.reflect` is on main).
 2. Four worker processes on loopback, each a `HySyncWorker` against the softswitch's
-   UDP data plane (its own process), all-reduce 1M and 10M float32; in the same
-   processes, over a gloo process group, `torch.distributed.all_reduce` of the same
-   tensors. Times are the slowest worker's, from a common start (a gloo barrier).
-3. One 1M sync call of worker 0 under cProfile: the top functions go to
-   bench/results/worker_profile.txt.
+   UDP data plane (its own process), all-reduce 1M, 10M and 100M float32 in place;
+   in the same processes, over a gloo process group, `torch.distributed.all_reduce`
+   of the same tensors. Times are the slowest worker's, from a common start (a gloo
+   barrier). Peak RSS of worker 0 during the 100M call (VmHWM, reset just before).
+3. The pure-Python engine's numbers (bench/results/worker.json of the commit before
+   the native engine, `--python-baseline`) beside them; a PNG of both.
 
-    .venv/bin/python -m bench.worker_bench [--window 256] [--reps 3]
+    .venv/bin/python -m bench.worker_bench --echo-reflector /tmp/udp-reflector [--reps 3]
 
-Writes bench/results/worker.json: [{"elements", "hysync_s", "gloo_s", "mode", ...}].
+Writes bench/results/worker.json and bench/results/worker.png.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import multiprocessing as mp
-import pstats
+import re
 import socket
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +40,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 WORKERS = 4
 JOB = 1
 SCALE = 2.0**20
-SIZES = (1_000_000, 10_000_000)
-TIMEOUT = 600
+SIZES = (1_000_000, 10_000_000, 100_000_000)
+CACHED = SIZES[:2]  # sources kept between repetitions; the 100M one is made in place, once
+REFLECT_ELEMENTS = 10_000_000
+TIMEOUT = 1800
 
 
 # ---------------------------------------------------------------- the switch
@@ -86,93 +92,146 @@ def _modes(slot_count: int, mode: int, quorum: int) -> Any:
 
 
 # ---------------------------------------------------------------- workers
+def rss_bytes(field: str) -> int:
+    """VmHWM (peak) or VmRSS of this process, from /proc."""
+    text = Path("/proc/self/status").read_text()
+    return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M)[1]) * 1024  # type: ignore[index]
+
+
 def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int, plan: list,
                 out: Any, go: Any, mode_set: Any) -> None:
     import torch
     import torch.distributed as dist
 
     from worker.api import HySyncWorker
-    from worker.transport import TransportConfig
+    from worker.config import TransportConfig
 
     config = TransportConfig(job_id=JOB, worker_id=rank, switch_host=switch[0],
                              switch_port=switch[1], bind_host="127.0.0.1", slot_base=0,
-                             slot_count=window, members=WORKERS, dead_after=30.0)
+                             slot_count=window, members=WORKERS, dead_after=60.0)
     torch.set_num_threads(1)  # four workers and the switch share the machine's cores
     hw = HySyncWorker(config, scale=SCALE)
     out.put((rank, "bound", hw.address[1]))
     go.wait(TIMEOUT)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{gloo_port}", rank=rank,
                             world_size=WORKERS)
-    tensors = {n: torch.from_numpy(np.random.default_rng((rank, n)).standard_normal(n)
-                                   .astype(np.float32)) for n in SIZES}
-    hw.allreduce(tensors[SIZES[0]][:100_000], key="warmup")  # every slot heard from
+
+    def source(n: int) -> torch.Tensor:
+        return torch.from_numpy(np.random.default_rng((rank, n)).standard_normal(
+            n, dtype=np.float32))
+
+    sources = {n: source(n) for n in CACHED}
+    hw.allreduce(sources[SIZES[0]][:100_000], key="warmup")  # every slot heard from
     for step, (kind, n, key) in enumerate(plan):
         if kind == "mode":
             dist.barrier()  # the test process switches the mode in between
             out.put((rank, "mode-ack", step))
             mode_set.wait(TIMEOUT)  # the switch latches the new mode at each slot's next round
             continue
+        # Both all-reduce in place on a fresh copy (gloo's all_reduce is in place too).
+        work = sources[n].clone() if n in sources else source(n)
+        extra: dict[str, Any] = {}
         dist.barrier()
+        if kind == "hysync" and n == SIZES[-1]:
+            Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+            extra["rss_before"] = rss_bytes("VmRSS")
         start = time.perf_counter()
         if kind == "hysync":
-            hw.allreduce(tensors[n], key=key)
+            hw.allreduce(work, key=key, in_place=True)
             stats = hw.last_stats(key)
-            extra = {"retransmits": stats.retransmits, "rounds": len(stats.results)}
-        elif kind == "gloo":
-            t = tensors[n].clone()
-            dist.all_reduce(t)
-            extra = {}
-        elif kind == "profile":
-            if rank == 0:
-                profiler = cProfile.Profile()
-                profiler.enable()
-                hw.transport.allreduce(key, tensors[n].numpy())
-                profiler.disable()
-                text = io.StringIO()
-                pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-                extra = {"profile": text.getvalue()}
-            else:
-                hw.transport.allreduce(key, tensors[n].numpy())
-                extra = {}
+            extra.update(retransmits=stats.retransmits, rounds=len(stats.results))
+            if n == SIZES[-1]:
+                extra["rss_peak"] = rss_bytes("VmHWM")
+        else:
+            dist.all_reduce(work)
         out.put((rank, "timing", (step, time.perf_counter() - start, extra)))
+        del work
     dist.destroy_process_group()
     hw.close()
     out.put((rank, "bye", None))
 
 
-# ---------------------------------------------------------------- the run
-def quantize_packetize_mb_s(n: int = SIZES[1]) -> float:
+# ---------------------------------------------------------------- one worker, zero-work switch
+def echo_limit(tool: Path, window: int, seconds: float = 3.0) -> float:
+    """Datagrams/s each way of the machine's zero-work echo: one sender, `window` in flight."""
+    run = subprocess.run([str(tool), "1", str(seconds), str(window)], capture_output=True,
+                         text=True, timeout=60 + seconds, check=True)
+    match = re.search(r"= (\d+) datagrams/s", run.stdout)
+    if match is None:
+        raise RuntimeError(f"{tool} printed no rate: {run.stdout!r} {run.stderr!r}")
+    return float(match[1])
+
+
+def reflected_rate(window: int, calls: int) -> list[dict]:
+    """One worker, `calls` all-reduces of REFLECT_ELEMENTS against the zero-work switch."""
+    from hysync import _core
+    from worker.config import TransportConfig
     from worker.quantize import FixedPointQuantizer
-    from worker.transport import Transport, TransportConfig
+    from worker.transport import Transport
 
-    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
-                             bind_host="127.0.0.1", slot_count=256, members=WORKERS)
-    tr = Transport(config, FixedPointQuantizer(SCALE, WORKERS))
-    grad = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    reg = tr._register("q", n)  # noqa: SLF001 - the transport's own preparation step
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        tr._prepare(reg, grad)  # noqa: SLF001
-        best = min(best, time.perf_counter() - start)
-    tr.close()
-    return n * 4 / best / 1e6
+    reflector = _core.worker.ResultReflector("127.0.0.1", 0)
+    reflector.start()
+    tr = Transport(TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                                   switch_port=reflector.port, bind_host="127.0.0.1",
+                                   slot_count=window), FixedPointQuantizer(SCALE, 1))
+    values = np.random.default_rng(0).standard_normal(REFLECT_ELEMENTS, dtype=np.float32)
+    rows = []
+    try:
+        for _ in range(calls):
+            work = values.copy()
+            start = time.perf_counter()
+            result = tr.allreduce("reflected", work, in_place=True)
+            seconds = time.perf_counter() - start
+            packets = result.stats.chunks
+            rows.append({"seconds": seconds, "packets_per_s": packets / seconds,
+                         "retransmits": result.stats.retransmits})
+    finally:
+        tr.close()
+        reflector.stop()
+    return rows
 
 
+def reflector_section(tool: Path | None, window: int, reps: int) -> dict:
+    limits, worker = [], []
+    for _ in range(reps):  # interleaved: the machine's load moves under both alike
+        if tool is not None:
+            limits.append(echo_limit(tool, window))
+        worker += reflected_rate(window, 1)
+    pps = statistics.median(r["packets_per_s"] for r in worker)
+    row: dict[str, Any] = {
+        "case": "reflector", "elements": REFLECT_ELEMENTS, "window": window, "reps": reps,
+        "worker_packets_per_s": round(pps),
+        "worker_payload_gbit_s": round(pps * wire_payload_bits() / 1e9, 3),
+        "worker_packets_per_s_runs": [round(r["packets_per_s"]) for r in worker],
+        "retransmits": [r["retransmits"] for r in worker]}
+    if limits:
+        limit = statistics.median(limits)
+        row.update(limit_packets_per_s=round(limit), limit_runs=[round(x) for x in limits],
+                   limit_payload_gbit_s=round(limit * wire_payload_bits() / 1e9, 3),
+                   share_of_limit=round(pps / limit, 3), limit_tool=str(tool))
+    return row
+
+
+def wire_payload_bits() -> int:
+    from hysync import wire
+
+    return wire.LANES * 4 * 8
+
+
+# ---------------------------------------------------------------- the run
 def free_port(kind: int) -> int:
     with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def run(window: int, reps: int) -> tuple[list[dict], str, int]:
+def run(window: int, reps: int) -> tuple[list[dict], int]:
     from hysync.wire import Mode
 
     plan: list[tuple[str, int, str]] = []
     for n in SIZES:
         for _ in range(reps if n == SIZES[0] else 1):
             plan += [("hysync", n, f"sync-{n}"), ("gloo", n, "")]
-    plan += [("profile", SIZES[0], f"sync-{SIZES[0]}")]
     plan += [("mode", 0, "async"), ("hysync", SIZES[0], "async"), ("gloo", SIZES[0], "")]
     ctx = mp.get_context("spawn")
     cmd, sw_out = ctx.Queue(), ctx.Queue()
@@ -194,15 +253,13 @@ def run(window: int, reps: int) -> tuple[list[dict], str, int]:
     sw_out.get(timeout=60)
     go.set()
     timings: dict[int, list[tuple[float, dict]]] = {}
-    profile = ""
     done = 0
     mode_acks = 0
     while done < WORKERS:
         rank, kind, payload = out.get(timeout=TIMEOUT)
         if kind == "timing":
             step, seconds, extra = payload
-            timings.setdefault(step, []).append((seconds, extra))
-            profile = extra.get("profile", profile)
+            timings.setdefault(step, []).append((seconds, extra | {"rank": rank}))
         elif kind == "mode-ack":
             mode_acks += 1
             if mode_acks == WORKERS:
@@ -216,7 +273,7 @@ def run(window: int, reps: int) -> tuple[list[dict], str, int]:
     for p in [*procs, switch]:
         p.join(timeout=30)
     rows = summarize(plan, timings, window)
-    return rows, profile, packets
+    return rows, packets
 
 
 def summarize(plan: list, timings: dict, window: int) -> list[dict]:
@@ -227,17 +284,22 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
         if kind == "mode":
             mode = key
             continue
-        if kind == "profile":
-            continue
         slowest = max(s for s, _ in timings[step])
         case = by_case.setdefault((mode, n), {"hysync": [], "gloo": []})
         case[kind].append(slowest)
         if kind == "hysync":
             extras[(mode, n)] = {"retransmits": sum(e.get("retransmits", 0)
                                                     for _, e in timings[step])}
+            rank0 = next(e for _, e in timings[step] if e["rank"] == 0)
+            if "rss_peak" in rank0:
+                extras[(mode, n)].update(
+                    worker0_rss_peak_mb=round(rank0["rss_peak"] / 2**20),
+                    worker0_rss_before_mb=round(rank0["rss_before"] / 2**20),
+                    rss_peak_over_tensor=round(rank0["rss_peak"] / (4 * n), 2))
     rows = []
     for (mode, n), case in by_case.items():
-        rows.append({"elements": n, "hysync_s": round(statistics.median(case["hysync"]), 3),
+        rows.append({"case": "allreduce", "elements": n,
+                     "hysync_s": round(statistics.median(case["hysync"]), 3),
                      "gloo_s": round(statistics.median(case["gloo"]), 4), "mode": mode,
                      "workers": WORKERS, "window": window, "reps": len(case["hysync"]),
                      "hysync_elements_per_s": round(n / statistics.median(case["hysync"])),
@@ -245,32 +307,92 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
     return rows
 
 
+def python_engine_rows(path: Path | None) -> list[dict]:
+    """The pure-Python engine's all-reduce rows (its bench/results/worker.json)."""
+    if path is None or not path.exists():
+        return []
+    rows = json.loads(path.read_text())
+    if any("engine" in r for r in rows):  # written by this bench: keep its recorded baseline
+        return [r for r in rows if r.get("engine") == "python"]
+    return [dict(r, engine="python") for r in rows if r.get("hysync_s") is not None]
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    native = [r for r in rows if r.get("case") == "allreduce" and r.get("engine") == "native"
+              and r["mode"] == "sync"]
+    python = {r["elements"]: r["hysync_s"] for r in rows if r.get("engine") == "python"
+              and r["mode"] == "sync"}
+    labels = [f"{r['elements'] // 1_000_000}M" for r in native]
+    x = np.arange(len(native))
+    left.bar(x - 0.27, [python.get(r["elements"], np.nan) for r in native], 0.27,
+             label="HySync, Python engine (before)")
+    left.bar(x, [r["hysync_s"] for r in native], 0.27, label="HySync, native engine")
+    left.bar(x + 0.27, [r["gloo_s"] for r in native], 0.27, label="gloo")
+    left.set_xticks(x, labels)
+    left.set_yscale("log")
+    left.set_ylabel("seconds (slowest of 4 workers)")
+    left.set_title("sync all-reduce of float32, 4 workers, softswitch on loopback")
+    left.legend(fontsize=8)
+    refl = next((r for r in rows if r.get("case") == "reflector"), None)
+    if refl is not None:
+        bars = {"worker vs\nzero-work switch": refl["worker_packets_per_s"]}
+        if "limit_packets_per_s" in refl:
+            bars["UDP echo limit\n(1 sender)"] = refl["limit_packets_per_s"]
+        right.bar(list(bars), [v / 1e3 for v in bars.values()], color=["C1", "C7"][:len(bars)])
+        share = refl.get("share_of_limit")
+        of_limit = f": {share:.0%} of the limit" if share else ""
+        right.set_title(f"one worker, window {refl['window']}{of_limit}")
+        right.set_ylabel("thousand packets/s each way")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=256, help="slots in flight per worker")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions of the 1M case")
+    parser.add_argument("--reps", type=int, default=3,
+                        help="repetitions of the 1M case and of the reflector runs")
+    parser.add_argument("--echo-reflector", type=Path, default=None,
+                        help="binary of the UDP echo limit (udp-reflector SENDERS SECONDS WINDOW)")
+    parser.add_argument("--python-baseline", type=Path, default=RESULTS / "worker.json",
+                        help="the pure-Python engine's worker.json (read before it is rewritten)")
     args = parser.parse_args(argv)
+    if args.echo_reflector is not None and not args.echo_reflector.is_file():
+        parser.error(f"--echo-reflector {args.echo_reflector} is not a file: compile "
+                     "/work/shared/tools/udp-reflector.c there first")
     started = time.perf_counter()
-    mb_s = quantize_packetize_mb_s()
-    print(f"quantize+packetize: {mb_s:,.0f} MB/s of float32 input", flush=True)
+    baseline = python_engine_rows(args.python_baseline)
+    refl = reflector_section(args.echo_reflector, args.window, args.reps)
+    print(f"one worker vs the zero-work switch: {refl['worker_packets_per_s']:,} packets/s "
+          f"({refl['worker_payload_gbit_s']} Gbit/s of payload)"
+          + (f", {refl['share_of_limit']:.0%} of the echo limit "
+             f"{refl['limit_packets_per_s']:,}/s" if "share_of_limit" in refl else ""), flush=True)
     print(f"all-reduce, {WORKERS} worker processes, window {args.window} ...", flush=True)
-    rows, profile, packets = run(args.window, args.reps)
-    rows.insert(0, {"elements": SIZES[1], "quantize_packetize_mb_s": round(mb_s),
-                    "mode": "local", "hysync_s": None, "gloo_s": None})
-    print(f"{'mode':>6} {'elements':>11} {'hysync s':>9} {'gloo s':>8} {'ratio':>7} "
-          f"{'HySync elem/s':>14} {'retx':>6}")
-    for r in rows[1:]:
-        print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} {r['gloo_s']:>8.4f} "
-              f"{r['hysync_s'] / r['gloo_s']:>7.0f} {r['hysync_elements_per_s']:>14,} "
-              f"{r['retransmits']:>6}")
+    rows, packets = run(args.window, args.reps)
+    rows = [dict(r, engine="native") for r in rows]
+    python = {(r["mode"], r["elements"]): r["hysync_s"] for r in baseline}
+    print(f"{'mode':>6} {'elements':>11} {'hysync s':>9} {'python s':>9} {'gloo s':>8} "
+          f"{'ratio':>7} {'retx':>6} {'peak RSS / tensor':>18}")
+    for r in rows:
+        before = python.get((r["mode"], r["elements"]))
+        print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} "
+              f"{before if before is not None else float('nan'):>9.2f} {r['gloo_s']:>8.4f} "
+              f"{r['hysync_s'] / r['gloo_s']:>7.0f} {r['retransmits']:>6} "
+              f"{r.get('rss_peak_over_tensor', ''):>18}")
     print(f"softswitch handled {packets:,} datagrams; bench took "
           f"{time.perf_counter() - started:.0f} s")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "worker.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (RESULTS / "worker_profile.txt").write_text(
-        f"cProfile of worker 0, one {SIZES[0]:,}-element sync Transport.allreduce with "
-        f"{WORKERS} workers and window {args.window} (sorted by own time):\n\n{profile}")
-    print(f"wrote {RESULTS / 'worker.json'} and {RESULTS / 'worker_profile.txt'}")
+    every = [refl, *rows, *baseline]
+    (RESULTS / "worker.json").write_text(json.dumps(every, indent=2) + "\n")
+    plot(every, RESULTS / "worker.png")
+    print(f"wrote {RESULTS / 'worker.json'} and {RESULTS / 'worker.png'}")
 
 
 if __name__ == "__main__":

@@ -53,29 +53,42 @@ class HySyncWorker:
     def needs_resync(self) -> bool:
         return self.transport.needs_resync
 
-    def allreduce(self, tensor: torch.Tensor, key: Hashable = "default") -> torch.Tensor:
-        """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device)."""
-        return self.allreduce_async(tensor, key).wait()
+    def allreduce(self, tensor: torch.Tensor, key: Hashable = "default", *,
+                  in_place: bool = False) -> torch.Tensor:
+        """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device),
+        or with `in_place` the tensor itself, overwritten (see allreduce_async)."""
+        return self.allreduce_async(tensor, key, in_place=in_place).wait()
 
-    def allreduce_async(self, tensor: torch.Tensor,
-                        key: Hashable = "default") -> torch.futures.Future:
+    def allreduce_async(self, tensor: torch.Tensor, key: Hashable = "default", *,
+                        in_place: bool = False) -> torch.futures.Future:
         """Start an all-reduce; the future holds the result tensor.
 
-        The tensor is copied now, so the caller may reuse it at once."""
-        values = tensor.detach().reshape(-1).to(device="cpu", dtype=torch.float32,
-                                                copy=True).numpy()
+        The tensor is copied now, so the caller may reuse it at once. With `in_place` (a
+        contiguous float32 CPU tensor, e.g. a DDP bucket) nothing is copied: the transport
+        works on the tensor's memory and writes the result over it, so the caller must not
+        touch it until the future completes."""
+        if in_place:
+            if tensor.dtype != torch.float32 or tensor.device.type != "cpu" \
+                    or not tensor.is_contiguous():
+                raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU "
+                                 f"tensor, got {tensor.dtype} on {tensor.device}")
+            values = tensor.detach().reshape(-1).numpy()
+        else:
+            values = tensor.detach().reshape(-1).to(device="cpu", dtype=torch.float32,
+                                                    copy=True).numpy()
         shape, dtype, device = tensor.shape, tensor.dtype, tensor.device
         future: torch.futures.Future = torch.futures.Future()
 
         def run() -> None:
             try:
-                result = self.transport.allreduce(key, values, in_place=True)  # our copy
+                # values: our copy, or with in_place the caller's tensor
+                result = self.transport.allreduce(key, values, in_place=True)
                 with self._stats_lock:
                     self._last.pop(key, None)  # keep insertion order = finishing order
                     self._last[key] = result.stats
                 log.debug("allreduce %s", result.stats.summary())
-                out = torch.from_numpy(result.output).reshape(shape).to(dtype=dtype,
-                                                                        device=device)
+                out = tensor if in_place else torch.from_numpy(result.output).reshape(
+                    shape).to(dtype=dtype, device=device)
                 future.set_result(out)
             except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
                 future.set_exception(err)

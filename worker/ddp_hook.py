@@ -65,10 +65,14 @@ def hysync_hook(state: HySyncHookState,
     index = bucket.index()
     key = bucket_key(index)
     state.buckets.add(index)
-    future = state.worker.allreduce_async(buffer, key=key)
+    # A CPU float32 bucket is reduced in its own memory (no copy); others (CUDA) are copied.
+    in_place = buffer.device.type == "cpu" and buffer.dtype == torch.float32 \
+        and buffer.is_contiguous()
+    future = state.worker.allreduce_async(buffer, key=key, in_place=in_place)
 
     def copy_back(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        buffer.copy_(fut.value())
+        if not in_place:
+            buffer.copy_(fut.value())
         state.stats.calls += 1
         state.stats.needs_resync = state.worker.needs_resync
         return buffer
