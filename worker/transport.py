@@ -122,15 +122,16 @@ class Transport:
         element, the sum of `sum / count` of every result applied for the key's chunks
         since its last call, divided by the quantizer's scale. With `in_place`, `values`
         (float32, contiguous) receives the output: no copy of a large tensor."""
-        values = np.asarray(values).reshape(-1)
+        values = np.asarray(values)
         if in_place:
             if values.dtype != np.float32 or not values.flags.c_contiguous \
                     or not values.flags.writeable:
                 raise ValueError("allreduce(in_place=True) needs a writable contiguous float32 "
-                                 f"array, got {values.dtype}: convert it first or drop in_place")
-            out = values
+                                 f"array, got a {'' if values.flags.c_contiguous else 'strided '}"
+                                 f"{values.dtype} one: convert it first or drop in_place")
+            out = values.reshape(-1)  # a view: the output lands in the caller's buffer
         else:
-            out = np.array(values, dtype=np.float32, copy=True)
+            out = np.array(values, dtype=np.float32, copy=True).reshape(-1)
         if self._busy:
             raise RuntimeError("Transport.allreduce is not reentrant: one call at a time")
         index = self._index(key, out.size)
@@ -142,7 +143,8 @@ class Transport:
         finally:
             self._busy = False
             self._emit_logs()
-        stats = self._stats(key=key, elements=out.size, elapsed_s=time.monotonic() - start)
+        stats = self._stats(key=key, elements=out.size, chunks=max(1, -(-out.size // wire.LANES)),
+                            elapsed_s=time.monotonic() - start)
         if stats.quant.clipped or stats.quant.nonfinite:
             q = stats.quant
             log.warning("key %r: %d of %d elements clipped to the int32 bound, %d not finite "
@@ -168,11 +170,10 @@ class Transport:
         resyncs = Counter({ResyncReason(r).name: n for r, n in enumerate(raw.pop("resyncs"))
                            if n})
         elements, clipped, nonfinite, max_err = raw.pop("quant")
-        results = np.frombuffer(raw.pop("results"), dtype=wire.HEADER_DTYPE)
+        results = raw.pop("results").view(wire.HEADER_DTYPE)
         engine = self._engine
         return CallStats(**fields, **raw, resyncs=resyncs, results=results,  # type: ignore[arg-type]
                          quant=QuantStats(elements, clipped, nonfinite, max_err),
-                         chunks=-(-int(fields.get("elements", 0)) // wire.LANES),
                          srtt_s=engine.srtt, rto_s=engine.rto, needs_resync=engine.needs_resync,
                          in_flight=engine.in_flight, slot_modes=tuple(engine.slot_modes()))
 

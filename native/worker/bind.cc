@@ -71,8 +71,10 @@ int checked_key(Engine& e, int index) {
   return index;
 }
 
-nb::dict stats_of(const Engine& e) {
-  const auto& s = e.stats();
+// The call's counters; its results' headers are handed over without a copy (the engine starts
+// a new list).
+nb::dict stats_of(Engine& e) {
+  auto& s = e.stats();
   nb::dict d;
   d["included"] = s.included;
   d["carried"] = s.carried;
@@ -89,7 +91,10 @@ nb::dict stats_of(const Engine& e) {
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,
                                s.quant.max_abs_error);
-  d["results"] = nb::bytes(reinterpret_cast<const char*>(s.results.data()), s.results.size());
+  auto* results = new std::vector<uint8_t>(std::move(s.results));
+  nb::capsule owner(results, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+  d["results"] = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(results->data(), {results->size()},
+                                                               owner);
   return d;
 }
 

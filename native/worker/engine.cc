@@ -226,6 +226,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
 
 void Engine::begin_call(int index, float* values, int64_t numel) {
   call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  stats_.results.reserve(stats_.results.size() + std::size_t(key(index).chunks) * H);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
   // grace period would otherwise never end (the worker falls silent).

@@ -121,7 +121,7 @@ class Engine {
   uint64_t missed_results() const { return missed_results_; }
   uint64_t bad_datagrams() const { return bad_datagrams_; }
   int in_flight() const { return inflight_; }
-  const EngineStats& stats() const { return stats_; }
+  EngineStats& stats() { return stats_; }
   void reset_stats() { stats_ = EngineStats(); }
   double srtt() const { return srtt_; }  // < 0: no sample yet
   double rto() const { return rto_; }

@@ -22,34 +22,55 @@ Quantizer::Quantizer(double scale, int members)
   bound_f32_ = b;
 }
 
-// One pass, no branches in the common case: the compiler vectorizes the product, the clip and
-// the rounding; a NaN or an out-of-range value takes the slow path for its element only.
+// Blocks of 256: a first loop without branches checks the range (the compiler vectorizes it),
+// then either the fast loop (round half to even by the 2^23 trick, vectorized too) or, for a
+// block with a NaN, an infinity or a value beyond the bound, the careful one.
 void Quantizer::quantize(const float* values, float* fixed, float* error, std::size_t n,
                          QuantStats& stats) const {
   const float s = scale_f32_, b = bound_f32_;
   float max_err = stats.max_abs_error;
-  uint64_t clipped = 0, nonfinite = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = values[i];
-    float f = v * s;
-    if (!(f >= -b && f <= b)) {  // NaN or beyond the bound (an overflow is an infinity)
-      if (!std::isfinite(v)) ++nonfinite;
-      if (std::isnan(f)) {
-        f = 0.0f;
-      } else {
-        ++clipped;
-        f = f > 0 ? b : -b;
-      }
+  for (std::size_t done = 0; done < n; done += 256) {
+    const std::size_t m = std::min<std::size_t>(256, n - done);
+    const float* v = values + done;
+    float* f = fixed + done;
+    float* e = error + done;
+    int in_range = 1;
+    for (std::size_t i = 0; i < m; ++i) {
+      f[i] = v[i] * s;
+      in_range &= (f[i] >= -b) & (f[i] <= b);  // false for NaN
     }
-    f = std::nearbyint(f);
-    float e = std::isfinite(v) ? v - f / s : 0.0f;
-    fixed[i] = f;
-    error[i] = e;
-    max_err = std::max(max_err, std::fabs(e));
+    if (in_range) {
+      float block_max = 0.0f;
+      for (std::size_t i = 0; i < m; ++i) {
+        const float a = std::fabs(f[i]);
+        // |x| < 2^23: (|x| + 2^23) - 2^23 rounds to an integer, half to even; above, x is one.
+        const float r = std::copysign(a < 8388608.0f ? (a + 8388608.0f) - 8388608.0f : a, f[i]);
+        f[i] = r;
+        e[i] = v[i] - r / s;
+        const float ae = std::fabs(e[i]);
+        block_max = ae > block_max ? ae : block_max;
+      }
+      max_err = std::max(max_err, block_max);
+      continue;
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      float x = f[i];
+      if (!(x >= -b && x <= b)) {  // NaN or beyond the bound (an overflow is an infinity)
+        if (!std::isfinite(v[i])) ++stats.nonfinite;
+        if (std::isnan(x)) {
+          x = 0.0f;
+        } else {
+          ++stats.clipped;
+          x = x > 0 ? b : -b;
+        }
+      }
+      x = std::nearbyint(x);
+      f[i] = x;
+      e[i] = std::isfinite(v[i]) ? v[i] - x / s : 0.0f;
+      max_err = std::max(max_err, std::fabs(e[i]));
+    }
   }
   stats.elements += n;
-  stats.clipped += clipped;
-  stats.nonfinite += nonfinite;
   stats.max_abs_error = max_err;
 }
 
