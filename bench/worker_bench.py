@@ -329,7 +329,7 @@ def plot(rows: list[dict], path: Path) -> None:
     labels = [f"{r['elements'] // 1_000_000}M" for r in native]
     x = np.arange(len(native))
     left.bar(x - 0.27, [python.get(r["elements"], np.nan) for r in native], 0.27,
-             label="HySync, Python engine (before)")
+             label="HySync, Python engine (recorded before, other load)")
     left.bar(x, [r["hysync_s"] for r in native], 0.27, label="HySync, native engine")
     left.bar(x + 0.27, [r["gloo_s"] for r in native], 0.27, label="gloo")
     left.set_xticks(x, labels)

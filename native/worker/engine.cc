@@ -269,18 +269,20 @@ void Engine::poll(double duration) {
   check_suspects();
 }
 
-// Prepare a chunk of the call's key for its first transmission: quantize gradient + residual;
-// the residual becomes the error (RULE B: right if the round includes me, see settle()), and the
-// chunk's rows of `values` become its output (what was buffered for it so far).
-void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
+// Gradient + residual of a local chunk of the call's key (zeros past the tensor's end).
+void Engine::chunk_value(int64_t local, float* value) {
+  const Call& c = *call_;
+  const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
+  const float* res = &key(c.key).residual[off];
+  for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
+}
+
+// The chunk's gradient is no longer needed: its rows of `values` become its output, starting
+// with what was buffered for it so far.
+void Engine::open_output(int64_t local) {
   Call& c = *call_;
   Key& reg = key(c.key);
   const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
-  float value[LANES] = {};
-  float* res = &reg.residual[off];
-  for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
-  quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
-  std::copy(err, err + LANES, res);
   float* out = c.values + off;
   if (reg.acc.empty()) {
     std::fill(out, out + n, 0.0f);
@@ -289,6 +291,26 @@ void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
     std::fill(&reg.acc[off], &reg.acc[off] + LANES, 0.0f);
   }
   c.prepared[std::size_t(local)] = 1;
+}
+
+// Prepare a chunk of the call's key for its first transmission: quantize gradient + residual;
+// the residual becomes the error (RULE B: right if the round includes me, see settle()).
+void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
+  float value[LANES];
+  chunk_value(local, value);
+  quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
+  std::copy(err, err + LANES, &key(call_->key).residual[std::size_t(local) * LANES]);
+  open_output(local);
+}
+
+// A chunk carried without ever being sent: its whole value stays as residual (RULE B).
+void Engine::carry_unsent(int64_t local) {
+  float value[LANES], fixed[LANES], err[LANES];
+  chunk_value(local, value);
+  quantizer_.quantize(value, fixed, err, LANES, stats_.quant);  // its stats, as if sent
+  float* res = &key(call_->key).residual[std::size_t(local) * LANES];
+  for (std::size_t j = 0; j < LANES; ++j) res[j] = value[j] * cfg_.staleness_decay;
+  open_output(local);
 }
 
 // The fate of a chunk of this call is known. A prepared chunk's residual already holds its
@@ -307,35 +329,24 @@ void Engine::settle(int64_t local, Outcome outcome, const Flight* f) {
   }
 }
 
-// RULE B for the chunks whose fate was decided without a packet: carried unsent chunks take
-// their whole value (gradient + residual) into the residual.
+// RULE B for the chunks whose fate was decided without a packet.
 void Engine::finish() {
-  Call& c = *call_;
-  Key& reg = key(c.key);
-  const float d = cfg_.staleness_decay;
-  for (int64_t l = 0; l < reg.chunks; ++l) {
-    const std::size_t k = std::size_t(l);
-    if (c.outcome[k] == Outcome::INCLUDED) ++stats_.included;
-    if (c.outcome[k] == Outcome::CARRIED) {
-      ++stats_.carried;
-      settle_requeued(l);
-    }
-    if (c.prepared[k]) continue;
-    const std::size_t n = c.lanes_of(l), off = k * LANES;
-    float* res = &reg.residual[off];
-    float value[LANES], fixed[LANES], err[LANES];
-    for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
-    quantizer_.quantize(value, fixed, err, LANES, stats_.quant);  // its stats, as if sent
-    for (std::size_t j = 0; j < LANES; ++j) res[j] = value[j] * d;
-    float* out = c.values + off;
-    if (reg.acc.empty()) {
-      std::fill(out, out + n, 0.0f);
-    } else {
-      std::copy(&reg.acc[off], &reg.acc[off] + n, out);
-    }
-    c.prepared[k] = 1;
-  }
+  Key& reg = key(call_->key);
+  for (int64_t l = 0; l < reg.chunks; ++l) close_chunk(l);
   std::vector<float>().swap(reg.acc);  // every row went to the output
+}
+
+// Count a chunk's outcome and pay what RULE B still owes it: a carried chunk whose packet went
+// back to its queue, or one never sent. SETTLED chunks were closed by take_residual.
+void Engine::close_chunk(int64_t local) {
+  Call& c = *call_;
+  const std::size_t l = std::size_t(local);
+  if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
+  if (c.outcome[l] == Outcome::CARRIED) {
+    ++stats_.carried;
+    settle_requeued(local);
+  }
+  if (!c.prepared[l]) carry_unsent(local);
 }
 
 // The call failed: forget what is in flight. Its outcome is unknown, so the chunks keep their
@@ -456,24 +467,7 @@ void Engine::take_residual(int k, int64_t local, float* amount) {
       std::fill(amount, amount + LANES, 0.0f);
       return;
     }
-    if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
-    if (c.outcome[l] == Outcome::CARRIED) {
-      ++stats_.carried;
-      settle_requeued(local);
-      if (!c.prepared[l]) {  // carried unsent: its whole value, now
-        const std::size_t n = c.lanes_of(local), off = l * LANES;
-        for (std::size_t j = 0; j < LANES; ++j)
-          res[j] = ((j < n ? c.values[off + j] : 0.0f) + res[j]) * cfg_.staleness_decay;
-        float* out = c.values + off;
-        if (reg.acc.empty()) {
-          std::fill(out, out + n, 0.0f);
-        } else {
-          std::copy(&reg.acc[off], &reg.acc[off] + n, out);
-          std::fill(&reg.acc[off], &reg.acc[off] + LANES, 0.0f);
-        }
-        c.prepared[l] = 1;
-      }
-    }
+    close_chunk(local);
     c.outcome[l] = Outcome::SETTLED;
   }
   std::copy(res, res + LANES, amount);

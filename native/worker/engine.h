@@ -176,11 +176,15 @@ class Engine {
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true);
   void end_flight(uint32_t i);
   void settle(int64_t local, Outcome outcome, const Flight* f);
+  void chunk_value(int64_t local, float* value);
+  void open_output(int64_t local);
   void prepare_chunk(int64_t local, int32_t* fixed, float* err);
+  void carry_unsent(int64_t local);
   void take_residual(int key, int64_t local, float* amount);
   void return_residual(const Flight& f, bool included);
   void apply_own(uint32_t i);
   void finish();
+  void close_chunk(int64_t local);
   void abort_call();
   // rounds (RULE A)
   void advance(uint32_t i, uint32_t upto);
