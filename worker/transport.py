@@ -44,12 +44,17 @@ class Transport:
     def __init__(self, config: TransportConfig, quantizer: FixedPointQuantizer) -> None:
         self.config = config
         self.quantizer = quantizer
+        try:
+            switch_ip = socket.gethostbyname(config.switch_host)
+        except OSError as err:
+            raise ValueError(f"TransportConfig.switch_host {config.switch_host!r} does not "
+                             f"resolve ({err}): give the switch's IPv4 address") from None
         self._sock = _bound_socket(config)
         self.address: tuple[str, int] = self._sock.getsockname()
         seed = config.seed if config.seed is not None else random.getrandbits(63)
         self._engine = _core.worker.Engine(
             fd=self._sock.fileno(), job_id=config.job_id, worker_id=config.worker_id,
-            switch_ip=socket.gethostbyname(config.switch_host), switch_port=config.switch_port,
+            switch_ip=switch_ip, switch_port=config.switch_port,
             slot_base=config.slot_base, slot_count=config.slot_count, members=config.members,
             scale=quantizer.scale, rto_initial=config.rto_initial, rto_min=config.rto_min,
             rto_max=config.rto_max, dead_after=config.dead_after, stall_after=config.stall_after,

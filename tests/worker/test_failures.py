@@ -74,6 +74,12 @@ def test_worker_that_is_not_a_member_raises_and_the_switch_counts_it(switch):
         tr.close()
 
 
+def test_a_switch_host_that_does_not_resolve_is_refused_naming_the_field():
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="no-such-host.invalid")
+    with pytest.raises(ValueError, match="switch_host 'no-such-host.invalid' does not resolve"):
+        Transport(config, FixedPointQuantizer(SCALE, 1))
+
+
 def garbage(tr: Transport) -> list[bytes]:
     mine = tr.config
     other_job = wire.Packet(wire.Header(op=Op.RESULT, job_id=mine.job_id + 1, worker_id=0,
