@@ -3,11 +3,11 @@
 Most tests run the policy on counter traces of a simulated job: `Simulation` is the
 switch state machine of docs/protocol.md §4 for one slot, reduced to what the counters
 see, with workers that compute for `base * slowdown * jitter` seconds and behave as
-worker/transport.py does (wait for the round's result, send a stale contribution again
-at the open round, retransmit on a timer). It is deterministic (seeded) and reacts to
-the policy's decisions, so every JobStats sequence it produces is a reproducible
-recorded trace. One test runs the PolicyRunner against a real softswitch with real
-UDP senders, and one runs the `hysync policy` command.
+the worker engine does (docs/protocol.md §9: wait for the round's result, send a stale
+contribution again at the open round, retransmit on a timer). It is deterministic
+(seeded) and reacts to the policy's decisions, so every JobStats sequence it produces
+is a reproducible recorded trace. One test runs the PolicyRunner against a real
+softswitch with real UDP senders, and one runs the `hysync policy` command.
 """
 
 from __future__ import annotations
