@@ -62,7 +62,18 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.missed_after = missed_after;
   c.staleness_decay = staleness_decay;
   c.seed = seed;
-  return new (self) Engine(c, fd);
+  Engine* engine = new (self) Engine(c, fd);
+  engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
+    nb::gil_scoped_acquire locked;
+    return PyErr_CheckSignals() != 0;
+  });
+  return engine;
+}
+
+// A status of the engine's -> True (done), False (unreachable), or the pending exception.
+bool finished(hysync::worker::CallStatus status) {
+  if (status == hysync::worker::CallStatus::INTERRUPTED) throw nb::python_error();
+  return status == hysync::worker::CallStatus::DONE;
 }
 
 int checked_key(Engine& e, int index) {
@@ -123,9 +134,12 @@ void bind(nb::module_& m) {
              checked_key(e, k);
              if (int64_t(values.shape(0)) != e.key(k).numel)
                throw std::invalid_argument("allreduce: values do not match the key's size");
-             nb::gil_scoped_release unlocked;
-             return e.allreduce(k, values.data(), int64_t(values.shape(0))) ==
-                    hysync::worker::CallStatus::DONE;
+             hysync::worker::CallStatus status;
+             {
+               nb::gil_scoped_release unlocked;
+               status = e.allreduce(k, values.data(), int64_t(values.shape(0)));
+             }
+             return finished(status);
            }, "index"_a, "values"_a,
            "Contribute values (float32, written over with the output); False: unreachable.")
       .def("take", [](Engine& e, int k, Floats out) {
@@ -134,7 +148,14 @@ void bind(nb::module_& m) {
                throw std::invalid_argument("take: out does not match the key's size");
              e.take(k, out.data());
            }, "index"_a, "out"_a)
-      .def("poll", &Engine::poll, "duration"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def("poll", [](Engine& e, double duration) {
+             hysync::worker::CallStatus status;
+             {
+               nb::gil_scoped_release unlocked;
+               status = e.poll(duration);
+             }
+             finished(status);
+           }, "duration"_a)
       .def("stats", &stats_of)
       .def("reset_stats", &Engine::reset_stats)
       .def_prop_ro("needs_resync", &Engine::needs_resync)

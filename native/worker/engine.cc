@@ -211,6 +211,10 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
     int ready = ppoll(&p, 1, &ts, nullptr);
+    if (interrupted(monotonic_now())) {
+      abort_call();
+      return CallStatus::INTERRUPTED;
+    }
     if (ready > 0) {
       receive();
     } else if (monotonic_now() - std::max(last_rx_, start) > cfg_.dead_after) {
@@ -252,10 +256,17 @@ void Engine::tick(double now) {
   flush();
 }
 
-void Engine::poll(double duration) {
+bool Engine::interrupted(double now) {
+  if (!interrupted_ || now - checked_at_ < 0.1) return false;
+  checked_at_ = now;
+  return interrupted_();
+}
+
+CallStatus Engine::poll(double duration) {
   const double end = monotonic_now() + duration;
   double now;
   while ((now = monotonic_now()) < end) {
+    if (interrupted(now)) return CallStatus::INTERRUPTED;
     expire(now);  // residual-only and parked packets keep retrying
     flush();
     double wait = end - now;
@@ -267,6 +278,7 @@ void Engine::poll(double duration) {
   }
   flush();
   check_suspects();
+  return CallStatus::DONE;
 }
 
 // Gradient + residual of a local chunk of the call's key (zeros past the tensor's end).

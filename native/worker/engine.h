@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <queue>
@@ -83,7 +84,7 @@ struct Flight {
   int32_t lane(std::size_t j) const;
 };
 
-enum class CallStatus { DONE, UNREACHABLE };
+enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED };
 
 class Engine {
  public:
@@ -102,10 +103,13 @@ class Engine {
   // key) replaces them in place. UNREACHABLE: nothing heard for dead_after; the call's chunks
   // are kept as residual and the replica needs a resync.
   CallStatus allreduce(int index, float* values, int64_t numel);
+  // Asked about ten times a second while a call or a poll waits; true ends it (the call as
+  // UNREACHABLE's abort does, returning INTERRUPTED): how Ctrl-C reaches a long native call.
+  void set_interrupt_check(std::function<bool()> check) { interrupted_ = std::move(check); }
   // What was applied for a key since its last call, into out (numel floats); zeroes it.
   void take(int index, float* out);
   // Between calls: serve the socket for `duration` seconds (results, retransmissions).
-  void poll(double duration);
+  CallStatus poll(double duration);
   // The steps of allreduce, for a driver that feeds datagrams itself (the fuzz target): start
   // a call (sends the first window), is every chunk's fate known, finish it (RULE B, output).
   void begin_call(int index, float* values, int64_t numel);
@@ -223,6 +227,9 @@ class Engine {
   double last_rx_;
   DatagramBatch rx_, tx_;
   std::vector<std::pair<int, std::string>> logs_;
+  std::function<bool()> interrupted_;
+  double checked_at_ = 0;
+  bool interrupted(double now);
 };
 
 double monotonic_now();

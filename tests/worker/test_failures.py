@@ -5,6 +5,8 @@ partial mode gives its slot back when the job turns sync (peers played here by h
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import threading
 import time
@@ -71,6 +73,34 @@ def test_worker_that_is_not_a_member_raises_and_the_switch_counts_it(switch):
         drops = switch.pipeline.counters[p4names.STATS_DROPS].packets
         assert drops[JOB * wire.NUM_DROP_REASONS + DropReason.NOT_MEMBER] > 0
     finally:
+        tr.close()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_signal_ends_a_long_native_call_at_once(dead_port):
+    """The engine waits with the GIL released; a signal's Python handler still runs within
+    about 0.1 s, its exception ends the call (contributions kept, resync flagged)."""
+    tr = make_transport(dead_port, dead_after=30.0)
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(Interrupted):
+            tr.allreduce("g", np.ones(100, dtype=np.float32))
+        assert time.monotonic() - start < 2.0
+        assert tr.needs_resync
+        np.testing.assert_allclose(tr.residual("g")[:100], 1.0)  # nothing lost
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
         tr.close()
 
 
