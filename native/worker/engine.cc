@@ -22,7 +22,10 @@ constexpr std::size_t RECV_BATCH = 256;     // datagrams read per wake-up
 constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
 constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
 constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
-constexpr uint64_t LOG_EVERY = 1000;        // after the first few, log one bad datagram in this many
+constexpr uint64_t LOG_EVERY = 1000;  // after the first few, log one bad datagram in this many
+// Results held for chunk ids no key owns yet (a peer registered a key first): at most this
+// many chunks (32 MiB); beyond, garbage could grow them without bound.
+constexpr std::size_t MAX_ORPHANS = 65536;
 constexpr uint32_t HALF32 = 1u << 31;
 constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode::PARTIAL),
                   ASYNC = uint8_t(wire::Mode::ASYNC);
@@ -746,6 +749,11 @@ float* Engine::acc_row(uint32_t chunk) {
 
 void Engine::add(uint32_t chunk, const double* avg) {
   if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
+    if (orphans_.size() >= MAX_ORPHANS && !orphans_.count(chunk)) {
+      bad("result for chunk " + std::to_string(chunk) + ", which no key owns, beyond the " +
+          std::to_string(MAX_ORPHANS) + " such chunks held");
+      return;
+    }
     auto& held = orphans_[chunk];
     for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
     return;
