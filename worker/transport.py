@@ -166,8 +166,10 @@ class Transport:
         if self._busy:
             raise RuntimeError("poll_results during a call")
         self._engine.reset_stats()
-        self._engine.poll(duration)
-        self._emit_logs()
+        try:
+            self._engine.poll(duration)
+        finally:
+            self._emit_logs()
         return self._stats()
 
     def _stats(self, **fields: object) -> CallStats:
