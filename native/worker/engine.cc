@@ -1,5 +1,6 @@
 // The worker's protocol engine (docs/protocol.md §9). Method names follow the rules they
-// implement; worker/transport.py's history is this file's reference model.
+// implement; it is a port, rule by rule, of the pure-Python engine that worker/transport.py
+// held before (in git history), which the worker and e2e tests were written against.
 #include "worker/engine.h"
 
 #include <poll.h>

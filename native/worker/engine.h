@@ -1,5 +1,5 @@
-// The worker's transport engine: the per-packet half of worker/transport.py, the whole protocol
-// of docs/protocol.md §9 (RULE A / RULE B, sync / partial / async, parking, resync tracking).
+// The worker's transport engine: the whole protocol of docs/protocol.md §9 (RULE A / RULE B,
+// sync / partial / async, parking, resync tracking); worker/transport.py is its Python face.
 // One thread calls it at a time, without the GIL: it touches no Python object. Python keeps the
 // meaning (configuration, keys by name, errors, logs, CallStats).
 #pragma once
