@@ -99,6 +99,7 @@ nb::dict stats_of(Engine& e) {
   d["duplicate_results"] = s.duplicate_results;
   d["stray_replies"] = s.stray_replies;
   d["bad_datagrams"] = s.bad_datagrams;
+  d["waited_s"] = s.waited_s;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,
                                s.quant.max_abs_error);

@@ -214,7 +214,9 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     delay = std::max(0.0, delay);
     timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
+    const double blocked = monotonic_now();
     int ready = ppoll(&p, 1, &ts, nullptr);
+    stats_.waited_s += monotonic_now() - blocked;  // nothing to do but wait
     if (interrupted(monotonic_now())) {
       abort_call();
       return CallStatus::INTERRUPTED;

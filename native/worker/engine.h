@@ -45,6 +45,7 @@ struct EngineStats {
            retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
            stray_replies = 0, bad_datagrams = 0;
   uint64_t resyncs[4] = {0, 0, 0, 0};  // by ResyncReason
+  double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;
   std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
 };
