@@ -23,7 +23,7 @@ std::size_t DatagramBatch::receive(int fd, bool wait) {
     msgs_[i].msg_hdr.msg_iov = &iovs_[i];
     msgs_[i].msg_hdr.msg_iovlen = 1;
     msgs_[i].msg_hdr.msg_name = &addrs_[i];
-    msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
   }
   for (;;) {
     int n = recvmmsg(fd, msgs_.data(), unsigned(capacity_), wait ? MSG_WAITFORONE : MSG_DONTWAIT,
@@ -42,16 +42,31 @@ std::size_t DatagramBatch::receive(int fd, bool wait) {
 }
 
 uint8_t* DatagramBatch::append(const sockaddr_in& dst, std::size_t len) {
+  uint8_t* buffer = append(len);
+  if (buffer == nullptr) return nullptr;
+  std::size_t i = count_ - 1;
+  std::memcpy(&addrs_[i], &dst, sizeof(dst));
+  msgs_[i].msg_hdr.msg_name = &addrs_[i];
+  msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+  return buffer;
+}
+
+uint8_t* DatagramBatch::append(std::size_t len) {
   if (count_ == capacity_ || len > max_bytes_) return nullptr;
   std::size_t i = count_++;
-  addrs_[i] = dst;
   iovs_[i] = {&buffers_[i * max_bytes_], len};
   std::memset(&msgs_[i], 0, sizeof(mmsghdr));
   msgs_[i].msg_hdr.msg_iov = &iovs_[i];
   msgs_[i].msg_hdr.msg_iovlen = 1;
-  msgs_[i].msg_hdr.msg_name = &addrs_[i];
-  msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
   return &buffers_[i * max_bytes_];
+}
+
+std::size_t DatagramBatch::echo(int fd) {
+  for (std::size_t i = 0; i < count_; ++i) {
+    iovs_[i].iov_len = msgs_[i].msg_len;
+    msgs_[i].msg_hdr.msg_flags = 0;
+  }
+  return flush(fd);
 }
 
 std::size_t DatagramBatch::flush(int fd) {

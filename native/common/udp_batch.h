@@ -1,6 +1,7 @@
 // Batched UDP I/O (recvmmsg / sendmmsg) over buffers allocated once: no allocation per packet.
 // One DatagramBatch is either a receive batch or a send batch, owned by one thread.
 #pragma once
+#include <linux/if_packet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -25,11 +26,22 @@ class DatagramBatch {
   const uint8_t* data(std::size_t i) const { return &buffers_[i * max_bytes_]; }
   std::size_t length(std::size_t i) const { return msgs_[i].msg_len; }
   bool truncated(std::size_t i) const { return msgs_[i].msg_hdr.msg_flags & MSG_TRUNC; }
-  const sockaddr_in& peer(std::size_t i) const { return addrs_[i]; }
+  const sockaddr_in& peer(std::size_t i) const {
+    return *reinterpret_cast<const sockaddr_in*>(&addrs_[i]);
+  }
+  // The sender of datagram i on an AF_PACKET socket (sll_pkttype says which way it went).
+  const sockaddr_ll& link_peer(std::size_t i) const {
+    return *reinterpret_cast<const sockaddr_ll*>(&addrs_[i]);
+  }
+  // Send every received datagram back to its sender, as received (a reflector): no copy.
+  // Returns how many were sent, as flush() does.
+  std::size_t echo(int fd);
 
   // Send: append() reserves the next datagram's buffer for `dst`; flush() sends all of them.
   // append() returns nullptr when the batch is full (flush first) or `len` > max_bytes.
   uint8_t* append(const sockaddr_in& dst, std::size_t len);
+  // The same without an address, for a socket bound to its peer (an AF_PACKET interface).
+  uint8_t* append(std::size_t len);
   // Sends every appended datagram (sendmmsg, retried on partial sends and EINTR; on EAGAIN it
   // polls for writability). Returns how many were sent; the rest are dropped and counted in
   // send_errors() (a full socket buffer or an unreachable peer must not stall the data path).
@@ -44,7 +56,7 @@ class DatagramBatch {
   std::size_t capacity_, max_bytes_, count_ = 0;
   uint64_t send_errors_ = 0;
   std::vector<uint8_t> buffers_;
-  std::vector<sockaddr_in> addrs_;
+  std::vector<sockaddr_storage> addrs_;  // sockaddr_in (UDP) or sockaddr_ll (AF_PACKET)
   std::vector<iovec> iovs_;
   std::vector<mmsghdr> msgs_;
 };

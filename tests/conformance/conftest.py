@@ -6,13 +6,15 @@ import pytest
 
 from hysync import wire
 
-from .targets import SoftswitchTarget, bmv2_unavailable, job_group, job_writes
+from .targets import NativeTarget, SoftswitchTarget, bmv2_unavailable, job_group, job_writes
 from .topology import JOB1, JOB2
 
 
 def _make(kind: str):
     if kind == "softswitch":
         return SoftswitchTarget()
+    if kind == "native":
+        return NativeTarget()
     reason = bmv2_unavailable()
     if reason:
         pytest.skip(f"BMv2 target skipped: {reason}")
@@ -21,7 +23,7 @@ def _make(kind: str):
     return Bmv2Target.shared()
 
 
-@pytest.fixture(params=["softswitch", "bmv2"])
+@pytest.fixture(params=["softswitch", "native", "bmv2"])
 def bare_target(request):
     """A target with the pipeline loaded and the flood group, but no job."""
     target = _make(request.param)

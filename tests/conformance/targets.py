@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hysync import p4names, wire
+from softswitch.native import NativePipeline
 from softswitch.pipeline import Pipeline
 from softswitch.tables import Entry, Replica
 
@@ -64,9 +65,10 @@ class SoftswitchTarget:
     """The reference model, in process: frames in, frames out."""
 
     name = "softswitch"
+    engine: type[Pipeline] = Pipeline
 
     def __init__(self) -> None:
-        self.pipeline = Pipeline()
+        self.pipeline = self.engine()
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
     def write(self, update: str, w: Write) -> None:
@@ -83,6 +85,13 @@ class SoftswitchTarget:
 
     def close(self) -> None:
         pass
+
+
+class NativeTarget(SoftswitchTarget):
+    """The compiled data plane (native/dataplane/), in process: the softswitch's default."""
+
+    name = "native"
+    engine = NativePipeline
 
 
 def bmv2_unavailable() -> str | None:

@@ -1,0 +1,266 @@
+#include "dataplane/pipeline.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <tuple>
+
+namespace hysync::dataplane {
+
+namespace w = wire;
+using w::DropReason;
+using w::Op;
+
+bool ModeRange::operator<(const ModeRange& o) const {
+  return std::tie(neg_priority, lo, hi, mode, quorum) <
+         std::tie(o.neg_priority, o.lo, o.hi, o.mode, o.quorum);
+}
+
+// A slot's spinlock: held for one packet's few hundred nanoseconds. Yields after a while so
+// that a lock holder preempted on an oversubscribed machine gets the core back.
+class Pipeline::SlotLock {
+ public:
+  explicit SlotLock(Slot& slot) : flag_(slot.locked) {
+    for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins % 128 == 0) {
+          sched_yield();
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        }
+      }
+    }
+  }
+  ~SlotLock() { flag_.store(false, std::memory_order_release); }
+  SlotLock(const SlotLock&) = delete;
+  SlotLock& operator=(const SlotLock&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+Pipeline::Pipeline(uint32_t num_slots)
+    : num_slots_(num_slots),
+      slots_(num_slots),
+      lanes_(std::size_t(2) * num_slots * w::LANES),
+      // + MAX_WORKERS * 8: a worker id up to 255 stays inside the array (the controller
+      // refuses ids >= 32; the reference model would index the next slot's cells too).
+      member_seq_(std::size_t(num_slots) * w::MAX_WORKERS + 256),
+      tables_(std::make_shared<Tables>()) {}
+
+void Pipeline::set_tables(std::shared_ptr<const Tables> tables) {
+  std::unique_lock<std::shared_mutex> lock(guard_);
+  tables_.swap(tables);
+  // The old snapshot is freed after the lock is released (when `tables` goes out of scope).
+  lock.unlock();
+}
+
+void Pipeline::reset_registers() {
+  std::unique_lock<std::shared_mutex> lock(guard_);
+  for (Slot& s : slots_) {
+    s.round = s.count = s.bitmap = s.chunk = s.mode = s.quorum = 0;
+    s.res_bitmap = s.res_count = s.res_chunk = s.res_mode = s.res_quorum = 0;
+  }
+  std::fill(lanes_.begin(), lanes_.end(), 0);
+  std::fill(member_seq_.begin(), member_seq_.end(), 0);
+}
+
+// ------------------------------------------------------------------ helpers
+void put_header(uint8_t* o, uint8_t version, uint8_t op, uint8_t flags, uint32_t mode,
+                uint16_t job, uint8_t worker, uint32_t count, uint16_t slot, uint8_t reason,
+                uint32_t quorum, uint32_t round, uint32_t chunk, uint32_t bitmap) {
+  o[w::OFF_VERSION] = version;
+  o[w::OFF_OP] = op;
+  o[w::OFF_FLAGS] = flags;
+  o[w::OFF_MODE] = uint8_t(mode);
+  store_be16(o + w::OFF_JOB_ID, job);
+  o[w::OFF_WORKER_ID] = worker;
+  o[w::OFF_COUNT] = uint8_t(count);
+  store_be16(o + w::OFF_SLOT, slot);
+  o[w::OFF_REASON] = reason;
+  o[w::OFF_QUORUM] = uint8_t(quorum);
+  store_be32(o + w::OFF_ROUND, round);
+  store_be32(o + w::OFF_CHUNK, chunk);
+  store_be32(o + w::OFF_BITMAP, bitmap);
+}
+
+uint16_t ipv4_checksum(const uint8_t* header) {
+  uint32_t total = 0;
+  for (std::size_t i = 0; i < w::IPV4_BYTES; i += 2) total += load_be16(header + i);
+  while (total >> 16) total = (total & 0xFFFF) + (total >> 16);
+  return uint16_t(~total);
+}
+
+void build_frame(uint8_t* out, const uint8_t* src_mac, uint64_t dst_mac, const uint8_t* ip_in,
+                 uint32_t src_ip, uint32_t dst_ip, uint16_t dst_port, std::size_t datagram_len) {
+  store_be16(out, uint16_t(dst_mac >> 32));
+  store_be32(out + 2, uint32_t(dst_mac));
+  std::memcpy(out + 6, src_mac, 6);
+  store_be16(out + 12, w::ETHERTYPE_IPV4);
+  uint8_t* ip = out + w::ETH_BYTES;
+  std::memcpy(ip, ip_in, w::IPV4_BYTES);
+  store_be16(ip + 2, uint16_t(w::IPV4_BYTES + w::UDP_BYTES + datagram_len));
+  store_be16(ip + 10, 0);
+  store_be32(ip + 12, src_ip);
+  store_be32(ip + 16, dst_ip);
+  store_be16(ip + 10, ipv4_checksum(ip));
+  uint8_t* udp = ip + w::IPV4_BYTES;
+  store_be16(udp, w::HYSYNC_UDP_PORT);
+  store_be16(udp + 2, dst_port);
+  store_be16(udp + 4, uint16_t(w::UDP_BYTES + datagram_len));
+  store_be16(udp + 6, 0);
+}
+
+static inline uint32_t bswap(uint32_t v) { return __builtin_bswap32(v); }
+
+void Pipeline::put_lanes(uint32_t bank, uint8_t* out) const {
+  const int32_t* src = &lanes_[std::size_t(bank) * w::LANES];
+  uint32_t tmp[w::LANES];
+  for (std::size_t i = 0; i < w::LANES; ++i) tmp[i] = bswap(uint32_t(src[i]));
+  std::memcpy(out + w::HEADER_BYTES, tmp, sizeof(tmp));
+}
+
+void Pipeline::drop(CounterShard& c, uint32_t job, DropReason reason, uint64_t nbytes) {
+  c.count(DROPS, (job < w::MAX_JOBS ? job : 0) * w::NUM_DROP_REASONS + uint32_t(reason), nbytes);
+}
+
+static const ModeRange* desired_mode(const Tables& t, uint32_t job, uint32_t slot) {
+  auto it = t.modes.find(job);
+  if (it == t.modes.end()) return nullptr;
+  for (const ModeRange& m : it->second)
+    if (m.lo <= slot && slot <= m.hi) return &m;
+  return nullptr;
+}
+
+// ------------------------------------------------------------ the state machine
+Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, std::size_t size,
+                            uint32_t src_ip, uint16_t src_port, uint64_t nbytes, uint8_t* out) {
+  constexpr Verdict none{Emit::NONE, 0, 0};
+  if (size < w::HEADER_BYTES) return drop(c, 0, DropReason::MALFORMED, nbytes), none;
+  const uint8_t version = p[w::OFF_VERSION], op = p[w::OFF_OP];
+  const uint16_t job = load_be16(p + w::OFF_JOB_ID), s = load_be16(p + w::OFF_SLOT);
+  const uint8_t wk = p[w::OFF_WORKER_ID];
+  const uint32_t r = load_be32(p + w::OFF_ROUND), chunk = load_be32(p + w::OFF_CHUNK);
+  if ((op == uint8_t(Op::CONTRIB) || op == uint8_t(Op::RESULT)) && size < w::PACKET_BYTES)
+    return drop(c, job, DropReason::MALFORMED, nbytes), none;
+  if (version != w::VERSION) return drop(c, job, DropReason::BAD_VERSION, nbytes), none;
+  if (op != uint8_t(Op::CONTRIB)) return drop(c, job, DropReason::BAD_OP, nbytes), none;
+  if (size != w::PACKET_BYTES) return drop(c, job, DropReason::BAD_LENGTH, nbytes), none;
+  if (!t.members.count(MemberKey{job, wk, src_ip, src_port}))
+    return drop(c, job, DropReason::NOT_MEMBER, nbytes), none;
+  auto job_it = t.jobs.find(job);
+  if (job_it == t.jobs.end()) return drop(c, job, DropReason::NO_JOB, nbytes), none;
+  const JobConfig& cfg = job_it->second;
+  if (s < cfg.slot_base || s >= uint64_t(cfg.slot_base) + cfg.slot_count || s >= num_slots_)
+    return drop(c, job, DropReason::SLOT_RANGE, nbytes), none;
+
+  Slot& slot = slots_[s];
+  SlotLock lock(slot);
+  if (slot.count == 0) {  // 8. latch the desired mode when no round is under way
+    const ModeRange* m = desired_mode(t, job, s);
+    slot.mode = m ? m->mode : uint32_t(w::Mode::SYNC);
+    slot.quorum = m ? m->quorum : 0;
+  }
+  const uint32_t member = uint32_t(job) * w::MAX_WORKERS + wk;
+  const uint32_t bit = wk < 32 ? 1u << wk : 0;
+  const uint32_t cur = slot.round;
+  uint32_t& seq = member_seq_[std::size_t(s) * w::MAX_WORKERS + wk];
+  const uint8_t* lanes_in = p + w::HEADER_BYTES;
+  int32_t* bank_lanes = &lanes_[(2 * std::size_t(s) + (cur & 1)) * w::LANES];
+
+  if (slot.mode == uint32_t(w::Mode::ASYNC)) {  // 10.
+    if (seq == r) {
+      drop(c, job, DropReason::DUPLICATE, nbytes);
+      c.count(DUPLICATES, member, nbytes);
+      put_header(out, version, uint8_t(Op::ACK), 0, slot.mode, job, wk, 0, s, 0, slot.quorum, r,
+                 chunk, 0);
+      return {Emit::REPLY, 0, w::HEADER_BYTES};
+    }
+    seq = r;
+    c.count(CONTRIBUTIONS, member, nbytes);
+    for (std::size_t i = 0; i < w::LANES; ++i) bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
+    return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), chunk, 1, bit, version,
+                 nbytes, out);
+  }
+
+  if (r == cur) {  // 9. the open round
+    const uint32_t count = slot.count;
+    const uint32_t needed = slot.quorum == 0 ? cfg.members : std::min(slot.quorum, cfg.members);
+    if (slot.bitmap & bit) {
+      drop(c, job, DropReason::DUPLICATE, nbytes);
+      c.count(DUPLICATES, member, nbytes);
+      if (count >= needed)  // membership shrank under the round: close it as it is
+        return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), slot.chunk, count,
+                     slot.bitmap, version, nbytes, out);
+      return none;
+    }
+    if (count && chunk != slot.chunk) {
+      drop(c, job, DropReason::CHUNK_MISMATCH, nbytes);
+      return {Emit::REPLY, 0,
+              resync(slot, s, version, job, wk, w::ResyncReason::CHUNK_MISMATCH, out)};
+    }
+    c.count(CONTRIBUTIONS, member, nbytes);
+    seq = r;
+    if (count == 0) {
+      for (std::size_t i = 0; i < w::LANES; ++i)
+        bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
+      slot.chunk = chunk;
+    } else {
+      // Wrapping int32 adds, as the reference model's int32 numpy array and P4's bit<32>.
+      for (std::size_t i = 0; i < w::LANES; ++i)
+        bank_lanes[i] = int32_t(uint32_t(bank_lanes[i]) + load_be32(lanes_in + 4 * i));
+    }
+    const uint32_t new_count = count + 1, bitmap = slot.bitmap | bit;
+    if (new_count >= needed)
+      return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), slot.chunk,
+                   new_count, bitmap, version, nbytes, out);
+    slot.count = new_count;
+    slot.bitmap = bitmap;
+    return none;
+  }
+
+  if (r == cur - 1) {  // 9. the round that closed last: resend its result
+    c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
+    put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND), slot.res_mode, job,
+               wk, slot.res_count, s, 0, slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
+    put_lanes(2 * s + (r & 1), out);
+    return {Emit::REPLY, 0, w::PACKET_BYTES};
+  }
+
+  drop(c, job, DropReason::STALE, nbytes);
+  c.count(STALE, member, nbytes);
+  const auto reason = seq == r ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
+  return {Emit::REPLY, 0, resync(slot, s, version, job, wk, reason, out)};
+}
+
+Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, uint8_t wk,
+                        uint32_t group, uint32_t cur, uint32_t bank, uint32_t chunk,
+                        uint32_t count, uint32_t bitmap, uint8_t version, uint64_t nbytes,
+                        uint8_t* out) {
+  c.count(CLOSES, uint32_t(job) * w::MAX_WORKERS + wk, nbytes);
+  slot.res_bitmap = bitmap;
+  slot.res_count = count;
+  slot.res_chunk = chunk;
+  slot.res_mode = slot.mode;
+  slot.res_quorum = slot.quorum;
+  slot.round = cur + 1;
+  slot.count = 0;
+  slot.bitmap = 0;
+  put_header(out, version, uint8_t(Op::RESULT), 0, slot.mode, job, wk, count, uint16_t(s), 0,
+             slot.quorum, cur, chunk, bitmap);
+  put_lanes(bank, out);
+  return {Emit::MULTICAST, group, w::PACKET_BYTES};
+}
+
+std::size_t Pipeline::resync(const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
+                             uint8_t wk, w::ResyncReason reason, uint8_t* out) const {
+  put_header(out, version, uint8_t(Op::RESYNC), 0, slot.mode, job, wk, slot.count, uint16_t(s),
+             uint8_t(reason), slot.quorum, slot.round, slot.chunk, slot.bitmap);
+  return w::HEADER_BYTES;
+}
+
+}  // namespace hysync::dataplane
