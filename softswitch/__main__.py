@@ -2,9 +2,12 @@
 
     python -m softswitch --grpc-addr 127.0.0.1:9559 [--device-id 1]
                          [--udp HOST:PORT | -i PORT@IFACE ...]
+                         [--engine native|python] [--threads N]
                          [--p4info FILE] [--log-level info]
 
 Without --udp or -i the data plane is UDP on 127.0.0.1:48620 (no root needed).
+The native engine (the compiled core, native/dataplane/) is the default; `--engine
+python` runs the reference model (softswitch/pipeline.py) instead.
 Prints one line saying where it listens; SIGINT or SIGTERM stops it (exit 0).
 Bad arguments or an unusable address/interface: one line on stderr, exit 2.
 """
@@ -25,6 +28,12 @@ from p4.config.v1 import p4info_pb2
 
 from hysync import wire
 from softswitch.delay import parse_delay
+from softswitch.native import (
+    NativePipeline,
+    NativeRawDataPlane,
+    NativeUdpDataPlane,
+    default_threads,
+)
 from softswitch.pipeline import Pipeline
 from softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
 from softswitch.server import ConfigError, serve
@@ -78,6 +87,12 @@ def device_id(text: str) -> int:
     return int(text)
 
 
+def thread_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"thread count {text!r} must be an integer 1-64")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="HySync softswitch: the reference model of "
                      "p4src/v1model/hysync.p4 behind a P4Runtime gRPC server.")
@@ -97,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                         default=[], metavar="PORT:MS",
                         help="raw data plane: hold frames leaving PORT for MS milliseconds "
                         "(link delay emulation; this kernel has no netem; repeat)")
+    parser.add_argument("--engine", choices=["native", "python"], default="native",
+                        help="native: the compiled data plane (default); python: the reference "
+                        "model, one thread")
+    parser.add_argument("--threads", type=thread_count, metavar="N",
+                        help="native UDP data plane: threads, each on its own SO_REUSEPORT "
+                        f"socket (default: one per core, at most 8; here {default_threads()})")
     parser.add_argument("--p4info", type=Path, metavar="FILE",
                         help="preload this P4Info (text format) as the pipeline config")
     parser.add_argument("--log-level", default="info",
@@ -130,22 +151,43 @@ def _check_free(host: str, port: int, where: str) -> None:
                           f"{err.strerror}; pick another with --grpc-addr HOST:PORT") from err
 
 
+DataPlane = UdpDataPlane | RawDataPlane | NativeUdpDataPlane | NativeRawDataPlane
+
+
+def _data_plane(args: argparse.Namespace) -> tuple[Pipeline, DataPlane, str]:
+    """The pipeline of --engine, its data plane (--udp or -i), and where it listens."""
+    if args.threads and args.engine != "native":
+        raise ValueError("--threads needs the native engine (the Python model is one thread)")
+    if args.threads and args.interfaces:
+        raise ValueError("--threads applies to the UDP data plane; the raw one is one thread")
+    if args.delays and not args.interfaces:
+        raise ValueError("--delay needs the raw data plane (-i PORT@IFACE)")
+    ports = parse_port_map(args.interfaces) if args.interfaces else None
+    host, port = args.udp or host_port(DEFAULT_UDP)
+    dataplane: DataPlane
+    if args.engine == "native":
+        native = NativePipeline()
+        dataplane = (NativeRawDataPlane(native, ports, dict(args.delays)) if ports
+                     else NativeUdpDataPlane(native, host, port, args.threads))
+        pipeline: Pipeline = native
+    else:
+        pipeline = Pipeline()
+        dataplane = (RawDataPlane(pipeline, ports, dict(args.delays)) if ports
+                     else UdpDataPlane(pipeline, host, port))
+    if ports:
+        return pipeline, dataplane, " ".join(f"{p}@{i}" for p, i in sorted(ports.items()))
+    threads = f", {dataplane.threads} threads" if isinstance(dataplane, NativeUdpDataPlane) else ""
+    return pipeline, dataplane, "UDP {}:{} ({} engine{})".format(
+        *dataplane.address, args.engine, threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    pipeline = Pipeline()
     try:
         p4info = load_p4info(args.p4info) if args.p4info else None
-        if args.interfaces:
-            dataplane: UdpDataPlane | RawDataPlane = RawDataPlane(
-                pipeline, parse_port_map(args.interfaces), dict(args.delays))
-            where = " ".join(f"{p}@{i}" for p, i in sorted(dataplane.ports.items()))
-        else:
-            if args.delays:
-                raise ValueError("--delay needs the raw data plane (-i PORT@IFACE)")
-            dataplane = UdpDataPlane(pipeline, *(args.udp or host_port(DEFAULT_UDP)))
-            where = "UDP {}:{}".format(*dataplane.address)
+        pipeline, dataplane, where = _data_plane(args)
     except (OSError, ValueError) as err:
         _fail(_reason(err))
     host, port = args.grpc_addr
