@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from hysync import p4names, wire
+from softswitch.native import NativePipeline, NativeRawDataPlane
 from softswitch.pipeline import Pipeline
 from softswitch.raw_dataplane import ETH_P_ALL, RawDataPlane, parse_port_map
 from softswitch.tables import Entry, Replica
@@ -160,12 +161,17 @@ def _configure(pipeline: Pipeline) -> None:
                          [Replica(port, 0) for port, *_ in HOSTS.values()])
 
 
-@pytest.fixture
-def switch(netns: str) -> Iterator[tuple[Pipeline, RawDataPlane, dict[int, Host]]]:
-    pipeline = Pipeline()
+# The reference model and the native engine behind the same raw data plane interface.
+ENGINES = {"python": (Pipeline, RawDataPlane), "native": (NativePipeline, NativeRawDataPlane)}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def switch(request, netns: str) -> Iterator[tuple[Pipeline, RawDataPlane, dict[int, Host]]]:
+    pipeline_class, plane_class = ENGINES[request.param]
+    pipeline = pipeline_class()
     _configure(pipeline)
     with inside(netns):
-        plane = RawDataPlane(pipeline, parse_port_map(["1@s1-eth1", "2@s1-eth2"]))
+        plane = plane_class(pipeline, parse_port_map(["1@s1-eth1", "2@s1-eth2"]))
         hosts = {w: Host(iface) for w, (_, iface, *_) in HOSTS.items()}
     plane.start()
     try:
@@ -264,6 +270,8 @@ def test_frames_others_send_out_of_a_switch_port_are_not_switched(switch, netns)
 
 
 @pytest.mark.root
-def test_missing_interface_is_named(netns):
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_missing_interface_is_named(netns, engine):
+    pipeline_class, plane_class = ENGINES[engine]
     with inside(netns), pytest.raises(OSError, match="hsnosuch0 does not exist"):
-        RawDataPlane(Pipeline(), {1: "s1-eth1", 2: "hsnosuch0"})
+        plane_class(pipeline_class(), {1: "s1-eth1", 2: "hsnosuch0"})
