@@ -88,7 +88,14 @@ void bind(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const std::system_error& e) {
-      PyErr_SetObject(PyExc_OSError, nb::make_tuple(e.code().value(), e.what()).ptr());
+      // what() is "<message>: <strerror>"; the messages thrown here already say what failed
+      // and how to fix it, so the strerror suffix goes.
+      std::string message = e.what();
+      const std::string suffix = ": " + e.code().message();
+      if (message.size() > suffix.size() &&
+          message.compare(message.size() - suffix.size(), suffix.size(), suffix) == 0)
+        message.resize(message.size() - suffix.size());
+      PyErr_SetObject(PyExc_OSError, nb::make_tuple(e.code().value(), message).ptr());
     }
   });
   m.attr("COUNTERS") = int(NUM_COUNTERS);

@@ -42,8 +42,8 @@ int open_udp(const std::string& host, uint16_t port, bool share_port) {
   addrinfo* found = nullptr;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
     throw std::system_error(EINVAL, std::generic_category(),
-                            "cannot bind the softswitch UDP data plane to " + where + ": " +
-                                host + " is not an IPv4 address or host name");
+                            "cannot bind UDP " + where + ": " + host +
+                                " is not an IPv4 address or host name");
   sockaddr_in addr = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   freeaddrinfo(found);
   addr.sin_port = htons(port);
@@ -56,7 +56,7 @@ int open_udp(const std::string& host, uint16_t port, bool share_port) {
     int err = errno;
     close(fd);
     throw std::system_error(err, std::generic_category(),
-                            "cannot bind the softswitch UDP data plane to " + where + ": " +
+                            "cannot bind UDP " + where + ": " +
                                 std::strerror(err) + ". Pick a free port with --udp HOST:PORT.");
   }
   return fd;
