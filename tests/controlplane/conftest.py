@@ -15,6 +15,7 @@ from controlplane.entities import TableEntry
 from controlplane.job import JobConfig, Member
 from controlplane.switch import Switch
 from hysync.p4schema import Schema
+from softswitch.native import NativePipeline, NativeUdpDataPlane
 from softswitch.pipeline import Pipeline
 from softswitch.server import serve
 from softswitch.udp_dataplane import UdpDataPlane
@@ -36,16 +37,27 @@ class Softswitch:
     udp_addr: tuple[str, int]
 
 
-@pytest.fixture
-def softswitch() -> Iterator[Softswitch]:
-    pipeline = Pipeline()
+def running_softswitch(engine: str = "python") -> Iterator[Softswitch]:
+    """A softswitch on `engine`: the reference model, or the native one with 2 threads."""
+    dataplane: UdpDataPlane | NativeUdpDataPlane
+    if engine == "native":
+        native = NativePipeline()
+        dataplane = NativeUdpDataPlane(native, "127.0.0.1", 0, threads=2).start()
+        pipeline: Pipeline = native
+    else:
+        pipeline = Pipeline()
+        dataplane = UdpDataPlane(pipeline, "127.0.0.1", 0).start()
     server, port = serve(pipeline, "127.0.0.1:0")
-    dataplane = UdpDataPlane(pipeline, "127.0.0.1", 0).start()
     try:
         yield Softswitch(pipeline, f"127.0.0.1:{port}", dataplane.address)
     finally:
         dataplane.stop()
         server.stop(None)
+
+
+@pytest.fixture
+def softswitch() -> Iterator[Softswitch]:
+    yield from running_softswitch()
 
 
 @pytest.fixture

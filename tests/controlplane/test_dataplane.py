@@ -17,10 +17,16 @@ from controlplane.job import JobConfig
 from hysync import wire
 from hysync.wire import Mode
 
-from .conftest import Softswitch, free_udp_socket, make_job
+from .conftest import Softswitch, free_udp_socket, make_job, running_softswitch
 from .senders import Sender, Shared, lanes_of
 
 SLOTS = range(16)
+
+
+@pytest.fixture(params=["python", "native"])
+def softswitch(request) -> Iterator[Softswitch]:
+    """Every test here on the reference model and on the native data plane."""
+    yield from running_softswitch(request.param)
 
 
 @pytest.fixture
