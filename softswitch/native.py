@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Self
 
 from hysync import _core, p4names, wire
 from softswitch.pipeline import Pipeline
@@ -143,7 +144,28 @@ def default_threads() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
-class NativeUdpDataPlane:
+class _NativeServer:
+    """start/stop and the packet totals of a native server, as ServingThread has them."""
+
+    _server: _engine.UdpServer | _engine.RawServer
+
+    def start(self) -> Self:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    @property
+    def packets_in(self) -> int:
+        return self._server.packets_in
+
+    @property
+    def packets_out(self) -> int:
+        return self._server.packets_out
+
+
+class NativeUdpDataPlane(_NativeServer):
     """`--udp HOST:PORT` on the native engine, with the UdpDataPlane's interface."""
 
     def __init__(self, pipeline: NativePipeline, host: str = "127.0.0.1", port: int = 0,
@@ -152,23 +174,8 @@ class NativeUdpDataPlane:
         self._server = _engine.UdpServer(pipeline.engine, host, port, self.threads)
         self.address: tuple[str, int] = (host, self._server.port)
 
-    def start(self) -> NativeUdpDataPlane:
-        self._server.start()
-        return self
 
-    def stop(self) -> None:
-        self._server.stop()
-
-    @property
-    def packets_in(self) -> int:
-        return self._server.packets_in
-
-    @property
-    def packets_out(self) -> int:
-        return self._server.packets_out
-
-
-class NativeRawDataPlane:
+class NativeRawDataPlane(_NativeServer):
     """`-i PORT@IFACE ...` on the native engine, with the RawDataPlane's interface."""
 
     def __init__(self, pipeline: NativePipeline, ports: dict[int, str],
@@ -177,18 +184,3 @@ class NativeRawDataPlane:
             raise ValueError("the raw data plane needs at least one PORT@IFACE")
         self.ports = dict(ports)
         self._server = _engine.RawServer(pipeline.engine, self.ports, dict(delays_ms or {}))
-
-    def start(self) -> NativeRawDataPlane:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-
-    @property
-    def packets_in(self) -> int:
-        return self._server.packets_in
-
-    @property
-    def packets_out(self) -> int:
-        return self._server.packets_out

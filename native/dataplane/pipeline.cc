@@ -52,15 +52,22 @@ Pipeline::Pipeline(uint32_t num_slots)
       member_seq_(std::size_t(num_slots) * w::MAX_WORKERS + 256),
       tables_(std::make_shared<Tables>()) {}
 
-void Pipeline::set_tables(std::shared_ptr<const Tables> tables) {
+std::unique_lock<std::shared_mutex> Pipeline::exclusive() {
+  writers_waiting_.fetch_add(1, std::memory_order_acq_rel);
   std::unique_lock<std::shared_mutex> lock(guard_);
+  writers_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+  return lock;
+}
+
+void Pipeline::set_tables(std::shared_ptr<const Tables> tables) {
+  auto lock = exclusive();
   tables_.swap(tables);
   // The old snapshot is freed after the lock is released (when `tables` goes out of scope).
   lock.unlock();
 }
 
 void Pipeline::reset_registers() {
-  std::unique_lock<std::shared_mutex> lock(guard_);
+  auto lock = exclusive();
   for (Slot& s : slots_) {
     s.round = s.count = s.bitmap = s.chunk = s.mode = s.quorum = 0;
     s.res_bitmap = s.res_count = s.res_chunk = s.res_mode = s.res_quorum = 0;

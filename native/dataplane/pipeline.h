@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <thread>
 #include <vector>
 
 #include "common/bytes.h"
@@ -49,8 +50,11 @@ class Pipeline {
   void reset_registers();  // power-on state: every register zero
 
   // --------------------------------------------------------------- data plane
-  // Held (shared) around a batch of packets; tables() is valid while it is held.
+  // Held (shared) around a batch of packets; tables() is valid while it is held. A waiting
+  // control-plane change goes first: glibc's rwlock prefers readers, and data-plane threads
+  // that take turns holding it would otherwise starve a P4Runtime write.
   std::shared_lock<std::shared_mutex> batch_guard() const {
+    while (writers_waiting_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     return std::shared_lock<std::shared_mutex>(guard_);
   }
   const Tables& tables() const { return *tables_; }
@@ -97,7 +101,9 @@ class Pipeline {
   std::vector<int32_t> lanes_;        // 2 banks x LANES per slot, host order
   std::vector<uint32_t> member_seq_;  // slot * MAX_WORKERS + worker
   Counters counters_;
+  std::unique_lock<std::shared_mutex> exclusive();
   mutable std::shared_mutex guard_;
+  std::atomic<int> writers_waiting_{0};
   std::shared_ptr<const Tables> tables_;
 };
 
