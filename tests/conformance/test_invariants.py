@@ -13,6 +13,7 @@ import random
 import zlib
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from hysync import p4names, wire
 from hysync.wire import Mode, Op, ResyncReason
 
 from .conftest import install
-from .targets import SoftswitchTarget, mode_write
+from .targets import NativeTarget, SoftswitchTarget, mode_write
 from .topology import JOB1, JOB2, contribution, raw_frame
 
 SLOTS = (0, 1)
@@ -56,9 +57,9 @@ class Worker:
 
 
 class World:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, target_class: type[SoftswitchTarget]) -> None:
         self.rng = random.Random(seed)
-        self.target = SoftswitchTarget()
+        self.target = target_class()
         install(self.target, JOB1)
         install(self.target, JOB2)
         self.workers = {w: Worker(w, self.rng) for w in WORKERS}
@@ -168,10 +169,13 @@ events = st.lists(
 )
 
 
+@pytest.mark.parametrize("target_class", [SoftswitchTarget, NativeTarget],
+                         ids=["softswitch", "native"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events, st.integers(0, 2**32))
-def test_invariants_hold_under_loss_duplication_reordering_and_swaps(script, seed):
-    world = World(seed)
+def test_invariants_hold_under_loss_duplication_reordering_and_swaps(target_class, script,
+                                                                    seed):
+    world = World(seed, target_class)
     for event in script:
         kind = event[0]
         if kind == "send":
