@@ -76,6 +76,11 @@ class NativeCounter:
         self.packets = _Cells(engine, counter_id, size, packets=True)
         self.bytes = _Cells(engine, counter_id, size, packets=False)
 
+    def count(self, index: int, nbytes: int) -> None:
+        """One packet of `nbytes` in cell `index`, as the data plane counts it."""
+        (packets,), (total,) = self._engine.read_counter(self._id, index, index + 1)
+        self._engine.write_counter(self._id, index, index + 1, [packets + 1], [total + nbytes])
+
     def clear(self) -> None:
         self._engine.clear_counter(self._id)
 
@@ -118,7 +123,10 @@ class NativePipeline(Pipeline):
             super().clear_tables()
 
     def _publish(self) -> None:
-        """Hand the engine the current tables and groups, as one snapshot."""
+        """Hand the engine the current tables and groups, as one snapshot (and keep the
+        model's lookup indexes in step, so that its helpers answer for this state too)."""
+        for name in self.tables:
+            super()._rebuild_index(name)
         entries = {name: list(table.entries.values()) for name, table in self.tables.items()}
         self.engine.set_tables(
             members=[e.match for e in entries[p4names.ADMISSION_MEMBERS]],

@@ -20,6 +20,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
+from softswitch.native import NativePipeline
 from softswitch.pipeline import Pipeline
 from softswitch.server import serve
 
@@ -247,9 +248,10 @@ def names(p4info: p4info_pb2.P4Info) -> Names:
     return Names(p4info)
 
 
-@pytest.fixture
-def pipeline() -> Pipeline:
-    return Pipeline()
+@pytest.fixture(params=["python", "native"])
+def pipeline(request) -> Pipeline:
+    """The server's tests on the reference model and on the native engine behind it."""
+    return NativePipeline() if request.param == "native" else Pipeline()
 
 
 @pytest.fixture
