@@ -94,8 +94,9 @@ def thread_count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="HySync softswitch: the reference model of "
-                     "p4src/v1model/hysync.p4 behind a P4Runtime gRPC server.")
+    parser = _Parser(prog=PROG, description="HySync softswitch: the state machine of "
+                     "p4src/v1model/hysync.p4 (compiled, or the Python reference model) behind a "
+                     "P4Runtime gRPC server.")
     parser.add_argument("--grpc-addr", default="127.0.0.1:9559", type=host_port,
                         metavar="HOST:PORT", help="P4Runtime server address (port 0: any free "
                         "port; default %(default)s)")

@@ -817,7 +817,7 @@ def test_softswitch_process_listens_and_stops_cleanly(sig, names):
         line = _first_line(proc)
         match = re.search(r"P4Runtime on 127\.0\.0\.1:(\d+)", line)
         assert match, line
-        assert "UDP 127.0.0.1:" in line
+        assert "UDP 127.0.0.1:" in line and "(native engine, " in line  # the default
         with grpc.insecure_channel(f"127.0.0.1:{match[1]}") as channel:
             stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
             assert stub.Capabilities(p4r.CapabilitiesRequest(), timeout=5) \
@@ -851,6 +851,9 @@ def _fails(*args: str) -> str:
     (["--udp", "127.0.0.1:0", "-i", "1@lo"], "not allowed with"),
     (["--device-id", "0"], "device id"),
     (["--p4info", "/nonexistent/x.txtpb"], "cannot read"),
+    (["--threads", "0"], "thread count"),
+    (["--engine", "python", "--threads", "2"], "needs the native engine"),
+    (["--engine", "fast"], "invalid choice"),
 ])
 def test_softswitch_bad_arguments_exit_2_with_one_line(args, says):
     assert says in _fails(*args)
