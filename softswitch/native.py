@@ -86,6 +86,8 @@ class NativeCounter:
 
 
 class NativePipeline(Pipeline):
+    """The model's tables, groups and write API; registers, counters and packets native."""
+
     def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
         self.engine = _engine.Pipeline(num_slots)
         self._batch_depth = 0
@@ -98,6 +100,10 @@ class NativePipeline(Pipeline):
         self.engine.reset_registers()
 
     def _rebuild_index(self, name: str) -> None:
+        self._changed()
+
+    def _changed(self) -> None:
+        """A write outside a batch is published at once; inside one, when the batch ends."""
         if self._batch_depth == 0:
             self._publish()
 
@@ -116,7 +122,7 @@ class NativePipeline(Pipeline):
     def write_group(self, update: str, group_id: int, replicas: list[Replica]) -> None:
         with self.lock:
             super().write_group(update, group_id, replicas)
-            self._rebuild_index("groups")
+            self._changed()
 
     def clear_tables(self) -> None:
         with self.batch():
