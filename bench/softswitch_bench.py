@@ -59,7 +59,7 @@ def configured_pipeline(pipeline: Pipeline, mode: int, quorum: int, workers: int
     """One job of `workers` members on 127.0.0.1:BASE_PORT+w, slots 0-4095."""
     ip = wire.ip_to_int("127.0.0.1")
     writes = [Entry(p4names.ADMISSION_JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
-                    (0, 4096, workers, JOB)),
+                    (0, 4096, workers, JOB, 1)),
               Entry(p4names.SYNC_MODE_MODES, (JOB, (0, 4095)), p4names.SYNC_MODE_SET_MODE,
                     (mode, quorum), 1)]
     for w in range(workers):

@@ -70,7 +70,7 @@ def switch_main(cmd: Any, out: Any) -> None:
             pipeline.write_group("INSERT", JOB, [Replica(1, wire.member_rid(JOB, w))
                                                  for w in range(len(members))])
             pipeline.write_entry("INSERT", Entry(JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
-                                                 (0, slot_count, len(members), JOB)))
+                                                 (0, slot_count, len(members), JOB, 1)))
             pipeline.write_entry("INSERT", _modes(slot_count, 0, 0))
         elif op == "mode":
             mode, slot_count = arg

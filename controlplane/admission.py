@@ -1,11 +1,12 @@
 """Entries of the admission control (p4src: HySyncIngress.admission).
 
 `members` admits a (job, worker, source address, source port); `jobs` gives an
-admitted job its slot range, active member count and multicast group.
+admitted job its slot range, active member count, multicast group and install epoch.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 from controlplane.entities import TableEntry
@@ -52,18 +53,28 @@ class JobRow:
     slot_count: int
     members: int  # active member count n
     mcast_grp: int
+    epoch: int  # this install's epoch (docs/protocol.md §4 step 8); kept by every modify
 
     @classmethod
     def from_entry(cls, entry: TableEntry) -> JobRow:
         p = entry.params
         return cls(_int(entry.match["job_id"]), p["slot_base"], p["slot_count"], p["members"],
-                   p["mcast_grp"])
+                   p["mcast_grp"], p["epoch"])
 
     def entry(self) -> TableEntry:
         return TableEntry(p4names.ADMISSION_JOBS, {"job_id": self.job_id},
                           p4names.ADMISSION_SET_JOB,
                           {"slot_base": self.slot_base, "slot_count": self.slot_count,
-                           "members": self.members, "mcast_grp": self.mcast_grp})
+                           "members": self.members, "mcast_grp": self.mcast_grp,
+                           "epoch": self.epoch})
+
+
+def new_epoch() -> int:
+    """A fresh install's epoch: random, non-zero. The switch cannot tell the controller the
+    epoch a slot holds (registers are not readable over P4Runtime), and the CLI keeps no
+    state between runs, so a reused slot meets its previous epoch again with probability
+    2^-32 per install."""
+    return 1 + secrets.randbelow(0xFFFFFFFF)
 
 
 def _int(value: object) -> int:

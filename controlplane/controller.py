@@ -179,7 +179,7 @@ class Controller:
         phase1 += steps_insert([replication.job_group(job.job_id, job.members)])
         phase1 += steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(job.members),
-                               job.job_id)
+                               job.job_id, admission.new_epoch())
         phase2 = steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
         written = execute(self.switch, [phase1, phase2, phase3])
@@ -367,7 +367,8 @@ class Controller:
             raise ValidationError(f"worker {worker} is the last active member of job {job_id}: "
                                   f"remove the job instead (`hysync job remove {job_id}`)")
         row = state.jobs[job_id]
-        new_row = admission.JobRow(job_id, row.slot_base, row.slot_count, n, row.mcast_grp)
+        new_row = admission.JobRow(job_id, row.slot_base, row.slot_count, n, row.mcast_grp,
+                                   row.epoch)
         group = state.groups.get(row.mcast_grp, MulticastGroup(row.mcast_grp))
         rid = wire.member_rid(job_id, worker)
         new_group = MulticastGroup(group.group_id,
@@ -403,7 +404,8 @@ class Controller:
                            f"(no l2 entry for {member.mac}); re-add the job with --replace")
         n = len(job.active) + 1
         row = state.jobs[job_id]
-        new_row = admission.JobRow(job_id, row.slot_base, row.slot_count, n, row.mcast_grp)
+        new_row = admission.JobRow(job_id, row.slot_base, row.slot_count, n, row.mcast_grp,
+                                   row.epoch)
         group = state.groups.get(row.mcast_grp)
         replica = replication.replica(job_id, member)
         group_step = (step_modify(MulticastGroup(group.group_id, (*group.replicas, replica)),

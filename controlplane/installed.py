@@ -34,6 +34,7 @@ class InstalledJob:
     active: frozenset[int]  # workers with an admission entry
     modes: tuple[ModeRange, ...]
     complete: bool = True  # False: traces of the job without a jobs entry
+    epoch: int = 0  # the jobs entry's install epoch (0: no jobs entry)
 
     @property
     def slots(self) -> tuple[int, int]:
@@ -61,7 +62,7 @@ class InstalledJob:
     def to_dict(self) -> dict[str, object]:
         return {
             "job_id": self.job_id, "slots": list(self.slots), "members": self.member_count,
-            "mcast_grp": self.mcast_grp, "complete": self.complete,
+            "mcast_grp": self.mcast_grp, "epoch": self.epoch, "complete": self.complete,
             "workers": [dict(asdict(m), active=m.worker in self.active) for m in self.members],
             "modes": [{"slots": [s.low, s.high], "mode": Mode(s.mode).name.lower(),
                        "quorum": s.quorum} for s in self.segments()],
@@ -103,7 +104,8 @@ class SwitchState:
             return InstalledJob(job_id, 0, 0, 0, job_id, tuple(members), active,
                                 tuple(self.modes.get(job_id, ())), complete=False)
         return InstalledJob(job_id, row.slot_base, row.slot_count, row.members, row.mcast_grp,
-                            tuple(members), active, tuple(self.modes.get(job_id, ())))
+                            tuple(members), active, tuple(self.modes.get(job_id, ())),
+                            epoch=row.epoch)
 
     def check(self, job: InstalledJob) -> None:
         """Record inconsistencies of an installed job in `problems`."""

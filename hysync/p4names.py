@@ -98,7 +98,13 @@ TABLE_DEFAULT_ACTION: Final[dict[str, str]] = {
 ACTION_PARAMS: Final[dict[str, tuple[Param, ...]]] = {
     NO_ACTION: (),
     ADMISSION_ADMIT: (),
-    ADMISSION_SET_JOB: (("slot_base", 16), ("slot_count", 16), ("members", 8), ("mcast_grp", 16)),
+    ADMISSION_SET_JOB: (
+        ("slot_base", 16),
+        ("slot_count", 16),
+        ("members", 8),
+        ("mcast_grp", 16),
+        ("epoch", 32),
+    ),
     SYNC_MODE_SET_MODE: (("mode", 8), ("quorum", 8)),
     FORWARDING_SET_EGRESS_PORT: (("port", 9),),
     FORWARDING_FLOOD: (),

@@ -79,6 +79,8 @@ class Pipeline:
     def reset_registers(self) -> None:
         """Power-on state: every register zero (a pipeline push does this too)."""
         n = self.num_slots
+        self.slot_epoch = [0] * n  # the install epoch of the job that last used the slot
+        self.res_valid = [False] * n  # res_* and the other bank hold a round of this epoch
         self.round = [0] * n
         self.count = [0] * n
         self.bitmap = [0] * n
@@ -91,6 +93,7 @@ class Pipeline:
         self.res_mode = [0] * n
         self.res_quorum = [0] * n
         self.member_seq = [0] * (n * wire.MAX_WORKERS)
+        self.member_epoch = [0] * (n * wire.MAX_WORKERS)  # member_seq is valid in this epoch
         # Native int32 (wrapping adds); converted to network order only for results.
         self.lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
 
@@ -213,27 +216,32 @@ class Pipeline:
         if job_cfg is None:
             self._drop(job, DropReason.NO_JOB, nbytes)
             return None
-        slot_base, slot_count, members, group = job_cfg
+        slot_base, slot_count, members, group, epoch = job_cfg
         if not slot_base <= s < slot_base + slot_count or s >= self.num_slots:
             self._drop(job, DropReason.SLOT_RANGE, nbytes)
             return None
 
-        # 8. latch the desired mode when no round is under way.
+        # 8. a slot another install of a job used last starts afresh; then latch the
+        # desired mode when no round is under way.
+        if self.slot_epoch[s] != epoch:
+            self._start_afresh(s, epoch)
         if self.count[s] == 0:
             self.mode[s], self.quorum[s] = self._desired_mode(job, s)
         mode = self.mode[s]
         member = job * wire.MAX_WORKERS + w
         bit = 1 << w
         cur = self.round[s]
+        seq_index = s * wire.MAX_WORKERS + w
+        seq_valid = self.member_epoch[seq_index] == epoch
 
         if mode == Mode.ASYNC:  # 10.
-            seq_index = s * wire.MAX_WORKERS + w
-            if self.member_seq[seq_index] == r:
+            if seq_valid and self.member_seq[seq_index] == r:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
                 return REPLY, 0, _HDR.pack(version, Op.ACK, 0, mode, job, w, 0, s, 0,
                                            self.quorum[s], r, chunk, 0)
             self.member_seq[seq_index] = r
+            self.member_epoch[seq_index] = epoch
             self._contributions.count(member, nbytes)
             bank = 2 * s + (cur & 1)
             self.lanes[bank] = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
@@ -254,7 +262,8 @@ class Pipeline:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
                 return REPLY, 0, self._resync(s, version, job, w, ResyncReason.CHUNK_MISMATCH)
             self._contributions.count(member, nbytes)
-            self.member_seq[s * wire.MAX_WORKERS + w] = r
+            self.member_seq[seq_index] = r
+            self.member_epoch[seq_index] = epoch
             bank = 2 * s + (cur & 1)
             lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
             if count == 0:
@@ -271,7 +280,7 @@ class Pipeline:
             self.bitmap[s] = bitmap
             return None
 
-        if r == (cur - 1) & _U32:  # 9. the round that closed last: resend its result
+        if r == (cur - 1) & _U32 and self.res_valid[s]:  # 9. the round that closed last
             res_bitmap = self.res_bitmap[s]
             (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
             head = _HDR.pack(version, Op.RESULT, Flag.RESEND, self.res_mode[s], job, w,
@@ -281,9 +290,15 @@ class Pipeline:
 
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
-        counted = self.member_seq[s * wire.MAX_WORKERS + w] == r
+        counted = seq_valid and self.member_seq[seq_index] == r
         return REPLY, 0, self._resync(s, version, job, w, ResyncReason.STALE_COUNTED if counted
                                       else ResyncReason.STALE_ROUND)
+
+    def _start_afresh(self, s: int, epoch: int) -> None:
+        """A fresh slot (protocol.md §4 step 8): round 0, nothing open, nothing to resend."""
+        self.slot_epoch[s] = epoch
+        self.round[s] = self.count[s] = self.bitmap[s] = self.chunk[s] = 0
+        self.res_valid[s] = False
 
     def _close(self, s: int, job: int, w: int, group: int, cur: int, bank: int, chunk: int,
                count: int, bitmap: int, version: int, nbytes: int) -> tuple[int, int, bytes]:
@@ -291,6 +306,7 @@ class Pipeline:
         mode, quorum = self.mode[s], self.quorum[s]
         self.res_bitmap[s], self.res_count[s], self.res_chunk[s] = bitmap, count, chunk
         self.res_mode[s], self.res_quorum[s] = mode, quorum
+        self.res_valid[s] = True
         self.round[s] = (cur + 1) & _U32
         self.count[s] = 0
         self.bitmap[s] = 0

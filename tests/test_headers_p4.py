@@ -230,7 +230,7 @@ CONTRACT_TABLES = {
     "HySyncIngress.admission.jobs": (
         [("job_id", 16, "EXACT")],
         {"HySyncIngress.admission.set_job": [("slot_base", 16), ("slot_count", 16),
-                                             ("members", 8), ("mcast_grp", 16)],
+                                             ("members", 8), ("mcast_grp", 16), ("epoch", 32)],
          "NoAction": []}),
     "HySyncIngress.sync_mode.modes": (
         [("job_id", 16, "EXACT"), ("slot", 16, "RANGE")],

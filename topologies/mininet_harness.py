@@ -63,7 +63,6 @@ class MininetHarness:
         # at least one per chunk of the model's step (57), or sync rounds of a slot's
         # later chunks can wait on a worker blocked on another slot (a cycle).
         self.window = 64 if switch == "bmv2" else 256
-        self.slot_cursor = 0
         log_dir.mkdir(parents=True, exist_ok=True)
         ports = range(1, scenario.workers + 1)
         if switch == "softswitch":

@@ -26,7 +26,6 @@ from controlplane.job import JobConfig, Member
 from controlplane.policy import PolicyConfig, make_policy
 from controlplane.policy_runner import PolicyRunner
 from controlplane.switch import Switch, wait_for_server
-from hysync import wire
 from hysync.wire import Mode
 from topologies.progress import Display, QuietDisplay, RunLine, RunState
 from topologies.scenario import Scenario
@@ -65,7 +64,6 @@ class Harness(Protocol):
     grpc_addr: str
     device_config: Path | None
     window: int  # the job's slot count: what the switch can take in flight without loss
-    slot_cursor: int  # the first slot no run on this switch has used yet
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]: ...
     def switch_data_addr(self) -> str: ...
@@ -86,7 +84,6 @@ class LocalHarness:
         self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.device_config = None
         self.window = WINDOW
-        self.slot_cursor = 0
         self.data_port = free_port(socket.SOCK_DGRAM)
         self._ports: dict[bool, list[int]] = {}
         self.log = log_dir / "softswitch.log"
@@ -133,18 +130,6 @@ def connect(harness: Harness, timeout: float = 30.0) -> Switch:
     return switch
 
 
-def fresh_slots(harness: Harness) -> int:
-    """The slot base of a run's two jobs: slots no earlier run on this switch used. A slot
-    keeps its round counter across jobs (the control plane cannot reset registers), and a
-    worker would take the rounds an earlier job closed for rounds it missed."""
-    need = harness.window + AVG_SLOTS
-    if harness.slot_cursor + need > wire.NUM_SLOTS:
-        harness.slot_cursor = 0
-    base = harness.slot_cursor
-    harness.slot_cursor += need
-    return base
-
-
 def job_for(harness: Harness, scenario: Scenario, config: RunConfig,
             slot_base: int = 0) -> JobConfig:
     members = tuple(harness.members(scenario.workers))
@@ -181,9 +166,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     workers' logs and the swaps made."""
     jobs: list[JobConfig] = []
     if config.backend == "hysync":
-        base = fresh_slots(harness)
-        jobs = [job_for(harness, scenario, config, base),
-                averaging_job_for(harness, scenario, base)]
+        # Every run reuses slots 0..: a new install's epoch starts them afresh.
+        jobs = [job_for(harness, scenario, config), averaging_job_for(harness, scenario)]
         for job in jobs:
             controller.add_job(job)
     rendezvous = harness.rendezvous()

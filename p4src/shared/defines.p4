@@ -41,6 +41,7 @@ typedef bit<8>  count_t;
 typedef bit<16> slot_t;
 typedef bit<8>  reason_t;
 typedef bit<8>  quorum_t;
+typedef bit<32> epoch_t;         // a job install's epoch (non-zero); a slot latches it
 typedef bit<32> round_t;         // sync/partial round, or a worker's async sequence number
 typedef bit<32> chunk_t;
 typedef bit<32> bitmap_t;        // bit w set <=> worker w contributed

@@ -75,6 +75,7 @@ struct metadata_t {
     slot_t           slot_count;
     count_t          members;         // active member count n
     mcast_group_t    mcast_grp;
+    epoch_t          epoch;           // the install's epoch: a slot that differs starts afresh
 
     // SyncMode (step 8): the desired mode of the slot, latched only by a new round.
     mode_t           desired_mode;

@@ -37,6 +37,13 @@ def install(target, job=JOB1, mode=wire.Mode.SYNC, quorum=0, active=None) -> Non
     target.write_group("INSERT", job.job_id, job_group(job, active))
 
 
+def uninstall(target, job=JOB1, mode=wire.Mode.SYNC, quorum=0, active=None) -> None:
+    """Remove what `install` wrote, in reverse order (admission first)."""
+    target.write_group("DELETE", job.job_id, [])
+    for w in reversed(job_writes(job, mode, quorum, active)):
+        target.write("DELETE", w)
+
+
 @pytest.fixture
 def target(bare_target):
     """A target with JOB1 (4 members, slots 0-15, sync) and JOB2 (2 members, slots 16-31)."""

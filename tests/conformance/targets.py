@@ -40,7 +40,8 @@ def job_writes(job: Job, mode: int = wire.Mode.SYNC, quorum: int = 0,
     writes = [Write(p4names.ADMISSION_MEMBERS, (job.job_id, m.worker, m.ip, m.udp_port),
                     p4names.ADMISSION_ADMIT) for m in members]
     writes.append(Write(p4names.ADMISSION_JOBS, (job.job_id,), p4names.ADMISSION_SET_JOB,
-                        (job.slot_base, job.slot_count, len(members), job.job_id)))
+                        (job.slot_base, job.slot_count, len(members), job.job_id,
+                         job.epoch)))
     writes.append(mode_write(job, mode, quorum))
     writes += [Write(p4names.REPLICATION_REWRITE, (wire.member_rid(job.job_id, m.worker),),
                      p4names.REPLICATION_REWRITE_DST,

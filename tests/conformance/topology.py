@@ -47,6 +47,7 @@ class Job:
     slot_base: int
     slot_count: int
     members: tuple[Member, ...]
+    epoch: int = 1  # the install's epoch (docs/protocol.md §4 step 8)
 
     def member(self, worker: int) -> Member:
         return next(m for m in self.members if m.worker == worker)

@@ -34,8 +34,9 @@ def snapshot(switch: Switch) -> dict[str, object]:
     return state
 
 
-def expected_loopback() -> dict[str, object]:
-    """What docs/protocol.md §6/§8 say the example job must install, written out by hand."""
+def expected_loopback(epoch: int = 1) -> dict[str, object]:
+    """What docs/protocol.md §6/§8 say the example job must install, written out by hand;
+    `epoch` is the install's random epoch (§4 step 6), read back from the switch."""
     rid = [33 + w for w in range(4)]  # job*32 + worker + 1
     members = [TableEntry(p4names.ADMISSION_MEMBERS,
                           {"job_id": 1, "worker_id": w, "src_addr": LOCALHOST,
@@ -43,7 +44,8 @@ def expected_loopback() -> dict[str, object]:
                for w in range(4)]
     jobs = [TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1},
                        p4names.ADMISSION_SET_JOB,
-                       {"slot_base": 0, "slot_count": 256, "members": 4, "mcast_grp": 1})]
+                       {"slot_base": 0, "slot_count": 256, "members": 4, "mcast_grp": 1,
+                        "epoch": epoch})]
     modes = [TableEntry(p4names.SYNC_MODE_MODES, {"job_id": 1, "slot": (0, 255)},
                         p4names.SYNC_MODE_SET_MODE, {"mode": 0, "quorum": 0},
                         priority=1)]
@@ -67,7 +69,9 @@ def test_adding_a_job_installs_exactly_the_protocol_entries(controller: Controll
                                                             switch: Switch) -> None:
     report = controller.add_job(JobConfig.load(EXAMPLE_JOB))
     assert report.outcome == "installed"
-    assert snapshot(switch) == expected_loopback()
+    epoch = controller.job(1).epoch
+    assert 0 < epoch < 2**32
+    assert snapshot(switch) == expected_loopback(epoch)
     assert controller.problems == []
 
 
@@ -282,7 +286,8 @@ def test_traces_of_a_partial_install_are_reported_and_replace_cleans_them(
     with pytest.raises(JobError, match="no jobs-table entry .*partial install"):
         controller.add_job(job)
     assert controller.add_job(job, replace=True).outcome == "replaced"
-    assert snapshot(switch) == expected_loopback() and controller.problems == []
+    assert snapshot(switch) == expected_loopback(controller.job(1).epoch)
+    assert controller.problems == []
 
 
 def test_inconsistent_state_is_reported_on_attach(controller: Controller,

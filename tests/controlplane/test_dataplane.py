@@ -207,3 +207,41 @@ def test_excluding_a_silent_member_frees_the_rounds_waiting_for_it(
         wait_progress(senders[:3], stuck_at + 3, timeout=2)
     finally:
         shared.stop.set()
+
+
+def test_a_job_on_a_removed_jobs_slots_starts_them_clean(
+        controller: Controller, softswitch: Softswitch,
+        sockets: list[socket.socket]) -> None:
+    """Issue #11 item 1 through the controller: job 1's worker 0 leaves a half-finished
+    round; job 5 on the same slots must neither close it nor drop its own worker 0."""
+    ports = [s.getsockname()[1] for s in sockets[:2]]
+
+    def contribute(job: int, w: int, value: int) -> None:
+        packet = wire.Packet(wire.Header(op=wire.Op.CONTRIB, job_id=job, worker_id=w, slot=2,
+                                         round=0, chunk=0),
+                             np.full(wire.LANES, value, dtype=np.int32))
+        sockets[w].sendto(packet.encode(), softswitch.udp_addr)
+
+    def receive(w: int, timeout: float) -> wire.Packet | None:
+        sockets[w].settimeout(timeout)
+        try:
+            return wire.Packet.decode(sockets[w].recv(2048))
+        except TimeoutError:
+            return None
+
+    controller.add_job(make_job(1, workers=2, base=0, count=4, ports=ports))
+    epoch = controller.job(1).epoch
+    contribute(1, 0, 7)
+    controller.exclude(1, 1)  # a membership change keeps the install's epoch...
+    assert controller.job(1).epoch == epoch
+    controller.readmit(1, 1)
+    controller.remove_job(1)
+    controller.add_job(make_job(5, workers=2, base=0, count=4, ports=ports))
+    assert controller.job(5).epoch not in (0, epoch)  # ...a new install draws a new one
+    contribute(5, 1, 1)
+    assert receive(1, 0.3) is None  # job 1's 7s are not in job 5's round
+    contribute(5, 0, 2)
+    got = receive(0, 5.0)
+    assert got is not None and got.header.op == wire.Op.RESULT
+    assert (got.header.bitmap, got.header.count) == (0b11, 2)
+    assert np.array_equal(got.lanes, np.full(wire.LANES, 3, dtype=np.int32))

@@ -86,7 +86,7 @@ def test_range_tables_need_a_priority_and_exact_tables_refuse_one(schema: Schema
                    {"mode": 0, "quorum": 0}).encode(schema)
     with pytest.raises(EncodeError, match="priority must be 0"):
         TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
-                   {"slot_base": 0, "slot_count": 1, "members": 1, "mcast_grp": 1},
+                   {"slot_base": 0, "slot_count": 1, "members": 1, "mcast_grp": 1, "epoch": 1},
                    priority=5).encode(schema)
 
 
@@ -100,18 +100,18 @@ def test_malformed_entries_are_refused_before_anything_is_sent(schema: Schema) -
                    p4names.ADMISSION_ADMIT).encode(schema)
     with pytest.raises(EncodeError, match="needs parameter.*mcast_grp"):
         TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
-                   {"slot_base": 0, "slot_count": 1, "members": 1}).encode(schema)
+                   {"slot_base": 0, "slot_count": 1, "members": 1, "epoch": 1}).encode(schema)
     with pytest.raises(SchemaError, match="not an action of table"):
         TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_ADMIT).encode(schema)
     with pytest.raises(SchemaError, match="did you mean 'members'"):
         TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB,
-                   {"slot_base": 0, "slot_count": 1, "member": 1, "mcast_grp": 1,
+                   {"slot_base": 0, "slot_count": 1, "member": 1, "mcast_grp": 1, "epoch": 1,
                     "members": 1}).encode(schema)
 
 
 def test_entries_are_values(schema: Schema) -> None:
     match = {"job_id": 1}
-    params = {"slot_base": 0, "slot_count": 8, "members": 4, "mcast_grp": 1}
+    params = {"slot_base": 0, "slot_count": 8, "members": 4, "mcast_grp": 1, "epoch": 1}
     a = TableEntry(p4names.ADMISSION_JOBS, match, p4names.ADMISSION_SET_JOB, params)
     match["job_id"] = 2  # the entry holds its own copy
     b = TableEntry(p4names.ADMISSION_JOBS, {"job_id": 1}, p4names.ADMISSION_SET_JOB, dict(params))

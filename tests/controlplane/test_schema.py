@@ -20,7 +20,8 @@ def test_every_name_of_the_protocol_contract_resolves(schema: Schema) -> None:
     assert modes.needs_priority and modes.match_field("slot").kind == "range"
     set_job = schema.action(p4names.ADMISSION_SET_JOB)
     assert [(p.name, p.bitwidth) for p in set_job.params] == [
-        ("slot_base", 16), ("slot_count", 16), ("members", 8), ("mcast_grp", 16)]
+        ("slot_base", 16), ("slot_count", 16), ("members", 8), ("mcast_grp", 16),
+        ("epoch", 32)]
     assert schema.action(p4names.FORWARDING_SET_EGRESS_PORT).param("port").bitwidth == 9
     for name in ("contributions", "late", "duplicates", "stale"):
         assert schema.counter(f"HySyncIngress.stats.{name}").size == 8192

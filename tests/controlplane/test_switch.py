@@ -31,7 +31,8 @@ from .conftest import P4INFO, Softswitch, read_table
 
 def _job_entry(job: int) -> TableEntry:
     return TableEntry(p4names.ADMISSION_JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
-                      {"slot_base": 0, "slot_count": 8, "members": 2, "mcast_grp": job})
+                      {"slot_base": 0, "slot_count": 8, "members": 2, "mcast_grp": job,
+                       "epoch": 1})
 
 
 def test_a_fresh_switch_has_no_pipeline_until_one_is_pushed(softswitch: Softswitch) -> None:

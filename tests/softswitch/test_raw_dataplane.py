@@ -155,7 +155,7 @@ def _configure(pipeline: Pipeline) -> None:
                                              (int.from_bytes(mac, "big"), ip, udp)))
         replicas.append(Replica(port, rid))
     pipeline.write_entry("INSERT", Entry(p4names.ADMISSION_JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
-                                         (0, 16, 2, JOB)))
+                                         (0, 16, 2, JOB, 1)))
     pipeline.write_group("INSERT", JOB, replicas)
     pipeline.write_group("INSERT", wire.FLOOD_MCAST_GROUP,
                          [Replica(port, 0) for port, *_ in HOSTS.values()])

@@ -50,10 +50,10 @@ CODE = grpc.StatusCode
 
 
 def job_entry(names: Names, job: int = 1, slot_base: int = 0, slot_count: int = 16,
-              members: int = 2, mcast_grp: int = 1) -> p4r.TableEntry:
+              members: int = 2, mcast_grp: int = 1, epoch: int = 1) -> p4r.TableEntry:
     return table_entry(names, p4names.ADMISSION_JOBS, {"job_id": job}, p4names.ADMISSION_SET_JOB,
                        {"slot_base": slot_base, "slot_count": slot_count, "members": members,
-                        "mcast_grp": mcast_grp})
+                        "mcast_grp": mcast_grp, "epoch": epoch})
 
 
 def rpc_error(call: Any, *args: Any, **kwargs: Any) -> grpc.RpcError:
@@ -347,12 +347,12 @@ def test_insert_read_modify_delete_round_trip(controller, names, pipeline):
     # read-write symmetry
     assert controller.read_table(names.table_id(p4names.ADMISSION_JOBS)) == [te]
     assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)] == Entry(
-        p4names.ADMISSION_JOBS, (1,), p4names.ADMISSION_SET_JOB, (16, 32, 4, 3))
+        p4names.ADMISSION_JOBS, (1,), p4names.ADMISSION_SET_JOB, (16, 32, 4, 3, 1))
 
     changed = job_entry(names, slot_base=0, slot_count=8, members=3, mcast_grp=3)
     controller.write(update(MODIFY, table_entry=changed))
     assert controller.read_table(names.table_id(p4names.ADMISSION_JOBS)) == [changed]
-    assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)].params == (0, 8, 3, 3)
+    assert pipeline.tables[p4names.ADMISSION_JOBS].entries[((1,), 0)].params == (0, 8, 3, 3, 1)
 
     key_only = table_entry(names, p4names.ADMISSION_JOBS, {"job_id": 1})
     controller.write(update(DELETE, table_entry=key_only))
@@ -440,7 +440,7 @@ def test_missing_param_is_invalid_argument(controller, names):
     del te.action.action.params[-1]
     error = single_error(controller, update(INSERT, table_entry=te))
     assert error.canonical_code == CODE.INVALID_ARGUMENT.value[0]
-    assert "mcast_grp" in error.message
+    assert "epoch" in error.message
 
 
 @pytest.mark.parametrize("where", ["match", "param"])

@@ -56,7 +56,8 @@ class Switch:
         p.write_group("INSERT", group, replicas)
         p.write_entry("INSERT", Entry(p4names.ADMISSION_JOBS, (job.job_id,),
                                       p4names.ADMISSION_SET_JOB,
-                                      (job.slot_base, job.slot_count, len(job.members), group)))
+                                      (job.slot_base, job.slot_count, len(job.members), group,
+                                       1)))
         p.write_entry("INSERT", _mode_entry(job, mode, quorum))
 
     def set_mode(self, job: Job, mode: Mode, quorum: int = 0) -> None:

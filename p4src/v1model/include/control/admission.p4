@@ -24,14 +24,16 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
         size = MEMBERS_TABLE_SIZE;
     }
 
-    // Jobs: slot range, active member count and multicast group of the job. The
-    // count's P4Info name is "members" (§8); in P4 it would shadow the table above.
+    // Jobs: slot range, active member count, multicast group and install epoch of the
+    // job. The count's P4Info name is "members" (§8); in P4 it would shadow the table
+    // above.
     action set_job(slot_t slot_base, slot_t slot_count, @name("members") count_t n,
-                   mcast_group_t mcast_grp) {
+                   mcast_group_t mcast_grp, epoch_t epoch) {
         meta.slot_base = slot_base;
         meta.slot_count = slot_count;
         meta.members = n;
         meta.mcast_grp = mcast_grp;
+        meta.epoch = epoch;
     }
 
     table jobs {

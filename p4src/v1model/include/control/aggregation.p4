@@ -4,13 +4,14 @@
 //
 // Register discipline (docs/design.md): every read-modify-write of a register happens inside
 // one action, and each register is touched by at most one action per packet:
-//   slot_update_action    round, count, bitmap, chunk, mode, quorum, member_seq
+//   slot_update_action    slot_epoch, res_valid, round, count, bitmap, chunk, mode,
+//                         quorum, member_seq, member_epoch
 //   result_write_action   res_* (on a close)         } never both
 //   result_read_action    res_* (on a resend)        } on one packet
 //   Lane.accumulate_action / Lane.read_action        one bank cell per lane
 // The slot's header state is one action because its parts depend on each other in a
 // cycle: the latch needs count, count's update needs the latched quorum, the round's
-// update needs count and member_seq (async).
+// update needs count and member_seq (async), and a new epoch resets them all.
 
 #ifndef __HYSYNC_AGGREGATION__
 #define __HYSYNC_AGGREGATION__
@@ -45,6 +46,10 @@ control Lane(inout lane_t value, in cell_index_t cell, in lane_op_t op, in lane_
 
 control Aggregation(inout headers_t hdr, inout metadata_t meta) {
 
+    // The install epoch of the job that used each slot last, and whether res_* and the
+    // other bank hold a round closed in that epoch (§3, §4 step 8).
+    register<epoch_t>(SLOT_CELLS) slot_epoch;
+    register<bit<1>>(SLOT_CELLS) res_valid;
     // The open round of each slot (§3).
     register<round_t>(SLOT_CELLS) round;
     register<count_t>(SLOT_CELLS) count;
@@ -62,6 +67,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
     // Per (slot, worker): the last round (sync/partial) or sequence number (async) in
     // which the worker was counted.
     register<round_t>(MEMBER_SEQ_CELLS) member_seq;
+    // ...and the epoch it was counted in: a member_seq of another epoch means nothing.
+    register<epoch_t>(MEMBER_SEQ_CELLS) member_epoch;
 
 #define LANE_INSTANCE(i) Lane() lanes_##i;
     FOR_EACH_LANE(LANE_INSTANCE)
@@ -83,6 +90,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         mode_t md;
         quorum_t qr;
         round_t seq;
+        epoch_t ep;
+        bit<1> has_result;
+        epoch_t seq_ep;
+        slot_epoch.read(ep, s);
+        res_valid.read(has_result, s);
         round.read(cur, s);
         count.read(cnt, s);
         bitmap.read(bmp, s);
@@ -90,6 +102,21 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         mode.read(md, s);
         quorum.read(qr, s);
         member_seq.read(seq, seq_cell);
+        member_epoch.read(seq_ep, seq_cell);
+
+        // 8. A slot that another install of a job used last starts afresh: round 0,
+        // nothing open, nothing to resend. The lanes need no clearing (the first
+        // contribution of a round writes its bank) and member_seq is ignored until
+        // rewritten in this epoch.
+        if (ep != meta.epoch) {
+            ep = meta.epoch;
+            has_result = 0;
+            cur = 0;
+            cnt = 0;
+            bmp = 0;
+            chk = 0;
+        }
+        bool seq_valid = seq_ep == meta.epoch;
 
         // 8. Latch the desired mode only when no round is under way...
         if (cnt == 0) {
@@ -113,7 +140,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
 
         if (md == MODE_ASYNC) {
             // 10. Async: r is the sender's own sequence number for this slot.
-            if (r == seq) {
+            if (seq_valid && r == seq) {
                 // A retransmission of a counted contribution.
                 meta.verdict = verdict_t.ACK;
                 meta.count_drop = true;
@@ -126,6 +153,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             } else {
                 // A round of its own: write the bank, multicast, move on.
                 seq = r;
+                seq_ep = meta.epoch;
+                has_result = 1;
                 meta.verdict = verdict_t.CLOSE;
                 meta.member_counter = member_counter_t.CONTRIBUTIONS;
                 meta.lane_op = lane_op_t.ACCUMULATE;
@@ -156,6 +185,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                     cur = cur + 1;
                     cnt = 0;
                     bmp = 0;
+                    has_result = 1;
                 }
             } else if (cnt != 0 && hdr.hysync.chunk != chk) {
                 meta.verdict = verdict_t.CHUNK_MISMATCH;
@@ -165,6 +195,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             } else {
                 // Accept: the first contribution writes the bank and latches the chunk.
                 seq = r;
+                seq_ep = meta.epoch;
                 meta.member_counter = member_counter_t.CONTRIBUTIONS;
                 meta.lane_op = lane_op_t.ACCUMULATE;
                 if (cnt == 0) {
@@ -183,11 +214,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                     cur = cur + 1;
                     cnt = 0;
                     bmp = 0;
+                    has_result = 1;
                 } else {
                     meta.verdict = verdict_t.ABSORB;
                 }
             }
-        } else if (r == cur - 1) {
+        } else if (r == cur - 1 && has_result == 1) {
             // 9. The round that closed last: its stored result, to the sender alone.
             // result_read_action fills the header and picks the counter.
             meta.verdict = verdict_t.RESEND;
@@ -201,7 +233,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.drop_reason = DROP_STALE;
             meta.member_counter = member_counter_t.STALE;
             meta.out_reason = RESYNC_STALE_ROUND;
-            if (seq == r) {
+            if (seq_valid && seq == r) {
                 meta.out_reason = RESYNC_STALE_COUNTED;   // counted, but its result is gone
             }
         }
@@ -217,6 +249,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         meta.out_mode = md;
         meta.out_quorum = qr;
 
+        slot_epoch.write(s, ep);
+        res_valid.write(s, has_result);
         round.write(s, cur);
         count.write(s, cnt);
         bitmap.write(s, bmp);
@@ -224,6 +258,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         mode.write(s, md);
         quorum.write(s, qr);
         member_seq.write(seq_cell, seq);
+        member_epoch.write(seq_cell, seq_ep);
     }
 
     // The closed round's header stays readable until the next round closes.
