@@ -36,7 +36,8 @@ from controlplane.stats import JobRates, JobStats, rates_between
 from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
 from controlplane.sync_mode import format_mode
 from hysync import wire
-from hysync.errors import HySyncError
+from hysync.errors import BadFileError, HySyncError
+from hysync.p4schema import Schema
 from hysync.wire import Mode
 
 PROG = "hysync"
@@ -138,8 +139,9 @@ def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
         device_config = rest or device_config
     if not p4info:
         raise UsageError("pipeline push needs --p4info FILE (or --config P4INFO[,DEVICE_CONFIG])")
+    schema = Schema.from_file(p4info)  # a bad file is refused before anything is sent
     with _connect(args) as switch:
-        schema = switch.push_pipeline(p4info, device_config)
+        switch.push_pipeline(schema, device_config)
     out.emit({"grpc_addr": args.grpc_addr, "p4info": str(p4info),
               "tables": len(schema.tables), "counters": len(schema.counters)},
              f"pipeline pushed to {args.grpc_addr}: {p4info} ({len(schema.tables)} tables, "
@@ -504,7 +506,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
 
             handler = routes().get(handler.__name__, handler)
         handler(args, _Out(args.json, stdout))
-    except UsageError as err:
+    except (UsageError, BadFileError) as err:
         _error(stderr, str(err))
         return 2
     except HySyncError as err:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from hysync.errors import HySyncError
+from hysync.errors import BadFileError, HySyncError
 
 # The schema's errors are the control plane's too (it encodes through that schema).
 from hysync.p4schema import EncodeError, SchemaError  # noqa: F401
@@ -19,7 +19,7 @@ class ControlPlaneError(HySyncError):
     """Base class of every error the control plane raises on purpose."""
 
 
-class JobConfigError(ControlPlaneError, ValueError):
+class JobConfigError(ControlPlaneError, BadFileError):
     """A job file that does not describe a valid job; the message names the field."""
 
 

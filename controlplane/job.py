@@ -36,6 +36,9 @@ MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
 _TOP_KEYS = {"job_id", "lanes", "scale", "mode", "quorum", "slots", "members", "name"}
 _SLOT_KEYS = {"base", "count"}
 _MEMBER_KEYS = {"worker", "ipv4", "mac", "udp_port", "switch_port"}
+# A larger scale saturates every gradient a float32 can hold above its smallest normal
+# (2^-126); the bound keeps inf and huge TOML integers out.
+_MAX_SCALE = 2.0**126
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -97,9 +100,10 @@ class JobConfig:
             raise JobConfigError(f"lanes = {lanes}: the switch aggregates exactly {wire.LANES} "
                                  f"lanes per packet; set lanes = {wire.LANES}")
         scale = data.get("scale", 65536.0)
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not (
+                0 < scale <= _MAX_SCALE):
             raise JobConfigError(f"scale = {scale!r}: the fixed-point scale must be a number "
-                                 "> 0, e.g. scale = 65536.0")
+                                 "> 0 and at most 2^126, e.g. scale = 65536.0")
         slots = data.get("slots")
         if not isinstance(slots, Mapping):
             raise JobConfigError("[slots] is missing: add a table `[slots]` with `base` and "
@@ -124,10 +128,13 @@ class JobConfig:
 def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
     """A TOML file as data; `error` with what is wrong (and an example of a good file)."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise error(f"cannot read {what} {path}: {err.strerror or err}; pass the path of a "
                     f"TOML file such as {example}") from err
+    except UnicodeDecodeError as err:
+        raise error(f"{path} is not UTF-8 text (byte {err.start}): {what} is TOML, e.g. "
+                    f"{example}") from None
     except tomllib.TOMLDecodeError as err:
         raise error(f"{path} is not valid TOML: {err}") from err
 
@@ -196,7 +203,8 @@ def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
         raise JobConfigError(f"mode = {text!r}: choose one of sync, partial, async")
     mode = names[text.lower()]
     if mode != Mode.PARTIAL:
-        if data.get("quorum", 0) not in (0, None):
+        quorum = data.get("quorum", 0)
+        if isinstance(quorum, bool) or quorum != 0 or not isinstance(quorum, int):
             raise JobConfigError(f"quorum = {data['quorum']!r} is only for mode = \"partial\"; "
                                  f"remove it for mode = \"{text}\"")
         return mode, 0

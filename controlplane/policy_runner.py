@@ -22,13 +22,13 @@ from controlplane.detect import Interval, JobView
 from controlplane.errors import ControlPlaneError
 from controlplane.policy import EXCLUDE, READMIT, SET_MODE, AdaptivePolicy, Decision, mode_text
 from controlplane.stats import JobStats
-from hysync.errors import HySyncError
+from hysync.errors import BadFileError, HySyncError
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
 
 
-class PolicyLogError(ControlPlaneError, ValueError):
+class PolicyLogError(ControlPlaneError, BadFileError):
     """A policy decision log that cannot be read."""
 
 
@@ -163,10 +163,13 @@ class PolicyRunner:
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:
     """The last record of `job_id` in a decision log (None: the log has none for it)."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise PolicyLogError(f"cannot read the policy log {path}: {err.strerror}; it is "
                              f"written by `hysync policy run {job_id} --log {path}`") from None
+    except UnicodeDecodeError as err:
+        raise PolicyLogError(f"{path} is not UTF-8 text (byte {err.start}): is it a policy "
+                             "log written by `hysync policy run --log`?") from None
     for number in range(len(lines), 0, -1):
         line = lines[number - 1].strip()
         if not line:

@@ -220,11 +220,12 @@ class Switch:
             return None, 0
         return Schema(reply.config.p4info), reply.config.cookie.cookie
 
-    def push_pipeline(self, p4info_path: str | Path,
+    def push_pipeline(self, p4info: str | Path | Schema,
                       device_config_path: str | Path | None = None) -> Schema:
-        """Install a pipeline (VERIFY_AND_COMMIT): the P4Info text file and, for BMv2 or a
-        Tofino, the compiled device config. The switch clears every entry and register."""
-        schema = Schema.from_file(p4info_path)
+        """Install a pipeline (VERIFY_AND_COMMIT): the P4Info (a text file, or its Schema)
+        and, for BMv2 or a Tofino, the compiled device config. The switch clears every
+        entry and register."""
+        schema = p4info if isinstance(p4info, Schema) else Schema.from_file(p4info)
         device_config = b""
         if device_config_path is not None:
             try:

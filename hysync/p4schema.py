@@ -20,11 +20,15 @@ from typing import TypeVar
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
-from hysync.errors import HySyncError
+from hysync.errors import BadFileError, HySyncError
 
 
 class SchemaError(HySyncError, LookupError):
     """A P4Info name or id that the pipeline does not have, or an unusable P4Info."""
+
+
+class P4InfoFileError(SchemaError, BadFileError):
+    """A P4Info file that cannot be read or parsed."""
 
 
 class EncodeError(HySyncError, ValueError):
@@ -171,21 +175,24 @@ class Schema:
         try:
             text_format.Merge(text, p4info, allow_unknown_field=True)
         except text_format.ParseError as err:
-            raise SchemaError(f"{source} is not a text-format P4Info: {err}") from err
+            raise P4InfoFileError(f"{source} is not a text-format P4Info: {err}") from err
         return cls(p4info)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Schema:
         path = Path(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as err:
-            raise SchemaError(
+            raise P4InfoFileError(
                 f"cannot read the P4Info file {path}: {err.strerror or err}; pass the path of "
                 "a text P4Info such as p4src/v1model/hysync.p4info.txtpb") from err
+        except UnicodeDecodeError as err:
+            raise P4InfoFileError(f"{path} is not UTF-8 text (byte {err.start}): pass a text "
+                                  "P4Info such as p4src/v1model/hysync.p4info.txtpb") from None
         schema = cls.from_text(text, source=str(path))
         if not schema.p4info.tables:
-            raise SchemaError(f"{path} defines no tables: is it a P4Info file?")
+            raise P4InfoFileError(f"{path} defines no tables: is it a P4Info file?")
         return schema
 
     # ---------------------------------------------------------- lookups

@@ -221,9 +221,12 @@ def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
     return ~total & 0xFFFF
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def mac_to_bytes(mac: str) -> bytes:
     parts = mac.split(":")
-    if len(parts) != 6:
+    if len(parts) != 6 or not all(0 < len(p) <= 2 and set(p) <= _HEX_DIGITS for p in parts):
         raise ValueError(f"MAC address {mac!r} must be six hex bytes separated by ':'")
     return bytes(int(p, 16) for p in parts)
 
@@ -234,7 +237,8 @@ def bytes_to_mac(raw: bytes) -> str:
 
 def ip_to_int(ip: str) -> int:
     parts = ip.split(".")
-    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
+    # ASCII digits only: str.isdigit() and int() also take other scripts' digits.
+    if len(parts) != 4 or not all(p.isascii() and p.isdigit() and int(p) < 256 for p in parts):
         raise ValueError(f"IPv4 address {ip!r} must be four numbers 0-255 separated by '.'")
     return int.from_bytes(bytes(int(p) for p in parts), "big")
 

@@ -29,12 +29,14 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PATTERNS = ("constant", "intermittent", "recovering", "dies")
 MODELS = ("mlp", "cnn")  # topologies/workload.py builds them
+MAX_STEPS = 10_000_000  # a run of more steps is a typo: the demo's runs take hundreds
 MODES = ("sync", "partial", "async")
 
 
@@ -100,20 +102,37 @@ def _field(table: dict, key: str, kind: type, where: str, default=None, check=No
         return default
     value = table[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        value = float(value) if abs(value) < 2**1000 else math.inf
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise ScenarioError(f"{where}: '{key}' must be a {kind.__name__}, got {value!r}")
+    if kind is float and not math.isfinite(value):
+        raise ScenarioError(f"{where}: '{key}' = {value!r} must be a finite number: {hint}")
     if check is not None and not check(value):
         raise ScenarioError(f"{where}: '{key}' = {value!r} is out of range: {hint}")
+    return value
+
+
+def _tables(data: dict, key: str, where: str) -> list[dict]:
+    """An array of tables ([[key]]), possibly absent."""
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ScenarioError(f"{where}: '{key}' must be an array of tables ([[{key}]]), "
+                            f"got {value!r}")
     return value
 
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file (see topologies/scenarios/)") from None
+    except OSError as err:
+        raise ScenarioError(f"{path}: cannot read the scenario file: {err.strerror or err}; "
+                            "pass a scenario such as topologies/scenarios/demo.toml") from None
+    except UnicodeDecodeError as err:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {err.start}): a scenario file is "
+                            "TOML, e.g. topologies/scenarios/demo.toml") from None
     except tomllib.TOMLDecodeError as err:
         raise ScenarioError(f"{path}: not valid TOML: {err}") from None
     where = str(path)
@@ -125,7 +144,7 @@ def load_scenario(path: str | Path) -> Scenario:
     workers = _field(data, "workers", int, where, check=lambda v: 2 <= v <= 32,
                      hint="2..32 members")
     stragglers = []
-    for i, s in enumerate(data.get("straggler", [])):
+    for i, s in enumerate(_tables(data, "straggler", where)):
         w = f"{where}: straggler[{i}]"
         pattern = _field(s, "pattern", str, w, check=lambda v: v in PATTERNS,
                          hint=f"one of {', '.join(PATTERNS)}")
@@ -142,7 +161,7 @@ def load_scenario(path: str | Path) -> Scenario:
     if len({s.worker for s in stragglers}) != len(stragglers):
         raise ScenarioError(f"{where}: a worker appears in two [[straggler]] tables; merge them")
     schedule = []
-    for i, s in enumerate(data.get("schedule", [])):
+    for i, s in enumerate(_tables(data, "schedule", where)):
         w = f"{where}: schedule[{i}]"
         mode = _field(s, "mode", str, w, check=lambda v: v in MODES,
                       hint=f"one of {', '.join(MODES)}")
@@ -153,10 +172,13 @@ def load_scenario(path: str | Path) -> Scenario:
         schedule.append(ScheduledSwap(_field(s, "at_step", int, w, check=lambda v: v >= 0,
                                              hint="a step >= 0"), mode, quorum))
     link = data.get("link", {})
+    if not isinstance(link, dict):
+        raise ScenarioError(f"{where}: 'link' must be a table ([link]), got {link!r}")
     return Scenario(
         name=_field(data, "name", str, where, hint="a short name for logs and plots"),
         workers=workers,
-        steps=_field(data, "steps", int, where, check=lambda v: v > 0, hint="steps > 0"),
+        steps=_field(data, "steps", int, where, check=lambda v: 0 < v <= MAX_STEPS,
+                     hint=f"1..{MAX_STEPS} steps"),
         compute_ms=_field(data, "compute_ms", float, where, 20.0, lambda v: v >= 0, "ms >= 0"),
         target_accuracy=_field(data, "target_accuracy", float, where, 0.9,
                                lambda v: 0 < v <= 1, "a fraction in (0, 1]"),

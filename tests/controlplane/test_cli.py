@@ -203,6 +203,18 @@ def test_a_bad_job_file(pushed: Run, tmp_path: Path) -> None:
                    "out of range: use 0..510")
 
 
+def test_binary_files_are_one_line_exit_2_and_write_nothing(pushed: Run,
+                                                             tmp_path: Path) -> None:
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"\x80\xff job_id = 1\n")
+    assert one_line_error(pushed("job", "add", str(binary)), "binary.bin is not UTF-8 text")
+    assert pushed("job", "add", str(binary))[0] == 2
+    one_line_error(pushed("pipeline", "push", "--p4info", str(binary)),
+                   "binary.bin is not UTF-8 text")
+    assert pushed("pipeline", "push", "--p4info", str(binary))[0] == 2
+    assert json.loads(pushed("--json", "job", "list")[1]) == {"jobs": [], "problems": []}
+
+
 def test_a_bad_p4info_path(hysync: Run, tmp_path: Path) -> None:
     one_line_error(hysync("pipeline", "push", "--p4info", str(tmp_path / "x.txtpb")),
                    "cannot read the P4Info file", "p4src/v1model/hysync.p4info.txtpb")

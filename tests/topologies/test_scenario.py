@@ -89,3 +89,15 @@ def test_bad_scenarios_are_refused_naming_the_field(tmp_path, body, message):
 def test_missing_scenario_file_says_where_to_look(tmp_path):
     with pytest.raises(ScenarioError, match="no such scenario file"):
         load_scenario(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize("module", ["topologies.demo", "topologies.run"])
+def test_a_binary_scenario_is_one_line_and_exit_2(tmp_path: Path, module: str, capsys) -> None:
+    import importlib
+
+    binary = tmp_path / "scenario.toml"
+    binary.write_bytes(b"name = \"\xff\"\n")
+    main = importlib.import_module(module).main
+    assert main([str(binary)] if module == "topologies.run" else ["--scenario", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "scenario.toml: not UTF-8 text" in err
