@@ -936,13 +936,15 @@ void Engine::on_full(const uint8_t* d, double now) {
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0)) {
     done(i, true, now);
-  } else if (f && !mine && h.mode != ASYNC && h.round == f->round && !f->async_style) {
+  } else if (f && !mine && h.round == f->round && !f->async_style) {
     // The round I sent to closed without me. Only the switch's answer to my own packet (a
     // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
-    // switch counts it in an async round instead.
+    // switch counts it in an async round instead. A RESEND settles it whatever mode that
+    // round had: a round that closed async (a swap between my sends) is resent for my
+    // round number as long as it is the slot's last (issue #11 item 2).
     if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id) {
-      done(i, false, now);  // carried as residual (whatever chunk it had)
-    } else {
+      done(i, false, now);  // carried as residual (whatever chunk or mode it had)
+    } else if (h.mode != ASYNC) {
       f->closed = true;
       f->closed_chunk = h.chunk;
     }

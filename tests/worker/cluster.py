@@ -80,6 +80,10 @@ class Cluster:
         switch.set_mode(job, mode, quorum)
         self.events["phase"].set()
         self.collect("done")
+        return self.finish_phased(switch, job)
+
+    def finish_phased(self, switch: Switch, job: Job) -> dict[int, dict[str, Any]]:
+        """After "done": async release, sync flush, the results."""
         switch.set_mode(job, Mode.ASYNC)
         self.collect("async")
         self.events["stop_serve"].set()
