@@ -304,9 +304,19 @@ def cmd_stats(args: argparse.Namespace, out: _Out) -> None:
     """Per-worker counters of a job (contributions, late, duplicates, stale, closes,
     results) and its drops by reason. With --watch SECONDS, refresh every SECONDS with
     rates. With --policy-log FILE, also the latest decision of `hysync policy run
-    --log FILE` for the job."""
+    --log FILE` for the job. With --switch instead of JOB: every drop of the switch by
+    reason, whatever job id the dropped packet's bytes named."""
+    if (args.job is None) == (not args.switch):
+        raise UsageError("stats needs JOB or --switch (not both)")
+    if args.switch and (args.watch is not None or args.policy_log is not None):
+        raise UsageError("stats --switch takes neither --watch nor --policy-log")
     with _connect(args, read_only=True) as switch:
         controller = Controller(switch).attach()
+        if args.switch:
+            s = controller.switch_stats()
+            drops = ", ".join(f"{k} {v}" for k, v in s.drops.items() if v)
+            out.emit(s.to_dict(), f"switch drops: {drops or 'none'}")
+            return
         before = controller.stats(args.job)
         if args.watch is None:
             data, text = _with_policy(args, before.to_dict(), _stats_table(before, None))
@@ -473,7 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
 
     p = command(groups, "stats", cmd_stats)
-    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("job", type=_job_id, metavar="JOB", nargs="?")
+    p.add_argument("--switch", action="store_true",
+                   help="switch-wide drops by reason instead of one job's counters")
     p.add_argument("--watch", type=_seconds, metavar="SECONDS",
                    help="refresh every SECONDS, with rates, until Ctrl-C")
     p.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")

@@ -197,6 +197,15 @@ class Controller:
                 raise JobError(
                     f"job {job.job_id} slots {lo}-{hi} overlap job {other.job_id} slots "
                     f"{o_lo}-{o_hi}: give job {job.job_id} a slot range outside {o_lo}-{o_hi}")
+            # One address, one member: the switch attributes a member's packets (and its
+            # liveness) by source address, so two jobs must not share one.
+            taken = {(m.ipv4, m.udp_port): m.worker for m in other.members}
+            for m in job.members:
+                if (m.ipv4, m.udp_port) in taken:
+                    raise JobError(
+                        f"job {job.job_id} worker {m.worker} uses {m.ipv4}:{m.udp_port}, the "
+                        f"address of job {other.job_id} worker {taken[m.ipv4, m.udp_port]}: "
+                        "give each member of every job its own UDP port")
 
     def _forwarding_steps(self, state: SwitchState, members: Iterable[Member],
                           job_id: int) -> list[Step]:
@@ -451,6 +460,10 @@ class Controller:
         workers = [m.worker for m in job.members] or sorted(job.active)
         read = self.switch.read_counter_cells(counters.cells(job.job_id, workers))
         return counters.collect(job.job_id, workers, job.active, read, time.monotonic())
+
+    def switch_stats(self) -> counters.SwitchStats:
+        """Switch-wide drops by reason, whatever job id the dropped packets named."""
+        return counters.SwitchStats.collect(self.switch.read_counter_cells(counters.SWITCH_CELLS))
 
     def rates(self, job_id: int, interval: float = 1.0) -> counters.JobRates:
         """Packets per second of every counter of the job, from two reads `interval` apart."""

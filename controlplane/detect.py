@@ -22,10 +22,14 @@ of the fastest) over its own. (A worker that moves on after a RESYNC instead of
 sending its gradient again shows a pace near zero while it is always behind: a larger
 slowdown, which is what its contribution is worth.)
 
-A worker that sent nothing at all (no contribution, late, duplicate or stale packet)
-for `gone_after_s` while others did is *gone*. Any packet counts, not contributions
-only: in a sync round stalled by a dead worker the live members' retransmissions
-show up as duplicates, and they are not gone.
+A worker that showed no *liveness* for `gone_after_s` while others did is *gone*.
+Liveness (docs/protocol.md §8) is what the switch validated against the slot's state:
+contributions it counted, `late` ones (the round that just closed) and `duplicates`
+(a round it holds the worker's bit in, or the async sequence number it counted last).
+In a sync round stalled by a dead worker the live members' retransmissions show up as
+duplicates, and they are not gone. `stale` packets are not liveness: any packet from
+a member's address with an arbitrary round is counted stale, so a spoofer could keep
+a dead worker looking alive with them.
 
 Robustness: signals are sums over a sliding window of intervals (not one interval);
 only *stable* intervals count (the mode and the membership did not change in them:
@@ -90,8 +94,9 @@ class Delta:
 
     @property
     def activity(self) -> int:
-        """Packets of any kind: a live worker waiting on a round retransmits."""
-        return self.contributions + self.late + self.duplicates + self.stale
+        """Liveness: packets the switch matched against the slot's state (not `stale`,
+        which any packet from the member's address with a random round produces)."""
+        return self.contributions + self.late + self.duplicates
 
     @classmethod
     def between(cls, before: WorkerStats | None, after: WorkerStats) -> Delta:

@@ -70,6 +70,26 @@ class JobRates:
                 "workers": [asdict(w) for w in self.workers.values()], "drops": dict(self.drops)}
 
 
+@dataclass(frozen=True, slots=True)
+class SwitchStats:
+    """Every drop of the switch by reason (DropReason name -> packets), whatever job id a
+    dropped packet's bytes carried."""
+
+    drops: dict[str, int]
+
+    @classmethod
+    def collect(cls, read: Sequence[CounterCell]) -> SwitchStats:
+        packets = {c.index: c.packets for c in read if c.counter == p4names.STATS_SWITCH_DROPS}
+        return cls({r.name: packets.get(r, 0) for r in DropReason})
+
+    def to_dict(self) -> dict[str, object]:
+        return {"drops": dict(self.drops), "total": sum(self.drops.values())}
+
+
+SWITCH_CELLS: list[tuple[str, int | None]] = [(p4names.STATS_SWITCH_DROPS, r)
+                                              for r in DropReason]
+
+
 def cells(job_id: int, workers: Iterable[int]) -> list[tuple[str, int | None]]:
     """Every counter cell of the job's stats, for one Read RPC."""
     wanted: list[tuple[str, int | None]] = [

@@ -33,6 +33,7 @@ COUNTER_NAMES = (
     p4names.STATS_STALE,
     p4names.STATS_CLOSES,
     p4names.STATS_DROPS,
+    p4names.STATS_SWITCH_DROPS,
     p4names.REPLICATION_RESULTS,
 )
 MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
@@ -67,10 +68,13 @@ class Pipeline:
                 (p4names.FORWARDING_L2, p4names.FORWARDING_L2_SIZE),
                 (p4names.REPLICATION_REWRITE, MEMBER_CELLS))}
         self.groups: dict[int, list[Replica]] = {}
-        self.counters = {name: Counter(name, DROP_CELLS if name.endswith("drops") else MEMBER_CELLS)
+        sizes = {p4names.STATS_DROPS: DROP_CELLS,
+                 p4names.STATS_SWITCH_DROPS: p4names.STATS_SWITCH_DROPS_SIZE}
+        self.counters = {name: Counter(name, sizes.get(name, MEMBER_CELLS))
                          for name in COUNTER_NAMES}
         self._contributions, self._late, self._duplicates, self._stale, self._closes, \
-            self._drops, self._results = (self.counters[n] for n in COUNTER_NAMES)
+            self._drops, self._switch_drops, self._results = (self.counters[n]
+                                                              for n in COUNTER_NAMES)
         self.reset_registers()
         for name in self.tables:
             self._rebuild_index(name)
@@ -178,6 +182,7 @@ class Pipeline:
     def _drop(self, job: int, reason: int, nbytes: int) -> None:
         self._drops.count((job if job < wire.MAX_JOBS else 0) * wire.NUM_DROP_REASONS + reason,
                           nbytes)
+        self._switch_drops.count(reason, nbytes)
 
     def _desired_mode(self, job: int, slot: int) -> tuple[int, int]:
         for _, lo, hi, mode, quorum in self._modes.get(job, ()):

@@ -259,6 +259,7 @@ CONTRACT_COUNTERS = {
     "HySyncIngress.stats.stale": wire.MAX_JOBS * wire.MAX_WORKERS,
     "HySyncIngress.stats.closes": wire.MAX_JOBS * wire.MAX_WORKERS,
     "HySyncIngress.stats.drops": wire.MAX_JOBS * wire.NUM_DROP_REASONS,
+    "HySyncIngress.stats.switch_drops": wire.NUM_DROP_REASONS,
     "HySyncEgress.replication.results": wire.MAX_JOBS * wire.MAX_WORKERS,
 }
 

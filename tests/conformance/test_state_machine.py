@@ -288,6 +288,21 @@ def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
     _assert_state_unchanged(target)
 
 
+def test_every_drop_is_counted_switch_wide_whatever_job_its_bytes_name(target):
+    """Issue #11 item 5: garbage is counted under the job id its bytes happen to carry;
+    the switch-wide counter sees every drop by reason."""
+    cases = [(_payload(job_id=77, version=3), DropReason.BAD_VERSION),
+             (_payload(job_id=0xBEEF, op=7), DropReason.BAD_OP),
+             (_payload(job_id=200), DropReason.NOT_MEMBER),
+             (_payload(job_id=1, worker_id=9), DropReason.NOT_MEMBER)]
+    for payload, _ in cases:
+        assert target.send(1, raw_frame(JOB1, 0, payload)) == []
+    for reason in DropReason:
+        expected = sum(1 for _, r in cases if r == reason)
+        assert target.counter(p4names.STATS_SWITCH_DROPS, reason) == expected, reason
+    _assert_state_unchanged(target)
+
+
 def test_non_members_and_foreign_slots_are_dropped_and_counted(target):
     frame = Ether(raw_frame(JOB1, 0, _payload()))
     frame[UDP].sport += 1  # an address the members table does not admit

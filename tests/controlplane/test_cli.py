@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from controlplane.cli import main
 from controlplane.switch import Switch
-from hysync import p4names
+from hysync import p4names, wire
 
 from .conftest import EXAMPLE_JOB, P4INFO, ROOT, Softswitch, free_udp_socket
 from .senders import Shared
@@ -40,7 +41,7 @@ def hysync(softswitch: Softswitch) -> Run:
 def pushed(hysync: Run) -> Run:
     code, out, err = hysync("pipeline", "push", "--p4info", str(P4INFO))
     assert (code, err) == (0, ""), err
-    assert "5 tables, 7 counters" in out
+    assert "5 tables, 8 counters" in out
     return hysync
 
 
@@ -288,3 +289,31 @@ def test_p4runtime_shell_reads_what_the_controller_installed(pushed: Run,
                   for r in seen["members"]) == [
         (1, w, 0x7F000001, 47001 + w, p4names.ADMISSION_ADMIT) for w in range(4)]
     assert sorted(map(tuple, seen["groups"][0])) == [(1, 33 + w) for w in range(4)]
+
+
+def test_stats_switch_shows_every_drop_whatever_job_its_bytes_name(
+        pushed: Run, softswitch: Softswitch) -> None:
+    """Issue #11 item 5: datagrams naming jobs 0, 77 and 999 are not in `stats JOB` of
+    any installed job, but `stats --switch` counts them all, by reason."""
+    sock = free_udp_socket()
+    try:
+        for job_id, version in ((0, 1), (77, 1), (999, 9)):
+            header = wire.Header(op=wire.Op.CONTRIB, job_id=job_id, worker_id=3, slot=1, round=0,
+                                 version=version).pack()
+            sock.sendto(header + bytes(4 * wire.LANES), softswitch.udp_addr)
+        sock.sendto(b"\x01\x02", softswitch.udp_addr)  # shorter than a header
+        deadline = time.monotonic() + 5.0
+        while True:
+            code, out, err = pushed("--json", "stats", "--switch")
+            assert code == 0, err
+            data = json.loads(out)
+            if data["total"] == 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        sock.close()
+    assert data["drops"]["NOT_MEMBER"] == 2 and data["drops"]["BAD_VERSION"] == 1
+    assert data["drops"]["MALFORMED"] == 1 and data["total"] == 4
+    code, out, _ = pushed("stats", "--switch")
+    assert code == 0 and out.startswith("switch drops: MALFORMED 1, BAD_VERSION 1")
+    one_line_error(pushed("stats", "1", "--switch"), "stats needs JOB or --switch")

@@ -128,6 +128,18 @@ def test_overlapping_slot_ranges_are_refused_naming_both_jobs(controller: Contro
     assert snapshot(switch) == before
 
 
+def test_a_member_address_of_another_job_is_refused(controller: Controller,
+                                                    switch: Switch) -> None:
+    """Issue #11 item 6: two jobs sharing one member address would share its packets and
+    its liveness; the second job is refused and nothing is written."""
+    controller.add_job(make_job(1, workers=2, base=0, count=8, ports=[47001, 47002]))
+    before = snapshot(switch)
+    with pytest.raises(JobError, match="job 2 worker 1 uses 127.0.0.1:47002, the address of "
+                                       "job 1 worker 1"):
+        controller.add_job(make_job(2, workers=2, base=8, count=8, ports=[47003, 47002]))
+    assert snapshot(switch) == before
+
+
 def test_a_host_on_two_ports_is_refused(controller: Controller) -> None:
     controller.add_job(make_job(1, base=0, count=8))
     with pytest.raises(JobError, match="MAC 02:00:00:00:00:01 is on port 1 .*used by job 1"):

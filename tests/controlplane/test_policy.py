@@ -522,8 +522,10 @@ def test_the_starvation_guard_probes_an_excluded_live_member_within_max_excluded
 
 def test_the_starvation_guard_refreshes_sync_for_a_member_left_out_of_every_round() -> None:
     # Worker 3 does not resend a stale contribution: in partial it is in no sum at all.
-    # Exclusion is off, so only the guard can bring its gradients in.
-    config = PolicyConfig(exclude_slowdown=math.inf, max_starved_s=8.0, refresh_s=1.0)
+    # Exclusion is off, so only the guard can bring its gradients in. Its packets are all
+    # stale, which is not liveness (docs/protocol.md §8): the gone detector is kept out.
+    config = PolicyConfig(exclude_slowdown=math.inf, max_starved_s=8.0, refresh_s=1.0,
+                          detector=DetectorConfig(gone_after_s=1e6))
     run = simulate(four(slowdown=constant(2.5), resends=False), 60, config, seed=6)
     refreshes = [d for d in run.mode_changes() if "starvation guard" in d.reason]
     assert len(refreshes) >= 3
@@ -693,7 +695,7 @@ def test_policy_run_dry_run_and_stats_show_the_latest_decision(
     code, out, _ = hysync("--json", "stats", "1", "--policy-log", str(log_file))
     assert json.loads(out)["policy"]["quorum"] == 3
     code, out, err = hysync("stats", "1", "--policy-log", str(tmp_path / "missing"))
-    assert code == 1 and "cannot read the policy log" in err and len(err.splitlines()) == 1
+    assert code == 2 and "cannot read the policy log" in err and len(err.splitlines()) == 1
 
 
 def test_a_decision_log_record_reads_back_as_the_decision() -> None:
@@ -710,3 +712,20 @@ def test_latest_decision_reads_the_last_record_of_the_job(tmp_path: Path) -> Non
     assert latest_decision(path, 1) == {"job_id": 1, "n": 3}
     assert latest_decision(path, 3) is None
 
+
+
+def test_stale_packets_alone_do_not_keep_a_dead_member_alive() -> None:
+    """Issue #11 item 6: a spoofer sending from worker 3's address with random rounds
+    raises only its `stale` counter; worker 3 still goes gone after gone_after_s."""
+    view = JobView(Mode.SYNC, 0, frozenset(range(4)))
+    detector = Detector(DetectorConfig(gone_after_s=1.5))
+    trace = [stats_at(0.0, w0=(0,) * 5, w1=(0,) * 5, w2=(0,) * 5, w3=(0,) * 5)]
+    for k in range(1, 12):
+        done = min(k, 4) * 20
+        dup = max(0, k - 4) * 3
+        trace.append(stats_at(k * 0.5, w0=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w1=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w2=(done, 0, dup, 0, 5 * min(k, 4)),
+                              w3=(done, 0, 0, 50 * k, 5 * min(k, 4))))
+    states = [detector.update(interval)[3].state for interval in intervals_of(trace, view)]
+    assert states[-1] == Health.GONE

@@ -16,6 +16,8 @@ control Stats(in headers_t hdr, in metadata_t meta) {
     counter(MEMBER_COUNTER_CELLS, CounterType.packets_and_bytes) closes;
     // Per (job, reason), index job * 16 + reason.
     counter(DROP_COUNTER_CELLS, CounterType.packets_and_bytes) drops;
+    // Per reason, switch-wide: every drop, whatever job id its bytes carry.
+    counter(NUM_DROP_REASONS, CounterType.packets_and_bytes) switch_drops;
 
     apply {
         if (meta.count_drop) {
@@ -25,6 +27,7 @@ control Stats(in headers_t hdr, in metadata_t meta) {
                 job = (cell_index_t) hdr.hysync.job_id;
             }
             drops.count(job * NUM_DROP_REASONS + (cell_index_t) meta.drop_reason);
+            switch_drops.count((cell_index_t) meta.drop_reason);
         }
 
         // Only admitted contributions set a member counter: job and worker are valid.
