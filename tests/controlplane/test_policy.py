@@ -356,20 +356,25 @@ def test_partial_the_pace_ratio_measures_the_slowdown() -> None:
     assert all(health[w].state == Health.HEALTHY for w in range(3))
 
 
-def test_a_silent_member_of_a_stalled_sync_job_is_gone_and_the_waiting_ones_are_not() -> None:
-    view = JobView(Mode.SYNC, 0, frozenset(range(4)))
-    detector = Detector(DetectorConfig(gone_after_s=1.5))
+def stalled_sync_trace(w3_stale_per_interval: int = 0) -> list[JobStats]:
+    """Rounds stop at 2 s: worker 3 sends nothing valid any more (only stale packets, if
+    any: a spoofer's), the others only retransmit."""
     trace = [stats_at(0.0, w0=(0,) * 5, w1=(0,) * 5, w2=(0,) * 5, w3=(0,) * 5)]
-    # Rounds stop at 2 s: worker 3 sends nothing any more, the others only retransmit.
     for k in range(1, 12):
         done = min(k, 4) * 20
         dup = max(0, k - 4) * 3
         trace.append(stats_at(k * 0.5, w0=(done, 0, dup, 0, 5 * min(k, 4)),
                               w1=(done, 0, dup, 0, 5 * min(k, 4)),
                               w2=(done, 0, dup, 0, 5 * min(k, 4)),
-                              w3=(done, 0, 0, 0, 5 * min(k, 4))))
+                              w3=(done, 0, 0, w3_stale_per_interval * k, 5 * min(k, 4))))
+    return trace
+
+
+def test_a_silent_member_of_a_stalled_sync_job_is_gone_and_the_waiting_ones_are_not() -> None:
+    view = JobView(Mode.SYNC, 0, frozenset(range(4)))
+    detector = Detector(DetectorConfig(gone_after_s=1.5))
     gone_at = None
-    for interval in intervals_of(trace, view):
+    for interval in intervals_of(stalled_sync_trace(), view):
         health = detector.update(interval)
         if gone_at is None and health[3].state == Health.GONE:
             gone_at = interval.end
@@ -713,19 +718,11 @@ def test_latest_decision_reads_the_last_record_of_the_job(tmp_path: Path) -> Non
     assert latest_decision(path, 3) is None
 
 
-
 def test_stale_packets_alone_do_not_keep_a_dead_member_alive() -> None:
     """Issue #11 item 6: a spoofer sending from worker 3's address with random rounds
     raises only its `stale` counter; worker 3 still goes gone after gone_after_s."""
     view = JobView(Mode.SYNC, 0, frozenset(range(4)))
     detector = Detector(DetectorConfig(gone_after_s=1.5))
-    trace = [stats_at(0.0, w0=(0,) * 5, w1=(0,) * 5, w2=(0,) * 5, w3=(0,) * 5)]
-    for k in range(1, 12):
-        done = min(k, 4) * 20
-        dup = max(0, k - 4) * 3
-        trace.append(stats_at(k * 0.5, w0=(done, 0, dup, 0, 5 * min(k, 4)),
-                              w1=(done, 0, dup, 0, 5 * min(k, 4)),
-                              w2=(done, 0, dup, 0, 5 * min(k, 4)),
-                              w3=(done, 0, 0, 50 * k, 5 * min(k, 4))))
-    states = [detector.update(interval)[3].state for interval in intervals_of(trace, view)]
+    states = [detector.update(interval)[3].state
+              for interval in intervals_of(stalled_sync_trace(50), view)]
     assert states[-1] == Health.GONE
