@@ -55,8 +55,11 @@ def start(deployed: Inventory) -> Iterator[Start]:
 
 
 def members(*hosts: int, avg: bool = False) -> list[dict[str, object]]:
-    return [{"worker": w, "host": f"h{h}", "udp_port": 41000 + 2 * w,
-             **({"avg_udp_port": 41001 + 2 * w} if avg else {})} for w, h in enumerate(hosts)]
+    # Every host of the loopback inventory is 127.0.0.1: ports differ per host so that two
+    # jobs never share a member address (the controller refuses that, docs/protocol.md §8).
+    return [{"worker": w, "host": f"h{h}", "udp_port": 41000 + 100 * h + 2 * w,
+             **({"avg_udp_port": 41001 + 100 * h + 2 * w} if avg else {})}
+            for w, h in enumerate(hosts)]
 
 
 def installed(inv: Inventory) -> dict[int, tuple[int, int]]:
@@ -117,12 +120,12 @@ def test_a_full_pool_refuses_a_job_with_a_way_out(tmp_path: Path, softswitch: So
                     policy=None, say=lambda _: None).start()
     try:
         with ServeClient(server.address) as client:
-            bases = [client.request({"op": "admit", "members": members(1)})["jobs"][0]
-                     ["slot_base"] for _ in range(2)]
+            bases = [client.request({"op": "admit", "members": members(h)})["jobs"][0]
+                     ["slot_base"] for h in (1, 2)]
             assert bases == [100, 132]
             with pytest.raises(ServeError, match="no 32 free slots in the pool 100-163 .*"
                                                  "lower pool.job_slots"):
-                client.request({"op": "admit", "members": members(2)})
+                client.request({"op": "admit", "members": members(3)})
     finally:
         server.close()
 
