@@ -12,6 +12,7 @@ import pytest
 from hysync.wire import Mode
 from tests.worker import procs
 from tests.worker.cluster import Cluster
+from tests.worker.relay import Impairment, LossyRelay
 from tests.worker.test_modes import check_exactly_once, spec_for
 
 pytestmark = pytest.mark.slow
@@ -46,21 +47,26 @@ class SwapStorm(threading.Thread):
 
 @pytest.mark.parametrize("modes", PAIRS, ids=["sync-async", "sync-partial", "partial-async"])
 def test_a_swap_storm_never_stalls_a_job_and_applies_every_gradient_once(switch, modes):
-    spec = spec_for(switch.address, calls=40)
-    with Cluster(procs.phased_worker, spec) as cluster:
-        job = cluster.install(switch, None)
-        cluster.collect("warm")
-        storm = SwapStorm(switch, job, modes)
-        started = time.monotonic()
-        storm.start()
-        cluster.events["phase"].set()
-        try:
-            cluster.collect("done")
-        finally:
-            storm.stop.set()
-            storm.join()
-        elapsed = time.monotonic() - started
-        results = cluster.finish_phased(switch, job)
+    # A relay that loses nothing: it only records what the switch sent.
+    relay = LossyRelay(switch.address, seed=11, up=Impairment(), down=Impairment()).start()
+    try:
+        spec = spec_for(relay.address, calls=100)
+        with Cluster(procs.phased_worker, spec) as cluster:
+            job = cluster.install(switch, relay)
+            cluster.collect("warm")
+            storm = SwapStorm(switch, job, modes)
+            started = time.monotonic()
+            storm.start()
+            cluster.events["phase"].set()
+            try:
+                cluster.collect("done")
+            finally:
+                storm.stop.set()
+                storm.join()
+            elapsed = time.monotonic() - started
+            results = cluster.finish_phased(switch, job)
+    finally:
+        relay.stop()
     print(f"{modes}: {storm.swaps} swaps in {elapsed:.1f} s")
     assert storm.swaps >= 100, "the storm was too short to mean anything"
-    check_exactly_once(spec, results, None, every_replica_whole=True)
+    check_exactly_once(spec, results, relay, every_replica_whole=True)
