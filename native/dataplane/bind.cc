@@ -25,7 +25,7 @@ namespace w = hysync::wire;
 namespace {
 
 using MemberRow = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>;
-using JobRow = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+using JobRow = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
 using ModeRow = std::tuple<uint32_t, int64_t, uint32_t, uint32_t, uint32_t, uint32_t>;
 using L2Row = std::pair<uint64_t, uint16_t>;
 using RewriteRow = std::tuple<uint32_t, uint64_t, uint32_t, uint16_t>;
@@ -49,7 +49,8 @@ std::shared_ptr<const Tables> build_tables(const std::vector<MemberRow>& members
   auto t = std::make_shared<Tables>();
   for (const auto& [job, worker, ip, port] : members)
     t->members.insert(MemberKey{uint16_t(job), uint8_t(worker), ip, uint16_t(port)});
-  for (const auto& [job, base, count, n, group] : jobs) t->jobs[job] = JobConfig{base, count, n, group};
+  for (const auto& [job, base, count, n, group, epoch] : jobs)
+    t->jobs[job] = JobConfig{base, count, n, group, epoch};
   for (const auto& [job, priority, lo, hi, mode, quorum] : modes)
     t->modes[job].push_back(ModeRange{-priority, lo, hi, mode, quorum});
   for (auto& [job, rows] : t->modes) std::sort(rows.begin(), rows.end());

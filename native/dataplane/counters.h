@@ -16,12 +16,16 @@
 namespace hysync::dataplane {
 
 // Order of COUNTER_NAMES in softswitch/pipeline.py.
-enum CounterId : int { CONTRIBUTIONS, LATE, DUPLICATES, STALE, CLOSES, DROPS, RESULTS, NUM_COUNTERS };
+enum CounterId : int {
+  CONTRIBUTIONS, LATE, DUPLICATES, STALE, CLOSES, DROPS, SWITCH_DROPS, RESULTS, NUM_COUNTERS
+};
 
 inline constexpr uint32_t MEMBER_CELLS = wire::MAX_JOBS * wire::MAX_WORKERS;
 inline constexpr uint32_t DROP_CELLS = wire::MAX_JOBS * wire::NUM_DROP_REASONS;
 
-inline constexpr uint32_t counter_size(int id) { return id == DROPS ? DROP_CELLS : MEMBER_CELLS; }
+inline constexpr uint32_t counter_size(int id) {
+  return id == DROPS ? DROP_CELLS : id == SWITCH_DROPS ? wire::NUM_DROP_REASONS : MEMBER_CELLS;
+}
 
 class CounterShard {
  public:

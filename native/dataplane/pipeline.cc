@@ -50,6 +50,7 @@ Pipeline::Pipeline(uint32_t num_slots)
       // + MAX_WORKERS * 8: a worker id up to 255 stays inside the array (the controller
       // refuses ids >= 32; the reference model would index the next slot's cells too).
       member_seq_(std::size_t(num_slots) * w::MAX_WORKERS + 256),
+      member_epoch_(member_seq_.size()),
       tables_(std::make_shared<Tables>()) {}
 
 std::unique_lock<std::shared_mutex> Pipeline::exclusive() {
@@ -69,11 +70,14 @@ void Pipeline::set_tables(std::shared_ptr<const Tables> tables) {
 void Pipeline::reset_registers() {
   auto lock = exclusive();
   for (Slot& s : slots_) {
+    s.epoch = 0;
+    s.res_valid = false;
     s.round = s.count = s.bitmap = s.chunk = s.mode = s.quorum = 0;
     s.res_bitmap = s.res_count = s.res_chunk = s.res_mode = s.res_quorum = 0;
   }
   std::fill(lanes_.begin(), lanes_.end(), 0);
   std::fill(member_seq_.begin(), member_seq_.end(), 0);
+  std::fill(member_epoch_.begin(), member_epoch_.end(), 0);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -133,6 +137,7 @@ void Pipeline::put_lanes(uint32_t bank, uint8_t* out) const {
 
 void Pipeline::drop(CounterShard& c, uint32_t job, DropReason reason, uint64_t nbytes) {
   c.count(DROPS, (job < w::MAX_JOBS ? job : 0) * w::NUM_DROP_REASONS + uint32_t(reason), nbytes);
+  c.count(SWITCH_DROPS, uint32_t(reason), nbytes);
 }
 
 static const ModeRange* desired_mode(const Tables& t, uint32_t job, uint32_t slot) {
@@ -167,7 +172,12 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
 
   Slot& slot = slots_[s];
   SlotLock lock(slot);
-  if (slot.count == 0) {  // 8. latch the desired mode when no round is under way
+  if (slot.epoch != cfg.epoch) {  // 8. a slot another install used last starts afresh
+    slot.epoch = cfg.epoch;
+    slot.round = slot.count = slot.bitmap = slot.chunk = 0;
+    slot.res_valid = false;
+  }
+  if (slot.count == 0) {  // latch the desired mode when no round is under way
     const ModeRange* m = desired_mode(t, job, s);
     slot.mode = m ? m->mode : uint32_t(w::Mode::SYNC);
     slot.quorum = m ? m->quorum : 0;
@@ -175,12 +185,14 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   const uint32_t member = uint32_t(job) * w::MAX_WORKERS + wk;
   const uint32_t bit = wk < 32 ? 1u << wk : 0;
   const uint32_t cur = slot.round;
-  uint32_t& seq = member_seq_[std::size_t(s) * w::MAX_WORKERS + wk];
+  const std::size_t seq_index = std::size_t(s) * w::MAX_WORKERS + wk;
+  uint32_t& seq = member_seq_[seq_index];
+  const bool seq_valid = member_epoch_[seq_index] == cfg.epoch;
   const uint8_t* lanes_in = p + w::HEADER_BYTES;
   int32_t* bank_lanes = &lanes_[(2 * std::size_t(s) + (cur & 1)) * w::LANES];
 
   if (slot.mode == uint32_t(w::Mode::ASYNC)) {  // 10.
-    if (seq == r) {
+    if (seq_valid && seq == r) {
       drop(c, job, DropReason::DUPLICATE, nbytes);
       c.count(DUPLICATES, member, nbytes);
       put_header(out, version, uint8_t(Op::ACK), 0, slot.mode, job, wk, 0, s, 0, slot.quorum, r,
@@ -188,6 +200,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       return {Emit::REPLY, 0, w::HEADER_BYTES};
     }
     seq = r;
+    member_epoch_[seq_index] = cfg.epoch;
     c.count(CONTRIBUTIONS, member, nbytes);
     for (std::size_t i = 0; i < w::LANES; ++i) bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
     return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), chunk, 1, bit, version,
@@ -212,6 +225,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     }
     c.count(CONTRIBUTIONS, member, nbytes);
     seq = r;
+    member_epoch_[seq_index] = cfg.epoch;
     if (count == 0) {
       for (std::size_t i = 0; i < w::LANES; ++i)
         bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
@@ -230,7 +244,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     return none;
   }
 
-  if (r == cur - 1) {  // 9. the round that closed last: resend its result
+  if (r == cur - 1 && slot.res_valid) {  // 9. the round that closed last: resend it
     c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
     put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND), slot.res_mode, job,
                wk, slot.res_count, s, 0, slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
@@ -240,7 +254,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
 
   drop(c, job, DropReason::STALE, nbytes);
   c.count(STALE, member, nbytes);
-  const auto reason = seq == r ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
+  const auto reason =
+      seq_valid && seq == r ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
   return {Emit::REPLY, 0, resync(slot, s, version, job, wk, reason, out)};
 }
 
@@ -254,6 +269,7 @@ Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, u
   slot.res_chunk = chunk;
   slot.res_mode = slot.mode;
   slot.res_quorum = slot.quorum;
+  slot.res_valid = true;
   slot.round = cur + 1;
   slot.count = 0;
   slot.bitmap = 0;

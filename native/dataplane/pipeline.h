@@ -79,6 +79,8 @@ class Pipeline {
  private:
   struct alignas(64) Slot {
     std::atomic<bool> locked{false};
+    uint32_t epoch = 0;      // the install epoch of the job that used the slot last
+    bool res_valid = false;  // res_* and the other bank hold a round of this epoch
     uint32_t round = 0, count = 0, bitmap = 0, chunk = 0, mode = 0, quorum = 0;
     uint32_t res_bitmap = 0, res_count = 0, res_chunk = 0, res_mode = 0, res_quorum = 0;
   };
@@ -99,7 +101,8 @@ class Pipeline {
   uint32_t num_slots_;
   std::vector<Slot> slots_;
   std::vector<int32_t> lanes_;        // 2 banks x LANES per slot, host order
-  std::vector<uint32_t> member_seq_;  // slot * MAX_WORKERS + worker
+  std::vector<uint32_t> member_seq_;    // slot * MAX_WORKERS + worker
+  std::vector<uint32_t> member_epoch_;  // the epoch member_seq_ is valid in
   Counters counters_;
   std::unique_lock<std::shared_mutex> exclusive();
   mutable std::shared_mutex guard_;

@@ -32,6 +32,7 @@ struct MemberKeyHash {
 
 struct JobConfig {
   uint32_t slot_base, slot_count, members, group;
+  uint32_t epoch;  // the install epoch: a slot another install used last starts afresh
 };
 
 // One row of a job's modes table, in the reference model's order: highest priority first,

@@ -34,7 +34,7 @@ std::shared_ptr<const dp::Tables> fuzz_tables() {
                                                        uint16_t(BASE_PORT + wk)}});
     }
     // job 1: sync over 4 of 5; job 2: partial(2) on half its slots; job 3: async.
-    t->jobs[job] = dp::JobConfig{uint32_t(job - 1) * 4, 6, 4, job};
+    t->jobs[job] = dp::JobConfig{uint32_t(job - 1) * 4, 6, 4, job, 1};
   }
   t->modes[2].push_back(dp::ModeRange{-1, 4, 5, uint32_t(w::Mode::PARTIAL), 2});
   t->modes[3].push_back(dp::ModeRange{-1, 0, 100, uint32_t(w::Mode::ASYNC), 0});

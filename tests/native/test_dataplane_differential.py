@@ -40,7 +40,7 @@ def member_entry(job: int, w: int) -> Entry:
                  p4names.ADMISSION_ADMIT)
 
 
-def job_entry(job: int, config: tuple[int, int, int, int]) -> Entry:
+def job_entry(job: int, config: tuple[int, int, int, int, int]) -> Entry:
     return Entry(p4names.ADMISSION_JOBS, (job,), p4names.ADMISSION_SET_JOB, config)
 
 
@@ -51,8 +51,9 @@ def mode_entry(job: int, lo: int, hi: int, params: tuple[int, int], priority: in
 
 # ------------------------------------------------------------------ tables
 members = st.sets(st.tuples(st.sampled_from(JOB_IDS), st.sampled_from(WORKERS)), max_size=12)
+# slot base, slot count, members, multicast group, install epoch (a new one: slots start afresh)
 job_config = st.tuples(st.integers(0, 12), st.integers(0, 20), st.integers(0, 6),
-                       st.sampled_from((0, 1, 2, 7, 99)))
+                       st.sampled_from((0, 1, 2, 7, 99)), st.sampled_from((1, 1, 2)))
 jobs = st.dictionaries(st.sampled_from(JOB_IDS), job_config, max_size=3)
 mode_params = st.tuples(st.sampled_from((0, 0, 1, 2)), st.integers(0, 6))
 modes = st.lists(st.tuples(st.sampled_from(JOB_IDS), st.integers(0, 30), st.integers(0, 30),
