@@ -118,11 +118,6 @@ class HySyncWorker:
         counts = results["count"][results["chunk"] == first]
         return float(counts.sum()) / self.config.members
 
-    def residual(self, key: Hashable) -> np.ndarray:
-        """A copy of the residual carried for `key`, taken between calls. Not from a
-        future's callback: those run on the worker's thread, which this waits for."""
-        return self._executor.submit(lambda: self.transport.residual(key).copy()).result()
-
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.transport.close()

@@ -112,7 +112,9 @@ class Engine {
   // For a caller that owns a key's residual between its calls (worker/ddp_hook.py's state, which
   // pickles it): give_residual adds `in` (numel floats) into the key's residual before a call,
   // export_residual moves it into `out` after one (the engine keeps zeros). Residual-only packets
-  // still in flight add back into the engine's copy, which the next give/export pair carries.
+  // still in flight add back into the engine's copy, which the next give/export pair carries; one
+  // sent for the key between its calls carries only that copy (what the owner holds rides on the
+  // key's next call instead: later, never lost).
   void give_residual(int index, const float* in);
   void export_residual(int index, float* out);
   // Between calls: serve the socket for `duration` seconds (results, retransmissions).
