@@ -44,8 +44,8 @@ class HookStats:
 class HySyncHookState:
     __slots__ = ("worker", "residuals", "stats", "_lent")
 
-    def __init__(self, worker: HySyncWorker | None) -> None:
-        self.worker = worker  # None after unpickling, until attach()
+    def __init__(self, worker: HySyncWorker) -> None:
+        self.worker: HySyncWorker | None = worker  # None after unpickling, until attach()
         # bucket.index() -> its float32 residual, one element per bucket element. Only the
         # buckets between calls are here: a bucket's call takes its array and gives it back
         # when it ends, so no array here is ever written by the worker's thread.
@@ -98,8 +98,9 @@ class HySyncHookState:
 
     def updates_applied(self) -> float:
         """Updates the latest call applied (see HySyncWorker.updates_applied)."""
-        stats = self.attached().last_stats()
-        return 0.0 if stats is None else self.attached().updates_applied(stats)
+        worker = self.attached()
+        stats = worker.last_stats()
+        return 0.0 if stats is None else worker.updates_applied(stats)
 
 
 def bucket_key(index: int) -> tuple[str, int]:
