@@ -54,19 +54,23 @@ class HySyncWorker:
         return self.transport.needs_resync
 
     def allreduce(self, tensor: torch.Tensor, key: Hashable = "default", *,
-                  in_place: bool = False) -> torch.Tensor:
+                  in_place: bool = False, residual: np.ndarray | None = None) -> torch.Tensor:
         """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device),
         or with `in_place` the tensor itself, overwritten (see allreduce_async)."""
-        return self.allreduce_async(tensor, key, in_place=in_place).wait()
+        return self.allreduce_async(tensor, key, in_place=in_place, residual=residual).wait()
 
     def allreduce_async(self, tensor: torch.Tensor, key: Hashable = "default", *,
-                        in_place: bool = False) -> torch.futures.Future:
+                        in_place: bool = False,
+                        residual: np.ndarray | None = None) -> torch.futures.Future:
         """Start an all-reduce; the future holds the result tensor.
 
         The tensor is copied now, so the caller may reuse it at once. With `in_place` (a
         contiguous float32 CPU tensor, e.g. a DDP bucket) nothing is copied: the transport
         works on the tensor's memory and writes the result over it, so the caller must not
-        touch it until the future completes."""
+        touch it until the future completes. With `residual`, the caller owns the key's
+        residual (see Transport.allreduce): the call, on the worker's thread, adds it in and
+        writes the new one over it, so the caller must not touch it until the future
+        completes either."""
         if in_place:
             if tensor.dtype != torch.float32 or tensor.device.type != "cpu" \
                     or not tensor.is_contiguous():
@@ -82,7 +86,7 @@ class HySyncWorker:
         def run() -> None:
             try:
                 # values: our copy, or with in_place the caller's tensor
-                result = self.transport.allreduce(key, values, in_place=True)
+                result = self.transport.allreduce(key, values, in_place=True, residual=residual)
                 with self._stats_lock:
                     self._last.pop(key, None)  # keep insertion order = finishing order
                     self._last[key] = result.stats
@@ -113,11 +117,6 @@ class HySyncWorker:
         results = stats.results
         counts = results["count"][results["chunk"] == first]
         return float(counts.sum()) / self.config.members
-
-    def residual(self, key: Hashable) -> np.ndarray:
-        """A copy of the residual carried for `key`, taken between calls. Not from a
-        future's callback: those run on the worker's thread, which this waits for."""
-        return self._executor.submit(lambda: self.transport.residual(key).copy()).result()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

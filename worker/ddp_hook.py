@@ -7,13 +7,22 @@ As torch/distributed/algorithms/ddp_comm_hooks: the second parameter is named
 `bucket`, the future holds one tensor shaped like the bucket's buffer, and the
 averaged result is copied into that buffer in place. DDP still needs a process
 group (it broadcasts parameters with it); the hook replaces only the gradient
-all-reduce. Error feedback is per bucket, as PowerSGD's `error_dict`: the transport
-carries each bucket's residual into that bucket's next contribution, and
-`state.residuals()` gives them by `bucket.index()` (docs/design.md, worker/).
+all-reduce. Error feedback is per bucket and the state owns it, as PowerSGD's state
+owns `error_dict`: `state.residuals[bucket.index()]` is lent to the transport for
+that bucket's call and handed back when the call ends (docs/design.md, worker/).
+
+The state pickles, e.g. in a checkpoint with `torch.save`, between steps: the
+residuals and the stats travel, the worker (socket, transport thread) does not.
+After unpickling, attach a worker before the next step:
+
+    state = torch.load(path, weights_only=False)
+    state.attach(HySyncWorker(config, scale=2**20))
+    ddp_model.register_comm_hook(state, hysync_hook)
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
 # time and needs `bucket: dist.GradBucket` as a type, not a string.
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +32,8 @@ import torch.distributed as dist
 from worker.api import HySyncWorker
 from worker.stats import CallStats
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class HookStats:
@@ -31,27 +42,65 @@ class HookStats:
 
 
 class HySyncHookState:
-    __slots__ = ("worker", "buckets", "stats")
+    __slots__ = ("worker", "residuals", "stats", "_lent")
 
     def __init__(self, worker: HySyncWorker) -> None:
-        self.worker = worker
-        self.buckets: set[int] = set()  # bucket.index() of every bucket all-reduced
+        self.worker: HySyncWorker | None = worker  # None after unpickling, until attach()
+        # bucket.index() -> its float32 residual, one element per bucket element. Only the
+        # buckets between calls are here: a bucket's call takes its array and gives it back
+        # when it ends, so no array here is ever written by the worker's thread.
+        self.residuals: dict[int, np.ndarray] = {}
         self.stats = HookStats()
+        self._lent: set[int] = set()  # buckets whose call holds their residual
 
-    def residuals(self) -> dict[int, np.ndarray]:
-        """bucket.index() -> the float32 residual carried for it (padded to whole chunks).
+    def attach(self, worker: HySyncWorker) -> None:
+        """Give an unpickled state the worker its next steps all-reduce through."""
+        self.worker = worker
 
-        Copies taken between calls, on the worker's thread: the transport mutates the
-        live arrays while a call runs."""
-        return {index: self.worker.residual(bucket_key(index)) for index in sorted(self.buckets)}
+    def __getstate__(self) -> dict[str, object]:
+        if self._lent:
+            raise RuntimeError(f"HySyncHookState pickled while buckets {sorted(self._lent)} "
+                               "are being all-reduced: pickle it between steps (after "
+                               "backward() returns)")
+        return {"residuals": {i: r.copy() for i, r in self.residuals.items()},
+                "stats": self.stats}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.worker = None
+        self.residuals = state["residuals"]  # type: ignore[assignment]
+        self.stats = state["stats"]  # type: ignore[assignment]
+        self._lent = set()
+
+    def attached(self) -> HySyncWorker:
+        if self.worker is None:
+            raise RuntimeError("HySyncHookState has no worker (it was unpickled): call "
+                               "state.attach(HySyncWorker(...)) before the next step")
+        return self.worker
+
+    def lend(self, index: int, numel: int) -> np.ndarray:
+        """Bucket `index`'s residual for its call (zeros for a new bucket)."""
+        residual = self.residuals.pop(index, None)
+        if residual is not None and residual.size != numel:
+            # DDP rebuilds its buckets after the first step; the transport starts the key
+            # afresh too (Transport._index).
+            log.info("bucket %d changed size %d -> %d: its residual (at most the last "
+                     "quantization error in sync) is dropped", index, residual.size, numel)
+            residual = None
+        self._lent.add(index)
+        return np.zeros(numel, dtype=np.float32) if residual is None else residual
+
+    def give_back(self, index: int, residual: np.ndarray) -> None:
+        self.residuals[index] = residual
+        self._lent.discard(index)
 
     def last_stats(self) -> "CallStats | None":
-        return self.worker.last_stats()
+        return self.attached().last_stats()
 
     def updates_applied(self) -> float:
         """Updates the latest call applied (see HySyncWorker.updates_applied)."""
-        stats = self.worker.last_stats()
-        return 0.0 if stats is None else self.worker.updates_applied(stats)
+        worker = self.attached()
+        stats = worker.last_stats()
+        return 0.0 if stats is None else worker.updates_applied(stats)
 
 
 def bucket_key(index: int) -> tuple[str, int]:
@@ -61,20 +110,27 @@ def bucket_key(index: int) -> tuple[str, int]:
 def hysync_hook(state: HySyncHookState,
                 bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """All-reduce one bucket through HySync; the future holds the averaged buffer."""
+    worker = state.attached()
     buffer = bucket.buffer()
     index = bucket.index()
-    key = bucket_key(index)
-    state.buckets.add(index)
     # A CPU float32 bucket is reduced in its own memory (no copy); others (CUDA) are copied.
     in_place = buffer.device.type == "cpu" and buffer.dtype == torch.float32 \
         and buffer.is_contiguous()
-    future = state.worker.allreduce_async(buffer, key=key, in_place=in_place)
+    residual = state.lend(index, buffer.numel())
+    try:
+        future = worker.allreduce_async(buffer, key=bucket_key(index), in_place=in_place,
+                                        residual=residual)
+    except BaseException:
+        state.give_back(index, residual)
+        raise
 
     def copy_back(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        state.give_back(index, residual)  # the call has ended, failed or not
+        result = fut.value()  # a failed call raises here
         if not in_place:
-            buffer.copy_(fut.value())
+            buffer.copy_(result)
         state.stats.calls += 1
-        state.stats.needs_resync = state.worker.needs_resync
+        state.stats.needs_resync = worker.needs_resync
         return buffer
 
     return future.then(copy_back)

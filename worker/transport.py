@@ -122,12 +122,25 @@ class Transport:
         return self._engine.bad_datagrams
 
     # ------------------------------------------------------------ the call
-    def allreduce(self, key: Hashable, values: np.ndarray, *, in_place: bool = False) -> CallResult:
+    def allreduce(self, key: Hashable, values: np.ndarray, *, in_place: bool = False,
+                  residual: np.ndarray | None = None) -> CallResult:
         """Contribute `values` under `key`; return what was applied for it: float32 per
         element, the sum of `sum / count` of every result applied for the key's chunks
         since its last call, divided by the quantizer's scale. With `in_place`, `values`
-        (float32, contiguous) receives the output: no copy of a large tensor."""
+        (float32, contiguous) receives the output: no copy of a large tensor.
+
+        With `residual` (float32, contiguous, one element per value) the caller owns the key's
+        residual between calls: it is added into the engine's before the call and what the
+        call leaves is moved back into it, even when the call fails (the engine keeps zeros,
+        plus whatever residual-only packets still in flight return later, carried next time)."""
         values = np.asarray(values)
+        if residual is not None and (residual.dtype != np.float32 or residual.ndim != 1
+                                     or residual.size != values.size
+                                     or not residual.flags.c_contiguous
+                                     or not residual.flags.writeable):
+            raise ValueError(f"allreduce(residual=...) needs a writable contiguous 1-d float32 "
+                             f"array of {values.size} elements (one per value), got a "
+                             f"{residual.dtype} one of shape {residual.shape}")
         if in_place:
             if values.dtype != np.float32 or not values.flags.c_contiguous \
                     or not values.flags.writeable:
@@ -144,7 +157,13 @@ class Transport:
         start = time.monotonic()
         self._busy = True
         try:
-            done = self._engine.allreduce(index, out)
+            if residual is not None:
+                self._engine.give_residual(index, residual)
+            try:
+                done = self._engine.allreduce(index, out)
+            finally:
+                if residual is not None:
+                    self._engine.export_residual(index, residual)
         finally:
             self._busy = False
             self._emit_logs()

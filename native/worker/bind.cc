@@ -149,6 +149,16 @@ void bind(nb::module_& m) {
                throw std::invalid_argument("take: out does not match the key's size");
              e.take(k, out.data());
            }, "index"_a, "out"_a)
+      .def("give_residual", [](Engine& e, int k, Floats values) {
+             if (int64_t(values.shape(0)) != e.key(checked_key(e, k)).numel)
+               throw std::invalid_argument("give_residual: values do not match the key's size");
+             e.give_residual(k, values.data());
+           }, "index"_a, "values"_a, "Add values (float32, the key's size) into its residual.")
+      .def("export_residual", [](Engine& e, int k, Floats out) {
+             if (int64_t(out.shape(0)) != e.key(checked_key(e, k)).numel)
+               throw std::invalid_argument("export_residual: out does not match the key's size");
+             e.export_residual(k, out.data());
+           }, "index"_a, "out"_a, "Move the key's residual into out (float32, the key's size).")
       .def("poll", [](Engine& e, double duration) {
              hysync::worker::CallStatus status;
              {

@@ -85,6 +85,19 @@ double monotonic_now() {
 
 int32_t Flight::lane(std::size_t j) const { return int32_t(load_be32(&data[H + 4 * j])); }
 
+// The padding lanes past numel hold zeros by construction (zeros are quantized there), so only
+// numel floats cross.
+void Engine::give_residual(int index, const float* in) {
+  Key& reg = key(index);
+  for (int64_t j = 0; j < reg.numel; ++j) reg.residual[std::size_t(j)] += in[j];
+}
+
+void Engine::export_residual(int index, float* out) {
+  Key& reg = key(index);
+  std::copy(reg.residual.begin(), reg.residual.begin() + reg.numel, out);
+  std::fill(reg.residual.begin(), reg.residual.begin() + reg.numel, 0.0f);
+}
+
 // ------------------------------------------------------------------ the call
 struct Engine::Call {
   int key;

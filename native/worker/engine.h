@@ -109,6 +109,14 @@ class Engine {
   void set_interrupt_check(std::function<bool()> check) { interrupted_ = std::move(check); }
   // What was applied for a key since its last call, into out (numel floats); zeroes it.
   void take(int index, float* out);
+  // For a caller that owns a key's residual between its calls (worker/ddp_hook.py's state, which
+  // pickles it): give_residual adds `in` (numel floats) into the key's residual before a call,
+  // export_residual moves it into `out` after one (the engine keeps zeros). Residual-only packets
+  // still in flight add back into the engine's copy, which the next give/export pair carries; one
+  // sent for the key between its calls carries only that copy (what the owner holds rides on the
+  // key's next call instead: later, never lost).
+  void give_residual(int index, const float* in);
+  void export_residual(int index, float* out);
   // Between calls: serve the socket for `duration` seconds (results, retransmissions).
   CallStatus poll(double duration);
   // The steps of allreduce, for a driver that feeds datagrams itself (the fuzz target): start

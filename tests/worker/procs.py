@@ -184,7 +184,7 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
         state = HySyncHookState(hw)
         gloo = train(hook=False)
         hysync = train(hook=True)
-        residuals = state.residuals()
+        residuals = state.residuals
         out.put((rank, "result", {"gloo": gloo, "hysync": hysync,
                                   "needs_resync": hw.needs_resync,
                                   "buckets": sorted(residuals),

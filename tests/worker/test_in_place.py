@@ -30,7 +30,7 @@ def test_the_output_replaces_the_tensor_and_the_residual_is_the_quantization_err
         assert out is work
         assert torch.abs(work - grad).max() <= 0.5 / SCALE + 1e-7
         # error feedback: what was sent plus what is kept is exactly the gradient
-        kept = torch.from_numpy(hw.residual("k")[:1000].copy()).reshape(10, 100)
+        kept = torch.from_numpy(hw.transport.residual("k")[:1000].copy()).reshape(10, 100)
         torch.testing.assert_close(work + kept, grad, atol=1e-7, rtol=0)
         copied = hw.allreduce(grad, key="k")  # the default copies: grad is left alone
         assert copied is not grad and torch.equal(grad, torch.linspace(-3, 3, 1000)
