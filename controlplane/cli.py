@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from controlplane.controller import Controller
+from controlplane.device_config import TARGETS
 from controlplane.errors import ControlPlaneError
 from controlplane.installed import InstalledJob
 from controlplane.job import JobConfig
@@ -130,8 +131,11 @@ Handler = Callable[[argparse.Namespace, _Out], None]
 def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
     """Install the HySync pipeline on the switch (clears every entry and register).
 
-    --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb); --device-config is
-    the compiled program for BMv2 or a Tofino (not needed by the softswitch).
+    --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb, or
+    p4src/tna/hysync.p4info.txtpb for Tofino); --device-config is the compiled program
+    (not needed by the softswitch): the BMv2 JSON, or with --target tofino the .conf
+    file p4c-barefoot writes (build/tna/tofino/hysync.conf), packed into Stratum's
+    BfPipelineConfig.
     """
     p4info, device_config = args.p4info, args.device_config
     if args.config:
@@ -141,7 +145,7 @@ def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
         raise UsageError("pipeline push needs --p4info FILE (or --config P4INFO[,DEVICE_CONFIG])")
     schema = Schema.from_file(p4info)  # a bad file is refused before anything is sent
     with _connect(args) as switch:
-        switch.push_pipeline(schema, device_config)
+        switch.push_pipeline(schema, device_config, target=args.target)
     out.emit({"grpc_addr": args.grpc_addr, "p4info": str(p4info),
               "tables": len(schema.tables), "counters": len(schema.counters)},
              f"pipeline pushed to {args.grpc_addr}: {p4info} ({len(schema.tables)} tables, "
@@ -437,7 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline = group("pipeline", "the switch's forwarding pipeline")
     p = command(pipeline, "push", cmd_pipeline_push)
     p.add_argument("--p4info", metavar="FILE", help="text P4Info file")
-    p.add_argument("--device-config", metavar="FILE", help="BMv2 JSON / Tofino binary")
+    p.add_argument("--device-config", metavar="FILE",
+                   help="BMv2 JSON, or with --target tofino p4c-barefoot's .conf file")
+    p.add_argument("--target", choices=TARGETS, default="bmv2",
+                   help="how to pack --device-config (default bmv2: as it is)")
     p.add_argument("--config", metavar="P4INFO[,DEVICE_CONFIG]",
                    help="p4runtime-shell's form of the two options above")
 

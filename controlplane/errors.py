@@ -38,6 +38,10 @@ class ValidationError(ControlPlaneError, ValueError):
     """A request (slot range, quorum, worker id) outside what the job allows."""
 
 
+class DeviceConfigError(ControlPlaneError):
+    """The device config (BMv2 JSON, Tofino compiler output) cannot be read or packed."""
+
+
 class SwitchUnreachableError(ControlPlaneError, ConnectionError):
     """The gRPC channel to the switch could not be opened, or the switch went away."""
 

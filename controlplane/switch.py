@@ -28,9 +28,11 @@ from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
 from controlplane import entities as ent
+from controlplane.device_config import read_device_config
 from controlplane.errors import (
     ControlPlaneError,
     DeadlineExceededError,
+    DeviceConfigError,
     NoPipelineError,
     NotPrimaryError,
     P4RuntimeError,
@@ -44,10 +46,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
 ElectionId = tuple[int, int]  # (high, low), as p4runtime-shell
-
-
-class DeviceConfigError(ControlPlaneError):
-    """The device config file (e.g. BMv2 JSON) cannot be read."""
 
 
 def wait_for_server(grpc_addr: str, timeout: float = 30.0,
@@ -221,20 +219,15 @@ class Switch:
         return Schema(reply.config.p4info), reply.config.cookie.cookie
 
     def push_pipeline(self, p4info: str | Path | Schema,
-                      device_config_path: str | Path | None = None) -> Schema:
+                      device_config_path: str | Path | None = None, *,
+                      target: str = "bmv2") -> Schema:
         """Install a pipeline (VERIFY_AND_COMMIT): the P4Info (a text file, or its Schema)
-        and, for BMv2 or a Tofino, the compiled device config. The switch clears every
-        entry and register."""
+        and, for BMv2 or a Tofino (`target`), the compiler output it packs into the device
+        config (controlplane/device_config.py). The switch clears every entry and register."""
         schema = p4info if isinstance(p4info, Schema) else Schema.from_file(p4info)
         device_config = b""
         if device_config_path is not None:
-            try:
-                device_config = Path(device_config_path).read_bytes()
-            except OSError as err:
-                raise DeviceConfigError(
-                    f"cannot read the device config {device_config_path}: "
-                    f"{err.strerror or err}; pass the BMv2 JSON that `make p4` writes "
-                    "(build/p4/hysync.json), or leave it out for the softswitch") from err
+            device_config = read_device_config(device_config_path, target)
         request = p4r.SetForwardingPipelineConfigRequest(
             device_id=self.device_id, election_id=self._election(),
             action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)

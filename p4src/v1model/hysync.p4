@@ -14,8 +14,8 @@
 #include "../shared/headers.p4"
 
 #include "include/parser.p4"
-#include "include/control/admission.p4"
-#include "include/control/sync_mode.p4"
+#include "../shared/control/admission.p4"
+#include "../shared/control/sync_mode.p4"
 #include "include/control/aggregation.p4"
 #include "include/control/replies.p4"
 #include "include/control/forwarding.p4"

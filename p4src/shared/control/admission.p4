@@ -1,5 +1,6 @@
 // Admission (protocol.md §4 steps 5-7): only members of a configured job, on the job's
-// own slots, reach the aggregation state.
+// own slots, reach the aggregation state. Tables and metadata only, no extern: shared by
+// v1model and TNA as it stands.
 
 #ifndef __HYSYNC_ADMISSION__
 #define __HYSYNC_ADMISSION__

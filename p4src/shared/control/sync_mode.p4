@@ -1,6 +1,7 @@
 // SyncMode (protocol.md §4 step 8): the mode and quorum the controller wants for a
 // slot range of a job. Aggregation latches them into the slot's registers only when a
 // round starts, so a hot swap (one entry modify) never changes a round under way.
+// A table and metadata only: shared by v1model and TNA.
 
 #ifndef __HYSYNC_SYNC_MODE__
 #define __HYSYNC_SYNC_MODE__

@@ -1,0 +1,138 @@
+// HySync for Tofino 1 (TNA) and Tofino 2 (T2NA): in-network gradient aggregation whose
+// synchronization mode (sync, partial(q), async) the controller hot-swaps per slot range.
+//
+// The same wire protocol (docs/protocol.md) and the same P4Info names as
+// p4src/v1model/hysync.p4, so one control plane drives BMv2, the softswitch and Tofino.
+// docs/tofino.md explains the layout over the stages and every difference from v1model:
+// the slot state is split into registers of one stateful-ALU access each, two lanes share
+// a 64-bit register, and a close takes a second pass through the recirculation port.
+//
+// Compile (make p4-tofino):
+//   p4c-barefoot --target tofino  --arch tna  p4src/tna/hysync.p4
+//   p4c-barefoot --target tofino2 --arch t2na p4src/tna/hysync.p4
+
+#include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
+#include <tna.p4>
+#endif
+
+#include "../shared/defines.p4"
+#include "../shared/sizes.p4"
+#include "../shared/headers.p4"
+#include "include/defines.p4"
+
+#include "include/parser.p4"
+#include "../shared/control/admission.p4"
+#include "../shared/control/sync_mode.p4"
+#include "include/control/slot_registers.p4"
+#include "include/control/lanes.p4"
+#include "include/control/aggregation.p4"
+#include "include/control/replies.p4"
+#include "include/control/forwarding.p4"
+#include "include/control/stats.p4"
+#include "include/control/replication.p4"
+
+control HySyncIngress(inout headers_t hdr,
+                      inout ingress_metadata_t meta,
+                      in ingress_intrinsic_metadata_t ig_intr_md,
+                      in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                      inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                      inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    Admission() admission;
+    SyncMode() sync_mode;
+    Aggregation() aggregation;
+    Replies() replies;
+    Forwarding() forwarding;
+    Stats() stats;
+
+    @hidden action drop(drop_reason_t reason) {
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = reason;
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    // Every packet that goes on to egress carries the bridge header (parser.p4).
+    @hidden action bridge_to_egress() {
+        meta.bridge.setValid();
+        meta.bridge.pass = pass_t.EGRESS;
+        meta.bridge.ingress_port = ig_intr_md.ingress_port;
+        meta.bridge.flooded = (bit<1>) meta.hs.flooded;
+        meta.bridge.switch_packet = (bit<1>) hdr.hysync.isValid();
+    }
+
+    apply {
+        meta.hs.count_drop = false;
+        meta.hs.flooded = false;
+        meta.hs.verdict = verdict_t.NONE;
+        meta.hs.member_counter = member_counter_t.NONE;
+
+        if (meta.bridge.isValid()) {
+            // Second pass of a close or a Tofino 1 resend: no admission, nothing counted.
+            aggregation.apply(hdr, meta);
+            replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        } else if (ig_prsr_md.parser_err != 0) {
+            // 1. Truncated: changes no state, counted.
+            drop(DROP_MALFORMED);
+        } else if (!hdr.hysync.isValid()) {
+            // §7. Not HySync: L2.
+            forwarding.apply(hdr, meta, ig_tm_md);
+        } else if (hdr.hysync.version != HYSYNC_VERSION) {
+            drop(DROP_BAD_VERSION);                                 // 2.
+        } else if (hdr.hysync.op != OP_CONTRIB) {
+            drop(DROP_BAD_OP);                                      // 3.
+        } else if (hdr.ipv4.total_len != CONTRIB_IPV4_LEN
+                   || hdr.udp.length != CONTRIB_UDP_LEN) {
+            // 4. Tofino's ingress does not know the frame length: bytes after the IPv4
+            // packet are not caught here (docs/tofino.md).
+            drop(DROP_BAD_LENGTH);
+        } else {
+            // 5-7. A member of a configured job, on one of the job's slots.
+            admission.apply(hdr, meta.hs);
+            if (!meta.hs.admitted) {
+                ig_dprsr_md.drop_ctl = 1;
+            } else {
+                // 8. The mode the controller wants for this slot now.
+                sync_mode.apply(hdr, meta.hs);
+                // 8-10. Latch, classify, count; accumulate or read the lanes.
+                aggregation.apply(hdr, meta);
+                // The RESULT / RESYNC / ACK the verdict calls for, or a second pass.
+                replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+            }
+        }
+
+        // A packet leaving for egress (not recirculated, not dropped) takes the bridge.
+        if (ig_tm_md.bypass_egress == 0) {
+            bridge_to_egress();
+        }
+
+        // §8. Count what the controls above decided to count (first passes only).
+        stats.apply(hdr, meta.hs);
+    }
+}
+
+control HySyncEgress(inout headers_t hdr,
+                     inout egress_metadata_t meta,
+                     in egress_intrinsic_metadata_t eg_intr_md,
+                     in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                     inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+
+    Replication() replication;
+
+    apply {
+        // §6-7. Address each replica of a RESULT, count RESULTs, prune L2 floods.
+        replication.apply(hdr, meta, eg_intr_md, eg_dprsr_md);
+    }
+}
+
+Pipeline(HySyncIngressParser(),
+         HySyncIngress(),
+         HySyncIngressDeparser(),
+         HySyncEgressParser(),
+         HySyncEgress(),
+         HySyncEgressDeparser()) pipe;
+
+Switch(pipe) main;

@@ -1,0 +1,257 @@
+// Aggregation on Tofino (protocol.md §3, §4 steps 8-10): the same state machine as
+// p4src/v1model/include/control/aggregation.p4, laid out over the stages so that every
+// register is touched once per pass (slot_registers.p4). The plan, in pipeline order:
+//
+//   first pass of a contribution
+//     1. Round         cur = round[s]; open (r == cur) or prev (r == cur - 1)
+//     2. ModeLatch     latch mode/quorum if this contribution opens the round, else read
+//        ChunkLatch    the same for the chunk
+//     3. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
+//     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
+//     5. Lanes         write / add / read the bank of the round
+//     6. verdict       what Replies sends; a close or a Tofino 1 resend recirculates
+//   second pass (recirculated close or resend)
+//     1. Round         advance round[s] (close)     ResultHeader  store res_* (close)
+//     5. Lanes         Tofino 1: read the even lanes
+//
+// Where the outcome differs from v1model's one action, docs/tofino.md says how and why.
+
+#ifndef __HYSYNC_TNA_AGGREGATION__
+#define __HYSYNC_TNA_AGGREGATION__
+
+control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    Round() round;
+    ModeLatch() mode;
+    ChunkLatch() chunk;
+    Bitmap() bitmap;
+    MemberSeq() member_seq;
+    Count() count;
+    ResultHeader() result;
+    Lanes() lanes;
+
+    // w's bit. Tofino has no shift by a variable amount: one row per worker id.
+    @hidden action set_me(bitmap_t me) {
+        meta.tf.me = me;
+    }
+
+    @hidden table worker_bit {
+        key = {
+            hdr.hysync.worker_id : exact;
+        }
+        actions = {
+            set_me;
+        }
+        const entries = {
+#define WORKER_BIT(w) w : set_me(32w1 << w);
+            FOR_EACH_PAIR(WORKER_BIT)
+#undef WORKER_BIT
+        }
+        size = MAX_WORKERS;
+    }
+
+    @hidden action prepare() {
+        meta.tf.slot = hdr.hysync.slot[12:0];
+        meta.tf.member = hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0];
+        meta.tf.r_plus_1 = hdr.hysync.round + 1;
+        meta.tf.desired = LATCHED | (bit<32>) (meta.hs.desired_mode ++ meta.hs.desired_quorum);
+        meta.tf.lane_op = tna_lane_op_t.NONE;
+        meta.tf.result_op = result_op_t.NONE;
+        meta.tf.recirculate = false;
+    }
+
+    // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
+    // min(quorum, n), re-evaluated on every packet.
+    @hidden action set_quorum(quorum_t qr) {
+        meta.tf.q = meta.hs.members;
+        meta.hs.out_quorum = qr;
+    }
+
+    @hidden action use_quorum(quorum_t qr) {
+        meta.tf.q = qr;
+        meta.hs.out_quorum = qr;
+    }
+
+    // The RESULT or RESYNC header fields (meta.hs.out_*) and what Stats counts.
+    @hidden action verdict(verdict_t v, member_counter_t counter) {
+        meta.hs.verdict = v;
+        meta.hs.count_drop = false;
+        meta.hs.member_counter = counter;
+    }
+
+    // A verdict that is also a drop by reason (the packet may still be answered).
+    @hidden action drop_verdict(verdict_t v, drop_reason_t reason, member_counter_t counter) {
+        meta.hs.verdict = v;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = reason;
+        meta.hs.member_counter = counter;
+    }
+
+    @hidden action resync_header(reason_t reason) {
+        meta.hs.out_reason = reason;
+        meta.hs.out_round = meta.tf.cur;
+        meta.hs.out_chunk = meta.tf.stored_chunk;
+        meta.hs.out_bitmap = 0;
+        meta.hs.out_count = 0;
+    }
+
+    apply {
+        bit<8> latched_mode;
+        quorum_t latched_quorum;
+        bool second_pass = meta.bridge.isValid();
+
+        // ---- 1. indexes, the open round (a second pass advances it instead)
+        worker_bit.apply();
+        prepare();
+        round.apply(hdr, meta.tf, second_pass && meta.bridge.pass == pass_t.CLOSE);
+        if (second_pass) {
+            // The HySync header is already the RESULT; its round names the bank.
+            meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
+            if (meta.bridge.pass == pass_t.CLOSE) {
+                meta.tf.result_op = result_op_t.WRITE;
+            }
+#if __TARGET_TOFINO__ != 2
+            meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
+#endif
+        } else {
+            meta.tf.open = hdr.hysync.round == meta.tf.cur;
+            meta.tf.prev = meta.tf.r_plus_1 == meta.tf.cur;
+            meta.tf.desired_async = meta.hs.desired_mode == MODE_ASYNC;
+
+            // ---- 2. the latched mode (a contribution that opens the round latches it)
+            mode.apply(hdr, meta.tf);
+            chunk.apply(hdr, meta.tf);
+            meta.tf.fresh = false;
+            meta.tf.async_path = false;
+            if (meta.tf.latched == 0) {
+                latched_mode = meta.hs.desired_mode;
+                latched_quorum = meta.hs.desired_quorum;
+                if (meta.tf.desired_async) {
+                    meta.tf.async_path = true;
+                } else if (meta.tf.open) {
+                    meta.tf.fresh = true;
+                }
+            } else {
+                latched_mode = meta.tf.latched[15:8];
+                latched_quorum = meta.tf.latched[7:0];
+            }
+            meta.hs.out_mode = latched_mode;
+            meta.tf.open_sync = meta.tf.open && !meta.tf.async_path;
+            if (latched_quorum == 0 || latched_quorum > meta.hs.members) {
+                set_quorum(latched_quorum);
+            } else {
+                use_quorum(latched_quorum);
+            }
+            meta.tf.q_minus_1 = (int<32>) (bit<32>) (meta.tf.q - 1);
+
+            // ---- 3-4. contributors, member sequence, count and the close guard
+            bitmap.apply(hdr, meta.tf);
+            member_seq.apply(hdr, meta.tf);
+            count.apply(hdr, meta.tf);
+
+            // ---- 6. the verdict (protocol.md §4 steps 9-10), before the lanes need it
+            meta.hs.out_round = meta.tf.cur;
+            meta.hs.out_chunk = hdr.hysync.chunk;
+            meta.hs.out_reason = RESYNC_NONE;
+            meta.tf.bank_cell = meta.tf.slot ++ meta.tf.cur[0:0];
+            if (meta.tf.async_path) {
+                if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+                    // A retransmission of a counted contribution.
+                    drop_verdict(verdict_t.ACK, DROP_DUPLICATE, member_counter_t.DUPLICATES);
+                    meta.hs.out_round = hdr.hysync.round;
+                    meta.hs.out_count = 0;
+                    meta.hs.out_bitmap = 0;
+                } else {
+                    // A round of its own: the result is the contribution's own lanes. The round
+                    // register does not move in async (docs/tofino.md).
+                    verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
+                    meta.hs.out_count = 1;
+                    meta.hs.out_bitmap = meta.tf.me;
+                }
+            } else if (meta.tf.open_sync) {
+                if (!meta.tf.fresh && meta.tf.stored_chunk != hdr.hysync.chunk) {
+                    drop_verdict(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH, member_counter_t.NONE);
+                    resync_header(RESYNC_CHUNK_MISMATCH);
+                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                } else if (meta.tf.fresh) {
+                    // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
+                    meta.tf.lane_op = tna_lane_op_t.WRITE;
+                    meta.hs.out_count = 1;
+                    meta.hs.out_bitmap = meta.tf.me;
+                    if (meta.tf.q_minus_1 == 0) {
+                        verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
+                    } else {
+                        verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
+                    }
+                } else if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+                    // Counted before: a duplicate, unless the quorum shrank under the round
+                    // (an exclusion) and this retransmission closes it with the lanes it holds.
+                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    if (meta.tf.stored_count > meta.tf.q_minus_1) {
+                        drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE, member_counter_t.DUPLICATES);
+                        meta.tf.lane_op = tna_lane_op_t.READ;
+                    } else {
+                        drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE, member_counter_t.DUPLICATES);
+                    }
+                } else if (meta.tf.stored_count < 0) {
+                    // The round's close is under way (between its two passes): refused without
+                    // a reply; the retransmission will be answered with the stored result.
+                    drop_verdict(verdict_t.NONE, DROP_STALE, member_counter_t.LATE);
+                } else {
+                    meta.tf.lane_op = tna_lane_op_t.ADD;
+                    meta.hs.out_count = (count_t) meta.tf.stored_count[7:0] + 1;
+                    meta.hs.out_bitmap = meta.tf.stored_bits | meta.tf.me;
+                    if (meta.tf.stored_count >= meta.tf.q_minus_1) {
+                        verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
+                    } else {
+                        verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
+                    }
+                }
+            } else if (meta.tf.prev) {
+                // The round that closed last: its stored header and lanes, to the sender alone.
+                verdict(verdict_t.RESEND, member_counter_t.NONE);
+                meta.tf.result_op = result_op_t.READ;
+                meta.tf.lane_op = tna_lane_op_t.READ;
+                meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
+                meta.hs.out_round = hdr.hysync.round;
+            } else {
+                // Older, or ahead of the switch.
+                drop_verdict(verdict_t.STALE, DROP_STALE, member_counter_t.STALE);
+                if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+                    resync_header(RESYNC_STALE_COUNTED);   // counted, but its result is gone
+                } else {
+                    resync_header(RESYNC_STALE_ROUND);
+                }
+                if (meta.tf.latched != 0) {
+                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                }
+            }
+#if __TARGET_TOFINO__ == 2
+            meta.tf.recirculate = meta.hs.verdict == verdict_t.CLOSE && !meta.tf.async_path;
+#else
+            meta.tf.recirculate = (meta.hs.verdict == verdict_t.CLOSE && !meta.tf.async_path)
+                                  || meta.hs.verdict == verdict_t.RESEND;
+#endif
+        }
+
+        // The stored header of a resent round is read in the resend's first pass and
+        // written by a close's second pass, with the round's advance.
+        result.apply(hdr, meta.tf);
+        if (meta.hs.verdict == verdict_t.RESEND) {
+            bitmap_t mine = hdr.hysync.bitmap & meta.tf.me;
+            if (mine == 0) {
+                meta.hs.member_counter = member_counter_t.LATE;
+            } else {
+                meta.hs.member_counter = member_counter_t.DUPLICATES;
+            }
+        }
+
+        // ---- 5. the lanes
+        lanes.apply(hdr, meta.tf);
+    }
+}
+
+#endif  // __HYSYNC_TNA_AGGREGATION__

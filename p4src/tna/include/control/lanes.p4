@@ -1,0 +1,126 @@
+// Lanes (protocol.md §3): two banks per slot, selected by round parity, as on v1model; on
+// Tofino two lanes share one 64-bit register (SwitchML's pairing), so 64 lanes take 32
+// stateful ALUs: 8 stages of 4 on either chip.
+//
+// This is the one control that differs between the chips. A Tofino 2 stateful ALU returns
+// both halves of the pair; a Tofino 1 ALU returns one 32-bit word, so the first pass of a
+// close (or resend) returns the odd lanes and the second pass, which the close needs
+// anyway to advance the round, reads the even lanes (docs/tofino.md, "Differences").
+
+#ifndef __HYSYNC_TNA_LANES__
+#define __HYSYNC_TNA_LANES__
+
+control LanePair(inout bit<32> even, inout bit<32> odd,
+                 in bank_index_t cell, in tna_lane_op_t op) {
+    Register<lane_pair_t, bank_index_t>(LANE_BANK_CELLS) banks;
+
+    // The first contribution of a round writes the bank: there is no clearing pass.
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) write_register_action = {
+        void apply(inout lane_pair_t value) {
+            value.even = even;
+            value.odd = odd;
+        }
+    };
+
+    action write_action() {
+        write_register_action.execute(cell);
+    }
+
+#if __TARGET_TOFINO__ == 2
+    // Sums wrap mod 2^32, as the workers expect.
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) add_register_action = {
+        void apply(inout lane_pair_t value, out bit<32> sum_even, out bit<32> sum_odd) {
+            value.even = value.even + even;
+            value.odd = value.odd + odd;
+            sum_even = value.even;
+            sum_odd = value.odd;
+        }
+    };
+
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) read_register_action = {
+        void apply(inout lane_pair_t value, out bit<32> stored_even, out bit<32> stored_odd) {
+            stored_even = value.even;
+            stored_odd = value.odd;
+        }
+    };
+
+    action add_action() {
+        even = add_register_action.execute(cell, odd);
+    }
+
+    action read_action() {
+        even = read_register_action.execute(cell, odd);
+    }
+
+    apply {
+        if (op == tna_lane_op_t.WRITE) {
+            write_action();
+        } else if (op == tna_lane_op_t.ADD) {
+            add_action();
+        } else if (op == tna_lane_op_t.READ) {
+            read_action();
+        }
+    }
+#else
+    // One output word: the sum of the odd lane now, the even one in the second pass.
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) add_register_action = {
+        void apply(inout lane_pair_t value, out bit<32> sum_odd) {
+            value.even = value.even + even;
+            value.odd = value.odd + odd;
+            sum_odd = value.odd;
+        }
+    };
+
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) read_odd_register_action = {
+        void apply(inout lane_pair_t value, out bit<32> stored_odd) {
+            stored_odd = value.odd;
+        }
+    };
+
+    RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) read_even_register_action = {
+        void apply(inout lane_pair_t value, out bit<32> stored_even) {
+            stored_even = value.even;
+        }
+    };
+
+    action add_action() {
+        odd = add_register_action.execute(cell);
+    }
+
+    action read_odd_action() {
+        odd = read_odd_register_action.execute(cell);
+    }
+
+    action read_even_action() {
+        even = read_even_register_action.execute(cell);
+    }
+
+    apply {
+        if (op == tna_lane_op_t.WRITE) {
+            write_action();
+        } else if (op == tna_lane_op_t.ADD) {
+            add_action();
+        } else if (op == tna_lane_op_t.READ) {
+            read_odd_action();
+        } else if (op == tna_lane_op_t.READ_EVEN) {
+            read_even_action();
+        }
+    }
+#endif
+}
+
+// All 32 pairs, instantiated and applied from the one list of lane indices.
+control Lanes(inout headers_t hdr, in tna_metadata_t tf) {
+#define PAIR_INSTANCE(i) LanePair() pair_##i;
+    FOR_EACH_PAIR(PAIR_INSTANCE)
+#undef PAIR_INSTANCE
+
+#define PAIR_APPLY(i) pair_##i.apply(hdr.lanes[2 * i].value, hdr.lanes[2 * i + 1].value, \
+                                     tf.bank_cell, tf.lane_op);
+    apply {
+        FOR_EACH_PAIR(PAIR_APPLY)
+    }
+#undef PAIR_APPLY
+}
+
+#endif  // __HYSYNC_TNA_LANES__

@@ -1,0 +1,132 @@
+// Replies on Tofino (protocol.md §4 "Replies", §5, §6): the packet the verdict calls for,
+// as on v1model; on Tofino a close (and on Tofino 1 a resend) first takes its second pass
+// through the pipe's recirculation port, and the second pass sends it on.
+//
+//   CLOSE            RESULT, to the job's group (after the second pass, async excepted)
+//   RESEND           RESULT with flag RESEND, back to the sender
+//   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
+//   STALE
+//   ACK              ACK, back to the sender, header only
+//   anything else    absorbed or dropped: nothing goes out
+
+#ifndef __HYSYNC_TNA_REPLIES__
+#define __HYSYNC_TNA_REPLIES__
+
+control Replies(inout headers_t hdr,
+                inout ingress_metadata_t meta,
+                in ingress_intrinsic_metadata_t ig_intr_md,
+                inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    // §5: version, job_id, worker_id and slot stay those of the contribution. A resend's
+    // count, bitmap, chunk, mode and quorum are already in the header (ResultHeader).
+    @hidden action write_hysync(op_t op, flags_t flags) {
+        hdr.hysync.op = op;
+        hdr.hysync.flags = flags;
+        hdr.hysync.reason = meta.hs.out_reason;
+        hdr.hysync.round = meta.hs.out_round;
+    }
+
+    @hidden action write_state() {
+        hdr.hysync.mode = meta.hs.out_mode;
+        hdr.hysync.quorum = meta.hs.out_quorum;
+        hdr.hysync.count = meta.hs.out_count;
+        hdr.hysync.chunk = meta.hs.out_chunk;
+        hdr.hysync.bitmap = meta.hs.out_bitmap;
+    }
+
+#define INVALIDATE_LANE(i) hdr.lanes[i].setInvalid();
+    // RESYNC and ACK are the 24-byte header alone.
+    @hidden action strip_lanes() {
+        FOR_EACH_LANE(INVALIDATE_LANE)
+        hdr.ipv4.total_len = REPLY_IPV4_LEN;
+        hdr.udp.length = REPLY_UDP_LEN;
+    }
+#undef INVALIDATE_LANE
+
+    // Back out of the port the contribution came in on, addresses swapped (§4 Replies).
+    @hidden action to_sender(PortId_t port) {
+        mac_addr_t mac = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        ipv4_addr_t addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = addr;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = HYSYNC_UDP_PORT;
+        hdr.udp.checksum = 0;
+        ig_tm_md.ucast_egress_port = port;
+    }
+
+    // To every active member (§6): sources become the switch's address; egress rewrites
+    // each replica's destination. A job without a group (0) sends no result.
+    @hidden action to_group(mcast_group_t group) {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        hdr.udp.src_port = HYSYNC_UDP_PORT;
+        hdr.udp.checksum = 0;
+        ig_tm_md.mcast_grp_a = group;
+    }
+
+    // Into the second pass through this pipe's recirculation port; egress is bypassed and
+    // the bridge header tells the second pass what to do.
+    @hidden action recirculate(pass_t pass) {
+        meta.bridge.setValid();
+        meta.bridge.pass = pass;
+        meta.bridge.ingress_port = ig_intr_md.ingress_port;
+        meta.bridge.mcast_grp = meta.hs.mcast_grp;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    @hidden action drop() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    apply {
+        if (meta.bridge.isValid()) {
+            // Second pass: the RESULT is complete; send it on as the first pass would have.
+            if (meta.bridge.pass == pass_t.CLOSE) {
+                to_group(meta.bridge.mcast_grp);
+                if (meta.bridge.mcast_grp == 0) {
+                    drop();
+                }
+            } else {
+                to_sender(meta.bridge.ingress_port);
+            }
+        } else if (meta.hs.verdict == verdict_t.CLOSE) {
+            write_hysync(OP_RESULT, 0);
+            write_state();
+            if (meta.tf.recirculate) {
+                recirculate(pass_t.CLOSE);
+            } else {
+                to_group(meta.hs.mcast_grp);
+                if (meta.hs.mcast_grp == 0) {
+                    drop();
+                }
+            }
+        } else if (meta.hs.verdict == verdict_t.RESEND) {
+            write_hysync(OP_RESULT, FLAG_RESEND);
+            if (meta.tf.recirculate) {
+                recirculate(pass_t.RESEND);
+            } else {
+                to_sender(ig_intr_md.ingress_port);
+            }
+        } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
+                   || meta.hs.verdict == verdict_t.STALE) {
+            write_hysync(OP_RESYNC, 0);
+            write_state();
+            strip_lanes();
+            to_sender(ig_intr_md.ingress_port);
+        } else if (meta.hs.verdict == verdict_t.ACK) {
+            write_hysync(OP_ACK, 0);
+            write_state();
+            strip_lanes();
+            to_sender(ig_intr_md.ingress_port);
+        } else {
+            drop();
+        }
+    }
+}
+
+#endif  // __HYSYNC_TNA_REPLIES__

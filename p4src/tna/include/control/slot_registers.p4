@@ -1,0 +1,357 @@
+// The per-slot registers of protocol.md §3 on Tofino: one control per register, each
+// register touched by one RegisterAction per pass, each RegisterAction within one
+// stateful ALU (Tofino 1: two comparisons, two updates per 32-bit half, one 32-bit
+// output). v1model's slot_update_action reads and writes all of them in one action; here
+// the decision is spread over the stages in order (docs/tofino.md, "Stages"):
+//
+//   Round        round[s]                       pass 1: read      pass 2: advance
+//   ModeLatch    {round tag, packed mode}       latch when a round opens, else read
+//   ChunkLatch   {round tag, chunk}             latch when a round opens, else read
+//   Bitmap       bitmap[s]                      start / join / read
+//   MemberSeq    member_seq[s*32+w] (seq + 1)   swap (counted) / read
+//   Count        count[s], bit 31 = closing     start / join / duplicate / read
+//   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write (close)
+//
+// A latch is tagged with the round it belongs to instead of being cleared when the round
+// closes: the round that opens next finds a stale tag, so nothing has to be reset.
+
+#ifndef __HYSYNC_TNA_SLOT_REGISTERS__
+#define __HYSYNC_TNA_SLOT_REGISTERS__
+
+// round[s]: read in the first pass; advanced by the second pass of a close, only if it
+// still holds the round that closed (a resent close never advances it twice).
+control Round(in headers_t hdr, inout tna_metadata_t tf, in bool advance) {
+    Register<round_t, slot_index_t>(SLOT_CELLS) round;
+
+    RegisterAction<round_t, slot_index_t, round_t>(round) read_register_action = {
+        void apply(inout round_t value, out round_t read_value) {
+            read_value = value;
+        }
+    };
+
+    RegisterAction<round_t, slot_index_t, round_t>(round) advance_register_action = {
+        void apply(inout round_t value) {
+            if (value == hdr.hysync.round) {
+                value = value + 1;
+            }
+        }
+    };
+
+    action read_action() {
+        tf.cur = read_register_action.execute(tf.slot);
+    }
+
+    action advance_action() {
+        advance_register_action.execute(tf.slot);
+    }
+
+    apply {
+        if (advance) {
+            advance_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// mode[s], quorum[s]: latched by the contribution that opens a round (tag = its round);
+// read by every other packet (0 = no round under way: the desired mode applies).
+control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
+    Register<tagged_t, slot_index_t>(SLOT_CELLS) mode;
+
+    RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) latch_register_action = {
+        void apply(inout tagged_t value, out packed_mode_t latched_before) {
+            latched_before = 0;
+            if (value.tag == hdr.hysync.round) {
+                latched_before = value.value;
+            } else {
+                value.tag = hdr.hysync.round;
+                value.value = tf.desired;
+            }
+        }
+    };
+
+    RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) read_register_action = {
+        void apply(inout tagged_t value, out packed_mode_t latched) {
+            latched = 0;
+            if (value.tag == tf.cur) {
+                latched = value.value;
+            }
+        }
+    };
+
+    action latch_action() {
+        tf.latched = latch_register_action.execute(tf.slot);
+    }
+
+    action read_action() {
+        tf.latched = read_register_action.execute(tf.slot);
+    }
+
+    apply {
+        // Only a contribution to the open round can open it, and never in async: async
+        // never latches, so a swap away from async applies at the next contribution.
+        if (tf.open && !tf.desired_async) {
+            latch_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// chunk[s]: latched by the contribution that opens a round; it is never cleared, so a
+// RESYNC reports the last latched chunk as on v1model.
+control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
+    Register<tagged_t, slot_index_t>(SLOT_CELLS) chunk;
+
+    RegisterAction<tagged_t, slot_index_t, chunk_t>(chunk) latch_register_action = {
+        void apply(inout tagged_t value, out chunk_t before) {
+            before = value.value;
+            if (value.tag != hdr.hysync.round) {
+                value.tag = hdr.hysync.round;
+                value.value = hdr.hysync.chunk;
+            }
+        }
+    };
+
+    RegisterAction<tagged_t, slot_index_t, chunk_t>(chunk) read_register_action = {
+        void apply(inout tagged_t value, out chunk_t before) {
+            before = value.value;
+        }
+    };
+
+    action latch_action() {
+        tf.stored_chunk = latch_register_action.execute(tf.slot);
+    }
+
+    action read_action() {
+        tf.stored_chunk = read_register_action.execute(tf.slot);
+    }
+
+    // The same packets as ModeLatch's latch: both tags always name the same round.
+    apply {
+        if (tf.open && !tf.desired_async) {
+            latch_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// bitmap[s]: the opening contribution writes its bit, later ones OR theirs in (a duplicate
+// ORs a bit that is already set: no change). Its tag is the mode latch's.
+control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
+    Register<bitmap_t, slot_index_t>(SLOT_CELLS) bitmap;
+
+    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(bitmap) start_register_action = {
+        void apply(inout bitmap_t value) {
+            value = tf.me;
+        }
+    };
+
+    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(bitmap) join_register_action = {
+        void apply(inout bitmap_t value, out bitmap_t before) {
+            before = value;
+            value = value | tf.me;
+        }
+    };
+
+    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(bitmap) read_register_action = {
+        void apply(inout bitmap_t value, out bitmap_t before) {
+            before = value;
+        }
+    };
+
+    action start_action() {
+        start_register_action.execute(tf.slot);
+        tf.stored_bits = 0;
+    }
+
+    action join_action() {
+        tf.stored_bits = join_register_action.execute(tf.slot);
+    }
+
+    action read_action() {
+        tf.stored_bits = read_register_action.execute(tf.slot);
+    }
+
+    apply {
+        if (tf.fresh) {
+            start_action();
+        } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
+            join_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// member_seq[s*32 + w], stored as seq + 1 so that the zero every register starts with
+// means "never counted" (on v1model a worker's first round 0 reads as counted). A swap
+// both tests and records: the old value equal to r + 1 means this contribution was
+// counted before (a duplicate in sync/partial, an ACK in async).
+control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
+    Register<round_t, member_index_t>(MEMBER_SEQ_CELLS) member_seq;
+
+    RegisterAction<round_t, member_index_t, round_t>(member_seq) swap_register_action = {
+        void apply(inout round_t value, out round_t before) {
+            before = value;
+            value = tf.r_plus_1;
+        }
+    };
+
+    RegisterAction<round_t, member_index_t, round_t>(member_seq) read_register_action = {
+        void apply(inout round_t value, out round_t before) {
+            before = value;
+        }
+    };
+
+    action swap_action() {
+        tf.stored_seq = swap_register_action.execute(tf.member);
+    }
+
+    action read_action() {
+        tf.stored_seq = read_register_action.execute(tf.member);
+    }
+
+    apply {
+        if (tf.async_path
+            || (tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk))) {
+            swap_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// count[s] and the close guard. A contribution whose count reaches the quorum adds
+// CLOSING (bit 31) with its increment: until the second pass advances the round, every
+// later contribution to it reads a negative count and is refused, so a round closes once
+// and its lanes stop changing before the second pass reads them.
+control Count(in headers_t hdr, inout tna_metadata_t tf) {
+    Register<int<32>, slot_index_t>(SLOT_CELLS) count;
+
+    RegisterAction<int<32>, slot_index_t, int<32>>(count) start_register_action = {
+        void apply(inout int<32> value) {
+            if (tf.q_minus_1 == 0) {
+                value = CLOSING + 1;
+            } else {
+                value = 1;
+            }
+        }
+    };
+
+    RegisterAction<int<32>, slot_index_t, int<32>>(count) join_register_action = {
+        void apply(inout int<32> value, out int<32> before) {
+            before = value;
+            if (value >= tf.q_minus_1) {
+                value = value + (CLOSING + 1);
+            } else {
+                value = value + 1;
+            }
+        }
+    };
+
+    // A duplicate closes the round with the lanes it holds if the quorum shrank under it
+    // (an exclusion) and nobody closes it already.
+    RegisterAction<int<32>, slot_index_t, int<32>>(count) duplicate_register_action = {
+        void apply(inout int<32> value, out int<32> before) {
+            before = value;
+            if (value > tf.q_minus_1) {
+                value = value + CLOSING;
+            }
+        }
+    };
+
+    RegisterAction<int<32>, slot_index_t, int<32>>(count) read_register_action = {
+        void apply(inout int<32> value, out int<32> before) {
+            before = value;
+        }
+    };
+
+    action start_action() {
+        start_register_action.execute(tf.slot);
+        tf.stored_count = 0;
+    }
+
+    action join_action() {
+        tf.stored_count = join_register_action.execute(tf.slot);
+    }
+
+    action duplicate_action() {
+        tf.stored_count = duplicate_register_action.execute(tf.slot);
+    }
+
+    action read_action() {
+        tf.stored_count = read_register_action.execute(tf.slot);
+    }
+
+    apply {
+        bool accept_open = tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk);
+        if (accept_open && tf.fresh) {
+            start_action();
+        } else if (accept_open && tf.stored_seq == tf.r_plus_1) {
+            duplicate_action();
+        } else if (accept_open) {
+            join_action();
+        } else {
+            read_action();
+        }
+    }
+}
+
+// res_bitmap, res_count/res_mode/res_quorum (packed) and res_chunk: written by the second
+// pass of a close from the RESULT header it carries, read by a resend in its first pass.
+// Both happen in one pass with the round's advance, so a resend always reads the header
+// of the round before the one it sees open.
+control ResultHeader(inout headers_t hdr, in tna_metadata_t tf) {
+    Register<bitmap_t, slot_index_t>(SLOT_CELLS) res_bitmap;
+    Register<bit<32>, slot_index_t>(SLOT_CELLS) res_meta;      // count << 16 | mode << 8 | quorum
+    Register<chunk_t, slot_index_t>(SLOT_CELLS) res_chunk;
+
+    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(res_bitmap) bitmap_write_register_action = {
+        void apply(inout bitmap_t value) { value = hdr.hysync.bitmap; }
+    };
+    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(res_bitmap) bitmap_read_register_action = {
+        void apply(inout bitmap_t value, out bitmap_t read_value) { read_value = value; }
+    };
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_write_register_action = {
+        void apply(inout bit<32> value) {
+            value = 8w0 ++ hdr.hysync.count ++ hdr.hysync.mode ++ hdr.hysync.quorum;
+        }
+    };
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_read_register_action = {
+        void apply(inout bit<32> value, out bit<32> read_value) { read_value = value; }
+    };
+    RegisterAction<chunk_t, slot_index_t, chunk_t>(res_chunk) chunk_write_register_action = {
+        void apply(inout chunk_t value) { value = hdr.hysync.chunk; }
+    };
+    RegisterAction<chunk_t, slot_index_t, chunk_t>(res_chunk) chunk_read_register_action = {
+        void apply(inout chunk_t value, out chunk_t read_value) { read_value = value; }
+    };
+
+    action write_action() {
+        bitmap_write_register_action.execute(tf.slot);
+        meta_write_register_action.execute(tf.slot);
+        chunk_write_register_action.execute(tf.slot);
+    }
+
+    action read_action() {
+        hdr.hysync.bitmap = bitmap_read_register_action.execute(tf.slot);
+        bit<32> packed = meta_read_register_action.execute(tf.slot);
+        hdr.hysync.count = packed[23:16];
+        hdr.hysync.mode = packed[15:8];
+        hdr.hysync.quorum = packed[7:0];
+        hdr.hysync.chunk = chunk_read_register_action.execute(tf.slot);
+    }
+
+    apply {
+        if (tf.result_op == result_op_t.WRITE) {
+            write_action();
+        } else if (tf.result_op == result_op_t.READ) {
+            read_action();
+        }
+    }
+}
+
+#endif  // __HYSYNC_TNA_SLOT_REGISTERS__

@@ -1,0 +1,132 @@
+// TNA-only types, constants and metadata: what Tofino needs on top of p4src/shared/.
+//
+// The shared headers_t and metadata_t are used as they are, so every shared control
+// (admission, sync_mode) and every P4Info name is the same as on v1model. What is here
+// exists because Tofino splits the v1model slot action into registers that each take one
+// stateful-ALU access per pass, and because a close takes a second pass (docs/tofino.md).
+
+#ifndef __HYSYNC_TNA_DEFINES__
+#define __HYSYNC_TNA_DEFINES__
+
+// ------------------------------------------------------------------ index types
+// Register and counter indexes as wide as their arrays: a wider index costs hash bits.
+typedef bit<13> slot_index_t;       // NUM_SLOTS = 8192 slots
+typedef bit<14> bank_index_t;       // 2 * slot + bank (LANE_BANK_CELLS)
+typedef bit<18> member_index_t;     // slot * 32 + worker (MEMBER_SEQ_CELLS)
+typedef bit<13> member_counter_t_index;  // job * 32 + worker (MEMBER_COUNTER_CELLS)
+typedef bit<12> drop_counter_index_t;    // job * 16 + reason (DROP_COUNTER_CELLS)
+
+// FOR_EACH_PAIR(X) expands X(p) for p = 0..LANES/2-1: pair p holds lanes 2p and 2p+1.
+#define FOR_EACH_PAIR(X) \
+    X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
+    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
+    X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
+    X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+
+// ------------------------------------------------------------- recirculation
+// A close (and on Tofino 1 a resend) takes a second pass through the recirculation port
+// of the pipe it arrived on: registers are per pipe, so the second pass must meet the
+// same registers. Port 68 of each pipe on Tofino 1, port 6 on Tofino 2 (the SDE's
+// default port maps; the pipe number is the port's top two bits on both).
+#if __TARGET_TOFINO__ == 2
+const bit<7> RECIRC_PORT_IN_PIPE = 6;
+#else
+const bit<7> RECIRC_PORT_IN_PIPE = 68;
+#endif
+
+// What a packet's next pass is for; carried in the bridge header.
+enum bit<8> pass_t {
+    EGRESS = 0,          // first pass done: the packet goes to egress (reply, result, L2)
+    CLOSE = 1,           // recirculated close: advance the round, store the result header
+    RESEND = 2           // recirculated resend (Tofino 1): read the even lanes
+}
+
+// Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
+// recirculated packet comes back with it in front of its Ethernet header.
+header bridge_h {
+    pass_t   pass;
+    bit<7>   _pad0;
+    PortId_t ingress_port;      // the contribution's port: resends go back to it
+    bit<6>   _pad1;
+    bit<1>   switch_packet;     // a RESULT, RESYNC or ACK the switch made (not L2 traffic)
+    bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
+    bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
+}
+
+// What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
+// operations that Tofino's one-output stateful ALU needs).
+enum bit<8> tna_lane_op_t {
+    NONE = 0,
+    WRITE = 1,           // first contribution of a round: bank = lanes
+    ADD = 2,             // later contributions: bank += lanes
+    READ = 3,            // a resend or a close without new lanes: lanes = bank
+    READ_EVEN = 4        // Tofino 1, second pass: the even lanes of the pair
+}
+
+// What ResultHeader does with res_* on this pass.
+enum bit<8> result_op_t {
+    NONE = 0,
+    READ = 1,            // a resend's first pass
+    WRITE = 2            // a close's second pass
+}
+
+// Pairs of 32-bit words: two lanes, or a tag and a value.
+struct lane_pair_t {
+    bit<32> even;
+    bit<32> odd;
+}
+
+struct tagged_t {
+    bit<32> tag;                // the round the value belongs to
+    bit<32> value;
+}
+
+// The mode and quorum latched by a round, packed so that 0 means "nothing latched":
+// bit 16 is always set in a latched value, bits 15..8 are the mode, 7..0 the quorum.
+typedef bit<32> packed_mode_t;
+const bit<32> LATCHED = 0x10000;
+
+// Count register: bit 31 set while the round's close is under way (its second pass has
+// not advanced the round yet). As a signed number that is negative, which is what the
+// stateful ALU can compare: every later contribution to the round sees it and is refused.
+const int<32> CLOSING = -2147483648;   // 0x80000000
+
+// Per-packet state of the aggregation on Tofino: each field is written by one register
+// control or by the plan in aggregation.p4, and read by later stages.
+struct tna_metadata_t {
+    round_t       cur;           // round[s] as the round register holds it
+    round_t       r_plus_1;      // hdr.round + 1: "r == cur - 1" is "r + 1 == cur"
+    bool          open;          // hdr.round == cur
+    bool          prev;          // hdr.round == cur - 1
+    packed_mode_t desired;       // the modes table's answer, packed
+    bool          desired_async;
+    packed_mode_t latched;       // the mode register's answer: 0 = no round under way
+    bool          fresh;         // this contribution opens its round (latched == 0, open)
+    bool          async_path;    // the slot is in async: no round under way, async desired
+    bool          open_sync;     // open and not async: a contribution to the open round
+    count_t       q;             // effective quorum (protocol.md §4 step 8)
+    int<32>       q_minus_1;
+    chunk_t       stored_chunk;  // chunk[s] before this packet
+    bitmap_t      stored_bits;   // bitmap[s] before this packet
+    bitmap_t      me;            // 1 << worker
+    round_t       stored_seq;    // member_seq[s*32+w] before this packet (stored as seq + 1)
+    int<32>       stored_count;  // count[s] before this packet (bit 31: closing)
+    slot_index_t  slot;
+    member_index_t member;
+    bank_index_t  bank_cell;
+    tna_lane_op_t lane_op;
+    result_op_t   result_op;
+    bool          recirculate;   // the verdict needs a second pass
+}
+
+struct ingress_metadata_t {
+    metadata_t     hs;           // the shared per-packet metadata (p4src/shared/headers.p4)
+    tna_metadata_t tf;
+    bridge_h       bridge;
+}
+
+struct egress_metadata_t {
+    bridge_h bridge;
+}
+
+#endif  // __HYSYNC_TNA_DEFINES__
