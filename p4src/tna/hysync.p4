@@ -57,7 +57,7 @@ control HySyncIngress(inout headers_t hdr,
     // Every packet that goes on to egress carries the bridge header (parser.p4).
     @hidden action bridge_to_egress() {
         meta.bridge.setValid();
-        meta.bridge.pass = pass_t.EGRESS;
+        meta.bridge.pass = pass_t.NONE;
         meta.bridge.ingress_port = ig_intr_md.ingress_port;
         meta.bridge.flooded = (bit<1>) meta.hs.flooded;
         meta.bridge.switch_packet = (bit<1>) hdr.hysync.isValid();

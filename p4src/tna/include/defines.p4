@@ -34,11 +34,12 @@ const bit<7> RECIRC_PORT_IN_PIPE = 6;
 const bit<7> RECIRC_PORT_IN_PIPE = 68;
 #endif
 
-// What a packet's next pass is for; carried in the bridge header.
+// What a packet's second pass is for; carried in the bridge header.
 enum bit<8> pass_t {
-    EGRESS = 0,          // first pass done: the packet goes to egress (reply, result, L2)
+    NONE = 0,            // no second pass: the packet goes to egress (reply, result, L2)
     CLOSE = 1,           // recirculated close: advance the round, store the result header
-    RESEND = 2           // recirculated resend (Tofino 1): read the even lanes
+    RESEND = 2,          // recirculated resend (Tofino 1): read the even lanes
+    ASYNC = 3            // recirculated async contribution: take a round number, store it
 }
 
 // Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
@@ -116,7 +117,6 @@ struct tna_metadata_t {
     bank_index_t  bank_cell;
     tna_lane_op_t lane_op;
     result_op_t   result_op;
-    bool          recirculate;   // the verdict needs a second pass
 }
 
 struct ingress_metadata_t {

@@ -9,10 +9,11 @@
 //     3. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
 //     5. Lanes         write / add / read the bank of the round
-//     6. verdict       what Replies sends; a close or a Tofino 1 resend recirculates
-//   second pass (recirculated close or resend)
-//     1. Round         advance round[s] (close)     ResultHeader  store res_* (close)
-//     5. Lanes         Tofino 1: read the even lanes
+//     6. verdict       what Replies sends; every close and a Tofino 1 resend recirculate
+//   second pass (recirculated close, async contribution, or Tofino 1 resend)
+//     1. Round         close: advance round[s]; async: take round[s]++ as the result's round
+//        ResultHeader  close, async: store res_*
+//     5. Lanes         async: write the bank; Tofino 1 close or resend: read the even lanes
 //
 // Where the outcome differs from v1model's one action, docs/tofino.md says how and why.
 
@@ -57,7 +58,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.tf.desired = LATCHED | (bit<32>) (meta.hs.desired_mode ++ meta.hs.desired_quorum);
         meta.tf.lane_op = tna_lane_op_t.NONE;
         meta.tf.result_op = result_op_t.NONE;
-        meta.tf.recirculate = false;
     }
 
     // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
@@ -98,21 +98,30 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     apply {
         bit<8> latched_mode;
         quorum_t latched_quorum;
-        bool second_pass = meta.bridge.isValid();
+        pass_t pass = pass_t.NONE;
+        if (meta.bridge.isValid()) {
+            pass = meta.bridge.pass;
+        }
 
-        // ---- 1. indexes, the open round (a second pass advances it instead)
+        // ---- 1. indexes, the open round (a second pass advances it or takes a number)
         worker_bit.apply();
         prepare();
-        round.apply(hdr, meta.tf, second_pass && meta.bridge.pass == pass_t.CLOSE);
-        if (second_pass) {
+        round.apply(hdr, meta.tf, pass);
+        if (pass != pass_t.NONE) {
             // The HySync header is already the RESULT; its round names the bank.
             meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
-            if (meta.bridge.pass == pass_t.CLOSE) {
+            if (pass == pass_t.ASYNC) {
+                // An async round of its own: its lanes are the result, kept for resends.
                 meta.tf.result_op = result_op_t.WRITE;
-            }
+                meta.tf.lane_op = tna_lane_op_t.WRITE;
+            } else {
+                if (pass == pass_t.CLOSE) {
+                    meta.tf.result_op = result_op_t.WRITE;
+                }
 #if __TARGET_TOFINO__ != 2
-            meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
+                meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
 #endif
+            }
         } else {
             meta.tf.open = hdr.hysync.round == meta.tf.cur;
             meta.tf.prev = meta.tf.r_plus_1 == meta.tf.cur;
@@ -162,8 +171,8 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     meta.hs.out_count = 0;
                     meta.hs.out_bitmap = 0;
                 } else {
-                    // A round of its own: the result is the contribution's own lanes. The round
-                    // register does not move in async (docs/tofino.md).
+                    // A round of its own: the result is the contribution's own lanes; its
+                    // second pass takes the round number and stores the result.
                     verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     meta.hs.out_count = 1;
                     meta.hs.out_bitmap = meta.tf.me;
@@ -229,12 +238,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     meta.hs.out_count = meta.tf.stored_count[7:0];
                 }
             }
-#if __TARGET_TOFINO__ == 2
-            meta.tf.recirculate = meta.hs.verdict == verdict_t.CLOSE && !meta.tf.async_path;
-#else
-            meta.tf.recirculate = (meta.hs.verdict == verdict_t.CLOSE && !meta.tf.async_path)
-                                  || meta.hs.verdict == verdict_t.RESEND;
-#endif
         }
 
         // The stored header of a resent round is read in the resend's first pass and

@@ -2,7 +2,7 @@
 // as on v1model; on Tofino a close (and on Tofino 1 a resend) first takes its second pass
 // through the pipe's recirculation port, and the second pass sends it on.
 //
-//   CLOSE            RESULT, to the job's group (after the second pass, async excepted)
+//   CLOSE            RESULT, to the job's group (after the second pass)
 //   RESEND           RESULT with flag RESEND, back to the sender
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
 //   STALE
@@ -86,7 +86,7 @@ control Replies(inout headers_t hdr,
     apply {
         if (meta.bridge.isValid()) {
             // Second pass: the RESULT is complete; send it on as the first pass would have.
-            if (meta.bridge.pass == pass_t.CLOSE) {
+            if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.ASYNC) {
                 to_group(meta.bridge.mcast_grp);
                 if (meta.bridge.mcast_grp == 0) {
                     drop();
@@ -97,21 +97,18 @@ control Replies(inout headers_t hdr,
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_hysync(OP_RESULT, 0);
             write_state();
-            if (meta.tf.recirculate) {
-                recirculate(pass_t.CLOSE);
+            if (meta.tf.async_path) {
+                recirculate(pass_t.ASYNC);
             } else {
-                to_group(meta.hs.mcast_grp);
-                if (meta.hs.mcast_grp == 0) {
-                    drop();
-                }
+                recirculate(pass_t.CLOSE);
             }
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_hysync(OP_RESULT, FLAG_RESEND);
-            if (meta.tf.recirculate) {
-                recirculate(pass_t.RESEND);
-            } else {
-                to_sender(ig_intr_md.ingress_port);
-            }
+#if __TARGET_TOFINO__ == 2
+            to_sender(ig_intr_md.ingress_port);
+#else
+            recirculate(pass_t.RESEND);   // the even lanes come in the second pass
+#endif
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
                    || meta.hs.verdict == verdict_t.STALE) {
             write_hysync(OP_RESYNC, 0);

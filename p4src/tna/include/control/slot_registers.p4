@@ -4,13 +4,13 @@
 // output). v1model's slot_update_action reads and writes all of them in one action; here
 // the decision is spread over the stages in order (docs/tofino.md, "Stages"):
 //
-//   Round        round[s]                       pass 1: read      pass 2: advance
+//   Round        round[s]                       pass 1: read      pass 2: advance / take
 //   ModeLatch    {round tag, packed mode}       latch when a round opens, else read
 //   ChunkLatch   {round tag, chunk}             latch when a round opens, else read
 //   Bitmap       bitmap[s]                      start / join / read
 //   MemberSeq    member_seq[s*32+w] (seq + 1)   swap (counted) / read
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
-//   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write (close)
+//   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write
 //
 // A latch is tagged with the round it belongs to instead of being cleared when the round
 // closes: the round that opens next finds a stale tag, so nothing has to be reset.
@@ -18,9 +18,10 @@
 #ifndef __HYSYNC_TNA_SLOT_REGISTERS__
 #define __HYSYNC_TNA_SLOT_REGISTERS__
 
-// round[s]: read in the first pass; advanced by the second pass of a close, only if it
-// still holds the round that closed (a resent close never advances it twice).
-control Round(in headers_t hdr, inout tna_metadata_t tf, in bool advance) {
+// round[s]: read in the first pass. The second pass of a close advances it, only if it
+// still holds the round that closed; the second pass of an async contribution takes the
+// next round number (fetch and increment), so concurrent async rounds never share one.
+control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
     Register<round_t, slot_index_t>(SLOT_CELLS) round;
 
     RegisterAction<round_t, slot_index_t, round_t>(round) read_register_action = {
@@ -37,6 +38,13 @@ control Round(in headers_t hdr, inout tna_metadata_t tf, in bool advance) {
         }
     };
 
+    RegisterAction<round_t, slot_index_t, round_t>(round) take_register_action = {
+        void apply(inout round_t value, out round_t taken) {
+            taken = value;
+            value = value + 1;
+        }
+    };
+
     action read_action() {
         tf.cur = read_register_action.execute(tf.slot);
     }
@@ -45,10 +53,16 @@ control Round(in headers_t hdr, inout tna_metadata_t tf, in bool advance) {
         advance_register_action.execute(tf.slot);
     }
 
+    action take_action() {
+        hdr.hysync.round = take_register_action.execute(tf.slot);
+    }
+
     apply {
-        if (advance) {
+        if (pass == pass_t.CLOSE) {
             advance_action();
-        } else {
+        } else if (pass == pass_t.ASYNC) {
+            take_action();
+        } else if (pass == pass_t.NONE) {
             read_action();
         }
     }
@@ -301,7 +315,8 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
 }
 
 // res_bitmap, res_count/res_mode/res_quorum (packed) and res_chunk: written by the second
-// pass of a close from the RESULT header it carries, read by a resend in its first pass.
+// pass of a close (or async contribution) from the RESULT header it carries, read by a
+// resend in its first pass.
 // Both happen in one pass with the round's advance, so a resend always reads the header
 // of the round before the one it sees open.
 control ResultHeader(inout headers_t hdr, in tna_metadata_t tf) {
