@@ -5,6 +5,9 @@ PY     := $(VENV)/bin/python
 P4C    ?= p4c
 P4SRC  := p4src/v1model/hysync.p4
 P4OUT  := build/p4
+BF_P4C ?= bf-p4c
+TNA_SRC := p4src/tna/hysync.p4
+TNA_OUT := build/tna
 PYTEST_ARGS ?=
 SCENARIO ?= topologies/scenarios/demo.toml
 SWITCH ?= softswitch
@@ -15,11 +18,12 @@ NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h'
 ASAN_BUILD := build/asan
 FUZZ_RUNS ?= 200000
 
-.PHONY: help setup p4 test test-asan lint bench demo emulate clean
+.PHONY: help setup p4 p4-tofino test test-asan lint bench demo emulate clean
 
 help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
 	@echo "make p4       compile $(P4SRC) with p4c for BMv2 (needs p4c on PATH)"
+	@echo "make p4-tofino  compile $(TNA_SRC) for Tofino 1 and 2 (needs $(BF_P4C) on PATH)"
 	@echo "make demo     the main job: softswitch + controller + 4 workers on loopback, one a"
 	@echo "              straggler: gloo vs HySync sync vs HySync adaptive (POLICY=manual-schedule:"
 	@echo "              gloo vs HySync swapping sync -> partial on the scenario's schedule)"
@@ -61,6 +65,26 @@ p4:
 	$(P4C) --target bmv2 --arch v1model --std p4-16 \
 	  --p4runtime-files $(P4OUT)/hysync.p4info.txtpb -o $(P4OUT) $(P4SRC)
 	@echo "BMv2 JSON: $(P4OUT)/hysync.json  P4Info: $(P4OUT)/hysync.p4info.txtpb"
+
+# Both chips from one source; P4Info with standard extern messages (counters as P4Runtime
+# counters), which Stratum and the controller read. The compiler's own resource report of
+# each chip is copied to $(TNA_OUT)/resources-<chip>.log (docs/tofino.md, Resources).
+p4-tofino:
+	@command -v $(BF_P4C) >/dev/null 2>&1 || { \
+	  echo "$(BF_P4C) is not on PATH: build the open-source Tofino compiler (p4lang/p4c v1.2.5.8"; \
+	  echo "with -DENABLE_TOFINO=ON, see docs/tofino.md 'Building the compiler'), install it, and"; \
+	  echo "run 'make p4-tofino' again (or BF_P4C=/path/to/bf-p4c). The controller needs no"; \
+	  echo "compiled output; a Tofino switch needs it."; exit 1; }
+	@set -e; for target in tofino:tna tofino2:t2na; do \
+	  chip=$${target%%:*}; arch=$${target##*:}; out=$(TNA_OUT)/$$chip; \
+	  mkdir -p $$out; \
+	  echo "$(BF_P4C) --target $$chip --arch $$arch -> $$out"; \
+	  $(BF_P4C) --target $$chip --arch $$arch --std p4-16 --p4runtime-force-std-externs \
+	    --p4runtime-files $$out/hysync.p4info.txtpb -o $$out $(TNA_SRC); \
+	  cp $$out/pipe/logs/mau.resources.log $(TNA_OUT)/resources-$$chip.log; \
+	done
+	@echo "P4Info: $(TNA_OUT)/tofino/hysync.p4info.txtpb  device config: $(TNA_OUT)/<chip>/hysync.conf"
+	@echo "resources: $(TNA_OUT)/resources-tofino.log $(TNA_OUT)/resources-tofino2.log"
 
 lint: setup
 	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples
