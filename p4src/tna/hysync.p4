@@ -34,6 +34,10 @@
 #include "include/control/stats.p4"
 #include "include/control/replication.p4"
 
+// Metadata starts at zero, as on v1model: the controls rely on it for fields a packet's
+// path leaves unset (the compiler otherwise leaves them undefined).
+@pa_auto_init_metadata
+
 control HySyncIngress(inout headers_t hdr,
                       inout ingress_metadata_t meta,
                       in ingress_intrinsic_metadata_t ig_intr_md,

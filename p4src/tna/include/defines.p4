@@ -13,11 +13,18 @@
 typedef bit<13> slot_index_t;       // NUM_SLOTS = 8192 slots
 typedef bit<14> bank_index_t;       // 2 * slot + bank (LANE_BANK_CELLS)
 typedef bit<18> member_index_t;     // slot * 32 + worker (MEMBER_SEQ_CELLS)
-typedef bit<13> member_counter_t_index;  // job * 32 + worker (MEMBER_COUNTER_CELLS)
+typedef bit<13> member_cell_t;           // job * 32 + worker (MEMBER_COUNTER_CELLS)
 typedef bit<12> drop_counter_index_t;    // job * 16 + reason (DROP_COUNTER_CELLS)
 
 // FOR_EACH_PAIR(X) expands X(p) for p = 0..LANES/2-1: pair p holds lanes 2p and 2p+1.
 #define FOR_EACH_PAIR(X) \
+    X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
+    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
+    X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
+    X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+
+// FOR_EACH_WORKER(X) expands X(w) for w = 0..MAX_WORKERS-1.
+#define FOR_EACH_WORKER(X) \
     X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
     X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
     X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
@@ -90,7 +97,7 @@ const bit<32> LATCHED = 0x10000;
 // Count register: bit 31 set while the round's close is under way (its second pass has
 // not advanced the round yet). As a signed number that is negative, which is what the
 // stateful ALU can compare: every later contribution to the round sees it and is refused.
-const int<32> CLOSING = -2147483648;   // 0x80000000
+const int<32> CLOSING = (int<32>) 32w0x80000000;
 
 // Per-packet state of the aggregation on Tofino: each field is written by one register
 // control or by the plan in aggregation.p4, and read by later stages.
@@ -112,6 +119,7 @@ struct tna_metadata_t {
     bitmap_t      me;            // 1 << worker
     round_t       stored_seq;    // member_seq[s*32+w] before this packet (stored as seq + 1)
     int<32>       stored_count;  // count[s] before this packet (bit 31: closing)
+    bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum
     slot_index_t  slot;
     member_index_t member;
     bank_index_t  bank_cell;

@@ -45,7 +45,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         }
         const entries = {
 #define WORKER_BIT(w) w : set_me(32w1 << w);
-            FOR_EACH_PAIR(WORKER_BIT)
+            FOR_EACH_WORKER(WORKER_BIT)
 #undef WORKER_BIT
         }
         size = MAX_WORKERS;
@@ -110,6 +110,8 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (pass != pass_t.NONE) {
             // The HySync header is already the RESULT; its round names the bank.
             meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
+            meta.tf.res_packed = 8w0 ++ hdr.hysync.count ++ hdr.hysync.mode
+                                 ++ hdr.hysync.quorum;
             if (pass == pass_t.ASYNC) {
                 // An async round of its own: its lanes are the result, kept for resends.
                 meta.tf.result_op = result_op_t.WRITE;
@@ -179,7 +181,8 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 }
             } else if (meta.tf.open_sync) {
                 if (!meta.tf.fresh && meta.tf.stored_chunk != hdr.hysync.chunk) {
-                    drop_verdict(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH, member_counter_t.NONE);
+                    drop_verdict(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH,
+                                 member_counter_t.NONE);
                     resync_header(RESYNC_CHUNK_MISMATCH);
                     meta.hs.out_bitmap = meta.tf.stored_bits;
                     meta.hs.out_count = meta.tf.stored_count[7:0];
@@ -199,10 +202,12 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     meta.hs.out_count = meta.tf.stored_count[7:0];
                     meta.hs.out_bitmap = meta.tf.stored_bits;
                     if (meta.tf.stored_count > meta.tf.q_minus_1) {
-                        drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE, member_counter_t.DUPLICATES);
+                        drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
+                                     member_counter_t.DUPLICATES);
                         meta.tf.lane_op = tna_lane_op_t.READ;
                     } else {
-                        drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE, member_counter_t.DUPLICATES);
+                        drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE,
+                                     member_counter_t.DUPLICATES);
                     }
                 } else if (meta.tf.stored_count < 0) {
                     // The round's close is under way (between its two passes): refused without
@@ -244,6 +249,9 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         // written by a close's second pass, with the round's advance.
         result.apply(hdr, meta.tf);
         if (meta.hs.verdict == verdict_t.RESEND) {
+            hdr.hysync.count = meta.tf.res_packed[23:16];
+            hdr.hysync.mode = meta.tf.res_packed[15:8];
+            hdr.hysync.quorum = meta.tf.res_packed[7:0];
             bitmap_t mine = hdr.hysync.bitmap & meta.tf.me;
             if (mine == 0) {
                 meta.hs.member_counter = member_counter_t.LATE;

@@ -13,8 +13,8 @@ control Replication(inout headers_t hdr,
 
     // Index job * 32 + w' where w' is the recipient: a replica's rid - 1, or the sender
     // of a resend.
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) results;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) results;
 
     // The controller installs one entry per replica, rid = job * 32 + worker + 1.
     action rewrite_dst(mac_addr_t dst_mac, ipv4_addr_t dst_addr, l4_port_t dst_port) {

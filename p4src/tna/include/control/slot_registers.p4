@@ -319,7 +319,7 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
 // resend in its first pass.
 // Both happen in one pass with the round's advance, so a resend always reads the header
 // of the round before the one it sees open.
-control ResultHeader(inout headers_t hdr, in tna_metadata_t tf) {
+control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
     Register<bitmap_t, slot_index_t>(SLOT_CELLS) res_bitmap;
     Register<bit<32>, slot_index_t>(SLOT_CELLS) res_meta;      // count << 16 | mode << 8 | quorum
     Register<chunk_t, slot_index_t>(SLOT_CELLS) res_chunk;
@@ -332,7 +332,7 @@ control ResultHeader(inout headers_t hdr, in tna_metadata_t tf) {
     };
     RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_write_register_action = {
         void apply(inout bit<32> value) {
-            value = 8w0 ++ hdr.hysync.count ++ hdr.hysync.mode ++ hdr.hysync.quorum;
+            value = tf.res_packed;
         }
     };
     RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_read_register_action = {
@@ -353,10 +353,7 @@ control ResultHeader(inout headers_t hdr, in tna_metadata_t tf) {
 
     action read_action() {
         hdr.hysync.bitmap = bitmap_read_register_action.execute(tf.slot);
-        bit<32> packed = meta_read_register_action.execute(tf.slot);
-        hdr.hysync.count = packed[23:16];
-        hdr.hysync.mode = packed[15:8];
-        hdr.hysync.quorum = packed[7:0];
+        tf.res_packed = meta_read_register_action.execute(tf.slot);
         hdr.hysync.chunk = chunk_read_register_action.execute(tf.slot);
     }
 

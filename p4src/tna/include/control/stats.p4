@@ -7,17 +7,17 @@
 control Stats(in headers_t hdr, in metadata_t meta) {
 
     // Per (job, worker), index job * 32 + w.
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) contributions;
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) late;
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) duplicates;
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) stale;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) contributions;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) late;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) duplicates;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) stale;
     // Contributions that closed a round: in sync, the last arrival, i.e. the straggler.
-    Counter<bit<64>, member_counter_t_index>(MEMBER_COUNTER_CELLS,
-                                            CounterType_t.PACKETS_AND_BYTES) closes;
+    Counter<bit<64>, member_cell_t>(MEMBER_COUNTER_CELLS,
+                                    CounterType_t.PACKETS_AND_BYTES) closes;
     // Per (job, reason), index job * 16 + reason.
     Counter<bit<64>, drop_counter_index_t>(DROP_COUNTER_CELLS,
                                           CounterType_t.PACKETS_AND_BYTES) drops;
@@ -33,7 +33,7 @@ control Stats(in headers_t hdr, in metadata_t meta) {
         }
 
         // Only admitted contributions set a member counter: job and worker are valid.
-        member_counter_t_index member = hdr.hysync.job_id[7:0] ++ hdr.hysync.worker_id[4:0];
+        member_cell_t member = hdr.hysync.job_id[7:0] ++ hdr.hysync.worker_id[4:0];
         if (meta.member_counter == member_counter_t.CONTRIBUTIONS) {
             contributions.count(member);
         } else if (meta.member_counter == member_counter_t.LATE) {
