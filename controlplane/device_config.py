@@ -15,6 +15,7 @@ bf.proto; nothing of Stratum is vendored.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,12 @@ def pack_tofino(conf_path: Path) -> bytes:
     conf = _load_conf(conf_path)
     try:
         devices = conf["p4_devices"]
-        if len(devices) != 1 or len(devices[0]["p4_programs"]) != 1:
+        programs = sum(len(device["p4_programs"]) for device in devices)
+        if len(devices) != 1 or programs != 1:
             raise DeviceConfigError(
-                f"{conf_path} describes {len(devices)} devices; Stratum takes one device with "
-                "one program: compile p4src/tna/hysync.p4 alone (`make p4-tofino`)")
+                f"{conf_path} has {len(devices)} device(s) with {programs} program(s); Stratum "
+                "takes one device with one program: compile p4src/tna/hysync.p4 alone "
+                "(`make p4-tofino`)")
         program = devices[0]["p4_programs"][0]
         config = bf_pipeline_config_class()()
         config.p4_name = program["program-name"]
@@ -69,6 +72,7 @@ def pack_tofino(conf_path: Path) -> bytes:
     return config.SerializeToString()
 
 
+@functools.cache
 def bf_pipeline_config_class() -> type[message.Message]:
     """The BfPipelineConfig message class (bf.proto's field numbers and types)."""
     file = descriptor_pb2.FileDescriptorProto(
@@ -87,9 +91,9 @@ def bf_pipeline_config_class() -> type[message.Message]:
     pool.Add(file)
     descriptor = pool.FindMessageTypeByName(f"{_PACKAGE}.BfPipelineConfig")
     get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.22
-    if get_class is not None:
-        return get_class(descriptor)  # type: ignore[no-any-return]
-    return message_factory.MessageFactory(pool).GetPrototype(descriptor)  # type: ignore[no-any-return]
+    if get_class is None:  # protobuf 3.20, Debian 12's
+        get_class = message_factory.MessageFactory(pool).GetPrototype
+    return get_class(descriptor)  # type: ignore[no-any-return]
 
 
 def _add_field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, kind: int, *,
