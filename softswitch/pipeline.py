@@ -196,11 +196,20 @@ class Pipeline:
 
         Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped).
         """
+        admitted = self._admit(payload, src_ip, src_port, nbytes)
+        if admitted is None:
+            return None
+        return self._slot_update(payload, admitted, nbytes)
+
+    def _admit(self, payload: bytes, src_ip: int, src_port: int,
+               nbytes: int) -> tuple[int, ...] | None:
+        """Steps 1-7: (version, job, w, s, r, chunk, members, group, epoch) of an admitted
+        contribution, or None (dropped and counted)."""
         size = len(payload)
         if size < wire.HEADER_BYTES:
             self._drop(0, DropReason.MALFORMED, nbytes)
             return None
-        (version, op, flags, _mode, job, w, _count, s, _reason, _quorum, r, chunk,
+        (version, op, _flags, _mode, job, w, _count, s, _reason, _quorum, r, chunk,
          _bitmap) = _HDR.unpack_from(payload)
         if op in (Op.CONTRIB, Op.RESULT) and size < wire.PACKET_BYTES:
             self._drop(job, DropReason.MALFORMED, nbytes)
@@ -225,7 +234,12 @@ class Pipeline:
         if not slot_base <= s < slot_base + slot_count or s >= self.num_slots:
             self._drop(job, DropReason.SLOT_RANGE, nbytes)
             return None
+        return version, job, w, s, r, chunk, members, group, epoch
 
+    def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
+                     nbytes: int) -> tuple[int, int, bytes] | None:
+        """Steps 8-10 for an admitted contribution (the v1model slot_update_action)."""
+        version, job, w, s, r, chunk, members, group, epoch = admitted
         # 8. a slot another install of a job used last starts afresh; then latch the
         # desired mode when no round is under way.
         if self.slot_epoch[s] != epoch:

@@ -7,6 +7,7 @@ import pytest
 from hysync import wire
 
 from .targets import NativeTarget, SoftswitchTarget, bmv2_unavailable, job_group, job_writes
+from .tna_model import TnaModelTarget
 from .topology import JOB1, JOB2
 
 
@@ -15,6 +16,8 @@ def _make(kind: str):
         return SoftswitchTarget()
     if kind == "native":
         return NativeTarget()
+    if kind == "tna-model":
+        return TnaModelTarget()
     reason = bmv2_unavailable()
     if reason:
         pytest.skip(f"BMv2 target skipped: {reason}")
@@ -23,7 +26,7 @@ def _make(kind: str):
     return Bmv2Target.shared()
 
 
-@pytest.fixture(params=["softswitch", "native", "bmv2"])
+@pytest.fixture(params=["softswitch", "native", "bmv2", "tna-model"])
 def bare_target(request):
     """A target with the pipeline loaded and the flood group, but no job."""
     target = _make(request.param)

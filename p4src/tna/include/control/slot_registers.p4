@@ -73,10 +73,12 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
 control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) mode;
 
+    // A latched value always has the LATCHED bit, so the zero the register starts with
+    // (tag 0, value 0) is "nothing latched", not "latched for round 0".
     RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) latch_register_action = {
         void apply(inout tagged_t value, out packed_mode_t latched_before) {
             latched_before = 0;
-            if (value.tag == hdr.hysync.round) {
+            if (value.tag == hdr.hysync.round && value.value != 0) {
                 latched_before = value.value;
             } else {
                 value.tag = hdr.hysync.round;
@@ -88,7 +90,7 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
     RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) read_register_action = {
         void apply(inout tagged_t value, out packed_mode_t latched) {
             latched = 0;
-            if (value.tag == tf.cur) {
+            if (value.tag == tf.cur && value.value != 0) {
                 latched = value.value;
             }
         }
@@ -114,15 +116,16 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
 }
 
 // chunk[s]: latched by the contribution that opens a round; it is never cleared, so a
-// RESYNC reports the last latched chunk as on v1model.
+// RESYNC reports the last latched chunk as on v1model. Any chunk value is valid, so the tag
+// is the round + 1: the zero the register starts with matches no round (but 2^32 - 1).
 control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) chunk;
 
     RegisterAction<tagged_t, slot_index_t, chunk_t>(chunk) latch_register_action = {
         void apply(inout tagged_t value, out chunk_t before) {
             before = value.value;
-            if (value.tag != hdr.hysync.round) {
-                value.tag = hdr.hysync.round;
+            if (value.tag != tf.r_plus_1) {
+                value.tag = tf.r_plus_1;
                 value.value = hdr.hysync.chunk;
             }
         }

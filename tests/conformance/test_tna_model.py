@@ -1,0 +1,44 @@
+"""What the TNA design does between a close's two passes (docs/tofino.md, difference 2),
+which the shared suite cannot see: there, a second pass runs at once."""
+
+from __future__ import annotations
+
+from hysync import wire
+from hysync.wire import DropReason, Flag, Mode
+
+from .conftest import install
+from .test_state_machine import CONTRIBUTIONS, DROPS, LATE, drop, member, send
+from .tna_model import TnaModelTarget
+from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
+
+
+def test_a_contribution_between_a_close_and_its_second_pass_is_refused_then_late():
+    t = TnaModelTarget(hold=True)
+    install(t, JOB1, Mode.PARTIAL, 3)
+    for w in (2, 0, 1):
+        assert send(t, JOB1, w, 8, 0, chunk=4) == []   # the third one closes: held
+    assert send(t, JOB1, 3, 8, 0, chunk=4) == []       # arrives in the window
+    assert t.counter(LATE, member(JOB1, 3)) == 1
+    assert t.counter(DROPS, drop(1, DropReason.STALE)) == 1
+    assert t.counter(CONTRIBUTIONS, member(JOB1, 3)) == 0
+
+    summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
+    assert t.release() == multicast(JOB1, result(JOB1, 1, 8, 0, 4, 0b0111, summed,
+                                                 mode=Mode.PARTIAL, quorum=3))
+    # Its retransmission meets the stored result, without its bit: it keeps a residual.
+    # (A resend takes a second pass too on Tofino 1, which the model follows.)
+    resent = result(JOB1, 3, 8, 0, 4, 0b0111, summed, mode=Mode.PARTIAL, quorum=3,
+                    flags=Flag.RESEND)
+    assert send(t, JOB1, 3, 8, 0, chunk=4) == []
+    assert t.release() == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
+
+
+def test_async_rounds_in_flight_together_take_distinct_round_numbers():
+    t = TnaModelTarget(hold=True)
+    install(t, JOB1, Mode.ASYNC)
+    frames = [(JOB1.member(w).port, contribution(JOB1, w, 3, 1000 + w, 7 + w)) for w in (0, 1)]
+    for port, frame in frames:
+        assert t.send(port, frame) == []
+    rounds = sorted(wire.Header.unpack(frame, wire.HYSYNC_OFFSET).round
+                    for _, frame in t.release())
+    assert rounds == [0, 0, 0, 0, 1, 1, 1, 1]   # 4 replicas of each of the two rounds

@@ -1,0 +1,256 @@
+"""The register plan of p4src/tna/hysync.p4 in Python, as a conformance target.
+
+No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program's
+*design* is held to the conformance suite through this transliteration of its slot state
+(include/control/slot_registers.p4 and aggregation.p4): the same registers with the same
+encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
+one-action-per-register-per-pass rule, and the close (and, as on Tofino 1, a resend) split
+into two passes. It checks the state machine, not the P4 code: only a Tofino (or its
+model) runs that.
+
+`recirculate` decides when a second pass runs: at once (the default, as if the
+recirculation took no time), or later, so that a test can put packets between a close's
+two passes (the window of docs/tofino.md, difference 2).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from hysync import wire
+from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
+from softswitch.pipeline import MULTICAST, REPLY, Pipeline
+
+from .targets import SoftswitchTarget
+from .topology import PORTS
+
+_HDR = struct.Struct("!BBBBHBBHBBIII")
+_BE = np.dtype(">i4")
+_U32 = 0xFFFFFFFF
+CLOSING = -(1 << 31)
+LATCHED = 0x10000
+
+
+def _int32(value: int) -> int:
+    value &= _U32
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+@dataclass
+class SecondPass:
+    """A recirculated packet: what its second pass does (pass_t) and the RESULT it carries."""
+    kind: str           # "close", "async", "resend"
+    s: int
+    head: list[int]     # the HySync header fields, _HDR order
+    lanes: np.ndarray
+    group: int
+    port_back: bool     # resend: unicast back to the sender
+
+
+class TnaModelPipeline(Pipeline):
+    """Pipeline (tables, counters, parser, egress) with the TNA slot state machine."""
+
+    def reset_registers(self) -> None:
+        super().reset_registers()
+        n = self.num_slots
+        self.t_round = [0] * n
+        self.t_mode = [(0, 0)] * n          # (tag, packed mode)
+        self.t_chunk = [(0, 0)] * n         # (tag, chunk)
+        self.t_bitmap = [0] * n
+        self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq + 1
+        self.t_count = [0] * n              # int32; CLOSING bit while a close is under way
+        self.t_res = [(0, 0, 0)] * n        # (bitmap, count << 16 | mode << 8 | quorum, chunk)
+        self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
+        self.hold = False                     # keep second passes pending (the window)
+        self.pending: list[SecondPass] = []
+        self._forced: tuple[int, int, bytes] | None = None
+
+    def _aggregate(self, payload: bytes, src_ip: int, src_port: int,
+                   nbytes: int) -> tuple[int, int, bytes] | None:
+        if self._forced is not None:   # release(): a held second pass leaves now
+            emit, self._forced = self._forced, None
+            return emit
+        return super()._aggregate(payload, src_ip, src_port, nbytes)
+
+    def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
+                     nbytes: int) -> tuple[int, int, bytes] | None:
+        version, job, w, s, r, chunk, members, group, _epoch = admitted  # no epoch yet
+        desired_mode, desired_quorum = self._desired_mode(job, s)
+        desired = LATCHED | desired_mode << 8 | desired_quorum
+        me, member = 1 << w, job * wire.MAX_WORKERS + w
+        seq_cell = s * wire.MAX_WORKERS + w
+        lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES).astype(np.int32)
+
+        # 1. Round: read.
+        cur = self.t_round[s]
+        is_open, prev = r == cur, (r + 1) & _U32 == cur
+        desired_async = desired_mode == Mode.ASYNC
+        # 2. ModeLatch and ChunkLatch: latch for an opening contribution, else read.
+        tag, packed = self.t_mode[s]
+        chunk_tag, stored_chunk = self.t_chunk[s]
+        if is_open and not desired_async:
+            latched = packed if tag == r and packed else 0
+            if not latched:
+                self.t_mode[s] = (r, desired)
+            if chunk_tag != (r + 1) & _U32:
+                self.t_chunk[s] = ((r + 1) & _U32, chunk)
+        else:
+            latched = packed if tag == cur and packed else 0
+        async_path = latched == 0 and desired_async
+        fresh = latched == 0 and is_open and not desired_async
+        open_sync = is_open and not async_path
+        mode, quorum = ((desired_mode, desired_quorum) if latched == 0
+                        else (latched >> 8 & 0xFF, latched & 0xFF))
+        q = members if quorum == 0 or quorum > members else quorum
+        chunk_ok = fresh or stored_chunk == chunk
+        # 3. Bitmap and MemberSeq.
+        if fresh:
+            self.t_bitmap[s], stored_bits = me, 0
+        else:
+            stored_bits = self.t_bitmap[s]
+            if open_sync and chunk_ok:
+                self.t_bitmap[s] = stored_bits | me
+        stored_seq = self.t_member_seq[seq_cell]
+        if async_path or (open_sync and chunk_ok):
+            self.t_member_seq[seq_cell] = (r + 1) & _U32
+        duplicate = stored_seq == (r + 1) & _U32
+        # 4. Count, with the close guard.
+        stored_count = self.t_count[s]
+        if open_sync and chunk_ok:
+            if fresh:
+                self.t_count[s], stored_count = (CLOSING + 1 if q == 1 else 1), 0
+            elif duplicate:
+                if stored_count > q - 1:
+                    self.t_count[s] = _int32(stored_count + CLOSING)
+            elif stored_count >= q - 1:
+                self.t_count[s] = _int32(stored_count + CLOSING + 1)
+            else:
+                self.t_count[s] = _int32(stored_count + 1)
+
+        # 6. The verdict.
+        head = [version, Op.RESULT, 0, mode, job, w, 0, s, 0, quorum, cur, chunk, 0]
+        if async_path:
+            if duplicate:
+                self._drop(job, DropReason.DUPLICATE, nbytes)
+                self._duplicates.count(member, nbytes)
+                head[1], head[6], head[10], head[12] = Op.ACK, 0, r, 0
+                return REPLY, 0, _HDR.pack(*head)
+            self._contributions.count(member, nbytes)
+            self._closes.count(member, nbytes)
+            head[6], head[12] = 1, me
+            return self._recirculate(SecondPass("async", s, head, lanes, group, False))
+        if open_sync:
+            if not chunk_ok:
+                self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
+                return REPLY, 0, self._resync_tna(head, ResyncReason.CHUNK_MISMATCH, cur,
+                                                  stored_chunk, stored_bits, stored_count)
+            bank = 2 * s + (cur & 1)
+            if fresh:
+                self._contributions.count(member, nbytes)
+                self.t_lanes[bank] = lanes
+                head[6], head[12] = 1, me
+                if q == 1:
+                    return self._close_first_pass(s, head, bank, group, member, nbytes)
+                return None
+            if duplicate:
+                self._drop(job, DropReason.DUPLICATE, nbytes)
+                self._duplicates.count(member, nbytes)
+                if stored_count > q - 1:
+                    head[6], head[12] = stored_count & 0xFF, stored_bits
+                    return self._close_first_pass(s, head, bank, group, member, nbytes)
+                return None
+            if stored_count < 0:   # the round's close is under way: refused
+                self._drop(job, DropReason.STALE, nbytes)
+                self._late.count(member, nbytes)
+                return None
+            self._contributions.count(member, nbytes)
+            self.t_lanes[bank] += lanes
+            head[6], head[12] = (stored_count + 1) & 0xFF, stored_bits | me
+            if stored_count >= q - 1:
+                return self._close_first_pass(s, head, bank, group, member, nbytes)
+            return None
+        if prev:
+            res_bitmap, res_packed, res_chunk = self.t_res[s]
+            (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
+            head = [version, Op.RESULT, Flag.RESEND, res_packed >> 8 & 0xFF, job, w,
+                    res_packed >> 16 & 0xFF, s, 0, res_packed & 0xFF, r, res_chunk, res_bitmap]
+            lanes = self.t_lanes[2 * s + (r & 1)].copy()
+            return self._recirculate(SecondPass("resend", s, head, lanes, group, True))
+        self._drop(job, DropReason.STALE, nbytes)
+        self._stale.count(member, nbytes)
+        reason = (ResyncReason.STALE_COUNTED if duplicate else ResyncReason.STALE_ROUND)
+        under_way = latched != 0
+        return REPLY, 0, self._resync_tna(head, reason, cur, stored_chunk,
+                                          stored_bits if under_way else 0,
+                                          stored_count if under_way else 0)
+
+    def _resync_tna(self, head: list[int], reason: int, cur: int, chunk: int, bits: int,
+                    count: int) -> bytes:
+        head[1], head[8], head[10], head[11], head[12] = Op.RESYNC, reason, cur, chunk, bits
+        head[6] = count & 0xFF
+        return _HDR.pack(*head)
+
+    def _close_first_pass(self, s: int, head: list[int], bank: int, group: int, member: int,
+                          nbytes: int) -> tuple[int, int, bytes] | None:
+        self._closes.count(member, nbytes)
+        return self._recirculate(SecondPass("close", s, head, self.t_lanes[bank].copy(),
+                                            group, False))
+
+    def _recirculate(self, second: SecondPass) -> tuple[int, int, bytes] | None:
+        if self.hold:
+            self.pending.append(second)
+            return None
+        return self.second_pass(second)
+
+    def release(self, frames: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """Run the held second passes; `frames` are their contributions (port, frame), in
+        order, from which the parser and deparser take the addresses as on the switch."""
+        out = []
+        for (port, frame), second in zip(frames, self.pending, strict=True):
+            self._forced = self.second_pass(second)
+            out += self.process_frame(port, frame)
+        self.pending.clear()
+        return sorted(out)
+
+    def second_pass(self, second: SecondPass) -> tuple[int, int, bytes]:
+        """The recirculated pass: advance or take the round, store the result, send it."""
+        s, head = second.s, second.head
+        if second.kind == "close" and self.t_round[s] == head[10]:
+            self.t_round[s] = (head[10] + 1) & _U32
+        elif second.kind == "async":
+            head[10] = self.t_round[s]
+            self.t_round[s] = (head[10] + 1) & _U32
+            self.t_lanes[2 * s + (head[10] & 1)] = second.lanes
+        if second.kind in ("close", "async"):
+            self.t_res[s] = (head[12], head[6] << 16 | head[3] << 8 | head[9], head[11])
+        datagram = _HDR.pack(*head) + second.lanes.astype(_BE).tobytes()
+        return (REPLY, 0, datagram) if second.port_back else (MULTICAST, second.group, datagram)
+
+
+class TnaModelTarget(SoftswitchTarget):
+    """The TNA design as a conformance target. A second pass runs right after the first,
+    or, with `hold`, when `release()` is called: packets sent in between meet the round
+    between its two passes, as on a switch whose recirculation takes time."""
+
+    name = "tna-model"
+
+    def __init__(self, *, hold: bool = False) -> None:
+        self.pipeline: TnaModelPipeline = TnaModelPipeline()
+        self.pipeline.hold = hold
+        self._held: list[tuple[int, bytes]] = []
+        self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
+
+    def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        before = len(self.pipeline.pending)
+        out = self.pipeline.process_frame(port, frame)
+        self._held += [(port, frame)] * (len(self.pipeline.pending) - before)
+        return sorted(out)
+
+    def release(self) -> list[tuple[int, bytes]]:
+        """Run the held second passes, in order; what they send."""
+        out = self.pipeline.release(self._held)
+        self._held = []
+        return out
