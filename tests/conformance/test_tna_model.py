@@ -3,11 +3,11 @@ which the shared suite cannot see: there, a second pass runs at once."""
 
 from __future__ import annotations
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.wire import DropReason, Flag, Mode
 
 from .conftest import install
-from .test_state_machine import CONTRIBUTIONS, DROPS, LATE, drop, member, send
+from .test_state_machine import drop, member, send
 from .tna_model import TnaModelTarget
 from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
 
@@ -18,9 +18,9 @@ def test_a_contribution_between_a_close_and_its_second_pass_is_refused_then_late
     for w in (2, 0, 1):
         assert send(t, JOB1, w, 8, 0, chunk=4) == []   # the third one closes: held
     assert send(t, JOB1, 3, 8, 0, chunk=4) == []       # arrives in the window
-    assert t.counter(LATE, member(JOB1, 3)) == 1
-    assert t.counter(DROPS, drop(1, DropReason.STALE)) == 1
-    assert t.counter(CONTRIBUTIONS, member(JOB1, 3)) == 0
+    assert t.counter(p4names.STATS_LATE, member(JOB1, 3)) == 1
+    assert t.counter(p4names.STATS_DROPS, drop(1, DropReason.STALE)) == 1
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 3)) == 0
 
     summed = wrap_sum(lanes_of(0), lanes_of(1), lanes_of(2))
     assert t.release() == multicast(JOB1, result(JOB1, 1, 8, 0, 4, 0b0111, summed,
