@@ -6,7 +6,7 @@
 //
 //   Round        round[s]                       pass 1: read      pass 2: advance / take
 //   ModeLatch    {round tag, packed mode}       latch when a round opens, else read
-//   ChunkLatch   {round tag, chunk}             latch when a round opens, else read
+//   ChunkLatch   {round + 1 tag, chunk}         latch when a round opens, else read
 //   Bitmap       bitmap[s]                      start / join / read
 //   MemberSeq    member_seq[s*32+w] (seq + 1)   swap (counted) / read
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
