@@ -53,20 +53,23 @@ class SecondPass:
 class TnaModelPipeline(Pipeline):
     """Pipeline (tables, counters, parser, egress) with the TNA slot state machine."""
 
+    def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
+        self.hold = False                   # keep second passes pending (the window)
+        self.pending: list[SecondPass] = []
+        self._forced: tuple[int, int, bytes] | None = None
+        super().__init__(num_slots)
+
     def reset_registers(self) -> None:
         super().reset_registers()
         n = self.num_slots
         self.t_round = [0] * n
         self.t_mode = [(0, 0)] * n          # (tag, packed mode)
-        self.t_chunk = [(0, 0)] * n         # (tag, chunk)
+        self.t_chunk = [(0, 0)] * n         # (round + 1, chunk)
         self.t_bitmap = [0] * n
         self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq + 1
         self.t_count = [0] * n              # int32; CLOSING bit while a close is under way
         self.t_res = [(0, 0, 0)] * n        # (bitmap, count << 16 | mode << 8 | quorum, chunk)
         self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
-        self.hold = False                     # keep second passes pending (the window)
-        self.pending: list[SecondPass] = []
-        self._forced: tuple[int, int, bytes] | None = None
 
     def _aggregate(self, payload: bytes, src_ip: int, src_port: int,
                    nbytes: int) -> tuple[int, int, bytes] | None:
