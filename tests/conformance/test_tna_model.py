@@ -1,12 +1,15 @@
-"""What the TNA design does between a close's two passes (docs/tofino.md, difference 2),
-which the shared suite cannot see: there, a second pass runs at once."""
+"""What the TNA design does between a close's two passes (docs/tofino.md, differences 2
+and 3), which the shared suite cannot see: there, a second pass runs at once."""
 
 from __future__ import annotations
+
+import pytest
 
 from hysync import p4names, wire
 from hysync.wire import DropReason, Flag, Mode
 
 from .conftest import install
+from .targets import mode_write
 from .test_state_machine import drop, member, send
 from .tna_model import TnaModelTarget
 from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
@@ -42,3 +45,25 @@ def test_async_rounds_in_flight_together_take_distinct_round_numbers():
     rounds = sorted(wire.Header.unpack(frame, wire.HYSYNC_OFFSET).round
                     for _, frame in t.release())
     assert rounds == [0, 0, 0, 0, 1, 1, 1, 1]   # 4 replicas of each of the two rounds
+
+
+@pytest.mark.xfail(strict=True, reason="open defect of the TNA design (docs/tofino.md, "
+                   "difference 3): a swap away from async inside an async contribution's two "
+                   "passes lets a sync round open on the round number the async one then takes")
+def test_a_swap_inside_an_async_window_does_not_count_a_contribution_twice():
+    """Found by the invariants test: worker 0's sync-style contribution arrives while its
+    slot is async (an async round of its own, second pass pending); the slot is swapped to
+    partial(2); worker 0's retransmission opens round 0 again and worker 1 closes it. Two
+    different results for round 0 follow, and worker 0 is in both."""
+    t = TnaModelTarget(hold=True)
+    install(t, JOB1, Mode.ASYNC)
+    held = [(JOB1.member(0).port, contribution(JOB1, 0, 1, 0, 0))]
+    assert t.send(*held[0]) == []                     # async: second pass pending
+    t.write("MODIFY", mode_write(JOB1, Mode.PARTIAL, 2))
+    for w in (0, 1):                                  # sync-style, round 0
+        assert t.send(JOB1.member(w).port, contribution(JOB1, w, 1, 0, 0)) == []
+    results = {}
+    for _, frame in t.release():
+        h = wire.Header.unpack(frame, wire.HYSYNC_OFFSET)
+        results.setdefault(h.round, set()).add(h.bitmap)
+    assert all(len(bitmaps) == 1 for bitmaps in results.values()), results
