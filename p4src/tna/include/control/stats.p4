@@ -21,6 +21,8 @@ control Stats(in headers_t hdr, in metadata_t meta) {
     // Per (job, reason), index job * 16 + reason.
     Counter<bit<64>, drop_counter_index_t>(DROP_COUNTER_CELLS,
                                           CounterType_t.PACKETS_AND_BYTES) drops;
+    // Per reason, switch-wide: every drop, whatever job id its bytes carry.
+    Counter<bit<64>, bit<4>>(NUM_DROP_REASONS, CounterType_t.PACKETS_AND_BYTES) switch_drops;
 
     apply {
         if (meta.count_drop) {
@@ -30,6 +32,7 @@ control Stats(in headers_t hdr, in metadata_t meta) {
                 job = hdr.hysync.job_id[7:0];
             }
             drops.count(job ++ meta.drop_reason[3:0]);
+            switch_drops.count(meta.drop_reason[3:0]);
         }
 
         // Only admitted contributions set a member counter: job and worker are valid.
