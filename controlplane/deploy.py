@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controlplane import forwarding
+from controlplane import forwarding, probe
 from controlplane.controller import Controller
 from controlplane.entities import MulticastGroup, Update, delete, insert, modify
 from controlplane.errors import ControlPlaneError, NotPrimaryError
 from controlplane.installed import InstalledJob
-from controlplane.inventory import Inventory
+from controlplane.inventory import Host, Inventory
 from controlplane.switch import Switch, pipeline_cookie
 from hysync import p4names
 from hysync.p4schema import Schema
@@ -142,9 +142,12 @@ def deploy(inv: Inventory, *, dry_run: bool = False, replace_pipeline: bool = Fa
     return report
 
 
-def check(inv: Inventory, *, timeout: float = 5.0) -> list[Check]:
+def check(inv: Inventory, *, timeout: float = 5.0, source: Host | None = None,
+          no_source: str = "") -> list[Check]:
     """Reachability, arbitration, pipeline identity and the port map; a failed check
-    stops the ones that depend on it."""
+    stops the ones that depend on it. The port map is the l2 table and flood group read
+    back, and, from `source` (this machine's host; `no_source` says why there is none),
+    a probe through the data plane that waits up to `timeout` for answers."""
     s = inv.switch
     try:
         switch = Switch(s.grpc_addr, device_id=s.device_id, timeout=timeout, arbitrate=False,
@@ -159,19 +162,41 @@ def check(inv: Inventory, *, timeout: float = 5.0) -> list[Check]:
         if pipeline.state != "same":
             return checks
         l2, flood = _forwarding_state(switch)
-        flood_ports = flood.ports() if flood else set()
-        for h in inv.hosts:
-            problems = []
-            if l2.get(h.mac) != h.switch_port:
-                problems.append(f"l2 sends {h.mac} to port {l2[h.mac]}" if h.mac in l2
-                                else f"no l2 entry for {h.mac}")
-            if h.switch_port not in flood_ports:
-                problems.append(f"port {h.switch_port} is not in the flood group")
-            fix = "; run `hysync deploy` to fix" if problems else ""
-            checks.append(Check(f"port map {h.name}", not problems,
-                                "; ".join(problems) + fix if problems else
-                                f"{h.mac} -> port {h.switch_port}, flooded"))
+    result, probe_check = _probe(inv, source, no_source, timeout)
+    checks.append(probe_check)
+    flood_ports = flood.ports() if flood else set()
+    for h in inv.hosts:
+        problems = []
+        if l2.get(h.mac) != h.switch_port:
+            problems.append(f"l2 sends {h.mac} to port {l2[h.mac]}" if h.mac in l2
+                            else f"no l2 entry for {h.mac}")
+        if h.switch_port not in flood_ports:
+            problems.append(f"port {h.switch_port} is not in the flood group")
+        detail = ("; ".join(problems) + "; run `hysync deploy` to fix" if problems else
+                  f"{h.mac} -> port {h.switch_port}, flooded")
+        answered = True
+        if result is not None and h.name in result.answers:
+            answered, said = probe.verdict(h, result.answers[h.name], result,
+                                           flooded=h.mac not in l2)
+            detail += f"; {said}"
+        elif result is not None:
+            detail += "; the probe's source"
+        checks.append(Check(f"port map {h.name}", answered and not problems, detail))
     return checks
+
+
+def _probe(inv: Inventory, source: Host | None, no_source: str,
+           timeout: float) -> tuple[probe.Probe | None, Check]:
+    """The probe from `source` to every other host, and its line."""
+    if source is None:
+        return None, Check("probe", True, f"not sent: {no_source}; to ping every host through "
+                                          "the switch, run `hysync deploy --check --from HOST "
+                                          f"{inv.path}` on a host of the inventory, as root")
+    try:
+        result = probe.probe(source, [h for h in inv.hosts if h != source], timeout)
+    except probe.ProbeError as err:
+        return None, Check("probe", False, f"cannot probe from {source.name}: {err}")
+    return result, Check("probe", *probe.source_verdict(result))
 
 
 def _check_arbitration(inv: Inventory, timeout: float) -> Check:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controlplane import deploy
+from controlplane import deploy, probe
 from controlplane.cli import UsageError, _Out, _seconds
 from controlplane.errors import ControlPlaneError
 from controlplane.inventory import Inventory
@@ -39,11 +39,17 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
     "nothing to do"). --dry-run prints every P4Runtime write it would make and makes
     none. --check makes no write either: it reports reachability, arbitration, the
     pipeline's identity and the port map, one line per check, and exits non-zero if one
-    fails. A switch running another pipeline is refused unless --replace-pipeline.
+    fails. Run on a host of the inventory (--from HOST, or found by its data interface and
+    address), as root, the port map check also pings every other host through the switch
+    and waits up to --timeout for answers. A switch running another pipeline is refused
+    unless --replace-pipeline.
     """
     inv = Inventory.load(args.inventory)
+    if args.probe_from is not None and not args.check:
+        raise UsageError("--from HOST goes with --check (the host the probe starts on)")
     if args.check:
-        checks = deploy.check(inv, timeout=args.timeout)
+        source, no_source = probe.source_host(inv, args.probe_from)
+        checks = deploy.check(inv, timeout=args.timeout, source=source, no_source=no_source)
         out.emit({"checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks]},
                  "\n".join(c.line() for c in checks))
         failed = [c.name for c in checks if not c.ok]
@@ -164,6 +170,8 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="print the writes, make none")
     how.add_argument("--check", action="store_true", help="check the testbed, write nothing")
+    p.add_argument("--from", dest="probe_from", metavar="HOST",
+                   help="--check runs on this host of the inventory: probe the others from it")
     p.add_argument("--replace-pipeline", action="store_true",
                    help="push the inventory's pipeline over another one (clears the switch)")
     p = command(groups, "teardown", cmd_teardown)

@@ -89,8 +89,26 @@ def test_check_reports_one_line_per_check(inventory_for, softswitch: Softswitch)
     code, out, err = hysync("deploy", "--check", str(inv))
     assert (code, err) == (0, "")
     assert [ln.split(":")[0] for ln in out.splitlines()] == [
-        "ok    reachable", "ok    arbitration", "ok    pipeline", "ok    port map h1",
-        "ok    port map h2"]
+        "ok    reachable", "ok    arbitration", "ok    pipeline", "ok    probe",
+        "ok    port map h1", "ok    port map h2"]
+    # loopback hosts have no data plane: the probe line says how to send one from a host
+    probe = out.splitlines()[3]
+    assert probe.startswith("ok    probe: not sent: this machine has no host's data interface")
+    assert f"run `hysync deploy --check --from HOST {inv}` on a host of the inventory" in probe
+
+
+def test_check_from_a_host_this_machine_is_not_is_one_line(inventory_for,
+                                                           softswitch: Softswitch) -> None:
+    inv = inventory_for(softswitch)
+    hysync("deploy", str(inv))
+    code, out, err = hysync("deploy", "--check", "--from", "h1", str(inv))
+    assert (code, out) == (1, "")
+    assert err == ("hysync: error: --from h1: its address 127.0.0.1 is a loopback address, which "
+                   "never reaches the switch; run the check on h1 itself\n")
+    code, out, err = hysync("deploy", "--check", "--from", "h9", str(inv))
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "h9" in err
+    code, out, err = hysync("deploy", "--from", "h1", str(inv))
+    assert (code, out) == (2, "") and "--from HOST goes with --check" in err
 
 
 def test_an_unreachable_switch_fails_fast_with_one_line(tmp_path: Path) -> None:
