@@ -10,9 +10,14 @@ the creating process's pid so that parallel runs never collide:
 
 The switch (BMv2 or the softswitch's raw data plane) runs in its own namespace
 (BMv2's thrift server binds 0.0.0.0:9090) and is reached over the link-local
-management /30. Offloads are off on every veth end (a user-space switch never fills
-in checksums); IPv6 is off before link-up (the kernel would send router
-solicitations the switch floods). Each host has the switch's address 10.0.0.254 ->
+management /30. With `host_management`, every host namespace has a management /30 to
+the switch namespace too (hb<pid>a1 169.254.X.5 <-> hb<pid>b1 169.254.X.6, ...) and a
+route to the switch's P4Runtime address over it, as servers on a rack's management
+network have (`hysync deploy --check` run on a host).
+
+Offloads are off on every data veth end (a user-space switch never fills in
+checksums); IPv6 is off before link-up (the kernel would send router solicitations
+the switch floods). Each host has the switch's address 10.0.0.254 ->
 02:00:00:00:00:fe as a static neighbour and the MAC `topologies.topo.host_mac(w)`.
 
     ip netns exec hb<pid>-h1 .venv/bin/python -m bench.netns_hosts --worker 0 ...
@@ -42,7 +47,7 @@ def _sh(*cmd: str) -> None:
 class NetnsStar:
     """`hosts` sender namespaces, each on its own port (1..hosts) of a switch namespace."""
 
-    def __init__(self, hosts: int = 4) -> None:
+    def __init__(self, hosts: int = 4, *, host_management: bool = False) -> None:
         pid = os.getpid()
         self.tag = f"hb{pid}"
         self.hosts = [f"{self.tag}-h{p}" for p in range(1, hosts + 1)]
@@ -53,6 +58,7 @@ class NetnsStar:
         net = f"169.254.{pid % 250 + 1}"
         self.mgmt_root_ip, self.mgmt_switch_ip = f"{net}.1", f"{net}.2"
         self.grpc_addr = f"{self.mgmt_switch_ip}:9559"
+        self._net, self._host_management = net, host_management
         self._namespaces: list[str] = []
         self._links: list[str] = []  # root-namespace ends of veths still in the root namespace
         try:
@@ -103,6 +109,25 @@ class NetnsStar:
         _sh("ip", "link", "set", self.mgmt_root, "up")
         _sh(*sw, "ip", "addr", "add", f"{self.mgmt_switch_ip}/30", "dev", self.mgmt_switch)
         _sh(*sw, "ip", "link", "set", self.mgmt_switch, "up")
+        if self._host_management:
+            for p, host in enumerate(self.hosts, start=1):
+                self._host_management_link(p, host)
+
+    def _host_management_link(self, p: int, host: str) -> None:
+        """A /30 from host namespace `p` to the switch namespace, and over it a route to
+        the switch's P4Runtime address (the switch's kernel answers for any local address)."""
+        here, there = f"{self.tag}a{p}", f"{self.tag}b{p}"
+        host_ip, switch_ip = f"{self._net}.{4 * p + 1}", f"{self._net}.{4 * p + 2}"
+        _sh("ip", "link", "add", here, "type", "veth", "peer", "name", there)
+        self._links.append(here)
+        _sh("ip", "link", "set", there, "netns", self.switch_ns)
+        _sh("ip", "link", "set", here, "netns", host)
+        self._links.remove(here)
+        for ns, ifname, ip in ((host, here, host_ip), (self.switch_ns, there, switch_ip)):
+            _sh(*self.exec_in(ns), "ip", "addr", "add", f"{ip}/30", "dev", ifname)
+            _sh(*self.exec_in(ns), "ip", "link", "set", ifname, "up")
+        _sh(*self.exec_in(host), "ip", "route", "add", f"{self.mgmt_switch_ip}/32", "via",
+            switch_ip)
 
     def close(self) -> None:
         """Delete what this instance made (deleting a namespace deletes its veths)."""

@@ -165,24 +165,28 @@ def check(inv: Inventory, *, timeout: float = 5.0, source: Host | None = None,
     result, probe_check = _probe(inv, source, no_source, timeout)
     checks.append(probe_check)
     flood_ports = flood.ports() if flood else set()
-    for h in inv.hosts:
-        problems = []
-        if l2.get(h.mac) != h.switch_port:
-            problems.append(f"l2 sends {h.mac} to port {l2[h.mac]}" if h.mac in l2
-                            else f"no l2 entry for {h.mac}")
-        if h.switch_port not in flood_ports:
-            problems.append(f"port {h.switch_port} is not in the flood group")
-        detail = ("; ".join(problems) + "; run `hysync deploy` to fix" if problems else
-                  f"{h.mac} -> port {h.switch_port}, flooded")
-        answered = True
-        if result is not None and h.name in result.answers:
-            answered, said = probe.verdict(h, result.answers[h.name], result,
-                                           flooded=h.mac not in l2)
-            detail += f"; {said}"
-        elif result is not None:
-            detail += "; the probe's source"
-        checks.append(Check(f"port map {h.name}", answered and not problems, detail))
-    return checks
+    return checks + [_port_map(h, l2, flood_ports, result) for h in inv.hosts]
+
+
+def _port_map(h: Host, l2: dict[str, int], flood_ports: set[int],
+              result: probe.Probe | None) -> Check:
+    """A host's line: its l2 entry and flood port read back, and what the probe says."""
+    problems = []
+    if l2.get(h.mac) != h.switch_port:
+        problems.append(f"l2 sends {h.mac} to port {l2[h.mac]}" if h.mac in l2
+                        else f"no l2 entry for {h.mac}")
+    if h.switch_port not in flood_ports:
+        problems.append(f"port {h.switch_port} is not in the flood group")
+    detail = ("; ".join(problems) + "; run `hysync deploy` to fix" if problems else
+              f"{h.mac} -> port {h.switch_port}, flooded")
+    probed_ok = True
+    if result is not None and h.name in result.answers:
+        probed_ok, said = probe.verdict(h, result.answers[h.name], result,
+                                        flooded=h.mac not in l2)
+        detail += f"; {said}"
+    elif result is not None:
+        detail += "; the probe's source"
+    return Check(f"port map {h.name}", probed_ok and not problems, detail)
 
 
 def _probe(inv: Inventory, source: Host | None, no_source: str,

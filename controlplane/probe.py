@@ -108,36 +108,46 @@ def probe(source: Host, targets: Sequence[Host], timeout: float) -> Probe:
     except PermissionError:
         raise ProbeError(f"a raw socket on {source.interface} needs root (CAP_NET_RAW): run "
                          "the check with sudo") from None
-    with sock:
-        sock.bind((source.interface, ETH_P_ALL))
-        own_mac = sock.getsockname()[4]
-        ident = os.getpid() & 0xFFFF
-        by_ip = {wire.ip_to_int(t.ipv4): i for i, t in enumerate(targets)}
-        arp: dict[int, str] = {}
-        echo: dict[int, float] = {}
-        sent: dict[int, float] = {}  # echo sequence number -> when
-        start = time.monotonic()
-        deadline, resend = start + timeout, start
-        while (len(arp) < len(targets) or len(echo) < len(targets)) and (
-                now := time.monotonic()) < deadline:
-            if now >= resend:
-                for i, t in enumerate(targets):
-                    if i not in arp:
-                        sock.send(_arp_request(own_mac, source.ipv4, t.ipv4))
-                    if i not in echo:
-                        seq = len(sent)
-                        sent[seq] = time.monotonic()
-                        sock.send(_echo_request(own_mac, source.ipv4, t, ident, seq))
-                resend = now + RESEND_S
-            if not select.select([sock], [], [], max(0.0, min(resend, deadline) - now))[0]:
-                continue
-            frame, addr = sock.recvfrom(65536)
-            if addr[2] == socket.PACKET_OUTGOING:
-                continue
-            if (got := _arp_reply(frame, source.ipv4)) and got[0] in by_ip:
-                arp.setdefault(by_ip[got[0]], got[1])
-            elif (reply := _echo_reply(frame, ident)) and reply[0] in by_ip and reply[1] in sent:
-                echo.setdefault(by_ip[reply[0]], (time.monotonic() - sent[reply[1]]) * 1e3)
+    try:
+        with sock:
+            return _exchange(sock, source, targets, timeout)
+    except OSError as err:
+        raise ProbeError(f"{source.interface}: {err.strerror or err}; is it up? (`ip link set "
+                         f"{source.interface} up`)") from None
+
+
+def _exchange(sock: socket.socket, source: Host, targets: Sequence[Host],
+              timeout: float) -> Probe:
+    """The probe's frames out of `sock` and the answers back, until `timeout`."""
+    sock.bind((source.interface, ETH_P_ALL))
+    own_mac = sock.getsockname()[4]
+    ident = os.getpid() & 0xFFFF
+    by_ip = {wire.ip_to_int(t.ipv4): i for i, t in enumerate(targets)}
+    arp: dict[int, str] = {}
+    echo: dict[int, float] = {}
+    sent: dict[int, float] = {}  # echo sequence number -> when
+    start = time.monotonic()
+    deadline, resend = start + timeout, start
+    while (len(arp) < len(targets) or len(echo) < len(targets)) and (
+            now := time.monotonic()) < deadline:
+        if now >= resend:
+            for i, t in enumerate(targets):
+                if i not in arp:
+                    sock.send(_arp_request(own_mac, source.ipv4, t.ipv4))
+                if i not in echo:
+                    seq = len(sent) & 0xFFFF  # ICMP sequence numbers are 16 bits
+                    sent[seq] = time.monotonic()
+                    sock.send(_echo_request(own_mac, source.ipv4, t, ident, seq))
+            resend = now + RESEND_S
+        if not select.select([sock], [], [], max(0.0, min(resend, deadline) - now))[0]:
+            continue
+        frame, addr = sock.recvfrom(65536)
+        if addr[2] == socket.PACKET_OUTGOING:
+            continue
+        if (got := _arp_reply(frame, source.ipv4)) and got[0] in by_ip:
+            arp.setdefault(by_ip[got[0]], got[1])
+        elif (reply := _echo_reply(frame, ident)) and reply[0] in by_ip and reply[1] in sent:
+            echo.setdefault(by_ip[reply[0]], (time.monotonic() - sent[reply[1]]) * 1e3)
     return Probe(source, wire.bytes_to_mac(own_mac),
                  {t.name: Answer(arp.get(i), echo.get(i)) for i, t in enumerate(targets)})
 
@@ -209,7 +219,7 @@ def verdict(host: Host, answer: Answer, result: Probe, *, flooded: bool) -> tupl
                        "on that port - fix hosts.switch_port (cables swapped?), then `hysync "
                        "deploy`; or it drops ICMP echo")
     if not result.answered():
-        return False, f"no answer to {src}, nor from any host: see the probe line"
+        return False, f"no answer: no host answered {src}, see the probe line"
     return False, (f"no answer to ARP or a ping from {src}: {host.name} is down, or its cable "
                    f"is not on port {host.switch_port} (hosts.switch_port)")
 

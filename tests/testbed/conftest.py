@@ -7,17 +7,23 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controlplane.switch import wait_for_server
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
+from topologies.switches import SWITCH_IP, SWITCH_MAC
+from topologies.topo import host_ip, host_mac
 
 Data = dict[str, Any]
+RACK_HOSTS = 3  # host namespaces of the emulated rack
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -84,3 +90,48 @@ def inventory_for(tmp_path: Path):
                                   listen or f"127.0.0.1:{free_port()}", hosts)
         return write_inventory(tmp_path / "testbed.toml", copy.deepcopy(data))
     return make
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: it builds network namespaces and veth links (run `.ci/run`)"
+    for tool in ("ip", "ethtool"):
+        if shutil.which(tool) is None:
+            return f"needs `{tool}` (apt-get install iproute2 ethtool)"
+    return None
+
+
+@pytest.fixture(params=["softswitch-raw", "bmv2"])
+def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[object, Path]]:
+    """(the namespaces, the inventory) of a rack whose switch is the softswitch on its raw
+    data plane, or BMv2 where it is installed (root only). Each host namespace reaches the
+    switch's P4Runtime address too, as a server on a rack's management network does."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
+    from bench.netns_hosts import NetnsStar
+
+    kind = request.param
+    if kind == "bmv2" and (why := bmv2_unavailable()):
+        pytest.skip(why)
+    star = NetnsStar(RACK_HOSTS, host_management=True)
+    log = tmp_path / "switch.log"
+    switch = _start_switch(star, kind, log)
+    try:
+        wait_for_server(star.grpc_addr, failed=lambda: None if switch.poll() is None else
+                        f"the switch exited; see {log}")
+        data = loopback_inventory(star.grpc_addr, listen=f"unix:/tmp/hysync-{os.getpid()}.sock")
+        data["name"] = "emulated-rack"
+        data["switch"].update(data_ipv4=SWITCH_IP, data_mac=SWITCH_MAC, data_udp_port=48620,
+                              p4info=str(P4INFO))
+        if kind == "bmv2":
+            data["switch"].update(target="bmv2", device_config=str(BMV2_JSON))
+        data["hosts"] = [{"name": f"h{w + 1}", "interface": star.host_ifs[w],
+                          "ipv4": host_ip(w), "mac": host_mac(w), "switch_port": w + 1}
+                         for w in range(RACK_HOSTS)]
+        yield star, write_inventory(tmp_path / "rack.toml", data)
+    finally:
+        switch.terminate()
+        switch.wait(timeout=10)
+        star.close()

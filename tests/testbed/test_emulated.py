@@ -1,95 +1,51 @@
 """The testbed path end to end on an emulated rack (root): network namespaces as hosts
 with their own addresses and MACs, behind a switch namespace running the softswitch on
-its raw data plane, or BMv2 where installed (bench.netns_hosts.NetnsStar builds the
-namespaces). The same commands a rack
-takes: an inventory, `hysync deploy` and `--check`, `hysync serve`, `torchrun` with
-examples/train_ddp.py in every host namespace, a straggler the policy handles,
-`hysync teardown`; afterwards the switch holds nothing of the job."""
+its raw data plane, or BMv2 where installed (the `rack` fixture of conftest.py). The
+same commands a rack takes: an inventory, `hysync deploy` and `--check` (on h1: it
+probes the others), `hysync serve`, `torchrun` with examples/train_ddp.py in every host
+namespace, a straggler the policy handles, `hysync teardown`; afterwards the switch
+holds nothing of the job."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from controlplane.controller import Controller
-from controlplane.switch import Switch, wait_for_server
+from controlplane.switch import Switch
 from hysync import p4names
-from topologies.switches import SWITCH_IP, SWITCH_MAC
-from topologies.topo import host_ip, host_mac
+from topologies.topo import host_ip
 
 from ..controlplane.conftest import read_table
-from .conftest import P4INFO, ROOT, kill_tree, loopback_inventory, write_inventory
+from .conftest import RACK_HOSTS, ROOT, kill_tree
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
-HOSTS = 3
+HOSTS = RACK_HOSTS
 STRAGGLER = 2  # rank / host index of the slow host
 TARGET_ACCURACY = 0.9
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: it builds network namespaces and veth links (run `.ci/run`)"
-    for tool in ("ip", "ethtool"):
-        if shutil.which(tool) is None:
-            return f"needs `{tool}` (apt-get install iproute2 ethtool)"
-    return None
-
-
-@pytest.fixture(params=["softswitch-raw", "bmv2"])
-def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[object, Path]]:
-    """(the namespaces, the inventory) of a rack whose switch is the softswitch on its raw
-    data plane, or BMv2 where it is installed."""
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
-    from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
-    from bench.netns_hosts import NetnsStar
-
-    kind = request.param
-    if kind == "bmv2" and (why := bmv2_unavailable()):
-        pytest.skip(why)
-    star = NetnsStar(HOSTS)
-    log = tmp_path / "switch.log"
-    switch = _start_switch(star, kind, log)
-    try:
-        wait_for_server(star.grpc_addr, failed=lambda: None if switch.poll() is None else
-                        f"the switch exited; see {log}")
-        data = loopback_inventory(star.grpc_addr, listen=f"unix:/tmp/hysync-{os.getpid()}.sock")
-        data["name"] = "emulated-rack"
-        data["switch"].update(data_ipv4=SWITCH_IP, data_mac=SWITCH_MAC, data_udp_port=48620,
-                              p4info=str(P4INFO))
-        if kind == "bmv2":
-            data["switch"].update(target="bmv2", device_config=str(BMV2_JSON))
-        data["hosts"] = [{"name": f"h{w + 1}", "interface": star.host_ifs[w],
-                          "ipv4": host_ip(w), "mac": host_mac(w), "switch_port": w + 1}
-                         for w in range(HOSTS)]
-        yield star, write_inventory(tmp_path / "rack.toml", data)
-    finally:
-        switch.terminate()
-        switch.wait(timeout=10)
-        star.close()
-
-
-def hysync(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controlplane.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+def hysync(*args: str, on: list[str] | None = None) -> subprocess.CompletedProcess:
+    """`hysync ARGS` here, or `on` a host (`star.exec_in(host)`)."""
+    return subprocess.run([*(on or []), sys.executable, "-m", "controlplane.cli", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
 def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -> None:
     star, inventory = rack
     deployed = hysync("deploy", str(inventory))
     assert deployed.returncode == 0, deployed.stderr
-    check = hysync("deploy", "--check", str(inventory))
+    check = hysync("deploy", "--check", str(inventory), on=star.exec_in(star.hosts[0]))
     assert check.returncode == 0, check.stdout + check.stderr
-    assert len(check.stdout.splitlines()) == 3 + HOSTS
+    assert len(check.stdout.splitlines()) == 4 + HOSTS
+    assert f"ok    probe: from h1 ({star.host_ifs[0]}, {host_ip(0)}): {HOSTS - 1} of " \
+        f"{HOSTS - 1} hosts answered" in check.stdout
     policy_log = tmp_path / "policy.jsonl"
     serve_out = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
