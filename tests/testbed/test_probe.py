@@ -71,9 +71,24 @@ def test_every_host_answers_after_deploy_and_a_wrong_port_is_found(rack, tmp_pat
     assert "no host answered" in lines["probe"] and "not on port 3" in lines["probe"]
 
 
-def test_a_missing_l2_entry_and_a_host_down_are_reported(rack) -> None:
+def test_wrong_macs_a_missing_l2_entry_and_a_host_down_are_reported(rack,
+                                                                   tmp_path: Path) -> None:
     star, inventory = rack
     deploy(star, inventory)
+    data = tomllib.loads(inventory.read_text())
+    data["hosts"][0]["mac"], data["hosts"][1]["mac"] = "02:00:00:00:01:0a", "02:00:00:00:01:0b"
+    wrong = tmp_path / "wrong-macs.toml"
+    wrong.write_text(toml_text(data))
+    code, lines = hysync_on(star, 0, "deploy", "--check", str(wrong))
+    assert code == 1, lines
+    assert lines["probe"] == (
+        f"FAIL  probe: from h1 ({star.host_ifs[0]}, 10.0.0.1): the interface's MAC is "
+        "02:00:00:00:01:01, the inventory's 02:00:00:00:01:0a: fix hosts.mac of h1, then "
+        "`hysync deploy`")
+    assert lines["port map h2"].endswith(
+        "; 10.0.0.2 answers ARP from 02:00:00:00:01:02, not the inventory's 02:00:00:00:01:0b: "
+        "fix hosts.mac of h2, then `hysync deploy`")
+
     with Switch(star.grpc_addr, election_id=(0, 10)) as sw:
         sw.write([delete(forwarding.l2_entry("02:00:00:00:01:02", 2))])
     subprocess.run([*star.exec_in(star.hosts[2]), "ip", "link", "set", star.host_ifs[2], "down"],
