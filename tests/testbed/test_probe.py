@@ -21,26 +21,28 @@ from .conftest import RACK_HOSTS, ROOT, toml_text
 pytestmark = pytest.mark.root
 
 
-def hysync_on(star, w: int, *args: str) -> tuple[int, dict[str, str]]:
-    """`hysync ARGS` in host namespace `w`: (exit status, {check name: its line})."""
-    done = subprocess.run([*star.exec_in(star.hosts[w]), sys.executable, "-m", "controlplane.cli",
-                           "--timeout", "2", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-    lines = {ln[6:].split(":")[0]: ln for ln in done.stdout.splitlines()}
-    return done.returncode, lines
+def hysync_on(star, w: int, *args: str) -> subprocess.CompletedProcess:
+    """`hysync ARGS` in host namespace `w`, as run on that host of the rack."""
+    return subprocess.run([*star.exec_in(star.hosts[w]), sys.executable, "-m",
+                           "controlplane.cli", "--timeout", "2", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def check_on(star, w: int, *args: str) -> tuple[int, dict[str, str]]:
+    """`hysync deploy --check ARGS` on host `w`: (exit status, {check name: its line})."""
+    done = hysync_on(star, w, "deploy", "--check", *args)
+    return done.returncode, {ln[6:].split(":")[0]: ln for ln in done.stdout.splitlines()}
 
 
 def deploy(star, inventory: Path) -> None:
-    done = subprocess.run([*star.exec_in(star.hosts[0]), sys.executable, "-m", "controlplane.cli",
-                           "deploy", str(inventory)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    done = hysync_on(star, 0, "deploy", str(inventory))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_every_host_answers_after_deploy_and_a_wrong_port_is_found(rack, tmp_path: Path) -> None:
     star, inventory = rack
     deploy(star, inventory)
-    code, lines = hysync_on(star, 0, "deploy", "--check", str(inventory))  # h1 found by itself
+    code, lines = check_on(star, 0, str(inventory))  # h1 found by itself
     assert code == 0, lines
     assert len(lines) == 4 + RACK_HOSTS
     assert lines["probe"].startswith(f"ok    probe: from h1 ({star.host_ifs[0]}, 10.0.0.1): "
@@ -56,7 +58,7 @@ def test_every_host_answers_after_deploy_and_a_wrong_port_is_found(rack, tmp_pat
     swapped = tmp_path / "swapped.toml"
     swapped.write_text(toml_text(data))
     deploy(star, swapped)
-    code, lines = hysync_on(star, 0, "deploy", "--check", "--from", "h1", str(swapped))
+    code, lines = check_on(star, 0, "--from", "h1", str(swapped))
     assert code == 1, lines
     for h, port in (("h2", 3), ("h3", 2)):
         mac = f"02:00:00:00:01:0{h[1]}"
@@ -66,7 +68,7 @@ def test_every_host_answers_after_deploy_and_a_wrong_port_is_found(rack, tmp_pat
             "that port - fix hosts.switch_port")
     assert lines["probe"].startswith("ok    probe: from h1") and "2 of 2" in lines["probe"]
     # from h2 nothing comes back: the switch sends h2's replies to port 3
-    code, lines = hysync_on(star, 1, "deploy", "--check", str(swapped))
+    code, lines = check_on(star, 1, str(swapped))
     assert code == 1 and lines["probe"].startswith("FAIL  probe: from h2"), lines
     assert "no host answered" in lines["probe"] and "not on port 3" in lines["probe"]
 
@@ -79,7 +81,7 @@ def test_wrong_macs_a_missing_l2_entry_and_a_host_down_are_reported(rack,
     data["hosts"][0]["mac"], data["hosts"][1]["mac"] = "02:00:00:00:01:0a", "02:00:00:00:01:0b"
     wrong = tmp_path / "wrong-macs.toml"
     wrong.write_text(toml_text(data))
-    code, lines = hysync_on(star, 0, "deploy", "--check", str(wrong))
+    code, lines = check_on(star, 0, str(wrong))
     assert code == 1, lines
     assert lines["probe"] == (
         f"FAIL  probe: from h1 ({star.host_ifs[0]}, 10.0.0.1): the interface's MAC is "
@@ -93,7 +95,7 @@ def test_wrong_macs_a_missing_l2_entry_and_a_host_down_are_reported(rack,
         sw.write([delete(forwarding.l2_entry("02:00:00:00:01:02", 2))])
     subprocess.run([*star.exec_in(star.hosts[2]), "ip", "link", "set", star.host_ifs[2], "down"],
                    check=True)
-    code, lines = hysync_on(star, 0, "deploy", "--check", "--from", "h1", str(inventory))
+    code, lines = check_on(star, 0, "--from", "h1", str(inventory))
     assert code == 1, lines
     assert lines["port map h2"] == (
         "FAIL  port map h2: no l2 entry for 02:00:00:00:01:02; run `hysync deploy` to fix; "
