@@ -1,13 +1,19 @@
-"""`python -m softswitch.reflect`: the machine's zero-work limit for a UDP data plane.
+"""`python -m softswitch.reflect`: the zero-work servers the benches measure against.
 
-    python -m softswitch.reflect [--udp HOST:PORT] [--threads N]
+    python -m softswitch.reflect [--udp HOST:PORT] [--threads N] [--answer echo|result]
 
-Answers every datagram with itself, in batches (recvmmsg, then sendmmsg of the same
-buffers), on N SO_REUSEPORT sockets with a thread each, as the native softswitch
-uses (native/dataplane/reflector.cc). Whatever rate senders reach against it, no
-switch on this machine can beat: the benches read the softswitch's rate as a
-share of it. Prints where it listens; SIGINT or SIGTERM stops it and prints how
-many datagrams it answered. Bad arguments: one line on stderr, exit 2.
+Answers every datagram in batches (recvmmsg, then sendmmsg), on N SO_REUSEPORT
+sockets with a thread each, as the native softswitch uses
+(native/dataplane/reflector.cc). Two answers:
+
+* echo (default): the datagram itself — the machine's UDP limit, which no switch on
+  it can beat; the benches read the softswitch's rate as a share of it;
+* result: each contribution as its own result (RESULT, count 1, the sender's bit; a
+  repeated sequence number an ACK) — a switch that does no work, against which one
+  worker reaches its own limit (bench/worker_bench.py).
+
+Prints where it listens; SIGINT or SIGTERM stops it and prints how many datagrams
+it answered. Bad arguments: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from softswitch.__main__ import host_port, thread_count
 from softswitch.native import default_threads
 
 PROG = "python -m softswitch.reflect"
+ANSWERS = {"echo": _core.dataplane.Answer.ECHO, "result": _core.dataplane.Answer.AS_RESULT}
 
 
 def _fail(message: str) -> NoReturn:
@@ -42,16 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=thread_count, default=default_threads(),
                         metavar="N", help="threads, one SO_REUSEPORT socket each "
                         "(default: one per core, at most 8)")
+    parser.add_argument("--answer", choices=ANSWERS, default="echo",
+                        help="echo: the datagram itself (default); result: each contribution "
+                        "as its own result")
     args = parser.parse_args(argv)
     try:
-        reflector = _core.dataplane.Reflector(*args.udp, args.threads)
+        reflector = _core.dataplane.Reflector(*args.udp, args.threads, ANSWERS[args.answer])
     except OSError as err:
         _fail(err.strerror or str(err))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     reflector.start()
-    print(f"reflector: UDP {args.udp[0]}:{reflector.port}, {args.threads} threads", flush=True)
+    print(f"reflector: UDP {args.udp[0]}:{reflector.port}, {args.threads} threads, "
+          f"answer {args.answer}", flush=True)
     while not stop.wait(0.5):
         pass
     reflector.stop()

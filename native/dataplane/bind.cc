@@ -202,10 +202,16 @@ void bind(nb::module_& m) {
       .def_prop_ro("unmapped", &RawServer::unmapped);
   bind_serving(raw);
 
-  nb::class_<Reflector> reflector(m, "Reflector", "Every datagram back to its sender, batched.");
-  reflector.def(nb::init<const std::string&, uint16_t, std::size_t>(), nb::arg("host"),
-                nb::arg("port"), nb::arg("threads"))
+  nb::enum_<Answer>(m, "Answer", "What a Reflector answers a datagram with.")
+      .value("ECHO", Answer::ECHO, "the datagram itself: the machine's UDP limit")
+      .value("AS_RESULT", Answer::AS_RESULT,
+             "a contribution's own result: the zero-work switch for one worker");
+  nb::class_<Reflector> reflector(m, "Reflector",
+                                  "The zero-work server, batched: ECHO or AS_RESULT.");
+  reflector.def(nb::init<const std::string&, uint16_t, std::size_t, Answer>(), nb::arg("host"),
+                nb::arg("port"), nb::arg("threads"), nb::arg("answer") = Answer::ECHO)
       .def_prop_ro("port", &Reflector::port)
+      .def_prop_ro("answer", &Reflector::answer)
       .def("start", &Reflector::start);
   bind_serving(reflector);
 }

@@ -1,6 +1,10 @@
-// The machine's zero-work limit for the UDP data plane: every datagram goes straight back to
-// its sender, in batches (recvmmsg, then sendmmsg of the same buffers), on `threads`
-// SO_REUSEPORT sockets as the switch uses. The switch's rate is read as a share of this one.
+// The zero-work servers the benches measure against, batched (recvmmsg, then sendmmsg) on
+// `threads` SO_REUSEPORT sockets as the switch uses. One reflector, two answers:
+//   ECHO      — every datagram straight back to its sender: the machine's UDP limit, which no
+//               switch on it can beat (the softswitch's rate is read as a share of it);
+//   AS_RESULT — every contribution back as its own result (op RESULT, count 1, the sender's
+//               bit): a switch that does no work, so what one worker reaches against it is the
+//               worker's own limit (bench/worker_bench.py reads it as a share of ECHO's).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,17 +14,23 @@
 
 namespace hysync::dataplane {
 
+enum class Answer { ECHO, AS_RESULT };
+
 class Reflector : public ServingThreads {
  public:
-  Reflector(const std::string& host, uint16_t port, std::size_t threads);
+  Reflector(const std::string& host, uint16_t port, std::size_t threads,
+            Answer answer = Answer::ECHO);
   ~Reflector() override;
   uint16_t port() const { return port_; }
+  Answer answer() const { return answer_; }
   void start();
 
  private:
-  void serve(std::size_t index);
+  void echo(int fd);
+  void answer_as_results(int fd);
   std::vector<int> fds_;
   uint16_t port_;
+  Answer answer_;
 };
 
 }  // namespace hysync::dataplane

@@ -13,7 +13,6 @@
 #include "common/registry.h"
 #include "worker/engine.h"
 #include "worker/quantize.h"
-#include "worker/result_reflector.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -182,15 +181,6 @@ void bind(nb::module_& m) {
       .def("slot_modes", &Engine::slot_modes)
       .def("describe_flights", &Engine::describe_flights)
       .def("take_logs", &Engine::take_logs);
-  using hysync::worker::ResultReflector;
-  nb::class_<ResultReflector>(m, "ResultReflector",
-                              "The zero-work switch for one worker: each contribution back as its "
-                              "own result (bench/worker_bench.py).")
-      .def(nb::init<const std::string&, uint16_t>(), "host"_a, "port"_a)
-      .def_prop_ro("port", &ResultReflector::port)
-      .def("start", &ResultReflector::start)
-      .def("stop", &ResultReflector::stop, nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("packets", [](const ResultReflector& r) { return r.packets.load(); });
 }
 
 hysync::Binder binder("worker", bind);
