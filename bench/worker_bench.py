@@ -1,20 +1,21 @@
 """Worker bench: the native engine at the kernel's UDP rate, and all-reduce next to gloo.
 
-1. One worker against the zero-work switch (`_core.worker.ResultReflector`: each
-   contribution back as its own result): packets/s and payload Gbit/s of 10M-float32
-   calls, as a share of this machine's UDP loopback limit measured in the same run,
-   interleaved (the echo reflector with one sender and the same window: the
-   `--echo-reflector` binary, e.g. /work/shared/tools/udp-reflector.c compiled under
-   /tmp, until `python -m softswitch.reflect` is on main).
-2. Four worker processes on loopback, each a `HySyncWorker` against the softswitch's
-   UDP data plane (its own process), all-reduce 1M, 10M and 100M float32 in place;
-   in the same processes, over a gloo process group, `torch.distributed.all_reduce`
-   of the same tensors. Times are the slowest worker's, from a common start (a gloo
-   barrier). Peak RSS of worker 0 during the 100M call (VmHWM, reset just before).
-3. The pure-Python engine's numbers (bench/results/worker.json of the commit before
-   the native engine, `--python-baseline`) beside them; a PNG of both.
+1. One worker against the zero-work switch (`python -m softswitch.reflect --answer
+   result`'s core: each contribution back as its own result): packets/s and payload
+   Gbit/s of 10M-float32 calls, as a share of this machine's UDP loopback limit
+   measured in the same run, interleaved: the same reflector answering echo, loaded by
+   the native load generator (one sender, the same window), as bench.softswitch_bench
+   measures it.
+2. Four worker processes on loopback, each a `HySyncWorker` against the native
+   softswitch's UDP data plane (its own process, one thread per core: what `python -m
+   softswitch` runs by default), all-reduce 1M, 10M and 100M float32 in place; in the
+   same processes, over a gloo process group, `torch.distributed.all_reduce` of the
+   same tensors. Times are the slowest worker's, from a common start (a gloo barrier).
+   Peak RSS of worker 0 during the 100M call (VmHWM, reset just before).
+3. The pure-Python worker engine's numbers (recorded in bench/results/worker.json
+   before the native engine, `--python-baseline`) beside them; a PNG of both.
 
-    .venv/bin/python -m bench.worker_bench --echo-reflector /tmp/udp-reflector [--reps 3]
+    .venv/bin/python -m bench.worker_bench [--reps 3]
 
 Writes bench/results/worker.json and bench/results/worker.png.
 """
@@ -24,10 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import re
 import socket
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -47,31 +48,33 @@ TIMEOUT = 1800
 
 # ---------------------------------------------------------------- the switch
 def switch_main(cmd: Any, out: Any) -> None:
-    """The softswitch UDP data plane in its own process; installs the job it is sent."""
+    """The native softswitch's UDP data plane in its own process, one thread per core (the
+    default of `python -m softswitch`); installs the job it is sent, as one write batch."""
     from hysync import wire
-    from softswitch.pipeline import JOBS, MEMBERS, REWRITE, Pipeline
+    from softswitch.native import NativePipeline, NativeUdpDataPlane
     from softswitch.tables import Entry, Replica
-    from softswitch.udp_dataplane import UdpDataPlane
 
-    pipeline = Pipeline()
-    dataplane = UdpDataPlane(pipeline, "127.0.0.1", 0).start()
-    out.put(dataplane.address)
+    pipeline = NativePipeline()
+    dataplane = NativeUdpDataPlane(pipeline, "127.0.0.1", 0).start()
+    out.put((dataplane.address, dataplane.threads))
     while True:
         op, arg = cmd.get()
         if op == "install":
             members, slot_count = arg
             ip = wire.ip_to_int("127.0.0.1")
-            for w, port in enumerate(members):
-                pipeline.write_entry("INSERT", Entry(MEMBERS, (JOB, w, ip, port),
-                                                     p4names.ADMISSION_ADMIT))
-                pipeline.write_entry("INSERT", Entry(REWRITE, (wire.member_rid(JOB, w),),
-                                                     p4names.REPLICATION_REWRITE_DST,
-                                                     (0, ip, port)))
-            pipeline.write_group("INSERT", JOB, [Replica(1, wire.member_rid(JOB, w))
-                                                 for w in range(len(members))])
-            pipeline.write_entry("INSERT", Entry(JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
-                                                 (0, slot_count, len(members), JOB, 1)))
-            pipeline.write_entry("INSERT", _modes(slot_count, 0, 0))
+            with pipeline.batch():
+                for w, port in enumerate(members):
+                    pipeline.write_entry("INSERT", Entry(
+                        p4names.ADMISSION_MEMBERS, (JOB, w, ip, port), p4names.ADMISSION_ADMIT))
+                    pipeline.write_entry("INSERT", Entry(
+                        p4names.REPLICATION_REWRITE, (wire.member_rid(JOB, w),),
+                        p4names.REPLICATION_REWRITE_DST, (0, ip, port)))
+                pipeline.write_group("INSERT", JOB, [Replica(1, wire.member_rid(JOB, w))
+                                                     for w in range(len(members))])
+                pipeline.write_entry("INSERT", Entry(
+                    p4names.ADMISSION_JOBS, (JOB,), p4names.ADMISSION_SET_JOB,
+                    (0, slot_count, len(members), JOB, 1)))
+                pipeline.write_entry("INSERT", _modes(slot_count, 0, 0))
         elif op == "mode":
             mode, slot_count = arg
             pipeline.write_entry("MODIFY", _modes(slot_count, mode, 0))
@@ -83,10 +86,9 @@ def switch_main(cmd: Any, out: Any) -> None:
 
 
 def _modes(slot_count: int, mode: int, quorum: int) -> Any:
-    from softswitch.pipeline import MODES
     from softswitch.tables import Entry
 
-    return Entry(MODES, (JOB, (0, slot_count - 1)), p4names.SYNC_MODE_SET_MODE,
+    return Entry(p4names.SYNC_MODE_MODES, (JOB, (0, slot_count - 1)), p4names.SYNC_MODE_SET_MODE,
                  (mode, quorum), priority=1)
 
 
@@ -150,14 +152,12 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
 
 
 # ---------------------------------------------------------------- one worker, zero-work switch
-def echo_limit(tool: Path, window: int, seconds: float = 3.0) -> float:
-    """Datagrams/s each way of the machine's zero-work echo: one sender, `window` in flight."""
-    run = subprocess.run([str(tool), "1", str(seconds), str(window)], capture_output=True,
-                         text=True, timeout=60 + seconds, check=True)
-    match = re.search(r"= (\d+) datagrams/s", run.stdout)
-    if match is None:
-        raise RuntimeError(f"{tool} printed no rate: {run.stdout!r} {run.stderr!r}")
-    return float(match[1])
+def echo_limit(window: int, seconds: float = 3.0) -> float:
+    """Datagrams/s each way of the machine's zero-work echo: the project's reflector (one
+    thread), one native sender with `window` in flight."""
+    from bench.softswitch_bench import reflector
+
+    return float(reflector(1, 1, window, seconds)["datagrams_in_per_s"])
 
 
 def reflected_rate(window: int, calls: int) -> list[dict]:
@@ -167,7 +167,7 @@ def reflected_rate(window: int, calls: int) -> list[dict]:
     from worker.quantize import FixedPointQuantizer
     from worker.transport import Transport
 
-    reflector = _core.worker.ResultReflector("127.0.0.1", 0)
+    reflector = _core.dataplane.Reflector("127.0.0.1", 0, 1, _core.dataplane.Answer.AS_RESULT)
     reflector.start()
     tr = Transport(TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
                                    switch_port=reflector.port, bind_host="127.0.0.1",
@@ -189,11 +189,10 @@ def reflected_rate(window: int, calls: int) -> list[dict]:
     return rows
 
 
-def reflector_section(tool: Path | None, window: int, reps: int) -> dict:
+def reflector_section(window: int, reps: int) -> dict:
     limits, worker = [], []
     for _ in range(reps):  # interleaved: the machine's load moves under both alike
-        if tool is not None:
-            limits.append(echo_limit(tool, window))
+        limits.append(echo_limit(window))
         worker += reflected_rate(window, 1)
     pps = statistics.median(r["packets_per_s"] for r in worker)
     row: dict[str, Any] = {
@@ -202,11 +201,11 @@ def reflector_section(tool: Path | None, window: int, reps: int) -> dict:
         "worker_payload_gbit_s": round(pps * wire_payload_bits() / 1e9, 3),
         "worker_packets_per_s_runs": [round(r["packets_per_s"]) for r in worker],
         "retransmits": [r["retransmits"] for r in worker]}
-    if limits:
-        limit = statistics.median(limits)
-        row.update(limit_packets_per_s=round(limit), limit_runs=[round(x) for x in limits],
-                   limit_payload_gbit_s=round(limit * wire_payload_bits() / 1e9, 3),
-                   share_of_limit=round(pps / limit, 3), limit_tool=str(tool))
+    limit = statistics.median(limits)
+    row.update(limit_packets_per_s=round(limit), limit_runs=[round(x) for x in limits],
+               limit_payload_gbit_s=round(limit * wire_payload_bits() / 1e9, 3),
+               share_of_limit=round(pps / limit, 3),
+               limit_tool="python -m softswitch.reflect (echo) + native loadgen, 1 sender")
     return row
 
 
@@ -235,7 +234,7 @@ def run(window: int, reps: int) -> tuple[list[dict], int]:
     cmd, sw_out = ctx.Queue(), ctx.Queue()
     switch = ctx.Process(target=switch_main, args=(cmd, sw_out), daemon=True)
     switch.start()
-    address = sw_out.get(timeout=60)
+    address, switch_threads = sw_out.get(timeout=60)
     out, go, mode_set = ctx.Queue(), ctx.Event(), ctx.Event()
     gloo_port = free_port(socket.SOCK_STREAM)
     procs = [ctx.Process(target=worker_main, daemon=True,
@@ -270,7 +269,8 @@ def run(window: int, reps: int) -> tuple[list[dict], int]:
     packets = sw_out.get(timeout=60)
     for p in [*procs, switch]:
         p.join(timeout=30)
-    rows = summarize(plan, timings, window)
+    rows = [dict(r, switch=f"native, {switch_threads} threads")
+            for r in summarize(plan, timings, window)]
     return rows, packets
 
 
@@ -329,8 +329,8 @@ def plot(rows: list[dict], path: Path) -> None:
     labels = [f"{r['elements'] // 1_000_000}M" for r in native]
     x = np.arange(len(native))
     left.bar(x - 0.27, [python.get(r["elements"], np.nan) for r in native], 0.27,
-             label="HySync, Python engine (recorded before, other load)")
-    left.bar(x, [r["hysync_s"] for r in native], 0.27, label="HySync, native engine")
+             label="HySync, Python worker and softswitch (recorded before, other load)")
+    left.bar(x, [r["hysync_s"] for r in native], 0.27, label="HySync, native worker and softswitch")
     left.bar(x + 0.27, [r["gloo_s"] for r in native], 0.27, label="gloo")
     left.set_xticks(x, labels)
     left.set_yscale("log")
@@ -339,13 +339,11 @@ def plot(rows: list[dict], path: Path) -> None:
     left.legend(fontsize=8)
     refl = next((r for r in rows if r.get("case") == "reflector"), None)
     if refl is not None:
-        bars = {"worker vs\nzero-work switch": refl["worker_packets_per_s"]}
-        if "limit_packets_per_s" in refl:
-            bars["UDP echo limit\n(1 sender)"] = refl["limit_packets_per_s"]
-        right.bar(list(bars), [v / 1e3 for v in bars.values()], color=["C1", "C7"][:len(bars)])
-        share = refl.get("share_of_limit")
-        of_limit = f": {share:.0%} of the limit" if share else ""
-        right.set_title(f"one worker, window {refl['window']}{of_limit}")
+        bars = {"worker vs\nzero-work switch": refl["worker_packets_per_s"],
+                "UDP echo limit\n(1 sender)": refl["limit_packets_per_s"]}
+        right.bar(list(bars), [v / 1e3 for v in bars.values()], color=["C1", "C7"])
+        right.set_title(f"one worker, window {refl['window']}: "
+                        f"{refl['share_of_limit']:.0%} of the limit")
         right.set_ylabel("thousand packets/s each way")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -357,21 +355,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--window", type=int, default=256, help="slots in flight per worker")
     parser.add_argument("--reps", type=int, default=3,
                         help="repetitions of the 1M case and of the reflector runs")
-    parser.add_argument("--echo-reflector", type=Path, default=None,
-                        help="binary of the UDP echo limit (udp-reflector SENDERS SECONDS WINDOW)")
     parser.add_argument("--python-baseline", type=Path, default=RESULTS / "worker.json",
                         help="the pure-Python engine's worker.json (read before it is rewritten)")
     args = parser.parse_args(argv)
-    if args.echo_reflector is not None and not args.echo_reflector.is_file():
-        parser.error(f"--echo-reflector {args.echo_reflector} is not a file: compile "
-                     "/work/shared/tools/udp-reflector.c there first")
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), os.getloadavg()
     baseline = python_engine_rows(args.python_baseline)
-    refl = reflector_section(args.echo_reflector, args.window, args.reps)
+    refl = reflector_section(args.window, args.reps)
     print(f"one worker vs the zero-work switch: {refl['worker_packets_per_s']:,} packets/s "
           f"({refl['worker_payload_gbit_s']} Gbit/s of payload)"
-          + (f", {refl['share_of_limit']:.0%} of the echo limit "
-             f"{refl['limit_packets_per_s']:,}/s" if "share_of_limit" in refl else ""), flush=True)
+          f", {refl['share_of_limit']:.0%} of the echo limit {refl['limit_packets_per_s']:,}/s",
+          flush=True)
     print(f"all-reduce, {WORKERS} worker processes, window {args.window} ...", flush=True)
     rows, packets = run(args.window, args.reps)
     rows = [dict(r, engine="native") for r in rows]
@@ -387,7 +380,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"softswitch handled {packets:,} datagrams; bench took "
           f"{time.perf_counter() - started:.0f} s")
     RESULTS.mkdir(exist_ok=True)
-    every = [refl, *rows, *baseline]
+    machine = {"case": "machine", "cores": os.cpu_count(),
+               "load_1_5_15_before": [round(x, 2) for x in load_before],
+               "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()]}
+    every = [machine, refl, *rows, *baseline]
     (RESULTS / "worker.json").write_text(json.dumps(every, indent=2) + "\n")
     plot(every, RESULTS / "worker.png")
     print(f"wrote {RESULTS / 'worker.json'} and {RESULTS / 'worker.png'}")
