@@ -336,7 +336,7 @@ def plot(rows: list[dict], path: Path) -> None:
     left.set_yscale("log")
     left.set_ylabel("seconds (slowest of 4 workers)")
     left.set_title("sync all-reduce of float32, 4 workers, softswitch on loopback")
-    left.legend(fontsize=8)
+    left.legend(fontsize=8, loc="upper left")
     refl = next((r for r in rows if r.get("case") == "reflector"), None)
     if refl is not None:
         bars = {"worker vs\nzero-work switch": refl["worker_packets_per_s"],
