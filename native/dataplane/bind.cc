@@ -211,7 +211,6 @@ void bind(nb::module_& m) {
   reflector.def(nb::init<const std::string&, uint16_t, std::size_t, Answer>(), nb::arg("host"),
                 nb::arg("port"), nb::arg("threads"), nb::arg("answer") = Answer::ECHO)
       .def_prop_ro("port", &Reflector::port)
-      .def_prop_ro("answer", &Reflector::answer)
       .def("start", &Reflector::start);
   bind_serving(reflector);
 }

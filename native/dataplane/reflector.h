@@ -22,7 +22,6 @@ class Reflector : public ServingThreads {
             Answer answer = Answer::ECHO);
   ~Reflector() override;
   uint16_t port() const { return port_; }
-  Answer answer() const { return answer_; }
   void start();
 
  private:
