@@ -57,6 +57,16 @@ class Flag(enum.IntFlag):
     NONE = 0
     RETRANSMIT = 0x01  # contribution: sent again after a timeout (informational)
     RESEND = 0x02  # result: unicast copy of the stored result of the previous round
+    # contribution: count me in the slot's open round if it lacks me, never open one
+    # (a worker with nothing due on the slot unblocks a round waiting for it; §4 step 9)
+    JOIN = 0x04
+
+
+# Bits 3-7 of a CONTRIB's flags: its transmission number (mod 32), which every reply to it
+# (RESYNC, ACK, RESEND) echoes, so that a worker acts on "not counted" only when it answers
+# its latest transmission (docs/protocol.md §4 "Replies" and §9).
+TX_SHIFT = 3
+TX_MASK = 0xF8
 
 
 class DropReason(enum.IntEnum):
@@ -72,6 +82,7 @@ class DropReason(enum.IntEnum):
     STALE = 7  # round neither open nor just closed (answered with RESYNC)
     DUPLICATE = 8  # contribution already counted (per-worker counter too)
     CHUNK_MISMATCH = 9  # chunk differs from the one latched by the round (answered with RESYNC)
+    NOT_JOINED = 10  # a JOIN found no open round to join (answered with RESYNC)
 
 
 class ResyncReason(enum.IntEnum):
@@ -81,6 +92,7 @@ class ResyncReason(enum.IntEnum):
     STALE_ROUND = 1
     CHUNK_MISMATCH = 2
     STALE_COUNTED = 3  # stale, but this worker was counted in that round; its result is gone
+    NOT_JOINED = 4  # a JOIN was not counted: no round open (or async); the slot's state
 
 
 # ------------------------------------------------------------- the header

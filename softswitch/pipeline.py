@@ -40,7 +40,8 @@ MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
 DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
 
 _HDR = wire.HEADER_STRUCT  # module globals: the hot path looks them up per packet
-_OP, _JOB, _WORKER = (wire.FIELD_OFFSET[f] for f in ("op", "job_id", "worker_id"))
+_OP, _FLAGS, _JOB, _WORKER = (wire.FIELD_OFFSET[f]
+                              for f in ("op", "flags", "job_id", "worker_id"))
 _U32 = 0xFFFFFFFF
 _BE = np.dtype(">i4")
 _FRAME_OVERHEAD = wire.HYSYNC_OFFSET
@@ -240,6 +241,8 @@ class Pipeline:
                      nbytes: int) -> tuple[int, int, bytes] | None:
         """Steps 8-10 for an admitted contribution (the v1model slot_update_action)."""
         version, job, w, s, r, chunk, members, group, epoch = admitted
+        join = payload[_FLAGS] & Flag.JOIN
+        echo = payload[_FLAGS] & wire.TX_MASK  # every reply echoes the transmission number
         # 8. a slot another install of a job used last starts afresh; then latch the
         # desired mode when no round is under way.
         if self.slot_epoch[s] != epoch:
@@ -257,8 +260,10 @@ class Pipeline:
             if seq_valid and self.member_seq[seq_index] == r:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
-                return REPLY, 0, _HDR.pack(version, Op.ACK, 0, mode, job, w, 0, s, 0,
+                return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s, 0,
                                            self.quorum[s], r, chunk, 0)
+            if join:  # a JOIN never makes a round of its own
+                return self._not_joined(s, version, job, w, echo, nbytes)
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
             self._contributions.count(member, nbytes)
@@ -277,9 +282,12 @@ class Pipeline:
                     return self._close(s, job, w, group, cur, 2 * s + (cur & 1), self.chunk[s],
                                        count, self.bitmap[s], version, nbytes)
                 return None
+            if count == 0 and join:  # a JOIN never opens a round
+                return self._not_joined(s, version, job, w, echo, nbytes)
             if count and chunk != self.chunk[s]:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
-                return REPLY, 0, self._resync(s, version, job, w, ResyncReason.CHUNK_MISMATCH)
+                return REPLY, 0, self._resync(s, version, job, w, echo,
+                                              ResyncReason.CHUNK_MISMATCH)
             self._contributions.count(member, nbytes)
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
@@ -302,7 +310,7 @@ class Pipeline:
         if r == (cur - 1) & _U32 and self.res_valid[s]:  # 9. the round that closed last
             res_bitmap = self.res_bitmap[s]
             (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
-            head = _HDR.pack(version, Op.RESULT, Flag.RESEND, self.res_mode[s], job, w,
+            head = _HDR.pack(version, Op.RESULT, Flag.RESEND | echo, self.res_mode[s], job, w,
                              self.res_count[s], s, 0, self.res_quorum[s], r, self.res_chunk[s],
                              res_bitmap)
             return REPLY, 0, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
@@ -310,8 +318,8 @@ class Pipeline:
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
         counted = seq_valid and self.member_seq[seq_index] == r
-        return REPLY, 0, self._resync(s, version, job, w, ResyncReason.STALE_COUNTED if counted
-                                      else ResyncReason.STALE_ROUND)
+        return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.STALE_COUNTED
+                                      if counted else ResyncReason.STALE_ROUND)
 
     def _start_afresh(self, s: int, epoch: int) -> None:
         """A fresh slot (protocol.md §4 step 8): round 0, nothing open, nothing to resend."""
@@ -333,8 +341,13 @@ class Pipeline:
                          bitmap)
         return MULTICAST, group, head + self.lanes[bank].astype(_BE).tobytes()
 
-    def _resync(self, s: int, version: int, job: int, w: int, reason: int) -> bytes:
-        return _HDR.pack(version, Op.RESYNC, 0, self.mode[s], job, w, self.count[s], s, reason,
+    def _not_joined(self, s: int, version: int, job: int, w: int, echo: int,
+                    nbytes: int) -> tuple[int, int, bytes]:
+        self._drop(job, DropReason.NOT_JOINED, nbytes)
+        return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.NOT_JOINED)
+
+    def _resync(self, s: int, version: int, job: int, w: int, echo: int, reason: int) -> bytes:
+        return _HDR.pack(version, Op.RESYNC, echo, self.mode[s], job, w, self.count[s], s, reason,
                          self.quorum[s], self.round[s], self.chunk[s], self.bitmap[s])
 
     def _replicas(self, group: int, nbytes: int) -> list[tuple[int, tuple[int, ...]]]:

@@ -176,6 +176,7 @@ def test_parser_sees_a_reordered_or_resized_field(typedefs):
     ("REPLY_IPV4_LEN", wire.IPV4_BYTES + wire.UDP_BYTES + wire.HEADER_BYTES),
     ("ETHERTYPE_IPV4", wire.ETHERTYPE_IPV4),
     ("IP_PROTO_UDP", wire.IPPROTO_UDP),
+    ("TX_MASK", wire.TX_MASK),
 ])
 def test_constant_matches_wire(constants, p4_name, value):
     assert constants.get(p4_name) == value, f"{p4_name} in defines.p4"

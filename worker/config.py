@@ -24,6 +24,7 @@ class TransportConfig:
     dead_after: float = 5.0
     stall_after: float = 0.05  # partial: park a contribution that met only silence
     missed_after: float = 0.25  # a skipped round not here after this long was missed
+    join_after: float = 0.2  # a call stuck this long offers its idle slots' rounds a JOIN
     staleness_decay: float = 1.0
     recv_buffer: int = 32 * 1024 * 1024
     seed: int | None = None  # seeds the async sequence starts
@@ -41,6 +42,7 @@ class TransportConfig:
             (self.dead_after > 0, "dead_after", "a positive number of seconds"),
             (self.missed_after > 0, "missed_after", "a positive number of seconds"),
             (self.stall_after > 0, "stall_after", "a positive number of seconds"),
+            (self.join_after > 0, "join_after", "a positive number of seconds"),
             (0.0 <= self.staleness_decay <= 1.0, "staleness_decay", "0.0..1.0 (1.0 = off)"),
             (0 <= self.switch_port < 65536 and 0 <= self.bind_port < 65536, "switch_port/bind_port",
              "0..65535"),

@@ -38,6 +38,7 @@ class CallStats:
     duplicate_results: int = 0  # results already applied (a relay duplicated, or a RESEND)
     stray_replies: int = 0  # replies that answer an older packet, not the one in flight
     bad_datagrams: int = 0  # did not decode, or not for this worker/job/slot range
+    joins: int = 0  # JOINs offered to rounds on idle slots while the call was stuck
     quant: QuantStats = field(default_factory=QuantStats)
     srtt_s: float | None = None
     rto_s: float = 0.0

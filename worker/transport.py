@@ -58,7 +58,8 @@ class Transport:
             slot_base=config.slot_base, slot_count=config.slot_count, members=config.members,
             scale=quantizer.scale, rto_initial=config.rto_initial, rto_min=config.rto_min,
             rto_max=config.rto_max, dead_after=config.dead_after, stall_after=config.stall_after,
-            missed_after=config.missed_after, staleness_decay=config.staleness_decay, seed=seed)
+            missed_after=config.missed_after, join_after=config.join_after,
+            staleness_decay=config.staleness_decay, seed=seed)
         self._keys: dict[Hashable, tuple[int, int]] = {}  # key -> (engine index, numel)
         self._busy = False
 

@@ -157,6 +157,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   const uint16_t job = load_be16(p + w::OFF_JOB_ID), s = load_be16(p + w::OFF_SLOT);
   const uint8_t wk = p[w::OFF_WORKER_ID];
   const uint32_t r = load_be32(p + w::OFF_ROUND), chunk = load_be32(p + w::OFF_CHUNK);
+  const bool join = p[w::OFF_FLAGS] & uint8_t(w::Flag::JOIN);
+  const uint8_t echo = p[w::OFF_FLAGS] & w::TX_MASK;  // every reply echoes the transmission
   if ((op == uint8_t(Op::CONTRIB) || op == uint8_t(Op::RESULT)) && size < w::PACKET_BYTES)
     return drop(c, job, DropReason::MALFORMED, nbytes), none;
   if (version != w::VERSION) return drop(c, job, DropReason::BAD_VERSION, nbytes), none;
@@ -195,10 +197,12 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     if (seq_valid && seq == r) {
       drop(c, job, DropReason::DUPLICATE, nbytes);
       c.count(DUPLICATES, member, nbytes);
-      put_header(out, version, uint8_t(Op::ACK), 0, slot.mode, job, wk, 0, s, 0, slot.quorum, r,
-                 chunk, 0);
+      put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s, 0, slot.quorum,
+                 r, chunk, 0);
       return {Emit::REPLY, 0, w::HEADER_BYTES};
     }
+    if (join)  // a JOIN never makes a round of its own
+      return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
     seq = r;
     member_epoch_[seq_index] = cfg.epoch;
     c.count(CONTRIBUTIONS, member, nbytes);
@@ -218,10 +222,12 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                      slot.bitmap, version, nbytes, out);
       return none;
     }
+    if (count == 0 && join)  // a JOIN never opens a round
+      return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
     if (count && chunk != slot.chunk) {
       drop(c, job, DropReason::CHUNK_MISMATCH, nbytes);
       return {Emit::REPLY, 0,
-              resync(slot, s, version, job, wk, w::ResyncReason::CHUNK_MISMATCH, out)};
+              resync(slot, s, version, job, wk, echo, w::ResyncReason::CHUNK_MISMATCH, out)};
     }
     c.count(CONTRIBUTIONS, member, nbytes);
     seq = r;
@@ -246,8 +252,9 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
 
   if (r == cur - 1 && slot.res_valid) {  // 9. the round that closed last: resend it
     c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
-    put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND), slot.res_mode, job,
-               wk, slot.res_count, s, 0, slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
+    put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo, slot.res_mode,
+               job, wk, slot.res_count, s, 0, slot.res_quorum, r, slot.res_chunk,
+               slot.res_bitmap);
     put_lanes(2 * s + (r & 1), out);
     return {Emit::REPLY, 0, w::PACKET_BYTES};
   }
@@ -256,7 +263,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   c.count(STALE, member, nbytes);
   const auto reason =
       seq_valid && seq == r ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
-  return {Emit::REPLY, 0, resync(slot, s, version, job, wk, reason, out)};
+  return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, reason, out)};
 }
 
 Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, uint8_t wk,
@@ -279,9 +286,18 @@ Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, u
   return {Emit::MULTICAST, group, w::PACKET_BYTES};
 }
 
+Verdict Pipeline::not_joined(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version,
+                             uint16_t job, uint8_t wk, uint8_t echo, uint64_t nbytes,
+                             uint8_t* out) {
+  drop(c, job, DropReason::NOT_JOINED, nbytes);
+  return {Emit::REPLY, 0,
+          resync(slot, s, version, job, wk, echo, w::ResyncReason::NOT_JOINED, out)};
+}
+
 std::size_t Pipeline::resync(const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
-                             uint8_t wk, w::ResyncReason reason, uint8_t* out) const {
-  put_header(out, version, uint8_t(Op::RESYNC), 0, slot.mode, job, wk, slot.count, uint16_t(s),
+                             uint8_t wk, uint8_t echo, w::ResyncReason reason,
+                             uint8_t* out) const {
+  put_header(out, version, uint8_t(Op::RESYNC), echo, slot.mode, job, wk, slot.count, uint16_t(s),
              uint8_t(reason), slot.quorum, slot.round, slot.chunk, slot.bitmap);
   return w::HEADER_BYTES;
 }

@@ -41,7 +41,8 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
                     const std::string& switch_ip, uint16_t switch_port, uint32_t slot_base,
                     uint32_t slot_count, int members, double scale, double rto_initial,
                     double rto_min, double rto_max, double dead_after, double stall_after,
-                    double missed_after, float staleness_decay, uint64_t seed) {
+                    double missed_after, double join_after, float staleness_decay,
+                    uint64_t seed) {
   EngineConfig c;
   c.job_id = job_id;
   c.worker_id = worker_id;
@@ -59,6 +60,7 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.dead_after = dead_after;
   c.stall_after = stall_after;
   c.missed_after = missed_after;
+  c.join_after = join_after;
   c.staleness_decay = staleness_decay;
   c.seed = seed;
   Engine* engine = new (self) Engine(c, fd);
@@ -98,6 +100,7 @@ nb::dict stats_of(Engine& e) {
   d["duplicate_results"] = s.duplicate_results;
   d["stray_replies"] = s.stray_replies;
   d["bad_datagrams"] = s.bad_datagrams;
+  d["joins"] = s.joins;
   d["waited_s"] = s.waited_s;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,
@@ -121,7 +124,7 @@ void bind(nb::module_& m) {
       .def("__init__", &make_engine, "fd"_a, "job_id"_a, "worker_id"_a, "switch_ip"_a,
            "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,
            "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
-           "missed_after"_a, "staleness_decay"_a, "seed"_a)
+           "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a)
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })

@@ -32,7 +32,9 @@ constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode
                   ASYNC = uint8_t(wire::Mode::ASYNC);
 constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
                   CHUNK_MISMATCH = uint8_t(wire::ResyncReason::CHUNK_MISMATCH),
-                  STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED);
+                  STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED),
+                  NOT_JOINED = uint8_t(wire::ResyncReason::NOT_JOINED);
+constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
 
 struct Header {
   uint8_t version, op, flags, mode, worker_id, count, reason;
@@ -145,6 +147,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       seq_(w_),
       known_(w_, false),
       mode_(w_, -1),
+      tx_number_(w_, 0),
       suspect_(w_),
       acked_(w_),
       flight_(w_),
@@ -222,8 +225,10 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     double now = monotonic_now();
     expire(now);
     if (call_->remaining == 0) break;
+    join_idle_slots(now);
     flush();
     double delay = timers_.empty() ? cfg_.dead_after : timers_.top().at - now;
+    delay = std::min(delay, std::max(progress_at_, joined_at_) + cfg_.join_after - now);
     delay = std::max(0.0, delay);
     timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
@@ -249,6 +254,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
 
 void Engine::begin_call(int index, float* values, int64_t numel) {
   call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  progress_at_ = monotonic_now();
   stats_.results.reserve(stats_.results.size() + std::size_t(key(index).chunks) * H);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
@@ -419,7 +425,7 @@ std::string Engine::describe_flights() const {
            " chunk " + std::to_string(f->chunk) + (f->async_style ? " seq " : " round ") +
            std::to_string(f->round) + " tries " + std::to_string(f->tries) +
            (f->stale ? " stale" : "") + (f->closed ? " closed" : "") +
-           (f->parked ? " parked" : "") + " (next_round " + std::to_string(next_round_[i]) +
+           (f->parked ? " parked" : "") + (f->join ? " join" : "") + " (next_round " + std::to_string(next_round_[i]) +
            ", mode " + std::to_string(mode_[i]) + ")";
   }
   if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
@@ -464,11 +470,13 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
 }
 
 // A residual-only (or, with no key, zero) contribution for `chunk` at round `rnd`.
-void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now) {
+void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now,
+                        bool join) {
   auto f = std::make_unique<Flight>();
   f->kind = kind;
   f->key = k;
   f->chunk = chunk;
+  f->join = join;
   if (k >= 0) {
     f->local = int64_t(chunk) - int64_t(key(k).first);
     take_residual(k, f->local, f->amount.data());
@@ -484,6 +492,30 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
   flight_[i] = std::move(f);
   ++inflight_;
   launch(i, &rnd, now);
+}
+
+// The call made no progress for join_after: offer every idle slot (nothing in flight, nothing
+// left to send there in this call) a JOIN - a residual-only contribution for the key's last chunk
+// on that slot, which the switch counts only into an open round that lacks me. Such a round is
+// the other half of a cross-slot deadlock after an async -> sync swap (§9): its members wait
+// for me on this slot, where an async round already counted my chunk, while I wait for them on
+// another slot. A round with another chunk answers CHUNK_MISMATCH (retarget joins that chunk),
+// a slot with no round open answers NOT_JOINED (the residual stays mine).
+void Engine::join_idle_slots(double now) {
+  if (!call_ || now - std::max(progress_at_, joined_at_) < cfg_.join_after) return;
+  joined_at_ = now;
+  const Key& reg = key(call_->key);
+  for (uint32_t i = 0; i < w_; ++i) {
+    if (flight_[i] || !call_->queues[i].empty()) continue;
+    // The key's chunks on slot i are start, start + W, ...: join with the last one.
+    const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
+    const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
+    const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
+    const bool owned = last < reg.chunks;
+    send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
+               next_round_[i], now, true);
+    ++stats_.joins;
+  }
 }
 
 // Move one chunk's residual into a residual-only packet (settling the current call's outcome
@@ -542,12 +574,12 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
 
 void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   Flight& f = *flight_[i];
-  if (retransmit) {
-    f.data[wire::OFF_FLAGS] = uint8_t(wire::Flag::RETRANSMIT);
-    ++stats_.retransmits;
-  } else {
-    f.data[wire::OFF_FLAGS] = 0;
-  }
+  tx_number_[i] = (tx_number_[i] + 1) & TX_NUMBERS;
+  f.tx = tx_number_[i];
+  f.data[wire::OFF_FLAGS] = uint8_t((retransmit ? uint8_t(wire::Flag::RETRANSMIT) : 0) |
+                                    (f.join ? uint8_t(wire::Flag::JOIN) : 0) |
+                                    f.tx << wire::TX_SHIFT);
+  if (retransmit) ++stats_.retransmits;
   if (retransmit && timeout) {
     f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
     if (now - backed_off_ >= rto_) {
@@ -721,6 +753,7 @@ void Engine::end_flight(uint32_t i) {
 void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
   rtt_sample(f, now);
+  progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);
   } else if (f.kind == Kind::OWN) {
@@ -955,7 +988,8 @@ void Engine::on_full(const uint8_t* d, double now) {
     // switch counts it in an async round instead. A RESEND settles it whatever mode that
     // round had: a round that closed async (a swap between my sends) is resent for my
     // round number as long as it is the slot's last (issue #11 item 2).
-    if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id) {
+    if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id &&
+        answers_latest(i, h.flags)) {
       done(i, false, now);  // carried as residual (whatever chunk or mode it had)
     } else if (h.mode != ASYNC) {
       f->closed = true;
@@ -1007,7 +1041,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
   else
-    on_resync(i, h.reason, h.round, h.chunk, h.mode, now);
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.flags, now);
   if (h.mode != PARTIAL) follow_mode(i, now);
 }
 
@@ -1022,17 +1056,32 @@ void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
 }
 
 void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                       double now) {
-  if (reason > STALE_COUNTED) {
+                       uint8_t flags, double now) {
+  if (reason > NOT_JOINED) {
     bad("RESYNC with unknown reason " + std::to_string(reason));
     return;
   }
   ++stats_.resyncs[reason];
   advance(i, rnd);
   Flight* f = flight_[i].get();
+  if (!answers_latest(i, flags)) {
+    // It answers an earlier transmission; a later one may still be counted (the slot may turn
+    // async meanwhile, which counts any new sequence number), so only the answer to the latest
+    // may settle the flight as not counted or send it again under another round.
+    ++stats_.stray_replies;
+    return;
+  }
+  if (reason == NOT_JOINED) {
+    if (!f->join) {
+      ++stats_.stray_replies;
+      return;
+    }
+    done(i, false, now);  // no round to join: the residual stays mine
+    return;
+  }
   if (reason == CHUNK_MISMATCH) {
     // Only a contribution for the open round (rnd) with another chunk gets this.
-    if (!f || f->async_style || rnd != f->round || chunk == f->chunk) {
+    if (f->async_style || rnd != f->round || chunk == f->chunk) {
       ++stats_.stray_replies;
       return;
     }
@@ -1041,7 +1090,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   }
   // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
   // least two ahead of a sync-style round in flight.
-  if (!f || (!f->async_style && !(uint32_t(rnd - f->round) >= 2 &&
+  if ((!f->async_style && !(uint32_t(rnd - f->round) >= 2 &&
                                    uint32_t(rnd - f->round) < HALF32))) {
     ++stats_.stray_replies;  // cannot be about the packet in flight
     return;
@@ -1060,6 +1109,12 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   f->stale = true;  // the latest plausible reply wins
   f->stale_reason = reason;
   f->stale_mode = mode;
+}
+
+// Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
+bool Engine::answers_latest(uint32_t i, uint8_t flags) const {
+  const Flight* f = flight_[i].get();
+  return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
 }
 
 // A STALE reply stood for a grace period without the round's result arriving.
@@ -1108,6 +1163,7 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
   }
   if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
   Flight& f = *flight_[i];
+  const bool join = f.join;
   if (mode != SYNC || f.parked) {
     done(i, false, now, false);
   } else {
@@ -1126,9 +1182,9 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
     q.erase(std::find(q.begin(), q.end(), local));
     send_own(i, local, &rnd, now);
   } else if (k >= 0) {
-    send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now);
+    send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now, join);
   } else {
-    send_extra(i, Kind::NULLS, -1, chunk, rnd, now);
+    send_extra(i, Kind::NULLS, -1, chunk, rnd, now, join);
   }
 }
 

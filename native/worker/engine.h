@@ -34,7 +34,7 @@ struct EngineConfig {
   int members = 1;
   double scale = 1 << 20;
   double rto_initial = 0.02, rto_min = 0.002, rto_max = 0.5;
-  double dead_after = 5.0, stall_after = 0.05, missed_after = 0.25;
+  double dead_after = 5.0, stall_after = 0.05, missed_after = 0.25, join_after = 0.2;
   float staleness_decay = 1.0f;
   uint64_t seed = 0;
 };
@@ -43,8 +43,8 @@ struct EngineConfig {
 struct EngineStats {
   uint64_t included = 0, carried = 0, residual_contribs = 0, null_contribs = 0, own_applied = 0,
            retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
-           stray_replies = 0, bad_datagrams = 0;
-  uint64_t resyncs[4] = {0, 0, 0, 0};  // by ResyncReason
+           stray_replies = 0, bad_datagrams = 0, joins = 0;
+  uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;
   std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
@@ -75,6 +75,8 @@ struct Flight {
   bool has_amount = false;
   uint32_t round = 0;
   bool async_style = false, probe = false, parked = false;
+  bool join = false;  // flag JOIN: counted only into an open round that lacks me
+  uint8_t tx = 0;     // the number of its latest transmission, which replies echo
   double launched = 0, sent_at = 0, backoff = 0;
   int tries = 0;
   uint64_t gen = 0;
@@ -160,7 +162,8 @@ class Engine {
   void on_short(const uint8_t* d, std::size_t size, double now);
   void on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now);
   void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                 double now);
+                 uint8_t flags, double now);
+  bool answers_latest(uint32_t i, uint8_t flags) const;
   void decide_stale(uint32_t i, double now);
   void counted_without_result(uint32_t i, double now);
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
@@ -170,7 +173,9 @@ class Engine {
   // sending
   void send_next(uint32_t i, double now);
   void send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now);
-  void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now);
+  void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now,
+                  bool join = false);
+  void join_idle_slots(double now);
   void launch(uint32_t i, const uint32_t* rnd, double now);
   void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
   void flush();
@@ -215,6 +220,8 @@ class Engine {
   std::vector<uint32_t> next_round_, seq_;
   std::vector<bool> known_;
   std::vector<int> mode_;
+  std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
+  double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
   std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
   std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
   std::vector<uint32_t> suspect_slots_;

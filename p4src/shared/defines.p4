@@ -70,12 +70,17 @@ const mode_t MODE_ASYNC = 2;
 // flags
 const flags_t FLAG_RETRANSMIT = 0x01;   // contribution sent again (informational)
 const flags_t FLAG_RESEND = 0x02;       // result is a unicast copy of the stored round
+const flags_t FLAG_JOIN = 0x04;         // contribution: join an open round, never open one
+
+// bits 3-7 of a contribution's flags: its transmission number, echoed by every reply to it
+const flags_t TX_MASK = 0xF8;
 
 // reason byte of a RESYNC
 const reason_t RESYNC_NONE = 0;
 const reason_t RESYNC_STALE_ROUND = 1;
 const reason_t RESYNC_CHUNK_MISMATCH = 2;
 const reason_t RESYNC_STALE_COUNTED = 3;
+const reason_t RESYNC_NOT_JOINED = 4;
 
 // drop reasons: the index inside a job's block of the drops counter
 const drop_reason_t DROP_MALFORMED = 0;
@@ -88,6 +93,7 @@ const drop_reason_t DROP_SLOT_RANGE = 6;
 const drop_reason_t DROP_STALE = 7;
 const drop_reason_t DROP_DUPLICATE = 8;
 const drop_reason_t DROP_CHUNK_MISMATCH = 9;
+const drop_reason_t DROP_NOT_JOINED = 10;
 
 // L2 flooding; job groups are below it, its replicas have rid 0.
 const mcast_group_t FLOOD_MCAST_GROUP = 1024;
@@ -112,7 +118,8 @@ enum bit<8> verdict_t {
     CHUNK_MISMATCH = 4,  // open round aggregates another chunk: RESYNC
     RESEND = 5,          // the round that closed last: RESULT to the sender alone
     STALE = 6,           // any other round: RESYNC
-    ACK = 7              // async retransmission of a counted contribution: ACK
+    ACK = 7,             // async retransmission of a counted contribution: ACK
+    NOT_JOINED = 8       // a JOIN with no open round to join (or async): RESYNC
 }
 
 // What a Lane control does with its register on this packet.

@@ -82,6 +82,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         cell_index_t seq_cell = s * MAX_WORKERS + (cell_index_t) hdr.hysync.worker_id;
         round_t r = hdr.hysync.round;
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
+        // A JOIN is counted only into a round that is open and lacks the sender (§4 step 9).
+        bool join = (hdr.hysync.flags & FLAG_JOIN) != 0;
 
         round_t cur;
         count_t cnt;
@@ -150,6 +152,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                 meta.out_count = 0;
                 meta.out_bitmap = 0;
                 meta.out_chunk = hdr.hysync.chunk;
+            } else if (join) {
+                // A JOIN never makes a round of its own.
+                meta.verdict = verdict_t.NOT_JOINED;
+                meta.count_drop = true;
+                meta.drop_reason = DROP_NOT_JOINED;
+                meta.out_reason = RESYNC_NOT_JOINED;
             } else {
                 // A round of its own: write the bank, multicast, move on.
                 seq = r;
@@ -187,6 +195,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                     bmp = 0;
                     has_result = 1;
                 }
+            } else if (cnt == 0 && join) {
+                // A JOIN never opens a round.
+                meta.verdict = verdict_t.NOT_JOINED;
+                meta.count_drop = true;
+                meta.drop_reason = DROP_NOT_JOINED;
+                meta.out_reason = RESYNC_NOT_JOINED;
             } else if (cnt != 0 && hdr.hysync.chunk != chk) {
                 meta.verdict = verdict_t.CHUNK_MISMATCH;
                 meta.count_drop = true;
@@ -239,7 +253,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         }
 
         // A RESYNC tells the worker the slot's open round as it stands now.
-        if (meta.verdict == verdict_t.CHUNK_MISMATCH || meta.verdict == verdict_t.STALE) {
+        if (meta.verdict == verdict_t.CHUNK_MISMATCH || meta.verdict == verdict_t.STALE
+                || meta.verdict == verdict_t.NOT_JOINED) {
             meta.out_round = cur;
             meta.out_count = cnt;
             meta.out_bitmap = bmp;

@@ -4,7 +4,8 @@
 //   CLOSE            RESULT, multicast to the job's group (egress sets destinations)
 //   RESEND           RESULT with flag RESEND, back to the sender, lanes of the stored round
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
-//   STALE
+//   STALE,
+//   NOT_JOINED
 //   ACK              ACK, back to the sender, header only
 //   anything else    absorbed or dropped: nothing goes out
 
@@ -15,10 +16,12 @@ control Replies(inout headers_t hdr,
                 in metadata_t meta,
                 inout standard_metadata_t standard_metadata) {
 
-    // §5: version, job_id, worker_id and slot stay those of the contribution.
-    @hidden action write_hysync(op_t op, flags_t flags) {
+    // §5: version, job_id, worker_id and slot stay those of the contribution. A reply to the
+    // sender keeps the contribution's transmission number (echo = TX_MASK); a multicast
+    // RESULT answers nobody's transmission (echo = 0).
+    @hidden action write_hysync(op_t op, flags_t flags, flags_t echo) {
         hdr.hysync.op = op;
-        hdr.hysync.flags = flags;
+        hdr.hysync.flags = flags | (hdr.hysync.flags & echo);
         hdr.hysync.mode = meta.out_mode;
         hdr.hysync.count = meta.out_count;
         hdr.hysync.reason = meta.out_reason;
@@ -67,18 +70,19 @@ control Replies(inout headers_t hdr,
 
     apply {
         if (meta.verdict == verdict_t.CLOSE) {
-            write_hysync(OP_RESULT, 0);
+            write_hysync(OP_RESULT, 0, 0);
             to_group();
         } else if (meta.verdict == verdict_t.RESEND) {
-            write_hysync(OP_RESULT, FLAG_RESEND);
+            write_hysync(OP_RESULT, FLAG_RESEND, TX_MASK);
             to_sender();
         } else if (meta.verdict == verdict_t.CHUNK_MISMATCH
-                   || meta.verdict == verdict_t.STALE) {
-            write_hysync(OP_RESYNC, 0);
+                   || meta.verdict == verdict_t.STALE
+                   || meta.verdict == verdict_t.NOT_JOINED) {
+            write_hysync(OP_RESYNC, 0, TX_MASK);
             strip_lanes();
             to_sender();
         } else if (meta.verdict == verdict_t.ACK) {
-            write_hysync(OP_ACK, 0);
+            write_hysync(OP_ACK, 0, TX_MASK);
             strip_lanes();
             to_sender();
         } else {

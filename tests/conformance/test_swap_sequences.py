@@ -1,0 +1,137 @@
+"""The packet sequences behind issue #11 item 2 (hot swaps between async and sync/partial under
+traffic), and the rules that settle them (docs/protocol.md §4 step 9 "JOIN", §4 "Replies",
+§9), on every target.
+
+1. Cross-slot deadlock: members had chunk c counted in async rounds of a slot, then the slot
+   latched sync for c; the round waits for them while they wait elsewhere. A JOIN from each
+   of them completes it, and a JOIN never opens a round or makes an async round of its own.
+2. Double count: a worker's STALE reply answered an older transmission while a later one
+   was counted by an async round; relaunching at the open round counts the gradient again.
+   Every reply echoes the transmission number it answers, so the worker acts on "not
+   counted" only when it answers its latest transmission.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hysync import p4names, wire
+from hysync.wire import DropReason, Flag, Mode, ResyncReason
+
+from .conftest import install
+from .targets import mode_write
+from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
+
+SLOT, CHUNK, OTHER_CHUNK = 12, 3, 19
+
+
+@pytest.fixture
+def job(bare_target):
+    if bare_target.name == "tna-model":
+        pytest.xfail("JOIN and the transmission-number echo are not in the TNA design yet "
+                     "(docs/tofino.md lists what p4src/tna needs)")
+    install(bare_target, JOB1, Mode.ASYNC)
+    return bare_target
+
+
+def send(target, w: int, rnd: int, chunk: int = CHUNK, *, seed: int | None = None,
+         tx: int = 1, flags: int = 0):
+    lanes = lanes_of(w if seed is None else seed)
+    frame = contribution(JOB1, w, SLOT, rnd, chunk, lanes,
+                         flags=flags | tx << wire.TX_SHIFT)
+    return target.send(JOB1.member(w).port, frame)
+
+
+def reply(w: int, **header: int) -> list[tuple[int, bytes]]:
+    datagram = wire.Header(job_id=JOB1.job_id, worker_id=w, slot=SLOT, **header).pack()
+    return [(JOB1.member(w).port, to_member(JOB1.member(w), datagram))]
+
+
+def swap(target, mode: Mode, quorum: int = 0) -> None:
+    target.write("MODIFY", mode_write(JOB1, mode, quorum))
+
+
+def drops(target, reason: DropReason) -> int:
+    return target.counter(p4names.STATS_DROPS, JOB1.job_id * wire.NUM_DROP_REASONS + reason)
+
+
+def test_members_counted_in_async_rounds_join_the_sync_round_of_the_same_chunk(job):
+    t = job
+    # Async: workers 0 and 1 have chunk 3 counted in rounds of their own (0 and 1) ...
+    assert send(t, 0, 0x1000) == multicast(JOB1, result(JOB1, 0, SLOT, 0, CHUNK, 0b0001,
+                                                        lanes_of(0), mode=Mode.ASYNC))
+    assert send(t, 1, 0x2000) != []
+    # ... the slot latches sync at the next contribution, and workers 2 and 3 open round 2
+    # for the same chunk: it waits for 0 and 1, who are done with chunk 3 for this call.
+    swap(t, Mode.SYNC)
+    assert send(t, 2, 2) == []
+    assert send(t, 3, 2) == []
+    # Their JOINs (residual-only contributions) are counted into it and close it.
+    assert send(t, 0, 2, seed=10, flags=Flag.JOIN) == []
+    out = send(t, 1, 2, seed=11, flags=Flag.JOIN)
+    summed = wrap_sum(lanes_of(2), lanes_of(3), lanes_of(10), lanes_of(11))
+    assert out == multicast(JOB1, result(JOB1, 1, SLOT, 2, CHUNK, 0b1111, summed))
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 2
+
+
+def test_a_join_never_opens_a_round(job):
+    t = job
+    swap(t, Mode.SYNC)
+    out = send(t, 0, 0, flags=Flag.JOIN, tx=5)
+    assert out == reply(0, op=wire.Op.RESYNC, flags=5 << wire.TX_SHIFT, round=0, chunk=0,
+                        reason=ResyncReason.NOT_JOINED)
+    assert drops(t, DropReason.NOT_JOINED) == 1
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 0
+    # Nothing was opened: worker 1 opens round 0 as on a fresh slot, and the JOIN that now
+    # meets it with another chunk learns which chunk the round aggregates.
+    assert send(t, 1, 0) == []
+    out = send(t, 0, 0, OTHER_CHUNK, flags=Flag.JOIN, tx=6)
+    assert out == reply(0, op=wire.Op.RESYNC, flags=6 << wire.TX_SHIFT, round=0, chunk=CHUNK,
+                        count=1, bitmap=0b0010, reason=ResyncReason.CHUNK_MISMATCH)
+
+
+def test_a_join_never_makes_an_async_round_of_its_own(job):
+    t = job
+    out = send(t, 2, 0x3000, flags=Flag.JOIN, tx=7)
+    assert out == reply(2, op=wire.Op.RESYNC, flags=7 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=0, chunk=0, reason=ResyncReason.NOT_JOINED)
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 2)) == 0
+    # The slot is untouched: the next async contribution is round 0.
+    assert send(t, 2, 0x3001) == multicast(JOB1, result(JOB1, 2, SLOT, 0, CHUNK, 0b0100,
+                                                        lanes_of(2), mode=Mode.ASYNC))
+
+
+def test_every_reply_echoes_the_transmission_it_answers(job):
+    t = job
+    swap(t, Mode.PARTIAL, 3)
+    for w in (0, 1, 2):  # partial round 0 closes at quorum
+        send(t, w, 0, tx=1)
+    # Worker 3's first transmission of sequence number S (async-style: it last heard async)
+    # meets the partial slot: STALE_ROUND, echoing transmission 1.
+    seq = 0x4000
+    out = send(t, 3, seq, tx=1)
+    assert out == reply(3, op=wire.Op.RESYNC, flags=1 << wire.TX_SHIFT, mode=Mode.PARTIAL,
+                        quorum=3, round=1, chunk=CHUNK, reason=ResyncReason.STALE_ROUND)
+    # Its retransmission (2) crossed that reply and meets the slot after a swap to async: it
+    # is counted. The multicast RESULT answers nobody's transmission: no echo.
+    swap(t, Mode.ASYNC)
+    out = send(t, 3, seq, tx=2, flags=Flag.RETRANSMIT)
+    assert out == multicast(JOB1, result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3),
+                                         mode=Mode.ASYNC))
+    # Relaunching at the open round after the reply to transmission 1 would count the same
+    # lanes again: the switch cannot tell, which is why the worker must not (§9).
+    # Transmission 3 of S instead learns the truth, whatever the mode: an ACK in async ...
+    out = send(t, 3, seq, tx=3, flags=Flag.RETRANSMIT)
+    assert out == reply(3, op=wire.Op.ACK, flags=3 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=seq, chunk=CHUNK)
+    # ... STALE_COUNTED in partial ...
+    swap(t, Mode.PARTIAL, 3)
+    out = send(t, 3, seq, tx=4, flags=Flag.RETRANSMIT)
+    assert out == reply(3, op=wire.Op.RESYNC, flags=4 << wire.TX_SHIFT, mode=Mode.PARTIAL,
+                        quorum=3, round=2, chunk=CHUNK, reason=ResyncReason.STALE_COUNTED)
+    # ... and a RESEND of the round that closed last keeps its RESEND flag beside the echo.
+    out = send(t, 3, 1, tx=5, flags=Flag.RETRANSMIT)
+    resent = result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3), mode=Mode.ASYNC,
+                    flags=Flag.RESEND | 5 << wire.TX_SHIFT)
+    assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 3)) == 1
