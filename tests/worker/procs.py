@@ -73,7 +73,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         zeros = np.zeros(spec.size, dtype=np.float32)
         total_out = np.zeros(spec.size)
         totals = {"carried": 0, "parked": 0, "retransmits": 0, "residual_contribs": 0,
-                  "mismatch": 0, "stale": 0, "acks": 0}
+                  "mismatch": 0, "stale": 0, "acks": 0, "joins": 0}
 
         def call(values: np.ndarray) -> tuple[int, ...]:
             nonlocal total_out
@@ -87,6 +87,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             totals["mismatch"] += st.resyncs["CHUNK_MISMATCH"]
             totals["stale"] += st.resyncs["STALE_ROUND"] + st.resyncs["STALE_COUNTED"]
             totals["acks"] += st.acks
+            totals["joins"] += st.joins
             return st.slot_modes
 
         call(zeros)
