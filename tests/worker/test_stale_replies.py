@@ -1,0 +1,99 @@
+"""A worker acts on "not counted" only when the reply answers its latest transmission
+(docs/protocol.md §9, "Swap storms", rule 2), played against a switch scripted by hand.
+
+The sequence of issue #11 item 2's double count: transmission 1 meets a partial slot and is
+answered STALE_ROUND; transmission 2 has already left and may be counted by an async round
+after a swap. Acting on the reply to 1 (sending the same lanes again at the open round)
+would count the gradient twice; the worker must wait for the answer to its latest one.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+
+from hysync import wire
+from hysync.wire import Flag, Mode, Op, ResyncReason
+from worker.quantize import FixedPointQuantizer
+from worker.transport import Transport, TransportConfig
+
+SCALE = 2.0**20
+JOB, SLOT, OPEN_ROUND = 9, 100, 5
+
+
+def receive(sock: socket.socket, timeout: float) -> wire.Packet | None:
+    sock.settimeout(timeout)
+    try:
+        data, _ = sock.recvfrom(2048)
+    except TimeoutError:
+        return None
+    return wire.Packet.decode(data)
+
+
+def tx_of(packet: wire.Packet) -> int:
+    return (packet.header.flags & wire.TX_MASK) >> wire.TX_SHIFT
+
+
+def stale_round(tx: int, mode: Mode) -> bytes:
+    return wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, mode=mode,
+                       round=OPEN_ROUND, reason=ResyncReason.STALE_ROUND,
+                       flags=tx << wire.TX_SHIFT).pack()
+
+
+def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_elsewhere():
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
+                             slot_base=SLOT, slot_count=1, members=2, rto_initial=0.02,
+                             rto_min=0.02, seed=3)
+    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
+    outcome: dict = {}
+    caller = threading.Thread(target=lambda: outcome.update(
+        result=tr.allreduce("g", np.full(wire.LANES, 0.25, dtype=np.float32))))
+    caller.start()
+    try:
+        first = receive(switch, 2.0)
+        assert first is not None and first.header.op == Op.CONTRIB
+        seq = first.header.round  # first contact: the worker's own sequence number
+        second = receive(switch, 2.0)  # its retransmission, after one RTO
+        assert second is not None and second.header.flags & Flag.RETRANSMIT
+        assert (second.header.round, tx_of(second)) == (seq, tx_of(first) + 1)
+        worker = (config.bind_host, tr.address[1])
+        # The reply to transmission 1 arrives after transmission 2 left: ignored.
+        switch.sendto(stale_round(tx_of(first), Mode.PARTIAL), worker)
+        deadline = time.monotonic() + 0.3
+        latest = second
+        while (packet := receive(switch, max(0.0, deadline - time.monotonic()))) is not None:
+            assert packet.header.round == seq, "sent the gradient again under another round"
+            latest = packet
+        # The reply to the latest transmission is acted on: sent again at the open round.
+        relaunched = None
+        for _ in range(20):
+            switch.sendto(stale_round(tx_of(latest), Mode.SYNC), worker)
+            packet = receive(switch, 1.0)
+            assert packet is not None
+            if packet.header.round == seq:  # a retransmission crossed the reply: answer it
+                latest = packet
+                continue
+            relaunched = packet
+            break
+        assert relaunched is not None and relaunched.header.round == OPEN_ROUND
+        assert np.array_equal(relaunched.lanes, first.lanes)
+        closed = wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=0, slot=SLOT,
+                                         round=OPEN_ROUND, chunk=relaunched.header.chunk,
+                                         count=1, bitmap=0b1, mode=Mode.SYNC),
+                             relaunched.lanes).encode()
+        switch.sendto(closed, worker)
+        caller.join(5.0)
+        assert not caller.is_alive()
+    finally:
+        caller.join(10.0)
+        tr.close()
+        switch.close()
+    result = outcome["result"]
+    assert result.stats.included == 1 and result.stats.stray_replies >= 1
+    np.testing.assert_allclose(result.output, 0.25, atol=1.0 / SCALE)
