@@ -425,8 +425,8 @@ std::string Engine::describe_flights() const {
            " chunk " + std::to_string(f->chunk) + (f->async_style ? " seq " : " round ") +
            std::to_string(f->round) + " tries " + std::to_string(f->tries) +
            (f->stale ? " stale" : "") + (f->closed ? " closed" : "") +
-           (f->parked ? " parked" : "") + (f->join ? " join" : "") + " (next_round " + std::to_string(next_round_[i]) +
-           ", mode " + std::to_string(mode_[i]) + ")";
+           (f->parked ? " parked" : "") + (f->join ? " join" : "") + " (next_round " +
+           std::to_string(next_round_[i]) + ", mode " + std::to_string(mode_[i]) + ")";
   }
   if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
   return out.empty() ? "nothing in flight" : out;
@@ -1090,8 +1090,8 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   }
   // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
   // least two ahead of a sync-style round in flight.
-  if ((!f->async_style && !(uint32_t(rnd - f->round) >= 2 &&
-                                   uint32_t(rnd - f->round) < HALF32))) {
+  if (!f->async_style &&
+      !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
     ++stats_.stray_replies;  // cannot be about the packet in flight
     return;
   }

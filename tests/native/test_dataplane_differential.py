@@ -93,7 +93,8 @@ lanes = st.one_of(
 header = st.fixed_dictionaries({
     "version": st.sampled_from((1, 1, 1, 1, 0, 2)),
     "op": st.sampled_from((1, 1, 1, 1, 1, 2, 3, 4, 0, 9)),
-    "flags": st.sampled_from((0, 1)),
+    # RETRANSMIT, JOIN and the transmission number that every reply echoes (bits 3-7)
+    "flags": st.sampled_from((0, 1, 0x04, 0x05, 0x0C, 0xF9, 0xFC)),
     "job": st.sampled_from(JOB_IDS + (0, 3, 300)),
     "worker": st.sampled_from(tuple(WORKERS) + (31,)),
     "slot": st.integers(0, 30),
