@@ -1,11 +1,13 @@
 """P4Runtime entities as small immutable values, encoded and decoded through a Schema.
 
 `TableEntry`, `MulticastGroup` and `CounterCell` are what the controller computes,
-writes and reads back; `encode(schema)` gives the `p4.v1.Entity` protobuf and
-`decode(msg, schema)` the value again, so that what is installed compares equal to
-what was intended. Values are encoded as P4Runtime canonical bytestrings (the
-shortest big-endian string, `b"\\x00"` for zero) after a check against the P4Info
-bit width; decoding accepts any padding and checks the width again.
+writes and reads back; `record(schema)` checks one against the P4Info and gives the
+record of the Write codec (hysync/p4wire.py: what `Switch.write` sends as bytes),
+`encode(schema)` the `p4.v1.Entity` protobuf of it, and `decode(msg, schema)` the
+value again, so that what is installed compares equal to what was intended. Values
+are encoded as P4Runtime canonical bytestrings (the shortest big-endian string,
+`b"\\x00"` for zero) after a check against the P4Info bit width; decoding accepts any
+padding and checks the width again.
 
 Match values by kind: exact and optional take an int (optional: None = wildcard),
 range takes `(low, high)` inclusive, ternary `(value, mask)`, lpm `(value, prefix_len)`.
@@ -23,6 +25,7 @@ from typing import Union
 
 from p4.v1 import p4runtime_pb2 as p4r
 
+from hysync import p4wire as wire
 from hysync.p4schema import EncodeError, MatchFieldInfo, Schema, SchemaError, decode_int, encode_int
 
 MatchValue = Union[int, tuple[int, int], None]  # noqa: UP007 (a runtime alias, 3.11 safe)
@@ -55,12 +58,14 @@ class TableEntry:
         return self.table, tuple(sorted(self.match.items())), self.priority
 
     def encode(self, schema: Schema) -> p4r.Entity:
+        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+
+    def record(self, schema: Schema) -> wire.TableEntry:
+        """The entry as the P4Runtime wire codec's record, checked against the P4Info."""
         table = schema.table(self.table)
-        entity = p4r.Entity()
-        msg = entity.table_entry
-        msg.table_id = table.id
+        match: list[wire.FieldMatch] = []
+        priority = 0
         if self.is_default:
-            msg.is_default_action = True
             if self.match:
                 raise EncodeError(f"the default entry of {table.name} takes no match fields")
         else:
@@ -70,28 +75,32 @@ class TableEntry:
                     raise EncodeError(f"{table.name}: exact match field {info.name!r} is "
                                       "missing; every exact field needs a value")
             for name, value in self.match.items():
-                _encode_match(msg, table.name, table.match_field(name), value)
+                fm = _encode_match(table.name, table.match_field(name), value)
+                if fm is not None:
+                    match.append(fm)
             if table.needs_priority and self.priority <= 0:
                 raise EncodeError(f"{table.name} has range/ternary/optional fields: an entry "
                                   "needs priority >= 1 (higher wins)")
             if not table.needs_priority and self.priority:
                 raise EncodeError(f"{table.name} has exact/lpm fields only: priority must be 0")
-            msg.priority = self.priority
+            priority = self.priority
+        action: wire.Action | None = None
         if self.action is not None:
-            action = schema.action(self.action)
-            schema.check_action_of(table, action)
-            msg.action.action.action_id = action.id
-            missing = [p.name for p in action.params if p.name not in self.params]
+            info = schema.action(self.action)
+            schema.check_action_of(table, info)
+            missing = [p.name for p in info.params if p.name not in self.params]
             if missing:
-                raise EncodeError(f"action {action.name} needs parameter(s) {', '.join(missing)}")
+                raise EncodeError(f"action {info.name} needs parameter(s) {', '.join(missing)}")
+            params = []
             for name, value in self.params.items():
-                spec = action.param(name)
-                param = msg.action.action.params.add()
-                param.param_id = spec.id
-                param.value = encode_int(value, spec.bitwidth, f"{action.name}({name})")
+                spec = info.param(name)
+                params.append(wire.Param(spec.id, encode_int(value, spec.bitwidth,
+                                                             f"{info.name}({name})")))
+            action = wire.Action(info.id, tuple(params))
         elif self.params:
             raise EncodeError(f"{table.name}: parameters given without an action")
-        return entity
+        return wire.TableEntry(table.id, tuple(match), action, priority,
+                               is_default_action=self.is_default)
 
     @classmethod
     def decode(cls, msg: p4r.Entity | p4r.TableEntry, schema: Schema) -> TableEntry:
@@ -120,50 +129,45 @@ class TableEntry:
         return cls(table.name, match, action_name, params, te.priority, te.is_default_action)
 
 
-def _encode_match(msg: p4r.TableEntry, table: str, info: MatchFieldInfo,
-                  value: MatchValue) -> None:
+def _encode_match(table: str, info: MatchFieldInfo, value: MatchValue) -> wire.FieldMatch | None:
+    """The field's match, or None for a don't care (which P4Runtime requires omitted)."""
     what = f"{table} match field {info.name}"
     top = (1 << info.bitwidth) - 1
     if info.kind == "exact":
         if value is None or isinstance(value, tuple):
             raise EncodeError(f"{what} is an exact match: give one integer, got {value!r}")
-        msg.match.add(field_id=info.id).exact.value = encode_int(value, info.bitwidth, what)
-    elif info.kind == "range":
+        return wire.FieldMatch(info.id, "exact", encode_int(value, info.bitwidth, what))
+    if info.kind == "range":
         low, high = _pair(value, what, "(low, high)")
         if low > high:
             raise EncodeError(f"{what}: range low {low} is above high {high}")
         lo, hi = encode_int(low, info.bitwidth, what), encode_int(high, info.bitwidth, what)
-        if (low, high) != (0, top):  # the full range is a don't care: omitted
-            # Range bounds go padded to the field's width: PI (BMv2's P4Runtime server)
-            # reads a canonical b"\xff" as all-ones of the field, i.e. a don't care, and
-            # refuses slot range 0..255. Padding is valid P4Runtime for every server.
-            width = (info.bitwidth + 7) // 8
-            fm = msg.match.add(field_id=info.id)
-            fm.range.low, fm.range.high = lo.rjust(width, b"\0"), hi.rjust(width, b"\0")
-    elif info.kind == "ternary":
+        if (low, high) == (0, top):  # the full range is a don't care: omitted
+            return None
+        # Range bounds go padded to the field's width: PI (BMv2's P4Runtime server)
+        # reads a canonical b"\xff" as all-ones of the field, i.e. a don't care, and
+        # refuses slot range 0..255. Padding is valid P4Runtime for every server.
+        width = (info.bitwidth + 7) // 8
+        return wire.FieldMatch(info.id, "range", lo.rjust(width, b"\0"), hi.rjust(width, b"\0"))
+    if info.kind == "ternary":
         val, mask = _pair(value, what, "(value, mask)")
         if val & ~mask:
             raise EncodeError(f"{what}: value {val:#x} has bits outside mask {mask:#x}")
         v, m = encode_int(val, info.bitwidth, what), encode_int(mask, info.bitwidth, what)
-        if mask:
-            fm = msg.match.add(field_id=info.id)
-            fm.ternary.value, fm.ternary.mask = v, m
-    elif info.kind == "lpm":
+        return wire.FieldMatch(info.id, "ternary", v, m) if mask else None
+    if info.kind == "lpm":
         val, plen = _pair(value, what, "(value, prefix_len)")
         if not 0 <= plen <= info.bitwidth:
             raise EncodeError(f"{what}: prefix length {plen} outside 0..{info.bitwidth}")
         v = encode_int(val, info.bitwidth, what)
-        if plen:
-            fm = msg.match.add(field_id=info.id)
-            fm.lpm.value, fm.lpm.prefix_len = v, plen
-    elif info.kind == "optional":
-        if value is not None:
-            if isinstance(value, tuple):
-                raise EncodeError(f"{what} is optional: give an integer or None")
-            msg.match.add(field_id=info.id).optional.value = encode_int(value, info.bitwidth,
-                                                                        what)
-    else:
-        raise SchemaError(f"{what} has match kind {info.kind}, which HySync does not encode")
+        return wire.FieldMatch(info.id, "lpm", v, prefix_len=plen) if plen else None
+    if info.kind == "optional":
+        if value is None:
+            return None
+        if isinstance(value, tuple):
+            raise EncodeError(f"{what} is optional: give an integer or None")
+        return wire.FieldMatch(info.id, "optional", encode_int(value, info.bitwidth, what))
+    raise SchemaError(f"{what} has match kind {info.kind}, which HySync does not encode")
 
 
 def _pair(value: MatchValue, what: str, shape: str) -> tuple[int, int]:
@@ -214,17 +218,17 @@ class MulticastGroup:
         object.__setattr__(self, "replicas", tuple(sorted(set(self.replicas))))
 
     def encode(self, schema: Schema | None = None) -> p4r.Entity:
+        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+
+    def record(self, schema: Schema | None = None) -> wire.MulticastGroupEntry:
         if not 0 < self.group_id < 1 << 32:
             raise EncodeError(f"multicast group id {self.group_id} must be 1..2^32-1")
-        entity = p4r.Entity()
-        group = entity.packet_replication_engine_entry.multicast_group_entry
-        group.multicast_group_id = self.group_id
         for r in self.replicas:
             if not 0 <= r.port < 1 << 32 or not 0 <= r.rid < 1 << 32:
                 raise EncodeError(f"group {self.group_id}: replica {r} out of 32-bit range")
-            # egress_port (deprecated in 1.4 but what BMv2/PI and Stratum read).
-            group.replicas.add(egress_port=r.port, instance=r.rid)
-        return entity
+        # egress_port (deprecated in 1.4 but what BMv2/PI and Stratum read).
+        return wire.MulticastGroupEntry(self.group_id, tuple(
+            wire.Replica(r.rid, egress_port=r.port) for r in self.replicas))
 
     @classmethod
     def decode(cls, msg: p4r.Entity | p4r.MulticastGroupEntry,
@@ -253,16 +257,14 @@ class CounterCell:
     bytes: int = 0
 
     def encode(self, schema: Schema) -> p4r.Entity:
+        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+
+    def record(self, schema: Schema) -> wire.CounterEntry:
         info = schema.counter(self.counter)
         if not 0 <= self.index < info.size:
             raise EncodeError(f"counter {info.name} has cells 0..{info.size - 1}, "
                               f"not {self.index}")
-        entity = p4r.Entity()
-        entity.counter_entry.counter_id = info.id
-        entity.counter_entry.index.index = self.index
-        entity.counter_entry.data.packet_count = self.packets
-        entity.counter_entry.data.byte_count = self.bytes
-        return entity
+        return wire.CounterEntry(info.id, self.index, wire.CounterData(self.bytes, self.packets))
 
     @classmethod
     def decode(cls, msg: p4r.Entity | p4r.CounterEntry, schema: Schema) -> CounterCell:
@@ -313,9 +315,11 @@ class Update:
     entity: Entity
 
     def encode(self, schema: Schema) -> p4r.Update:
-        update = p4r.Update(type=self.type.value)
-        update.entity.CopyFrom(self.entity.encode(schema))
-        return update
+        return p4r.Update.FromString(wire.encode_update(self.record(schema)))
+
+    def record(self, schema: Schema) -> wire.Update:
+        """The update as the P4Runtime wire codec's record (what Switch.write sends)."""
+        return wire.Update(self.type.value, self.entity.record(schema))
 
     def __str__(self) -> str:
         return f"{self.type.name} {describe(self.entity)}"

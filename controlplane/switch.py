@@ -40,11 +40,16 @@ from controlplane.errors import (
     error_for,
     status_code,
 )
+from hysync import p4wire as wire
 from hysync.p4schema import Schema
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+# Added to a write's deadline per update: a 20,000-update batch gets 20 s more. Generous
+# (the softswitch applies one in well under a second; BMv2 is slower) so that only a
+# switch that is hung, not one that is busy, fails a valid batch.
+WRITE_SECONDS_PER_UPDATE = 0.001
 ElectionId = tuple[int, int]  # (high, low), as p4runtime-shell
 
 
@@ -102,6 +107,9 @@ class Switch:
             raise SwitchUnreachableError(
                 grpc_addr, f"no answer within {connect_timeout:g} s") from None
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
+        self._write_bytes = self._channel.unary_unary(  # a WriteRequest already serialized
+            "/p4.v1.P4Runtime/Write", request_serializer=None,
+            response_deserializer=p4r.WriteResponse.FromString)
         self._stream: grpc.Future | None = None
         self._receiver: threading.Thread | None = None
         try:
@@ -249,13 +257,28 @@ class Switch:
         if not updates:
             return
         schema = self.schema
-        request = p4r.WriteRequest(device_id=self.device_id, election_id=self._election(),
-                                   atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR)
-        request.updates.extend(u.encode(schema) for u in updates)
+        # Encoded straight to bytes (hysync/p4wire.py): the pure-Python protobuf takes
+        # ~1 ms per update to build and serialize a WriteRequest.
+        request = wire.WriteRequest(self.device_id, election_id=self.election_id,
+                                    atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR)
+        data = wire.encode_write_request(
+            request, [wire.encode_update(u.record(schema)) for u in updates])
+        timeout = self.write_deadline(len(updates))
         try:
-            self._stub.Write(request, timeout=self.timeout)
+            self._write_bytes(data, timeout=timeout)
         except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise DeadlineExceededError(
+                    f"the switch at {self.grpc_addr} did not apply a write of {len(updates)} "
+                    f"update(s) within {timeout:g} s ({self.timeout:g} s, --timeout, plus "
+                    f"{WRITE_SECONDS_PER_UPDATE * 1000:g} ms per update); it may be overloaded "
+                    "or hung: raise --timeout or split the batch") from None
             raise self._write_error(err, updates) from None
+
+    def write_deadline(self, updates: int) -> float:
+        """Seconds a write of `updates` updates may take: the session's timeout, plus time
+        in proportion to the batch so that a valid big batch is not cut off."""
+        return self.timeout + updates * WRITE_SECONDS_PER_UPDATE
 
     def _write_error(self, err: grpc.RpcError, updates: Sequence[ent.Update]) -> ControlPlaneError:
         failures = _write_failures(err)

@@ -205,7 +205,7 @@ def _fields(buf: bytes, pos: int, end: int) -> Fields:
 
 def _skip(buf: bytes, tag: int, pos: int, end: int) -> int:
     wire_type = tag & 7
-    if wire_type == FIXED64 or wire_type == FIXED32:
+    if wire_type in (FIXED64, FIXED32):
         pos += 8 if wire_type == FIXED64 else 4
         if pos > end:
             raise WireError(f"truncated fixed-width field {tag >> 3}")
@@ -313,6 +313,11 @@ def _field_match(buf: bytes) -> FieldMatch:
     if kind in ("exact", "optional"):
         second = b""
     return FieldMatch(field_id, kind, value, second)
+
+
+def decode_field_match(data: bytes) -> FieldMatch:
+    """The record of one serialized p4.v1.FieldMatch (a Read's filter)."""
+    return _field_match(bytes(data))
 
 
 def _param(buf: bytes, pos: int, end: int) -> Param:

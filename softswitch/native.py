@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Self
+from typing import Any, Self
 
 from hysync import _core, p4names, wire
 from softswitch.pipeline import Pipeline
-from softswitch.tables import Replica
+from softswitch.tables import Entry, Replica
 
 _engine = _core.dataplane
 
@@ -127,6 +127,13 @@ class NativePipeline(Pipeline):
     def clear_tables(self) -> None:
         with self.batch():
             super().clear_tables()
+
+    def replace(self, tables: dict[str, dict[Any, Entry]],
+                groups: dict[int, list[Replica]] | None = None,
+                defaults: dict[str, tuple[str, tuple[int, ...]]] | None = None) -> None:
+        """The batch becomes one snapshot (packets run on it without the Python lock)."""
+        with self.batch():
+            self._swap(tables, groups, defaults)
 
     def _publish(self) -> None:
         """Hand the engine the current tables and groups, as one snapshot (and keep the

@@ -16,6 +16,7 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
+from hysync import p4wire
 from softswitch.p4schema_check import CounterInfo, Schema
 from softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
 from softswitch.p4values import (
@@ -99,7 +100,8 @@ class Reader:
             out = p4r.TableEntry(table_id=table.id, is_default_action=True)
             encode_action(schema, out, action, params)
             return iter([p4r.Entity(table_entry=out)])
-        match = decode_match(tables[0], te.match) if te.match else None
+        match = decode_match(tables[0], [p4wire.decode_field_match(fm.SerializeToString())
+                                         for fm in te.match]) if te.match else None
         action_id = te.action.action.action_id if te.HasField("action") else 0
         snapshot = []
         with self._lock:
@@ -127,7 +129,7 @@ class Reader:
             infos = [schema.counter(ce.counter_id)]
         snapshot = []
         for info in infos:
-            index = counter_index(info, ce)
+            index = counter_index(info, ce.index.index if ce.HasField("index") else None)
             counter = self.pipeline.counters[info.name]
             with self.pipeline.lock:
                 if index is None:

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 from p4.v1 import p4runtime_pb2 as p4r
 
+from hysync import p4wire
 from hysync.p4schema import EncodeError, decode_int, encode_int
 from softswitch.p4schema_check import (
     DEFAULT_ONLY,
@@ -47,7 +48,7 @@ def encode_value(value: int) -> bytes:
 
 
 def decode_match(table: TableInfo,
-                 matches: Iterable[p4r.FieldMatch]) -> tuple[Any, ...]:
+                 matches: Iterable[p4wire.FieldMatch]) -> tuple[Any, ...]:
     values: list[Any] = [None] * len(table.fields)
     for fm in matches:
         pos = table.position.get(fm.field_id)
@@ -60,15 +61,14 @@ def decode_match(table: TableInfo,
         what = f"{table.name} match field {f.name}"
         if values[pos] is not None:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, f"{what} given twice")
-        kind = fm.WhichOneof("field_match_type")
-        if kind != f.kind:
+        if fm.kind != f.kind:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"{what} is a {f.kind} match, got {kind}")
+                                 f"{what} is a {f.kind} match, got {fm.kind}")
         if f.kind == EXACT:
-            values[pos] = decode_value(fm.exact.value, f.bitwidth, what)
+            values[pos] = decode_value(fm.value, f.bitwidth, what)
         else:
-            lo = decode_value(fm.range.low, f.bitwidth, f"{what} low")
-            hi = decode_value(fm.range.high, f.bitwidth, f"{what} high")
+            lo = decode_value(fm.value, f.bitwidth, f"{what} low")
+            hi = decode_value(fm.second, f.bitwidth, f"{what} high")
             if lo > hi:
                 raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                      f"{what}: low {lo} > high {hi}")
@@ -99,13 +99,11 @@ def check_priority(table: TableInfo, priority: int) -> int:
     return priority
 
 
-def decode_action(schema: Schema, table: TableInfo, ta: p4r.TableAction,
+def decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str,
                   default: bool) -> tuple[str, tuple[int, ...]]:
-    if ta.WhichOneof("type") != "action":
+    if isinstance(a, str):
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                             f"{table.name} is a direct table: set action.action, not "
-                             f"{ta.WhichOneof('type')}")
-    a = ta.action
+                             f"{table.name} is a direct table: set action.action, not {a}")
     action = schema.actions.get(a.action_id)
     scope = table.scopes.get(a.action_id)
     if action is None or scope is None:
@@ -169,10 +167,10 @@ def encode_action(schema: Schema, out: p4r.TableEntry, name: str,
         a.params.add(param_id=p.id, value=encode_value(value))
 
 
-def counter_index(info: CounterInfo, ce: p4r.CounterEntry) -> int | None:
-    if not ce.HasField("index"):
+def counter_index(info: CounterInfo, index: int | None) -> int | None:
+    """The cell a CounterEntry's index names (None: every cell), checked."""
+    if index is None:
         return None
-    index = ce.index.index
     if index < 0:
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"{info.name}: index {index} is negative")

@@ -16,8 +16,9 @@ result is sent with one conversion to network order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -108,22 +109,28 @@ class Pipeline:
 
     def _rebuild_index(self, name: str) -> None:
         """Derive the dict the packet path looks up from one table's entries."""
-        entries = self.tables[name].entries.values()
-        if name == p4names.ADMISSION_MEMBERS:
-            self._members = {e.match for e in entries}
-        elif name == p4names.ADMISSION_JOBS:
-            self._jobs = {e.match[0]: e.params for e in entries}
-        elif name == p4names.SYNC_MODE_MODES:
-            modes: dict[int, list[tuple[int, ...]]] = {}
-            for e in entries:
-                lo, hi = e.match[1]  # type: ignore[misc]
-                modes.setdefault(e.match[0], []).append(  # type: ignore[arg-type]
-                    (-e.priority, lo, hi, *e.params))
-            self._modes = {job: sorted(rows) for job, rows in modes.items()}
-        elif name == p4names.FORWARDING_L2:
-            self._l2 = {e.match[0]: e.params[0] for e in entries}
-        elif name == p4names.REPLICATION_REWRITE:
-            self._rewrite = {e.match[0]: e.params for e in entries}
+        setattr(self, *_index(name, self.tables[name].entries.values()))
+
+    def replace(self, tables: dict[str, dict[Any, Entry]],
+                groups: dict[int, list[Replica]] | None = None,
+                defaults: dict[str, tuple[str, tuple[int, ...]]] | None = None) -> None:
+        """Swap in whole new entries of some tables (and the groups, default actions): a
+        P4Runtime batch built beside the pipeline. The lookup indexes are derived before the
+        lock is taken, so packets wait only for the swap, however big the batch."""
+        indexes = [_index(name, entries.values()) for name, entries in tables.items()]
+        with self.lock:
+            self._swap(tables, groups, defaults)
+            for attr, index in indexes:
+                setattr(self, attr, index)
+
+    def _swap(self, tables: dict[str, dict[Any, Entry]], groups: dict[int, list[Replica]] | None,
+              defaults: dict[str, tuple[str, tuple[int, ...]]] | None) -> None:
+        for name, entries in tables.items():
+            self.tables[name].entries = entries
+        if groups is not None:
+            self.groups = groups
+        for name, (action, params) in (defaults or {}).items():
+            self.tables[name].default_action, self.tables[name].default_params = action, params
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -426,6 +433,26 @@ class Pipeline:
             return [(port, frame)]
         return [(replica.port, frame) for replica in self.groups.get(wire.FLOOD_MCAST_GROUP, ())
                 if replica.port != ingress_port]
+
+
+def _index(name: str, entries: Iterable[Entry]) -> tuple[str, Any]:
+    """(attribute, value): the lookup index the packet path reads for table `name`."""
+    if name == p4names.ADMISSION_MEMBERS:
+        return "_members", {e.match for e in entries}
+    if name == p4names.ADMISSION_JOBS:
+        return "_jobs", {e.match[0]: e.params for e in entries}
+    if name == p4names.SYNC_MODE_MODES:
+        modes: dict[int, list[tuple[int, ...]]] = {}
+        for e in entries:
+            lo, hi = e.match[1]  # type: ignore[misc]
+            modes.setdefault(e.match[0], []).append(  # type: ignore[arg-type]
+                (-e.priority, lo, hi, *e.params))
+        return "_modes", {job: sorted(rows) for job, rows in modes.items()}
+    if name == p4names.FORWARDING_L2:
+        return "_l2", {e.match[0]: e.params[0] for e in entries}
+    if name == p4names.REPLICATION_REWRITE:
+        return "_rewrite", {e.match[0]: e.params for e in entries}
+    raise KeyError(f"no table {name} in the pipeline")
 
 
 def _member_of(datagram: bytes) -> int:

@@ -30,6 +30,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
+from hysync import p4wire
 from softswitch.p4arbitration import Arbiter, Stream
 from softswitch.p4read import Reader
 from softswitch.p4schema_check import ConfigError, Schema, check_p4info
@@ -186,20 +187,29 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         return self._schema
 
     # ----------------------------------------------------------- Write
-    def Write(self, request: p4r.WriteRequest, context: grpc.ServicerContext) -> Any:
+    def Write(self, request: bytes, context: grpc.ServicerContext) -> Any:
+        """A serialized WriteRequest (registered with no deserializer: see _handlers)."""
         return self._unary(context, self._write, request)
 
-    def _write(self, request: p4r.WriteRequest) -> p4r.WriteResponse:
+    def _write(self, data: bytes) -> p4r.WriteResponse:
+        try:
+            request = p4wire.decode_write_request(data)
+        except p4wire.WireError as err:
+            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"malformed WriteRequest: {err}; send a serialized "
+                                 "p4.v1.WriteRequest") from err
         self._check_device(request.device_id)
         with self._lock:
             # Checked under the write lock so that a write never lands after a primary change.
-            self.arbiter.check_primary(request.role, self._election(request))
+            election = None if request.election_id is None else \
+                request.election_id[0] << 64 | request.election_id[1]
+            self.arbiter.check_primary(request.role, election)
             schema = self._require_schema()
             if request.atomicity == p4r.WriteRequest.DATAPLANE_ATOMIC:
                 raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED,
                                      "DATAPLANE_ATOMIC is not supported: use CONTINUE_ON_ERROR or "
                                      "ROLLBACK_ON_ERROR (both are all-or-none here)")
-            self._writer.write(schema, list(request.updates))
+            self._writer.write(schema, request.updates)
         return p4r.WriteResponse()
 
     # ------------------------------------------------------------ Read
@@ -273,16 +283,18 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 
 def _handlers(servicer: SoftswitchP4Runtime) -> grpc.GenericRpcHandler:
-    """p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server, except that Read yields bytes."""
+    """p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server, except that Write takes bytes
+    and Read yields bytes."""
     def handler(kind: Callable[..., grpc.RpcMethodHandler], method: Callable[..., Any],
                 request: Any, response: Any) -> grpc.RpcMethodHandler:
         serialize = response.SerializeToString if response is not bytes else bytes
-        return kind(method, request_deserializer=request.FromString,
-                    response_serializer=serialize)
+        parse = request.FromString if request is not bytes else None
+        return kind(method, request_deserializer=parse, response_serializer=serialize)
 
     return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", {
+        # Write is decoded by hysync/p4wire, not the (pure-Python, slow) protobuf library.
         "Write": handler(grpc.unary_unary_rpc_method_handler, servicer.Write,
-                         p4r.WriteRequest, p4r.WriteResponse),
+                         bytes, p4r.WriteResponse),
         "Read": handler(grpc.unary_stream_rpc_method_handler, servicer.Read,
                         p4r.ReadRequest, bytes),
         "SetForwardingPipelineConfig": handler(
