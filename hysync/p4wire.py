@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from google.protobuf.message import DecodeError
+from p4.v1 import p4runtime_pb2 as p4r
+
 VARINT, FIXED64, LEN, START_GROUP, END_GROUP, FIXED32 = range(6)
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
@@ -234,6 +237,16 @@ def _skip(buf: bytes, tag: int, pos: int, end: int) -> int:
     raise WireError(f"field {tag >> 3} has wire type {wire_type}, which protobuf does not define")
 
 
+def _well_formed(message: Any, data: bytes) -> None:
+    """Parse, with the protobuf library, a message whose parts the records keep by name only
+    (an entity kind, a meter config, ...): it is refused whole if any part is malformed, as
+    the library refuses it. Such a message is rare and refused later anyway."""
+    try:
+        message.FromString(data)
+    except (DecodeError, UnicodeDecodeError) as err:
+        raise WireError(f"{message.DESCRIPTOR.name}: {err}") from None
+
+
 def _int32(value: int) -> int:
     value &= _MASK32
     return value - (1 << 32) if value >> 31 else value
@@ -304,6 +317,8 @@ def _field_match(buf: bytes) -> FieldMatch:
         if tag == 0x08:
             field_id = a & _MASK32
     kind, spans = _oneof(fields, _MATCH_KINDS)
+    if kind == "other":
+        _well_formed(p4r.FieldMatch, buf)
     if kind is None or kind == "other":
         return FieldMatch(field_id, kind)
     if kind == "lpm":
@@ -390,6 +405,8 @@ def _table_entry(buf: bytes, pos: int, end: int) -> TableEntry:
         action = _table_action(buf[actions[0][0]:actions[0][1]])
     else:
         action = _table_action(b"".join(buf[a:b] for a, b in actions)) if actions else None
+    if resources or action == "action_profile_action_set":
+        _well_formed(p4r.TableEntry, buf[pos:end])
     return TableEntry(table_id, tuple(match), action, priority, controller_metadata, is_default,
                       idle_timeout_ns, metadata, is_const,
                       frozenset(resources) if resources else _NO_RESOURCES)
@@ -427,6 +444,7 @@ def _pre(buf: bytes, pos: int, end: int) -> Entity:
                                                    _tag(2, LEN): "clone_session_entry"})
     if kind == "multicast_group_entry":
         return _message(buf, spans, _group)  # type: ignore[no-any-return]
+    _well_formed(p4r.PacketReplicationEngineEntry, buf[pos:end])
     return Unsupported(kind or "packet_replication_engine_entry")
 
 
@@ -477,6 +495,7 @@ def _entity(buf: bytes, pos: int, end: int) -> Entity:
     kind, spans = _oneof(_fields(buf, pos, end), _ENTITY_TAGS)
     decode = _ENTITY_DECODERS.get(kind or "")
     if decode is None:
+        _well_formed(p4r.Entity, buf[pos:end])
         return Unsupported(kind)
     try:
         return _message(buf, spans, decode)  # type: ignore[no-any-return]

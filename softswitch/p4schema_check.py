@@ -52,10 +52,7 @@ class TableInfo:
     const_default: bool
     initial_default: tuple[str, tuple[int, ...]]
     size: int
-
-    @property
-    def needs_priority(self) -> bool:
-        return any(f.kind != EXACT for f in self.fields)
+    needs_priority: bool  # it has a range field
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +218,8 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
     initial = (default_name, _initial_params(table, schema, default_id, default[1]))
     return TableInfo(table.preamble.id, name, tuple(fields),
                      {f.id: i for i, f in enumerate(fields)}, scopes,
-                     bool(table.const_default_action_id), initial, size)
+                     bool(table.const_default_action_id), initial, size,
+                     any(f.kind != EXACT for f in fields))
 
 
 def _register_action(action: p4info_pb2.Action, schema: Schema) -> None:

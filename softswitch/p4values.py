@@ -47,44 +47,61 @@ def encode_value(value: int) -> bytes:
     return encode_int(value, 0, "value")
 
 
-def decode_match(table: TableInfo,
-                 matches: Iterable[p4wire.FieldMatch]) -> tuple[Any, ...]:
+# A batch's decoded match fields and actions, by record (records of equal bytes are equal):
+# the many entries of a batch that share a job, a port or an action decode them once.
+DecodeCache = dict[tuple[int, Any], Any]
+
+
+def decode_match(table: TableInfo, matches: Iterable[p4wire.FieldMatch],
+                 cache: DecodeCache | None = None) -> tuple[Any, ...]:
     values: list[Any] = [None] * len(table.fields)
     for fm in matches:
-        pos = table.position.get(fm.field_id)
-        if pos is None:
-            known = ", ".join(f"{f.id} ({f.name})" for f in table.fields)
-            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"{table.name} has no match field id {fm.field_id}; its "
-                                 f"fields are {known}")
-        f = table.fields[pos]
-        what = f"{table.name} match field {f.name}"
-        if values[pos] is not None:
-            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, f"{what} given twice")
-        if fm.kind != f.kind:
-            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 f"{what} is a {f.kind} match, got {fm.kind}")
-        if f.kind == EXACT:
-            values[pos] = decode_value(fm.value, f.bitwidth, what)
+        if cache is None:
+            pos, value = _decode_field(table, fm)
         else:
-            lo = decode_value(fm.value, f.bitwidth, f"{what} low")
-            hi = decode_value(fm.second, f.bitwidth, f"{what} high")
-            if lo > hi:
-                raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"{what}: low {lo} > high {hi}")
-            if (lo, hi) == (0, (1 << f.bitwidth) - 1):
-                raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"{what}: the full range is a don't-care match; omit "
-                                     "the field instead (spec §9.1.1)")
-            values[pos] = (lo, hi)
-    for pos, f in enumerate(table.fields):
-        if values[pos] is None:
-            if f.kind == EXACT:
-                raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"{table.name}: exact match field {f.name} (id {f.id}) "
-                                     "is missing; exact fields cannot be omitted")
-            values[pos] = (0, (1 << f.bitwidth) - 1)  # omitted range = don't care
+            found = cache.get((table.id, fm))
+            if found is None:
+                found = cache[(table.id, fm)] = _decode_field(table, fm)
+            pos, value = found
+        if values[pos] is not None:
+            raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                 f"{table.name} match field {table.fields[pos].name} given twice")
+        values[pos] = value
+    if None in values:
+        for pos, f in enumerate(table.fields):
+            if values[pos] is None:
+                if f.kind == EXACT:
+                    raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                         f"{table.name}: exact match field {f.name} (id {f.id}) "
+                                         "is missing; exact fields cannot be omitted")
+                values[pos] = (0, (1 << f.bitwidth) - 1)  # omitted range = don't care
     return tuple(values)
+
+
+def _decode_field(table: TableInfo, fm: p4wire.FieldMatch) -> tuple[int, Any]:
+    """(position in Entry.match, value) of one match field."""
+    pos = table.position.get(fm.field_id)
+    if pos is None:
+        known = ", ".join(f"{f.id} ({f.name})" for f in table.fields)
+        raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{table.name} has no match field id {fm.field_id}; its "
+                             f"fields are {known}")
+    f = table.fields[pos]
+    what = f"{table.name} match field {f.name}"
+    if fm.kind != f.kind:
+        raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{what} is a {f.kind} match, got {fm.kind}")
+    if f.kind == EXACT:
+        return pos, decode_value(fm.value, f.bitwidth, what)
+    lo = decode_value(fm.value, f.bitwidth, f"{what} low")
+    hi = decode_value(fm.second, f.bitwidth, f"{what} high")
+    if lo > hi:
+        raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: low {lo} > high {hi}")
+    if (lo, hi) == (0, (1 << f.bitwidth) - 1):
+        raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                             f"{what}: the full range is a don't-care match; omit "
+                             "the field instead (spec §9.1.1)")
+    return pos, (lo, hi)
 
 
 def check_priority(table: TableInfo, priority: int) -> int:
@@ -99,8 +116,19 @@ def check_priority(table: TableInfo, priority: int) -> int:
     return priority
 
 
-def decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str,
-                  default: bool) -> tuple[str, tuple[int, ...]]:
+def decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str, default: bool,
+                  cache: DecodeCache | None = None) -> tuple[str, tuple[int, ...]]:
+    if cache is None:
+        return _decode_action(schema, table, a, default)
+    key = (table.id, (a, default))
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _decode_action(schema, table, a, default)
+    return found  # type: ignore[no-any-return]
+
+
+def _decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str,
+                   default: bool) -> tuple[str, tuple[int, ...]]:
     if isinstance(a, str):
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"{table.name} is a direct table: set action.action, not {a}")

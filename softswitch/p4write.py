@@ -22,6 +22,7 @@ from hysync import p4wire
 from softswitch.p4schema_check import CounterInfo, Schema, TableInfo
 from softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
 from softswitch.p4values import (
+    DecodeCache,
     check_priority,
     counter_index,
     decode_action,
@@ -66,6 +67,7 @@ class Overlay:
         self.entry_meta: list[tuple[str, Any, tuple[int, bytes] | None]] = []
         self.group_meta: list[tuple[int, tuple[bytes, bool] | None]] = []
         self.counters: list[Callable[[], None]] = []
+        self.decoded: DecodeCache = {}
 
     def table(self, name: str) -> dict[Any, Entry]:
         entries = self.tables.get(name)
@@ -143,7 +145,7 @@ class Writer:
             return
         if utype != DELETE:
             _check_no_resources(table, te)
-        match = decode_match(table, te.match)
+        match = decode_match(table, te.match, overlay.decoded)
         priority = check_priority(table, te.priority)
         key = (match, priority)
         entries = overlay.table(table.name)
@@ -171,7 +173,7 @@ class Writer:
                                  f"{_where(table, match, priority)}: no such entry to modify; "
                                  "INSERT it first")
         if te.action is not None:
-            action, params = decode_action(schema, table, te.action, default=False)
+            action, params = decode_action(schema, table, te.action, False, overlay.decoded)
         else:  # MODIFY without an action keeps the entry's action (spec §9.1.2)
             assert existing is not None
             action, params = existing.action, existing.params
