@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
+from concurrent import futures
 
+import grpc
 import pytest
 
 from controlplane.entities import (
@@ -17,6 +20,7 @@ from controlplane.entities import (
 )
 from controlplane.errors import (
     AlreadyExistsError,
+    DeadlineExceededError,
     NoPipelineError,
     NotFoundError,
     NotPrimaryError,
@@ -25,6 +29,7 @@ from controlplane.errors import (
 )
 from controlplane.switch import DeviceConfigError, Switch, parse_election_id
 from hysync import p4names
+from hysync.p4schema import Schema
 
 from .conftest import P4INFO, Softswitch, read_table
 
@@ -67,6 +72,35 @@ def test_a_refused_write_raises_a_typed_error_with_the_switch_message(switch: Sw
     assert [i for i, code, _ in err.value.failures if code != "ABORTED"] == [1]
     with pytest.raises(NotFoundError, match="MODIFY .*job_id=5.*NOT_FOUND"):
         switch.write([modify(_job_entry(5))])
+
+
+def test_a_big_batch_is_not_cut_off_by_the_session_timeout(switch: Switch,
+                                                           softswitch: Softswitch) -> None:
+    """The write deadline grows with the batch: 5,000 entries take longer than 50 ms."""
+    members = [insert(TableEntry(p4names.ADMISSION_MEMBERS,
+                                 {"job_id": 1 + i // 32, "worker_id": i % 32,
+                                  "src_addr": 0x7F000001, "src_port": 20000 + i},
+                                 p4names.ADMISSION_ADMIT)) for i in range(5000)]
+    switch.timeout = 0.05
+    switch.write(members)
+    assert len(softswitch.pipeline.tables[p4names.ADMISSION_MEMBERS].entries) == 5000
+
+
+def test_a_write_past_its_deadline_says_how_to_raise_it(schema: Schema) -> None:
+    hung = threading.Event()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("p4.v1.P4Runtime", {
+        "Write": grpc.unary_unary_rpc_method_handler(lambda request, context: hung.wait(5))}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        sw = Switch(f"127.0.0.1:{port}", schema=schema, timeout=0.2, arbitrate=False)
+        with sw, pytest.raises(DeadlineExceededError,
+                               match=r"write of 3 update\(s\) within 0.203 s .*raise --timeout"):
+            sw.write([insert(_job_entry(j)) for j in (1, 2, 3)])
+    finally:
+        hung.set()
+        server.stop(None)
 
 
 def test_an_unknown_name_fails_before_anything_is_sent(switch: Switch) -> None:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
 from hysync import p4names, wire
+from softswitch import pipeline as pipeline_module
 from softswitch.p4read import encode_counters
 from softswitch.p4schema_check import CounterInfo
 from softswitch.pipeline import Pipeline
@@ -42,6 +44,7 @@ from .conftest import (
     group,
     p4_errors,
     table_entry,
+    uint128,
     update,
 )
 
@@ -513,6 +516,74 @@ def test_invalid_batch_is_rejected_whole_and_changes_nothing(controller, names, 
         CODE.ABORTED.value[0], CODE.OUT_OF_RANGE.value[0], CODE.ABORTED.value[0]]
     assert controller.read_table() == []
     assert not pipeline.groups and not pipeline.tables[p4names.ADMISSION_JOBS].entries
+
+
+def _raw_write(client: Client, data: bytes) -> None:
+    send = client.channel.unary_unary("/p4.v1.P4Runtime/Write", request_serializer=None,
+                                      response_deserializer=p4r.WriteResponse.FromString)
+    send(data, timeout=10)
+
+
+@pytest.mark.parametrize("cut", ["last byte", "inside an entry", "garbage"])
+def test_malformed_write_bytes_are_invalid_argument_and_change_nothing(controller, names,
+                                                                       pipeline, cut):
+    controller.write(update(INSERT, table_entry=job_entry(names, job=1)))
+    before = controller.read_table()
+    request = p4r.WriteRequest(device_id=DEVICE_ID)
+    request.election_id.CopyFrom(uint128(CONTROLLER_ELECTION_ID))
+    request.updates.extend([update(INSERT, table_entry=job_entry(names, job=j)) for j in (2, 3)])
+    raw = request.SerializeToString()
+    raw = {"last byte": raw[:-1], "inside an entry": raw + b"\x22\x05\x12\x03\x12\x01\x08",
+           "garbage": b"\xff" * 7}[cut]
+    err = rpc_error(_raw_write, controller, raw)
+    assert err.code() == CODE.INVALID_ARGUMENT
+    assert err.details().startswith("malformed WriteRequest: "), err.details()
+    assert controller.read_table() == before
+    assert len(pipeline.tables[p4names.ADMISSION_JOBS].entries) == 1
+
+
+def test_unknown_fields_in_a_write_are_skipped_as_protobuf_skips_them(controller, names,
+                                                                      pipeline):
+    te = job_entry(names, job=4)
+    te.MergeFromString(b"\xc8\x3e\x07" + b"\x7d\x01\x02\x03\x04")  # 1001: varint, 15: fixed32
+    controller.write(update(INSERT, table_entry=te))
+    (entry,) = pipeline.tables[p4names.ADMISSION_JOBS].entries.values()
+    assert entry.match == (4,) and entry.action == p4names.ADMISSION_SET_JOB
+
+
+def test_a_python_engine_batch_is_indexed_before_it_takes_the_pipeline_lock(
+        p4info, names, monkeypatch):
+    """The packet path (the reference model's, under pipeline.lock) waits only for the swap:
+    a batch's lookup indexes are built while a packet batch still holds the lock."""
+    model = Pipeline()
+    server, port = serve(model, "127.0.0.1:0", DEVICE_ID, p4info=p4info)
+    client = Client(port)
+    indexed = threading.Event()
+    index = pipeline_module._index
+
+    def spy(name: str, entries: Any) -> tuple[str, Any]:
+        built = index(name, entries)
+        indexed.set()
+        return built
+
+    monkeypatch.setattr(pipeline_module, "_index", spy)
+    members_before = model._members
+    try:
+        client.arbitrate(CONTROLLER_ELECTION_ID)
+        updates = [update(INSERT, table_entry=table_entry(
+            names, p4names.ADMISSION_MEMBERS,
+            {"job_id": 1, "worker_id": i % 32, "src_addr": 0x7F000001, "src_port": 20000 + i},
+            p4names.ADMISSION_ADMIT)) for i in range(2000)]
+        with model.lock:  # a packet batch in progress
+            writer = threading.Thread(target=client.write, args=updates)
+            writer.start()
+            assert indexed.wait(timeout=60), "the batch was not indexed while the lock was held"
+            assert model._members is members_before  # nothing visible before the swap
+        writer.join(timeout=60)
+        assert len(model._members) == 2000
+    finally:
+        client.close()
+        server.stop(None)
 
 
 def test_large_rejected_batch_still_tells_a_default_client_why(controller, names, server_port):
