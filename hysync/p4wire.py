@@ -7,15 +7,16 @@ objects: the controller encodes its entities straight to bytes (controlplane/swi
 and the softswitch decodes a Write into the records below, which its Writer plans from.
 Every other RPC keeps the generic protobuf path.
 
-Same wire format, no second meaning: field numbers and types are p4runtime.proto's
-(tests/test_p4wire.py checks them against the descriptors and holds both directions to
-the protobuf library). As protobuf parses: unknown fields, and known field numbers sent
-with another wire type, are skipped; a singular scalar's last value wins; a singular
-message sent twice is merged; a oneof keeps its last member. Malformed bytes (truncated,
-an overlong varint, wire type 6/7, field number 0, an unbalanced group, a role that is
-not UTF-8) raise WireError naming where. Records carry what the HySync program can use;
-message fields it has no use for (meter_config, counter_data, ...) are carried as
-"present", entity kinds it has none of as `Unsupported(kind)`.
+Same wire format, no second meaning: field numbers and types are p4runtime.proto's, and
+tests/test_p4wire.py holds both directions to the protobuf library. As protobuf parses:
+unknown fields, and known field numbers sent with another wire type, are skipped; a
+singular scalar's last value wins; a singular message sent twice is merged; a oneof keeps
+its last member. Malformed bytes (truncated, an overlong varint, wire type 6/7, field
+number 0, an unbalanced group or groups nested deeper than protobuf's limit of 100, a
+role that is not UTF-8) raise WireError naming where. Records carry what the HySync
+program can use; message fields it has no use for (meter_config, counter_data, ...) are
+carried as "present" and entity kinds it has none of as `Unsupported(kind)`, after the
+library has checked that they are well formed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _SMALL = [bytes((i,)) for i in range(128)]
 # Decoding is a pure function of the bytes and records are immutable: a batch's many
 # identical match fields and actions (same job, same port, ...) are decoded once.
 _MEMO = 1 << 14
+_MAX_DEPTH = 100  # protobuf's recursion limit
 
 
 class WireError(ValueError):
@@ -206,7 +208,7 @@ def _fields(buf: bytes, pos: int, end: int) -> Fields:
     return out
 
 
-def _skip(buf: bytes, tag: int, pos: int, end: int) -> int:
+def _skip(buf: bytes, tag: int, pos: int, end: int, depth: int = 0) -> int:
     wire_type = tag & 7
     if wire_type in (FIXED64, FIXED32):
         pos += 8 if wire_type == FIXED64 else 4
@@ -214,10 +216,14 @@ def _skip(buf: bytes, tag: int, pos: int, end: int) -> int:
             raise WireError(f"truncated fixed-width field {tag >> 3}")
         return pos
     if wire_type == START_GROUP:
+        if depth >= _MAX_DEPTH:
+            raise WireError(f"groups nested deeper than {_MAX_DEPTH} at byte {pos}")
         while True:
             if pos >= end:
                 raise WireError(f"group {tag >> 3} has no end")
             inner, pos = _varint(buf, pos, end)
+            if inner < 8:
+                raise WireError(f"field number 0 in group {tag >> 3}")
             kind = inner & 7
             if kind == END_GROUP:
                 if inner >> 3 != tag >> 3:
@@ -231,7 +237,7 @@ def _skip(buf: bytes, tag: int, pos: int, end: int) -> int:
                 if pos > end:
                     raise WireError(f"truncated field {inner >> 3} in group {tag >> 3}")
             else:
-                pos = _skip(buf, inner, pos, end)
+                pos = _skip(buf, inner, pos, end, depth + 1)
     if wire_type == END_GROUP:
         raise WireError(f"end of group {tag >> 3} at byte {pos} without its start")
     raise WireError(f"field {tag >> 3} has wire type {wire_type}, which protobuf does not define")

@@ -301,6 +301,7 @@ def test_bytes_the_codec_accepts_the_library_reads_the_same(raw: bytes) -> None:
     (b"\x32\x01\xff", "role at byte 2 is not UTF-8"),
     (b"\x1b\x08\x01", "group 3 has no end"),
     (b"\x22\x80", "truncated varint"),
+    (b"\x0b" * 5000, "groups nested deeper than 100"),
 ])
 def test_malformed_bytes_are_refused_naming_where(raw: bytes, says: str) -> None:
     with pytest.raises(wire.WireError, match=says.replace("[", r"\[").replace("]", r"\]")):
