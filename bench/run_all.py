@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-BENCHES = ("softswitch_bench", "hotswap_bench", "worker_bench", "straggler_bench", "adaptive_bench",
-           "bmv2_bench")
+BENCHES = ("softswitch_bench", "hotswap_bench", "write_bench", "worker_bench", "straggler_bench",
+           "adaptive_bench", "bmv2_bench")
 
 
 def main() -> None:
