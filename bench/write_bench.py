@@ -116,8 +116,9 @@ def in_process(schema: Schema, updates: list[ent.Update]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ end to end
-def probe_main(port: int, switch_port: int, seconds: float, out: Any) -> None:
-    """Contribute on the probe job's slot 0 one round at a time: (sent at, round trip)."""
+def probe_main(port: int, switch_port: int, seconds: float, ready: Any, out: Any) -> None:
+    """Contribute on the probe job's slot 0 one round at a time: (sent at, round trip).
+    `ready` is set at the first answer."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", port))
     sock.settimeout(PROBE_TIMEOUT_S)
@@ -139,6 +140,7 @@ def probe_main(port: int, switch_port: int, seconds: float, out: Any) -> None:
                 if data[1] == Op.RESYNC or (data[1] == Op.RESULT and got >= rnd):
                     rtt = time.monotonic() - sent
                     rnd = got if data[1] == Op.RESYNC else got + 1
+            ready.set()
         except TimeoutError:
             pass
         samples.append((sent, rtt))
@@ -161,7 +163,7 @@ def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
                              "--udp", f"127.0.0.1:{data_port}", "--engine", engine],
                             stdout=subprocess.DEVNULL, cwd=REPO)
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, ready = ctx.Queue(), ctx.Event()
     try:
         wait_for_server(grpc_addr, failed=lambda: None if proc.poll() is None
                         else "the softswitch exited")
@@ -169,10 +171,12 @@ def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
             switch.push_pipeline(P4INFO)
             Controller(switch).attach().add_job(JobConfig(PROBE_JOB, (Member(
                 0, "127.0.0.1", "02:00:00:00:09:01", probe_port, 1),), 0, 16))
-            window = 3.0 + len(updates) / 2000
-            probe = ctx.Process(target=probe_main, args=(probe_port, data_port, window, out))
+            window = 5.0 + len(updates) / 2000
+            probe = ctx.Process(target=probe_main,
+                                args=(probe_port, data_port, window, ready, out))
             probe.start()
-            time.sleep(1.0)
+            if not ready.wait(timeout=60):
+                raise RuntimeError("the probe job got no answer from the softswitch")
             before = time.monotonic()
             time.sleep(0.5)
             t0 = time.monotonic()
