@@ -38,7 +38,7 @@ MAX_GROUP_ID = 0xFFFF
 PORT_BITS = 9
 MAX_RID = 0xFFFF
 INSERT, MODIFY, DELETE = p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE
-UPDATE_NAMES = {INSERT: "INSERT", MODIFY: "MODIFY", DELETE: "DELETE"}
+UPDATE_TYPES = (INSERT, MODIFY, DELETE)
 
 
 @dataclass(slots=True)
@@ -116,9 +116,10 @@ class Writer:
     def _plan(self, schema: Schema, overlay: Overlay, update: p4wire.Update) -> None:
         """Validate one update against the overlay and record it there."""
         utype = update.type
-        if utype not in UPDATE_NAMES:
+        if utype not in UPDATE_TYPES:
+            what = "UNSPECIFIED" if utype == 0 else f"{utype}, which P4Runtime does not define"
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
-                                 "update type is UNSPECIFIED: set INSERT, MODIFY or DELETE")
+                                 f"update type is {what}: set INSERT, MODIFY or DELETE")
         entity = update.entity
         if isinstance(entity, p4wire.TableEntry):
             self._plan_table(schema, overlay, utype, entity)
