@@ -609,7 +609,9 @@ _MATCH_TAGS = {name: tag for tag, name in _MATCH_KINDS.items()}
 _TABLE_ACTION_TAGS = {name: tag for tag, name in _TABLE_ACTION_KINDS.items()}
 
 
+@lru_cache(maxsize=_MEMO)
 def _field_match_bytes(fm: FieldMatch) -> bytes:
+    """A FieldMatch's bytes with their tag and length (a batch repeats many)."""
     kind = fm.kind
     if kind == "exact" or kind == "optional":
         inner = _len(0x0A, fm.value) if fm.value else b""
@@ -623,26 +625,32 @@ def _field_match_bytes(fm: FieldMatch) -> bytes:
     body = _num(0x08, fm.field_id)
     if kind is not None:
         body += _len(_MATCH_TAGS[kind], inner)
-    return body
+    return _len(0x12, body)
 
 
+@lru_cache(maxsize=_MEMO)
 def _action_bytes(action: Action | str) -> bytes:
+    """A TableAction's bytes with their tag and length (a batch repeats many)."""
     if isinstance(action, str):
         if action == NO_ACTION_KIND:
-            return b""
-        return _SMALL[_TABLE_ACTION_TAGS[action]] + b"\0"  # an empty message or a 0
+            return _len(0x1A, b"")
+        return _len(0x1A, _SMALL[_TABLE_ACTION_TAGS[action]] + b"\0")  # an empty message or a 0
     body = _num(0x08, action.action_id)
     for p in action.params:
         body += _len(0x22, _num(0x10, p.param_id) + (_len(0x1A, p.value) if p.value else b""))
-    return _len(0x0A, body)
+    return _len(0x1A, _len(0x0A, body))
 
 
 def _table_entry_bytes(te: TableEntry) -> bytes:
     parts = [_num(0x08, te.table_id)]
-    parts += [_len(0x12, _field_match_bytes(fm)) for fm in te.match]
+    parts += [_field_match_bytes(fm) for fm in te.match]
     if te.action is not None:
-        parts.append(_len(0x1A, _action_bytes(te.action)))
-    parts += [_num(0x20, te.priority), _num(0x28, te.controller_metadata)]
+        parts.append(_action_bytes(te.action))
+    if te.priority or te.controller_metadata:
+        parts += [_num(0x20, te.priority), _num(0x28, te.controller_metadata)]
+    if not (te.resources or te.is_default_action or te.idle_timeout_ns or te.metadata
+            or te.is_const):
+        return b"".join(parts)
     resources = {number: name in te.resources for number, name in TABLE_RESOURCES.items()}
     parts += [_len(_tag(n, LEN), b"") for n in (6, 7) if resources[n]]
     parts += [_num(0x40, te.is_default_action), _num(0x48, te.idle_timeout_ns)]
