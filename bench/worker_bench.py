@@ -42,6 +42,7 @@ WORKERS = 4
 JOB = 1
 SCALE = 2.0**20
 SIZES = (1_000_000, 10_000_000, 100_000_000)
+RSS_SIZE = 100_000_000  # the call whose peak RSS the issue bounds (< 3x the tensor's bytes)
 REFLECT_ELEMENTS = 10_000_000
 TIMEOUT = 1800
 
@@ -132,7 +133,7 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
         work = source(n)
         extra: dict[str, Any] = {}
         dist.barrier()
-        if kind == "hysync" and n == SIZES[-1]:
+        if kind == "hysync" and n == RSS_SIZE:
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
             extra["rss_before"] = rss_bytes("VmRSS")
         start = time.perf_counter()
@@ -140,7 +141,7 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
             hw.allreduce(work, key=key, in_place=True)
             stats = hw.last_stats(key)
             extra.update(retransmits=stats.retransmits, rounds=len(stats.results))
-            if n == SIZES[-1]:
+            if n == RSS_SIZE:
                 extra["rss_peak"] = rss_bytes("VmHWM")
         else:
             dist.all_reduce(work)
@@ -222,14 +223,19 @@ def free_port(kind: int) -> int:
         return sock.getsockname()[1]
 
 
-def run(window: int, reps: int) -> tuple[list[dict], int]:
+def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
+        async_size: int | None = SIZES[0]) -> tuple[list[dict], int]:
+    """Sync all-reduces of `sizes` (the smallest `reps` times), then one of `async_size`
+    elements in async (none if None)."""
     from hysync.wire import Mode
 
     plan: list[tuple[str, int, str]] = []
-    for n in SIZES:
-        for _ in range(reps if n == SIZES[0] else 1):
+    for n in sizes:
+        for _ in range(reps if n == min(sizes) else 1):
             plan += [("hysync", n, f"sync-{n}"), ("gloo", n, "")]
-    plan += [("mode", 0, "async"), ("hysync", SIZES[0], "async"), ("gloo", SIZES[0], "")]
+    if async_size is not None:
+        plan += [("mode", 0, "async"), ("hysync", async_size, "async"),
+                 ("gloo", async_size, "")]
     ctx = mp.get_context("spawn")
     cmd, sw_out = ctx.Queue(), ctx.Queue()
     switch = ctx.Process(target=switch_main, args=(cmd, sw_out), daemon=True)
@@ -350,6 +356,18 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _print_table(rows: list[dict], python: dict[tuple[str, int], float], packets: int) -> None:
+    print(f"{'mode':>6} {'elements':>11} {'hysync s':>9} {'python s':>9} {'gloo s':>8} "
+          f"{'ratio':>7} {'retx':>6} {'peak RSS / tensor':>18}")
+    for r in rows:
+        before = python.get((r["mode"], r["elements"]))
+        print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} "
+              f"{before if before is not None else float('nan'):>9.2f} {r['gloo_s']:>8.4f} "
+              f"{r['hysync_s'] / r['gloo_s']:>7.0f} {r['retransmits']:>6} "
+              f"{r.get('rss_peak_over_tensor', ''):>18}")
+    print(f"softswitch handled {packets:,} datagrams")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=256, help="slots in flight per worker")
@@ -357,7 +375,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="repetitions of the 1M case and of the reflector runs")
     parser.add_argument("--python-baseline", type=Path, default=RESULTS / "worker.json",
                         help="the pure-Python engine's worker.json (read before it is rewritten)")
+    parser.add_argument("--sizes", type=int, nargs="+", metavar="ELEMENTS",
+                        help="only sync all-reduces of these sizes (no reflector section, no "
+                        "async run); prints the table and writes no results")
     args = parser.parse_args(argv)
+    if args.sizes:
+        rows, packets = run(args.window, args.reps, tuple(args.sizes), async_size=None)
+        _print_table(rows, {}, packets)
+        print(f"load average {os.getloadavg()[0]:.2f}; nothing written (--sizes)")
+        return
     started, load_before = time.perf_counter(), os.getloadavg()
     baseline = python_engine_rows(args.python_baseline)
     refl = reflector_section(args.window, args.reps)
@@ -368,17 +394,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"all-reduce, {WORKERS} worker processes, window {args.window} ...", flush=True)
     rows, packets = run(args.window, args.reps)
     rows = [dict(r, engine="native") for r in rows]
-    python = {(r["mode"], r["elements"]): r["hysync_s"] for r in baseline}
-    print(f"{'mode':>6} {'elements':>11} {'hysync s':>9} {'python s':>9} {'gloo s':>8} "
-          f"{'ratio':>7} {'retx':>6} {'peak RSS / tensor':>18}")
-    for r in rows:
-        before = python.get((r["mode"], r["elements"]))
-        print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} "
-              f"{before if before is not None else float('nan'):>9.2f} {r['gloo_s']:>8.4f} "
-              f"{r['hysync_s'] / r['gloo_s']:>7.0f} {r['retransmits']:>6} "
-              f"{r.get('rss_peak_over_tensor', ''):>18}")
-    print(f"softswitch handled {packets:,} datagrams; bench took "
-          f"{time.perf_counter() - started:.0f} s")
+    _print_table(rows, {(r["mode"], r["elements"]): r["hysync_s"] for r in baseline}, packets)
+    print(f"bench took {time.perf_counter() - started:.0f} s")
     RESULTS.mkdir(exist_ok=True)
     machine = {"case": "machine", "cores": os.cpu_count(),
                "load_1_5_15_before": [round(x, 2) for x in load_before],
