@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -59,6 +60,16 @@ uint8_t* DatagramBatch::append(std::size_t len) {
   msgs_[i].msg_hdr.msg_iov = &iovs_[i];
   msgs_[i].msg_hdr.msg_iovlen = 1;
   return &buffers_[i * max_bytes_];
+}
+
+void DatagramBatch::group_by_peer() {
+  auto peer_key = [](const mmsghdr& m) {
+    const auto* a = static_cast<const sockaddr_in*>(m.msg_hdr.msg_name);
+    return a == nullptr ? uint64_t(0) : uint64_t(a->sin_addr.s_addr) << 16 | a->sin_port;
+  };
+  // Each mmsghdr points at its own buffer and address, so moving the headers moves datagrams.
+  std::stable_sort(msgs_.begin(), msgs_.begin() + long(count_),
+                   [&](const mmsghdr& a, const mmsghdr& b) { return peer_key(a) < peer_key(b); });
 }
 
 std::size_t DatagramBatch::echo(int fd) {

@@ -46,6 +46,10 @@ class DatagramBatch {
   // polls for writability). Returns how many were sent; the rest are dropped and counted in
   // send_errors() (a full socket buffer or an unreachable peer must not stall the data path).
   std::size_t flush(int fd);
+  // Reorders the appended datagrams so that those for one peer are consecutive, each peer's
+  // in the order appended: a receiver is woken once for its share of the batch, not once per
+  // datagram, when a batch fans out to several peers (a multicast's replicas).
+  void group_by_peer();
 
   std::size_t size() const { return count_; }
   std::size_t capacity() const { return capacity_; }

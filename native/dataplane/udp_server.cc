@@ -58,6 +58,7 @@ void UdpServer::serve(std::size_t index) {
         dst.sin_port = htons(port);
         uint8_t* buffer = tx.append(dst, len);
         if (buffer == nullptr) {
+          tx.group_by_peer();
           out += tx.flush(fd);
           buffer = tx.append(dst, len);
         }
@@ -69,6 +70,7 @@ void UdpServer::serve(std::size_t index) {
                                    ntohs(peer.sin_port), rx.data(i), rx.length(i), scratch, sink);
       }
     }
+    tx.group_by_peer();
     out += tx.flush(fd);
     packets_in.fetch_add(n, std::memory_order_relaxed);
     packets_out.fetch_add(out, std::memory_order_relaxed);
