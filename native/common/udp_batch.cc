@@ -1,5 +1,6 @@
 #include "common/udp_batch.h"
 
+#include <netinet/udp.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -15,7 +16,11 @@ DatagramBatch::DatagramBatch(std::size_t capacity, std::size_t max_bytes)
       buffers_(capacity * max_bytes),
       addrs_(capacity),
       iovs_(capacity),
-      msgs_(capacity) {}
+      msgs_(capacity),
+      runs_(capacity),
+      run_iovs_(capacity),
+      run_sizes_(capacity),
+      run_controls_(capacity) {}
 
 std::size_t DatagramBatch::receive(int fd, bool wait) {
   for (std::size_t i = 0; i < capacity_; ++i) {
@@ -81,28 +86,106 @@ std::size_t DatagramBatch::echo(int fd) {
 }
 
 std::size_t DatagramBatch::flush(int fd) {
-  std::size_t sent = 0, failed = 0;
+  std::size_t done = 0, failed = 0;  // datagrams handed to the kernel or given up; given up
+  if (segmenting_ != Segmenting::OFF && count_ > 1) {
+    const std::size_t runs = coalesce();
+    if (send(fd, runs_.data(), runs, run_sizes_.data(), done, failed) < runs)
+      segmenting_ = Segmenting::OFF;  // no UDP GSO here: the rest, and later batches, one by one
+  }
+  if (done < count_) send(fd, &msgs_[done], count_ - done, nullptr, done, failed);
+  send_errors_ += failed;
+  const std::size_t delivered = count_ - failed;
+  count_ = 0;
+  return delivered;
+}
+
+namespace {
+
+constexpr std::size_t MAX_SEGMENTS = 64;            // UDP_MAX_SEGMENTS (older kernels)
+constexpr std::size_t MAX_SEGMENTED_BYTES = 65507;  // the payload of one UDP/IPv4 datagram
+
+bool same_peer(const msghdr& a, const msghdr& b) {
+  return a.msg_namelen == b.msg_namelen &&
+         (a.msg_namelen == 0 || std::memcmp(a.msg_name, b.msg_name, a.msg_namelen) == 0);
+}
+
+// What a kernel or device without UDP GSO answers a segmented message.
+bool segmenting_refused(int err) {
+  return err == EIO || err == EINVAL || err == ENOPROTOOPT || err == EOPNOTSUPP;
+}
+
+}  // namespace
+
+// The runs of msgs_: consecutive datagrams for one peer, all of the first one's size except a
+// shorter last one (what UDP_SEGMENT can carry). Returns how many runs (runs_[0..n)).
+std::size_t DatagramBatch::coalesce() {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < count_; ++n) {
+    const msghdr& head = msgs_[i].msg_hdr;
+    const std::size_t size = head.msg_iov->iov_len;
+    std::size_t j = i, bytes = 0;
+    while (j < count_ && j - i < MAX_SEGMENTS && same_peer(msgs_[j].msg_hdr, head)) {
+      const std::size_t len = msgs_[j].msg_hdr.msg_iov->iov_len;
+      if (j > i && (len > size || bytes + len > MAX_SEGMENTED_BYTES)) break;
+      run_iovs_[j] = *msgs_[j].msg_hdr.msg_iov;
+      bytes += len;
+      ++j;
+      if (len < size || size == 0) break;
+    }
+    mmsghdr& run = runs_[n];
+    std::memset(&run, 0, sizeof(run));
+    run.msg_hdr.msg_name = head.msg_name;
+    run.msg_hdr.msg_namelen = head.msg_namelen;
+    run.msg_hdr.msg_iov = &run_iovs_[i];
+    run.msg_hdr.msg_iovlen = j - i;
+    run_sizes_[n] = uint32_t(j - i);
+    if (j - i > 1) {
+      auto* c = reinterpret_cast<cmsghdr*>(run_controls_[n].bytes);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t segment = uint16_t(size);
+      std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+      run.msg_hdr.msg_control = c;
+      run.msg_hdr.msg_controllen = sizeof(SegmentControl);
+    }
+    i = j;
+  }
+  return n;
+}
+
+// sendmmsg, retried on partial sends and EINTR; on EAGAIN it polls for writability. A message
+// that cannot be sent (peer unreachable, buffer full for too long) is dropped and counted in
+// `failed`: a full socket buffer must not stall the data path. Returns the messages handled;
+// fewer than `n` only when the kernel refuses the first segmented message it is offered (it has
+// no UDP GSO), which stays unsent.
+std::size_t DatagramBatch::send(int fd, mmsghdr* msgs, std::size_t n, const uint32_t* weight,
+                                std::size_t& done, std::size_t& failed) {
+  auto datagrams = [weight](std::size_t k) -> std::size_t { return weight ? weight[k] : 1; };
+  std::size_t k = 0;
   int stalls = 0;
-  while (sent < count_) {
-    int n = sendmmsg(fd, &msgs_[sent], unsigned(count_ - sent), 0);
-    if (n > 0) {
-      sent += std::size_t(n);
+  while (k < n) {
+    const int sent = sendmmsg(fd, &msgs[k], unsigned(n - k), 0);
+    if (sent > 0) {
+      for (int m = 0; m < sent; ++m) {
+        if (datagrams(k) > 1) segmenting_ = Segmenting::WORKS;
+        done += datagrams(k++);
+      }
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && stalls++ < 100) {
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && stalls++ < 100) {
       pollfd p{fd, POLLOUT, 0};
       poll(&p, 1, 10);
       continue;
     }
-    // This datagram cannot be sent (peer unreachable, buffer full for too long): skip it.
-    ++failed;
-    ++sent;
+    if (sent < 0 && datagrams(k) > 1 && segmenting_ == Segmenting::UNTRIED &&
+        segmenting_refused(errno))
+      return k;
+    failed += datagrams(k);
+    done += datagrams(k++);
   }
-  send_errors_ += failed;
-  std::size_t delivered = count_ - failed;
-  count_ = 0;
-  return delivered;
+  return k;
 }
 
 }  // namespace hysync

@@ -36,6 +36,7 @@ void Reflector::start() {
 
 void Reflector::echo(int fd) {
   DatagramBatch batch(64, 2048);
+  batch.set_segmenting(true);  // the same I/O as the switch's UDP data plane
   pollfd readable{fd, POLLIN, 0};
   while (!stopping()) {
     std::size_t n = batch.receive(fd);
@@ -55,6 +56,7 @@ void Reflector::echo(int fd) {
 // one SO_REUSEPORT socket, so a sender always meets the same state.
 void Reflector::answer_as_results(int fd) {
   DatagramBatch in(64, 2048), out(64, w::PACKET_BYTES);
+  out.set_segmenting(true);
   std::vector<uint32_t> rounds(w::NUM_SLOTS, 0);
   std::vector<int64_t> seen(w::NUM_SLOTS * w::MAX_WORKERS, -1);  // -1: nothing seen yet
   pollfd readable{fd, POLLIN, 0};

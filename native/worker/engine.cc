@@ -155,6 +155,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       last_rx_(monotonic_now()),
       rx_(RECV_BATCH, 2048),
       tx_(RECV_BATCH, P) {
+  tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
   std::mt19937_64 rng(config.seed);
   for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
 }

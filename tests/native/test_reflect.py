@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from hysync import wire
+from hysync import _core, wire
 from hysync.wire import Header, Mode, Op, Packet
 
 PROG = [sys.executable, "-m", "softswitch.reflect"]
@@ -51,6 +51,30 @@ def test_echo_answers_every_datagram_unchanged_to_its_sender() -> None:
                     assert sock.recvfrom(2048) == (payload, ("127.0.0.1", port))
                     sent += 1
     assert last == [f"reflector: answered {sent} of {sent} datagrams"]
+
+
+def test_echo_of_a_queued_burst_keeps_every_datagram_and_each_senders_order() -> None:
+    """The reflector sends a batch as runs of one peer's equal-size datagrams (UDP GSO, a
+    shorter one ending a run, at most 64 per run): each datagram still arrives as sent."""
+    sizes = [wire.PACKET_BYTES] * 70 + [16, *[wire.PACKET_BYTES] * 3, 300, 1, 0, 1, 1, 1400]
+    server = _core.dataplane.Reflector("127.0.0.1", 0, 1)
+    senders = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    try:
+        sent: list[list[bytes]] = [[], []]
+        for s, sock in enumerate(senders):  # queued before the reflector reads: one batch
+            sock.settimeout(5)
+            for i, size in enumerate(sizes):
+                payload = bytes([s, i % 256]) * (size // 2) + bytes(size % 2)
+                sock.sendto(payload, ("127.0.0.1", server.port))
+                sent[s].append(payload)
+        server.start()
+        for s, sock in enumerate(senders):
+            assert [sock.recv(2048) for _ in sizes] == sent[s]
+    finally:
+        server.stop()
+        for sock in senders:
+            sock.close()
+    assert server.packets_out == server.packets_in == 2 * len(sizes)
 
 
 def contribution(worker: int, slot: int, seq: int, chunk: int) -> bytes:
