@@ -52,7 +52,7 @@ void Reflector::echo(int fd) {
 // As an async switch would answer: results carry mode ASYNC and the slot's own round count;
 // a contribution whose sequence number was the last one seen from its sender on its slot (a
 // retransmission) is answered ACK instead of being counted twice. Anything but a whole
-// contribution is not answered. The state is this thread's: the kernel hashes one sender to
+// contribution is not answered. The state is this thread's: the kernel steers one worker to
 // one SO_REUSEPORT socket, so a sender always meets the same state.
 void Reflector::answer_as_results(int fd) {
   DatagramBatch in(64, 2048), out(64, w::PACKET_BYTES);

@@ -1,6 +1,7 @@
 #include "dataplane/sockets.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -12,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+
+#include "hysync_wire.h"
 
 namespace hysync::dataplane {
 
@@ -26,6 +29,20 @@ void big_buffers(int fd, int bytes) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0)
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
+// The group's sockets take the datagrams of worker id w % n (the HySync header's byte, read by
+// a classic BPF program on the UDP payload) rather than by the kernel's 4-tuple hash, which
+// can put three of four workers on one socket and leave another thread idle. One worker still
+// lands on one socket. Best effort: without it, the hash spreads them.
+void steer_by_worker(int fd, std::size_t n) {
+  sock_filter code[] = {
+      {BPF_LD | BPF_B | BPF_ABS, 0, 0, wire::OFF_WORKER_ID},  // too short: returns 0
+      {BPF_ALU | BPF_MOD | BPF_K, 0, 0, uint32_t(n)},
+      {BPF_RET | BPF_A, 0, 0, 0},
+  };
+  sock_fprog program{sizeof(code) / sizeof(code[0]), code};
+  setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &program, sizeof(program));
 }
 
 [[noreturn]] void fail(int err, const std::string& what) {
@@ -74,6 +91,7 @@ std::vector<int> open_udp_group(const std::string& host, uint16_t port, std::siz
   try {
     fds.push_back(open_udp(host, port, n > 1));
     while (fds.size() < n) fds.push_back(open_udp(host, local_port(fds[0]), true));
+    if (n > 1) steer_by_worker(fds[0], n);
   } catch (...) {
     for (int fd : fds) close(fd);
     throw;

@@ -130,3 +130,23 @@ def test_an_unknown_answer_is_one_line_and_exit_2() -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert "--answer: invalid choice: 'sum' (choose from 'echo', 'result')" in done.stderr
+
+
+def test_threads_take_workers_by_id_whatever_port_they_send_from() -> None:
+    """With 2 threads, one worker's contributions reach one thread's state from any source
+    port: the same sequence number from 8 sockets is one RESULT and 7 ACKs (by the kernel's
+    4-tuple hash alone, the sockets would split over both threads and get 2 RESULTs)."""
+    server = _core.dataplane.Reflector("127.0.0.1", 0, 2, _core.dataplane.Answer.AS_RESULT)
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(8)]
+    server.start()
+    try:
+        ops = []
+        for sock in socks:
+            sock.settimeout(5)
+            sock.sendto(contribution(5, 9, 7, chunk=1), ("127.0.0.1", server.port))
+            ops.append(Packet.decode(sock.recv(2048)).header.op)
+    finally:
+        server.stop()
+        for sock in socks:
+            sock.close()
+    assert ops == [Op.RESULT] + [Op.ACK] * 7
