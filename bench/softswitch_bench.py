@@ -14,8 +14,11 @@ senders, is what is measured. Rows:
 
 Each configuration runs --repeat times, interleaved with the others; the median is kept.
 The switch counts contributions itself (its counters) over a steady-state interval
-after a warm-up. The machine's load is recorded beside the numbers: on a shared
-machine, rerun on a quiet one with the same command:
+after a warm-up. Beside each rate, the CPU time this process (server threads and
+senders together) spent per datagram in over the same interval: what the rate costs,
+which other load on the machine moves far less than the rate itself. The machine's
+load is recorded beside the numbers: on a shared machine, rerun on a quiet one with
+the same command:
 
     .venv/bin/python -m bench.softswitch_bench [--seconds 3] [--window 128] [--repeat 3]
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -76,29 +80,31 @@ def configured_pipeline(pipeline: Pipeline, mode: int, quorum: int, workers: int
 
 
 def _steady_rates(counts: Callable[[], tuple[int, int]], port: int, workers: int, window: int,
-                  seconds: float) -> tuple[float, float, float, int]:
+                  seconds: float) -> tuple[float, float, float, int, float]:
     """Load the server on `port`; over the steady interval: (contributions/s, datagrams in/s,
-    interval, retransmits), `counts` giving the (contributions, datagrams in) so far."""
+    interval, retransmits, CPU µs of this process per datagram in), `counts` giving the
+    (contributions, datagrams in) so far."""
     senders = _core.bench.LoadGenerator("127.0.0.1", port, JOB, workers, BASE_PORT, 0, window,
                                         RTO_MS)
     senders.start()
     try:
         time.sleep(WARMUP_S)
-        (c0, d0), t0 = counts(), time.perf_counter()
+        (c0, d0), t0, cpu0 = counts(), time.perf_counter(), time.process_time()
         time.sleep(seconds)
-        (c1, d1), t1 = counts(), time.perf_counter()
+        (c1, d1), t1, cpu1 = counts(), time.perf_counter(), time.process_time()
     finally:
         senders.stop()
-    return (c1 - c0) / (t1 - t0), (d1 - d0) / (t1 - t0), t1 - t0, senders.retransmits
+    return ((c1 - c0) / (t1 - t0), (d1 - d0) / (t1 - t0), t1 - t0, senders.retransmits,
+            (cpu1 - cpu0) / max(1, d1 - d0) * 1e6)
 
 
 def _row(kind: str, mode: str, workers: int, threads: int, window: int,
-         measured: tuple[float, float, float, int]) -> dict:
-    rate, datagrams, elapsed, retransmits = measured
+         measured: tuple[float, float, float, int, float]) -> dict:
+    rate, datagrams, elapsed, retransmits, cpu_us = measured
     return {"dataplane": kind, "mode": mode, "workers": workers, "threads": threads,
             "window": window, "seconds": round(elapsed, 2), "contributions_per_s": round(rate),
             "datagrams_in_per_s": round(datagrams), "elements_per_s": round(rate * wire.LANES),
-            "retransmits": retransmits}
+            "retransmits": retransmits, "cpu_us_per_datagram": round(cpu_us, 2)}
 
 
 def reflector(workers: int, threads: int, window: int, seconds: float) -> dict:
@@ -168,7 +174,9 @@ def run(seconds: float, window: int, threads: tuple[int, ...], repeat: int) -> l
     for got in samples:
         got.sort(key=lambda r: r["contributions_per_s"])
         rows.append({**got[len(got) // 2],
-                     "runs_per_s": [r["contributions_per_s"] for r in got]})
+                     "runs_per_s": [r["contributions_per_s"] for r in got],
+                     "cpu_us_per_datagram": statistics.median(
+                         r["cpu_us_per_datagram"] for r in got)})
     best = {w: max(r["contributions_per_s"] for r in rows
                    if r["dataplane"] == "reflector" and r["workers"] == w) for w in WORKERS}
     for r in rows:  # datagrams in: in partial(q), the n-q late ones are work too (a resend)
@@ -178,7 +186,8 @@ def run(seconds: float, window: int, threads: tuple[int, ...], repeat: int) -> l
 
 def _print(r: dict) -> None:
     print(f"  {r['dataplane']:>9} {r['mode']:>10} {r['workers']} workers {r['threads']} threads:"
-          f" {r['contributions_per_s']:>9,}/s ({r['retransmits']} retransmits)", flush=True)
+          f" {r['contributions_per_s']:>9,}/s, {r['cpu_us_per_datagram']:.2f} CPU us/datagram in"
+          f" ({r['retransmits']} retransmits)", flush=True)
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -20,10 +20,11 @@ DatagramBatch::DatagramBatch(std::size_t capacity, std::size_t max_bytes)
       runs_(capacity),
       run_iovs_(capacity),
       run_sizes_(capacity),
-      run_controls_(capacity) {}
+      run_controls_(capacity),
+      changed_(capacity) {}
 
 std::size_t DatagramBatch::receive(int fd, bool wait) {
-  for (std::size_t i = 0; i < capacity_; ++i) {
+  for (std::size_t i = 0; i < changed_; ++i) {
     iovs_[i] = {&buffers_[i * max_bytes_], max_bytes_};
     std::memset(&msgs_[i], 0, sizeof(mmsghdr));
     msgs_[i].msg_hdr.msg_iov = &iovs_[i];
@@ -31,11 +32,12 @@ std::size_t DatagramBatch::receive(int fd, bool wait) {
     msgs_[i].msg_hdr.msg_name = &addrs_[i];
     msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
   }
+  changed_ = 0;
   for (;;) {
     int n = recvmmsg(fd, msgs_.data(), unsigned(capacity_), wait ? MSG_WAITFORONE : MSG_DONTWAIT,
                      nullptr);
     if (n >= 0) {
-      count_ = std::size_t(n);
+      count_ = changed_ = std::size_t(n);
       return count_;
     }
     if (errno == EINTR) continue;
@@ -60,6 +62,7 @@ uint8_t* DatagramBatch::append(const sockaddr_in& dst, std::size_t len) {
 uint8_t* DatagramBatch::append(std::size_t len) {
   if (count_ == capacity_ || len > max_bytes_) return nullptr;
   std::size_t i = count_++;
+  changed_ = std::max(changed_, count_);
   iovs_[i] = {&buffers_[i * max_bytes_], len};
   std::memset(&msgs_[i], 0, sizeof(mmsghdr));
   msgs_[i].msg_hdr.msg_iov = &iovs_[i];

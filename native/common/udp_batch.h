@@ -89,6 +89,9 @@ class DatagramBatch {
   std::vector<iovec> run_iovs_;
   std::vector<uint32_t> run_sizes_;  // datagrams per run
   std::vector<SegmentControl> run_controls_;
+  // msgs_[0..changed_) may differ from a receive's layout (the kernel wrote name lengths and
+  // flags, or they were sent from): receive() resets only those, not the whole capacity.
+  std::size_t changed_;
 };
 
 }  // namespace hysync
