@@ -82,7 +82,8 @@ class DatagramBatch {
   };
   std::size_t coalesce();
   // sendmmsg `n` messages from `msgs`, message k carrying weight[k] datagrams (all 1 when
-  // weight is null); stops at a segmented message the kernel refuses. Returns datagrams sent.
+  // weight is null), adding to `done` and `failed` in datagrams; stops at a segmented message
+  // the kernel refuses. Returns the messages handled.
   std::size_t send(int fd, mmsghdr* msgs, std::size_t n, const uint32_t* weight,
                    std::size_t& done, std::size_t& failed);
   std::vector<mmsghdr> runs_;
