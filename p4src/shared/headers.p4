@@ -59,6 +59,10 @@ header lane_h {
     bit<32> value;
 }
 
+// Tofino declares its own headers_t (p4src/tna/include/defines.p4): the same headers,
+// with the lanes in two halves, because a stack of 64 headers needs its 64 validity bits
+// in one PHV container, and the widest has 32.
+#ifndef __TARGET_TOFINO__
 struct headers_t {
     ethernet_h     ethernet;
     ipv4_h         ipv4;
@@ -66,6 +70,7 @@ struct headers_t {
     hysync_h       hysync;
     lane_h[LANES]  lanes;
 }
+#endif
 
 // Per-packet metadata: each group is written by one control and read by later ones.
 struct metadata_t {

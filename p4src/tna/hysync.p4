@@ -73,10 +73,12 @@ control HySyncIngress(inout headers_t hdr,
         meta.hs.verdict = verdict_t.NONE;
         meta.hs.member_counter = member_counter_t.NONE;
 
+        // Aggregation and Replies are applied in one place: Tofino's next-table chains do not
+        // allow a table to be applied on two paths.
+        bool aggregate = false;
         if (meta.bridge.isValid()) {
             // Second pass of a close or a Tofino 1 resend: no admission, nothing counted.
-            aggregation.apply(hdr, meta);
-            replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+            aggregate = true;
         } else if (ig_prsr_md.parser_err != 0) {
             // 1. Truncated: changes no state, counted.
             drop(DROP_MALFORMED);
@@ -100,11 +102,14 @@ control HySyncIngress(inout headers_t hdr,
             } else {
                 // 8. The mode the controller wants for this slot now.
                 sync_mode.apply(hdr, meta.hs);
-                // 8-10. Latch, classify, count; accumulate or read the lanes.
-                aggregation.apply(hdr, meta);
-                // The RESULT / RESYNC / ACK the verdict calls for, or a second pass.
-                replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
+                aggregate = true;
             }
+        }
+        if (aggregate) {
+            // 8-10. Latch, classify, count; accumulate or read the lanes.
+            aggregation.apply(hdr, meta);
+            // The RESULT / RESYNC / ACK the verdict calls for, or a second pass.
+            replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
         }
 
         // A packet leaving for egress (not recirculated, not dropped) takes the bridge.

@@ -16,12 +16,30 @@ typedef bit<18> member_index_t;     // slot * 32 + worker (MEMBER_SEQ_CELLS)
 typedef bit<13> member_cell_t;           // job * 32 + worker (MEMBER_COUNTER_CELLS)
 typedef bit<12> drop_counter_index_t;    // job * 16 + reason (DROP_COUNTER_CELLS)
 
-// FOR_EACH_PAIR(X) expands X(p) for p = 0..LANES/2-1: pair p holds lanes 2p and 2p+1.
-#define FOR_EACH_PAIR(X) \
+// FOR_EACH_HALF_PAIR(X) expands X(p) for p = 0..LANES/4-1: pair p of a half holds its
+// lanes 2p and 2p+1; the low half holds lanes 0..31, the high half lanes 32..63.
+#define FOR_EACH_HALF_PAIR(X) \
     X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
-    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
-    X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
-    X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15)
+
+// ------------------------------------------------------------------ headers
+// The lanes in two headers of 32 (SwitchML's layout) instead of v1model's stack of 64,
+// whose 64 validity bits would have to share one 32-bit PHV container. Same bytes on the
+// wire: lane 2p of a half is even_p, lane 2p + 1 is odd_p.
+#define LANE_PAIR_FIELDS(p) lane_t even_##p; lane_t odd_##p;
+header lane_half_h {
+    FOR_EACH_HALF_PAIR(LANE_PAIR_FIELDS)
+}
+#undef LANE_PAIR_FIELDS
+
+struct headers_t {
+    ethernet_h   ethernet;
+    ipv4_h       ipv4;
+    udp_h        udp;
+    hysync_h     hysync;
+    lane_half_h  lanes_lo;      // lanes 0..31
+    lane_half_h  lanes_hi;      // lanes 32..63
+}
 
 // FOR_EACH_WORKER(X) expands X(w) for w = 0..MAX_WORKERS-1.
 #define FOR_EACH_WORKER(X) \
@@ -112,13 +130,13 @@ struct tna_metadata_t {
     bool          fresh;         // this contribution opens its round (latched == 0, open)
     bool          async_path;    // the slot is in async: no round under way, async desired
     bool          open_sync;     // open and not async: a contribution to the open round
-    count_t       q;             // effective quorum (protocol.md §4 step 8)
-    int<32>       q_minus_1;
+    int<32>       q;             // effective quorum (protocol.md §4 step 8)
     chunk_t       stored_chunk;  // chunk[s] before this packet
     bitmap_t      stored_bits;   // bitmap[s] before this packet
     bitmap_t      me;            // 1 << worker
     round_t       stored_seq;    // member_seq[s*32+w] before this packet (stored as seq + 1)
-    int<32>       stored_count;  // count[s] before this packet (bit 31: closing)
+    int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
+                                 // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum
     slot_index_t  slot;
     member_index_t member;
@@ -135,6 +153,7 @@ struct ingress_metadata_t {
 
 struct egress_metadata_t {
     bridge_h bridge;
+    bit<16>  recipient;          // a replica's rid - 1: job * 32 + worker
 }
 
 #endif  // __HYSYNC_TNA_DEFINES__

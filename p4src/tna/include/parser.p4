@@ -59,12 +59,11 @@ parser HySyncIngressParser(packet_in packet,
         }
     }
 
-#define EXTRACT_LANE(i) packet.extract(hdr.lanes[i]);
     state parse_lanes {
-        FOR_EACH_LANE(EXTRACT_LANE)
+        packet.extract(hdr.lanes_lo);
+        packet.extract(hdr.lanes_hi);
         transition accept;
     }
-#undef EXTRACT_LANE
 }
 
 // The bridge header goes first whenever ingress set it valid: on every packet for egress

@@ -63,12 +63,12 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
     // min(quorum, n), re-evaluated on every packet.
     @hidden action set_quorum(quorum_t qr) {
-        meta.tf.q = meta.hs.members;
+        meta.tf.q = (int<32>) (bit<32>) meta.hs.members;
         meta.hs.out_quorum = qr;
     }
 
     @hidden action use_quorum(quorum_t qr) {
-        meta.tf.q = qr;
+        meta.tf.q = (int<32>) (bit<32>) qr;
         meta.hs.out_quorum = qr;
     }
 
@@ -125,9 +125,19 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
 #endif
             }
         } else {
-            meta.tf.open = hdr.hysync.round == meta.tf.cur;
-            meta.tf.prev = meta.tf.r_plus_1 == meta.tf.cur;
-            meta.tf.desired_async = meta.hs.desired_mode == MODE_ASYNC;
+            // Tofino assigns no comparison to a bool: each flag is a branch.
+            meta.tf.open = false;
+            meta.tf.prev = false;
+            meta.tf.desired_async = false;
+            if (hdr.hysync.round == meta.tf.cur) {
+                meta.tf.open = true;
+            }
+            if (meta.tf.r_plus_1 == meta.tf.cur) {
+                meta.tf.prev = true;
+            }
+            if (meta.hs.desired_mode == MODE_ASYNC) {
+                meta.tf.desired_async = true;
+            }
 
             // ---- 2. the latched mode (a contribution that opens the round latches it)
             mode.apply(hdr, meta.tf);
@@ -147,13 +157,15 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 latched_quorum = meta.tf.latched[7:0];
             }
             meta.hs.out_mode = latched_mode;
-            meta.tf.open_sync = meta.tf.open && !meta.tf.async_path;
+            meta.tf.open_sync = false;
+            if (meta.tf.open && !meta.tf.async_path) {
+                meta.tf.open_sync = true;
+            }
             if (latched_quorum == 0 || latched_quorum > meta.hs.members) {
                 set_quorum(latched_quorum);
             } else {
                 use_quorum(latched_quorum);
             }
-            meta.tf.q_minus_1 = (int<32>) (bit<32>) (meta.tf.q - 1);
 
             // ---- 3-4. contributors, member sequence, count and the close guard
             bitmap.apply(hdr, meta.tf);
@@ -185,13 +197,13 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                                  member_counter_t.NONE);
                     resync_header(RESYNC_CHUNK_MISMATCH);
                     meta.hs.out_bitmap = meta.tf.stored_bits;
-                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                    meta.hs.out_count = meta.tf.count_out[7:0];
                 } else if (meta.tf.fresh) {
                     // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
                     meta.tf.lane_op = tna_lane_op_t.WRITE;
-                    meta.hs.out_count = 1;
+                    meta.hs.out_count = meta.tf.count_out[7:0];
                     meta.hs.out_bitmap = meta.tf.me;
-                    if (meta.tf.q_minus_1 == 0) {
+                    if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     } else {
                         verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
@@ -199,9 +211,9 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 } else if (meta.tf.stored_seq == meta.tf.r_plus_1) {
                     // Counted before: a duplicate, unless the quorum shrank under the round
                     // (an exclusion) and this retransmission closes it with the lanes it holds.
-                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                    meta.hs.out_count = meta.tf.count_out[7:0];
                     meta.hs.out_bitmap = meta.tf.stored_bits;
-                    if (meta.tf.stored_count > meta.tf.q_minus_1) {
+                    if (meta.tf.count_out < 0) {
                         drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
                                      member_counter_t.DUPLICATES);
                         meta.tf.lane_op = tna_lane_op_t.READ;
@@ -209,15 +221,15 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                         drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE,
                                      member_counter_t.DUPLICATES);
                     }
-                } else if (meta.tf.stored_count < 0) {
+                } else if (meta.tf.count_out == 0) {
                     // The round's close is under way (between its two passes): refused without
                     // a reply; the retransmission will be answered with the stored result.
                     drop_verdict(verdict_t.NONE, DROP_STALE, member_counter_t.LATE);
                 } else {
                     meta.tf.lane_op = tna_lane_op_t.ADD;
-                    meta.hs.out_count = (count_t) meta.tf.stored_count[7:0] + 1;
+                    meta.hs.out_count = meta.tf.count_out[7:0];
                     meta.hs.out_bitmap = meta.tf.stored_bits | meta.tf.me;
-                    if (meta.tf.stored_count >= meta.tf.q_minus_1) {
+                    if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     } else {
                         verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
@@ -240,7 +252,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 }
                 if (meta.tf.latched != 0) {
                     meta.hs.out_bitmap = meta.tf.stored_bits;
-                    meta.hs.out_count = meta.tf.stored_count[7:0];
+                    meta.hs.out_count = meta.tf.count_out[7:0];
                 }
             }
         }

@@ -109,16 +109,17 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
 #endif
 }
 
-// All 32 pairs, instantiated and applied from the one list of lane indices.
+// All 32 pairs, instantiated and applied from the one list of pair indices per half.
 control Lanes(inout headers_t hdr, in tna_metadata_t tf) {
-#define PAIR_INSTANCE(i) LanePair() pair_##i;
-    FOR_EACH_PAIR(PAIR_INSTANCE)
+#define PAIR_INSTANCE(p) LanePair() pair_lo_##p; LanePair() pair_hi_##p;
+    FOR_EACH_HALF_PAIR(PAIR_INSTANCE)
 #undef PAIR_INSTANCE
 
-#define PAIR_APPLY(i) pair_##i.apply(hdr.lanes[2 * i].value, hdr.lanes[2 * i + 1].value, \
-                                     tf.bank_cell, tf.lane_op);
+#define PAIR_APPLY(p) \
+    pair_lo_##p.apply(hdr.lanes_lo.even_##p, hdr.lanes_lo.odd_##p, tf.bank_cell, tf.lane_op); \
+    pair_hi_##p.apply(hdr.lanes_hi.even_##p, hdr.lanes_hi.odd_##p, tf.bank_cell, tf.lane_op);
     apply {
-        FOR_EACH_PAIR(PAIR_APPLY)
+        FOR_EACH_HALF_PAIR(PAIR_APPLY)
     }
 #undef PAIR_APPLY
 }

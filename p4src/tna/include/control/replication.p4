@@ -7,7 +7,7 @@
 #define __HYSYNC_TNA_REPLICATION__
 
 control Replication(inout headers_t hdr,
-                    in egress_metadata_t meta,
+                    inout egress_metadata_t meta,
                     in egress_intrinsic_metadata_t eg_intr_md,
                     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
 
@@ -35,12 +35,26 @@ control Replication(inout headers_t hdr,
         size = REWRITE_TABLE_SIZE;
     }
 
+    // A counter's index must be a field, not an expression: a table computes it first
+    // (the compiler folds a plain assignment back into the index).
+    @hidden action set_recipient() {
+        meta.recipient = eg_intr_md.egress_rid - 1;
+    }
+
+    @hidden table recipient {
+        actions = {
+            set_recipient;
+        }
+        const default_action = set_recipient();
+        size = 1;
+    }
+
     apply {
         if (eg_intr_md.egress_rid != 0) {
             // A replica of a job's RESULT; without its rewrite entry it is dropped.
             if (rewrite.apply().hit) {
-                bit<16> recipient = eg_intr_md.egress_rid - 1;
-                results.count(recipient[12:0]);
+                recipient.apply();
+                results.count(meta.recipient[12:0]);
             } else {
                 eg_dprsr_md.drop_ctl = 1;
             }

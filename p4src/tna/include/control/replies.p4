@@ -35,14 +35,13 @@ control Replies(inout headers_t hdr,
         hdr.hysync.bitmap = meta.hs.out_bitmap;
     }
 
-#define INVALIDATE_LANE(i) hdr.lanes[i].setInvalid();
     // RESYNC and ACK are the 24-byte header alone.
     @hidden action strip_lanes() {
-        FOR_EACH_LANE(INVALIDATE_LANE)
+        hdr.lanes_lo.setInvalid();
+        hdr.lanes_hi.setInvalid();
         hdr.ipv4.total_len = REPLY_IPV4_LEN;
         hdr.udp.length = REPLY_UDP_LEN;
     }
-#undef INVALIDATE_LANE
 
     // Back out of the port the contribution came in on, addresses swapped (§4 Replies).
     @hidden action to_sender(PortId_t port) {

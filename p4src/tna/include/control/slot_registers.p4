@@ -245,26 +245,34 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
 // CLOSING (bit 31) with its increment: until the second pass advances the round, every
 // later contribution to it reads a negative count and is refused, so a round closes once
 // and its lanes stop changing before the second pass reads them.
+//
+// Every action answers with the count after the packet, or 0 when it changed nothing
+// (a refused or uncounted packet): the verdict tests that answer's sign and zero, which a
+// gateway can, instead of comparing a count with the quorum, which it cannot.
 control Count(in headers_t hdr, inout tna_metadata_t tf) {
     Register<int<32>, slot_index_t>(SLOT_CELLS) count;
 
     RegisterAction<int<32>, slot_index_t, int<32>>(count) start_register_action = {
-        void apply(inout int<32> value) {
-            if (tf.q_minus_1 == 0) {
+        void apply(inout int<32> value, out int<32> after) {
+            if (tf.q == 1) {
                 value = CLOSING + 1;
             } else {
                 value = 1;
             }
+            after = value;
         }
     };
 
     RegisterAction<int<32>, slot_index_t, int<32>>(count) join_register_action = {
-        void apply(inout int<32> value, out int<32> before) {
-            before = value;
-            if (value >= tf.q_minus_1) {
-                value = value + (CLOSING + 1);
-            } else {
-                value = value + 1;
+        void apply(inout int<32> value, out int<32> after) {
+            after = 0;
+            if (value >= 0) {
+                if (value + 1 >= tf.q) {
+                    value = value + (CLOSING + 1);
+                } else {
+                    value = value + 1;
+                }
+                after = value;
             }
         }
     };
@@ -272,45 +280,46 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
     // A duplicate closes the round with the lanes it holds if the quorum shrank under it
     // (an exclusion) and nobody closes it already.
     RegisterAction<int<32>, slot_index_t, int<32>>(count) duplicate_register_action = {
-        void apply(inout int<32> value, out int<32> before) {
-            before = value;
-            if (value > tf.q_minus_1) {
+        void apply(inout int<32> value, out int<32> after) {
+            after = 0;
+            if (value >= tf.q) {
                 value = value + CLOSING;
+                after = value;
             }
         }
     };
 
     RegisterAction<int<32>, slot_index_t, int<32>>(count) read_register_action = {
-        void apply(inout int<32> value, out int<32> before) {
-            before = value;
+        void apply(inout int<32> value, out int<32> after) {
+            after = value;
         }
     };
 
     action start_action() {
-        start_register_action.execute(tf.slot);
-        tf.stored_count = 0;
+        tf.count_out = start_register_action.execute(tf.slot);
     }
 
     action join_action() {
-        tf.stored_count = join_register_action.execute(tf.slot);
+        tf.count_out = join_register_action.execute(tf.slot);
     }
 
     action duplicate_action() {
-        tf.stored_count = duplicate_register_action.execute(tf.slot);
+        tf.count_out = duplicate_register_action.execute(tf.slot);
     }
 
     action read_action() {
-        tf.stored_count = read_register_action.execute(tf.slot);
+        tf.count_out = read_register_action.execute(tf.slot);
     }
 
     apply {
-        bool accept_open = tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk);
-        if (accept_open && tf.fresh) {
+        if (tf.open_sync && tf.fresh) {
             start_action();
-        } else if (accept_open && tf.stored_seq == tf.r_plus_1) {
-            duplicate_action();
-        } else if (accept_open) {
-            join_action();
+        } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
+            if (tf.stored_seq == tf.r_plus_1) {
+                duplicate_action();
+            } else {
+                join_action();
+            }
         } else {
             read_action();
         }
