@@ -79,12 +79,11 @@ p4-tofino:
 	  chip=$${target%%:*}; arch=$${target##*:}; out=$(TNA_OUT)/$$chip; \
 	  mkdir -p $$out; \
 	  echo "$(BF_P4C) --target $$chip --arch $$arch -> $$out"; \
-	  $(BF_P4C) --target $$chip --arch $$arch --std p4-16 --p4runtime-force-std-externs \
+	  $(BF_P4C) --target $$chip --arch $$arch --std p4-16 -g --p4runtime-force-std-externs \
 	    --p4runtime-files $$out/hysync.p4info.txtpb -o $$out $(TNA_SRC); \
-	  cp $$out/pipe/logs/mau.resources.log $(TNA_OUT)/resources-$$chip.log; \
 	done
 	@echo "P4Info: $(TNA_OUT)/tofino/hysync.p4info.txtpb  device config: $(TNA_OUT)/<chip>/hysync.conf"
-	@echo "resources: $(TNA_OUT)/resources-tofino.log $(TNA_OUT)/resources-tofino2.log"
+	@echo "resources (-g): $(TNA_OUT)/<chip>/pipe/logs/resources.json, metrics.json"
 
 lint: setup
 	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples

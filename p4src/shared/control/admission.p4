@@ -10,6 +10,7 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
     // Members: a hit is the whole verdict, the action carries nothing.
     action admit() { }
 
+    @id(0x0296df60)
     table members {
         key = {
             hdr.hysync.job_id    : exact @name("job_id");
@@ -37,6 +38,7 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
         meta.epoch = epoch;
     }
 
+    @id(0x02f5735b)
     table jobs {
         key = {
             hdr.hysync.job_id : exact @name("job_id");

@@ -14,6 +14,7 @@ control SyncMode(in headers_t hdr, inout metadata_t meta) {
     }
 
     // Ranges of one job may overlap: the highest priority wins.
+    @id(0x02ed08dc)
     table modes {
         key = {
             hdr.hysync.job_id : exact @name("job_id");

@@ -73,8 +73,10 @@ header bridge_h {
     pass_t   pass;
     bit<7>   _pad0;
     PortId_t ingress_port;      // the contribution's port: resends go back to it
-    bit<6>   _pad1;
+    // One byte each: an action writes a PHV container from one source only.
+    bit<7>   _pad1;
     bit<1>   switch_packet;     // a RESULT, RESYNC or ACK the switch made (not L2 traffic)
+    bit<7>   _pad2;
     bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
     bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
 }
@@ -138,9 +140,7 @@ struct tna_metadata_t {
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum
-    slot_index_t  slot;
-    member_index_t member;
-    bank_index_t  bank_cell;
+    bit<1>        bank;          // the bank of this pass: lanes index 2 * slot + bank
     tna_lane_op_t lane_op;
     result_op_t   result_op;
 }

@@ -51,11 +51,14 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         size = MAX_WORKERS;
     }
 
+    // Fields assembled from several fields come from a hash unit (identity): an action
+    // writes a PHV container from one source only.
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) desired_hash;
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) res_packed_hash;
+
     @hidden action prepare() {
-        meta.tf.slot = hdr.hysync.slot[12:0];
-        meta.tf.member = hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0];
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
-        meta.tf.desired = LATCHED | (bit<32>) (meta.hs.desired_mode ++ meta.hs.desired_quorum);
+        meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
         meta.tf.lane_op = tna_lane_op_t.NONE;
         meta.tf.result_op = result_op_t.NONE;
     }
@@ -109,9 +112,9 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         round.apply(hdr, meta.tf, pass);
         if (pass != pass_t.NONE) {
             // The HySync header is already the RESULT; its round names the bank.
-            meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
-            meta.tf.res_packed = 8w0 ++ hdr.hysync.count ++ hdr.hysync.mode
-                                 ++ hdr.hysync.quorum;
+            meta.tf.bank = hdr.hysync.round[0:0];
+            meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
+                                                      hdr.hysync.quorum});
             if (pass == pass_t.ASYNC) {
                 // An async round of its own: its lanes are the result, kept for resends.
                 meta.tf.result_op = result_op_t.WRITE;
@@ -176,7 +179,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             meta.hs.out_round = meta.tf.cur;
             meta.hs.out_chunk = hdr.hysync.chunk;
             meta.hs.out_reason = RESYNC_NONE;
-            meta.tf.bank_cell = meta.tf.slot ++ meta.tf.cur[0:0];
+            meta.tf.bank = meta.tf.cur[0:0];
             if (meta.tf.async_path) {
                 if (meta.tf.stored_seq == meta.tf.r_plus_1) {
                     // A retransmission of a counted contribution.
@@ -240,7 +243,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 verdict(verdict_t.RESEND, member_counter_t.NONE);
                 meta.tf.result_op = result_op_t.READ;
                 meta.tf.lane_op = tna_lane_op_t.READ;
-                meta.tf.bank_cell = meta.tf.slot ++ hdr.hysync.round[0:0];
+                meta.tf.bank = hdr.hysync.round[0:0];
                 meta.hs.out_round = hdr.hysync.round;
             } else {
                 // Older, or ahead of the switch.

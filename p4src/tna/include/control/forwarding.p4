@@ -19,6 +19,7 @@ control Forwarding(in headers_t hdr,
         meta.hs.flooded = true;
     }
 
+    @id(0x027ad4d3)
     table l2 {
         key = {
             hdr.ethernet.dst_addr : exact @name("dst_addr");

@@ -11,7 +11,7 @@
 #define __HYSYNC_TNA_LANES__
 
 control LanePair(inout bit<32> even, inout bit<32> odd,
-                 in bank_index_t cell, in tna_lane_op_t op) {
+                 in slot_index_t slot, in bit<1> bank, in tna_lane_op_t op) {
     Register<lane_pair_t, bank_index_t>(LANE_BANK_CELLS) banks;
 
     // The first contribution of a round writes the bank: there is no clearing pass.
@@ -22,8 +22,8 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         }
     };
 
-    action write_action() {
-        write_register_action.execute(cell);
+    @hidden action write_action() {
+        write_register_action.execute(slot ++ bank);
     }
 
 #if __TARGET_TOFINO__ == 2
@@ -44,12 +44,12 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         }
     };
 
-    action add_action() {
-        even = add_register_action.execute(cell, odd);
+    @hidden action add_action() {
+        even = add_register_action.execute(slot ++ bank, odd);
     }
 
-    action read_action() {
-        even = read_register_action.execute(cell, odd);
+    @hidden action read_action() {
+        even = read_register_action.execute(slot ++ bank, odd);
     }
 
     apply {
@@ -83,16 +83,16 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         }
     };
 
-    action add_action() {
-        odd = add_register_action.execute(cell);
+    @hidden action add_action() {
+        odd = add_register_action.execute(slot ++ bank);
     }
 
-    action read_odd_action() {
-        odd = read_odd_register_action.execute(cell);
+    @hidden action read_odd_action() {
+        odd = read_odd_register_action.execute(slot ++ bank);
     }
 
-    action read_even_action() {
-        even = read_even_register_action.execute(cell);
+    @hidden action read_even_action() {
+        even = read_even_register_action.execute(slot ++ bank);
     }
 
     apply {
@@ -116,8 +116,8 @@ control Lanes(inout headers_t hdr, in tna_metadata_t tf) {
 #undef PAIR_INSTANCE
 
 #define PAIR_APPLY(p) \
-    pair_lo_##p.apply(hdr.lanes_lo.even_##p, hdr.lanes_lo.odd_##p, tf.bank_cell, tf.lane_op); \
-    pair_hi_##p.apply(hdr.lanes_hi.even_##p, hdr.lanes_hi.odd_##p, tf.bank_cell, tf.lane_op);
+    pair_lo_##p.apply(hdr.lanes_lo.even_##p, hdr.lanes_lo.odd_##p, hdr.hysync.slot[12:0], tf.bank, tf.lane_op); \
+    pair_hi_##p.apply(hdr.lanes_hi.even_##p, hdr.lanes_hi.odd_##p, hdr.hysync.slot[12:0], tf.bank, tf.lane_op);
     apply {
         FOR_EACH_HALF_PAIR(PAIR_APPLY)
     }

@@ -23,6 +23,7 @@ control Replication(inout headers_t hdr,
         hdr.udp.dst_port = dst_port;
     }
 
+    @id(0x024eebbc)
     table rewrite {
         key = {
             eg_intr_md.egress_rid : exact @name("egress_rid");

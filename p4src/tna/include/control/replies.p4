@@ -74,8 +74,28 @@ control Replies(inout headers_t hdr,
         meta.bridge.pass = pass;
         meta.bridge.ingress_port = ig_intr_md.ingress_port;
         meta.bridge.mcast_grp = meta.hs.mcast_grp;
-        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_IN_PIPE;
         ig_tm_md.bypass_egress = 1;
+    }
+
+    // The recirculation port of the pipe the packet arrived on (the port's top two bits).
+    @hidden action set_recirc_port(PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+    }
+
+    @hidden table recirc_port {
+        key = {
+            ig_intr_md.ingress_port[8:7] : exact;
+        }
+        actions = {
+            set_recirc_port;
+        }
+        const entries = {
+            0 : set_recirc_port(0 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            1 : set_recirc_port(1 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            2 : set_recirc_port(2 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            3 : set_recirc_port(3 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+        }
+        size = 4;
     }
 
     @hidden action drop() {
@@ -101,12 +121,14 @@ control Replies(inout headers_t hdr,
             } else {
                 recirculate(pass_t.CLOSE);
             }
+            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_hysync(OP_RESULT, FLAG_RESEND);
 #if __TARGET_TOFINO__ == 2
             to_sender(ig_intr_md.ingress_port);
 #else
             recirculate(pass_t.RESEND);   // the even lanes come in the second pass
+            recirc_port.apply();
 #endif
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
                    || meta.hs.verdict == verdict_t.STALE) {

@@ -45,16 +45,16 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
         }
     };
 
-    action read_action() {
-        tf.cur = read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        tf.cur = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action advance_action() {
-        advance_register_action.execute(tf.slot);
+    @hidden action advance_action() {
+        advance_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action take_action() {
-        hdr.hysync.round = take_register_action.execute(tf.slot);
+    @hidden action take_action() {
+        hdr.hysync.round = take_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -73,7 +73,7 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
 control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) mode;
 
-    // A latched value always has the LATCHED bit, so the zero the register starts with
+    // A latched value always has the LATCHED bit (set here, in the stateful ALU), so the zero the register starts with
     // (tag 0, value 0) is "nothing latched", not "latched for round 0".
     RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) latch_register_action = {
         void apply(inout tagged_t value, out packed_mode_t latched_before) {
@@ -82,7 +82,7 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
                 latched_before = value.value;
             } else {
                 value.tag = hdr.hysync.round;
-                value.value = tf.desired;
+                value.value = tf.desired | LATCHED;
             }
         }
     };
@@ -96,12 +96,12 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
-    action latch_action() {
-        tf.latched = latch_register_action.execute(tf.slot);
+    @hidden action latch_action() {
+        tf.latched = latch_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action read_action() {
-        tf.latched = read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        tf.latched = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -137,12 +137,12 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
-    action latch_action() {
-        tf.stored_chunk = latch_register_action.execute(tf.slot);
+    @hidden action latch_action() {
+        tf.stored_chunk = latch_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action read_action() {
-        tf.stored_chunk = read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        tf.stored_chunk = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     // The same packets as ModeLatch's latch: both tags always name the same round.
@@ -179,17 +179,17 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
-    action start_action() {
-        start_register_action.execute(tf.slot);
+    @hidden action start_action() {
+        start_register_action.execute(hdr.hysync.slot[12:0]);
         tf.stored_bits = 0;
     }
 
-    action join_action() {
-        tf.stored_bits = join_register_action.execute(tf.slot);
+    @hidden action join_action() {
+        tf.stored_bits = join_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action read_action() {
-        tf.stored_bits = read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        tf.stored_bits = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -223,12 +223,12 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
-    action swap_action() {
-        tf.stored_seq = swap_register_action.execute(tf.member);
+    @hidden action swap_action() {
+        tf.stored_seq = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
     }
 
-    action read_action() {
-        tf.stored_seq = read_register_action.execute(tf.member);
+    @hidden action read_action() {
+        tf.stored_seq = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
     }
 
     apply {
@@ -295,20 +295,20 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
-    action start_action() {
-        tf.count_out = start_register_action.execute(tf.slot);
+    @hidden action start_action() {
+        tf.count_out = start_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action join_action() {
-        tf.count_out = join_register_action.execute(tf.slot);
+    @hidden action join_action() {
+        tf.count_out = join_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action duplicate_action() {
-        tf.count_out = duplicate_register_action.execute(tf.slot);
+    @hidden action duplicate_action() {
+        tf.count_out = duplicate_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action read_action() {
-        tf.count_out = read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        tf.count_out = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -357,16 +357,16 @@ control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
         void apply(inout chunk_t value, out chunk_t read_value) { read_value = value; }
     };
 
-    action write_action() {
-        bitmap_write_register_action.execute(tf.slot);
-        meta_write_register_action.execute(tf.slot);
-        chunk_write_register_action.execute(tf.slot);
+    @hidden action write_action() {
+        bitmap_write_register_action.execute(hdr.hysync.slot[12:0]);
+        meta_write_register_action.execute(hdr.hysync.slot[12:0]);
+        chunk_write_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    action read_action() {
-        hdr.hysync.bitmap = bitmap_read_register_action.execute(tf.slot);
-        tf.res_packed = meta_read_register_action.execute(tf.slot);
-        hdr.hysync.chunk = chunk_read_register_action.execute(tf.slot);
+    @hidden action read_action() {
+        hdr.hysync.bitmap = bitmap_read_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0]);
+        hdr.hysync.chunk = chunk_read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
