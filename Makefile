@@ -82,8 +82,9 @@ p4-tofino:
 	  $(BF_P4C) --target $$chip --arch $$arch --std p4-16 -g --p4runtime-force-std-externs \
 	    --p4runtime-files $$out/hysync.p4info.txtpb -o $$out $(TNA_SRC); \
 	done
+	$(PYTHON) -m bench.tofino_resources $(TNA_OUT) > $(TNA_OUT)/resources.md
 	@echo "P4Info: $(TNA_OUT)/tofino/hysync.p4info.txtpb  device config: $(TNA_OUT)/<chip>/hysync.conf"
-	@echo "resources (-g): $(TNA_OUT)/<chip>/pipe/logs/resources.json, metrics.json"
+	@echo "resources (the compiler's, both chips): $(TNA_OUT)/resources.md"
 
 lint: setup
 	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples

@@ -238,6 +238,14 @@ def test_make_p4_tofino_compiles_tofino_1_and_2(tmp_path):
         for name in ("hysync.conf", "hysync.p4info.txtpb", "bfrt.json", "pipe/context.json",
                      f"pipe/{binary}", "pipe/logs/resources.json"):
             assert (tmp_path / chip / name).is_file(), f"{chip}/{name}"
+    summary = (tmp_path / "resources.md").read_text()
+    assert "| tofino | " in summary and "| tofino2 | " in summary
+
+
+def test_resource_summary_says_what_is_missing(tmp_path, capsys):
+    from bench.tofino_resources import main
+    assert main(["tofino_resources", str(tmp_path)]) == 1
+    assert "no resources.json for tofino, tofino2" in capsys.readouterr().err
 
 
 # ------------------------------------------------- the controller on the TNA P4Info

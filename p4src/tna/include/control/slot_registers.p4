@@ -357,23 +357,35 @@ control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
         void apply(inout chunk_t value, out chunk_t read_value) { read_value = value; }
     };
 
-    @hidden action write_action() {
+    // One register per action: a stateful ALU is addressed once per action.
+    @hidden action bitmap_write_action() {
         bitmap_write_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+    @hidden action meta_write_action() {
         meta_write_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+    @hidden action chunk_write_action() {
         chunk_write_register_action.execute(hdr.hysync.slot[12:0]);
     }
-
-    @hidden action read_action() {
+    @hidden action bitmap_read_action() {
         hdr.hysync.bitmap = bitmap_read_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+    @hidden action meta_read_action() {
         tf.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+    @hidden action chunk_read_action() {
         hdr.hysync.chunk = chunk_read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
         if (tf.result_op == result_op_t.WRITE) {
-            write_action();
+            bitmap_write_action();
+            meta_write_action();
+            chunk_write_action();
         } else if (tf.result_op == result_op_t.READ) {
-            read_action();
+            bitmap_read_action();
+            meta_read_action();
+            chunk_read_action();
         }
     }
 }
