@@ -78,6 +78,8 @@ struct metadata_t {
     bool             admitted;
     slot_t           slot_base;
     slot_t           slot_count;
+    slot_t           slot_offset;     // slot - slot_base (wraps below the base)
+    slot_t           slot_top;        // max(slot_offset, slot_count)
     count_t          members;         // active member count n
     mcast_group_t    mcast_grp;
     epoch_t          epoch;           // the install's epoch: a slot that differs starts afresh

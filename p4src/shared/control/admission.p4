@@ -57,16 +57,30 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
         meta.drop_reason = reason;
     }
 
+    // The slot's offset in the job's range, and max(offset, count): the offset is in range
+    // iff the max is not the offset. A slot below the base wraps to an offset above any
+    // range (base + count <= NUM_SLOTS). Written this way because a Tofino gateway compares
+    // two fields for equality only (on v1model it is the same test).
+    @hidden action slot_offset() {
+        meta.slot_offset = hdr.hysync.slot - meta.slot_base;
+    }
+
+    @hidden action slot_top() {
+        meta.slot_top = meta.slot_offset > meta.slot_count ? meta.slot_offset : meta.slot_count;
+    }
+
     apply {
         meta.admitted = true;
         if (!members.apply().hit) {
             reject(DROP_NOT_MEMBER);                           // 5. not a member
         } else if (!jobs.apply().hit) {
             reject(DROP_NO_JOB);                               // 6. no job entry
-        } else if (hdr.hysync.slot < meta.slot_base
-                   || hdr.hysync.slot - meta.slot_base >= meta.slot_count
-                   || hdr.hysync.slot >= NUM_SLOTS) {
-            reject(DROP_SLOT_RANGE);                           // 7. not the job's slot
+        } else {
+            slot_offset();
+            slot_top();
+            if (meta.slot_top == meta.slot_offset || hdr.hysync.slot >= NUM_SLOTS) {
+                reject(DROP_SLOT_RANGE);                       // 7. not the job's slot
+            }
         }
     }
 }

@@ -132,7 +132,9 @@ struct tna_metadata_t {
     bool          fresh;         // this contribution opens its round (latched == 0, open)
     bool          async_path;    // the slot is in async: no round under way, async desired
     bool          open_sync;     // open and not async: a contribution to the open round
-    int<32>       q;             // effective quorum (protocol.md §4 step 8)
+    count_t       q8;            // effective quorum (protocol.md §4 step 8)
+    int<32>       q;             // the same, as wide as the count register
+    bitmap_t      mine;          // w's bit in a resent round's bitmap
     chunk_t       stored_chunk;  // chunk[s] before this packet
     bitmap_t      stored_bits;   // bitmap[s] before this packet
     bitmap_t      me;            // 1 << worker

@@ -64,15 +64,34 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
-    // min(quorum, n), re-evaluated on every packet.
+    // min(quorum, n), re-evaluated on every packet. min is an ALU instruction; comparing
+    // two fields in a gateway is not possible on Tofino.
     @hidden action set_quorum(quorum_t qr) {
-        meta.tf.q = (int<32>) (bit<32>) meta.hs.members;
+        meta.tf.q8 = meta.hs.members;
         meta.hs.out_quorum = qr;
     }
 
     @hidden action use_quorum(quorum_t qr) {
-        meta.tf.q = (int<32>) (bit<32>) qr;
+        meta.tf.q8 = qr < meta.hs.members ? qr : meta.hs.members;
         meta.hs.out_quorum = qr;
+    }
+
+    @hidden action widen_quorum() {
+        meta.tf.q = (int<32>) (bit<32>) meta.tf.q8;
+    }
+
+    // w's bit in a resent round's bitmap. A table, so that the compiler keeps the AND in an
+    // action instead of folding it into the gateway, which cannot AND two fields.
+    @hidden action set_mine() {
+        meta.tf.mine = hdr.hysync.bitmap & meta.tf.me;
+    }
+
+    @hidden table mine_bit {
+        actions = {
+            set_mine;
+        }
+        const default_action = set_mine();
+        size = 1;
     }
 
     // The RESULT or RESYNC header fields (meta.hs.out_*) and what Stats counts.
@@ -164,11 +183,12 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             if (meta.tf.open && !meta.tf.async_path) {
                 meta.tf.open_sync = true;
             }
-            if (latched_quorum == 0 || latched_quorum > meta.hs.members) {
+            if (latched_quorum == 0) {
                 set_quorum(latched_quorum);
             } else {
                 use_quorum(latched_quorum);
             }
+            widen_quorum();
 
             // ---- 3-4. contributors, member sequence, count and the close guard
             bitmap.apply(hdr, meta.tf);
@@ -267,8 +287,8 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             hdr.hysync.count = meta.tf.res_packed[23:16];
             hdr.hysync.mode = meta.tf.res_packed[15:8];
             hdr.hysync.quorum = meta.tf.res_packed[7:0];
-            bitmap_t mine = hdr.hysync.bitmap & meta.tf.me;
-            if (mine == 0) {
+            mine_bit.apply();
+            if (meta.tf.mine == 0) {
                 meta.hs.member_counter = member_counter_t.LATE;
             } else {
                 meta.hs.member_counter = member_counter_t.DUPLICATES;
