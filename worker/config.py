@@ -24,7 +24,10 @@ class TransportConfig:
     dead_after: float = 5.0
     stall_after: float = 0.05  # partial: park a contribution that met only silence
     missed_after: float = 0.25  # a skipped round not here after this long was missed
-    join_after: float = 0.2  # a call stuck this long offers its idle slots' rounds a JOIN
+    # A call stuck this long offers its idle slots' rounds a JOIN. Longer than rto_max: a call
+    # waiting out a retransmission back-off is repairing a loss, not deadlocked, and a JOIN
+    # then shifts which calls' chunks meet on a slot (a dangling round after a job's last call).
+    join_after: float = 1.0
     staleness_decay: float = 1.0
     recv_buffer: int = 32 * 1024 * 1024
     seed: int | None = None  # seeds the async sequence starts
