@@ -31,11 +31,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 from topologies.switches import SWITCH_IP, SWITCH_MAC
 from topologies.topo import host_ip, host_mac
+
+
+def missing_netns_tools(why: str) -> str | None:
+    """Why network namespaces with veth links cannot be built here (None: they can);
+    `why` says what needs them, for the skip reason."""
+    if os.geteuid() != 0:
+        return f"needs root: {why}"
+    for tool, package in (("ip", "iproute2"), ("ethtool", "ethtool")):
+        if shutil.which(tool) is None:
+            return f"needs `{tool}` (apt-get install {package})"
+    return None
 
 
 def _sh(*cmd: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -22,6 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
+from bench.netns_hosts import missing_netns_tools
 from hysync import p4names, wire
 from softswitch.native import NativePipeline, NativeRawDataPlane
 from softswitch.pipeline import Pipeline
@@ -54,14 +54,6 @@ def test_port_map_errors_say_what_is_wrong(specs, says):
 
 
 # ---------------------------------------------------------------- the namespace
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: creates a network namespace with veth pairs and raw sockets"
-    for tool in ("ip", "ethtool"):
-        if shutil.which(tool) is None:
-            return f"needs {tool} (apt-get install {'iproute2' if tool == 'ip' else tool})"
-    return None
-
 
 def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -88,7 +80,7 @@ def inside(netns: str) -> Iterator[None]:
 
 @pytest.fixture
 def netns() -> Iterator[str]:
-    reason = _skip_reason()
+    reason = missing_netns_tools("creates a network namespace with veth pairs and raw sockets")
     if reason:
         pytest.skip(reason)
     name = f"hsraw{os.getpid()}"

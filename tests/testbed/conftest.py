@@ -7,7 +7,6 @@ import contextlib
 import copy
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.netns_hosts import missing_netns_tools
 from controlplane.switch import wait_for_server
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
 from topologies.switches import SWITCH_IP, SWITCH_MAC
@@ -92,21 +92,12 @@ def inventory_for(tmp_path: Path):
     return make
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: it builds network namespaces and veth links (run `.ci/run`)"
-    for tool in ("ip", "ethtool"):
-        if shutil.which(tool) is None:
-            return f"needs `{tool}` (apt-get install iproute2 ethtool)"
-    return None
-
-
 @pytest.fixture(params=["softswitch-raw", "bmv2"])
 def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[object, Path]]:
     """(the namespaces, the inventory) of a rack whose switch is the softswitch on its raw
     data plane, or BMv2 where it is installed (root only). Each host namespace reaches the
     switch's P4Runtime address too, as a server on a rack's management network does."""
-    reason = _missing()
+    reason = missing_netns_tools("it builds network namespaces and veth links (run `.ci/run`)")
     if reason:
         pytest.skip(reason)
     from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
