@@ -64,8 +64,6 @@ def reply_to(w: int, datagram: bytes) -> list[tuple[int, bytes]]:
                          ids=lambda m: Mode(m).name.lower())
 def test_a_reused_slot_starts_clean(bare_target, old_mode, new_mode):
     t = bare_target
-    if t.name == "tna-model":
-        pytest.xfail("the install epoch is not in the TNA design yet (docs/tofino.md, Status)")
     leave_traces(t, old_mode)
     q = QUORUM[new_mode]
     install(t, NEW, new_mode, q)

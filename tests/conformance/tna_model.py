@@ -11,11 +11,18 @@ model) runs that.
 `recirculate` decides when a second pass runs: at once (the default, as if the
 recirculation took no time), or later, so that a test can put packets between a close's
 two passes (the window of docs/tofino.md, difference 2).
+
+The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
+in the first pass; a contribution that meets another install's epoch changes nothing and
+takes a *reset pass* (the round, tagged with its epoch, back to 0 and the latches
+cleared), then a *retry pass*, a first pass again. `member_seq` holds a hash of the round
+and the epoch (docs/tofino.md, "The install epoch").
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,15 +46,24 @@ def _int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+def seq_key(r: int, epoch: int) -> int:
+    """What member_seq holds for round (or sequence number) r of an install: the P4's CRC32
+    hash unit over {round, epoch}. A cell written in another epoch matches with
+    probability 2^-32, as two installs draw one epoch."""
+    return zlib.crc32(struct.pack("!II", r, epoch))
+
+
 @dataclass
 class SecondPass:
-    """A recirculated packet: what its second pass does (pass_t) and the RESULT it carries."""
-    kind: str           # "close", "async", "resend"
+    """A recirculated packet: what its next pass does (pass_t) and the RESULT it carries."""
+    kind: str           # "close", "async", "resend", "reset" (then "retry": a first pass)
     s: int
     head: list[int]     # the HySync header fields, _HDR order
     lanes: np.ndarray
     group: int
     port_back: bool     # resend: unicast back to the sender
+    frame: tuple[int, bytes]   # the contribution (port, frame) that took it
+    epoch: int = 0      # reset: the install whose epoch the slot takes
 
 
 class TnaModelPipeline(Pipeline):
@@ -57,44 +73,59 @@ class TnaModelPipeline(Pipeline):
         self.hold = False                   # keep second passes pending (the window)
         self.pending: list[SecondPass] = []
         self._forced: tuple[int, int, bytes] | None = None
+        self._frame: tuple[int, bytes] = (0, b"")   # the frame in the pipeline now
+        self._args: tuple[bytes, int, int, int] = (b"", 0, 0, 0)   # and its _aggregate
         super().__init__(num_slots)
 
     def reset_registers(self) -> None:
         super().reset_registers()
         n = self.num_slots
-        self.t_round = [0] * n
+        self.t_round = [(0, 0)] * n         # (round, epoch)
+        self.t_slot_epoch = [0] * n
         self.t_mode = [(0, 0)] * n          # (tag, packed mode)
         self.t_chunk = [(0, 0)] * n         # (round + 1, chunk)
         self.t_bitmap = [0] * n
-        self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq + 1
+        self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq_key(seq, epoch)
         self.t_count = [0] * n              # int32; CLOSING bit while a close is under way
         self.t_res = [(0, 0, 0)] * n        # (bitmap, count << 16 | mode << 8 | quorum, chunk)
         self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
+
+    def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
+        self._frame = (ingress_port, frame)
+        return super().process_frame(ingress_port, frame)
 
     def _aggregate(self, payload: bytes, src_ip: int, src_port: int,
                    nbytes: int) -> tuple[int, int, bytes] | None:
         if self._forced is not None:   # release(): a held second pass leaves now
             emit, self._forced = self._forced, None
             return emit
+        self._args = (payload, src_ip, src_port, nbytes)
         return super()._aggregate(payload, src_ip, src_port, nbytes)
 
     def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
                      nbytes: int) -> tuple[int, int, bytes] | None:
-        version, job, w, s, r, chunk, members, group, _epoch = admitted  # no epoch yet
+        version, job, w, s, r, chunk, members, group, epoch = admitted
+        join = payload[wire.FIELD_OFFSET["flags"]] & Flag.JOIN
+        echo = payload[wire.FIELD_OFFSET["flags"]] & wire.TX_MASK
         desired_mode, desired_quorum = self._desired_mode(job, s)
         desired = LATCHED | desired_mode << 8 | desired_quorum
         me, member = 1 << w, job * wire.MAX_WORKERS + w
         seq_cell = s * wire.MAX_WORKERS + w
+        key = seq_key(r, epoch)
         lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES).astype(np.int32)
 
         # 1. Round: read.
-        cur = self.t_round[s]
-        is_open, prev = r == cur, (r + 1) & _U32 == cur
+        cur = self.t_round[s][0]
+        is_open = r == cur
+        prev = (r + 1) & _U32 == cur and cur != 0   # round 0: nothing closed in this epoch
         desired_async = desired_mode == Mode.ASYNC
-        # 2. ModeLatch and ChunkLatch: latch for an opening contribution, else read.
+        # 2. SlotEpoch, ModeLatch and ChunkLatch: latch for an opening contribution (a JOIN
+        # never opens a round), else read. The latches act before the epoch is known: a
+        # reset pass clears what they wrote for another install.
+        stale_epoch = self.t_slot_epoch[s] != epoch
         tag, packed = self.t_mode[s]
         chunk_tag, stored_chunk = self.t_chunk[s]
-        if is_open and not desired_async:
+        if is_open and not desired_async and not join:
             latched = packed if tag == r and packed else 0
             if not latched:
                 self.t_mode[s] = (r, desired)
@@ -102,9 +133,13 @@ class TnaModelPipeline(Pipeline):
                 self.t_chunk[s] = ((r + 1) & _U32, chunk)
         else:
             latched = packed if tag == cur and packed else 0
+        if stale_epoch:   # another install's slot: nothing counts until it is reset
+            return self._recirculate(SecondPass("reset", s, [], lanes, group, False,
+                                                self._frame, epoch))
         async_path = latched == 0 and desired_async
-        fresh = latched == 0 and is_open and not desired_async
-        open_sync = is_open and not async_path
+        not_joined = join and latched == 0 and is_open and not desired_async
+        fresh = latched == 0 and is_open and not desired_async and not join
+        open_sync = is_open and not async_path and not not_joined
         mode, quorum = ((desired_mode, desired_quorum) if latched == 0
                         else (latched >> 8 & 0xFF, latched & 0xFF))
         q = members if quorum == 0 or quorum > members else quorum
@@ -117,9 +152,9 @@ class TnaModelPipeline(Pipeline):
             if open_sync and chunk_ok:
                 self.t_bitmap[s] = stored_bits | me
         stored_seq = self.t_member_seq[seq_cell]
-        if async_path or (open_sync and chunk_ok):
-            self.t_member_seq[seq_cell] = (r + 1) & _U32
-        duplicate = stored_seq == (r + 1) & _U32
+        if (async_path and not join) or (open_sync and chunk_ok):
+            self.t_member_seq[seq_cell] = key
+        duplicate = stored_seq == key
         # 4. Count, with the close guard.
         stored_count = self.t_count[s]
         if open_sync and chunk_ok:
@@ -135,19 +170,31 @@ class TnaModelPipeline(Pipeline):
 
         # 6. The verdict.
         head = [version, Op.RESULT, 0, mode, job, w, 0, s, 0, quorum, cur, chunk, 0]
+        if not_joined:
+            self._drop(job, DropReason.NOT_JOINED, nbytes)
+            head[2] = echo
+            return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, cur, stored_chunk,
+                                              0, 0)
         if async_path:
             if duplicate:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
-                head[1], head[6], head[10], head[12] = Op.ACK, 0, r, 0
+                head[1], head[2], head[6], head[10], head[12] = Op.ACK, echo, 0, r, 0
                 return REPLY, 0, _HDR.pack(*head)
+            if join:   # a JOIN never makes an async round of its own
+                self._drop(job, DropReason.NOT_JOINED, nbytes)
+                head[2] = echo
+                return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, cur,
+                                                  stored_chunk, 0, 0)
             self._contributions.count(member, nbytes)
             self._closes.count(member, nbytes)
             head[6], head[12] = 1, me
-            return self._recirculate(SecondPass("async", s, head, lanes, group, False))
+            return self._recirculate(SecondPass("async", s, head, lanes, group, False,
+                                                self._frame))
         if open_sync:
             if not chunk_ok:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
+                head[2] = echo
                 return REPLY, 0, self._resync_tna(head, ResyncReason.CHUNK_MISMATCH, cur,
                                                   stored_chunk, stored_bits, stored_count)
             bank = 2 * s + (cur & 1)
@@ -178,14 +225,16 @@ class TnaModelPipeline(Pipeline):
         if prev:
             res_bitmap, res_packed, res_chunk = self.t_res[s]
             (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
-            head = [version, Op.RESULT, Flag.RESEND, res_packed >> 8 & 0xFF, job, w,
+            head = [version, Op.RESULT, Flag.RESEND | echo, res_packed >> 8 & 0xFF, job, w,
                     res_packed >> 16 & 0xFF, s, 0, res_packed & 0xFF, r, res_chunk, res_bitmap]
             lanes = self.t_lanes[2 * s + (r & 1)].copy()
-            return self._recirculate(SecondPass("resend", s, head, lanes, group, True))
+            return self._recirculate(SecondPass("resend", s, head, lanes, group, True,
+                                                self._frame))
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
         reason = (ResyncReason.STALE_COUNTED if duplicate else ResyncReason.STALE_ROUND)
         under_way = latched != 0
+        head[2] = echo
         return REPLY, 0, self._resync_tna(head, reason, cur, stored_chunk,
                                           stored_bits if under_way else 0,
                                           stored_count if under_way else 0)
@@ -200,32 +249,47 @@ class TnaModelPipeline(Pipeline):
                           nbytes: int) -> tuple[int, int, bytes] | None:
         self._closes.count(member, nbytes)
         return self._recirculate(SecondPass("close", s, head, self.t_lanes[bank].copy(),
-                                            group, False))
+                                            group, False, self._frame))
 
     def _recirculate(self, second: SecondPass) -> tuple[int, int, bytes] | None:
         if self.hold:
             self.pending.append(second)
             return None
+        if second.kind == "retry":   # at once: the same contribution, a first pass again
+            return super()._aggregate(*self._args)
         return self.second_pass(second)
 
-    def release(self, frames: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-        """Run the held second passes; `frames` are their contributions (port, frame), in
-        order, from which the parser and deparser take the addresses as on the switch."""
+    def release(self) -> list[tuple[int, bytes]]:
+        """Run the held passes, in order; what they send. The parser and deparser take the
+        addresses from each pass's contribution, as on the switch. A pass that takes another
+        (a reset, then its retry) leaves that one held for the next release."""
+        held, self.pending = self.pending, []
         out = []
-        for (port, frame), second in zip(frames, self.pending, strict=True):
-            self._forced = self.second_pass(second)
-            out += self.process_frame(port, frame)
-        self.pending.clear()
+        for second in held:
+            if second.kind != "retry":
+                self._forced = self.second_pass(second)
+                if self._forced is None:
+                    continue
+            out += self.process_frame(*second.frame)
         return sorted(out)
 
-    def second_pass(self, second: SecondPass) -> tuple[int, int, bytes]:
-        """The recirculated pass: advance or take the round, store the result, send it."""
+    def second_pass(self, second: SecondPass) -> tuple[int, int, bytes] | None:
+        """The recirculated pass: advance or take the round, store the result, send it; or
+        reset the slot for a new install and retry the contribution."""
         s, head = second.s, second.head
-        if second.kind == "close" and self.t_round[s] == head[10]:
-            self.t_round[s] = (head[10] + 1) & _U32
+        cur, round_epoch = self.t_round[s]
+        if second.kind == "reset":
+            if round_epoch != second.epoch:   # the first reset pass of this install
+                self.t_round[s] = (0, second.epoch)
+                self.t_mode[s] = self.t_chunk[s] = (0, 0)
+            self.t_slot_epoch[s] = second.epoch
+            return self._recirculate(SecondPass("retry", s, [], second.lanes, second.group,
+                                                False, second.frame))
+        if second.kind == "close" and cur == head[10]:
+            self.t_round[s] = ((head[10] + 1) & _U32, round_epoch)
         elif second.kind == "async":
-            head[10] = self.t_round[s]
-            self.t_round[s] = (head[10] + 1) & _U32
+            head[10] = cur
+            self.t_round[s] = ((cur + 1) & _U32, round_epoch)
             self.t_lanes[2 * s + (head[10] & 1)] = second.lanes
         if second.kind in ("close", "async"):
             self.t_res[s] = (head[12], head[6] << 16 | head[3] << 8 | head[9], head[11])
@@ -243,17 +307,11 @@ class TnaModelTarget(SoftswitchTarget):
     def __init__(self, *, hold: bool = False) -> None:
         self.pipeline: TnaModelPipeline = TnaModelPipeline()
         self.pipeline.hold = hold
-        self._held: list[tuple[int, bytes]] = []
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
     def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
-        before = len(self.pipeline.pending)
-        out = self.pipeline.process_frame(port, frame)
-        self._held += [(port, frame)] * (len(self.pipeline.pending) - before)
-        return sorted(out)
+        return sorted(self.pipeline.process_frame(port, frame))
 
     def release(self) -> list[tuple[int, bytes]]:
-        """Run the held second passes, in order; what they send."""
-        out = self.pipeline.release(self._held)
-        self._held = []
-        return out
+        """Run the held passes, in order; what they send."""
+        return self.pipeline.release()
