@@ -76,8 +76,9 @@ control HySyncIngress(inout headers_t hdr,
         // Aggregation and Replies are applied in one place: Tofino's next-table chains do not
         // allow a table to be applied on two paths.
         bool aggregate = false;
-        if (meta.bridge.isValid()) {
-            // Second pass of a close or a Tofino 1 resend: no admission, nothing counted.
+        if (meta.bridge.isValid() && meta.bridge.pass != pass_t.RETRY) {
+            // Second pass of a close, an async contribution or a Tofino 1 resend, or a
+            // reset pass: no admission, nothing counted. (A retry pass is a first pass.)
             aggregate = true;
         } else if (ig_prsr_md.parser_err != 0) {
             // 1. Truncated: changes no state, counted.

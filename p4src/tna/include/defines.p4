@@ -64,7 +64,9 @@ enum bit<8> pass_t {
     NONE = 0,            // no second pass: the packet goes to egress (reply, result, L2)
     CLOSE = 1,           // recirculated close: advance the round, store the result header
     RESEND = 2,          // recirculated resend (Tofino 1): read the even lanes
-    ASYNC = 3            // recirculated async contribution: take a round number, store it
+    ASYNC = 3,           // recirculated async contribution: take a round number, store it
+    RESET = 4,           // a contribution met another install's epoch: reset the slot
+    RETRY = 5            // after a reset: the same contribution, a first pass again
 }
 
 // Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
@@ -79,6 +81,7 @@ header bridge_h {
     bit<7>   _pad2;
     bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
     bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
+    epoch_t  epoch;             // a reset pass: the install the slot now belongs to
 }
 
 // What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
@@ -109,6 +112,13 @@ struct tagged_t {
     bit<32> value;
 }
 
+// The round register: the open round and the install epoch it counts in. A reset pass
+// sets both (round 0 of the new epoch); every other action touches the round only.
+struct round_epoch_t {
+    round_t round;
+    epoch_t epoch;
+}
+
 // The mode and quorum latched by a round, packed so that 0 means "nothing latched":
 // bit 16 is always set in a latched value, bits 15..8 are the mode, 7..0 the quorum.
 typedef bit<32> packed_mode_t;
@@ -125,7 +135,12 @@ struct tna_metadata_t {
     round_t       cur;           // round[s] as the round register holds it
     round_t       r_plus_1;      // hdr.round + 1: "r == cur - 1" is "r + 1 == cur"
     bool          open;          // hdr.round == cur
-    bool          prev;          // hdr.round == cur - 1
+    bool          prev;          // hdr.round == cur - 1, cur != 0 (a round closed before)
+    bool          join;          // the contribution has flag JOIN
+    epoch_t       stored_epoch;  // slot_epoch[s]: the install that used the slot last
+    bool          stale_epoch;   // stored_epoch != the job's epoch: reset pass, then retry
+    epoch_t       epoch_before;  // a reset pass: the epoch the round register held
+    bool          not_joined;    // a JOIN with no round to join
     packed_mode_t desired;       // the modes table's answer, packed
     bool          desired_async;
     packed_mode_t latched;       // the mode register's answer: 0 = no round under way
@@ -138,7 +153,9 @@ struct tna_metadata_t {
     chunk_t       stored_chunk;  // chunk[s] before this packet
     bitmap_t      stored_bits;   // bitmap[s] before this packet
     bitmap_t      me;            // 1 << worker
-    round_t       stored_seq;    // member_seq[s*32+w] before this packet (stored as seq + 1)
+    bit<32>       seq_key;       // what member_seq holds once w is counted in hdr.round:
+                                 // CRC32 of {round, epoch}, so another install's mismatch
+    bit<32>       stored_seq;    // member_seq[s*32+w] before this packet
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum

@@ -4,7 +4,8 @@
 //
 //   first pass of a contribution
 //     1. Round         cur = round[s]; open (r == cur) or prev (r == cur - 1)
-//     2. ModeLatch     latch mode/quorum if this contribution opens the round, else read
+//     2. SlotEpoch     the install that used the slot last: another one -> reset pass
+//        ModeLatch     latch mode/quorum if this contribution opens the round, else read
 //        ChunkLatch    the same for the chunk
 //     3. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
@@ -14,6 +15,10 @@
 //     1. Round         close: advance round[s]; async: take round[s]++ as the result's round
 //        ResultHeader  close, async: store res_*
 //     5. Lanes         async: write the bank; Tofino 1 close or resend: read the even lanes
+//   reset pass (a contribution that met another install's epoch), then a retry pass
+//     1. Round         round 0 of the new epoch, unless a reset pass of it came first
+//     2. SlotEpoch     the new epoch;  ModeLatch, ChunkLatch  cleared (first reset only)
+//   retry pass: the contribution again, as a first pass (admission and all)
 //
 // Where the outcome differs from v1model's one action, docs/tofino.md says how and why.
 
@@ -23,6 +28,7 @@
 control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     Round() round;
+    SlotEpoch() slot_epoch;
     ModeLatch() mode;
     ChunkLatch() chunk;
     Bitmap() bitmap;
@@ -55,12 +61,18 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     // writes a PHV container from one source only.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) desired_hash;
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) res_packed_hash;
+    // member_seq's key: the round and the install (slot_registers.p4, MemberSeq).
+    Hash<bit<32>>(HashAlgorithm_t.CRC32) seq_key_hash;
 
     @hidden action prepare() {
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
         meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
         meta.tf.lane_op = tna_lane_op_t.NONE;
         meta.tf.result_op = result_op_t.NONE;
+    }
+
+    @hidden action key_member_seq() {
+        meta.tf.seq_key = seq_key_hash.get({hdr.hysync.round, meta.hs.epoch});
     }
 
     // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
@@ -120,16 +132,24 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     apply {
         bit<8> latched_mode;
         quorum_t latched_quorum;
-        pass_t pass = pass_t.NONE;
-        if (meta.bridge.isValid()) {
+        pass_t pass = pass_t.NONE;   // a retry pass is a first pass
+        if (meta.bridge.isValid() && meta.bridge.pass != pass_t.RETRY) {
             pass = meta.bridge.pass;
         }
 
-        // ---- 1. indexes, the open round (a second pass advances it or takes a number)
+        // ---- 1. indexes, the open round (a second pass advances it or takes a number; a
+        // reset pass starts it afresh)
         worker_bit.apply();
         prepare();
-        round.apply(hdr, meta.tf, pass);
-        if (pass != pass_t.NONE) {
+        key_member_seq();
+        round.apply(hdr, meta.tf, pass, meta.bridge.epoch);
+        if (pass == pass_t.RESET) {
+            // ---- 2. the new install's epoch; the latches cleared. Nothing is counted or
+            // sent: Replies retries the contribution.
+            slot_epoch.apply(hdr, meta.tf, pass, meta.bridge.epoch);
+            mode.apply(hdr, meta.tf, pass, meta.bridge.epoch);
+            chunk.apply(hdr, meta.tf, pass, meta.bridge.epoch);
+        } else if (pass != pass_t.NONE) {
             // The HySync header is already the RESULT; its round names the bank.
             meta.tf.bank = hdr.hysync.round[0:0];
             meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
@@ -151,28 +171,49 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             meta.tf.open = false;
             meta.tf.prev = false;
             meta.tf.desired_async = false;
+            meta.tf.join = false;
             if (hdr.hysync.round == meta.tf.cur) {
                 meta.tf.open = true;
             }
-            if (meta.tf.r_plus_1 == meta.tf.cur) {
+            // The round before round 0 closed in no epoch (v1model's res_valid).
+            if (meta.tf.r_plus_1 == meta.tf.cur && meta.tf.cur != 0) {
                 meta.tf.prev = true;
             }
             if (meta.hs.desired_mode == MODE_ASYNC) {
                 meta.tf.desired_async = true;
             }
+            if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
+                meta.tf.join = true;
+            }
 
-            // ---- 2. the latched mode (a contribution that opens the round latches it)
-            mode.apply(hdr, meta.tf);
-            chunk.apply(hdr, meta.tf);
+            // ---- 2. the slot's install; the latched mode (a contribution that opens the
+            // round latches it). The latches act before the epoch is compared: what they
+            // write for another install, its reset pass clears.
+            slot_epoch.apply(hdr, meta.tf, pass, meta.hs.epoch);
+            mode.apply(hdr, meta.tf, pass, meta.hs.epoch);
+            chunk.apply(hdr, meta.tf, pass, meta.hs.epoch);
+            meta.tf.stale_epoch = false;
+            if (meta.tf.stored_epoch != meta.hs.epoch) {
+                // Another install used the slot last: every register below only reads.
+                meta.tf.stale_epoch = true;
+                meta.tf.open = false;
+                meta.tf.prev = false;
+                meta.tf.desired_async = false;
+            }
             meta.tf.fresh = false;
             meta.tf.async_path = false;
+            meta.tf.not_joined = false;
             if (meta.tf.latched == 0) {
                 latched_mode = meta.hs.desired_mode;
                 latched_quorum = meta.hs.desired_quorum;
                 if (meta.tf.desired_async) {
                     meta.tf.async_path = true;
                 } else if (meta.tf.open) {
-                    meta.tf.fresh = true;
+                    if (meta.tf.join) {
+                        meta.tf.not_joined = true;   // a JOIN never opens a round
+                    } else {
+                        meta.tf.fresh = true;
+                    }
                 }
             } else {
                 latched_mode = meta.tf.latched[15:8];
@@ -180,7 +221,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             }
             meta.hs.out_mode = latched_mode;
             meta.tf.open_sync = false;
-            if (meta.tf.open && !meta.tf.async_path) {
+            if (meta.tf.open && !meta.tf.async_path && !meta.tf.not_joined) {
                 meta.tf.open_sync = true;
             }
             if (latched_quorum == 0) {
@@ -200,13 +241,22 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             meta.hs.out_chunk = hdr.hysync.chunk;
             meta.hs.out_reason = RESYNC_NONE;
             meta.tf.bank = meta.tf.cur[0:0];
-            if (meta.tf.async_path) {
-                if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+            if (meta.tf.stale_epoch) {
+                // Nothing counted, nothing sent: Replies takes the reset pass.
+            } else if (meta.tf.not_joined) {
+                drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
+                resync_header(RESYNC_NOT_JOINED);
+            } else if (meta.tf.async_path) {
+                if (meta.tf.stored_seq == meta.tf.seq_key) {
                     // A retransmission of a counted contribution.
                     drop_verdict(verdict_t.ACK, DROP_DUPLICATE, member_counter_t.DUPLICATES);
                     meta.hs.out_round = hdr.hysync.round;
                     meta.hs.out_count = 0;
                     meta.hs.out_bitmap = 0;
+                } else if (meta.tf.join) {
+                    // A JOIN never makes an async round of its own.
+                    drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
+                    resync_header(RESYNC_NOT_JOINED);
                 } else {
                     // A round of its own: the result is the contribution's own lanes; its
                     // second pass takes the round number and stores the result.
@@ -231,7 +281,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     } else {
                         verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
                     }
-                } else if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+                } else if (meta.tf.stored_seq == meta.tf.seq_key) {
                     // Counted before: a duplicate, unless the quorum shrank under the round
                     // (an exclusion) and this retransmission closes it with the lanes it holds.
                     meta.hs.out_count = meta.tf.count_out[7:0];
@@ -268,7 +318,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             } else {
                 // Older, or ahead of the switch.
                 drop_verdict(verdict_t.STALE, DROP_STALE, member_counter_t.STALE);
-                if (meta.tf.stored_seq == meta.tf.r_plus_1) {
+                if (meta.tf.stored_seq == meta.tf.seq_key) {
                     resync_header(RESYNC_STALE_COUNTED);   // counted, but its result is gone
                 } else {
                     resync_header(RESYNC_STALE_ROUND);

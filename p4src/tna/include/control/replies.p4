@@ -5,9 +5,12 @@
 //   CLOSE            RESULT, to the job's group (after the second pass)
 //   RESEND           RESULT with flag RESEND, back to the sender
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
-//   STALE
+//   STALE, NOT_JOINED
 //   ACK              ACK, back to the sender, header only
+//   a stale epoch    a reset pass, then a retry pass (aggregation.p4)
 //   anything else    absorbed or dropped: nothing goes out
+//
+// Every reply to the sender keeps the contribution's transmission number (flags bits 7..3).
 
 #ifndef __HYSYNC_TNA_REPLIES__
 #define __HYSYNC_TNA_REPLIES__
@@ -20,9 +23,18 @@ control Replies(inout headers_t hdr,
 
     // §5: version, job_id, worker_id and slot stay those of the contribution. A resend's
     // count, bitmap, chunk, mode and quorum are already in the header (ResultHeader).
-    @hidden action write_hysync(op_t op, flags_t flags) {
+    // A RESULT for the job's group: no flags.
+    @hidden action write_result() {
+        hdr.hysync.op = OP_RESULT;
+        hdr.hysync.flags = 0;
+        hdr.hysync.reason = meta.hs.out_reason;
+        hdr.hysync.round = meta.hs.out_round;
+    }
+
+    // A reply to the sender: its own flag bits, the transmission number kept (§4 Replies).
+    @hidden action write_reply(op_t op, bit<3> own) {
         hdr.hysync.op = op;
-        hdr.hysync.flags = flags;
+        hdr.hysync.flags[2:0] = own;
         hdr.hysync.reason = meta.hs.out_reason;
         hdr.hysync.round = meta.hs.out_round;
     }
@@ -69,11 +81,12 @@ control Replies(inout headers_t hdr,
 
     // Into the second pass through this pipe's recirculation port; egress is bypassed and
     // the bridge header tells the second pass what to do.
-    @hidden action recirculate(pass_t pass) {
+    @hidden action recirculate(pass_t pass, PortId_t sender) {
         meta.bridge.setValid();
         meta.bridge.pass = pass;
-        meta.bridge.ingress_port = ig_intr_md.ingress_port;
+        meta.bridge.ingress_port = sender;
         meta.bridge.mcast_grp = meta.hs.mcast_grp;
+        meta.bridge.epoch = meta.hs.epoch;
         ig_tm_md.bypass_egress = 1;
     }
 
@@ -103,44 +116,57 @@ control Replies(inout headers_t hdr,
     }
 
     apply {
+        // The contribution's port: a retry pass comes from the recirculation port.
+        PortId_t sender = ig_intr_md.ingress_port;
+        pass_t pass = pass_t.NONE;
         if (meta.bridge.isValid()) {
+            sender = meta.bridge.ingress_port;
+            pass = meta.bridge.pass;
+        }
+        if (pass == pass_t.RESET) {
+            // The slot is the new install's now: the contribution again, from the start.
+            recirculate(pass_t.RETRY, sender);
+            recirc_port.apply();
+        } else if (pass == pass_t.CLOSE || pass == pass_t.ASYNC) {
             // Second pass: the RESULT is complete; send it on as the first pass would have.
-            if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.ASYNC) {
-                to_group(meta.bridge.mcast_grp);
-                if (meta.bridge.mcast_grp == 0) {
-                    drop();
-                }
-            } else {
-                to_sender(meta.bridge.ingress_port);
+            to_group(meta.bridge.mcast_grp);
+            if (meta.bridge.mcast_grp == 0) {
+                drop();
             }
+        } else if (pass == pass_t.RESEND) {
+            to_sender(sender);
+        } else if (meta.tf.stale_epoch) {
+            recirculate(pass_t.RESET, sender);
+            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
-            write_hysync(OP_RESULT, 0);
+            write_result();
             write_state();
             if (meta.tf.async_path) {
-                recirculate(pass_t.ASYNC);
+                recirculate(pass_t.ASYNC, sender);
             } else {
-                recirculate(pass_t.CLOSE);
+                recirculate(pass_t.CLOSE, sender);
             }
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
-            write_hysync(OP_RESULT, FLAG_RESEND);
+            write_reply(OP_RESULT, FLAG_RESEND[2:0]);
 #if __TARGET_TOFINO__ == 2
-            to_sender(ig_intr_md.ingress_port);
+            to_sender(sender);
 #else
-            recirculate(pass_t.RESEND);   // the even lanes come in the second pass
+            recirculate(pass_t.RESEND, sender);   // the even lanes come in the second pass
             recirc_port.apply();
 #endif
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
-                   || meta.hs.verdict == verdict_t.STALE) {
-            write_hysync(OP_RESYNC, 0);
+                   || meta.hs.verdict == verdict_t.STALE
+                   || meta.hs.verdict == verdict_t.NOT_JOINED) {
+            write_reply(OP_RESYNC, 0);
             write_state();
             strip_lanes();
-            to_sender(ig_intr_md.ingress_port);
+            to_sender(sender);
         } else if (meta.hs.verdict == verdict_t.ACK) {
-            write_hysync(OP_ACK, 0);
+            write_reply(OP_ACK, 0);
             write_state();
             strip_lanes();
-            to_sender(ig_intr_md.ingress_port);
+            to_sender(sender);
         } else {
             drop();
         }

@@ -4,11 +4,15 @@
 // output). v1model's slot_update_action reads and writes all of them in one action; here
 // the decision is spread over the stages in order (docs/tofino.md, "Stages"):
 //
-//   Round        round[s]                       pass 1: read      pass 2: advance / take
-//   ModeLatch    {round tag, packed mode}       latch when a round opens, else read
-//   ChunkLatch   {round + 1 tag, chunk}         latch when a round opens, else read
+//   Round        {round[s], epoch}              pass 1: read      pass 2: advance / take
+//                                               reset pass: round 0 of a new epoch
+//   SlotEpoch    slot_epoch[s]                  pass 1: read      reset pass: write
+//   ModeLatch    {round tag, packed mode}       latch when a round opens, else read;
+//                                               reset pass: clear
+//   ChunkLatch   {round + 1 tag, chunk}         the same
 //   Bitmap       bitmap[s]                      start / join / read
-//   MemberSeq    member_seq[s*32+w] (seq + 1)   swap (counted) / read
+//   MemberSeq    member_seq[s*32+w]             swap (counted) / read; holds the
+//                                               CRC32 of {round, epoch}
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
 //   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write
 //
@@ -18,30 +22,43 @@
 #ifndef __HYSYNC_TNA_SLOT_REGISTERS__
 #define __HYSYNC_TNA_SLOT_REGISTERS__
 
-// round[s]: read in the first pass. The second pass of a close advances it, only if it
-// still holds the round that closed; the second pass of an async contribution takes the
-// next round number (fetch and increment), so concurrent async rounds never share one.
-control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
-    Register<round_t, slot_index_t>(SLOT_CELLS) round;
+// round[s], with the epoch it counts in: read in the first pass. The second pass of a
+// close advances it, only if it still holds the round that closed; the second pass of an
+// async contribution takes the next round number (fetch and increment), so concurrent
+// async rounds never share one. A reset pass (docs/tofino.md, "The install epoch") starts
+// round 0 of the new epoch unless an earlier reset pass of the same install already did,
+// and answers with the epoch it found: the latches are cleared only by the first.
+control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
+    Register<round_epoch_t, slot_index_t>(SLOT_CELLS) round;
 
-    RegisterAction<round_t, slot_index_t, round_t>(round) read_register_action = {
-        void apply(inout round_t value, out round_t read_value) {
-            read_value = value;
+    RegisterAction<round_epoch_t, slot_index_t, round_t>(round) read_register_action = {
+        void apply(inout round_epoch_t value, out round_t read_value) {
+            read_value = value.round;
         }
     };
 
-    RegisterAction<round_t, slot_index_t, round_t>(round) advance_register_action = {
-        void apply(inout round_t value) {
-            if (value == hdr.hysync.round) {
-                value = value + 1;
+    RegisterAction<round_epoch_t, slot_index_t, round_t>(round) advance_register_action = {
+        void apply(inout round_epoch_t value) {
+            if (value.round == hdr.hysync.round) {
+                value.round = value.round + 1;
             }
         }
     };
 
-    RegisterAction<round_t, slot_index_t, round_t>(round) take_register_action = {
-        void apply(inout round_t value, out round_t taken) {
-            taken = value;
-            value = value + 1;
+    RegisterAction<round_epoch_t, slot_index_t, round_t>(round) take_register_action = {
+        void apply(inout round_epoch_t value, out round_t taken) {
+            taken = value.round;
+            value.round = value.round + 1;
+        }
+    };
+
+    RegisterAction<round_epoch_t, slot_index_t, epoch_t>(round) reset_register_action = {
+        void apply(inout round_epoch_t value, out epoch_t before) {
+            before = value.epoch;
+            if (value.epoch != epoch) {
+                value.epoch = epoch;
+                value.round = 0;
+            }
         }
     };
 
@@ -57,11 +74,53 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
         hdr.hysync.round = take_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
+    @hidden action reset_action() {
+        tf.epoch_before = reset_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
     apply {
         if (pass == pass_t.CLOSE) {
             advance_action();
         } else if (pass == pass_t.ASYNC) {
             take_action();
+        } else if (pass == pass_t.RESET) {
+            reset_action();
+        } else if (pass == pass_t.NONE) {
+            read_action();
+        }
+    }
+}
+
+// slot_epoch[s]: the install that used the slot last (protocol.md §4 step 8). Read by
+// every first pass and compared with the job's epoch after this stage; written by a reset
+// pass. It mirrors the round register's epoch half, which the first pass cannot compare:
+// the round is read in the stage where the jobs table, which knows the epoch, is looked up.
+control SlotEpoch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
+    Register<epoch_t, slot_index_t>(SLOT_CELLS) slot_epoch;
+
+    RegisterAction<epoch_t, slot_index_t, epoch_t>(slot_epoch) read_register_action = {
+        void apply(inout epoch_t value, out epoch_t read_value) {
+            read_value = value;
+        }
+    };
+
+    RegisterAction<epoch_t, slot_index_t, epoch_t>(slot_epoch) write_register_action = {
+        void apply(inout epoch_t value) {
+            value = epoch;
+        }
+    };
+
+    @hidden action read_action() {
+        tf.stored_epoch = read_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    @hidden action write_action() {
+        write_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    apply {
+        if (pass == pass_t.RESET) {
+            write_action();
         } else if (pass == pass_t.NONE) {
             read_action();
         }
@@ -70,7 +129,7 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass) {
 
 // mode[s], quorum[s]: latched by the contribution that opens a round (tag = its round);
 // read by every other packet (0 = no round under way: the desired mode applies).
-control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
+control ModeLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) mode;
 
     // A latched value always has the LATCHED bit (set here, in the stateful ALU), so the zero the register starts with
@@ -96,6 +155,13 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
+    RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) clear_register_action = {
+        void apply(inout tagged_t value) {
+            value.tag = 0;
+            value.value = 0;
+        }
+    };
+
     @hidden action latch_action() {
         tf.latched = latch_register_action.execute(hdr.hysync.slot[12:0]);
     }
@@ -104,10 +170,20 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
         tf.latched = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
+    @hidden action clear_action() {
+        clear_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
     apply {
-        // Only a contribution to the open round can open it, and never in async: async
-        // never latches, so a swap away from async applies at the next contribution.
-        if (tf.open && !tf.desired_async) {
+        if (pass == pass_t.RESET) {
+            // The first reset pass of an install: nothing latched in the new epoch.
+            if (tf.epoch_before != epoch) {
+                clear_action();
+            }
+        } else if (tf.open && !tf.desired_async && !tf.join) {
+            // Only a contribution to the open round can open it, never a JOIN, and never
+            // in async: async never latches, so a swap away from async applies at the next
+            // contribution.
             latch_action();
         } else {
             read_action();
@@ -118,7 +194,7 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf) {
 // chunk[s]: latched by the contribution that opens a round; it is never cleared, so a
 // RESYNC reports the last latched chunk as on v1model. Any chunk value is valid, so the tag
 // is the round + 1: the zero the register starts with matches no round (but 2^32 - 1).
-control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
+control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) chunk;
 
     RegisterAction<tagged_t, slot_index_t, chunk_t>(chunk) latch_register_action = {
@@ -137,6 +213,14 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
         }
     };
 
+    // Chunk 0 in the new epoch, as v1model's reset writes it; tag 0 matches no round + 1.
+    RegisterAction<tagged_t, slot_index_t, chunk_t>(chunk) clear_register_action = {
+        void apply(inout tagged_t value) {
+            value.tag = 0;
+            value.value = 0;
+        }
+    };
+
     @hidden action latch_action() {
         tf.stored_chunk = latch_register_action.execute(hdr.hysync.slot[12:0]);
     }
@@ -145,9 +229,17 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf) {
         tf.stored_chunk = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    // The same packets as ModeLatch's latch: both tags always name the same round.
+    @hidden action clear_action() {
+        clear_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    // The same packets as ModeLatch's latch and clear: both tags always name the same round.
     apply {
-        if (tf.open && !tf.desired_async) {
+        if (pass == pass_t.RESET) {
+            if (tf.epoch_before != epoch) {
+                clear_action();
+            }
+        } else if (tf.open && !tf.desired_async && !tf.join) {
             latch_action();
         } else {
             read_action();
@@ -203,22 +295,24 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
     }
 }
 
-// member_seq[s*32 + w], stored as seq + 1 so that the zero every register starts with
-// means "never counted" (on v1model a worker's first round 0 reads as counted). A swap
-// both tests and records: the old value equal to r + 1 means this contribution was
+// member_seq[s*32 + w]: the CRC32 of {round, epoch} of the contribution w was last
+// counted with (tf.seq_key), where v1model keeps the round and the epoch it was written in
+// (member_seq, member_epoch): a cell of another install matches with probability 2^-32, and
+// the zero every register starts with means "never counted" but for that chance. A swap
+// both tests and records: the old value equal to the key means this contribution was
 // counted before (a duplicate in sync/partial, an ACK in async).
 control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
-    Register<round_t, member_index_t>(MEMBER_SEQ_CELLS) member_seq;
+    Register<bit<32>, member_index_t>(MEMBER_SEQ_CELLS) member_seq;
 
-    RegisterAction<round_t, member_index_t, round_t>(member_seq) swap_register_action = {
-        void apply(inout round_t value, out round_t before) {
+    RegisterAction<bit<32>, member_index_t, bit<32>>(member_seq) swap_register_action = {
+        void apply(inout bit<32> value, out bit<32> before) {
             before = value;
-            value = tf.r_plus_1;
+            value = tf.seq_key;
         }
     };
 
-    RegisterAction<round_t, member_index_t, round_t>(member_seq) read_register_action = {
-        void apply(inout round_t value, out round_t before) {
+    RegisterAction<bit<32>, member_index_t, bit<32>>(member_seq) read_register_action = {
+        void apply(inout bit<32> value, out bit<32> before) {
             before = value;
         }
     };
@@ -232,7 +326,8 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
     }
 
     apply {
-        if (tf.async_path
+        // A JOIN in async is never counted: it is read, for the ACK of a counted one.
+        if ((tf.async_path && !tf.join)
             || (tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk))) {
             swap_action();
         } else {
@@ -315,7 +410,7 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
         if (tf.open_sync && tf.fresh) {
             start_action();
         } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
-            if (tf.stored_seq == tf.r_plus_1) {
+            if (tf.stored_seq == tf.seq_key) {
                 duplicate_action();
             } else {
                 join_action();
