@@ -137,9 +137,9 @@ struct tna_metadata_t {
     bool          open;          // hdr.round == cur
     bool          prev;          // hdr.round == cur - 1, cur != 0 (a round closed before)
     bool          join;          // the contribution has flag JOIN
-    epoch_t       stored_epoch;  // slot_epoch[s]: the install that used the slot last
+    epoch_t       stored_epoch;  // first pass: slot_epoch[s], the install that used the slot
+                                 // last; reset pass: the epoch the round register held
     bool          stale_epoch;   // stored_epoch != the job's epoch: reset pass, then retry
-    epoch_t       epoch_before;  // a reset pass: the epoch the round register held
     bool          not_joined;    // a JOIN with no round to join
     packed_mode_t desired;       // the modes table's answer, packed
     bool          desired_async;

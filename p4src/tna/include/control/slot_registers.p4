@@ -75,7 +75,7 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
     }
 
     @hidden action reset_action() {
-        tf.epoch_before = reset_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.stored_epoch = reset_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -177,7 +177,7 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in 
     apply {
         if (pass == pass_t.RESET) {
             // The first reset pass of an install: nothing latched in the new epoch.
-            if (tf.epoch_before != epoch) {
+            if (tf.stored_epoch != epoch) {
                 clear_action();
             }
         } else if (tf.open && !tf.desired_async && !tf.join) {
@@ -236,7 +236,7 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in
     // The same packets as ModeLatch's latch and clear: both tags always name the same round.
     apply {
         if (pass == pass_t.RESET) {
-            if (tf.epoch_before != epoch) {
+            if (tf.stored_epoch != epoch) {
                 clear_action();
             }
         } else if (tf.open && !tf.desired_async && !tf.join) {
