@@ -80,6 +80,9 @@ control HySyncIngress(inout headers_t hdr,
             // Second pass of a close, an async contribution or a Tofino 1 resend, or a
             // reset pass: no admission, nothing counted. (A retry pass is a first pass.)
             aggregate = true;
+            if (meta.bridge.pass == pass_t.RESET) {
+                meta.hs.epoch = meta.bridge.epoch;   // the install the slot now belongs to
+            }
         } else if (ig_prsr_md.parser_err != 0) {
             // 1. Truncated: changes no state, counted.
             drop(DROP_MALFORMED);

@@ -143,30 +143,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         prepare();
         key_member_seq();
         round.apply(hdr, meta.tf, pass, meta.bridge.epoch);
-        if (pass == pass_t.RESET) {
-            // ---- 2. the new install's epoch; the latches cleared. Nothing is counted or
-            // sent: Replies retries the contribution.
-            slot_epoch.apply(hdr, meta.tf, pass, meta.bridge.epoch);
-            mode.apply(hdr, meta.tf, pass, meta.bridge.epoch);
-            chunk.apply(hdr, meta.tf, pass, meta.bridge.epoch);
-        } else if (pass != pass_t.NONE) {
-            // The HySync header is already the RESULT; its round names the bank.
-            meta.tf.bank = hdr.hysync.round[0:0];
-            meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
-                                                      hdr.hysync.quorum});
-            if (pass == pass_t.ASYNC) {
-                // An async round of its own: its lanes are the result, kept for resends.
-                meta.tf.result_op = result_op_t.WRITE;
-                meta.tf.lane_op = tna_lane_op_t.WRITE;
-            } else {
-                if (pass == pass_t.CLOSE) {
-                    meta.tf.result_op = result_op_t.WRITE;
-                }
-#if __TARGET_TOFINO__ != 2
-                meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
-#endif
-            }
-        } else {
+        if (pass == pass_t.NONE) {
             // Tofino assigns no comparison to a bool: each flag is a branch.
             meta.tf.open = false;
             meta.tf.prev = false;
@@ -185,13 +162,37 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
                 meta.tf.join = true;
             }
-
-            // ---- 2. the slot's install; the latched mode (a contribution that opens the
-            // round latches it). The latches act before the epoch is compared: what they
-            // write for another install, its reset pass clears.
+        }
+        // ---- 2. the slot's install and the latches. A first pass reads the install and
+        // latches the mode when it opens the round; the latches act before the epoch is
+        // compared, and what they write for another install its reset pass clears. A reset
+        // pass writes the new install and clears the latches. (One apply site each: Tofino
+        // applies a table in one place.) Ingress gives a reset pass the bridge's epoch.
+        if (pass == pass_t.NONE || pass == pass_t.RESET) {
             slot_epoch.apply(hdr, meta.tf, pass, meta.hs.epoch);
             mode.apply(hdr, meta.tf, pass, meta.hs.epoch);
             chunk.apply(hdr, meta.tf, pass, meta.hs.epoch);
+        }
+        if (pass == pass_t.RESET) {
+            // Nothing is counted or sent: Replies retries the contribution.
+        } else if (pass != pass_t.NONE) {
+            // The HySync header is already the RESULT; its round names the bank.
+            meta.tf.bank = hdr.hysync.round[0:0];
+            meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
+                                                      hdr.hysync.quorum});
+            if (pass == pass_t.ASYNC) {
+                // An async round of its own: its lanes are the result, kept for resends.
+                meta.tf.result_op = result_op_t.WRITE;
+                meta.tf.lane_op = tna_lane_op_t.WRITE;
+            } else {
+                if (pass == pass_t.CLOSE) {
+                    meta.tf.result_op = result_op_t.WRITE;
+                }
+#if __TARGET_TOFINO__ != 2
+                meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
+#endif
+            }
+        } else {
             meta.tf.stale_epoch = false;
             if (meta.tf.stored_epoch != meta.hs.epoch) {
                 // Another install used the slot last: every register below only reads.
