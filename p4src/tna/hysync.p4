@@ -62,7 +62,6 @@ control HySyncIngress(inout headers_t hdr,
     @hidden action bridge_to_egress() {
         meta.bridge.setValid();
         meta.bridge.pass = pass_t.NONE;
-        meta.bridge.ingress_port = ig_intr_md.ingress_port;
         meta.bridge.flooded = (bit<1>) meta.hs.flooded;
         meta.bridge.switch_packet = (bit<1>) hdr.hysync.isValid();
     }
@@ -76,12 +75,12 @@ control HySyncIngress(inout headers_t hdr,
         // Aggregation and Replies are applied in one place: Tofino's next-table chains do not
         // allow a table to be applied on two paths.
         bool aggregate = false;
-        if (meta.bridge.isValid() && meta.bridge.pass != pass_t.RETRY) {
+        if (meta.bridge.pass != pass_t.NONE) {
             // Second pass of a close, an async contribution or a Tofino 1 resend, or a
             // reset pass: no admission, nothing counted. (A retry pass is a first pass.)
             aggregate = true;
             if (meta.bridge.pass == pass_t.RESET) {
-                meta.hs.epoch = meta.bridge.epoch;   // the install the slot now belongs to
+                meta.hs.epoch = hdr.hysync.bitmap;   // the install the slot now belongs to
             }
         } else if (ig_prsr_md.parser_err != 0) {
             // 1. Truncated: changes no state, counted.

@@ -59,14 +59,16 @@ const bit<7> RECIRC_PORT_IN_PIPE = 6;
 const bit<7> RECIRC_PORT_IN_PIPE = 68;
 #endif
 
-// What a packet's second pass is for; carried in the bridge header.
+// What a packet's pass is for; carried in the bridge header. A recirculated packet with
+// NONE is a retry: the contribution again after a reset pass, as a first pass.
 enum bit<8> pass_t {
-    NONE = 0,            // no second pass: the packet goes to egress (reply, result, L2)
+    NONE = 0,            // a first pass; or, in a packet for egress, no second pass
     CLOSE = 1,           // recirculated close: advance the round, store the result header
     RESEND = 2,          // recirculated resend (Tofino 1): read the even lanes
     ASYNC = 3,           // recirculated async contribution: take a round number, store it
-    RESET = 4,           // a contribution met another install's epoch: reset the slot
-    RETRY = 5            // after a reset: the same contribution, a first pass again
+    RESET = 4            // a contribution met another install's epoch: reset the slot (the
+                         // epoch rides in the contribution's bitmap field, which the switch
+                         // ignores in a contribution)
 }
 
 // Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
@@ -74,19 +76,19 @@ enum bit<8> pass_t {
 header bridge_h {
     pass_t   pass;
     bit<7>   _pad0;
-    PortId_t ingress_port;      // the contribution's port: resends go back to it
+    PortId_t ingress_port;      // the contribution's port: replies go back to it (the
+                                // parser sets it for a packet from a port)
     // One byte each: an action writes a PHV container from one source only.
     bit<7>   _pad1;
     bit<1>   switch_packet;     // a RESULT, RESYNC or ACK the switch made (not L2 traffic)
     bit<7>   _pad2;
     bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
     bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
-    epoch_t  epoch;             // a reset pass: the install the slot now belongs to
 }
 
 // What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
 // operations that Tofino's one-output stateful ALU needs).
-enum bit<8> tna_lane_op_t {
+enum bit<4> tna_lane_op_t {
     NONE = 0,
     WRITE = 1,           // first contribution of a round: bank = lanes
     ADD = 2,             // later contributions: bank += lanes
@@ -95,7 +97,7 @@ enum bit<8> tna_lane_op_t {
 }
 
 // What ResultHeader does with res_* on this pass.
-enum bit<8> result_op_t {
+enum bit<4> result_op_t {
     NONE = 0,
     READ = 1,            // a resend's first pass
     WRITE = 2            // a close's second pass
@@ -137,9 +139,9 @@ struct tna_metadata_t {
     bool          open;          // hdr.round == cur
     bool          prev;          // hdr.round == cur - 1, cur != 0 (a round closed before)
     bool          join;          // the contribution has flag JOIN
-    epoch_t       stored_epoch;  // first pass: slot_epoch[s], the install that used the slot
-                                 // last; reset pass: the epoch the round register held
-    bool          stale_epoch;   // stored_epoch != the job's epoch: reset pass, then retry
+    bit<8>        epoch_differs; // 1: first pass, slot_epoch[s] is another install's; reset
+                                 // pass, the round register held another epoch
+    bool          stale_epoch;   // epoch_differs in a first pass: reset pass, then retry
     bool          not_joined;    // a JOIN with no round to join
     packed_mode_t desired;       // the modes table's answer, packed
     bool          desired_async;
@@ -149,13 +151,13 @@ struct tna_metadata_t {
     bool          open_sync;     // open and not async: a contribution to the open round
     count_t       q8;            // effective quorum (protocol.md §4 step 8)
     int<32>       q;             // the same, as wide as the count register
-    bitmap_t      mine;          // w's bit in a resent round's bitmap
     chunk_t       stored_chunk;  // chunk[s] before this packet
-    bitmap_t      stored_bits;   // bitmap[s] before this packet
+    bitmap_t      stored_bits;   // bitmap[s] before this packet; in a resend, w's bit of the
+                                 // resent round's bitmap (one PHV field for both)
     bitmap_t      me;            // 1 << worker
     bit<32>       seq_key;       // what member_seq holds once w is counted in hdr.round:
                                  // CRC32 of {round, epoch}, so another install's mismatch
-    bit<32>       stored_seq;    // member_seq[s*32+w] before this packet
+    bit<8>        counted;       // 1: member_seq[s*32+w] held seq_key before this packet
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum

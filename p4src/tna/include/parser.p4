@@ -17,8 +17,16 @@ parser HySyncIngressParser(packet_in packet,
         packet.advance(PORT_METADATA_SIZE);
         transition select(ig_intr_md.ingress_port[6:0]) {
             RECIRC_PORT_IN_PIPE: parse_bridge;
-            default: parse_ethernet;
+            default: first_pass;
         }
+    }
+
+    // A packet from a port: its pass and its sender's port, where the controls read them
+    // for every packet (the parser writes them for free; an action would cost a stage).
+    state first_pass {
+        meta.bridge.pass = pass_t.NONE;
+        meta.bridge.ingress_port = ig_intr_md.ingress_port;
+        transition parse_ethernet;
     }
 
     state parse_bridge {

@@ -95,7 +95,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     // w's bit in a resent round's bitmap. A table, so that the compiler keeps the AND in an
     // action instead of folding it into the gateway, which cannot AND two fields.
     @hidden action set_mine() {
-        meta.tf.mine = hdr.hysync.bitmap & meta.tf.me;
+        meta.tf.stored_bits = hdr.hysync.bitmap & meta.tf.me;
     }
 
     @hidden table mine_bit {
@@ -106,7 +106,9 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         size = 1;
     }
 
-    // The RESULT or RESYNC header fields (meta.hs.out_*) and what Stats counts.
+    // What Stats counts. The RESULT or RESYNC header: round, chunk and bitmap are written
+    // into the header here (a 32-bit PHV field each saved: Tofino 1's PHV is full), the
+    // 8-bit fields go through meta.hs.out_* to Replies.
     @hidden action verdict(verdict_t v, member_counter_t counter) {
         meta.hs.verdict = v;
         meta.hs.count_drop = false;
@@ -123,27 +125,23 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     @hidden action resync_header(reason_t reason) {
         meta.hs.out_reason = reason;
-        meta.hs.out_round = meta.tf.cur;
-        meta.hs.out_chunk = meta.tf.stored_chunk;
-        meta.hs.out_bitmap = 0;
+        hdr.hysync.round = meta.tf.cur;
+        hdr.hysync.chunk = meta.tf.stored_chunk;
+        hdr.hysync.bitmap = 0;
         meta.hs.out_count = 0;
     }
 
     apply {
         bit<8> latched_mode;
         quorum_t latched_quorum;
-        pass_t pass = pass_t.NONE;   // a retry pass is a first pass
-        if (meta.bridge.isValid() && meta.bridge.pass != pass_t.RETRY) {
-            pass = meta.bridge.pass;
-        }
 
         // ---- 1. indexes, the open round (a second pass advances it or takes a number; a
         // reset pass starts it afresh)
         worker_bit.apply();
         prepare();
         key_member_seq();
-        round.apply(hdr, meta.tf, pass, meta.bridge.epoch);
-        if (pass == pass_t.NONE) {
+        round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
+        if (meta.bridge.pass == pass_t.NONE) {
             // Tofino assigns no comparison to a bool: each flag is a branch.
             meta.tf.open = false;
             meta.tf.prev = false;
@@ -167,25 +165,25 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         // latches the mode when it opens the round; the latches act before the epoch is
         // compared, and what they write for another install its reset pass clears. A reset
         // pass writes the new install and clears the latches. (One apply site each: Tofino
-        // applies a table in one place.) Ingress gives a reset pass the bridge's epoch.
-        if (pass == pass_t.NONE || pass == pass_t.RESET) {
-            slot_epoch.apply(hdr, meta.tf, pass, meta.hs.epoch);
-            mode.apply(hdr, meta.tf, pass, meta.hs.epoch);
-            chunk.apply(hdr, meta.tf, pass, meta.hs.epoch);
+        // applies a table in one place.) Ingress gives a reset pass its epoch.
+        if (meta.bridge.pass == pass_t.NONE || meta.bridge.pass == pass_t.RESET) {
+            slot_epoch.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
+            mode.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
+            chunk.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
         }
-        if (pass == pass_t.RESET) {
+        if (meta.bridge.pass == pass_t.RESET) {
             // Nothing is counted or sent: Replies retries the contribution.
-        } else if (pass != pass_t.NONE) {
+        } else if (meta.bridge.pass != pass_t.NONE) {
             // The HySync header is already the RESULT; its round names the bank.
             meta.tf.bank = hdr.hysync.round[0:0];
             meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
                                                       hdr.hysync.quorum});
-            if (pass == pass_t.ASYNC) {
+            if (meta.bridge.pass == pass_t.ASYNC) {
                 // An async round of its own: its lanes are the result, kept for resends.
                 meta.tf.result_op = result_op_t.WRITE;
                 meta.tf.lane_op = tna_lane_op_t.WRITE;
             } else {
-                if (pass == pass_t.CLOSE) {
+                if (meta.bridge.pass == pass_t.CLOSE) {
                     meta.tf.result_op = result_op_t.WRITE;
                 }
 #if __TARGET_TOFINO__ != 2
@@ -194,7 +192,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             }
         } else {
             meta.tf.stale_epoch = false;
-            if (meta.tf.stored_epoch != meta.hs.epoch) {
+            if (meta.tf.epoch_differs == 1) {
                 // Another install used the slot last: every register below only reads.
                 meta.tf.stale_epoch = true;
                 meta.tf.open = false;
@@ -237,9 +235,9 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             member_seq.apply(hdr, meta.tf);
             count.apply(hdr, meta.tf);
 
-            // ---- 6. the verdict (protocol.md §4 steps 9-10), before the lanes need it
-            meta.hs.out_round = meta.tf.cur;
-            meta.hs.out_chunk = hdr.hysync.chunk;
+            // ---- 6. the verdict (protocol.md §4 steps 9-10), before the lanes need it. The
+            // header keeps the contribution's round (the open one, or r for an ACK or a
+            // resend) and chunk unless a RESYNC says otherwise.
             meta.hs.out_reason = RESYNC_NONE;
             meta.tf.bank = meta.tf.cur[0:0];
             if (meta.tf.stale_epoch) {
@@ -248,12 +246,11 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
                 resync_header(RESYNC_NOT_JOINED);
             } else if (meta.tf.async_path) {
-                if (meta.tf.stored_seq == meta.tf.seq_key) {
+                if (meta.tf.counted == 1) {
                     // A retransmission of a counted contribution.
                     drop_verdict(verdict_t.ACK, DROP_DUPLICATE, member_counter_t.DUPLICATES);
-                    meta.hs.out_round = hdr.hysync.round;
                     meta.hs.out_count = 0;
-                    meta.hs.out_bitmap = 0;
+                    hdr.hysync.bitmap = 0;
                 } else if (meta.tf.join) {
                     // A JOIN never makes an async round of its own.
                     drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
@@ -263,30 +260,30 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     // second pass takes the round number and stores the result.
                     verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     meta.hs.out_count = 1;
-                    meta.hs.out_bitmap = meta.tf.me;
+                    hdr.hysync.bitmap = meta.tf.me;
                 }
             } else if (meta.tf.open_sync) {
                 if (!meta.tf.fresh && meta.tf.stored_chunk != hdr.hysync.chunk) {
                     drop_verdict(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH,
                                  member_counter_t.NONE);
                     resync_header(RESYNC_CHUNK_MISMATCH);
-                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    hdr.hysync.bitmap = meta.tf.stored_bits;
                     meta.hs.out_count = meta.tf.count_out[7:0];
                 } else if (meta.tf.fresh) {
                     // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
                     meta.tf.lane_op = tna_lane_op_t.WRITE;
                     meta.hs.out_count = meta.tf.count_out[7:0];
-                    meta.hs.out_bitmap = meta.tf.me;
+                    hdr.hysync.bitmap = meta.tf.me;
                     if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     } else {
                         verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
                     }
-                } else if (meta.tf.stored_seq == meta.tf.seq_key) {
+                } else if (meta.tf.counted == 1) {
                     // Counted before: a duplicate, unless the quorum shrank under the round
                     // (an exclusion) and this retransmission closes it with the lanes it holds.
                     meta.hs.out_count = meta.tf.count_out[7:0];
-                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    hdr.hysync.bitmap = meta.tf.stored_bits;
                     if (meta.tf.count_out < 0) {
                         drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
                                      member_counter_t.DUPLICATES);
@@ -302,7 +299,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 } else {
                     meta.tf.lane_op = tna_lane_op_t.ADD;
                     meta.hs.out_count = meta.tf.count_out[7:0];
-                    meta.hs.out_bitmap = meta.tf.stored_bits | meta.tf.me;
+                    hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
                     if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     } else {
@@ -315,17 +312,16 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 meta.tf.result_op = result_op_t.READ;
                 meta.tf.lane_op = tna_lane_op_t.READ;
                 meta.tf.bank = hdr.hysync.round[0:0];
-                meta.hs.out_round = hdr.hysync.round;
             } else {
                 // Older, or ahead of the switch.
                 drop_verdict(verdict_t.STALE, DROP_STALE, member_counter_t.STALE);
-                if (meta.tf.stored_seq == meta.tf.seq_key) {
+                if (meta.tf.counted == 1) {
                     resync_header(RESYNC_STALE_COUNTED);   // counted, but its result is gone
                 } else {
                     resync_header(RESYNC_STALE_ROUND);
                 }
                 if (meta.tf.latched != 0) {
-                    meta.hs.out_bitmap = meta.tf.stored_bits;
+                    hdr.hysync.bitmap = meta.tf.stored_bits;
                     meta.hs.out_count = meta.tf.count_out[7:0];
                 }
             }
@@ -339,7 +335,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             hdr.hysync.mode = meta.tf.res_packed[15:8];
             hdr.hysync.quorum = meta.tf.res_packed[7:0];
             mine_bit.apply();
-            if (meta.tf.mine == 0) {
+            if (meta.tf.stored_bits == 0) {
                 meta.hs.member_counter = member_counter_t.LATE;
             } else {
                 meta.hs.member_counter = member_counter_t.DUPLICATES;

@@ -21,14 +21,14 @@ control Replies(inout headers_t hdr,
                 inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                 inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
-    // §5: version, job_id, worker_id and slot stay those of the contribution. A resend's
-    // count, bitmap, chunk, mode and quorum are already in the header (ResultHeader).
+    // §5: version, job_id, worker_id and slot stay those of the contribution. Round, chunk
+    // and bitmap are already in the header (Aggregation writes them; a resend's count,
+    // mode and quorum too, from ResultHeader).
     // A RESULT for the job's group: no flags.
     @hidden action write_result() {
         hdr.hysync.op = OP_RESULT;
         hdr.hysync.flags = 0;
         hdr.hysync.reason = meta.hs.out_reason;
-        hdr.hysync.round = meta.hs.out_round;
     }
 
     // A reply to the sender: its own flag bits, the transmission number kept (§4 Replies).
@@ -36,15 +36,12 @@ control Replies(inout headers_t hdr,
         hdr.hysync.op = op;
         hdr.hysync.flags[2:0] = own;
         hdr.hysync.reason = meta.hs.out_reason;
-        hdr.hysync.round = meta.hs.out_round;
     }
 
     @hidden action write_state() {
         hdr.hysync.mode = meta.hs.out_mode;
         hdr.hysync.quorum = meta.hs.out_quorum;
         hdr.hysync.count = meta.hs.out_count;
-        hdr.hysync.chunk = meta.hs.out_chunk;
-        hdr.hysync.bitmap = meta.hs.out_bitmap;
     }
 
     // RESYNC and ACK are the 24-byte header alone.
@@ -81,12 +78,20 @@ control Replies(inout headers_t hdr,
 
     // Into the second pass through this pipe's recirculation port; egress is bypassed and
     // the bridge header tells the second pass what to do.
-    @hidden action recirculate(pass_t pass, PortId_t sender) {
+    // The bridge keeps the contribution's port (parser.p4).
+    @hidden action recirculate(pass_t pass) {
         meta.bridge.setValid();
         meta.bridge.pass = pass;
-        meta.bridge.ingress_port = sender;
         meta.bridge.mcast_grp = meta.hs.mcast_grp;
-        meta.bridge.epoch = meta.hs.epoch;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    // Another install's slot: the reset pass takes the job's epoch in the contribution's
+    // bitmap, a field the switch ignores in a contribution.
+    @hidden action recirculate_to_reset() {
+        hdr.hysync.bitmap = meta.hs.epoch;
+        meta.bridge.setValid();
+        meta.bridge.pass = pass_t.RESET;
         ig_tm_md.bypass_egress = 1;
     }
 
@@ -116,43 +121,37 @@ control Replies(inout headers_t hdr,
     }
 
     apply {
-        // The contribution's port: a retry pass comes from the recirculation port.
-        PortId_t sender = ig_intr_md.ingress_port;
-        pass_t pass = pass_t.NONE;
-        if (meta.bridge.isValid()) {
-            sender = meta.bridge.ingress_port;
-            pass = meta.bridge.pass;
-        }
-        if (pass == pass_t.RESET) {
-            // The slot is the new install's now: the contribution again, from the start.
-            recirculate(pass_t.RETRY, sender);
+        // Replies go to the bridge's port: a retry pass comes from the recirculation port.
+        if (meta.bridge.pass == pass_t.RESET) {
+            // The slot is the new install's now: the contribution again, as a first pass.
+            recirculate(pass_t.NONE);
             recirc_port.apply();
-        } else if (pass == pass_t.CLOSE || pass == pass_t.ASYNC) {
+        } else if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.ASYNC) {
             // Second pass: the RESULT is complete; send it on as the first pass would have.
             to_group(meta.bridge.mcast_grp);
             if (meta.bridge.mcast_grp == 0) {
                 drop();
             }
-        } else if (pass == pass_t.RESEND) {
-            to_sender(sender);
+        } else if (meta.bridge.pass == pass_t.RESEND) {
+            to_sender(meta.bridge.ingress_port);
         } else if (meta.tf.stale_epoch) {
-            recirculate(pass_t.RESET, sender);
+            recirculate_to_reset();
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
             write_state();
             if (meta.tf.async_path) {
-                recirculate(pass_t.ASYNC, sender);
+                recirculate(pass_t.ASYNC);
             } else {
-                recirculate(pass_t.CLOSE, sender);
+                recirculate(pass_t.CLOSE);
             }
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_reply(OP_RESULT, FLAG_RESEND[2:0]);
 #if __TARGET_TOFINO__ == 2
-            to_sender(sender);
+            to_sender(meta.bridge.ingress_port);
 #else
-            recirculate(pass_t.RESEND, sender);   // the even lanes come in the second pass
+            recirculate(pass_t.RESEND);   // the even lanes come in the second pass
             recirc_port.apply();
 #endif
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
@@ -161,12 +160,12 @@ control Replies(inout headers_t hdr,
             write_reply(OP_RESYNC, 0);
             write_state();
             strip_lanes();
-            to_sender(sender);
+            to_sender(meta.bridge.ingress_port);
         } else if (meta.hs.verdict == verdict_t.ACK) {
             write_reply(OP_ACK, 0);
             write_state();
             strip_lanes();
-            to_sender(sender);
+            to_sender(meta.bridge.ingress_port);
         } else {
             drop();
         }

@@ -52,12 +52,13 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
         }
     };
 
-    RegisterAction<round_epoch_t, slot_index_t, epoch_t>(round) reset_register_action = {
-        void apply(inout round_epoch_t value, out epoch_t before) {
-            before = value.epoch;
+    RegisterAction<round_epoch_t, slot_index_t, bit<8>>(round) reset_register_action = {
+        void apply(inout round_epoch_t value, out bit<8> differs) {
+            differs = 0;
             if (value.epoch != epoch) {
                 value.epoch = epoch;
                 value.round = 0;
+                differs = 1;
             }
         }
     };
@@ -75,7 +76,7 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
     }
 
     @hidden action reset_action() {
-        tf.stored_epoch = reset_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.epoch_differs = reset_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     apply {
@@ -92,15 +93,18 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
 }
 
 // slot_epoch[s]: the install that used the slot last (protocol.md §4 step 8). Read by
-// every first pass and compared with the job's epoch after this stage; written by a reset
+// every first pass, which learns whether it differs from the job's epoch; written by a reset
 // pass. It mirrors the round register's epoch half, which the first pass cannot compare:
 // the round is read in the stage where the jobs table, which knows the epoch, is looked up.
 control SlotEpoch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
     Register<epoch_t, slot_index_t>(SLOT_CELLS) slot_epoch;
 
-    RegisterAction<epoch_t, slot_index_t, epoch_t>(slot_epoch) read_register_action = {
-        void apply(inout epoch_t value, out epoch_t read_value) {
-            read_value = value;
+    RegisterAction<epoch_t, slot_index_t, bit<8>>(slot_epoch) read_register_action = {
+        void apply(inout epoch_t value, out bit<8> differs) {
+            differs = 0;
+            if (value != epoch) {
+                differs = 1;
+            }
         }
     };
 
@@ -111,7 +115,7 @@ control SlotEpoch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in 
     };
 
     @hidden action read_action() {
-        tf.stored_epoch = read_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.epoch_differs = read_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     @hidden action write_action() {
@@ -177,7 +181,7 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in 
     apply {
         if (pass == pass_t.RESET) {
             // The first reset pass of an install: nothing latched in the new epoch.
-            if (tf.stored_epoch != epoch) {
+            if (tf.epoch_differs == 1) {
                 clear_action();
             }
         } else if (tf.open && !tf.desired_async && !tf.join) {
@@ -236,7 +240,7 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in
     // The same packets as ModeLatch's latch and clear: both tags always name the same round.
     apply {
         if (pass == pass_t.RESET) {
-            if (tf.stored_epoch != epoch) {
+            if (tf.epoch_differs == 1) {
                 clear_action();
             }
         } else if (tf.open && !tf.desired_async && !tf.join) {
@@ -304,25 +308,33 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
 control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
     Register<bit<32>, member_index_t>(MEMBER_SEQ_CELLS) member_seq;
 
-    RegisterAction<bit<32>, member_index_t, bit<32>>(member_seq) swap_register_action = {
-        void apply(inout bit<32> value, out bit<32> before) {
-            before = value;
+    // Each answers 1 if the cell held the key (counted before), else 0: a flag, where the
+    // old value would take a 32-bit PHV container for one comparison.
+    RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) swap_register_action = {
+        void apply(inout bit<32> value, out bit<8> counted) {
+            counted = 0;
+            if (value == tf.seq_key) {
+                counted = 1;
+            }
             value = tf.seq_key;
         }
     };
 
-    RegisterAction<bit<32>, member_index_t, bit<32>>(member_seq) read_register_action = {
-        void apply(inout bit<32> value, out bit<32> before) {
-            before = value;
+    RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) read_register_action = {
+        void apply(inout bit<32> value, out bit<8> counted) {
+            counted = 0;
+            if (value == tf.seq_key) {
+                counted = 1;
+            }
         }
     };
 
     @hidden action swap_action() {
-        tf.stored_seq = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
+        tf.counted = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
     }
 
     @hidden action read_action() {
-        tf.stored_seq = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
+        tf.counted = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
     }
 
     apply {
@@ -410,7 +422,7 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
         if (tf.open_sync && tf.fresh) {
             start_action();
         } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
-            if (tf.stored_seq == tf.seq_key) {
+            if (tf.counted == 1) {
                 duplicate_action();
             } else {
                 join_action();
