@@ -141,25 +141,26 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         prepare();
         key_member_seq();
         round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
-        if (meta.bridge.pass == pass_t.NONE) {
-            // Tofino assigns no comparison to a bool: each flag is a branch.
-            meta.tf.open = false;
-            meta.tf.prev = false;
-            meta.tf.desired_async = false;
-            meta.tf.join = false;
-            if (hdr.hysync.round == meta.tf.cur) {
-                meta.tf.open = true;
-            }
-            // The round before round 0 closed in no epoch (v1model's res_valid).
-            if (meta.tf.r_plus_1 == meta.tf.cur && meta.tf.cur != 0) {
-                meta.tf.prev = true;
-            }
-            if (meta.hs.desired_mode == MODE_ASYNC) {
-                meta.tf.desired_async = true;
-            }
-            if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
-                meta.tf.join = true;
-            }
+        // The first pass's flags, computed on every pass: a gateway that also tested the
+        // pass would compare more PHV bytes than one gateway can (Tofino 2 refused it). A
+        // second pass reads none of them.
+        // Tofino assigns no comparison to a bool: each flag is a branch.
+        meta.tf.open = false;
+        meta.tf.prev = false;
+        meta.tf.desired_async = false;
+        meta.tf.join = false;
+        if (hdr.hysync.round == meta.tf.cur) {
+            meta.tf.open = true;
+        }
+        // The round before round 0 closed in no epoch (v1model's res_valid).
+        if (meta.tf.r_plus_1 == meta.tf.cur && meta.tf.cur != 0) {
+            meta.tf.prev = true;
+        }
+        if (meta.hs.desired_mode == MODE_ASYNC) {
+            meta.tf.desired_async = true;
+        }
+        if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
+            meta.tf.join = true;
         }
         // ---- 2. the slot's install and the latches. A first pass reads the install and
         // latches the mode when it opens the round; the latches act before the epoch is
