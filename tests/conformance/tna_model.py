@@ -105,8 +105,8 @@ class TnaModelPipeline(Pipeline):
     def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
                      nbytes: int) -> tuple[int, int, bytes] | None:
         version, job, w, s, r, chunk, members, group, epoch = admitted
-        join = payload[wire.FIELD_OFFSET["flags"]] & Flag.JOIN
-        echo = payload[wire.FIELD_OFFSET["flags"]] & wire.TX_MASK
+        flags = payload[wire.FIELD_OFFSET["flags"]]
+        join, echo = flags & Flag.JOIN, flags & wire.TX_MASK   # replies echo the tx number
         desired_mode, desired_quorum = self._desired_mode(job, s)
         desired = LATCHED | desired_mode << 8 | desired_quorum
         me, member = 1 << w, job * wire.MAX_WORKERS + w
@@ -171,10 +171,7 @@ class TnaModelPipeline(Pipeline):
         # 6. The verdict.
         head = [version, Op.RESULT, 0, mode, job, w, 0, s, 0, quorum, cur, chunk, 0]
         if not_joined:
-            self._drop(job, DropReason.NOT_JOINED, nbytes)
-            head[2] = echo
-            return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, cur, stored_chunk,
-                                              0, 0)
+            return self._not_joined_tna(head, echo, stored_chunk, nbytes)
         if async_path:
             if duplicate:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
@@ -182,10 +179,7 @@ class TnaModelPipeline(Pipeline):
                 head[1], head[2], head[6], head[10], head[12] = Op.ACK, echo, 0, r, 0
                 return REPLY, 0, _HDR.pack(*head)
             if join:   # a JOIN never makes an async round of its own
-                self._drop(job, DropReason.NOT_JOINED, nbytes)
-                head[2] = echo
-                return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, cur,
-                                                  stored_chunk, 0, 0)
+                return self._not_joined_tna(head, echo, stored_chunk, nbytes)
             self._contributions.count(member, nbytes)
             self._closes.count(member, nbytes)
             head[6], head[12] = 1, me
@@ -194,8 +188,7 @@ class TnaModelPipeline(Pipeline):
         if open_sync:
             if not chunk_ok:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
-                head[2] = echo
-                return REPLY, 0, self._resync_tna(head, ResyncReason.CHUNK_MISMATCH, cur,
+                return REPLY, 0, self._resync_tna(head, ResyncReason.CHUNK_MISMATCH, echo,
                                                   stored_chunk, stored_bits, stored_count)
             bank = 2 * s + (cur & 1)
             if fresh:
@@ -234,16 +227,21 @@ class TnaModelPipeline(Pipeline):
         self._stale.count(member, nbytes)
         reason = (ResyncReason.STALE_COUNTED if duplicate else ResyncReason.STALE_ROUND)
         under_way = latched != 0
-        head[2] = echo
-        return REPLY, 0, self._resync_tna(head, reason, cur, stored_chunk,
+        return REPLY, 0, self._resync_tna(head, reason, echo, stored_chunk,
                                           stored_bits if under_way else 0,
                                           stored_count if under_way else 0)
 
-    def _resync_tna(self, head: list[int], reason: int, cur: int, chunk: int, bits: int,
+    def _resync_tna(self, head: list[int], reason: int, echo: int, chunk: int, bits: int,
                     count: int) -> bytes:
-        head[1], head[8], head[10], head[11], head[12] = Op.RESYNC, reason, cur, chunk, bits
+        """A RESYNC of the open round head[10] = cur, echoing the transmission number."""
+        head[1], head[2], head[8], head[11], head[12] = Op.RESYNC, echo, reason, chunk, bits
         head[6] = count & 0xFF
         return _HDR.pack(*head)
+
+    def _not_joined_tna(self, head: list[int], echo: int, chunk: int,
+                        nbytes: int) -> tuple[int, int, bytes]:
+        self._drop(head[4], DropReason.NOT_JOINED, nbytes)
+        return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, echo, chunk, 0, 0)
 
     def _close_first_pass(self, s: int, head: list[int], bank: int, group: int, member: int,
                           nbytes: int) -> tuple[int, int, bytes] | None:

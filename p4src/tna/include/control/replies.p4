@@ -88,11 +88,8 @@ control Replies(inout headers_t hdr,
 
     // Another install's slot: the reset pass takes the job's epoch in the contribution's
     // bitmap, a field the switch ignores in a contribution.
-    @hidden action recirculate_to_reset() {
+    @hidden action carry_epoch() {
         hdr.hysync.bitmap = meta.hs.epoch;
-        meta.bridge.setValid();
-        meta.bridge.pass = pass_t.RESET;
-        ig_tm_md.bypass_egress = 1;
     }
 
     // The recirculation port of the pipe the packet arrived on (the port's top two bits).
@@ -135,7 +132,8 @@ control Replies(inout headers_t hdr,
         } else if (meta.bridge.pass == pass_t.RESEND) {
             to_sender(meta.bridge.ingress_port);
         } else if (meta.tf.stale_epoch) {
-            recirculate_to_reset();
+            carry_epoch();
+            recirculate(pass_t.RESET);
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
