@@ -76,10 +76,9 @@ struct headers_t {
 struct metadata_t {
     // Admission (steps 5-7): the job's configuration.
     bool             admitted;
-    slot_t           slot_base;
     slot_t           slot_count;
-    slot_t           slot_offset;     // slot - slot_base (wraps below the base)
-    slot_t           slot_top;        // max(slot_offset, slot_count)
+    slot_t           slot_below;      // slot_base - slot: <= 0 (signed) from the base on
+    slot_t           slot_room;       // slot_base + slot_count - slot: > 0 below the end
     count_t          members;         // active member count n
     mcast_group_t    mcast_grp;
     epoch_t          epoch;           // the install's epoch: a slot that differs starts afresh

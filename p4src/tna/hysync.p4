@@ -47,6 +47,7 @@ control HySyncIngress(inout headers_t hdr,
 
     Admission() admission;
     SyncMode() sync_mode;
+    Lanes() lanes;
     Aggregation() aggregation;
     Replies() replies;
     Forwarding() forwarding;
@@ -71,14 +72,14 @@ control HySyncIngress(inout headers_t hdr,
         meta.hs.flooded = false;
         meta.hs.verdict = verdict_t.NONE;
         meta.hs.member_counter = member_counter_t.NONE;
+        meta.hs.admitted = false;
 
-        // Aggregation and Replies are applied in one place: Tofino's next-table chains do not
-        // allow a table to be applied on two paths.
-        bool aggregate = false;
+        // The lanes first: a recirculated packet applies the lane op its first pass decided
+        // (docs/tofino.md, "Stages"); a first pass carries none.
+        lanes.apply(hdr, meta.bridge);
+
         if (meta.bridge.pass != pass_t.NONE) {
-            // Second pass of a close, an async contribution or a Tofino 1 resend, or a
-            // reset pass: no admission, nothing counted. (A retry pass is a first pass.)
-            aggregate = true;
+            // A later pass: no admission, nothing counted. (A retry pass is a first pass.)
             if (meta.bridge.pass == pass_t.RESET) {
                 meta.hs.epoch = hdr.hysync.bitmap;   // the install the slot now belongs to
             }
@@ -98,20 +99,21 @@ control HySyncIngress(inout headers_t hdr,
             // packet are not caught here (docs/tofino.md).
             drop(DROP_BAD_LENGTH);
         } else {
-            // 5-7. A member of a configured job, on one of the job's slots.
+            // 5-7. A member of a configured job, on one of the job's slots; 8. the mode the
+            // controller wants for this slot now (a lookup, made for every contribution).
             admission.apply(hdr, meta.hs);
+            sync_mode.apply(hdr, meta.hs);
             if (!meta.hs.admitted) {
                 ig_dprsr_md.drop_ctl = 1;
-            } else {
-                // 8. The mode the controller wants for this slot now.
-                sync_mode.apply(hdr, meta.hs);
-                aggregate = true;
             }
         }
-        if (aggregate) {
-            // 8-10. Latch, classify, count; accumulate or read the lanes.
+        // 8-10. Every HySync packet, so that the round register is read in the first stage
+        // whatever admission decides: latch, classify, count (an admitted first pass, or a
+        // later pass); the RESULT / RESYNC / ACK the verdict calls for, or the next pass.
+        // Aggregation and Replies are applied in one place: Tofino's next-table chains do
+        // not allow a table to be applied on two paths.
+        if (hdr.hysync.isValid()) {
             aggregation.apply(hdr, meta);
-            // The RESULT / RESYNC / ACK the verdict calls for, or a second pass.
             replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
         }
 

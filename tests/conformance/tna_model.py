@@ -12,6 +12,16 @@ model) runs that.
 recirculation took no time), or later, so that a test can put packets between a close's
 two passes (the window of docs/tofino.md, difference 2).
 
+On the switch the lanes act one pass after the decision (a close's sums are made in its
+CLOSE pass, a resend's read in its RESEND pass, an absorbed contribution's add in an
+ABSORB pass). The model applies each lane op when it decides it. That is the same: the
+lane passes go through the pipe's one recirculation queue in the order their first passes
+decided them, and no packet decided after a close's first pass touches that bank before
+the close's next pass (its round refuses it with the CLOSING mark, and the bank's next
+round cannot open before the advance), nor one decided after a resend's first pass
+(the bank's next round needs a close decided after it). Tofino 1's extra pass for the even
+lanes of a close or a resend is one more recirculation of the same kind.
+
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and
 takes a *reset pass* (the round, tagged with its epoch, back to 0 and the latches

@@ -29,9 +29,12 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
     // Jobs: slot range, active member count, multicast group and install epoch of the
     // job. The count's P4Info name is "members" (§8); in P4 it would shadow the table
     // above.
+    // base - slot is computed here, from the entry's base: on Tofino a separate action
+    // would take a stage of its own (and Tofino subtracts action data only from it, never
+    // it from a field).
     action set_job(slot_t slot_base, slot_t slot_count, @name("members") count_t n,
                    mcast_group_t mcast_grp, epoch_t epoch) {
-        meta.slot_base = slot_base;
+        meta.slot_below = slot_base - hdr.hysync.slot;
         meta.slot_count = slot_count;
         meta.members = n;
         meta.mcast_grp = mcast_grp;
@@ -57,16 +60,13 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
         meta.drop_reason = reason;
     }
 
-    // The slot's offset in the job's range, and max(offset, count): the offset is in range
-    // iff the max is not the offset. A slot below the base wraps to an offset above any
-    // range (base + count <= NUM_SLOTS). Written this way because a Tofino gateway compares
-    // two fields for equality only (on v1model it is the same test).
-    @hidden action slot_offset() {
-        meta.slot_offset = hdr.hysync.slot - meta.slot_base;
-    }
-
-    @hidden action slot_top() {
-        meta.slot_top = meta.slot_offset > meta.slot_count ? meta.slot_offset : meta.slot_count;
+    // base + count - slot. The slot is in the job's range iff base - slot <= 0 and
+    // base + count - slot > 0, as signed 16-bit numbers (exact: slot, base and
+    // base + count are below NUM_SLOTS there). Written this way because a Tofino gateway
+    // compares a field with a constant, or two fields for equality, nothing else; on
+    // v1model it is the same test.
+    @hidden action slot_room() {
+        meta.slot_room = meta.slot_below + meta.slot_count;
     }
 
     apply {
@@ -76,9 +76,10 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
         } else if (!jobs.apply().hit) {
             reject(DROP_NO_JOB);                               // 6. no job entry
         } else {
-            slot_offset();
-            slot_top();
-            if (meta.slot_top == meta.slot_offset || hdr.hysync.slot >= NUM_SLOTS) {
+            slot_room();
+            if (hdr.hysync.slot >= NUM_SLOTS
+                || (meta.slot_below != 0 && meta.slot_below[15:15] == 0)   // slot < base
+                || meta.slot_room == 0 || meta.slot_room[15:15] == 1) {    // slot >= base + count
                 reject(DROP_SLOT_RANGE);                       // 7. not the job's slot
             }
         }

@@ -12,9 +12,12 @@
 // Register and counter indexes as wide as their arrays: a wider index costs hash bits.
 typedef bit<13> slot_index_t;       // NUM_SLOTS = 8192 slots
 typedef bit<14> bank_index_t;       // 2 * slot + bank (LANE_BANK_CELLS)
-typedef bit<18> member_index_t;     // slot * 32 + worker (MEMBER_SEQ_CELLS)
+typedef bit<16> member_index_t;     // slot * 8 + worker % 8 (MEMBER_SEQ_PART_CELLS)
 typedef bit<13> member_cell_t;           // job * 32 + worker (MEMBER_COUNTER_CELLS)
 typedef bit<12> drop_counter_index_t;    // job * 16 + reason (DROP_COUNTER_CELLS)
+
+// member_seq in four registers of eight workers (slot_registers.p4, MemberSeq).
+#define MEMBER_SEQ_PART_CELLS (MEMBER_SEQ_CELLS / 4)
 
 // FOR_EACH_HALF_PAIR(X) expands X(p) for p = 0..LANES/4-1: pair p of a half holds its
 // lanes 2p and 2p+1; the low half holds lanes 0..31, the high half lanes 32..63.
@@ -61,14 +64,37 @@ const bit<7> RECIRC_PORT_IN_PIPE = 68;
 
 // What a packet's pass is for; carried in the bridge header. A recirculated packet with
 // NONE is a retry: the contribution again after a reset pass, as a first pass.
+//
+// The lanes act one pass after the decision (docs/tofino.md, "Stages"): the first pass
+// decides, and a pass through the recirculation port applies the lane op the bridge
+// carries in the pipe's first eight stages, before anything else. The recirculation port
+// is one queue, so lane ops reach the banks in the order their first passes decided them.
 enum bit<8> pass_t {
-    NONE = 0,            // a first pass; or, in a packet for egress, no second pass
-    CLOSE = 1,           // recirculated close: advance the round, store the result header
-    RESEND = 2,          // recirculated resend (Tofino 1): read the even lanes
-    ASYNC = 3,           // recirculated async contribution: take a round number, store it
-    RESET = 4            // a contribution met another install's epoch: reset the slot (the
+    NONE = 0,            // a first pass; or, in a packet for egress, no next pass
+    ABSORB = 1,          // an absorbed contribution's lane op (write / add); nothing goes out
+    CLOSE = 2,           // a close's lane op (add / write / read), the round's advance and
+                         // the result header; then the RESULT (Tofino 1: a SEND_GROUP pass
+                         // for the even lanes first)
+    RESEND = 3,          // a resend's read of the bank; then the RESULT back to the sender
+                         // (Tofino 1: a SEND_BACK pass for the even lanes first)
+    ASYNC = 4,           // an async contribution takes a round number and stores the result
+                         // header; a SEND_GROUP pass writes its bank
+    SEND_GROUP = 5,      // a lane op (Tofino 1: the even lanes; async: the write), then the
+                         // RESULT to the job's group
+    SEND_BACK = 6,       // Tofino 1: a resend's even lanes, then back to the sender
+    RESET = 7            // a contribution met another install's epoch: reset the slot (the
                          // epoch rides in the contribution's bitmap field, which the switch
                          // ignores in a contribution)
+}
+
+// What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
+// operations that Tofino's one-output stateful ALU needs).
+enum bit<4> tna_lane_op_t {
+    NONE = 0,
+    WRITE = 1,           // first contribution of a round: bank = lanes
+    ADD = 2,             // later contributions: bank += lanes
+    READ = 3,            // a resend or a close without new lanes: lanes = bank
+    READ_EVEN = 4        // Tofino 1, the pass after: the even lanes of the pair
 }
 
 // Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
@@ -84,16 +110,9 @@ header bridge_h {
     bit<7>   _pad2;
     bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
     bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
-}
-
-// What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
-// operations that Tofino's one-output stateful ALU needs).
-enum bit<4> tna_lane_op_t {
-    NONE = 0,
-    WRITE = 1,           // first contribution of a round: bank = lanes
-    ADD = 2,             // later contributions: bank += lanes
-    READ = 3,            // a resend or a close without new lanes: lanes = bank
-    READ_EVEN = 4        // Tofino 1, second pass: the even lanes of the pair
+    bit<4>   _pad3;
+    tna_lane_op_t lane_op;      // what the next pass's lanes do, with the bank of the
+                                // header's round (the contribution's, or the async one's)
 }
 
 // What ResultHeader does with res_* on this pass.
@@ -135,7 +154,10 @@ const int<32> CLOSING = (int<32>) 32w0x80000000;
 // control or by the plan in aggregation.p4, and read by later stages.
 struct tna_metadata_t {
     round_t       cur;           // round[s] as the round register holds it
-    round_t       r_plus_1;      // hdr.round + 1: "r == cur - 1" is "r + 1 == cur"
+    round_t       r_plus_1;      // hdr.round + 1: the chunk latch's tag
+    round_t       diff;          // hdr.round - cur: 0 is the open round, -1 the one before
+                                 // (a gateway compares a field with a constant, cheaply)
+    bool          last_round;    // hdr.round == 2^32 - 1: cur = round + 1 is 0, no close
     bool          open;          // hdr.round == cur
     bool          prev;          // hdr.round == cur - 1, cur != 0 (a round closed before)
     bool          join;          // the contribution has flag JOIN
@@ -161,8 +183,6 @@ struct tna_metadata_t {
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum
-    bit<1>        bank;          // the bank of this pass: lanes index 2 * slot + bank
-    tna_lane_op_t lane_op;
     result_op_t   result_op;
 }
 

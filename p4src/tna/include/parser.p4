@@ -21,11 +21,13 @@ parser HySyncIngressParser(packet_in packet,
         }
     }
 
-    // A packet from a port: its pass and its sender's port, where the controls read them
-    // for every packet (the parser writes them for free; an action would cost a stage).
+    // A packet from a port: its pass, its sender's port and no lane op, where the controls
+    // read them for every packet (the parser writes them for free; an action would cost a
+    // stage).
     state first_pass {
         meta.bridge.pass = pass_t.NONE;
         meta.bridge.ingress_port = ig_intr_md.ingress_port;
+        meta.bridge.lane_op = tna_lane_op_t.NONE;
         transition parse_ethernet;
     }
 

@@ -2,19 +2,22 @@
 // p4src/v1model/include/control/aggregation.p4, laid out over the stages so that every
 // register is touched once per pass (slot_registers.p4). The plan, in pipeline order:
 //
-//   first pass of a contribution
-//     1. Round         cur = round[s]; open (r == cur) or prev (r == cur - 1)
+//   first pass of a contribution (any HySync packet reads; only an admitted one writes)
+//     1. Round         cur = round[s]; diff = r - cur: open (0) or prev (-1)
 //     2. SlotEpoch     the install that used the slot last: another one -> reset pass
 //        ModeLatch     latch mode/quorum if this contribution opens the round, else read
 //        ChunkLatch    the same for the chunk
 //     3. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
-//     5. Lanes         write / add / read the bank of the round
-//     6. verdict       what Replies sends; every close and a Tofino 1 resend recirculate
-//   second pass (recirculated close, async contribution, or Tofino 1 resend)
-//     1. Round         close: advance round[s]; async: take round[s]++ as the result's round
-//        ResultHeader  close, async: store res_*
-//     5. Lanes         async: write the bank; Tofino 1 close or resend: read the even lanes
+//     5. verdict       what Replies sends, and the lane op (write / add / read) that the
+//                      next pass applies: every lane op and every close recirculate
+//   the next pass (recirculated; the lanes act first, in stages 0-7, from the bridge)
+//     ABSORB           an absorbed contribution's lane op, then dropped
+//     CLOSE            Round advances round[s]; ResultHeader stores res_*; the RESULT
+//     RESEND           the stored lanes; the RESULT back to the sender
+//     ASYNC            Round takes round[s]++ as the result's round; ResultHeader; its
+//                      SEND_GROUP pass writes the bank
+//     SEND_GROUP/BACK  Tofino 1, after CLOSE / RESEND: the even lanes (the async write)
 //   reset pass (a contribution that met another install's epoch), then a retry pass
 //     1. Round         round 0 of the new epoch, unless a reset pass of it came first
 //     2. SlotEpoch     the new epoch;  ModeLatch, ChunkLatch  cleared (first reset only)
@@ -32,10 +35,12 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     ModeLatch() mode;
     ChunkLatch() chunk;
     Bitmap() bitmap;
-    MemberSeq() member_seq;
+    MemberSeq(0) member_seq_0;
+    MemberSeq(1) member_seq_1;
+    MemberSeq(2) member_seq_2;
+    MemberSeq(3) member_seq_3;
     Count() count;
     ResultHeader() result;
-    Lanes() lanes;
 
     // w's bit. Tofino has no shift by a variable amount: one row per worker id.
     @hidden action set_me(bitmap_t me) {
@@ -67,8 +72,13 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     @hidden action prepare() {
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
         meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
-        meta.tf.lane_op = tna_lane_op_t.NONE;
         meta.tf.result_op = result_op_t.NONE;
+    }
+
+    // The contribution's round against the open one, as one field a gateway compares with
+    // constants (a gateway comparing two 32-bit fields takes more input than it has).
+    @hidden action difference() {
+        meta.tf.diff = hdr.hysync.round - meta.tf.cur;
     }
 
     @hidden action key_member_seq() {
@@ -135,25 +145,32 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         bit<8> latched_mode;
         quorum_t latched_quorum;
 
-        // ---- 1. indexes, the open round (a second pass advances it or takes a number; a
-        // reset pass starts it afresh)
+        // ---- 1. indexes, the open round (a CLOSE pass advances it, an ASYNC pass takes a
+        // number; a reset pass starts it afresh). Every HySync packet reads it, admitted or
+        // not (a read changes nothing), so that it needs no stage after admission.
         worker_bit.apply();
         prepare();
         key_member_seq();
         round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
+        difference();
         // The first pass's flags, computed on every pass: a gateway that also tested the
         // pass would compare more PHV bytes than one gateway can (Tofino 2 refused it). A
-        // second pass reads none of them.
+        // later pass reads none of them.
         // Tofino assigns no comparison to a bool: each flag is a branch.
         meta.tf.open = false;
         meta.tf.prev = false;
+        meta.tf.last_round = false;
         meta.tf.desired_async = false;
         meta.tf.join = false;
-        if (hdr.hysync.round == meta.tf.cur) {
+        if (hdr.hysync.round == 0xFFFFFFFF) {
+            meta.tf.last_round = true;
+        }
+        if (meta.tf.diff == 0) {
             meta.tf.open = true;
         }
-        // The round before round 0 closed in no epoch (v1model's res_valid).
-        if (meta.tf.r_plus_1 == meta.tf.cur && meta.tf.cur != 0) {
+        // r == cur - 1; the round before round 0 closed in no epoch (v1model's res_valid),
+        // and cur = r + 1 is 0 exactly when r is the last round.
+        if (meta.tf.diff == 0xFFFFFFFF && !meta.tf.last_round) {
             meta.tf.prev = true;
         }
         if (meta.hs.desired_mode == MODE_ASYNC) {
@@ -162,12 +179,13 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
             meta.tf.join = true;
         }
-        // ---- 2. the slot's install and the latches. A first pass reads the install and
-        // latches the mode when it opens the round; the latches act before the epoch is
-        // compared, and what they write for another install its reset pass clears. A reset
-        // pass writes the new install and clears the latches. (One apply site each: Tofino
-        // applies a table in one place.) Ingress gives a reset pass its epoch.
-        if (meta.bridge.pass == pass_t.NONE || meta.bridge.pass == pass_t.RESET) {
+        // ---- 2. the slot's install and the latches. An admitted first pass reads the
+        // install and latches the mode when it opens the round; the latches act before the
+        // epoch is compared, and what they write for another install its reset pass clears.
+        // A reset pass writes the new install and clears the latches. (One apply site each:
+        // Tofino applies a table in one place.) Ingress gives a reset pass its epoch.
+        if ((meta.bridge.pass == pass_t.NONE && meta.hs.admitted)
+            || meta.bridge.pass == pass_t.RESET) {
             slot_epoch.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
             mode.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
             chunk.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
@@ -175,23 +193,25 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (meta.bridge.pass == pass_t.RESET) {
             // Nothing is counted or sent: Replies retries the contribution.
         } else if (meta.bridge.pass != pass_t.NONE) {
-            // The HySync header is already the RESULT; its round names the bank.
-            meta.tf.bank = hdr.hysync.round[0:0];
+            // The HySync header is already the RESULT. The lanes of this pass have acted;
+            // what is set here is for the next pass, if there is one.
             meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
                                                       hdr.hysync.quorum});
             if (meta.bridge.pass == pass_t.ASYNC) {
-                // An async round of its own: its lanes are the result, kept for resends.
+                // An async round of its own: its lanes are the result, kept for resends in
+                // the bank of the round it took (now the header's).
+                hdr.hysync.round = meta.tf.cur;   // the number Round took
                 meta.tf.result_op = result_op_t.WRITE;
-                meta.tf.lane_op = tna_lane_op_t.WRITE;
-            } else {
-                if (meta.bridge.pass == pass_t.CLOSE) {
-                    meta.tf.result_op = result_op_t.WRITE;
-                }
+                meta.bridge.lane_op = tna_lane_op_t.WRITE;
+            } else if (meta.bridge.pass == pass_t.CLOSE) {
+                meta.tf.result_op = result_op_t.WRITE;
 #if __TARGET_TOFINO__ != 2
-                meta.tf.lane_op = tna_lane_op_t.READ_EVEN;
+                meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
+            } else if (meta.bridge.pass == pass_t.RESEND) {
+                meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
 #endif
             }
-        } else {
+        } else if (meta.hs.admitted) {
             meta.tf.stale_epoch = false;
             if (meta.tf.epoch_differs == 1) {
                 // Another install used the slot last: every register below only reads.
@@ -233,14 +253,16 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
 
             // ---- 3-4. contributors, member sequence, count and the close guard
             bitmap.apply(hdr, meta.tf);
-            member_seq.apply(hdr, meta.tf);
+            member_seq_0.apply(hdr, meta.tf);
+            member_seq_1.apply(hdr, meta.tf);
+            member_seq_2.apply(hdr, meta.tf);
+            member_seq_3.apply(hdr, meta.tf);
             count.apply(hdr, meta.tf);
 
-            // ---- 6. the verdict (protocol.md §4 steps 9-10), before the lanes need it. The
-            // header keeps the contribution's round (the open one, or r for an ACK or a
+            // ---- 5. the verdict (protocol.md §4 steps 9-10), and the lane op the next pass
+            // applies (in the bridge header). The header keeps the contribution's round (the open one, or r for an ACK or a
             // resend) and chunk unless a RESYNC says otherwise.
             meta.hs.out_reason = RESYNC_NONE;
-            meta.tf.bank = meta.tf.cur[0:0];
             if (meta.tf.stale_epoch) {
                 // Nothing counted, nothing sent: Replies takes the reset pass.
             } else if (meta.tf.not_joined) {
@@ -272,7 +294,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     meta.hs.out_count = meta.tf.count_out[7:0];
                 } else if (meta.tf.fresh) {
                     // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
-                    meta.tf.lane_op = tna_lane_op_t.WRITE;
+                    meta.bridge.lane_op = tna_lane_op_t.WRITE;
                     meta.hs.out_count = meta.tf.count_out[7:0];
                     hdr.hysync.bitmap = meta.tf.me;
                     if (meta.tf.count_out < 0) {
@@ -288,7 +310,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     if (meta.tf.count_out < 0) {
                         drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
                                      member_counter_t.DUPLICATES);
-                        meta.tf.lane_op = tna_lane_op_t.READ;
+                        meta.bridge.lane_op = tna_lane_op_t.READ;
                     } else {
                         drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE,
                                      member_counter_t.DUPLICATES);
@@ -298,7 +320,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     // a reply; the retransmission will be answered with the stored result.
                     drop_verdict(verdict_t.NONE, DROP_STALE, member_counter_t.LATE);
                 } else {
-                    meta.tf.lane_op = tna_lane_op_t.ADD;
+                    meta.bridge.lane_op = tna_lane_op_t.ADD;
                     meta.hs.out_count = meta.tf.count_out[7:0];
                     hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
                     if (meta.tf.count_out < 0) {
@@ -311,8 +333,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 // The round that closed last: its stored header and lanes, to the sender alone.
                 verdict(verdict_t.RESEND, member_counter_t.NONE);
                 meta.tf.result_op = result_op_t.READ;
-                meta.tf.lane_op = tna_lane_op_t.READ;
-                meta.tf.bank = hdr.hysync.round[0:0];
+                meta.bridge.lane_op = tna_lane_op_t.READ;
             } else {
                 // Older, or ahead of the switch.
                 drop_verdict(verdict_t.STALE, DROP_STALE, member_counter_t.STALE);
@@ -342,9 +363,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 meta.hs.member_counter = member_counter_t.DUPLICATES;
             }
         }
-
-        // ---- 5. the lanes
-        lanes.apply(hdr, meta.tf);
     }
 }
 

@@ -2,6 +2,12 @@
 // Tofino two lanes share one 64-bit register (SwitchML's pairing), so 64 lanes take 32
 // stateful ALUs: 8 stages of 4 on either chip.
 //
+// The lanes act in the pass after the one that decided (docs/tofino.md, "Stages"): their
+// op comes from the bridge header the recirculated packet carries and their bank from the
+// header's round (the contribution's, or the one an async pass took), parsed fields that
+// nothing before them computes, so they take the pipe's first eight stages while the
+// first-pass decision takes as many as it needs beside them.
+//
 // This is the one control that differs between the chips. A Tofino 2 stateful ALU returns
 // both halves of the pair; a Tofino 1 ALU returns one 32-bit word, so the first pass of a
 // close (or resend) returns the odd lanes and the second pass, which the close needs
@@ -52,14 +58,23 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         even = read_register_action.execute(slot ++ bank, odd);
     }
 
-    apply {
-        if (op == tna_lane_op_t.WRITE) {
-            write_action();
-        } else if (op == tna_lane_op_t.ADD) {
-            add_action();
-        } else if (op == tna_lane_op_t.READ) {
-            read_action();
+    @hidden table op_table {
+        key = {
+            op : exact;
         }
+        actions = {
+            write_action;
+            add_action;
+            read_action;
+            @defaultonly NoAction;
+        }
+        const entries = {
+            tna_lane_op_t.WRITE : write_action();
+            tna_lane_op_t.ADD : add_action();
+            tna_lane_op_t.READ : read_action();
+        }
+        const default_action = NoAction();
+        size = 4;
     }
 #else
     // One output word: the sum of the odd lane now, the even one in the second pass.
@@ -95,29 +110,45 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         even = read_even_register_action.execute(slot ++ bank);
     }
 
-    apply {
-        if (op == tna_lane_op_t.WRITE) {
-            write_action();
-        } else if (op == tna_lane_op_t.ADD) {
-            add_action();
-        } else if (op == tna_lane_op_t.READ) {
-            read_odd_action();
-        } else if (op == tna_lane_op_t.READ_EVEN) {
-            read_even_action();
+    @hidden table op_table {
+        key = {
+            op : exact;
         }
+        actions = {
+            write_action;
+            add_action;
+            read_odd_action;
+            read_even_action;
+            @defaultonly NoAction;
+        }
+        const entries = {
+            tna_lane_op_t.WRITE : write_action();
+            tna_lane_op_t.ADD : add_action();
+            tna_lane_op_t.READ : read_odd_action();
+            tna_lane_op_t.READ_EVEN : read_even_action();
+        }
+        const default_action = NoAction();
+        size = 4;
     }
 #endif
+
+    // One table per pair, its action chosen by the op: one logical table and one stateful
+    // ALU, where a chain of ifs costs a table per action and a gateway per test, and
+    // Tofino has 16 logical tables per stage (four pairs would not fit one stage).
+    apply {
+        op_table.apply();
+    }
 }
 
 // All 32 pairs, instantiated and applied from the one list of pair indices per half.
-control Lanes(inout headers_t hdr, in tna_metadata_t tf) {
+control Lanes(inout headers_t hdr, in bridge_h bridge) {
 #define PAIR_INSTANCE(p) LanePair() pair_lo_##p; LanePair() pair_hi_##p;
     FOR_EACH_HALF_PAIR(PAIR_INSTANCE)
 #undef PAIR_INSTANCE
 
 #define PAIR_APPLY(p) \
-    pair_lo_##p.apply(hdr.lanes_lo.even_##p, hdr.lanes_lo.odd_##p, hdr.hysync.slot[12:0], tf.bank, tf.lane_op); \
-    pair_hi_##p.apply(hdr.lanes_hi.even_##p, hdr.lanes_hi.odd_##p, hdr.hysync.slot[12:0], tf.bank, tf.lane_op);
+    pair_lo_##p.apply(hdr.lanes_lo.even_##p, hdr.lanes_lo.odd_##p, hdr.hysync.slot[12:0], hdr.hysync.round[0:0], bridge.lane_op); \
+    pair_hi_##p.apply(hdr.lanes_hi.even_##p, hdr.lanes_hi.odd_##p, hdr.hysync.slot[12:0], hdr.hysync.round[0:0], bridge.lane_op);
     apply {
         FOR_EACH_HALF_PAIR(PAIR_APPLY)
     }

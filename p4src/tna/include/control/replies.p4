@@ -1,14 +1,17 @@
 // Replies on Tofino (protocol.md §4 "Replies", §5, §6): the packet the verdict calls for,
-// as on v1model; on Tofino a close (and on Tofino 1 a resend) first takes its second pass
-// through the pipe's recirculation port, and the second pass sends it on.
+// as on v1model; on Tofino every verdict with a lane op first takes the next pass through
+// the pipe's recirculation port (the lanes act there), and that pass sends it on.
 //
-//   CLOSE            RESULT, to the job's group (after the second pass)
-//   RESEND           RESULT with flag RESEND, back to the sender
+//   ABSORB           an ABSORB pass (write / add), then nothing goes out
+//   CLOSE            RESULT, to the job's group, after a CLOSE pass (Tofino 1: and a
+//                    SEND_GROUP pass); async: an ASYNC pass and a SEND_GROUP pass
+//   RESEND           RESULT with flag RESEND, back to the sender, after a RESEND pass
+//                    (Tofino 1: and a SEND_BACK pass)
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
 //   STALE, NOT_JOINED
 //   ACK              ACK, back to the sender, header only
 //   a stale epoch    a reset pass, then a retry pass (aggregation.p4)
-//   anything else    absorbed or dropped: nothing goes out
+//   anything else    dropped: nothing goes out
 //
 // Every reply to the sender keeps the contribution's transmission number (flags bits 7..3).
 
@@ -76,13 +79,12 @@ control Replies(inout headers_t hdr,
         ig_tm_md.mcast_grp_a = group;
     }
 
-    // Into the second pass through this pipe's recirculation port; egress is bypassed and
-    // the bridge header tells the second pass what to do.
+    // Into the next pass through this pipe's recirculation port; egress is bypassed and
+    // the bridge header tells the next pass what to do (with the lane op, if any).
     // The bridge keeps the contribution's port (parser.p4).
     @hidden action recirculate(pass_t pass) {
         meta.bridge.setValid();
         meta.bridge.pass = pass;
-        meta.bridge.mcast_grp = meta.hs.mcast_grp;
         ig_tm_md.bypass_egress = 1;
     }
 
@@ -117,19 +119,39 @@ control Replies(inout headers_t hdr,
         ig_dprsr_md.drop_ctl = 1;
     }
 
+    // The job's group, for the RESULT a later pass sends.
+    @hidden action carry_group() {
+        meta.bridge.mcast_grp = meta.hs.mcast_grp;
+    }
+
     apply {
-        // Replies go to the bridge's port: a retry pass comes from the recirculation port.
-        if (meta.bridge.pass == pass_t.RESET) {
+        // Replies go to the bridge's port: a later pass comes from the recirculation port.
+        if (meta.bridge.pass == pass_t.ABSORB) {
+            drop();   // the lanes have absorbed it
+        } else if (meta.bridge.pass == pass_t.RESET) {
             // The slot is the new install's now: the contribution again, as a first pass.
             recirculate(pass_t.NONE);
             recirc_port.apply();
-        } else if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.ASYNC) {
-            // Second pass: the RESULT is complete; send it on as the first pass would have.
+        } else if (meta.bridge.pass == pass_t.ASYNC
+#if __TARGET_TOFINO__ != 2
+                   || meta.bridge.pass == pass_t.CLOSE
+#endif
+                   ) {
+            // Its bank is written (async), or its even lanes read (Tofino 1), in one more pass.
+            recirculate(pass_t.SEND_GROUP);
+            recirc_port.apply();
+        } else if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.SEND_GROUP) {
+            // The RESULT is complete; send it on as the first pass would have.
             to_group(meta.bridge.mcast_grp);
             if (meta.bridge.mcast_grp == 0) {
                 drop();
             }
+#if __TARGET_TOFINO__ != 2
         } else if (meta.bridge.pass == pass_t.RESEND) {
+            recirculate(pass_t.SEND_BACK);   // the even lanes in one more pass
+            recirc_port.apply();
+#endif
+        } else if (meta.bridge.pass == pass_t.RESEND || meta.bridge.pass == pass_t.SEND_BACK) {
             to_sender(meta.bridge.ingress_port);
         } else if (meta.tf.stale_epoch) {
             carry_epoch();
@@ -138,20 +160,20 @@ control Replies(inout headers_t hdr,
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
             write_state();
+            carry_group();
             if (meta.tf.async_path) {
                 recirculate(pass_t.ASYNC);
             } else {
                 recirculate(pass_t.CLOSE);
             }
             recirc_port.apply();
+        } else if (meta.hs.verdict == verdict_t.ABSORB) {
+            recirculate(pass_t.ABSORB);
+            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_reply(OP_RESULT, FLAG_RESEND[2:0]);
-#if __TARGET_TOFINO__ == 2
-            to_sender(meta.bridge.ingress_port);
-#else
-            recirculate(pass_t.RESEND);   // the even lanes come in the second pass
+            recirculate(pass_t.RESEND);
             recirc_port.apply();
-#endif
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
                    || meta.hs.verdict == verdict_t.STALE
                    || meta.hs.verdict == verdict_t.NOT_JOINED) {

@@ -11,7 +11,7 @@
 //                                               reset pass: clear
 //   ChunkLatch   {round + 1 tag, chunk}         the same
 //   Bitmap       bitmap[s]                      start / join / read
-//   MemberSeq    member_seq[s*32+w]             swap (counted) / read; holds the
+//   MemberSeq    member_seq[s*32+w], 4 parts    swap (counted) / read; holds the
 //                                               CRC32 of {round, epoch}
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
 //   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write
@@ -71,8 +71,10 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
         advance_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
+    // The taken number goes into the header later (aggregation.p4): the lanes, which act
+    // first in this pass, read the header's round for their bank.
     @hidden action take_action() {
-        hdr.hysync.round = take_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.cur = take_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
     @hidden action reset_action() {
@@ -305,8 +307,12 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
 // the zero every register starts with means "never counted" but for that chance. A swap
 // both tests and records: the old value equal to the key means this contribution was
 // counted before (a duplicate in sync/partial, an ACK in async).
-control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
-    Register<bit<32>, member_index_t>(MEMBER_SEQ_CELLS) member_seq;
+//
+// Four registers of eight workers each (`part` = worker_id / 8), of which a packet uses
+// its worker's: 8192 x 32 cells of 32 bits are 64 unit RAMs, and one stateful ALU
+// addresses at most 23 (the compiler's Memories::MAX_METERS_RAM_PER_ALU, less the spare).
+control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
+    Register<bit<32>, member_index_t>(MEMBER_SEQ_PART_CELLS) member_seq;
 
     // Each answers 1 if the cell held the key (counted before), else 0: a flag, where the
     // old value would take a 32-bit PHV container for one comparison.
@@ -330,20 +336,22 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf) {
     };
 
     @hidden action swap_action() {
-        tf.counted = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
+        tf.counted = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[2:0]);
     }
 
     @hidden action read_action() {
-        tf.counted = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[4:0]);
+        tf.counted = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[2:0]);
     }
 
     apply {
-        // A JOIN in async is never counted: it is read, for the ACK of a counted one.
-        if ((tf.async_path && !tf.join)
-            || (tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk))) {
-            swap_action();
-        } else {
-            read_action();
+        if (hdr.hysync.worker_id[4:3] == part) {
+            // A JOIN in async is never counted: it is read, for the ACK of a counted one.
+            if ((tf.async_path && !tf.join)
+                || (tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk))) {
+                swap_action();
+            } else {
+                read_action();
+            }
         }
     }
 }
