@@ -90,18 +90,30 @@ def summary(chips: list[ChipResources]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compiled(chip_out: Path) -> bool:
+    """The compiler's manifest says the compile succeeded, and its report is there (a
+    failed compile leaves a partial resources.json behind)."""
+    manifest = chip_out / "manifest.json"
+    if not manifest.is_file() or not (chip_out / "pipe" / "logs" / "resources.json").is_file():
+        return False
+    return bool(json.loads(manifest.read_text()).get("compilation_succeeded"))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m bench.tofino_resources BUILD_DIR (make p4-tofino's TNA_OUT)",
               file=sys.stderr)
         return 2
     out = Path(argv[1])
-    missing = [c for c in CHIPS if not (out / c / "pipe" / "logs" / "resources.json").is_file()]
+    present = [c for c in CHIPS if compiled(out / c)]
+    missing = [c for c in CHIPS if c not in present]
     if missing:
-        print(f"no resources.json for {', '.join(missing)} under {out}: run make p4-tofino "
-              "(it compiles with -g, which writes them)", file=sys.stderr)
+        print(f"no successful compile for {', '.join(missing)} under {out}: run make "
+              "p4-tofino (it compiles with -g; a chip whose compile failed has no report "
+              "worth reading, its compile.log says why)", file=sys.stderr)
+    if not present:
         return 1
-    sys.stdout.write(summary([read_chip(out, c) for c in CHIPS]))
+    sys.stdout.write(summary([read_chip(out, c) for c in present]))
     return 0
 
 

@@ -15,6 +15,7 @@ writes for both chips (its front end, seconds), and `make p4-tofino` compiles bo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -245,7 +246,21 @@ def test_make_p4_tofino_compiles_tofino_1_and_2(tmp_path):
 def test_resource_summary_says_what_is_missing(tmp_path, capsys):
     from bench.tofino_resources import main
     assert main(["tofino_resources", str(tmp_path)]) == 1
-    assert "no resources.json for tofino, tofino2" in capsys.readouterr().err
+    assert "no successful compile for tofino, tofino2" in capsys.readouterr().err
+
+
+def test_resource_summary_skips_a_chip_whose_compile_failed(tmp_path):
+    # A failed compile leaves a partial resources.json behind: only the manifest's verdict
+    # tells it from a placed program.
+    from bench.tofino_resources import compiled
+    for chip, succeeded in (("tofino", False), ("tofino2", True)):
+        (tmp_path / chip / "pipe" / "logs").mkdir(parents=True)
+        (tmp_path / chip / "pipe" / "logs" / "resources.json").write_text("{}")
+        (tmp_path / chip / "manifest.json").write_text(
+            json.dumps({"compilation_succeeded": succeeded}))
+    assert not compiled(tmp_path / "tofino")
+    assert compiled(tmp_path / "tofino2")
+    assert not compiled(tmp_path / "absent")
 
 
 # ------------------------------------------------- the controller on the TNA P4Info

@@ -47,8 +47,11 @@ control HySyncIngress(inout headers_t hdr,
 
     Admission() admission;
     SyncMode() sync_mode;
+    Round() round;
     Lanes() lanes;
     Aggregation() aggregation;
+    NextPass() next_pass;
+    Results() results;
     Replies() replies;
     Forwarding() forwarding;
     Stats() stats;
@@ -74,46 +77,54 @@ control HySyncIngress(inout headers_t hdr,
         meta.hs.member_counter = member_counter_t.NONE;
         meta.hs.admitted = false;
 
-        // The lanes first: a recirculated packet applies the lane op its first pass decided
-        // (docs/tofino.md, "Stages"); a first pass carries none.
-        lanes.apply(hdr, meta.bridge);
+        // Every pass: the round register (read; advance, take or reset by the pass).
+        round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
 
-        if (meta.bridge.pass != pass_t.NONE) {
-            // A later pass: no admission, nothing counted. (A retry pass is a first pass.)
+        // Two paths in parallel stages (Tofino 1 chains its tables by next-table pointers,
+        // which only go forward, so a sequence of tables costs the sum of its stages; the
+        // two branches of one test cost the longer): the first pass decides, and a later
+        // pass applies the lane op the first pass decided (docs/tofino.md, "Stages").
+        if (meta.bridge.pass == pass_t.NONE || meta.bridge.pass == pass_t.RESET) {
             if (meta.bridge.pass == pass_t.RESET) {
-                meta.hs.epoch = hdr.hysync.bitmap;   // the install the slot now belongs to
+                // Nothing admitted, nothing counted; the epoch of the install the slot now
+                // belongs to.
+                meta.hs.epoch = hdr.hysync.bitmap;
+            } else if (ig_prsr_md.parser_err != 0) {
+                // 1. Truncated: changes no state, counted.
+                drop(DROP_MALFORMED);
+            } else if (!hdr.hysync.isValid()) {
+                // §7. Not HySync: L2.
+                forwarding.apply(hdr, meta, ig_tm_md);
+            } else if (hdr.hysync.version != HYSYNC_VERSION) {
+                drop(DROP_BAD_VERSION);                                 // 2.
+            } else if (hdr.hysync.op != OP_CONTRIB) {
+                drop(DROP_BAD_OP);                                      // 3.
+            } else if (hdr.ipv4.total_len != CONTRIB_IPV4_LEN
+                       || hdr.udp.length != CONTRIB_UDP_LEN) {
+                // 4. Tofino's ingress does not know the frame length: bytes after the IPv4
+                // packet are not caught here (docs/tofino.md).
+                drop(DROP_BAD_LENGTH);
+            } else {
+                // 8. The mode the controller wants for this slot now (a lookup, made for
+                // every contribution); 5-7. a member of a configured job, on its slots.
+                sync_mode.apply(hdr, meta.hs);
+                admission.apply(hdr, meta.hs);
+                if (!meta.hs.admitted) {
+                    ig_dprsr_md.drop_ctl = 1;
+                }
             }
-        } else if (ig_prsr_md.parser_err != 0) {
-            // 1. Truncated: changes no state, counted.
-            drop(DROP_MALFORMED);
-        } else if (!hdr.hysync.isValid()) {
-            // §7. Not HySync: L2.
-            forwarding.apply(hdr, meta, ig_tm_md);
-        } else if (hdr.hysync.version != HYSYNC_VERSION) {
-            drop(DROP_BAD_VERSION);                                 // 2.
-        } else if (hdr.hysync.op != OP_CONTRIB) {
-            drop(DROP_BAD_OP);                                      // 3.
-        } else if (hdr.ipv4.total_len != CONTRIB_IPV4_LEN
-                   || hdr.udp.length != CONTRIB_UDP_LEN) {
-            // 4. Tofino's ingress does not know the frame length: bytes after the IPv4
-            // packet are not caught here (docs/tofino.md).
-            drop(DROP_BAD_LENGTH);
-        } else {
-            // 5-7. A member of a configured job, on one of the job's slots; 8. the mode the
-            // controller wants for this slot now (a lookup, made for every contribution).
-            admission.apply(hdr, meta.hs);
-            sync_mode.apply(hdr, meta.hs);
-            if (!meta.hs.admitted) {
-                ig_dprsr_md.drop_ctl = 1;
-            }
-        }
-        // 8-10. Every HySync packet, so that the round register is read in the first stage
-        // whatever admission decides: latch, classify, count (an admitted first pass, or a
-        // later pass); the RESULT / RESYNC / ACK the verdict calls for, or the next pass.
-        // Aggregation and Replies are applied in one place: Tofino's next-table chains do
-        // not allow a table to be applied on two paths.
-        if (hdr.hysync.isValid()) {
+            // 8-10. Latch, classify, count (an admitted first pass), or reset the slot.
             aggregation.apply(hdr, meta);
+        } else {
+            // The lane op the first pass decided, in the first eight stages; then what this
+            // pass stores and the lane op of the next one.
+            lanes.apply(hdr, meta.bridge);
+            next_pass.apply(hdr, meta);
+        }
+        // Both paths: the stored result header (a resend reads it, a close stores it).
+        results.apply(hdr, meta);
+        if (hdr.hysync.isValid()) {
+            // The RESULT / RESYNC / ACK the verdict calls for, or the next pass.
             replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
         }
 

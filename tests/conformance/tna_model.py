@@ -20,7 +20,9 @@ decided them, and no packet decided after a close's first pass touches that bank
 the close's next pass (its round refuses it with the CLOSING mark, and the bank's next
 round cannot open before the advance), nor one decided after a resend's first pass
 (the bank's next round needs a close decided after it). Tofino 1's extra pass for the even
-lanes of a close or a resend is one more recirculation of the same kind.
+lanes of a close or a resend is one more recirculation of the same kind; the one case
+where it is not the same (an async bank write between a Tofino 1 resend's two lane
+passes, after a swap away from async) is in docs/tofino.md, difference 3.
 
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and

@@ -52,9 +52,9 @@ struct headers_t {
     X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
 
 // ------------------------------------------------------------- recirculation
-// A close (and on Tofino 1 a resend) takes a second pass through the recirculation port
-// of the pipe it arrived on: registers are per pipe, so the second pass must meet the
-// same registers. Port 68 of each pipe on Tofino 1, port 6 on Tofino 2 (the SDE's
+// Every lane op, and a close's advance, takes a later pass through the recirculation port
+// of the pipe the contribution arrived on: registers are per pipe, so the later pass must
+// meet the same registers, and one port keeps the lane ops of a slot in order. Port 68 of each pipe on Tofino 1, port 6 on Tofino 2 (the SDE's
 // default port maps; the pipe number is the port's top two bits on both).
 #if __TARGET_TOFINO__ == 2
 const bit<7> RECIRC_PORT_IN_PIPE = 6;

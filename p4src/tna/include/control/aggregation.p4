@@ -28,9 +28,9 @@
 #ifndef __HYSYNC_TNA_AGGREGATION__
 #define __HYSYNC_TNA_AGGREGATION__
 
+// A first pass (or a retry pass) and a reset pass.
 control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
 
-    Round() round;
     SlotEpoch() slot_epoch;
     ModeLatch() mode;
     ChunkLatch() chunk;
@@ -40,7 +40,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     MemberSeq(2) member_seq_2;
     MemberSeq(3) member_seq_3;
     Count() count;
-    ResultHeader() result;
 
     // w's bit. Tofino has no shift by a variable amount: one row per worker id.
     @hidden action set_me(bitmap_t me) {
@@ -65,7 +64,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     // Fields assembled from several fields come from a hash unit (identity): an action
     // writes a PHV container from one source only.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) desired_hash;
-    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) res_packed_hash;
     // member_seq's key: the round and the install (slot_registers.p4, MemberSeq).
     Hash<bit<32>>(HashAlgorithm_t.CRC32) seq_key_hash;
 
@@ -90,35 +88,21 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     // two fields in a gateway is not possible on Tofino.
     @hidden action set_quorum(quorum_t qr) {
         meta.tf.q8 = meta.hs.members;
-        meta.hs.out_quorum = qr;
+        hdr.hysync.quorum = qr;
     }
 
     @hidden action use_quorum(quorum_t qr) {
         meta.tf.q8 = qr < meta.hs.members ? qr : meta.hs.members;
-        meta.hs.out_quorum = qr;
+        hdr.hysync.quorum = qr;
     }
 
     @hidden action widen_quorum() {
         meta.tf.q = (int<32>) (bit<32>) meta.tf.q8;
     }
 
-    // w's bit in a resent round's bitmap. A table, so that the compiler keeps the AND in an
-    // action instead of folding it into the gateway, which cannot AND two fields.
-    @hidden action set_mine() {
-        meta.tf.stored_bits = hdr.hysync.bitmap & meta.tf.me;
-    }
-
-    @hidden table mine_bit {
-        actions = {
-            set_mine;
-        }
-        const default_action = set_mine();
-        size = 1;
-    }
-
-    // What Stats counts. The RESULT or RESYNC header: round, chunk and bitmap are written
-    // into the header here (a 32-bit PHV field each saved: Tofino 1's PHV is full), the
-    // 8-bit fields go through meta.hs.out_* to Replies.
+    // What Stats counts. The RESULT or RESYNC header's fields are written into the header
+    // here, not through v1model's meta.hs.out_* (a PHV container each saved: Tofino 1's
+    // PHV is full).
     @hidden action verdict(verdict_t v, member_counter_t counter) {
         meta.hs.verdict = v;
         meta.hs.count_drop = false;
@@ -134,24 +118,23 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     @hidden action resync_header(reason_t reason) {
-        meta.hs.out_reason = reason;
+        hdr.hysync.reason = reason;
         hdr.hysync.round = meta.tf.cur;
         hdr.hysync.chunk = meta.tf.stored_chunk;
         hdr.hysync.bitmap = 0;
-        meta.hs.out_count = 0;
+        hdr.hysync.count = 0;
     }
 
     apply {
         bit<8> latched_mode;
         quorum_t latched_quorum;
 
-        // ---- 1. indexes, the open round (a CLOSE pass advances it, an ASYNC pass takes a
-        // number; a reset pass starts it afresh). Every HySync packet reads it, admitted or
-        // not (a read changes nothing), so that it needs no stage after admission.
+        // ---- 1. indexes, and the contribution's round against the open one (Round, applied
+        // by ingress to every packet in stage 0, read it: a read changes nothing, so it
+        // needs no stage after admission).
         worker_bit.apply();
         prepare();
         key_member_seq();
-        round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
         difference();
         // The first pass's flags, computed on every pass: a gateway that also tested the
         // pass would compare more PHV bytes than one gateway can (Tofino 2 refused it). A
@@ -192,25 +175,6 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         }
         if (meta.bridge.pass == pass_t.RESET) {
             // Nothing is counted or sent: Replies retries the contribution.
-        } else if (meta.bridge.pass != pass_t.NONE) {
-            // The HySync header is already the RESULT. The lanes of this pass have acted;
-            // what is set here is for the next pass, if there is one.
-            meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
-                                                      hdr.hysync.quorum});
-            if (meta.bridge.pass == pass_t.ASYNC) {
-                // An async round of its own: its lanes are the result, kept for resends in
-                // the bank of the round it took (now the header's).
-                hdr.hysync.round = meta.tf.cur;   // the number Round took
-                meta.tf.result_op = result_op_t.WRITE;
-                meta.bridge.lane_op = tna_lane_op_t.WRITE;
-            } else if (meta.bridge.pass == pass_t.CLOSE) {
-                meta.tf.result_op = result_op_t.WRITE;
-#if __TARGET_TOFINO__ != 2
-                meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
-            } else if (meta.bridge.pass == pass_t.RESEND) {
-                meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
-#endif
-            }
         } else if (meta.hs.admitted) {
             meta.tf.stale_epoch = false;
             if (meta.tf.epoch_differs == 1) {
@@ -239,7 +203,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 latched_mode = meta.tf.latched[15:8];
                 latched_quorum = meta.tf.latched[7:0];
             }
-            meta.hs.out_mode = latched_mode;
+            hdr.hysync.mode = latched_mode;
             meta.tf.open_sync = false;
             if (meta.tf.open && !meta.tf.async_path && !meta.tf.not_joined) {
                 meta.tf.open_sync = true;
@@ -262,7 +226,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             // ---- 5. the verdict (protocol.md §4 steps 9-10), and the lane op the next pass
             // applies (in the bridge header). The header keeps the contribution's round (the open one, or r for an ACK or a
             // resend) and chunk unless a RESYNC says otherwise.
-            meta.hs.out_reason = RESYNC_NONE;
+            hdr.hysync.reason = RESYNC_NONE;
             if (meta.tf.stale_epoch) {
                 // Nothing counted, nothing sent: Replies takes the reset pass.
             } else if (meta.tf.not_joined) {
@@ -272,7 +236,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 if (meta.tf.counted == 1) {
                     // A retransmission of a counted contribution.
                     drop_verdict(verdict_t.ACK, DROP_DUPLICATE, member_counter_t.DUPLICATES);
-                    meta.hs.out_count = 0;
+                    hdr.hysync.count = 0;
                     hdr.hysync.bitmap = 0;
                 } else if (meta.tf.join) {
                     // A JOIN never makes an async round of its own.
@@ -282,7 +246,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     // A round of its own: the result is the contribution's own lanes; its
                     // second pass takes the round number and stores the result.
                     verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
-                    meta.hs.out_count = 1;
+                    hdr.hysync.count = 1;
                     hdr.hysync.bitmap = meta.tf.me;
                 }
             } else if (meta.tf.open_sync) {
@@ -291,11 +255,11 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                                  member_counter_t.NONE);
                     resync_header(RESYNC_CHUNK_MISMATCH);
                     hdr.hysync.bitmap = meta.tf.stored_bits;
-                    meta.hs.out_count = meta.tf.count_out[7:0];
+                    hdr.hysync.count = meta.tf.count_out[7:0];
                 } else if (meta.tf.fresh) {
                     // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
                     meta.bridge.lane_op = tna_lane_op_t.WRITE;
-                    meta.hs.out_count = meta.tf.count_out[7:0];
+                    hdr.hysync.count = meta.tf.count_out[7:0];
                     hdr.hysync.bitmap = meta.tf.me;
                     if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
@@ -305,7 +269,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 } else if (meta.tf.counted == 1) {
                     // Counted before: a duplicate, unless the quorum shrank under the round
                     // (an exclusion) and this retransmission closes it with the lanes it holds.
-                    meta.hs.out_count = meta.tf.count_out[7:0];
+                    hdr.hysync.count = meta.tf.count_out[7:0];
                     hdr.hysync.bitmap = meta.tf.stored_bits;
                     if (meta.tf.count_out < 0) {
                         drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
@@ -321,7 +285,7 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     drop_verdict(verdict_t.NONE, DROP_STALE, member_counter_t.LATE);
                 } else {
                     meta.bridge.lane_op = tna_lane_op_t.ADD;
-                    meta.hs.out_count = meta.tf.count_out[7:0];
+                    hdr.hysync.count = meta.tf.count_out[7:0];
                     hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
                     if (meta.tf.count_out < 0) {
                         verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
@@ -344,13 +308,66 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                 }
                 if (meta.tf.latched != 0) {
                     hdr.hysync.bitmap = meta.tf.stored_bits;
-                    meta.hs.out_count = meta.tf.count_out[7:0];
+                    hdr.hysync.count = meta.tf.count_out[7:0];
                 }
             }
         }
+    }
+}
 
-        // The stored header of a resent round is read in the resend's first pass and
-        // written by a close's second pass, with the round's advance.
+// A later pass (CLOSE, RESEND, ASYNC, and the SEND passes): its lanes have acted (they
+// come first in that pass, hysync.p4); this sets what the pass stores and the lane op of
+// the next pass, if any. The round register acted in stage 0 (Round, applied by ingress
+// on every pass).
+control NextPass(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    // The stored result header word, from a field each (a PHV container takes one source
+    // per action).
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) res_packed_hash;
+
+    apply {
+        // The HySync header is already the RESULT.
+        meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
+                                                  hdr.hysync.quorum});
+        if (meta.bridge.pass == pass_t.ASYNC) {
+            // An async round of its own: its lanes are the result, kept for resends in
+            // the bank of the round it took (now the header's).
+            hdr.hysync.round = meta.tf.cur;   // the number Round took
+            meta.tf.result_op = result_op_t.WRITE;
+            meta.bridge.lane_op = tna_lane_op_t.WRITE;
+        } else if (meta.bridge.pass == pass_t.CLOSE) {
+            meta.tf.result_op = result_op_t.WRITE;
+#if __TARGET_TOFINO__ != 2
+            meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
+        } else if (meta.bridge.pass == pass_t.RESEND) {
+            meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
+#endif
+        }
+    }
+}
+
+// The stored header of the round that closed last, after either path (ingress applies it
+// once, where the first pass and the later passes meet): read by a resend's first pass,
+// written by a close's CLOSE pass and an async ASYNC pass, with the round's advance.
+control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    ResultHeader() result;
+
+    // w's bit in a resent round's bitmap. A table, so that the compiler keeps the AND in an
+    // action instead of folding it into the gateway, which cannot AND two fields.
+    @hidden action set_mine() {
+        meta.tf.stored_bits = hdr.hysync.bitmap & meta.tf.me;
+    }
+
+    @hidden table mine_bit {
+        actions = {
+            set_mine;
+        }
+        const default_action = set_mine();
+        size = 1;
+    }
+
+    apply {
         result.apply(hdr, meta.tf);
         if (meta.hs.verdict == verdict_t.RESEND) {
             hdr.hysync.count = meta.tf.res_packed[23:16];

@@ -24,27 +24,19 @@ control Replies(inout headers_t hdr,
                 inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                 inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
-    // §5: version, job_id, worker_id and slot stay those of the contribution. Round, chunk
-    // and bitmap are already in the header (Aggregation writes them; a resend's count,
-    // mode and quorum too, from ResultHeader).
+    // §5: version, job_id, worker_id and slot stay those of the contribution. Round, chunk,
+    // bitmap, count, mode, quorum and reason are already in the header (Aggregation writes
+    // them; a resend's from ResultHeader).
     // A RESULT for the job's group: no flags.
     @hidden action write_result() {
         hdr.hysync.op = OP_RESULT;
         hdr.hysync.flags = 0;
-        hdr.hysync.reason = meta.hs.out_reason;
     }
 
     // A reply to the sender: its own flag bits, the transmission number kept (§4 Replies).
     @hidden action write_reply(op_t op, bit<3> own) {
         hdr.hysync.op = op;
         hdr.hysync.flags[2:0] = own;
-        hdr.hysync.reason = meta.hs.out_reason;
-    }
-
-    @hidden action write_state() {
-        hdr.hysync.mode = meta.hs.out_mode;
-        hdr.hysync.quorum = meta.hs.out_quorum;
-        hdr.hysync.count = meta.hs.out_count;
     }
 
     // RESYNC and ACK are the 24-byte header alone.
@@ -159,7 +151,6 @@ control Replies(inout headers_t hdr,
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
-            write_state();
             carry_group();
             if (meta.tf.async_path) {
                 recirculate(pass_t.ASYNC);
@@ -178,12 +169,10 @@ control Replies(inout headers_t hdr,
                    || meta.hs.verdict == verdict_t.STALE
                    || meta.hs.verdict == verdict_t.NOT_JOINED) {
             write_reply(OP_RESYNC, 0);
-            write_state();
             strip_lanes();
             to_sender(meta.bridge.ingress_port);
         } else if (meta.hs.verdict == verdict_t.ACK) {
             write_reply(OP_ACK, 0);
-            write_state();
             strip_lanes();
             to_sender(meta.bridge.ingress_port);
         } else {

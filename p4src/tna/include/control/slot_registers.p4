@@ -138,15 +138,17 @@ control SlotEpoch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in 
 control ModeLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
     Register<tagged_t, slot_index_t>(SLOT_CELLS) mode;
 
+    // Only the contribution to the open round latches (r == cur), so both actions compare
+    // the tag with cur: a stateful ALU takes at most two PHV words (here cur and desired).
     // A latched value always has the LATCHED bit (set here, in the stateful ALU), so the zero the register starts with
     // (tag 0, value 0) is "nothing latched", not "latched for round 0".
     RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) latch_register_action = {
         void apply(inout tagged_t value, out packed_mode_t latched_before) {
             latched_before = 0;
-            if (value.tag == hdr.hysync.round && value.value != 0) {
+            if (value.tag == tf.cur && value.value != 0) {
                 latched_before = value.value;
             } else {
-                value.tag = hdr.hysync.round;
+                value.tag = tf.cur;
                 value.value = tf.desired | LATCHED;
             }
         }
