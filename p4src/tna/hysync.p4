@@ -116,8 +116,8 @@ control HySyncIngress(inout headers_t hdr,
             // 8-10. Latch, classify, count (an admitted first pass), or reset the slot.
             aggregation.apply(hdr, meta);
         } else {
-            // The lane op the first pass decided, in the first eight stages; then what this
-            // pass stores and the lane op of the next one.
+            // The lane op the first pass decided, in the stages the first pass uses for its
+            // decision; then what this pass stores and the lane op of the next one.
             lanes.apply(hdr, meta.bridge);
             next_pass.apply(hdr, meta);
         }

@@ -67,7 +67,7 @@ const bit<7> RECIRC_PORT_IN_PIPE = 68;
 //
 // The lanes act one pass after the decision (docs/tofino.md, "Stages"): the first pass
 // decides, and a pass through the recirculation port applies the lane op the bridge
-// carries in the pipe's first eight stages, before anything else. The recirculation port
+// carries, in the stages the first pass decides in. The recirculation port
 // is one queue, so lane ops reach the banks in the order their first passes decided them.
 enum bit<8> pass_t {
     NONE = 0,            // a first pass; or, in a packet for egress, no next pass

@@ -11,7 +11,8 @@
 //     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
 //     5. verdict       what Replies sends, and the lane op (write / add / read) that the
 //                      next pass applies: every lane op and every close recirculate
-//   the next pass (recirculated; the lanes act first, in stages 0-7, from the bridge)
+//   the next pass (recirculated; the lanes act first, from the bridge, in the stages the
+//   first pass decides in)
 //     ABSORB           an absorbed contribution's lane op, then dropped
 //     CLOSE            Round advances round[s]; ResultHeader stores res_*; the RESULT
 //     RESEND           the stored lanes; the RESULT back to the sender

@@ -5,8 +5,8 @@
 // The lanes act in the pass after the one that decided (docs/tofino.md, "Stages"): their
 // op comes from the bridge header the recirculated packet carries and their bank from the
 // header's round (the contribution's, or the one an async pass took), parsed fields that
-// nothing before them computes, so they take the pipe's first eight stages while the
-// first-pass decision takes as many as it needs beside them.
+// nothing before them computes, so they share the stages the first-pass decision takes (in
+// the other branch of the test of the pass, hysync.p4).
 //
 // This is the one control that differs between the chips. A Tofino 2 stateful ALU returns
 // both halves of the pair; a Tofino 1 ALU returns one 32-bit word, so the first pass of a
