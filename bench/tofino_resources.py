@@ -43,6 +43,12 @@ class ChipResources:
     def stages_used(self) -> int:
         return len(self.stages)
 
+    @property
+    def fits(self) -> bool:
+        # bf-p4c's back end alone reports success for a placement longer than the chip (the
+        # assembler is what refuses it), so the report is checked here too.
+        return self.stages_used <= self.stages_available
+
 
 def _count(block: dict, key: str) -> int:
     return len(block.get(key, []))
@@ -75,8 +81,9 @@ def summary(chips: list[ChipResources]) -> str:
              "|---|---|---|---|---|---|"]
     for c in chips:
         phv = "/".join(str(c.phv_used.get(w, 0)) for w in (8, 16, 32))
+        over = "" if c.fits else " (does not fit)"
         lines.append(
-            f"| {c.chip} | {c.stages_used} of {c.stages_available} "
+            f"| {c.chip} | {c.stages_used} of {c.stages_available}{over} "
             f"| {sum(s.salus for s in c.stages)} of {c.salus_per_stage * c.stages_available} "
             f"| {sum(s.srams for s in c.stages)} of {c.srams_per_stage * c.stages_available} "
             f"| {sum(s.tcams for s in c.stages)} of {c.tcams_per_stage * c.stages_available} "
@@ -113,8 +120,13 @@ def main(argv: list[str]) -> int:
               "worth reading, its compile.log says why)", file=sys.stderr)
     if not present:
         return 1
-    sys.stdout.write(summary([read_chip(out, c) for c in present]))
-    return 0
+    chips = [read_chip(out, c) for c in present]
+    sys.stdout.write(summary(chips))
+    for c in chips:
+        if not c.fits:
+            print(f"{c.chip}: placed in {c.stages_used} stages of {c.stages_available}: it does "
+                  "not fit the chip", file=sys.stderr)
+    return 0 if all(c.fits for c in chips) else 1
 
 
 if __name__ == "__main__":

@@ -263,6 +263,18 @@ def test_resource_summary_skips_a_chip_whose_compile_failed(tmp_path):
     assert not compiled(tmp_path / "absent")
 
 
+def test_resource_summary_flags_a_placement_longer_than_the_chip():
+    # bf-p4c's back end alone calls a 20-stage Tofino 1 placement a success.
+    from bench.tofino_resources import ChipResources, Stage, summary
+    stages = tuple(Stage(n, 1, 1, 0, 1, ("round",)) for n in range(20))
+    long = ChipResources("tofino", 12, stages, 4, 80, 24, {8: 1, 16: 1, 32: 1})
+    short = ChipResources("tofino2", 20, stages[:18], 4, 80, 24, {8: 1, 16: 1, 32: 1})
+    assert not long.fits and short.fits
+    text = summary([long, short])
+    assert "| tofino | 20 of 12 (does not fit) |" in text
+    assert "| tofino2 | 18 of 20 |" in text
+
+
 # ------------------------------------------------- the controller on the TNA P4Info
 def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path():
     from controlplane.controller import Controller
