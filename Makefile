@@ -6,6 +6,9 @@ P4C    ?= p4c
 P4SRC  := p4src/v1model/hysync.p4
 P4OUT  := build/p4
 BF_P4C ?= bf-p4c
+# The SDE's .conf (what `hysync pipeline push` packs): the open-source driver does not run
+# its generator, which is installed beside it.
+P4C_GEN_CONF ?= $(dir $(realpath $(shell command -v $(BF_P4C) 2>/dev/null)))p4c-gen-conf
 TNA_SRC := p4src/tna/hysync.p4
 TNA_OUT := build/tna
 PYTEST_ARGS ?=
@@ -79,12 +82,14 @@ p4-tofino:
 	@failed=; for target in tofino:tna tofino2:t2na; do \
 	  chip=$${target%%:*}; arch=$${target##*:}; out=$(TNA_OUT)/$$chip; \
 	  rm -rf $$out; mkdir -p $$out; \
-	  echo "$(BF_P4C) --target $$chip --arch $$arch -> $$out (log: $$out/compile.log)"; \
+	  echo "$(BF_P4C) --target $$chip --arch $$arch -> $$out (log: $(TNA_OUT)/compile-$$chip.log)"; \
 	  if $(BF_P4C) --target $$chip --arch $$arch --std p4-16 -g --p4runtime-force-std-externs \
-	       --p4runtime-files $$out/hysync.p4info.txtpb -o $$out $(TNA_SRC) > $$out/compile.log 2>&1; then \
-	    echo "  $$chip: compiled"; \
+	       --p4runtime-files $$out/hysync.p4info.txtpb -o $$out $(TNA_SRC) > $(TNA_OUT)/compile-$$chip.log 2>&1 \
+	     && $(P4C_GEN_CONF) --conf-type BF-RT --bfrt-name bfrt.json --device $$chip --name hysync \
+	          --outputdir $$(cd $$out && pwd) --p4-version p4-16 --pipe pipe >> $(TNA_OUT)/compile-$$chip.log 2>&1; then \
+	    echo "  $$chip: compiled ($$out/hysync.conf)"; \
 	  else \
-	    echo "  $$chip: FAILED, the compiler says:"; grep -A8 "error:" $$out/compile.log | grep -v "^\s*$$" | head -20; \
+	    echo "  $$chip: FAILED, the compiler says:"; grep -A8 "error:" $(TNA_OUT)/compile-$$chip.log | grep -v "^\s*$$" | head -20; \
 	    failed="$$failed $$chip"; \
 	  fi; \
 	 done; \
