@@ -134,7 +134,7 @@ def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
     --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb, or
     p4src/tna/hysync.p4info.txtpb for Tofino); --device-config is the compiled program
     (not needed by the softswitch): the BMv2 JSON, or with --target tofino the .conf
-    file p4c-barefoot writes (build/tna/tofino/hysync.conf), packed into Stratum's
+    file make p4-tofino writes (build/tna/tofino2/hysync.conf), packed into Stratum's
     BfPipelineConfig.
     """
     p4info, device_config = args.p4info, args.device_config

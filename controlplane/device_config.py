@@ -65,7 +65,7 @@ def pack_tofino(conf_path: Path) -> bytes:
     except (KeyError, IndexError, TypeError, ValueError) as err:
         raise DeviceConfigError(
             f"{conf_path} is not a p4c-barefoot .conf file (missing or bad {err}): pass the "
-            ".conf that `make p4-tofino` writes, e.g. build/tna/tofino/hysync.conf") from err
+            ".conf that `make p4-tofino` writes, e.g. build/tna/tofino2/hysync.conf") from err
     if not config.profiles:
         raise DeviceConfigError(f"{conf_path} lists no compiled pipeline: recompile with "
                                 "`make p4-tofino`")
@@ -104,7 +104,7 @@ def _add_field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, kind
 
 def _load_conf(conf_path: Path) -> dict[str, Any]:
     text = _read(conf_path, "the p4c-barefoot .conf file",
-                 "pass the .conf that `make p4-tofino` writes, e.g. build/tna/tofino/hysync.conf")
+                 "pass the .conf that `make p4-tofino` writes, e.g. build/tna/tofino2/hysync.conf")
     try:
         conf = json.loads(text)
     except ValueError as err:

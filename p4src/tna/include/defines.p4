@@ -153,7 +153,8 @@ const int<32> CLOSING = (int<32>) 32w0x80000000;
 // Per-packet state of the aggregation on Tofino: each field is written by one register
 // control or by the plan in aggregation.p4, and read by later stages.
 struct tna_metadata_t {
-    round_t       cur;           // round[s] as the round register holds it
+    round_t       cur;           // round[s] as the round register holds it (an ASYNC pass:
+                                 // the number it took)
     round_t       r_plus_1;      // hdr.round + 1: the chunk latch's tag
     round_t       diff;          // hdr.round - cur: 0 is the open round, -1 the one before
                                  // (a gateway compares a field with a constant, cheaply)
