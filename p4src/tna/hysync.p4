@@ -5,7 +5,8 @@
 // p4src/v1model/hysync.p4, so one control plane drives BMv2, the softswitch and Tofino.
 // docs/tofino.md explains the layout over the stages and every difference from v1model:
 // the slot state is split into registers of one stateful-ALU access each, two lanes share
-// a 64-bit register, and a close takes a second pass through the recirculation port.
+// a 64-bit register, and the lanes act in a pass through the recirculation port after the
+// pass that decides.
 //
 // Compile (make p4-tofino):
 //   p4c-barefoot --target tofino  --arch tna  p4src/tna/hysync.p4

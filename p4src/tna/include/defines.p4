@@ -3,7 +3,7 @@
 // The shared headers_t and metadata_t are used as they are, so every shared control
 // (admission, sync_mode) and every P4Info name is the same as on v1model. What is here
 // exists because Tofino splits the v1model slot action into registers that each take one
-// stateful-ALU access per pass, and because a close takes a second pass (docs/tofino.md).
+// stateful-ALU access per pass, and because the lanes act in a later pass (docs/tofino.md).
 
 #ifndef __HYSYNC_TNA_DEFINES__
 #define __HYSYNC_TNA_DEFINES__
@@ -119,7 +119,7 @@ header bridge_h {
 enum bit<4> result_op_t {
     NONE = 0,
     READ = 1,            // a resend's first pass
-    WRITE = 2            // a close's second pass
+    WRITE = 2            // a close's CLOSE pass, an async contribution's ASYNC pass
 }
 
 // Pairs of 32-bit words: two lanes, or a tag and a value.
@@ -145,7 +145,7 @@ struct round_epoch_t {
 typedef bit<32> packed_mode_t;
 const bit<32> LATCHED = 0x10000;
 
-// Count register: bit 31 set while the round's close is under way (its second pass has
+// Count register: bit 31 set while the round's close is under way (its CLOSE pass has
 // not advanced the round yet). As a signed number that is negative, which is what the
 // stateful ALU can compare: every later contribution to the round sees it and is refused.
 const int<32> CLOSING = (int<32>) 32w0x80000000;

@@ -245,7 +245,8 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
                     resync_header(RESYNC_NOT_JOINED);
                 } else {
                     // A round of its own: the result is the contribution's own lanes; its
-                    // second pass takes the round number and stores the result.
+                    // ASYNC pass takes the round number and stores the result header, and
+                    // the SEND_GROUP pass after it writes the bank.
                     verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
                     hdr.hysync.count = 1;
                     hdr.hysync.bitmap = meta.tf.me;

@@ -9,9 +9,9 @@
 // the other branch of the test of the pass, hysync.p4).
 //
 // This is the one control that differs between the chips. A Tofino 2 stateful ALU returns
-// both halves of the pair; a Tofino 1 ALU returns one 32-bit word, so the first pass of a
-// close (or resend) returns the odd lanes and the second pass, which the close needs
-// anyway to advance the round, reads the even lanes (docs/tofino.md, "Differences").
+// both halves of the pair; a Tofino 1 ALU returns one 32-bit word, so the CLOSE (or
+// RESEND) pass returns the odd lanes and a SEND_GROUP (SEND_BACK) pass after it reads the
+// even lanes (docs/tofino.md, "Differences").
 
 #ifndef __HYSYNC_TNA_LANES__
 #define __HYSYNC_TNA_LANES__
@@ -77,7 +77,7 @@ control LanePair(inout bit<32> even, inout bit<32> odd,
         size = 4;
     }
 #else
-    // One output word: the sum of the odd lane now, the even one in the second pass.
+    // One output word: the sum of the odd lane now, the even one in the next pass.
     RegisterAction<lane_pair_t, bank_index_t, bit<32>>(banks) add_register_action = {
         void apply(inout lane_pair_t value, out bit<32> sum_odd) {
             value.even = value.even + even;

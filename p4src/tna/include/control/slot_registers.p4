@@ -22,9 +22,9 @@
 #ifndef __HYSYNC_TNA_SLOT_REGISTERS__
 #define __HYSYNC_TNA_SLOT_REGISTERS__
 
-// round[s], with the epoch it counts in: read in the first pass. The second pass of a
-// close advances it, only if it still holds the round that closed; the second pass of an
-// async contribution takes the next round number (fetch and increment), so concurrent
+// round[s], with the epoch it counts in: read in the first pass. A close's CLOSE pass
+// advances it, only if it still holds the round that closed; an async contribution's
+// ASYNC pass takes the next round number (fetch and increment), so concurrent
 // async rounds never share one. A reset pass (docs/tofino.md, "The install epoch") starts
 // round 0 of the new epoch unless an earlier reset pass of the same install already did,
 // and answers with the epoch it found: the latches are cleared only by the first.
@@ -359,9 +359,9 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
 }
 
 // count[s] and the close guard. A contribution whose count reaches the quorum adds
-// CLOSING (bit 31) with its increment: until the second pass advances the round, every
+// CLOSING (bit 31) with its increment: until its CLOSE pass advances the round, every
 // later contribution to it reads a negative count and is refused, so a round closes once
-// and its lanes stop changing before the second pass reads them.
+// and no lane op of it follows the close's in the recirculation queue.
 //
 // Every action answers with the count after the packet, or 0 when it changed nothing
 // (a refused or uncounted packet): the verdict tests that answer's sign and zero, which a
