@@ -137,10 +137,10 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
         prepare();
         key_member_seq();
         difference();
-        // The first pass's flags, computed on every pass: a gateway that also tested the
-        // pass would compare more PHV bytes than one gateway can (Tofino 2 refused it). A
-        // later pass reads none of them.
-        // Tofino assigns no comparison to a bool: each flag is a branch.
+        // The first pass's flags, computed for a reset pass too: a gateway that also tested
+        // the pass would compare more PHV bytes than one gateway can (Tofino 2 refused it).
+        // A reset pass reads none of them. Tofino assigns no comparison to a bool: each
+        // flag is a branch.
         meta.tf.open = false;
         meta.tf.prev = false;
         meta.tf.last_round = false;
