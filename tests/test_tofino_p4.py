@@ -3,14 +3,15 @@
 Always: the TNA sources declare every table, key, action, parameter and counter of the
 committed v1model P4Info under the same P4Info name, kind, width and size (read from the
 P4 source with the small declaration parser of tests/test_headers_p4.py, not a P4
-compiler); the committed TNA P4Info (p4src/tna/hysync.p4info.txtpb, the Tofino compiler's
-output) agrees with v1model's on every name and id the controller uses; the controller
-installs a job, hot-swaps it and excludes a member through that P4Info on BMv2's code
-path; and `make p4-tofino` says what to install when the compiler is missing.
+compiler); the committed TNA P4Infos (p4src/tna/hysync.<chip>.p4info.txtpb, the Tofino
+compiler's output for each chip: they differ in the lane registers alone) agree with
+v1model's on every name and id the controller uses; the controller installs a job,
+hot-swaps it and excludes a member through each on BMv2's code path; and
+`make p4-tofino` says what to install when the compiler is missing.
 
-With the Tofino compiler (bf-p4c on PATH, docs/tofino.md): the committed P4Info is what it
-writes for both chips (its front end, seconds), and `make p4-tofino` compiles both chips
-(its back end, many minutes). Without it those tests skip and say why.
+With the Tofino compiler (bf-p4c on PATH, docs/tofino.md): each committed P4Info is what
+it writes for its chip (its front end, seconds), and `make p4-tofino` compiles both chips
+(its back end, minutes). Without it those tests skip and say why.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from tests.test_headers_p4 import _strip_comments, parse_constants, parse_typede
 
 ROOT = Path(__file__).resolve().parents[1]
 V1MODEL_P4INFO = ROOT / "p4src" / "v1model" / "hysync.p4info.txtpb"
-TNA_P4INFO = ROOT / "p4src" / "tna" / "hysync.p4info.txtpb"
+CHIPS = {"tofino": "tna", "tofino2": "t2na"}   # chip: architecture
+TNA_P4INFOS = {chip: ROOT / "p4src" / "tna" / f"hysync.{chip}.p4info.txtpb" for chip in CHIPS}
 TNA_SOURCES = sorted((ROOT / "p4src" / "tna").rglob("*.p4")) + sorted(
     (ROOT / "p4src" / "shared").rglob("*.p4"))
 BF_P4C = os.environ.get("BF_P4C", "bf-p4c")
@@ -196,13 +198,14 @@ def _contract(p4info: p4info_pb2.P4Info) -> dict[str, object]:
     }
 
 
-def test_committed_tna_p4info_agrees_with_v1model(v1model):
-    assert _contract(load_p4info(TNA_P4INFO)) == _contract(v1model)
+@pytest.mark.parametrize("chip", CHIPS)
+def test_committed_tna_p4info_agrees_with_v1model(v1model, chip):
+    assert _contract(load_p4info(TNA_P4INFOS[chip])) == _contract(v1model)
 
 
 def test_agreement_check_sees_a_drifted_id(v1model):
     """The agreement check compares ids, not only names (it fails on what it claims)."""
-    tna = load_p4info(TNA_P4INFO)
+    tna = load_p4info(TNA_P4INFOS["tofino"])
     tna.tables[0].preamble.id += 1
     assert _contract(tna) != _contract(v1model)
 
@@ -220,13 +223,12 @@ def _front_end_p4info(chip: str, arch: str, out: Path) -> str:
 
 
 @needs_compiler
-@pytest.mark.parametrize("chip, arch", [("tofino", "tna"), ("tofino2", "t2na")])
-def test_committed_tna_p4info_is_the_compilers(chip, arch, tmp_path):
+@pytest.mark.parametrize("chip", CHIPS)
+def test_committed_tna_p4info_is_the_compilers(chip, tmp_path):
     # Compared as text: the P4Info holds a barefoot.PortMetadata Any, which the Python
-    # protobuf cannot unpack. The chips' P4Infos differ in pkg_info.arch alone.
-    committed = TNA_P4INFO.read_text().replace('arch: "tna"', f'arch: "{arch}"', 1)
-    assert _front_end_p4info(chip, arch, tmp_path) == committed, \
-        "regenerate p4src/tna/hysync.p4info.txtpb as docs/tofino.md says"
+    # protobuf cannot unpack.
+    assert _front_end_p4info(chip, CHIPS[chip], tmp_path) == TNA_P4INFOS[chip].read_text(), \
+        f"regenerate p4src/tna/hysync.{chip}.p4info.txtpb as docs/tofino.md says"
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +298,8 @@ def test_resource_summary_flags_a_placement_longer_than_the_chip():
 
 
 # ------------------------------------------------- the controller on the TNA P4Info
-def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path():
+@pytest.mark.parametrize("chip", CHIPS)
+def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path(chip):
     from controlplane.controller import Controller
     from controlplane.switch import Switch
     from hysync.wire import Mode
@@ -307,7 +310,7 @@ def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path():
     server, port = serve(Pipeline(), "127.0.0.1:0")
     try:
         with Switch(f"127.0.0.1:{port}") as switch:
-            switch.push_pipeline(TNA_P4INFO)
+            switch.push_pipeline(TNA_P4INFOS[chip])
             controller = Controller(switch).attach()
             controller.add_job(make_job(1, workers=4))
             controller.set_mode(1, slots=(0, 127), mode=Mode.PARTIAL, quorum=3)

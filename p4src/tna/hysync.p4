@@ -50,9 +50,11 @@ control HySyncIngress(inout headers_t hdr,
     SyncMode() sync_mode;
     Round() round;
     Lanes() lanes;
-    Aggregation() aggregation;
+    Latching() latching;
+    Counting() counting;
     NextPass() next_pass;
     Results() results;
+    Resent() resent;
     Replies() replies;
     Forwarding() forwarding;
     Stats() stats;
@@ -71,6 +73,26 @@ control HySyncIngress(inout headers_t hdr,
         meta.bridge.switch_packet = (bit<1>) hdr.hysync.isValid();
     }
 
+    // w's bit. Tofino has no shift by a variable amount: one row per worker id.
+    @hidden action set_me(bitmap_t me) {
+        meta.tf.me = me;
+    }
+
+    @hidden table worker_bit {
+        key = {
+            hdr.hysync.worker_id : exact;
+        }
+        actions = {
+            set_me;
+        }
+        const entries = {
+#define WORKER_BIT(w) w : set_me(32w1 << w);
+            FOR_EACH_WORKER(WORKER_BIT)
+#undef WORKER_BIT
+        }
+        size = MAX_WORKERS;
+    }
+
     apply {
         meta.hs.count_drop = false;
         meta.hs.flooded = false;
@@ -78,14 +100,22 @@ control HySyncIngress(inout headers_t hdr,
         meta.hs.member_counter = member_counter_t.NONE;
         meta.hs.admitted = false;
 
-        // Every pass: the round register (read; advance, take or reset by the pass).
-        round.apply(hdr, meta.tf, meta.bridge.pass, hdr.hysync.bitmap);
+        // Every pass: the round register (read; advance, take or reset by the pass), and
+        // w's bit.
+        round.apply(hdr, meta.tf, meta.bridge.pass, meta.bridge.last, hdr.hysync.bitmap);
+        worker_bit.apply();
 
-        // Two paths in parallel stages (Tofino 1 chains its tables by next-table pointers,
-        // which only go forward, so a sequence of tables costs the sum of its stages; the
-        // two branches of one test cost the longer): the first pass decides, and a later
-        // pass applies the lane op the first pass decided (docs/tofino.md, "Stages").
+        // The passes, in parallel stages (Tofino 1 chains its tables by next-table
+        // pointers, which only go forward, so a sequence of tables costs the sum of its
+        // stages; the branches of one test cost the longest): a first pass admits and
+        // latches (and, on Tofino 2, counts); Tofino 1 counts in a DECIDE pass; an ASYNC
+        // pass takes its round; a lane pass applies the lane op the pass before decided
+        // (docs/tofino.md, "Stages").
         if (meta.bridge.pass == pass_t.NONE || meta.bridge.pass == pass_t.RESET) {
+            // 8. The mode the controller wants for this slot now (a lookup without side
+            // effects, made for every packet: its answer is used only by an admitted
+            // contribution that opens a round).
+            sync_mode.apply(hdr, meta.hs);
             if (meta.bridge.pass == pass_t.RESET) {
                 // Nothing admitted, nothing counted; the epoch of the install the slot now
                 // belongs to.
@@ -106,24 +136,41 @@ control HySyncIngress(inout headers_t hdr,
                 // packet are not caught here (docs/tofino.md).
                 drop(DROP_BAD_LENGTH);
             } else {
-                // 8. The mode the controller wants for this slot now (a lookup, made for
-                // every contribution); 5-7. a member of a configured job, on its slots.
-                sync_mode.apply(hdr, meta.hs);
+                // 5-7. A member of a configured job, on its slots.
                 admission.apply(hdr, meta.hs);
                 if (!meta.hs.admitted) {
                     ig_dprsr_md.drop_ctl = 1;
                 }
             }
-            // 8-10. Latch, classify, count (an admitted first pass), or reset the slot.
-            aggregation.apply(hdr, meta);
-        } else {
-            // The lane op the first pass decided, in the stages the first pass uses for its
-            // decision; then what this pass stores and the lane op of the next one.
-            lanes.apply(hdr, meta.bridge);
+            // 8. Latch (an admitted first pass), or reset the slot.
+            latching.apply(hdr, meta);
+#if __TARGET_TOFINO__ == 2
+            // 9-10. Count and decide, in the same pass.
+            if (meta.tf.counting) {
+                counting.apply(hdr, meta);
+            }
+        } else if (meta.bridge.pass == pass_t.ASYNC) {
             next_pass.apply(hdr, meta);
+#else
+        } else if (meta.bridge.pass == pass_t.DECIDE || meta.bridge.pass == pass_t.ASYNC) {
+            if (meta.bridge.pass == pass_t.DECIDE) {
+                // 9-10. Count and decide, one pass after Latching.
+                counting.apply(hdr, meta);
+            } else {
+                next_pass.apply(hdr, meta);
+            }
+            // The result header: stored by a close and an async round, read by a resend.
+            results.apply(hdr, meta);
+#endif
+        } else {
+            // A lane pass.
+            lanes.apply(hdr, meta.bridge);
+            resent.apply(hdr, meta);
         }
-        // Both paths: the stored result header (a resend reads it, a close stores it).
+#if __TARGET_TOFINO__ == 2
+        // The result header: stored by a close and an async round, read by a resend.
         results.apply(hdr, meta);
+#endif
         if (hdr.hysync.isValid()) {
             // The RESULT / RESYNC / ACK the verdict calls for, or the next pass.
             replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
@@ -134,7 +181,7 @@ control HySyncIngress(inout headers_t hdr,
             bridge_to_egress();
         }
 
-        // §8. Count what the controls above decided to count (first passes only).
+        // §8. Count what the controls above decided to count (the deciding pass only).
         stats.apply(hdr, meta.hs);
     }
 }

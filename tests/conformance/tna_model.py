@@ -4,25 +4,29 @@ No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program
 *design* is held to the conformance suite through this transliteration of its slot state
 (include/control/slot_registers.p4 and aggregation.p4): the same registers with the same
 encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
-one-action-per-register-per-pass rule, and the close (and, as on Tofino 1, a resend) split
-into two passes. It checks the state machine, not the P4 code: only a Tofino (or its
-model) runs that.
+one-action-per-register-per-pass rule, and the close (and an async round) finished in a
+later pass. It checks the state machine, not the P4 code: only a Tofino (or its model)
+runs that.
 
-`recirculate` decides when a second pass runs: at once (the default, as if the
+`recirculate` decides when a later pass runs: at once (the default, as if the
 recirculation took no time), or later, so that a test can put packets between a close's
-two passes (the window of docs/tofino.md, difference 2).
+decision and the pass that advances its round (the window of docs/tofino.md,
+difference 2).
 
-On the switch the lanes act one pass after the decision (a close's sums are made in its
-CLOSE pass, a resend's read in its RESEND pass, an absorbed contribution's add in an
-ABSORB pass). The model applies each lane op when it decides it. That is the same: the
-lane passes go through the pipe's one recirculation queue in the order their first passes
-decided them, and no packet decided after a close's first pass touches that bank before
-the close's next pass (its round refuses it with the CLOSING mark, and the bank's next
-round cannot open before the advance), nor one decided after a resend's first pass
-(the bank's next round needs a close decided after it). Tofino 1's extra pass for the even
-lanes of a close or a resend is one more recirculation of the same kind; the one case
-where it is not the same (an async bank write between a Tofino 1 resend's two lane
-passes, after a swap away from async) is in docs/tofino.md, difference 3.
+On the switch the lanes act in lane passes after the decision (a close's sums, a
+resend's read, an absorbed contribution's add), and on Tofino 1 the decision itself takes
+two passes (the first pass latches, a DECIDE pass counts). The model decides and applies
+each lane op at once. That is the same: every later pass goes through the pipe's one
+recirculation queue, so a packet's k-th later pass comes after the k-th later pass of
+every packet whose first pass came before its own; so DECIDE passes count in the order
+their first passes latched, a round's close is decided before any contribution its
+advance lets open the next round, and the lane ops on a bank come in the order they were
+decided (a contribution that arrives while a close is under way meets the CLOSING mark;
+the bank's next round cannot open before the advance). The result header is stored per
+bank, like the lanes, when the close is decided: a resend of round r reads bank r & 1,
+which only round r + 2's close writes again. The one case where the passes are not the
+same (an async bank write between a resend's lane passes, after a swap away from async)
+is in docs/tofino.md, difference 3.
 
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and
@@ -99,7 +103,8 @@ class TnaModelPipeline(Pipeline):
         self.t_bitmap = [0] * n
         self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq_key(seq, epoch)
         self.t_count = [0] * n              # int32; CLOSING bit while a close is under way
-        self.t_res = [(0, 0, 0)] * n        # (bitmap, count << 16 | mode << 8 | quorum, chunk)
+        # per bank, 2s + (round & 1): (bitmap, count << 16 | mode << 8 | quorum, chunk)
+        self.t_res = [(0, 0, 0)] * (2 * n)
         self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
 
     def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
@@ -228,7 +233,7 @@ class TnaModelPipeline(Pipeline):
                 return self._close_first_pass(s, head, bank, group, member, nbytes)
             return None
         if prev:
-            res_bitmap, res_packed, res_chunk = self.t_res[s]
+            res_bitmap, res_packed, res_chunk = self.t_res[2 * s + (r & 1)]
             (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
             head = [version, Op.RESULT, Flag.RESEND | echo, res_packed >> 8 & 0xFF, job, w,
                     res_packed >> 16 & 0xFF, s, 0, res_packed & 0xFF, r, res_chunk, res_bitmap]
@@ -258,8 +263,13 @@ class TnaModelPipeline(Pipeline):
     def _close_first_pass(self, s: int, head: list[int], bank: int, group: int, member: int,
                           nbytes: int) -> tuple[int, int, bytes] | None:
         self._closes.count(member, nbytes)
+        self._store_result(bank, head)
         return self._recirculate(SecondPass("close", s, head, self.t_lanes[bank].copy(),
                                             group, False, self._frame))
+
+    def _store_result(self, bank: int, head: list[int]) -> None:
+        """ResultHeader's write: the RESULT header of the round that closes in this bank."""
+        self.t_res[bank] = (head[12], head[6] << 16 | head[3] << 8 | head[9], head[11])
 
     def _recirculate(self, second: SecondPass) -> tuple[int, int, bytes] | None:
         if self.hold:
@@ -284,8 +294,8 @@ class TnaModelPipeline(Pipeline):
         return sorted(out)
 
     def second_pass(self, second: SecondPass) -> tuple[int, int, bytes] | None:
-        """The recirculated pass: advance or take the round, store the result, send it; or
-        reset the slot for a new install and retry the contribution."""
+        """The recirculated pass: advance the round, or take one and store the result; send
+        it; or reset the slot for a new install and retry the contribution."""
         s, head = second.s, second.head
         cur, round_epoch = self.t_round[s]
         if second.kind == "reset":
@@ -300,9 +310,8 @@ class TnaModelPipeline(Pipeline):
         elif second.kind == "async":
             head[10] = cur
             self.t_round[s] = ((cur + 1) & _U32, round_epoch)
-            self.t_lanes[2 * s + (head[10] & 1)] = second.lanes
-        if second.kind in ("close", "async"):
-            self.t_res[s] = (head[12], head[6] << 16 | head[3] << 8 | head[9], head[11])
+            self.t_lanes[2 * s + (cur & 1)] = second.lanes
+            self._store_result(2 * s + (cur & 1), head)
         datagram = _HDR.pack(*head) + second.lanes.astype(_BE).tobytes()
         return (REPLY, 0, datagram) if second.port_back else (MULTICAST, second.group, datagram)
 

@@ -12,12 +12,17 @@
 // Register and counter indexes as wide as their arrays: a wider index costs hash bits.
 typedef bit<13> slot_index_t;       // NUM_SLOTS = 8192 slots
 typedef bit<14> bank_index_t;       // 2 * slot + bank (LANE_BANK_CELLS)
+typedef bit<15> half_bank_index_t;  // 4 * slot + 2 * bank + half (HALF_BANK_CELLS)
 typedef bit<16> member_index_t;     // slot * 8 + worker % 8 (MEMBER_SEQ_PART_CELLS)
 typedef bit<13> member_cell_t;           // job * 32 + worker (MEMBER_COUNTER_CELLS)
 typedef bit<12> drop_counter_index_t;    // job * 16 + reason (DROP_COUNTER_CELLS)
 
 // member_seq in four registers of eight workers (slot_registers.p4, MemberSeq).
 #define MEMBER_SEQ_PART_CELLS (MEMBER_SEQ_CELLS / 4)
+// Tofino 1: a lane register holds pair p of both halves of each bank.
+#define HALF_BANK_CELLS (2 * LANE_BANK_CELLS)
+// The stored result header, per bank: written when the round closes, read by a resend.
+#define RESULT_CELLS LANE_BANK_CELLS
 
 // FOR_EACH_HALF_PAIR(X) expands X(p) for p = 0..LANES/4-1: pair p of a half holds its
 // lanes 2p and 2p+1; the low half holds lanes 0..31, the high half lanes 32..63.
@@ -35,12 +40,18 @@ header lane_half_h {
 }
 #undef LANE_PAIR_FIELDS
 
+// The deparser emits the valid ones in this order: a first pass has lanes_lo and lanes_hi;
+// a Tofino 1 lane pass has lanes (first half, the rest payload) or lanes_lo and lanes
+// (second half).
 struct headers_t {
     ethernet_h   ethernet;
     ipv4_h       ipv4;
     udp_h        udp;
     hysync_h     hysync;
     lane_half_h  lanes_lo;      // lanes 0..31
+#if __TARGET_TOFINO__ != 2
+    lane_half_h  lanes;         // Tofino 1, a lane pass: the half it works on
+#endif
     lane_half_h  lanes_hi;      // lanes 32..63
 }
 
@@ -65,54 +76,75 @@ const bit<7> RECIRC_PORT_IN_PIPE = 68;
 // What a packet's pass is for; carried in the bridge header. A recirculated packet with
 // NONE is a retry: the contribution again after a reset pass, as a first pass.
 //
-// The lanes act one pass after the decision (docs/tofino.md, "Stages"): the first pass
-// decides, and a pass through the recirculation port applies the lane op the bridge
-// carries, in the stages the first pass decides in. The recirculation port
-// is one queue, so lane ops reach the banks in the order their first passes decided them.
+// The lanes act in a lane pass after the pass that decides (docs/tofino.md, "Stages"): it
+// sends the packet through the pipe's recirculation port with the lane op in the bridge,
+// and the lanes apply it in the next pass, in the stages the decision takes. The port is
+// one queue, so lane ops reach the banks in the order their passes decided them. On
+// Tofino 1 the lanes take a lane pass per half of 32 (and one more per half where the
+// sums go out: a close, a resend), and the decision two passes: the first pass admits
+// and latches, a DECIDE pass counts and gives the verdict.
 enum bit<8> pass_t {
     NONE = 0,            // a first pass; or, in a packet for egress, no next pass
-    ABSORB = 1,          // an absorbed contribution's lane op (write / add); nothing goes out
-    CLOSE = 2,           // a close's lane op (add / write / read), the round's advance and
-                         // the result header; then the RESULT (Tofino 1: a SEND_GROUP pass
-                         // for the even lanes first)
-    RESEND = 3,          // a resend's read of the bank; then the RESULT back to the sender
-                         // (Tofino 1: a SEND_BACK pass for the even lanes first)
+    ABSORB = 1,          // lane pass: an absorbed contribution's write / add; then dropped
+    CLOSE = 2,           // lane pass: a close's sums (add, write, or read); in its last, the
+                         // round advances; then the RESULT
+    RESEND = 3,          // lane pass: a resend reads the stored lanes; then the RESULT back
+                         // to the sender
     ASYNC = 4,           // an async contribution takes a round number and stores the result
-                         // header; a SEND_GROUP pass writes its bank
-    SEND_GROUP = 5,      // a lane op (Tofino 1: the even lanes; async: the write), then the
-                         // RESULT to the job's group
-    SEND_BACK = 6,       // Tofino 1: a resend's even lanes, then back to the sender
-    RESET = 7            // a contribution met another install's epoch: reset the slot (the
+                         // header; its SEND_GROUP lane pass writes the bank
+    SEND_GROUP = 5,      // lane pass: an async round's bank write; then the RESULT
+    RESET = 7,           // a contribution met another install's epoch: reset the slot (the
                          // epoch rides in the contribution's bitmap field, which the switch
                          // ignores in a contribution)
+    DECIDE = 8           // Tofino 1: an admitted contribution's count and verdict, one pass
+                         // after the first pass admitted it and latched (the bridge carries
+                         // what it learnt)
 }
 
-// What the Lane controls do with their banks on this pass (v1model's lane_op_t plus the
-// operations that Tofino's one-output stateful ALU needs).
+// What the lanes do with their banks in a lane pass (v1model's lane_op_t).
 enum bit<4> tna_lane_op_t {
     NONE = 0,
     WRITE = 1,           // first contribution of a round: bank = lanes
-    ADD = 2,             // later contributions: bank += lanes
-    READ = 3,            // a resend or a close without new lanes: lanes = bank
-    READ_EVEN = 4        // Tofino 1, the pass after: the even lanes of the pair
+    ADD = 2,             // later contributions: bank += lanes, lanes = the sums
+    READ = 3             // a resend or a close without new lanes: lanes = bank
 }
 
 // Prepended by the ingress deparser to every packet it sends on: egress reads it, and a
 // recirculated packet comes back with it in front of its Ethernet header.
+// Every field an action writes has a container of its own where the writers' sources
+// differ: an action writes a PHV container from one source only.
 header bridge_h {
     pass_t   pass;
     bit<7>   _pad0;
     PortId_t ingress_port;      // the contribution's port: replies go back to it (the
                                 // parser sets it for a packet from a port)
-    // One byte each: an action writes a PHV container from one source only.
     bit<7>   _pad1;
     bit<1>   switch_packet;     // a RESULT, RESYNC or ACK the switch made (not L2 traffic)
     bit<7>   _pad2;
     bit<1>   flooded;           // an L2 flood: egress prunes the copy on ingress_port
-    bit<16>  mcast_grp;         // a recirculated close multicasts to the job's group
-    bit<4>   _pad3;
-    tna_lane_op_t lane_op;      // what the next pass's lanes do, with the bank of the
-                                // header's round (the contribution's, or the async one's)
+    bit<16>  mcast_grp;         // the job's group, for the RESULT a later pass sends
+    bit<1>   _pad3;
+    bit<1>   half;              // Tofino 1: the half of the lanes this lane pass works on
+    bit<1>   even;              // Tofino 1: this lane pass reads the half's even lanes
+    bit<1>   last;              // the last lane pass of its lane op: the pass takes its
+                                // next step (a close advances the round; the RESULT goes)
+    tna_lane_op_t lane_op;      // what the lane pass does with the lanes, with the bank of
+                                // the header's round (the contribution's, or the async one's)
+    // What the first pass learnt for counting (Counting, aggregation.p4): on Tofino 1 it
+    // counts in the DECIDE pass, which gets them here; on Tofino 2 in the same pass.
+    bit<1>   fresh;             // opens its round (nothing latched for it, open, no JOIN)
+    bit<1>   open_sync;         // to the open round, not async, not a refused JOIN
+    bit<1>   async_path;        // async desired and no round latched: a round of its own
+    bit<1>   join;              // flag JOIN
+    bit<1>   prev;              // to the round that closed last
+    bit<1>   chunk_ok;          // its chunk is the one the round latched
+    bit<1>   latched;           // a round is under way (the mode latch answered)
+    bit<1>   not_joined;        // a JOIN with no round to join
+    count_t  q;                 // the effective quorum (protocol.md §4 step 8)
+    round_t  cur;               // round[s]: a RESYNC's round
+    chunk_t  stored_chunk;      // chunk[s] before this packet: a RESYNC's chunk
+    bit<32>  seq_key;           // what member_seq holds once w is counted in hdr.round:
+                                // CRC32 of {round, epoch}, so another install's mismatch
 }
 
 // What ResultHeader does with res_* on this pass.
@@ -165,21 +197,15 @@ struct tna_metadata_t {
     bit<8>        epoch_differs; // 1: first pass, slot_epoch[s] is another install's; reset
                                  // pass, the round register held another epoch
     bool          stale_epoch;   // epoch_differs in a first pass: reset pass, then retry
-    bool          not_joined;    // a JOIN with no round to join
+    bool          counting;      // admitted, the slot's install: Counting decides
     packed_mode_t desired;       // the modes table's answer, packed
     bool          desired_async;
     packed_mode_t latched;       // the mode register's answer: 0 = no round under way
-    bool          fresh;         // this contribution opens its round (latched == 0, open)
-    bool          async_path;    // the slot is in async: no round under way, async desired
-    bool          open_sync;     // open and not async: a contribution to the open round
-    count_t       q8;            // effective quorum (protocol.md §4 step 8)
-    int<32>       q;             // the same, as wide as the count register
+    int<32>       q;             // the effective quorum, as wide as the count register
     chunk_t       stored_chunk;  // chunk[s] before this packet
-    bitmap_t      stored_bits;   // bitmap[s] before this packet; in a resend, w's bit of the
-                                 // resent round's bitmap (one PHV field for both)
+    bitmap_t      stored_bits;   // bitmap[s] before this packet
     bitmap_t      me;            // 1 << worker
-    bit<32>       seq_key;       // what member_seq holds once w is counted in hdr.round:
-                                 // CRC32 of {round, epoch}, so another install's mismatch
+    bitmap_t      mine;          // a resend: w's bit of the resent round's bitmap
     bit<8>        counted;       // 1: member_seq[s*32+w] held seq_key before this packet
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet

@@ -4,10 +4,13 @@
 #ifndef __HYSYNC_TNA_PARSER__
 #define __HYSYNC_TNA_PARSER__
 
-// Ethernet / IPv4 (no options) / UDP to 48620 / HySync header / lanes for CONTRIB and
-// RESULT, as on v1model. A packet coming back from the recirculation port carries the
-// bridge header first. A truncated packet reaches ingress with parser_err set and is
-// dropped there as MALFORMED.
+// Ethernet / IPv4 (no options) / UDP to 48620 / HySync header / lanes of a CONTRIB, as on
+// v1model. A packet coming back from the recirculation port carries the bridge header
+// first; in a lane pass its lanes are parsed whatever its op (a RESULT's too), and on
+// Tofino 1 only the half the pass works on goes into the lanes header the lane registers
+// read (hdr.lanes): the first half as it is, or, for the second, after the first half
+// (lanes_lo, passed through). What comes after is payload. A truncated packet reaches
+// ingress with parser_err set and is dropped there as MALFORMED.
 parser HySyncIngressParser(packet_in packet,
                            out headers_t hdr,
                            out ingress_metadata_t meta,
@@ -28,12 +31,18 @@ parser HySyncIngressParser(packet_in packet,
         meta.bridge.pass = pass_t.NONE;
         meta.bridge.ingress_port = ig_intr_md.ingress_port;
         meta.bridge.lane_op = tna_lane_op_t.NONE;
+        meta.bridge.half = 0;
+        meta.bridge.even = 0;
+        meta.bridge.last = 0;
         transition parse_ethernet;
     }
 
     state parse_bridge {
         packet.extract(meta.bridge);
-        transition parse_ethernet;
+        transition select(meta.bridge.lane_op) {
+            tna_lane_op_t.NONE: parse_ethernet;
+            default: parse_lane_pass;
+        }
     }
 
     state parse_ethernet {
@@ -60,11 +69,11 @@ parser HySyncIngressParser(packet_in packet,
         }
     }
 
+    // A RESULT coming back for a pass without a lane op carries its lanes as payload.
     state parse_hysync {
         packet.extract(hdr.hysync);
         transition select(hdr.hysync.op) {
             OP_CONTRIB: parse_lanes;
-            OP_RESULT: parse_lanes;
             default: accept;
         }
     }
@@ -74,10 +83,37 @@ parser HySyncIngressParser(packet_in packet,
         packet.extract(hdr.lanes_hi);
         transition accept;
     }
+
+    // A lane pass: a packet the switch made, back from the recirculation port.
+    state parse_lane_pass {
+        packet.extract(hdr.ethernet);
+        packet.extract(hdr.ipv4);
+        packet.extract(hdr.udp);
+        packet.extract(hdr.hysync);
+#if __TARGET_TOFINO__ == 2
+        transition parse_lanes;
+#else
+        transition select(meta.bridge.half) {
+            0: parse_lanes_first_half;
+            default: parse_lanes_second_half;
+        }
+#endif
+    }
+
+#if __TARGET_TOFINO__ != 2
+    state parse_lanes_first_half {
+        packet.extract(hdr.lanes);
+        transition accept;
+    }
+
+    state parse_lanes_second_half {
+        packet.extract(hdr.lanes_lo);
+        packet.extract(hdr.lanes);
+        transition accept;
+    }
+#endif
 }
 
-// The bridge header goes first whenever ingress set it valid: on every packet for egress
-// and on every recirculated one.
 control HySyncIngressDeparser(packet_out packet,
                               inout headers_t hdr,
                               in ingress_metadata_t meta,

@@ -2,65 +2,47 @@
 // p4src/v1model/include/control/aggregation.p4, laid out over the stages so that every
 // register is touched once per pass (slot_registers.p4). The plan, in pipeline order:
 //
-//   first pass of a contribution (any HySync packet reads; only an admitted one writes)
-//     1. Round         cur = round[s]; diff = r - cur: open (0) or prev (-1)
+//   Latching (a first pass, or a retry pass; any HySync packet reads, only an admitted
+//   one writes)
+//     1. Round         cur = round[s] (ingress, stage 0); diff = r - cur: open (0) or
+//                      prev (-1)
 //     2. SlotEpoch     the install that used the slot last: another one -> reset pass
 //        ModeLatch     latch mode/quorum if this contribution opens the round, else read
 //        ChunkLatch    the same for the chunk
-//     3. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
-//     4. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
-//     5. verdict       what Replies sends, and the lane op (write / add / read) that the
-//                      next pass applies: every lane op and every close recirculate
-//   the next pass (recirculated; the lanes act first, from the bridge, in the stages the
-//   first pass decides in)
-//     ABSORB           an absorbed contribution's lane op, then dropped
+//     3. the flags Counting needs, in the bridge header
+//   Counting (Tofino 2: the same pass; Tofino 1: a DECIDE pass, through the recirculation
+//   port: the whole decision is more stages than Tofino 1 has)
+//     4. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
+//     5. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
+//     6. verdict       what Replies sends, and the lane op (write / add / read) that
+//                      egress applies on the way through the recirculation port
+//   a later pass (recirculated, after egress applied the lane op)
 //     CLOSE            Round advances round[s]; ResultHeader stores res_*; the RESULT
-//     RESEND           the stored lanes; the RESULT back to the sender
-//     ASYNC            Round takes round[s]++ as the result's round; ResultHeader; its
-//                      SEND_GROUP pass writes the bank
-//     SEND_GROUP/BACK  Tofino 1, after CLOSE / RESEND: the even lanes (the async write)
+//     RESEND           the RESULT back to the sender
+//     ASYNC            Round takes round[s]++ as the result's round; ResultHeader; egress
+//                      writes the bank on the way to its SEND_GROUP pass
+//     SEND_GROUP/BACK  the RESULT (Tofino 1: after the even lanes, one more trip)
 //   reset pass (a contribution that met another install's epoch), then a retry pass
 //     1. Round         round 0 of the new epoch, unless a reset pass of it came first
 //     2. SlotEpoch     the new epoch;  ModeLatch, ChunkLatch  cleared (first reset only)
-//   retry pass: the contribution again, as a first pass (admission and all)
 //
 // Where the outcome differs from v1model's one action, docs/tofino.md says how and why.
 
 #ifndef __HYSYNC_TNA_AGGREGATION__
 #define __HYSYNC_TNA_AGGREGATION__
 
-// A first pass (or a retry pass) and a reset pass.
-control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
+// A first pass (or a retry pass) and a reset pass: the round against the open one, the
+// slot's install, the latches; for an admitted contribution of the slot's install, the
+// flags Counting needs (meta.tf.counting), in the bridge header.
+//
+// Tofino 1 has no long branches: every element of a sequence starts where the one before
+// it ended. So the decision is a few tables keyed on the raw answers (one stage each), not
+// a tree of ifs (a table and a gateway per branch, and mostly a stage).
+control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     SlotEpoch() slot_epoch;
     ModeLatch() mode;
     ChunkLatch() chunk;
-    Bitmap() bitmap;
-    MemberSeq(0) member_seq_0;
-    MemberSeq(1) member_seq_1;
-    MemberSeq(2) member_seq_2;
-    MemberSeq(3) member_seq_3;
-    Count() count;
-
-    // w's bit. Tofino has no shift by a variable amount: one row per worker id.
-    @hidden action set_me(bitmap_t me) {
-        meta.tf.me = me;
-    }
-
-    @hidden table worker_bit {
-        key = {
-            hdr.hysync.worker_id : exact;
-        }
-        actions = {
-            set_me;
-        }
-        const entries = {
-#define WORKER_BIT(w) w : set_me(32w1 << w);
-            FOR_EACH_WORKER(WORKER_BIT)
-#undef WORKER_BIT
-        }
-        size = MAX_WORKERS;
-    }
 
     // Fields assembled from several fields come from a hash unit (identity): an action
     // writes a PHV container from one source only.
@@ -71,97 +53,147 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
     @hidden action prepare() {
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
         meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
-        meta.tf.result_op = result_op_t.NONE;
     }
 
-    // The contribution's round against the open one, as one field a gateway compares with
-    // constants (a gateway comparing two 32-bit fields takes more input than it has).
+    // The contribution's round against the open one, as one field a table or a gateway
+    // compares with constants (a gateway comparing two 32-bit fields takes more input
+    // than it has).
     @hidden action difference() {
         meta.tf.diff = hdr.hysync.round - meta.tf.cur;
     }
 
     @hidden action key_member_seq() {
-        meta.tf.seq_key = seq_key_hash.get({hdr.hysync.round, meta.hs.epoch});
+        meta.bridge.seq_key = seq_key_hash.get({hdr.hysync.round, meta.hs.epoch});
     }
 
-    // The effective quorum (protocol.md §4 step 8): q = n if the latched quorum is 0, else
-    // min(quorum, n), re-evaluated on every packet. min is an ALU instruction; comparing
-    // two fields in a gateway is not possible on Tofino.
-    @hidden action set_quorum(quorum_t qr) {
-        meta.tf.q8 = meta.hs.members;
-        hdr.hysync.quorum = qr;
+    // What a RESYNC reports and where a RESULT goes, for the pass that decides.
+    @hidden action carry() {
+        meta.bridge.cur = meta.tf.cur;
+        meta.bridge.stored_chunk = meta.tf.stored_chunk;
+        meta.bridge.mcast_grp = meta.hs.mcast_grp;
     }
 
-    @hidden action use_quorum(quorum_t qr) {
-        meta.tf.q8 = qr < meta.hs.members ? qr : meta.hs.members;
-        hdr.hysync.quorum = qr;
+    // ---- the flags, from the latches' answers
+    @hidden action stale() {
+        meta.tf.stale_epoch = true;
     }
 
-    @hidden action widen_quorum() {
-        meta.tf.q = (int<32>) (bit<32>) meta.tf.q8;
+    @hidden action flags(bit<1> fresh, bit<1> open_sync, bit<1> async_path,
+                         bit<1> not_joined, bit<1> latched) {
+        meta.tf.counting = true;
+        meta.bridge.fresh = fresh;
+        meta.bridge.open_sync = open_sync;
+        meta.bridge.async_path = async_path;
+        meta.bridge.not_joined = not_joined;
+        meta.bridge.latched = latched;
     }
 
-    // What Stats counts. The RESULT or RESYNC header's fields are written into the header
-    // here, not through v1model's meta.hs.out_* (a PHV container each saved: Tofino 1's
-    // PHV is full).
-    @hidden action verdict(verdict_t v, member_counter_t counter) {
-        meta.hs.verdict = v;
-        meta.hs.count_drop = false;
-        meta.hs.member_counter = counter;
+    // Another install used the slot last: nothing is counted, Replies takes the reset pass.
+    // Else, with nothing latched for the open round (the mode latch answered 0), the
+    // desired mode decides: async is a round of its own; a contribution to the open round
+    // opens it, but a JOIN never does. With a round latched, a contribution to it counts.
+    @hidden table classify {
+        key = {
+            meta.tf.epoch_differs : ternary;
+            meta.tf.latched       : ternary;
+            meta.hs.desired_mode  : ternary;
+            meta.tf.diff          : ternary;
+            hdr.hysync.flags      : ternary;   // bit 2: FLAG_JOIN
+        }
+        actions = {
+            stale;
+            flags;
+        }
+        const entries = {
+            (1, _, _, _, _) : stale();
+            (_, 0, MODE_ASYNC, _, _) : flags(0, 0, 1, 0, 0);
+            (_, 0, _, 0, FLAG_JOIN &&& FLAG_JOIN) : flags(0, 0, 0, 1, 0);
+            (_, 0, _, 0, _) : flags(1, 1, 0, 0, 0);
+            (_, 0, _, _, _) : flags(0, 0, 0, 0, 0);
+            (_, _, _, 0, _) : flags(0, 1, 0, 0, 1);
+        }
+        const default_action = flags(0, 0, 0, 0, 1);
+        size = 8;
     }
 
-    // A verdict that is also a drop by reason (the packet may still be answered).
-    @hidden action drop_verdict(verdict_t v, drop_reason_t reason, member_counter_t counter) {
-        meta.hs.verdict = v;
-        meta.hs.count_drop = true;
-        meta.hs.drop_reason = reason;
-        meta.hs.member_counter = counter;
+    // ---- the latched mode and the effective quorum (protocol.md §4 step 8): q = n if the
+    // quorum is 0, else min(quorum, n), re-evaluated on every packet; the mode and quorum
+    // of a latched round, else the desired ones (which the contribution opening the round
+    // has just latched). min is an ALU instruction; a gateway cannot compare two fields.
+    @hidden action all_desired() {
+        meta.bridge.q = meta.hs.members;
+        hdr.hysync.mode = meta.hs.desired_mode;
+        hdr.hysync.quorum = 0;
     }
 
-    @hidden action resync_header(reason_t reason) {
-        hdr.hysync.reason = reason;
-        hdr.hysync.round = meta.tf.cur;
-        hdr.hysync.chunk = meta.tf.stored_chunk;
-        hdr.hysync.bitmap = 0;
-        hdr.hysync.count = 0;
+    @hidden action quorum_desired() {
+        meta.bridge.q = meta.hs.desired_quorum < meta.hs.members
+                        ? meta.hs.desired_quorum : meta.hs.members;
+        hdr.hysync.mode = meta.hs.desired_mode;
+        hdr.hysync.quorum = meta.hs.desired_quorum;
+    }
+
+    @hidden action all_latched() {
+        meta.bridge.q = meta.hs.members;
+        hdr.hysync.mode = meta.tf.latched[15:8];
+        hdr.hysync.quorum = 0;
+    }
+
+    @hidden action quorum_latched() {
+        meta.bridge.q = meta.tf.latched[7:0] < meta.hs.members
+                        ? meta.tf.latched[7:0] : meta.hs.members;
+        hdr.hysync.mode = meta.tf.latched[15:8];
+        hdr.hysync.quorum = meta.tf.latched[7:0];
+    }
+
+    @hidden table quorum {
+        key = {
+            meta.tf.latched        : ternary;
+            meta.hs.desired_quorum : ternary;
+        }
+        actions = {
+            all_desired;
+            quorum_desired;
+            all_latched;
+            quorum_latched;
+        }
+        const entries = {
+            (0, 0) : all_desired();
+            (0, _) : quorum_desired();
+            (0 &&& 0xFF, _) : all_latched();
+        }
+        const default_action = quorum_latched();
+        size = 4;
     }
 
     apply {
-        bit<8> latched_mode;
-        quorum_t latched_quorum;
-
         // ---- 1. indexes, and the contribution's round against the open one (Round, applied
-        // by ingress to every packet in stage 0, read it: a read changes nothing, so it
-        // needs no stage after admission).
-        worker_bit.apply();
+        // by ingress to every packet in stage 0, read it). Computed for a reset pass too,
+        // which reads none of them.
         prepare();
         key_member_seq();
         difference();
-        // The first pass's flags, computed for a reset pass too: a gateway that also tested
-        // the pass would compare more PHV bytes than one gateway can (Tofino 2 refused it).
-        // A reset pass reads none of them. Tofino assigns no comparison to a bool: each
-        // flag is a branch.
+        // r == cur - 1; the round before round 0 closed in no epoch (v1model's res_valid),
+        // and cur = r + 1 is 0 exactly when r is the last round. Tofino assigns no
+        // comparison to a bool: each flag is a branch.
         meta.tf.open = false;
-        meta.tf.prev = false;
-        meta.tf.last_round = false;
         meta.tf.desired_async = false;
         meta.tf.join = false;
-        if (hdr.hysync.round == 0xFFFFFFFF) {
-            meta.tf.last_round = true;
-        }
+        meta.bridge.prev = 0;
+        meta.bridge.join = 0;
+        meta.bridge.chunk_ok = 0;
         if (meta.tf.diff == 0) {
             meta.tf.open = true;
         }
-        // r == cur - 1; the round before round 0 closed in no epoch (v1model's res_valid),
-        // and cur = r + 1 is 0 exactly when r is the last round.
-        if (meta.tf.diff == 0xFFFFFFFF && !meta.tf.last_round) {
-            meta.tf.prev = true;
-        }
-        if (meta.hs.desired_mode == MODE_ASYNC) {
-            meta.tf.desired_async = true;
+        if (meta.tf.diff == 0xFFFFFFFF && hdr.hysync.round != 0xFFFFFFFF) {
+            meta.bridge.prev = 1;
         }
         if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
             meta.tf.join = true;
+            meta.bridge.join = 1;
+        }
+        if (meta.hs.desired_mode == MODE_ASYNC) {
+            meta.tf.desired_async = true;
         }
         // ---- 2. the slot's install and the latches. An admitted first pass reads the
         // install and latches the mode when it opens the round; the latches act before the
@@ -174,191 +206,298 @@ control Aggregation(inout headers_t hdr, inout ingress_metadata_t meta) {
             mode.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
             chunk.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
         }
-        if (meta.bridge.pass == pass_t.RESET) {
-            // Nothing is counted or sent: Replies retries the contribution.
-        } else if (meta.hs.admitted) {
-            meta.tf.stale_epoch = false;
-            if (meta.tf.epoch_differs == 1) {
-                // Another install used the slot last: every register below only reads.
-                meta.tf.stale_epoch = true;
-                meta.tf.open = false;
-                meta.tf.prev = false;
-                meta.tf.desired_async = false;
-            }
-            meta.tf.fresh = false;
-            meta.tf.async_path = false;
-            meta.tf.not_joined = false;
-            if (meta.tf.latched == 0) {
-                latched_mode = meta.hs.desired_mode;
-                latched_quorum = meta.hs.desired_quorum;
-                if (meta.tf.desired_async) {
-                    meta.tf.async_path = true;
-                } else if (meta.tf.open) {
-                    if (meta.tf.join) {
-                        meta.tf.not_joined = true;   // a JOIN never opens a round
-                    } else {
-                        meta.tf.fresh = true;
-                    }
-                }
-            } else {
-                latched_mode = meta.tf.latched[15:8];
-                latched_quorum = meta.tf.latched[7:0];
-            }
-            hdr.hysync.mode = latched_mode;
-            meta.tf.open_sync = false;
-            if (meta.tf.open && !meta.tf.async_path && !meta.tf.not_joined) {
-                meta.tf.open_sync = true;
-            }
-            if (latched_quorum == 0) {
-                set_quorum(latched_quorum);
-            } else {
-                use_quorum(latched_quorum);
-            }
-            widen_quorum();
-
-            // ---- 3-4. contributors, member sequence, count and the close guard
-            bitmap.apply(hdr, meta.tf);
-            member_seq_0.apply(hdr, meta.tf);
-            member_seq_1.apply(hdr, meta.tf);
-            member_seq_2.apply(hdr, meta.tf);
-            member_seq_3.apply(hdr, meta.tf);
-            count.apply(hdr, meta.tf);
-
-            // ---- 5. the verdict (protocol.md §4 steps 9-10), and the lane op the next pass
-            // applies (in the bridge header). The header keeps the contribution's round (the open one, or r for an ACK or a
-            // resend) and chunk unless a RESYNC says otherwise.
-            hdr.hysync.reason = RESYNC_NONE;
-            if (meta.tf.stale_epoch) {
-                // Nothing counted, nothing sent: Replies takes the reset pass.
-            } else if (meta.tf.not_joined) {
-                drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
-                resync_header(RESYNC_NOT_JOINED);
-            } else if (meta.tf.async_path) {
-                if (meta.tf.counted == 1) {
-                    // A retransmission of a counted contribution.
-                    drop_verdict(verdict_t.ACK, DROP_DUPLICATE, member_counter_t.DUPLICATES);
-                    hdr.hysync.count = 0;
-                    hdr.hysync.bitmap = 0;
-                } else if (meta.tf.join) {
-                    // A JOIN never makes an async round of its own.
-                    drop_verdict(verdict_t.NOT_JOINED, DROP_NOT_JOINED, member_counter_t.NONE);
-                    resync_header(RESYNC_NOT_JOINED);
-                } else {
-                    // A round of its own: the result is the contribution's own lanes; its
-                    // ASYNC pass takes the round number and stores the result header, and
-                    // the SEND_GROUP pass after it writes the bank.
-                    verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
-                    hdr.hysync.count = 1;
-                    hdr.hysync.bitmap = meta.tf.me;
-                }
-            } else if (meta.tf.open_sync) {
-                if (!meta.tf.fresh && meta.tf.stored_chunk != hdr.hysync.chunk) {
-                    drop_verdict(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH,
-                                 member_counter_t.NONE);
-                    resync_header(RESYNC_CHUNK_MISMATCH);
-                    hdr.hysync.bitmap = meta.tf.stored_bits;
-                    hdr.hysync.count = meta.tf.count_out[7:0];
-                } else if (meta.tf.fresh) {
-                    // Opens the round: writes the bank, latches the chunk; q = 1 closes it.
-                    meta.bridge.lane_op = tna_lane_op_t.WRITE;
-                    hdr.hysync.count = meta.tf.count_out[7:0];
-                    hdr.hysync.bitmap = meta.tf.me;
-                    if (meta.tf.count_out < 0) {
-                        verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
-                    } else {
-                        verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
-                    }
-                } else if (meta.tf.counted == 1) {
-                    // Counted before: a duplicate, unless the quorum shrank under the round
-                    // (an exclusion) and this retransmission closes it with the lanes it holds.
-                    hdr.hysync.count = meta.tf.count_out[7:0];
-                    hdr.hysync.bitmap = meta.tf.stored_bits;
-                    if (meta.tf.count_out < 0) {
-                        drop_verdict(verdict_t.CLOSE, DROP_DUPLICATE,
-                                     member_counter_t.DUPLICATES);
-                        meta.bridge.lane_op = tna_lane_op_t.READ;
-                    } else {
-                        drop_verdict(verdict_t.DUPLICATE, DROP_DUPLICATE,
-                                     member_counter_t.DUPLICATES);
-                    }
-                } else if (meta.tf.count_out == 0) {
-                    // The round's close is under way (between its two passes): refused without
-                    // a reply; the retransmission will be answered with the stored result.
-                    drop_verdict(verdict_t.NONE, DROP_STALE, member_counter_t.LATE);
-                } else {
-                    meta.bridge.lane_op = tna_lane_op_t.ADD;
-                    hdr.hysync.count = meta.tf.count_out[7:0];
-                    hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
-                    if (meta.tf.count_out < 0) {
-                        verdict(verdict_t.CLOSE, member_counter_t.CONTRIBUTIONS);
-                    } else {
-                        verdict(verdict_t.ABSORB, member_counter_t.CONTRIBUTIONS);
-                    }
-                }
-            } else if (meta.tf.prev) {
-                // The round that closed last: its stored header and lanes, to the sender alone.
-                verdict(verdict_t.RESEND, member_counter_t.NONE);
-                meta.tf.result_op = result_op_t.READ;
-                meta.bridge.lane_op = tna_lane_op_t.READ;
-            } else {
-                // Older, or ahead of the switch.
-                drop_verdict(verdict_t.STALE, DROP_STALE, member_counter_t.STALE);
-                if (meta.tf.counted == 1) {
-                    resync_header(RESYNC_STALE_COUNTED);   // counted, but its result is gone
-                } else {
-                    resync_header(RESYNC_STALE_ROUND);
-                }
-                if (meta.tf.latched != 0) {
-                    hdr.hysync.bitmap = meta.tf.stored_bits;
-                    hdr.hysync.count = meta.tf.count_out[7:0];
-                }
+        // ---- 3. the flags Counting needs, and what it reports. A reset pass counts
+        // nothing: Replies retries the contribution.
+        if (meta.bridge.pass == pass_t.NONE && meta.hs.admitted) {
+            classify.apply();
+            quorum.apply();
+            carry();
+            if (meta.tf.stored_chunk == hdr.hysync.chunk) {
+                meta.bridge.chunk_ok = 1;
             }
         }
     }
 }
 
-// A later pass (CLOSE, RESEND, ASYNC, and the SEND passes): its lanes have acted (they
-// come first in that pass, hysync.p4); this sets what the pass stores and the lane op of
-// the next pass, if any. The round register acted in stage 0 (Round, applied by ingress
-// on every pass).
-control NextPass(inout headers_t hdr, inout ingress_metadata_t meta) {
+// An admitted contribution of the slot's install, after Latching (Tofino 2: the same pass;
+// Tofino 1: its DECIDE pass): contributors, member sequence, count and the close guard,
+// and the verdict, with the flags Latching left in the bridge.
+control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
 
-    // The stored result header word, from a field each (a PHV container takes one source
-    // per action).
-    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) res_packed_hash;
+    Bitmap() bitmap;
+    MemberSeq(0) member_seq_0;
+    MemberSeq(1) member_seq_1;
+    MemberSeq(2) member_seq_2;
+    MemberSeq(3) member_seq_3;
+    Count() count;
+
+    @hidden action widen_quorum() {
+        meta.tf.q = (int<32>) (bit<32>) meta.bridge.q;
+    }
+
+    // ---- the verdict's actions: what Stats counts, what Replies sends (the RESULT or
+    // RESYNC header's fields, written straight into the header), and the lane op.
+    @hidden action resync(verdict_t v, drop_reason_t drop_reason, reason_t reason,
+                          member_counter_t counter) {
+        meta.hs.verdict = v;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = drop_reason;
+        meta.hs.member_counter = counter;
+        hdr.hysync.reason = reason;
+        hdr.hysync.round = meta.bridge.cur;
+        hdr.hysync.chunk = meta.bridge.stored_chunk;
+        hdr.hysync.bitmap = 0;
+        hdr.hysync.count = 0;
+    }
+
+    // A RESYNC with the open round's contributors and count.
+    @hidden action resync_round(verdict_t v, drop_reason_t drop_reason, reason_t reason,
+                                member_counter_t counter) {
+        meta.hs.verdict = v;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = drop_reason;
+        meta.hs.member_counter = counter;
+        hdr.hysync.reason = reason;
+        hdr.hysync.round = meta.bridge.cur;
+        hdr.hysync.chunk = meta.bridge.stored_chunk;
+        hdr.hysync.bitmap = meta.tf.stored_bits;
+        hdr.hysync.count = meta.tf.count_out[7:0];
+    }
+
+    // A retransmission of a counted async contribution.
+    @hidden action ack() {
+        meta.hs.verdict = verdict_t.ACK;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = DROP_DUPLICATE;
+        meta.hs.member_counter = member_counter_t.DUPLICATES;
+        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.count = 0;
+        hdr.hysync.bitmap = 0;
+    }
+
+    // An async round of its own: the result is the contribution's own lanes; its ASYNC
+    // pass takes the round number and stores the result header, and its SEND_GROUP lane
+    // pass writes the bank.
+    @hidden action async_round() {
+        meta.hs.verdict = verdict_t.CLOSE;
+        meta.hs.count_drop = false;
+        meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
+        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.count = 1;
+        hdr.hysync.bitmap = meta.tf.me;
+    }
+
+    // Opens the round: writes the bank (the chunk latched in Latching); q = 1 closes it.
+    // A close stores its result header (Results).
+    @hidden action open_round(verdict_t v, result_op_t rop) {
+        meta.hs.verdict = v;
+        meta.tf.result_op = rop;
+        meta.hs.count_drop = false;
+        meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
+        meta.bridge.lane_op = tna_lane_op_t.WRITE;
+        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.bitmap = meta.tf.me;
+    }
+
+    // Joins the round: adds to the bank; the last one closes it.
+    @hidden action join_round(verdict_t v, result_op_t rop) {
+        meta.hs.verdict = v;
+        meta.tf.result_op = rop;
+        meta.hs.count_drop = false;
+        meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
+        meta.bridge.lane_op = tna_lane_op_t.ADD;
+        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
+    }
+
+    // Counted before: a duplicate, unless the quorum shrank under the round (an exclusion)
+    // and this retransmission closes it with the lanes it holds (lane op READ).
+    @hidden action duplicate(verdict_t v, tna_lane_op_t op, result_op_t rop) {
+        meta.hs.verdict = v;
+        meta.tf.result_op = rop;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = DROP_DUPLICATE;
+        meta.hs.member_counter = member_counter_t.DUPLICATES;
+        meta.bridge.lane_op = op;
+        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.bitmap = meta.tf.stored_bits;
+    }
+
+    // The round's close is under way (its CLOSING mark is set, its CLOSE pass has not
+    // advanced the round yet): refused without a reply; the retransmission will be answered
+    // with the stored result.
+    @hidden action closing() {
+        meta.hs.verdict = verdict_t.NONE;
+        meta.hs.count_drop = true;
+        meta.hs.drop_reason = DROP_STALE;
+        meta.hs.member_counter = member_counter_t.LATE;
+    }
+
+    // The round that closed last: its stored header (Results) and lanes, to the sender
+    // alone. Its last lane pass sets the member counter (Resent).
+    @hidden action resend() {
+        meta.hs.verdict = verdict_t.RESEND;
+        meta.tf.result_op = result_op_t.READ;
+        meta.hs.count_drop = false;
+        meta.bridge.lane_op = tna_lane_op_t.READ;
+        hdr.hysync.reason = RESYNC_NONE;
+    }
+
+    // protocol.md §4 steps 9-10, one row per outcome, first match wins. count_out is the
+    // count after this packet (bit 31, CLOSING, set: it closes the round), or 0 when Count
+    // refused it.
+    @hidden table verdict {
+        key = {
+            meta.bridge.not_joined : ternary;
+            meta.bridge.async_path : ternary;
+            meta.bridge.join       : ternary;
+            meta.bridge.open_sync  : ternary;
+            meta.bridge.fresh      : ternary;
+            meta.bridge.chunk_ok   : ternary;
+            meta.bridge.prev       : ternary;
+            meta.bridge.latched    : ternary;
+            meta.tf.counted        : ternary;
+            meta.tf.count_out      : ternary;   // 0: refused
+            meta.tf.count_out[31:31] : ternary; // 1: closes the round
+        }
+        actions = {
+            resync;
+            resync_round;
+            ack;
+            async_round;
+            open_round;
+            join_round;
+            duplicate;
+            closing;
+            resend;
+        }
+        const entries = {
+            // a JOIN with no round to join
+            (1, _, _, _, _, _, _, _, _, _, _) :
+                resync(verdict_t.NOT_JOINED, DROP_NOT_JOINED, RESYNC_NOT_JOINED,
+                       member_counter_t.NONE);
+            // async: a counted one is acknowledged; a JOIN never makes a round of its own
+            (_, 1, _, _, _, _, _, _, 1, _, _) : ack();
+            (_, 1, 1, _, _, _, _, _, _, _, _) :
+                resync(verdict_t.NOT_JOINED, DROP_NOT_JOINED, RESYNC_NOT_JOINED,
+                       member_counter_t.NONE);
+            (_, 1, _, _, _, _, _, _, _, _, _) : async_round();
+            // the open round: its chunk, then opening, duplicate, closing, joining
+            (_, _, _, 1, 0, 0, _, _, _, _, _) :
+                resync_round(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH,
+                             RESYNC_CHUNK_MISMATCH, member_counter_t.NONE);
+            (_, _, _, 1, 1, _, _, _, _, _, 1) :
+                open_round(verdict_t.CLOSE, result_op_t.WRITE);
+            (_, _, _, 1, 1, _, _, _, _, _, _) : open_round(verdict_t.ABSORB, result_op_t.NONE);
+            (_, _, _, 1, _, _, _, _, 1, _, 1) :
+                duplicate(verdict_t.CLOSE, tna_lane_op_t.READ, result_op_t.WRITE);
+            (_, _, _, 1, _, _, _, _, 1, _, _) :
+                duplicate(verdict_t.DUPLICATE, tna_lane_op_t.NONE,
+                          result_op_t.NONE);
+            (_, _, _, 1, _, _, _, _, _, 0, _) : closing();
+            (_, _, _, 1, _, _, _, _, _, _, 1) :
+                join_round(verdict_t.CLOSE, result_op_t.WRITE);
+            (_, _, _, 1, _, _, _, _, _, _, _) : join_round(verdict_t.ABSORB, result_op_t.NONE);
+            // the round that closed last
+            (_, _, _, _, _, _, 1, _, _, _, _) : resend();
+            // older, or ahead of the switch: counted, but its result is gone, or not
+            (_, _, _, _, _, _, _, 1, 1, _, _) :
+                resync_round(verdict_t.STALE, DROP_STALE, RESYNC_STALE_COUNTED,
+                             member_counter_t.STALE);
+            (_, _, _, _, _, _, _, 1, _, _, _) :
+                resync_round(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND,
+                             member_counter_t.STALE);
+            (_, _, _, _, _, _, _, _, 1, _, _) :
+                resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_COUNTED,
+                       member_counter_t.STALE);
+        }
+        const default_action = resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND,
+                                      member_counter_t.STALE);
+        size = 20;
+    }
 
     apply {
-        // The HySync header is already the RESULT.
-        meta.tf.res_packed = res_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
-                                                  hdr.hysync.quorum});
-        if (meta.bridge.pass == pass_t.ASYNC) {
-            // An async round of its own: its lanes are the result, kept for resends in
-            // the bank of the round it took (now the header's).
-            hdr.hysync.round = meta.tf.cur;   // the number Round took
-            meta.tf.result_op = result_op_t.WRITE;
-            meta.bridge.lane_op = tna_lane_op_t.WRITE;
-        } else if (meta.bridge.pass == pass_t.CLOSE) {
-            meta.tf.result_op = result_op_t.WRITE;
-#if __TARGET_TOFINO__ != 2
-            meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
-        } else if (meta.bridge.pass == pass_t.RESEND) {
-            meta.bridge.lane_op = tna_lane_op_t.READ_EVEN;
-#endif
-        }
+        widen_quorum();
+        // ---- 4-5. contributors, member sequence, count and the close guard
+        bitmap.apply(hdr, meta.tf, meta.bridge);
+        member_seq_0.apply(hdr, meta.tf, meta.bridge);
+        member_seq_1.apply(hdr, meta.tf, meta.bridge);
+        member_seq_2.apply(hdr, meta.tf, meta.bridge);
+        member_seq_3.apply(hdr, meta.tf, meta.bridge);
+        count.apply(hdr, meta.tf, meta.bridge);
+        // ---- 6. the verdict, and the lane op of the lane pass
+        verdict.apply();
     }
 }
 
-// The stored header of the round that closed last, after either path (ingress applies it
-// once, where the first pass and the later passes meet): read by a resend's first pass,
-// written by a close's CLOSE pass and an async ASYNC pass, with the round's advance.
+// An ASYNC pass puts the round it took (Round, stage 0) into the header, where its lane
+// pass finds the bank, and stores the result header (Results) in that round's bank.
+control NextPass(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    @hidden action async_result() {
+        hdr.hysync.round = meta.tf.cur;
+        meta.bridge.lane_op = tna_lane_op_t.WRITE;
+        meta.tf.result_op = result_op_t.WRITE;
+    }
+
+    apply {
+        async_result();
+    }
+}
+
+// The stored header of a bank's last round (ResultHeader): written by the pass that
+// decides a close, or by an ASYNC pass; read by the pass that decides a resend, which
+// sends it on in the header.
 control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     ResultHeader() result;
 
-    // w's bit in a resent round's bitmap. A table, so that the compiler keeps the AND in an
-    // action instead of folding it into the gateway, which cannot AND two fields.
+    // The stored result header word, from a field each (a PHV container takes one source
+    // per action): a close's count is its count register's answer (the header gets it in
+    // the same stage), an async round's is in the header.
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) close_packed_hash;
+    Hash<bit<32>>(HashAlgorithm_t.IDENTITY) async_packed_hash;
+
+    @hidden action pack_close() {
+        meta.tf.res_packed = close_packed_hash.get({meta.tf.count_out[7:0], hdr.hysync.mode,
+                                                    hdr.hysync.quorum});
+    }
+
+    @hidden action pack_async() {
+        meta.tf.res_packed = async_packed_hash.get({hdr.hysync.count, hdr.hysync.mode,
+                                                    hdr.hysync.quorum});
+    }
+
+    @hidden action resent() {
+        hdr.hysync.count = meta.tf.res_packed[23:16];
+        hdr.hysync.mode = meta.tf.res_packed[15:8];
+        hdr.hysync.quorum = meta.tf.res_packed[7:0];
+    }
+
+    apply {
+        if (meta.bridge.pass == pass_t.ASYNC) {
+            pack_async();
+        } else {
+            pack_close();
+        }
+        result.apply(hdr, meta.tf);
+        if (meta.tf.result_op == result_op_t.READ) {
+            resent();
+        }
+    }
+}
+
+// A resend's last lane pass: LATE if w is not among the resent round's contributors (it
+// missed the round), else DUPLICATES (it retransmitted a counted contribution).
+control Resent(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    // w's bit in the resent round's bitmap. A table, so that the compiler keeps the AND in
+    // an action instead of folding it into the gateway, which cannot AND two fields.
     @hidden action set_mine() {
-        meta.tf.stored_bits = hdr.hysync.bitmap & meta.tf.me;
+        meta.tf.mine = hdr.hysync.bitmap & meta.tf.me;
     }
 
     @hidden table mine_bit {
@@ -370,13 +509,9 @@ control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     apply {
-        result.apply(hdr, meta.tf);
-        if (meta.hs.verdict == verdict_t.RESEND) {
-            hdr.hysync.count = meta.tf.res_packed[23:16];
-            hdr.hysync.mode = meta.tf.res_packed[15:8];
-            hdr.hysync.quorum = meta.tf.res_packed[7:0];
+        if (meta.bridge.pass == pass_t.RESEND && meta.bridge.last == 1) {
             mine_bit.apply();
-            if (meta.tf.stored_bits == 0) {
+            if (meta.tf.mine == 0) {
                 meta.hs.member_counter = member_counter_t.LATE;
             } else {
                 meta.hs.member_counter = member_counter_t.DUPLICATES;

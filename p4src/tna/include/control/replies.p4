@@ -1,16 +1,19 @@
 // Replies on Tofino (protocol.md §4 "Replies", §5, §6): the packet the verdict calls for,
-// as on v1model; on Tofino every verdict with a lane op first takes the next pass through
-// the pipe's recirculation port (the lanes act there), and that pass sends it on.
+// as on v1model; on Tofino every verdict with a lane op first goes through the egress of
+// the pipe's recirculation port, where the lanes act, and comes back for a pass that sends
+// it on.
 //
-//   ABSORB           an ABSORB pass (write / add), then nothing goes out
-//   CLOSE            RESULT, to the job's group, after a CLOSE pass (Tofino 1: and a
-//                    SEND_GROUP pass); async: an ASYNC pass and a SEND_GROUP pass
-//   RESEND           RESULT with flag RESEND, back to the sender, after a RESEND pass
-//                    (Tofino 1: and a SEND_BACK pass)
+//   ABSORB           the lanes write or add in egress, and nothing goes out
+//   CLOSE            RESULT, to the job's group: the sums in egress, then a CLOSE pass
+//                    (Tofino 1: and the even lanes on the way to a SEND_GROUP pass); async:
+//                    an ASYNC pass, and the bank written on the way to a SEND_GROUP pass
+//   RESEND           RESULT with flag RESEND, back to the sender: the stored lanes in
+//                    egress, then a RESEND pass (Tofino 1: and a SEND_BACK pass)
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
 //   STALE, NOT_JOINED
 //   ACK              ACK, back to the sender, header only
 //   a stale epoch    a reset pass, then a retry pass (aggregation.p4)
+//   Tofino 1         an admitted first pass of the slot's install: the DECIDE pass
 //   anything else    dropped: nothing goes out
 //
 // Every reply to the sender keeps the contribution's transmission number (flags bits 7..3).
@@ -80,6 +83,54 @@ control Replies(inout headers_t hdr,
         ig_tm_md.bypass_egress = 1;
     }
 
+    // Into the first lane pass of a lane op (the op is in the bridge already): on Tofino 2
+    // it is the last; Tofino 1 takes the steps of LaneSteps.
+    @hidden action to_lanes(pass_t pass) {
+        meta.bridge.setValid();
+        meta.bridge.pass = pass;
+        meta.bridge.half = 0;
+        meta.bridge.even = 0;
+#if __TARGET_TOFINO__ == 2
+        meta.bridge.last = 1;
+#else
+        meta.bridge.last = 0;
+#endif
+        ig_tm_md.bypass_egress = 1;
+    }
+
+#if __TARGET_TOFINO__ != 2
+    // Tofino 1: the lane pass after this one, the same pass and lane op on the next half, or
+    // on the even lanes of this half where the sums go out (a close, a resend).
+    @hidden action next_step(bit<1> half, bit<1> even, bit<1> last) {
+        meta.bridge.half = half;
+        meta.bridge.even = even;
+        meta.bridge.last = last;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    @hidden table lane_steps {
+        key = {
+            meta.bridge.pass : exact;
+            meta.bridge.half : exact;
+            meta.bridge.even : exact;
+        }
+        actions = {
+            next_step;
+        }
+        const entries = {
+            (pass_t.ABSORB, 0, 0) : next_step(1, 0, 1);
+            (pass_t.SEND_GROUP, 0, 0) : next_step(1, 0, 1);
+            (pass_t.CLOSE, 0, 0) : next_step(0, 1, 0);
+            (pass_t.CLOSE, 0, 1) : next_step(1, 0, 0);
+            (pass_t.CLOSE, 1, 0) : next_step(1, 1, 1);
+            (pass_t.RESEND, 0, 0) : next_step(0, 1, 0);
+            (pass_t.RESEND, 0, 1) : next_step(1, 0, 0);
+            (pass_t.RESEND, 1, 0) : next_step(1, 1, 1);
+        }
+        size = 8;
+    }
+#endif
+
     // Another install's slot: the reset pass takes the job's epoch in the contribution's
     // bitmap, a field the switch ignores in a contribution.
     @hidden action carry_epoch() {
@@ -111,59 +162,57 @@ control Replies(inout headers_t hdr,
         ig_dprsr_md.drop_ctl = 1;
     }
 
-    // The job's group, for the RESULT a later pass sends.
-    @hidden action carry_group() {
-        meta.bridge.mcast_grp = meta.hs.mcast_grp;
-    }
-
     apply {
         // Replies go to the bridge's port: a later pass comes from the recirculation port.
-        if (meta.bridge.pass == pass_t.ABSORB) {
-            drop();   // the lanes have absorbed it
-        } else if (meta.bridge.pass == pass_t.RESET) {
+        if (meta.bridge.pass == pass_t.RESET) {
             // The slot is the new install's now: the contribution again, as a first pass.
             recirculate(pass_t.NONE);
             recirc_port.apply();
-        } else if (meta.bridge.pass == pass_t.ASYNC
-#if __TARGET_TOFINO__ != 2
-                   || meta.bridge.pass == pass_t.CLOSE
-#endif
-                   ) {
-            // Its bank is written (async), or its even lanes read (Tofino 1), in one more pass.
-            recirculate(pass_t.SEND_GROUP);
+        } else if (meta.bridge.pass == pass_t.ASYNC) {
+            // Its bank is written in its lane pass.
+            to_lanes(pass_t.SEND_GROUP);
             recirc_port.apply();
+        } else if (meta.bridge.pass != pass_t.NONE && meta.bridge.pass != pass_t.DECIDE
+                   && meta.bridge.last == 0) {
+#if __TARGET_TOFINO__ != 2
+            // Tofino 1: a lane pass before the last.
+            lane_steps.apply();
+            recirc_port.apply();
+#endif
+        } else if (meta.bridge.pass == pass_t.ABSORB) {
+            drop();   // the lanes have absorbed it
         } else if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.SEND_GROUP) {
-            // The RESULT is complete; send it on as the first pass would have.
+            // The RESULT is complete; send it on as the deciding pass would have.
             to_group(meta.bridge.mcast_grp);
             if (meta.bridge.mcast_grp == 0) {
                 drop();
             }
-#if __TARGET_TOFINO__ != 2
         } else if (meta.bridge.pass == pass_t.RESEND) {
-            recirculate(pass_t.SEND_BACK);   // the even lanes in one more pass
-            recirc_port.apply();
-#endif
-        } else if (meta.bridge.pass == pass_t.RESEND || meta.bridge.pass == pass_t.SEND_BACK) {
             to_sender(meta.bridge.ingress_port);
         } else if (meta.tf.stale_epoch) {
             carry_epoch();
             recirculate(pass_t.RESET);
             recirc_port.apply();
+#if __TARGET_TOFINO__ != 2
+        } else if (meta.tf.counting) {
+            // Admitted and latched: counted in the DECIDE pass.
+            recirculate(pass_t.DECIDE);
+            recirc_port.apply();
+#endif
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
-            carry_group();
-            if (meta.tf.async_path) {
+            if (meta.bridge.async_path == 1) {
                 recirculate(pass_t.ASYNC);
             } else {
-                recirculate(pass_t.CLOSE);
+                to_lanes(pass_t.CLOSE);
             }
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.ABSORB) {
-            recirculate(pass_t.ABSORB);
+            to_lanes(pass_t.ABSORB);
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_reply(OP_RESULT, FLAG_RESEND[2:0]);
-            recirculate(pass_t.RESEND);
+            to_lanes(pass_t.RESEND);
             recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
                    || meta.hs.verdict == verdict_t.STALE

@@ -28,7 +28,8 @@
 // async rounds never share one. A reset pass (docs/tofino.md, "The install epoch") starts
 // round 0 of the new epoch unless an earlier reset pass of the same install already did,
 // and answers with the epoch it found: the latches are cleared only by the first.
-control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in epoch_t epoch) {
+control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in bit<1> last,
+              in epoch_t epoch) {
     Register<round_epoch_t, slot_index_t>(SLOT_CELLS) round;
 
     RegisterAction<round_epoch_t, slot_index_t, round_t>(round) read_register_action = {
@@ -82,7 +83,7 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in e
     }
 
     apply {
-        if (pass == pass_t.CLOSE) {
+        if (pass == pass_t.CLOSE && last == 1) {
             advance_action();
         } else if (pass == pass_t.ASYNC) {
             take_action();
@@ -257,7 +258,7 @@ control ChunkLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in
 
 // bitmap[s]: the opening contribution writes its bit, later ones OR theirs in (a duplicate
 // ORs a bit that is already set: no change). Its tag is the mode latch's.
-control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
+control Bitmap(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
     Register<bitmap_t, slot_index_t>(SLOT_CELLS) bitmap;
 
     RegisterAction<bitmap_t, slot_index_t, bitmap_t>(bitmap) start_register_action = {
@@ -293,9 +294,9 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
     }
 
     apply {
-        if (tf.fresh) {
+        if (b.fresh == 1) {
             start_action();
-        } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
+        } else if (b.open_sync == 1 && b.chunk_ok == 1) {
             join_action();
         } else {
             read_action();
@@ -313,7 +314,7 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf) {
 // Four registers of eight workers each (`part` = worker_id / 8), of which a packet uses
 // its worker's: 8192 x 32 cells of 32 bits are 64 unit RAMs, and one stateful ALU
 // addresses at most 23 (the compiler's Memories::MAX_METERS_RAM_PER_ALU, less the spare).
-control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
+control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<2> part) {
     Register<bit<32>, member_index_t>(MEMBER_SEQ_PART_CELLS) member_seq;
 
     // Each answers 1 if the cell held the key (counted before), else 0: a flag, where the
@@ -321,17 +322,17 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
     RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) swap_register_action = {
         void apply(inout bit<32> value, out bit<8> counted) {
             counted = 0;
-            if (value == tf.seq_key) {
+            if (value == b.seq_key) {
                 counted = 1;
             }
-            value = tf.seq_key;
+            value = b.seq_key;
         }
     };
 
     RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) read_register_action = {
         void apply(inout bit<32> value, out bit<8> counted) {
             counted = 0;
-            if (value == tf.seq_key) {
+            if (value == b.seq_key) {
                 counted = 1;
             }
         }
@@ -348,8 +349,8 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
     apply {
         if (hdr.hysync.worker_id[4:3] == part) {
             // A JOIN in async is never counted: it is read, for the ACK of a counted one.
-            if ((tf.async_path && !tf.join)
-                || (tf.open_sync && (tf.fresh || tf.stored_chunk == hdr.hysync.chunk))) {
+            if ((b.async_path == 1 && b.join == 0)
+                || (b.open_sync == 1 && (b.fresh == 1 || b.chunk_ok == 1))) {
                 swap_action();
             } else {
                 read_action();
@@ -366,7 +367,7 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf)(bit<2> part) {
 // Every action answers with the count after the packet, or 0 when it changed nothing
 // (a refused or uncounted packet): the verdict tests that answer's sign and zero, which a
 // gateway can, instead of comparing a count with the quorum, which it cannot.
-control Count(in headers_t hdr, inout tna_metadata_t tf) {
+control Count(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
     Register<int<32>, slot_index_t>(SLOT_CELLS) count;
 
     RegisterAction<int<32>, slot_index_t, int<32>>(count) start_register_action = {
@@ -429,9 +430,9 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
     }
 
     apply {
-        if (tf.open_sync && tf.fresh) {
+        if (b.open_sync == 1 && b.fresh == 1) {
             start_action();
-        } else if (tf.open_sync && tf.stored_chunk == hdr.hysync.chunk) {
+        } else if (b.open_sync == 1 && b.chunk_ok == 1) {
             if (tf.counted == 1) {
                 duplicate_action();
             } else {
@@ -443,55 +444,55 @@ control Count(in headers_t hdr, inout tna_metadata_t tf) {
     }
 }
 
-// res_bitmap, res_count/res_mode/res_quorum (packed) and res_chunk: written by the second
-// pass of a close (or async contribution) from the RESULT header it carries, read by a
-// resend in its first pass.
-// Both happen in one pass with the round's advance, so a resend always reads the header
-// of the round before the one it sees open.
+// res_bitmap, res_count/res_mode/res_quorum (packed) and res_chunk, per bank like the lanes
+// (cell 2s + b, the round's parity): written by the pass that decides a close (or by an
+// async contribution's ASYNC pass, which takes its round), read by the pass that decides a
+// resend. A resend of round r reads bank r & 1, which only the close of round r + 2 writes
+// again: that close is decided after every pass that could still decide to resend r.
 control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
-    Register<bitmap_t, slot_index_t>(SLOT_CELLS) res_bitmap;
-    Register<bit<32>, slot_index_t>(SLOT_CELLS) res_meta;      // count << 16 | mode << 8 | quorum
-    Register<chunk_t, slot_index_t>(SLOT_CELLS) res_chunk;
+    Register<bitmap_t, bank_index_t>(RESULT_CELLS) res_bitmap;
+    Register<bit<32>, bank_index_t>(RESULT_CELLS) res_meta;      // count << 16 | mode << 8 | quorum
+    Register<chunk_t, bank_index_t>(RESULT_CELLS) res_chunk;
 
-    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(res_bitmap) bitmap_write_register_action = {
+    RegisterAction<bitmap_t, bank_index_t, bitmap_t>(res_bitmap) bitmap_write_register_action = {
         void apply(inout bitmap_t value) { value = hdr.hysync.bitmap; }
     };
-    RegisterAction<bitmap_t, slot_index_t, bitmap_t>(res_bitmap) bitmap_read_register_action = {
+    RegisterAction<bitmap_t, bank_index_t, bitmap_t>(res_bitmap) bitmap_read_register_action = {
         void apply(inout bitmap_t value, out bitmap_t read_value) { read_value = value; }
     };
-    RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_write_register_action = {
+    RegisterAction<bit<32>, bank_index_t, bit<32>>(res_meta) meta_write_register_action = {
         void apply(inout bit<32> value) {
             value = tf.res_packed;
         }
     };
-    RegisterAction<bit<32>, slot_index_t, bit<32>>(res_meta) meta_read_register_action = {
+    RegisterAction<bit<32>, bank_index_t, bit<32>>(res_meta) meta_read_register_action = {
         void apply(inout bit<32> value, out bit<32> read_value) { read_value = value; }
     };
-    RegisterAction<chunk_t, slot_index_t, chunk_t>(res_chunk) chunk_write_register_action = {
+    RegisterAction<chunk_t, bank_index_t, chunk_t>(res_chunk) chunk_write_register_action = {
         void apply(inout chunk_t value) { value = hdr.hysync.chunk; }
     };
-    RegisterAction<chunk_t, slot_index_t, chunk_t>(res_chunk) chunk_read_register_action = {
+    RegisterAction<chunk_t, bank_index_t, chunk_t>(res_chunk) chunk_read_register_action = {
         void apply(inout chunk_t value, out chunk_t read_value) { read_value = value; }
     };
 
     // One register per action: a stateful ALU is addressed once per action.
     @hidden action bitmap_write_action() {
-        bitmap_write_register_action.execute(hdr.hysync.slot[12:0]);
+        bitmap_write_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action meta_write_action() {
-        meta_write_register_action.execute(hdr.hysync.slot[12:0]);
+        meta_write_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action chunk_write_action() {
-        chunk_write_register_action.execute(hdr.hysync.slot[12:0]);
+        chunk_write_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action bitmap_read_action() {
-        hdr.hysync.bitmap = bitmap_read_register_action.execute(hdr.hysync.slot[12:0]);
+        hdr.hysync.bitmap = bitmap_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action meta_read_action() {
-        tf.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0]);
+        tf.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action chunk_read_action() {
-        hdr.hysync.chunk = chunk_read_register_action.execute(hdr.hysync.slot[12:0]);
+        hdr.hysync.chunk = chunk_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
 
     apply {
