@@ -50,6 +50,7 @@ control HySyncIngress(inout headers_t hdr,
     SyncMode() sync_mode;
     Round() round;
     Lanes() lanes;
+    RoundCompare() round_compare;
     Latching() latching;
     Counting() counting;
     NextPass() next_pass;
@@ -65,10 +66,13 @@ control HySyncIngress(inout headers_t hdr,
         ig_dprsr_md.drop_ctl = 1;
     }
 
-    // Every packet that goes on to egress carries the bridge header (parser.p4).
+    // Every packet that goes on to egress carries the bridge header (parser.p4); egress
+    // reads these two fields and the contribution's port. Set for every packet, before
+    // Replies (which reads the pass and sets the next one): a recirculated packet's
+    // ingress ignores them, and on Tofino 1 a table after Replies would start where the
+    // replies end.
     @hidden action bridge_to_egress() {
         meta.bridge.setValid();
-        meta.bridge.pass = pass_t.NONE;
         meta.bridge.flooded = (bit<1>) meta.hs.flooded;
         meta.bridge.switch_packet = (bit<1>) hdr.hysync.isValid();
     }
@@ -93,6 +97,55 @@ control HySyncIngress(inout headers_t hdr,
         size = MAX_WORKERS;
     }
 
+    // The job a drop is counted under: the packet's, or job 0 for a packet without a
+    // HySync header or with a job id past the counters. From parsed fields: beside Round.
+    @hidden action set_drop_job(bit<8> job) {
+        meta.tf.drop_job = job;
+    }
+
+    @hidden action own_drop_job() {
+        meta.tf.drop_job = hdr.hysync.job_id[7:0];
+    }
+
+    @hidden table drop_job {
+        key = {
+            hdr.hysync.isValid() : exact;
+            hdr.hysync.job_id    : ternary;
+        }
+        actions = {
+            set_drop_job;
+            own_drop_job;
+        }
+        const entries = {
+            (true, 0x0000 &&& 0xFF00) : own_drop_job();
+        }
+        const default_action = set_drop_job(0);
+        size = 2;
+    }
+
+    // The recirculation port of the pipe the packet arrived on (the port's top two bits),
+    // for Replies: looked up for every packet beside Round (an action writes a container
+    // from one source, so the port number cannot be assembled where it is used).
+    @hidden action set_recirc_port(PortId_t port) {
+        meta.tf.recirc_port = port;
+    }
+
+    @hidden table recirc_port {
+        key = {
+            ig_intr_md.ingress_port[8:7] : exact;
+        }
+        actions = {
+            set_recirc_port;
+        }
+        const entries = {
+            0 : set_recirc_port(0 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            1 : set_recirc_port(1 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            2 : set_recirc_port(2 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+            3 : set_recirc_port(3 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
+        }
+        size = 4;
+    }
+
     apply {
         meta.hs.count_drop = false;
         meta.hs.flooded = false;
@@ -100,10 +153,12 @@ control HySyncIngress(inout headers_t hdr,
         meta.hs.member_counter = member_counter_t.NONE;
         meta.hs.admitted = false;
 
-        // Every pass: the round register (read; advance, take or reset by the pass), and
-        // w's bit.
+        // Every pass: the round register (read; advance, take or reset by the pass), w's
+        // bit, the drop counters' job, the recirculation port.
         round.apply(hdr, meta.tf, meta.bridge.pass, meta.bridge.last, hdr.hysync.bitmap);
         worker_bit.apply();
+        drop_job.apply();
+        recirc_port.apply();
 
         // The passes, in parallel stages (Tofino 1 chains its tables by next-table
         // pointers, which only go forward, so a sequence of tables costs the sum of its
@@ -116,6 +171,7 @@ control HySyncIngress(inout headers_t hdr,
             // effects, made for every packet: its answer is used only by an admitted
             // contribution that opens a round).
             sync_mode.apply(hdr, meta.hs);
+            round_compare.apply(hdr, meta);
             if (meta.bridge.pass == pass_t.RESET) {
                 // Nothing admitted, nothing counted; the epoch of the install the slot now
                 // belongs to.
@@ -171,18 +227,16 @@ control HySyncIngress(inout headers_t hdr,
         // The result header: stored by a close and an async round, read by a resend.
         results.apply(hdr, meta);
 #endif
+        // §8. Count what the controls above decided to count (the pass that decided). Before
+        // Replies, which it does not depend on: on Tofino 1 a table after the replies would
+        // start where they end.
+        stats.apply(hdr, meta.hs, meta.tf.drop_job);
+        bridge_to_egress();
+
         if (hdr.hysync.isValid()) {
             // The RESULT / RESYNC / ACK the verdict calls for, or the next pass.
             replies.apply(hdr, meta, ig_intr_md, ig_dprsr_md, ig_tm_md);
         }
-
-        // A packet leaving for egress (not recirculated, not dropped) takes the bridge.
-        if (ig_tm_md.bypass_egress == 0) {
-            bridge_to_egress();
-        }
-
-        // §8. Count what the controls above decided to count (the deciding pass only).
-        stats.apply(hdr, meta.hs);
     }
 }
 

@@ -145,6 +145,8 @@ header bridge_h {
     chunk_t  stored_chunk;      // chunk[s] before this packet: a RESYNC's chunk
     bit<32>  seq_key;           // what member_seq holds once w is counted in hdr.round:
                                 // CRC32 of {round, epoch}, so another install's mismatch
+    bit<32>  res_packed;        // a resend: the stored count << 16 | mode << 8 | quorum,
+                                // for its last lane pass (Resent)
 }
 
 // What ResultHeader does with res_* on this pass.
@@ -205,11 +207,14 @@ struct tna_metadata_t {
     chunk_t       stored_chunk;  // chunk[s] before this packet
     bitmap_t      stored_bits;   // bitmap[s] before this packet
     bitmap_t      me;            // 1 << worker
+    bit<8>        drop_job;      // the job a drop is counted under (0: none)
+    PortId_t      recirc_port;   // the recirculation port of the packet's pipe
     bitmap_t      mine;          // a resend: w's bit of the resent round's bitmap
     bit<8>        counted;       // 1: member_seq[s*32+w] held seq_key before this packet
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
-    bit<32>       res_packed;    // res_meta: count << 16 | mode << 8 | quorum
+    bit<32>       res_packed;    // what a close stores in res_meta: count << 16 | mode << 8
+                                 // | quorum
     result_op_t   result_op;
 }
 

@@ -31,25 +31,14 @@
 #ifndef __HYSYNC_TNA_AGGREGATION__
 #define __HYSYNC_TNA_AGGREGATION__
 
-// A first pass (or a retry pass) and a reset pass: the round against the open one, the
-// slot's install, the latches; for an admitted contribution of the slot's install, the
-// flags Counting needs (meta.tf.counting), in the bridge header.
-//
-// Tofino 1 has no long branches: every element of a sequence starts where the one before
-// it ended. So the decision is a few tables keyed on the raw answers (one stage each), not
-// a tree of ifs (a table and a gateway per branch, and mostly a stage).
-control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
-
-    SlotEpoch() slot_epoch;
-    ModeLatch() mode;
-    ChunkLatch() chunk;
+// A first pass (or a retry pass) and a reset pass, before admission (it needs none): the
+// contribution's round against the open one (Round, applied by ingress to every packet in
+// stage 0, read it), and the fields the latches are given.
+control RoundCompare(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     // Fields assembled from several fields come from a hash unit (identity): an action
     // writes a PHV container from one source only.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) desired_hash;
-    // member_seq's key: the round and the install (slot_registers.p4, MemberSeq).
-    Hash<bit<32>>(HashAlgorithm_t.CRC32) seq_key_hash;
-
     @hidden action prepare() {
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
         meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
@@ -61,6 +50,49 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
     @hidden action difference() {
         meta.tf.diff = hdr.hysync.round - meta.tf.cur;
     }
+
+    apply {
+        prepare();
+        difference();
+        // r == cur - 1; the round before round 0 closed in no epoch (v1model's res_valid),
+        // and cur = r + 1 is 0 exactly when r is the last round. Tofino assigns no
+        // comparison to a bool: each flag is a branch.
+        meta.tf.open = false;
+        meta.tf.desired_async = false;
+        meta.tf.join = false;
+        meta.bridge.prev = 0;
+        meta.bridge.join = 0;
+        if (meta.tf.diff == 0) {
+            meta.tf.open = true;
+        }
+        if (meta.tf.diff == 0xFFFFFFFF && hdr.hysync.round != 0xFFFFFFFF) {
+            meta.bridge.prev = 1;
+        }
+        if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
+            meta.tf.join = true;
+            meta.bridge.join = 1;
+        }
+        if (meta.hs.desired_mode == MODE_ASYNC) {
+            meta.tf.desired_async = true;
+        }
+    }
+}
+
+// A first pass (or a retry pass) and a reset pass, after admission: the slot's install,
+// the latches; for an admitted contribution of the slot's install, the flags Counting
+// needs (meta.tf.counting), in the bridge header.
+//
+// Tofino 1 has no long branches: every element of a sequence starts where the one before
+// it ended. So the decision is a few tables keyed on the raw answers (one stage each), not
+// a tree of ifs (a table and a gateway per branch, and mostly a stage).
+control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    SlotEpoch() slot_epoch;
+    ModeLatch() mode;
+    ChunkLatch() chunk;
+
+    // member_seq's key: the round and the install (slot_registers.p4, MemberSeq).
+    Hash<bit<32>>(HashAlgorithm_t.CRC32) seq_key_hash;
 
     @hidden action key_member_seq() {
         meta.bridge.seq_key = seq_key_hash.get({hdr.hysync.round, meta.hs.epoch});
@@ -167,35 +199,7 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     apply {
-        // ---- 1. indexes, and the contribution's round against the open one (Round, applied
-        // by ingress to every packet in stage 0, read it). Computed for a reset pass too,
-        // which reads none of them.
-        prepare();
-        key_member_seq();
-        difference();
-        // r == cur - 1; the round before round 0 closed in no epoch (v1model's res_valid),
-        // and cur = r + 1 is 0 exactly when r is the last round. Tofino assigns no
-        // comparison to a bool: each flag is a branch.
-        meta.tf.open = false;
-        meta.tf.desired_async = false;
-        meta.tf.join = false;
-        meta.bridge.prev = 0;
-        meta.bridge.join = 0;
-        meta.bridge.chunk_ok = 0;
-        if (meta.tf.diff == 0) {
-            meta.tf.open = true;
-        }
-        if (meta.tf.diff == 0xFFFFFFFF && hdr.hysync.round != 0xFFFFFFFF) {
-            meta.bridge.prev = 1;
-        }
-        if (hdr.hysync.flags[2:2] == 1) {   // FLAG_JOIN
-            meta.tf.join = true;
-            meta.bridge.join = 1;
-        }
-        if (meta.hs.desired_mode == MODE_ASYNC) {
-            meta.tf.desired_async = true;
-        }
-        // ---- 2. the slot's install and the latches. An admitted first pass reads the
+        // ---- 1. the slot's install and the latches. An admitted first pass reads the
         // install and latches the mode when it opens the round; the latches act before the
         // epoch is compared, and what they write for another install its reset pass clears.
         // A reset pass writes the new install and clears the latches. (One apply site each:
@@ -206,15 +210,17 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
             mode.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
             chunk.apply(hdr, meta.tf, meta.bridge.pass, meta.hs.epoch);
         }
-        // ---- 3. the flags Counting needs, and what it reports. A reset pass counts
+        // ---- 2. the flags Counting needs, and what it reports. A reset pass counts
         // nothing: Replies retries the contribution.
+        meta.bridge.chunk_ok = 0;
+        if (meta.tf.stored_chunk == hdr.hysync.chunk) {
+            meta.bridge.chunk_ok = 1;
+        }
         if (meta.bridge.pass == pass_t.NONE && meta.hs.admitted) {
             classify.apply();
             quorum.apply();
+            key_member_seq();
             carry();
-            if (meta.tf.stored_chunk == hdr.hysync.chunk) {
-                meta.bridge.chunk_ok = 1;
-            }
         }
     }
 }
@@ -450,7 +456,7 @@ control NextPass(inout headers_t hdr, inout ingress_metadata_t meta) {
 
 // The stored header of a bank's last round (ResultHeader): written by the pass that
 // decides a close, or by an ASYNC pass; read by the pass that decides a resend, which
-// sends it on in the header.
+// sends it on in the header and the bridge (Resent).
 control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     ResultHeader() result;
@@ -471,28 +477,26 @@ control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
                                                     hdr.hysync.quorum});
     }
 
-    @hidden action resent() {
-        hdr.hysync.count = meta.tf.res_packed[23:16];
-        hdr.hysync.mode = meta.tf.res_packed[15:8];
-        hdr.hysync.quorum = meta.tf.res_packed[7:0];
-    }
-
     apply {
         if (meta.bridge.pass == pass_t.ASYNC) {
             pack_async();
         } else {
             pack_close();
         }
-        result.apply(hdr, meta.tf);
-        if (meta.tf.result_op == result_op_t.READ) {
-            resent();
-        }
+        result.apply(hdr, meta.tf, meta.bridge);
     }
 }
 
-// A resend's last lane pass: LATE if w is not among the resent round's contributors (it
+// A resend's last lane pass: the stored count, mode and quorum (ResultHeader left them in
+// the bridge) into the RESULT; LATE if w is not among the resent round's contributors (it
 // missed the round), else DUPLICATES (it retransmitted a counted contribution).
 control Resent(inout headers_t hdr, inout ingress_metadata_t meta) {
+
+    @hidden action resent() {
+        hdr.hysync.count = meta.bridge.res_packed[23:16];
+        hdr.hysync.mode = meta.bridge.res_packed[15:8];
+        hdr.hysync.quorum = meta.bridge.res_packed[7:0];
+    }
 
     // w's bit in the resent round's bitmap. A table, so that the compiler keeps the AND in
     // an action instead of folding it into the gateway, which cannot AND two fields.
@@ -510,6 +514,7 @@ control Resent(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     apply {
         if (meta.bridge.pass == pass_t.RESEND && meta.bridge.last == 1) {
+            resent();
             mine_bit.apply();
             if (meta.tf.mine == 0) {
                 meta.hs.member_counter = member_counter_t.LATE;

@@ -81,6 +81,7 @@ control Replies(inout headers_t hdr,
         meta.bridge.setValid();
         meta.bridge.pass = pass;
         ig_tm_md.bypass_egress = 1;
+        ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
     }
 
     // Into the first lane pass of a lane op (the op is in the bridge already): on Tofino 2
@@ -96,6 +97,7 @@ control Replies(inout headers_t hdr,
         meta.bridge.last = 0;
 #endif
         ig_tm_md.bypass_egress = 1;
+        ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
     }
 
 #if __TARGET_TOFINO__ != 2
@@ -106,6 +108,7 @@ control Replies(inout headers_t hdr,
         meta.bridge.even = even;
         meta.bridge.last = last;
         ig_tm_md.bypass_egress = 1;
+        ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
     }
 
     @hidden table lane_steps {
@@ -137,27 +140,6 @@ control Replies(inout headers_t hdr,
         hdr.hysync.bitmap = meta.hs.epoch;
     }
 
-    // The recirculation port of the pipe the packet arrived on (the port's top two bits).
-    @hidden action set_recirc_port(PortId_t port) {
-        ig_tm_md.ucast_egress_port = port;
-    }
-
-    @hidden table recirc_port {
-        key = {
-            ig_intr_md.ingress_port[8:7] : exact;
-        }
-        actions = {
-            set_recirc_port;
-        }
-        const entries = {
-            0 : set_recirc_port(0 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
-            1 : set_recirc_port(1 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
-            2 : set_recirc_port(2 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
-            3 : set_recirc_port(3 << 7 | (PortId_t) RECIRC_PORT_IN_PIPE);
-        }
-        size = 4;
-    }
-
     @hidden action drop() {
         ig_dprsr_md.drop_ctl = 1;
     }
@@ -167,17 +149,14 @@ control Replies(inout headers_t hdr,
         if (meta.bridge.pass == pass_t.RESET) {
             // The slot is the new install's now: the contribution again, as a first pass.
             recirculate(pass_t.NONE);
-            recirc_port.apply();
         } else if (meta.bridge.pass == pass_t.ASYNC) {
             // Its bank is written in its lane pass.
             to_lanes(pass_t.SEND_GROUP);
-            recirc_port.apply();
         } else if (meta.bridge.pass != pass_t.NONE && meta.bridge.pass != pass_t.DECIDE
                    && meta.bridge.last == 0) {
 #if __TARGET_TOFINO__ != 2
             // Tofino 1: a lane pass before the last.
             lane_steps.apply();
-            recirc_port.apply();
 #endif
         } else if (meta.bridge.pass == pass_t.ABSORB) {
             drop();   // the lanes have absorbed it
@@ -192,12 +171,10 @@ control Replies(inout headers_t hdr,
         } else if (meta.tf.stale_epoch) {
             carry_epoch();
             recirculate(pass_t.RESET);
-            recirc_port.apply();
 #if __TARGET_TOFINO__ != 2
         } else if (meta.tf.counting) {
             // Admitted and latched: counted in the DECIDE pass.
             recirculate(pass_t.DECIDE);
-            recirc_port.apply();
 #endif
         } else if (meta.hs.verdict == verdict_t.CLOSE) {
             write_result();
@@ -206,14 +183,11 @@ control Replies(inout headers_t hdr,
             } else {
                 to_lanes(pass_t.CLOSE);
             }
-            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.ABSORB) {
             to_lanes(pass_t.ABSORB);
-            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.RESEND) {
             write_reply(OP_RESULT, FLAG_RESEND[2:0]);
             to_lanes(pass_t.RESEND);
-            recirc_port.apply();
         } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
                    || meta.hs.verdict == verdict_t.STALE
                    || meta.hs.verdict == verdict_t.NOT_JOINED) {

@@ -449,7 +449,7 @@ control Count(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
 // async contribution's ASYNC pass, which takes its round), read by the pass that decides a
 // resend. A resend of round r reads bank r & 1, which only the close of round r + 2 writes
 // again: that close is decided after every pass that could still decide to resend r.
-control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
+control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf, inout bridge_h bridge) {
     Register<bitmap_t, bank_index_t>(RESULT_CELLS) res_bitmap;
     Register<bit<32>, bank_index_t>(RESULT_CELLS) res_meta;      // count << 16 | mode << 8 | quorum
     Register<chunk_t, bank_index_t>(RESULT_CELLS) res_chunk;
@@ -489,7 +489,7 @@ control ResultHeader(inout headers_t hdr, inout tna_metadata_t tf) {
         hdr.hysync.bitmap = bitmap_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action meta_read_action() {
-        tf.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
+        bridge.res_packed = meta_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
     }
     @hidden action chunk_read_action() {
         hdr.hysync.chunk = chunk_read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.round[0:0]);
