@@ -95,7 +95,7 @@ p4-tofino:
 	 done; \
 	 $(PYTHON) -m bench.tofino_resources $(TNA_OUT) > $(TNA_OUT)/resources.md || true; \
 	 echo "P4Info: $(TNA_OUT)/<chip>/hysync.p4info.txtpb  resources (the compiler's): $(TNA_OUT)/resources.md"; \
-	 if [ -n "$$failed" ]; then echo "make p4-tofino: did not compile for:$$failed (docs/tofino.md, Where the back end stands)"; exit 1; fi
+	 if [ -n "$$failed" ]; then echo "make p4-tofino: did not compile for:$$failed (its compile log says why; docs/tofino.md, How Tofino 1 fits)"; exit 1; fi
 
 lint: setup
 	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples

@@ -28,30 +28,13 @@ control Replies(inout headers_t hdr,
                 inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     // §5: version, job_id, worker_id and slot stay those of the contribution. Round, chunk,
-    // bitmap, count, mode, quorum and reason are already in the header (Aggregation writes
-    // them; a resend's from ResultHeader).
-    // A RESULT for the job's group: no flags.
-    @hidden action write_result() {
-        hdr.hysync.op = OP_RESULT;
-        hdr.hysync.flags = 0;
-    }
-
-    // A reply to the sender: its own flag bits, the transmission number kept (§4 Replies).
-    @hidden action write_reply(op_t op, bit<3> own) {
-        hdr.hysync.op = op;
-        hdr.hysync.flags[2:0] = own;
-    }
-
-    // RESYNC and ACK are the 24-byte header alone.
-    @hidden action strip_lanes() {
-        hdr.lanes_lo.setInvalid();
-        hdr.lanes_hi.setInvalid();
-        hdr.ipv4.total_len = REPLY_IPV4_LEN;
-        hdr.udp.length = REPLY_UDP_LEN;
-    }
+    // bitmap, count, mode, quorum and reason are already in the header (Counting writes
+    // them; a resend's come from ResultHeader). Each outcome is one action of the table
+    // below: on Tofino 1 a chain of ifs and small tables took two stages (16 logical
+    // tables a stage).
 
     // Back out of the port the contribution came in on, addresses swapped (§4 Replies).
-    @hidden action to_sender(PortId_t port) {
+    @hidden action swap_addresses() {
         mac_addr_t mac = hdr.ethernet.dst_addr;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
         hdr.ethernet.src_addr = mac;
@@ -61,22 +44,39 @@ control Replies(inout headers_t hdr,
         hdr.udp.dst_port = hdr.udp.src_port;
         hdr.udp.src_port = HYSYNC_UDP_PORT;
         hdr.udp.checksum = 0;
-        ig_tm_md.ucast_egress_port = port;
+        ig_tm_md.ucast_egress_port = meta.bridge.ingress_port;
+    }
+
+    // A RESYNC or an ACK: the 24-byte header alone, with its own flag bits and the
+    // transmission number kept (§4 Replies), back to the sender.
+    @hidden action reply_header(op_t op) {
+        hdr.hysync.op = op;
+        hdr.hysync.flags[2:0] = 0;
+        hdr.lanes_lo.setInvalid();
+        hdr.lanes_hi.setInvalid();
+        hdr.ipv4.total_len = REPLY_IPV4_LEN;
+        hdr.udp.length = REPLY_UDP_LEN;
+        swap_addresses();
+    }
+
+    // A resend's RESULT, complete after its last lane pass, back to the sender.
+    @hidden action to_sender() {
+        swap_addresses();
     }
 
     // To every active member (§6): sources become the switch's address; egress rewrites
-    // each replica's destination. A job without a group (0) sends no result.
-    @hidden action to_group(mcast_group_t group) {
+    // each replica's destination.
+    @hidden action to_group() {
         hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
         hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
         hdr.udp.src_port = HYSYNC_UDP_PORT;
         hdr.udp.checksum = 0;
-        ig_tm_md.mcast_grp_a = group;
+        ig_tm_md.mcast_grp_a = meta.bridge.mcast_grp;
     }
 
     // Into the next pass through this pipe's recirculation port; egress is bypassed and
-    // the bridge header tells the next pass what to do (with the lane op, if any).
-    // The bridge keeps the contribution's port (parser.p4).
+    // the bridge header tells the next pass what to do (with the lane op, if any). The
+    // bridge keeps the contribution's port (parser.p4).
     @hidden action recirculate(pass_t pass) {
         meta.bridge.setValid();
         meta.bridge.pass = pass;
@@ -84,11 +84,16 @@ control Replies(inout headers_t hdr,
         ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
     }
 
+    // Another install's slot: the reset pass takes the job's epoch in the contribution's
+    // bitmap, a field the switch ignores in a contribution.
+    @hidden action reset_slot() {
+        hdr.hysync.bitmap = meta.hs.epoch;
+        recirculate(pass_t.RESET);
+    }
+
     // Into the first lane pass of a lane op (the op is in the bridge already): on Tofino 2
-    // it is the last; Tofino 1 takes the steps of LaneSteps.
+    // it is the last; Tofino 1 takes the next steps below.
     @hidden action to_lanes(pass_t pass) {
-        meta.bridge.setValid();
-        meta.bridge.pass = pass;
         meta.bridge.half = 0;
         meta.bridge.even = 0;
 #if __TARGET_TOFINO__ == 2
@@ -96,8 +101,21 @@ control Replies(inout headers_t hdr,
 #else
         meta.bridge.last = 0;
 #endif
-        ig_tm_md.bypass_egress = 1;
-        ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
+        recirculate(pass);
+    }
+
+    // A RESULT for the job's group: no flags.
+    @hidden action result_to_lanes(pass_t pass) {
+        hdr.hysync.op = OP_RESULT;
+        hdr.hysync.flags = 0;
+        to_lanes(pass);
+    }
+
+    // A resend's RESULT: flag RESEND, the transmission number kept (§4 Replies).
+    @hidden action resend_to_lanes() {
+        hdr.hysync.op = OP_RESULT;
+        hdr.hysync.flags[2:0] = FLAG_RESEND[2:0];
+        to_lanes(pass_t.RESEND);
     }
 
 #if __TARGET_TOFINO__ != 2
@@ -110,97 +128,85 @@ control Replies(inout headers_t hdr,
         ig_tm_md.bypass_egress = 1;
         ig_tm_md.ucast_egress_port = meta.tf.recirc_port;
     }
-
-    @hidden table lane_steps {
-        key = {
-            meta.bridge.pass : exact;
-            meta.bridge.half : exact;
-            meta.bridge.even : exact;
-        }
-        actions = {
-            next_step;
-        }
-        const entries = {
-            (pass_t.ABSORB, 0, 0) : next_step(1, 0, 1);
-            (pass_t.SEND_GROUP, 0, 0) : next_step(1, 0, 1);
-            (pass_t.CLOSE, 0, 0) : next_step(0, 1, 0);
-            (pass_t.CLOSE, 0, 1) : next_step(1, 0, 0);
-            (pass_t.CLOSE, 1, 0) : next_step(1, 1, 1);
-            (pass_t.RESEND, 0, 0) : next_step(0, 1, 0);
-            (pass_t.RESEND, 0, 1) : next_step(1, 0, 0);
-            (pass_t.RESEND, 1, 0) : next_step(1, 1, 1);
-        }
-        size = 8;
-    }
 #endif
-
-    // Another install's slot: the reset pass takes the job's epoch in the contribution's
-    // bitmap, a field the switch ignores in a contribution.
-    @hidden action carry_epoch() {
-        hdr.hysync.bitmap = meta.hs.epoch;
-    }
 
     @hidden action drop() {
         ig_dprsr_md.drop_ctl = 1;
     }
 
-    apply {
-        // Replies go to the bridge's port: a later pass comes from the recirculation port.
-        if (meta.bridge.pass == pass_t.RESET) {
-            // The slot is the new install's now: the contribution again, as a first pass.
-            recirculate(pass_t.NONE);
-        } else if (meta.bridge.pass == pass_t.ASYNC) {
-            // Its bank is written in its lane pass.
-            to_lanes(pass_t.SEND_GROUP);
-        } else if (meta.bridge.pass != pass_t.NONE && meta.bridge.pass != pass_t.DECIDE
-                   && meta.bridge.last == 0) {
-#if __TARGET_TOFINO__ != 2
-            // Tofino 1: a lane pass before the last.
-            lane_steps.apply();
-#endif
-        } else if (meta.bridge.pass == pass_t.ABSORB) {
-            drop();   // the lanes have absorbed it
-        } else if (meta.bridge.pass == pass_t.CLOSE || meta.bridge.pass == pass_t.SEND_GROUP) {
-            // The RESULT is complete; send it on as the deciding pass would have.
-            to_group(meta.bridge.mcast_grp);
-            if (meta.bridge.mcast_grp == 0) {
-                drop();
-            }
-        } else if (meta.bridge.pass == pass_t.RESEND) {
-            to_sender(meta.bridge.ingress_port);
-        } else if (meta.tf.stale_epoch) {
-            carry_epoch();
-            recirculate(pass_t.RESET);
-#if __TARGET_TOFINO__ != 2
-        } else if (meta.tf.counting) {
-            // Admitted and latched: counted in the DECIDE pass.
-            recirculate(pass_t.DECIDE);
-#endif
-        } else if (meta.hs.verdict == verdict_t.CLOSE) {
-            write_result();
-            if (meta.bridge.async_path == 1) {
-                recirculate(pass_t.ASYNC);
-            } else {
-                to_lanes(pass_t.CLOSE);
-            }
-        } else if (meta.hs.verdict == verdict_t.ABSORB) {
-            to_lanes(pass_t.ABSORB);
-        } else if (meta.hs.verdict == verdict_t.RESEND) {
-            write_reply(OP_RESULT, FLAG_RESEND[2:0]);
-            to_lanes(pass_t.RESEND);
-        } else if (meta.hs.verdict == verdict_t.CHUNK_MISMATCH
-                   || meta.hs.verdict == verdict_t.STALE
-                   || meta.hs.verdict == verdict_t.NOT_JOINED) {
-            write_reply(OP_RESYNC, 0);
-            strip_lanes();
-            to_sender(meta.bridge.ingress_port);
-        } else if (meta.hs.verdict == verdict_t.ACK) {
-            write_reply(OP_ACK, 0);
-            strip_lanes();
-            to_sender(meta.bridge.ingress_port);
-        } else {
-            drop();
+    // First match wins. A later pass's row is chosen by the pass (and on Tofino 1 its lane
+    // step); the pass that decides (first, DECIDE) by the stale epoch, Tofino 1's DECIDE,
+    // and the verdict.
+    @hidden table reply {
+        key = {
+            meta.bridge.pass       : ternary;
+            meta.bridge.half       : ternary;
+            meta.bridge.even       : ternary;
+            meta.bridge.last       : ternary;
+            meta.bridge.mcast_grp  : ternary;
+            meta.tf.stale_epoch    : ternary;
+            meta.tf.counting       : ternary;
+            meta.bridge.async_path : ternary;
+            meta.hs.verdict        : ternary;
         }
+        actions = {
+            to_sender;
+            to_group;
+            reply_header;
+            recirculate;
+            reset_slot;
+            to_lanes;
+            result_to_lanes;
+            resend_to_lanes;
+#if __TARGET_TOFINO__ != 2
+            next_step;
+#endif
+            drop;
+        }
+        const entries = {
+            // The slot is the new install's now: the contribution again, as a first pass.
+            (pass_t.RESET, _, _, _, _, _, _, _, _) : recirculate(pass_t.NONE);
+            // An async round's bank is written in its lane pass.
+            (pass_t.ASYNC, _, _, _, _, _, _, _, _) : to_lanes(pass_t.SEND_GROUP);
+#if __TARGET_TOFINO__ != 2
+            // Tofino 1: the lane passes before the last (Stages, docs/tofino.md).
+            (pass_t.ABSORB, 0, 0, 0, _, _, _, _, _) : next_step(1, 0, 1);
+            (pass_t.SEND_GROUP, 0, 0, 0, _, _, _, _, _) : next_step(1, 0, 1);
+            (pass_t.CLOSE, 0, 0, 0, _, _, _, _, _) : next_step(0, 1, 0);
+            (pass_t.CLOSE, 0, 1, 0, _, _, _, _, _) : next_step(1, 0, 0);
+            (pass_t.CLOSE, 1, 0, 0, _, _, _, _, _) : next_step(1, 1, 1);
+            (pass_t.RESEND, 0, 0, 0, _, _, _, _, _) : next_step(0, 1, 0);
+            (pass_t.RESEND, 0, 1, 0, _, _, _, _, _) : next_step(1, 0, 0);
+            (pass_t.RESEND, 1, 0, 0, _, _, _, _, _) : next_step(1, 1, 1);
+#endif
+            // The last lane pass: the lanes have absorbed it, or the RESULT is complete.
+            // A job without a group (0) sends no result.
+            (pass_t.ABSORB, _, _, _, _, _, _, _, _) : drop();
+            (pass_t.CLOSE, _, _, _, 0, _, _, _, _) : drop();
+            (pass_t.CLOSE, _, _, _, _, _, _, _, _) : to_group();
+            (pass_t.SEND_GROUP, _, _, _, 0, _, _, _, _) : drop();
+            (pass_t.SEND_GROUP, _, _, _, _, _, _, _, _) : to_group();
+            (pass_t.RESEND, _, _, _, _, _, _, _, _) : to_sender();
+            // The pass that decides.
+            (_, _, _, _, _, true, _, _, _) : reset_slot();
+#if __TARGET_TOFINO__ != 2
+            (_, _, _, _, _, _, true, _, _) : recirculate(pass_t.DECIDE);
+#endif
+            (_, _, _, _, _, _, _, 1, verdict_t.CLOSE) : result_to_lanes(pass_t.ASYNC);
+            (_, _, _, _, _, _, _, _, verdict_t.CLOSE) : result_to_lanes(pass_t.CLOSE);
+            (_, _, _, _, _, _, _, _, verdict_t.ABSORB) : to_lanes(pass_t.ABSORB);
+            (_, _, _, _, _, _, _, _, verdict_t.RESEND) : resend_to_lanes();
+            (_, _, _, _, _, _, _, _, verdict_t.CHUNK_MISMATCH) : reply_header(OP_RESYNC);
+            (_, _, _, _, _, _, _, _, verdict_t.STALE) : reply_header(OP_RESYNC);
+            (_, _, _, _, _, _, _, _, verdict_t.NOT_JOINED) : reply_header(OP_RESYNC);
+            (_, _, _, _, _, _, _, _, verdict_t.ACK) : reply_header(OP_ACK);
+        }
+        const default_action = drop();
+        size = 32;
+    }
+
+    apply {
+        reply.apply();
     }
 }
 
