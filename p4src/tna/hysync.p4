@@ -53,7 +53,7 @@ control HySyncIngress(inout headers_t hdr,
     RoundCompare() round_compare;
     Latching() latching;
     Counting() counting;
-    NextPass() next_pass;
+    AsyncPass() async_pass;
     Results() results;
     Resent() resent;
     Replies() replies;
@@ -206,14 +206,14 @@ control HySyncIngress(inout headers_t hdr,
                 counting.apply(hdr, meta);
             }
         } else if (meta.bridge.pass == pass_t.ASYNC) {
-            next_pass.apply(hdr, meta);
+            async_pass.apply(hdr, meta);
 #else
         } else if (meta.bridge.pass == pass_t.DECIDE || meta.bridge.pass == pass_t.ASYNC) {
             if (meta.bridge.pass == pass_t.DECIDE) {
                 // 9-10. Count and decide, one pass after Latching.
                 counting.apply(hdr, meta);
             } else {
-                next_pass.apply(hdr, meta);
+                async_pass.apply(hdr, meta);
             }
             // The result header: stored by a close and an async round, read by a resend.
             results.apply(hdr, meta);
@@ -227,9 +227,9 @@ control HySyncIngress(inout headers_t hdr,
         // The result header: stored by a close and an async round, read by a resend.
         results.apply(hdr, meta);
 #endif
-        // §8. Count what the controls above decided to count (the pass that decided). Before
-        // Replies, which it does not depend on: on Tofino 1 a table after the replies would
-        // start where they end.
+        // §8. Count what the controls above decided to count (the pass that decided; a
+        // resend's member counter in its last lane pass). Before Replies, which it does not
+        // depend on: on Tofino 1 a table after the replies would start where they end.
         stats.apply(hdr, meta.hs, meta.tf.drop_job);
         bridge_to_egress();
 

@@ -84,7 +84,7 @@ const bit<7> RECIRC_PORT_IN_PIPE = 68;
 // sums go out: a close, a resend), and the decision two passes: the first pass admits
 // and latches, a DECIDE pass counts and gives the verdict.
 enum bit<8> pass_t {
-    NONE = 0,            // a first pass; or, in a packet for egress, no next pass
+    NONE = 0,            // a first pass (egress ignores the pass)
     ABSORB = 1,          // lane pass: an absorbed contribution's write / add; then dropped
     CLOSE = 2,           // lane pass: a close's sums (add, write, or read); in its last, the
                          // round advances; then the RESULT

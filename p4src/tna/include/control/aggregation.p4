@@ -2,26 +2,27 @@
 // p4src/v1model/include/control/aggregation.p4, laid out over the stages so that every
 // register is touched once per pass (slot_registers.p4). The plan, in pipeline order:
 //
-//   Latching (a first pass, or a retry pass; any HySync packet reads, only an admitted
-//   one writes)
+//   RoundCompare, Latching (a first pass, or a retry pass; any HySync packet reads, only
+//   an admitted one writes)
 //     1. Round         cur = round[s] (ingress, stage 0); diff = r - cur: open (0) or
 //                      prev (-1)
 //     2. SlotEpoch     the install that used the slot last: another one -> reset pass
 //        ModeLatch     latch mode/quorum if this contribution opens the round, else read
 //        ChunkLatch    the same for the chunk
-//     3. the flags Counting needs, in the bridge header
+//     3. classify      the flags Counting needs, in the bridge header; quorum
 //   Counting (Tofino 2: the same pass; Tofino 1: a DECIDE pass, through the recirculation
 //   port: the whole decision is more stages than Tofino 1 has)
 //     4. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     5. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
-//     6. verdict       what Replies sends, and the lane op (write / add / read) that
-//                      egress applies on the way through the recirculation port
-//   a later pass (recirculated, after egress applied the lane op)
-//     CLOSE            Round advances round[s]; ResultHeader stores res_*; the RESULT
-//     RESEND           the RESULT back to the sender
-//     ASYNC            Round takes round[s]++ as the result's round; ResultHeader; egress
-//                      writes the bank on the way to its SEND_GROUP pass
-//     SEND_GROUP/BACK  the RESULT (Tofino 1: after the even lanes, one more trip)
+//     6. verdict       what Replies sends, and the lane op (write / add / read) the lane
+//                      passes apply; Results stores a close's header, reads a resend's
+//   lane passes (recirculated; Tofino 2: one, Tofino 1: one or two per half of the lanes)
+//     CLOSE            the sums; the last advances round[s] (Round); the RESULT
+//     RESEND           the stored lanes; the last sends the RESULT back to the sender
+//     ABSORB           the lanes write or add; then dropped
+//     SEND_GROUP       an async round's bank; then the RESULT
+//   ASYNC pass         Round takes round[s]++ as the result's round; Results stores the
+//                      header; then its SEND_GROUP lane passes
 //   reset pass (a contribution that met another install's epoch), then a retry pass
 //     1. Round         round 0 of the new epoch, unless a reset pass of it came first
 //     2. SlotEpoch     the new epoch;  ModeLatch, ChunkLatch  cleared (first reset only)
@@ -332,7 +333,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         hdr.hysync.bitmap = meta.tf.stored_bits;
     }
 
-    // The round's close is under way (its CLOSING mark is set, its CLOSE pass has not
+    // The round's close is under way (its CLOSING mark is set, its last CLOSE pass has not
     // advanced the round yet): refused without a reply; the retransmission will be answered
     // with the stored result.
     @hidden action closing() {
@@ -441,7 +442,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
 
 // An ASYNC pass puts the round it took (Round, stage 0) into the header, where its lane
 // pass finds the bank, and stores the result header (Results) in that round's bank.
-control NextPass(inout headers_t hdr, inout ingress_metadata_t meta) {
+control AsyncPass(inout headers_t hdr, inout ingress_metadata_t meta) {
 
     @hidden action async_result() {
         hdr.hysync.round = meta.tf.cur;

@@ -1,14 +1,13 @@
 // Replies on Tofino (protocol.md §4 "Replies", §5, §6): the packet the verdict calls for,
-// as on v1model; on Tofino every verdict with a lane op first goes through the egress of
-// the pipe's recirculation port, where the lanes act, and comes back for a pass that sends
-// it on.
+// as on v1model; on Tofino every verdict with a lane op first takes its lane passes through
+// the pipe's recirculation port (the lanes act there), and the last one sends it on.
 //
-//   ABSORB           the lanes write or add in egress, and nothing goes out
-//   CLOSE            RESULT, to the job's group: the sums in egress, then a CLOSE pass
-//                    (Tofino 1: and the even lanes on the way to a SEND_GROUP pass); async:
-//                    an ASYNC pass, and the bank written on the way to a SEND_GROUP pass
-//   RESEND           RESULT with flag RESEND, back to the sender: the stored lanes in
-//                    egress, then a RESEND pass (Tofino 1: and a SEND_BACK pass)
+//   ABSORB           lane passes (write / add), then nothing goes out
+//   CLOSE            RESULT, to the job's group, after its CLOSE lane passes (the last
+//                    advances the round); async: an ASYNC pass, then its SEND_GROUP lane
+//                    passes (the bank's write)
+//   RESEND           RESULT with flag RESEND, back to the sender, after its RESEND lane
+//                    passes
 //   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
 //   STALE, NOT_JOINED
 //   ACK              ACK, back to the sender, header only

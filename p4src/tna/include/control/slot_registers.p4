@@ -4,26 +4,29 @@
 // output). v1model's slot_update_action reads and writes all of them in one action; here
 // the decision is spread over the stages in order (docs/tofino.md, "Stages"):
 //
-//   Round        {round[s], epoch}              pass 1: read      pass 2: advance / take
+//   Round        {round[s], epoch}              first pass: read; a close's last lane
+//                                               pass: advance; ASYNC pass: take;
 //                                               reset pass: round 0 of a new epoch
-//   SlotEpoch    slot_epoch[s]                  pass 1: read      reset pass: write
+//   SlotEpoch    slot_epoch[s]                  first pass: read; reset pass: write
 //   ModeLatch    {round tag, packed mode}       latch when a round opens, else read;
 //                                               reset pass: clear
 //   ChunkLatch   {round + 1 tag, chunk}         the same
-//   Bitmap       bitmap[s]                      start / join / read
+//   Bitmap       bitmap[s]                      start / join / read       (Counting)
 //   MemberSeq    member_seq[s*32+w], 4 parts    swap (counted) / read; holds the
-//                                               CRC32 of {round, epoch}
+//                                               CRC32 of {round, epoch}   (Counting)
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
-//   ResultHeader res_* (3 registers)            pass 1: read (resend)  pass 2: write
+//   ResultHeader res_* (3 registers), per bank  write (a close's decision, an ASYNC
+//                                               pass); read (a resend's decision)
 //
+// Counting runs in the first pass on Tofino 2 and in the DECIDE pass on Tofino 1.
 // A latch is tagged with the round it belongs to instead of being cleared when the round
 // closes: the round that opens next finds a stale tag, so nothing has to be reset.
 
 #ifndef __HYSYNC_TNA_SLOT_REGISTERS__
 #define __HYSYNC_TNA_SLOT_REGISTERS__
 
-// round[s], with the epoch it counts in: read in the first pass. A close's CLOSE pass
-// advances it, only if it still holds the round that closed; an async contribution's
+// round[s], with the epoch it counts in: read in the first pass. A close's last CLOSE lane
+// pass advances it, only if it still holds the round that closed; an async contribution's
 // ASYNC pass takes the next round number (fetch and increment), so concurrent
 // async rounds never share one. A reset pass (docs/tofino.md, "The install epoch") starts
 // round 0 of the new epoch unless an earlier reset pass of the same install already did,
@@ -360,7 +363,7 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<
 }
 
 // count[s] and the close guard. A contribution whose count reaches the quorum adds
-// CLOSING (bit 31) with its increment: until its CLOSE pass advances the round, every
+// CLOSING (bit 31) with its increment: until its last CLOSE pass advances the round, every
 // later contribution to it reads a negative count and is refused, so a round closes once
 // and no lane op of it follows the close's in the recirculation queue.
 //

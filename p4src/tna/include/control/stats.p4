@@ -1,5 +1,6 @@
 // Stats on Tofino (protocol.md §8): the v1model counters, as TNA Counter externs with the
-// same names, sizes and indexes. Counted once, at the end of a packet's first pass.
+// same names, sizes and indexes. Counted once, by the pass that decided (a resend's member
+// counter by its last lane pass).
 
 #ifndef __HYSYNC_TNA_STATS__
 #define __HYSYNC_TNA_STATS__
