@@ -132,7 +132,7 @@ def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
     """Install the HySync pipeline on the switch (clears every entry and register).
 
     --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb, or
-    p4src/tna/hysync.p4info.txtpb for Tofino); --device-config is the compiled program
+    p4src/tna/hysync.<chip>.p4info.txtpb for Tofino); --device-config is the compiled program
     (not needed by the softswitch): the BMv2 JSON, or with --target tofino the .conf
     file make p4-tofino writes (build/tna/tofino2/hysync.conf), packed into Stratum's
     BfPipelineConfig.
