@@ -152,8 +152,8 @@ header bridge_h {
 // What ResultHeader does with res_* on this pass.
 enum bit<4> result_op_t {
     NONE = 0,
-    READ = 1,            // a resend's first pass
-    WRITE = 2            // a close's CLOSE pass, an async contribution's ASYNC pass
+    READ = 1,            // the pass that decides a resend
+    WRITE = 2            // the pass that decides a close, an async contribution's ASYNC pass
 }
 
 // Pairs of 32-bit words: two lanes, or a tag and a value.
@@ -192,9 +192,7 @@ struct tna_metadata_t {
     round_t       r_plus_1;      // hdr.round + 1: the chunk latch's tag
     round_t       diff;          // hdr.round - cur: 0 is the open round, -1 the one before
                                  // (a gateway compares a field with a constant, cheaply)
-    bool          last_round;    // hdr.round == 2^32 - 1: cur = round + 1 is 0, no close
     bool          open;          // hdr.round == cur
-    bool          prev;          // hdr.round == cur - 1, cur != 0 (a round closed before)
     bool          join;          // the contribution has flag JOIN
     bit<8>        epoch_differs; // 1: first pass, slot_epoch[s] is another install's; reset
                                  // pass, the round register held another epoch
