@@ -40,6 +40,7 @@ control RoundCompare(inout headers_t hdr, inout ingress_metadata_t meta) {
     // Fields assembled from several fields come from a hash unit (identity): an action
     // writes a PHV container from one source only.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) desired_hash;
+
     @hidden action prepare() {
         meta.tf.r_plus_1 = hdr.hysync.round + 1;
         meta.tf.desired = desired_hash.get({meta.hs.desired_mode, meta.hs.desired_quorum});
