@@ -63,10 +63,11 @@ struct headers_t {
     X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
 
 // ------------------------------------------------------------- recirculation
-// Every lane op, and a close's advance, takes a later pass through the recirculation port
-// of the pipe the contribution arrived on: registers are per pipe, so the later pass must
-// meet the same registers, and one port keeps the lane ops of a slot in order. Port 68 of each pipe on Tofino 1, port 6 on Tofino 2 (the SDE's
-// default port maps; the pipe number is the port's top two bits on both).
+// Every later pass (DECIDE, lane, ASYNC, reset) goes through the recirculation port of the
+// pipe the contribution arrived on: registers are per pipe, so the later pass must meet
+// the same registers, and one port keeps the passes of a slot in order. Port 68 of each
+// pipe on Tofino 1, port 6 on Tofino 2 (the SDE's default port maps; the pipe number is
+// the port's top two bits on both).
 #if __TARGET_TOFINO__ == 2
 const bit<7> RECIRC_PORT_IN_PIPE = 6;
 #else
@@ -86,8 +87,8 @@ const bit<7> RECIRC_PORT_IN_PIPE = 68;
 enum bit<8> pass_t {
     NONE = 0,            // a first pass (egress ignores the pass)
     ABSORB = 1,          // lane pass: an absorbed contribution's write / add; then dropped
-    CLOSE = 2,           // lane pass: a close's sums (add, write, or read); in its last, the
-                         // round advances; then the RESULT
+    CLOSE = 2,           // lane pass: a close's sums (add, write, or read); in its last,
+                         // the round advances; then the RESULT
     RESEND = 3,          // lane pass: a resend reads the stored lanes; then the RESULT back
                          // to the sender
     ASYNC = 4,           // an async contribution takes a round number and stores the result
@@ -128,8 +129,8 @@ header bridge_h {
     bit<1>   even;              // Tofino 1: this lane pass reads the half's even lanes
     bit<1>   last;              // the last lane pass of its lane op: the pass takes its
                                 // next step (a close advances the round; the RESULT goes)
-    tna_lane_op_t lane_op;      // what the lane pass does with the lanes, with the bank of
-                                // the header's round (the contribution's, or the async one's)
+    tna_lane_op_t lane_op;      // what the lane pass does with the lanes, in the bank of
+                                // the header's round (the contribution's, or async's)
     // What the first pass learnt for counting (Counting, aggregation.p4): on Tofino 1 it
     // counts in the DECIDE pass, which gets them here; on Tofino 2 in the same pass.
     bit<1>   fresh;             // opens its round (nothing latched for it, open, no JOIN)
@@ -153,7 +154,7 @@ header bridge_h {
 enum bit<4> result_op_t {
     NONE = 0,
     READ = 1,            // the pass that decides a resend
-    WRITE = 2            // the pass that decides a close, an async contribution's ASYNC pass
+    WRITE = 2            // the pass that decides a close; an async round's ASYNC pass
 }
 
 // Pairs of 32-bit words: two lanes, or a tag and a value.
@@ -179,8 +180,8 @@ struct round_epoch_t {
 typedef bit<32> packed_mode_t;
 const bit<32> LATCHED = 0x10000;
 
-// Count register: bit 31 set while the round's close is under way (its CLOSE pass has
-// not advanced the round yet). As a signed number that is negative, which is what the
+// Count register: bit 31 set while the round's close is under way (its last CLOSE pass
+// has not advanced the round yet). As a signed number that is negative, which is what the
 // stateful ALU can compare: every later contribution to the round sees it and is refused.
 const int<32> CLOSING = (int<32>) 32w0x80000000;
 

@@ -114,6 +114,8 @@ parser HySyncIngressParser(packet_in packet,
 #endif
 }
 
+// The bridge header goes first whenever ingress set it valid: on every packet for egress
+// and on every recirculated one.
 control HySyncIngressDeparser(packet_out packet,
                               inout headers_t hdr,
                               in ingress_metadata_t meta,

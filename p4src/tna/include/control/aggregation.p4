@@ -399,7 +399,8 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
                              RESYNC_CHUNK_MISMATCH, member_counter_t.NONE);
             (_, _, _, 1, 1, _, _, _, _, _, 1) :
                 open_round(verdict_t.CLOSE, result_op_t.WRITE);
-            (_, _, _, 1, 1, _, _, _, _, _, _) : open_round(verdict_t.ABSORB, result_op_t.NONE);
+            (_, _, _, 1, 1, _, _, _, _, _, _) :
+                open_round(verdict_t.ABSORB, result_op_t.NONE);
             (_, _, _, 1, _, _, _, _, 1, _, 1) :
                 duplicate(verdict_t.CLOSE, tna_lane_op_t.READ, result_op_t.WRITE);
             (_, _, _, 1, _, _, _, _, 1, _, _) :
@@ -408,7 +409,8 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
             (_, _, _, 1, _, _, _, _, _, 0, _) : closing();
             (_, _, _, 1, _, _, _, _, _, _, 1) :
                 join_round(verdict_t.CLOSE, result_op_t.WRITE);
-            (_, _, _, 1, _, _, _, _, _, _, _) : join_round(verdict_t.ABSORB, result_op_t.NONE);
+            (_, _, _, 1, _, _, _, _, _, _, _) :
+                join_round(verdict_t.ABSORB, result_op_t.NONE);
             // the round that closed last
             (_, _, _, _, _, _, 1, _, _, _, _) : resend();
             // older, or ahead of the switch: counted, but its result is gone, or not

@@ -75,8 +75,8 @@ control Round(inout headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in b
         advance_register_action.execute(hdr.hysync.slot[12:0]);
     }
 
-    // The taken number goes into the header later (aggregation.p4): the lanes, which act
-    // first in this pass, read the header's round for their bank.
+    // The taken number goes into the header in AsyncPass (aggregation.p4). Written here,
+    // it moved Tofino 1's placement to 13 stages (docs/tofino.md, How Tofino 1 fits).
     @hidden action take_action() {
         tf.cur = take_register_action.execute(hdr.hysync.slot[12:0]);
     }
@@ -144,8 +144,9 @@ control ModeLatch(in headers_t hdr, inout tna_metadata_t tf, in pass_t pass, in 
 
     // Only the contribution to the open round latches (r == cur), so both actions compare
     // the tag with cur: a stateful ALU takes at most two PHV words (here cur and desired).
-    // A latched value always has the LATCHED bit (set here, in the stateful ALU), so the zero the register starts with
-    // (tag 0, value 0) is "nothing latched", not "latched for round 0".
+    // A latched value always has the LATCHED bit (set here, in the stateful ALU), so the
+    // zero the register starts with (tag 0, value 0) is "nothing latched", not "latched
+    // for round 0".
     RegisterAction<tagged_t, slot_index_t, packed_mode_t>(mode) latch_register_action = {
         void apply(inout tagged_t value, out packed_mode_t latched_before) {
             latched_before = 0;
