@@ -116,10 +116,10 @@ test-asan: $(VENV)/.deps
 	  [ $$found = 1 ] || { echo "no fuzz target was built under $(ASAN_BUILD)"; exit 1; }
 
 demo: setup
-	$(PY) -m topologies.demo --policy $(POLICY)
+	$(PY) -m hysync.topologies.demo --policy $(POLICY)
 
 emulate: setup
-	$(PY) -m topologies.run $(SCENARIO) --switch $(SWITCH) --policy $(POLICY) --baseline
+	$(PY) -m hysync.topologies.run $(SCENARIO) --switch $(SWITCH) --policy $(POLICY) --baseline
 
 bench: setup
 	$(PY) -m bench.run_all

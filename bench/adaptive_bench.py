@@ -31,10 +31,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from controlplane.controller import Controller
-from topologies import report
-from topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
-from topologies.scenario import load_scenario
+from hysync.controlplane.controller import Controller
+from hysync.topologies import report
+from hysync.topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.scenario import load_scenario
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCENARIOS = ("homogeneous", "constant-2x", "constant-4x", "intermittent", "recovering", "dies")

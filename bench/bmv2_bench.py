@@ -4,7 +4,7 @@
 switch in its own namespace (`bench.netns_hosts.NetnsStar`); the switch is
 
 * `bmv2`: simple_switch_grpc running build/p4/hysync.json (`make p4`);
-* `softswitch-raw`: `python -m softswitch -i PORT@IFACE ...` (its raw data plane);
+* `softswitch-raw`: `python -m hysync.softswitch -i PORT@IFACE ...` (its raw data plane);
 
 each configured over P4Runtime, through the link-local management /30, by the real
 controller (`Controller.add_job`: members 10.0.0.x, switch ports 1-4, slots
@@ -44,10 +44,10 @@ from pathlib import Path
 from bench import softswitch_bench
 from bench.netns_hosts import NetnsStar
 from bench.senders import BASE_PORT
-from controlplane.controller import Controller
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch, wait_for_server
 from hysync import wire
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch, wait_for_server
 from hysync.wire import Mode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def _start_switch(star: NetnsStar, kind: str, log: Path) -> subprocess.Popen:
         cmd = ["simple_switch_grpc", "--device-id", "1", *ports, "--no-p4", "--",
                "--grpc-server-addr", star.grpc_addr]
     else:
-        cmd = [sys.executable, "-m", "softswitch", "--grpc-addr", star.grpc_addr, *ports,
+        cmd = [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", star.grpc_addr, *ports,
                "--log-level", "warning"]
     with open(log, "w") as out:  # `ip netns exec` execs the command: the pid is the switch's
         return subprocess.Popen([*star.exec_in(star.switch_ns), *cmd], stdout=out,

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from bench.senders import BASE_PORT, sender_main
-from controlplane.controller import Controller
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.topologies.runner import P4INFO, REPO, free_port
 from hysync.wire import Mode
-from topologies.runner import P4INFO, REPO, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 JOB = 1
@@ -41,7 +41,7 @@ SENDERS = 4
 def one_swap(slots: int, warmup: float = 1.5) -> dict:
     grpc_addr, data_port = f"127.0.0.1:{free_port()}", free_port()
     switch_proc = subprocess.Popen(
-        [sys.executable, "-m", "softswitch", "--grpc-addr", grpc_addr, "--udp",
+        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", grpc_addr, "--udp",
          f"127.0.0.1:{data_port}"], stdout=subprocess.DEVNULL, cwd=REPO)
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()

@@ -5,7 +5,7 @@ generator (hysync._core.bench.LoadGenerator: a thread and socket per worker, bat
 sends, one contribution in flight per slot of a window), so the switch, not the
 senders, is what is measured. Rows:
 
-* reflector — `python -m softswitch.reflect`'s core: every datagram straight back.
+* reflector — `python -m hysync.softswitch.reflect`'s core: every datagram straight back.
   The limit no switch on this machine can beat (datagrams/s each way);
 * native — the compiled data plane, sync and partial(3), 4 and 8 workers, 1/2/4
   data-plane threads; its datagrams in per second as a share of the best reflector rate
@@ -37,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hysync import _core, p4names, wire
+from hysync.softswitch.native import NativePipeline, NativeUdpDataPlane
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
+from hysync.softswitch.udp_dataplane import UdpDataPlane
 from hysync.wire import Mode
-from softswitch.native import NativePipeline, NativeUdpDataPlane
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, Replica
-from softswitch.udp_dataplane import UdpDataPlane
 
 RESULTS = Path(__file__).resolve().parent / "results"
 JOB = 1

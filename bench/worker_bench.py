@@ -1,6 +1,6 @@
 """Worker bench: the native engine at the kernel's UDP rate, and all-reduce next to gloo.
 
-1. One worker against the zero-work switch (`python -m softswitch.reflect --answer
+1. One worker against the zero-work switch (`python -m hysync.softswitch.reflect --answer
    result`'s core: each contribution back as its own result): packets/s and payload
    Gbit/s of 10M-float32 calls, as a share of this machine's UDP loopback limit
    measured in the same run, interleaved: the same reflector answering echo, loaded by
@@ -8,7 +8,7 @@
    measures it.
 2. Four worker processes on loopback, each a `HySyncWorker` against the native
    softswitch's UDP data plane (its own process, one thread per core: what `python -m
-   softswitch` runs by default), all-reduce 1M, 10M and 100M float32 in place; in the
+   hysync.softswitch` runs by default), all-reduce 1M, 10M and 100M float32 in place; in the
    same processes, over a gloo process group, `torch.distributed.all_reduce` of the
    same tensors. Times are the slowest worker's, from a common start (a gloo barrier).
    Peak RSS of worker 0 during the 100M call (VmHWM, reset just before).
@@ -50,10 +50,10 @@ TIMEOUT = 1800
 # ---------------------------------------------------------------- the switch
 def switch_main(cmd: Any, out: Any) -> None:
     """The native softswitch's UDP data plane in its own process, one thread per core (the
-    default of `python -m softswitch`); installs the job it is sent, as one write batch."""
+    default of `python -m hysync.softswitch`); installs the job it is sent, as one write batch."""
     from hysync import wire
-    from softswitch.native import NativePipeline, NativeUdpDataPlane
-    from softswitch.tables import Entry, Replica
+    from hysync.softswitch.native import NativePipeline, NativeUdpDataPlane
+    from hysync.softswitch.tables import Entry, Replica
 
     pipeline = NativePipeline()
     dataplane = NativeUdpDataPlane(pipeline, "127.0.0.1", 0).start()
@@ -87,7 +87,7 @@ def switch_main(cmd: Any, out: Any) -> None:
 
 
 def _modes(slot_count: int, mode: int, quorum: int) -> Any:
-    from softswitch.tables import Entry
+    from hysync.softswitch.tables import Entry
 
     return Entry(p4names.SYNC_MODE_MODES, (JOB, (0, slot_count - 1)), p4names.SYNC_MODE_SET_MODE,
                  (mode, quorum), priority=1)
@@ -105,8 +105,8 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
     import torch
     import torch.distributed as dist
 
-    from worker.api import HySyncWorker
-    from worker.config import TransportConfig
+    from hysync.worker.api import HySyncWorker
+    from hysync.worker.config import TransportConfig
 
     config = TransportConfig(job_id=JOB, worker_id=rank, switch_host=switch[0],
                              switch_port=switch[1], bind_host="127.0.0.1", slot_base=0,
@@ -164,9 +164,9 @@ def echo_limit(window: int, seconds: float = 3.0) -> float:
 def reflected_rate(window: int, calls: int) -> list[dict]:
     """One worker, `calls` all-reduces of REFLECT_ELEMENTS against the zero-work switch."""
     from hysync import _core
-    from worker.config import TransportConfig
-    from worker.quantize import FixedPointQuantizer
-    from worker.transport import Transport
+    from hysync.worker.config import TransportConfig
+    from hysync.worker.quantize import FixedPointQuantizer
+    from hysync.worker.transport import Transport
 
     reflector = _core.dataplane.Reflector("127.0.0.1", 0, 1, _core.dataplane.Answer.AS_RESULT)
     reflector.start()
@@ -206,7 +206,7 @@ def reflector_section(window: int, reps: int) -> dict:
     row.update(limit_packets_per_s=round(limit), limit_runs=[round(x) for x in limits],
                limit_payload_gbit_s=round(limit * wire_payload_bits() / 1e9, 3),
                share_of_limit=round(pps / limit, 3),
-               limit_tool="python -m softswitch.reflect (echo) + native loadgen, 1 sender")
+               limit_tool="python -m hysync.softswitch.reflect (echo) + native loadgen, 1 sender")
     return row
 
 

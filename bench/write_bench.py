@@ -35,18 +35,18 @@ from typing import Any
 
 from p4.v1 import p4runtime_pb2 as p4r
 
-from controlplane import entities as ent
-from controlplane.controller import Controller
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch, wait_for_server
 from hysync import p4names, p4wire, wire
+from hysync.controlplane import entities as ent
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch, wait_for_server
 from hysync.p4schema import Schema
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.p4schema_check import check_p4info
+from hysync.softswitch.p4write import Annotations, Writer
+from hysync.softswitch.pipeline import Pipeline
+from hysync.topologies.runner import P4INFO, REPO, free_port
 from hysync.wire import Op
-from softswitch.native import NativePipeline
-from softswitch.p4schema_check import check_p4info
-from softswitch.p4write import Annotations, Writer
-from softswitch.pipeline import Pipeline
-from topologies.runner import P4INFO, REPO, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROBE_JOB = 255  # its member and replica ids are outside the batches' (jobs 1..250, rids 1..8000)
@@ -159,7 +159,7 @@ def delays(samples: list[tuple[float, float | None]], start: float, stop: float)
 
 def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
     grpc_addr, data_port, probe_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "softswitch", "--grpc-addr", grpc_addr,
+    proc = subprocess.Popen([sys.executable, "-m", "hysync.softswitch", "--grpc-addr", grpc_addr,
                              "--udp", f"127.0.0.1:{data_port}", "--engine", engine],
                             stdout=subprocess.DEVNULL, cwd=REPO)
     ctx = mp.get_context("spawn")

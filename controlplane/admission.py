@@ -9,9 +9,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from controlplane.entities import TableEntry
-from controlplane.job import Member
 from hysync import p4names, wire
+from hysync.controlplane.entities import TableEntry
+from hysync.controlplane.job import Member
 
 
 def member_entry(job_id: int, member: Member) -> TableEntry:

@@ -26,17 +26,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from controlplane.controller import Controller
-from controlplane.device_config import TARGETS
-from controlplane.errors import ControlPlaneError
-from controlplane.installed import InstalledJob
-from controlplane.job import JobConfig
-from controlplane.policy import POLICIES, Decision, make_policy, mode_text
-from controlplane.policy_runner import PolicyRunner, latest_decision
-from controlplane.stats import JobRates, JobStats, rates_between
-from controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
-from controlplane.sync_mode import format_mode
 from hysync import wire
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.device_config import TARGETS
+from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.installed import InstalledJob
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.policy import POLICIES, Decision, make_policy, mode_text
+from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
+from hysync.controlplane.stats import JobRates, JobStats, rates_between
+from hysync.controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
+from hysync.controlplane.sync_mode import format_mode
 from hysync.errors import BadFileError, HySyncError
 from hysync.p4schema import Schema
 from hysync.wire import Mode
@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_seconds, metavar="SECONDS",
                    help="stop after SECONDS (default: until Ctrl-C)")
 
-    from controlplane import testbed_cli  # imports this module: load it last
+    from hysync.controlplane import testbed_cli  # imports this module: load it last
 
     testbed_cli.add_commands(groups, command)
     return parser
@@ -521,7 +521,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         args = parser.parse_args(argv)
         handler = args.handler
         if args.serve:
-            from controlplane.testbed_cli import routes
+            from hysync.controlplane.testbed_cli import routes
 
             handler = routes().get(handler.__name__, handler)
         handler(args, _Out(args.json, stdout))

@@ -34,26 +34,26 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controlplane import admission, forwarding, replication, sync_mode
-from controlplane import stats as counters
-from controlplane.entities import (
+from hysync import p4names, wire
+from hysync.controlplane import admission, forwarding, replication, sync_mode
+from hysync.controlplane import stats as counters
+from hysync.controlplane.entities import (
     MulticastGroup,
     UpdateType,
     delete,
     insert,
 )
-from controlplane.errors import (
+from hysync.controlplane.errors import (
     ControlPlaneError,
     JobError,
     UnknownJobError,
     ValidationError,
 )
-from controlplane.installed import InstalledJob, SwitchState, read_state
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
-from controlplane.sync_mode import ModeRange
-from controlplane.transaction import Step, execute, step_modify, steps_delete, steps_insert
-from hysync import p4names, wire
+from hysync.controlplane.installed import InstalledJob, SwitchState, read_state
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch
+from hysync.controlplane.sync_mode import ModeRange
+from hysync.controlplane.transaction import Step, execute, step_modify, steps_delete, steps_insert
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)

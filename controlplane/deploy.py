@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controlplane import forwarding, probe
-from controlplane.controller import Controller
-from controlplane.entities import MulticastGroup, Update, delete, insert, modify
-from controlplane.errors import ControlPlaneError, NotPrimaryError
-from controlplane.installed import InstalledJob
-from controlplane.inventory import Host, Inventory
-from controlplane.switch import Switch, pipeline_cookie
 from hysync import p4names
+from hysync.controlplane import forwarding, probe
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.entities import MulticastGroup, Update, delete, insert, modify
+from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
+from hysync.controlplane.installed import InstalledJob
+from hysync.controlplane.inventory import Host, Inventory
+from hysync.controlplane.switch import Switch, pipeline_cookie
 from hysync.p4schema import Schema
 
 

@@ -45,8 +45,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane.installed import InstalledJob
-from controlplane.stats import JobStats, WorkerStats
+from hysync.controlplane.installed import InstalledJob
+from hysync.controlplane.stats import JobStats, WorkerStats
 from hysync.wire import Mode
 
 RATE_MODES = (Mode.PARTIAL, Mode.ASYNC)

@@ -22,7 +22,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from controlplane.errors import DeviceConfigError
+from hysync.controlplane.errors import DeviceConfigError
 
 TARGETS = ("bmv2", "tofino")
 _PACKAGE = "stratum.hal.barefoot"

@@ -50,7 +50,7 @@ class SwitchUnreachableError(ControlPlaneError, ConnectionError):
         extra = f" ({detail})" if detail else ""
         super().__init__(
             f"cannot reach the switch at {grpc_addr}{extra}: is it running? start it with "
-            f"`python -m softswitch --grpc-addr {grpc_addr} ...`")
+            f"`python -m hysync.softswitch --grpc-addr {grpc_addr} ...`")
 
 
 class NotPrimaryError(ControlPlaneError):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from controlplane.entities import MulticastGroup, Replica, TableEntry
 from hysync import p4names, wire
+from hysync.controlplane.entities import MulticastGroup, Replica, TableEntry
 
 FLOOD_GROUP = wire.FLOOD_MCAST_GROUP
 

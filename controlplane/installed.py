@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-from controlplane import admission, forwarding, replication, sync_mode
-from controlplane.entities import MulticastGroup
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
-from controlplane.sync_mode import ModeRange, Segment
 from hysync import p4names, wire
+from hysync.controlplane import admission, forwarding, replication, sync_mode
+from hysync.controlplane.entities import MulticastGroup
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch
+from hysync.controlplane.sync_mode import ModeRange, Segment
 from hysync.wire import Mode
 
 

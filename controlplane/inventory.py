@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controlplane.errors import ControlPlaneError, JobConfigError
-from controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
-from controlplane.switch import ElectionId, parse_election_id
 from hysync import wire
+from hysync.controlplane.errors import ControlPlaneError, JobConfigError
+from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
+from hysync.controlplane.switch import ElectionId, parse_election_id
 
 TARGETS = ("softswitch", "bmv2", "tofino")
 DEFAULT_SERVE = "127.0.0.1:9600"

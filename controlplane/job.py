@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controlplane.errors import JobConfigError
 from hysync import wire
+from hysync.controlplane.errors import JobConfigError
 from hysync.wire import Mode
 
 MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port

@@ -71,8 +71,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from controlplane import sync_mode
-from controlplane.detect import (
+from hysync.controlplane import sync_mode
+from hysync.controlplane.detect import (
     Detector,
     DetectorConfig,
     Health,

@@ -17,11 +17,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from controlplane.controller import Controller
-from controlplane.detect import Interval, JobView
-from controlplane.errors import ControlPlaneError
-from controlplane.policy import EXCLUDE, READMIT, SET_MODE, AdaptivePolicy, Decision, mode_text
-from controlplane.stats import JobStats
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.detect import Interval, JobView
+from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.policy import (
+    EXCLUDE,
+    READMIT,
+    SET_MODE,
+    AdaptivePolicy,
+    Decision,
+    mode_text,
+)
+from hysync.controlplane.stats import JobStats
 from hysync.errors import BadFileError, HySyncError
 from hysync.wire import Mode
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controlplane.errors import ControlPlaneError
-from controlplane.inventory import Host, Inventory
 from hysync import wire
+from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.inventory import Host, Inventory
 
 ETH_P_ALL = 0x0003
 ETHERTYPE_ARP = 0x0806

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controlplane.entities import MulticastGroup, Replica, TableEntry
-from controlplane.forwarding import mac_int, mac_str
-from controlplane.job import Member
 from hysync import p4names, wire
+from hysync.controlplane.entities import MulticastGroup, Replica, TableEntry
+from hysync.controlplane.forwarding import mac_int, mac_str
+from hysync.controlplane.job import Member
 
 
 def job_group(job_id: int, members: Iterable[Member]) -> MulticastGroup:

@@ -41,16 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane.controller import Controller
-from controlplane.deploy import compare_pipeline, held, inventory_jobs
-from controlplane.errors import ControlPlaneError, NotPrimaryError
-from controlplane.inventory import Inventory, parse_listen
-from controlplane.job import JobConfig
-from controlplane.policy import PolicyConfig, make_policy
-from controlplane.policy_runner import PolicyRunner
-from controlplane.serve_client import ServeError
-from controlplane.switch import Switch
 from hysync import wire
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.deploy import compare_pipeline, held, inventory_jobs
+from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
+from hysync.controlplane.inventory import Inventory, parse_listen
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.policy import PolicyConfig, make_policy
+from hysync.controlplane.policy_runner import PolicyRunner
+from hysync.controlplane.serve_client import ServeError
+from hysync.controlplane.switch import Switch
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)

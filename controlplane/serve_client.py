@@ -20,8 +20,8 @@ import time
 from types import TracebackType
 from typing import Any
 
-from controlplane.errors import ControlPlaneError
-from controlplane.inventory import parse_listen
+from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.inventory import parse_listen
 
 log = logging.getLogger(__name__)
 

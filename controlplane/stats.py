@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from controlplane.entities import CounterCell
 from hysync import p4names, wire
+from hysync.controlplane.entities import CounterCell
 from hysync.wire import DropReason
 
 PER_WORKER = {"contributions": p4names.STATS_CONTRIBUTIONS, "late": p4names.STATS_LATE,

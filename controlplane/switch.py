@@ -4,7 +4,7 @@
 `SwitchUnreachableError` when nothing answers), opens the StreamChannel, sends the
 master arbitration update and becomes primary (or raises `NotPrimaryError` naming
 the primary's election id). Every RPC has a deadline; every gRPC failure becomes a
-typed `controlplane.errors` exception carrying the server's message.
+typed `hysync.controlplane.errors` exception carrying the server's message.
 
 The schema is the P4Info of the pipeline the switch runs: fetched from the switch
 on connect (so a fresh CLI process needs no P4Info path), or set by
@@ -27,9 +27,10 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
-from controlplane import entities as ent
-from controlplane.device_config import read_device_config
-from controlplane.errors import (
+from hysync import p4wire as wire
+from hysync.controlplane import entities as ent
+from hysync.controlplane.device_config import read_device_config
+from hysync.controlplane.errors import (
     ControlPlaneError,
     DeadlineExceededError,
     DeviceConfigError,
@@ -40,7 +41,6 @@ from controlplane.errors import (
     error_for,
     status_code,
 )
-from hysync import p4wire as wire
 from hysync.p4schema import Schema
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from controlplane.entities import TableEntry, Update, delete, insert, modify
 from hysync import p4names
+from hysync.controlplane.entities import TableEntry, Update, delete, insert, modify
 from hysync.wire import Mode
 
 BASE_PRIORITY = 1

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controlplane import deploy, probe
-from controlplane.cli import UsageError, _Out, _seconds
-from controlplane.errors import ControlPlaneError
-from controlplane.inventory import Inventory
-from controlplane.job import JobConfig
-from controlplane.serve import Server
-from controlplane.serve_client import ServeClient
-from controlplane.sync_mode import format_mode
+from hysync.controlplane import deploy, probe
+from hysync.controlplane.cli import UsageError, _Out, _seconds
+from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.serve import Server
+from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.sync_mode import format_mode
 from hysync.wire import Mode
 
 Handler = Callable[[argparse.Namespace, _Out], None]
@@ -156,7 +156,7 @@ def _routed_member(op: str, what: str) -> Handler:
 
 
 def routes() -> dict[str, Handler]:
-    """Handler name in controlplane.cli -> its version through a serve."""
+    """Handler name in hysync.controlplane.cli -> its version through a serve."""
     return {"cmd_job_add": routed_job_add, "cmd_job_remove": routed_job_remove,
             "cmd_mode_set": routed_mode_set,
             "cmd_member_exclude": _routed_member("exclude", "excluded"),

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controlplane.entities import MulticastGroup, TableEntry, Update, delete, insert, modify
-from controlplane.errors import P4RuntimeError
-from controlplane.switch import Switch
+from hysync.controlplane.entities import MulticastGroup, TableEntry, Update, delete, insert, modify
+from hysync.controlplane.errors import P4RuntimeError
+from hysync.controlplane.switch import Switch
 from hysync.errors import HySyncError
 
 log = logging.getLogger(__name__)

@@ -34,12 +34,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from controlplane.inventory import Host, Inventory, InventoryError
-from controlplane.serve_client import ServeClient
-from worker.api import DEFAULT_SCALE, HySyncWorker
-from worker.averaging import BackgroundAverager
-from worker.ddp_hook import HySyncHookState, hysync_hook
-from worker.transport import TransportConfig
+from hysync.controlplane.inventory import Host, Inventory, InventoryError
+from hysync.controlplane.serve_client import ServeClient
+from hysync.worker.api import DEFAULT_SCALE, HySyncWorker
+from hysync.worker.averaging import BackgroundAverager
+from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
+from hysync.worker.transport import TransportConfig
 
 STORE_PREFIX = "hysync"
 

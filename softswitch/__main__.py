@@ -1,6 +1,6 @@
-"""`python -m softswitch`: the softswitch as a process, a drop-in for simple_switch_grpc.
+"""`python -m hysync.softswitch`: the softswitch as a process, a drop-in for simple_switch_grpc.
 
-    python -m softswitch --grpc-addr 127.0.0.1:9559 [--device-id 1]
+    python -m hysync.softswitch --grpc-addr 127.0.0.1:9559 [--device-id 1]
                          [--udp HOST:PORT | -i PORT@IFACE ...]
                          [--engine native|python] [--threads N]
                          [--p4info FILE] [--log-level info]
@@ -27,19 +27,19 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from hysync import wire
-from softswitch.delay import parse_delay
-from softswitch.native import (
+from hysync.softswitch.delay import parse_delay
+from hysync.softswitch.native import (
     NativePipeline,
     NativeRawDataPlane,
     NativeUdpDataPlane,
     default_threads,
 )
-from softswitch.pipeline import Pipeline
-from softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
-from softswitch.server import ConfigError, serve
-from softswitch.udp_dataplane import UdpDataPlane
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
+from hysync.softswitch.server import ConfigError, serve
+from hysync.softswitch.udp_dataplane import UdpDataPlane
 
-PROG = "python -m softswitch"
+PROG = "python -m hysync.softswitch"
 DEFAULT_UDP = f"127.0.0.1:{wire.HYSYNC_UDP_PORT}"
 
 

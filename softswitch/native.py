@@ -1,6 +1,6 @@
 """The native engine: the reference `Pipeline`'s control-plane half, its data path in C++.
 
-`NativePipeline` is what `python -m softswitch` runs by default. It keeps the table
+`NativePipeline` is what `python -m hysync.softswitch` runs by default. It keeps the table
 entries, multicast groups and default actions exactly where the reference model
 keeps them (the P4Runtime server reads and validates against those), and after
 every write — or once at the end of a `batch()`, so a P4Runtime write batch is
@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from hysync import _core, p4names, wire
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, Replica
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
 
 _engine = _core.dataplane
 

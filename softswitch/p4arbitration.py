@@ -15,7 +15,7 @@ import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
-from softswitch.p4status import P4RuntimeError, election_text, role_text, uint128
+from hysync.softswitch.p4status import P4RuntimeError, election_text, role_text, uint128
 
 
 class Stream:

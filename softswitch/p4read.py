@@ -17,17 +17,17 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
 from hysync import p4wire
-from softswitch.p4schema_check import CounterInfo, Schema
-from softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
-from softswitch.p4values import (
+from hysync.softswitch.p4schema_check import CounterInfo, Schema
+from hysync.softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
+from hysync.softswitch.p4values import (
     counter_index,
     decode_match,
     encode_action,
     encode_entry,
     encode_value,
 )
-from softswitch.p4write import Annotations
-from softswitch.pipeline import Pipeline
+from hysync.softswitch.p4write import Annotations
+from hysync.softswitch.pipeline import Pipeline
 
 READ_CHUNK = 512  # entities per ReadResponse: bounded messages for 49k-cell counter reads
 

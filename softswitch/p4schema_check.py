@@ -16,8 +16,8 @@ from p4.config.v1 import p4info_pb2
 
 from hysync import p4names
 from hysync.p4schema import MatchFieldInfo, ParamInfo
-from softswitch.p4status import P4RuntimeError
-from softswitch.pipeline import Pipeline
+from hysync.softswitch.p4status import P4RuntimeError
+from hysync.softswitch.pipeline import Pipeline
 
 EXACT = "exact"
 RANGE = "range"

@@ -1,6 +1,6 @@
 """P4Runtime values <-> the pipeline's: match keys, actions, entries, counter indices.
 
-Requests arrive as P4Info ids and bytestrings; the pipeline (softswitch.tables) holds
+Requests arrive as P4Info ids and bytestrings; the pipeline (hysync.softswitch.tables) holds
 names and ints in the positions a `Schema` binds the ids to. Decoding checks what
 P4Runtime requires (widths, match kinds, priorities, don't-care ranges) and raises
 P4RuntimeError naming the field; encoding gives canonical bytestrings, through the
@@ -17,7 +17,7 @@ from p4.v1 import p4runtime_pb2 as p4r
 
 from hysync import p4wire
 from hysync.p4schema import EncodeError, decode_int, encode_int
-from softswitch.p4schema_check import (
+from hysync.softswitch.p4schema_check import (
     DEFAULT_ONLY,
     EXACT,
     RANGE,
@@ -26,8 +26,8 @@ from softswitch.p4schema_check import (
     Schema,
     TableInfo,
 )
-from softswitch.p4status import P4RuntimeError
-from softswitch.tables import Entry
+from hysync.softswitch.p4status import P4RuntimeError
+from hysync.softswitch.tables import Entry
 
 
 def decode_value(raw: bytes, bits: int, what: str) -> int:

@@ -19,9 +19,9 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
 from hysync import p4wire
-from softswitch.p4schema_check import CounterInfo, Schema, TableInfo
-from softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
-from softswitch.p4values import (
+from hysync.softswitch.p4schema_check import CounterInfo, Schema, TableInfo
+from hysync.softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
+from hysync.softswitch.p4values import (
     DecodeCache,
     check_priority,
     counter_index,
@@ -30,8 +30,8 @@ from softswitch.p4values import (
     decode_value,
     describe_key,
 )
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, Replica
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
 
 # v1model standard metadata widths: mcast_grp bit<16>, egress_spec bit<9>, egress_rid bit<16>.
 MAX_GROUP_ID = 0xFFFF

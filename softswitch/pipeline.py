@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from hysync import p4names, wire
+from hysync.softswitch.tables import Counter, Entry, EntryError, Replica, Table
 from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
-from softswitch.tables import Counter, Entry, EntryError, Replica, Table
 
 # The counters in the order _contributions.._results unpack them (docs/protocol.md §8).
 COUNTER_NAMES = (

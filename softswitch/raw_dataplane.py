@@ -22,9 +22,9 @@ import logging
 import select
 import socket
 
-from softswitch.delay import DelayLine
-from softswitch.pipeline import Pipeline
-from softswitch.serving import ServingThread
+from hysync.softswitch.delay import DelayLine
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.serving import ServingThread
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""`python -m softswitch.reflect`: the zero-work servers the benches measure against.
+"""`python -m hysync.softswitch.reflect`: the zero-work servers the benches measure against.
 
-    python -m softswitch.reflect [--udp HOST:PORT] [--threads N] [--answer echo|result]
+    python -m hysync.softswitch.reflect [--udp HOST:PORT] [--threads N] [--answer echo|result]
 
 Answers every datagram in batches (recvmmsg, then sendmmsg), on N SO_REUSEPORT
 sockets with a thread each, as the native softswitch uses
@@ -25,10 +25,10 @@ import threading
 from typing import NoReturn
 
 from hysync import _core
-from softswitch.__main__ import host_port, thread_count
-from softswitch.native import default_threads
+from hysync.softswitch.__main__ import host_port, thread_count
+from hysync.softswitch.native import default_threads
 
-PROG = "python -m softswitch.reflect"
+PROG = "python -m hysync.softswitch.reflect"
 ANSWERS = {"echo": _core.dataplane.Answer.ECHO, "result": _core.dataplane.Answer.AS_RESULT}
 
 

@@ -33,12 +33,12 @@ from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
 from hysync import p4wire
-from softswitch.p4arbitration import Arbiter, Stream
-from softswitch.p4read import Reader
-from softswitch.p4schema_check import ConfigError, Schema, check_p4info
-from softswitch.p4status import BatchError, P4RuntimeError, abort, internal_error, uint128
-from softswitch.p4write import Annotations, Writer
-from softswitch.pipeline import Pipeline
+from hysync.softswitch.p4arbitration import Arbiter, Stream
+from hysync.softswitch.p4read import Reader
+from hysync.softswitch.p4schema_check import ConfigError, Schema, check_p4info
+from hysync.softswitch.p4status import BatchError, P4RuntimeError, abort, internal_error, uint128
+from hysync.softswitch.p4write import Annotations, Writer
+from hysync.softswitch.pipeline import Pipeline
 
 __all__ = ["ConfigError", "SoftswitchP4Runtime", "serve"]
 

@@ -14,8 +14,8 @@ import select
 import socket
 
 from hysync import wire
-from softswitch.pipeline import Pipeline
-from softswitch.serving import ServingThread
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.serving import ServingThread
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.errors import JobConfigError
-from controlplane.job import JobConfig
-from controlplane.policy_runner import latest_decision
+from hysync.controlplane.errors import JobConfigError
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.policy_runner import latest_decision
 from hysync.errors import BadFileError
 from hysync.p4schema import Schema
-from topologies.scenario import ScenarioError, load_scenario
+from hysync.topologies.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_JOB = ROOT / "controlplane" / "examples" / "job-loopback.toml"

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from controlplane.cli import main
 from hysync import wire
+from hysync.controlplane.cli import main
 from hysync.scapy import HySync, describe
 from hysync.wire import FrameAddress, Header, Op
 

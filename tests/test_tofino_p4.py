@@ -299,11 +299,11 @@ def test_resource_summary_flags_a_placement_longer_than_the_chip():
 # ------------------------------------------------- the controller on the TNA P4Info
 @pytest.mark.parametrize("chip", CHIPS)
 def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path(chip):
-    from controlplane.controller import Controller
-    from controlplane.switch import Switch
+    from hysync.controlplane.controller import Controller
+    from hysync.controlplane.switch import Switch
+    from hysync.softswitch.pipeline import Pipeline
+    from hysync.softswitch.server import serve
     from hysync.wire import Mode
-    from softswitch.pipeline import Pipeline
-    from softswitch.server import serve
     from tests.controlplane.conftest import make_job
 
     server, port = serve(Pipeline(), "127.0.0.1:0")

@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.controller import Controller
-from topologies import report
-from topologies.progress import make_display
-from topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
-from topologies.scenario import Scenario, ScenarioError, load_scenario
+from hysync.controlplane.controller import Controller
+from hysync.topologies import report
+from hysync.topologies.progress import make_display
+from hysync.topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.scenario import Scenario, ScenarioError, load_scenario
 
 SCENARIOS = REPO / "topologies" / "scenarios"
 DEFAULT_SCENARIO = {"adaptive": SCENARIOS / "demo.toml",
@@ -48,7 +48,7 @@ def configs_for(policy: str, scenario: Scenario, baseline: bool) -> list[RunConf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m topologies.demo",
+    parser = argparse.ArgumentParser(prog="python -m hysync.topologies.demo",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", type=Path,
                         help="a scenario file (default: topologies/scenarios/demo.toml, "

@@ -12,10 +12,10 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from controlplane.job import Member
 from hysync import wire
-from topologies.scenario import Scenario
-from topologies.switches import (
+from hysync.controlplane.job import Member
+from hysync.topologies.scenario import Scenario
+from hysync.topologies.switches import (
     REPO,
     SWITCH_CLASSES,
     SWITCH_IP,
@@ -24,7 +24,7 @@ from topologies.switches import (
     SoftswitchNode,
     disable_offloads,
 )
-from topologies.topo import StarTopo, host_ip, host_mac
+from hysync.topologies.topo import StarTopo, host_ip, host_mac
 
 WORKER_UDP_BASE = 47000
 AVERAGING_UDP_OFFSET = 100

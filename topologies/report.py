@@ -1,4 +1,4 @@
-"""Summaries and plots of training runs (the JSON logs of topologies.workload.RunLog).
+"""Summaries and plots of training runs (the JSON logs of hysync.topologies.workload.RunLog).
 
 Conventions, so that numbers mean the same thing in every table:
 * time to target: the first wall-clock time at which the reference replica (the lowest

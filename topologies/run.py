@@ -1,6 +1,6 @@
-"""`python -m topologies.run SCENARIO`: an emulation run in Mininet (needs root).
+"""`python -m hysync.topologies.run SCENARIO`: an emulation run in Mininet (needs root).
 
-    python -m topologies.run topologies/scenarios/constant-3x.toml \\
+    python -m hysync.topologies.run topologies/scenarios/constant-3x.toml \\
         [--switch softswitch|bmv2] [--policy sync|partial|async|manual-schedule|adaptive] \\
         [--quorum Q] [--baseline] [--out runs/NAME]
 
@@ -21,16 +21,16 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.controller import Controller
-from topologies import report
-from topologies.progress import make_display
-from topologies.runner import POLICIES, REPO, RunConfig, RunFailed, connect, run_config
-from topologies.scenario import ScenarioError, load_scenario
-from topologies.switches import SWITCH_CLASSES
+from hysync.controlplane.controller import Controller
+from hysync.topologies import report
+from hysync.topologies.progress import make_display
+from hysync.topologies.runner import POLICIES, REPO, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.scenario import ScenarioError, load_scenario
+from hysync.topologies.switches import SWITCH_CLASSES
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m topologies.run",
+    p = argparse.ArgumentParser(prog="python -m hysync.topologies.run",
                                 description=__doc__.splitlines()[0])
     p.add_argument("scenario", type=Path, help="a scenario file (topologies/scenarios/*.toml)")
     p.add_argument("--switch", default="softswitch", choices=sorted(SWITCH_CLASSES))
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from topologies.mininet_harness import HarnessError, MininetHarness
+    from hysync.topologies.mininet_harness import HarnessError, MininetHarness
 
     try:
         scenario = load_scenario(args.scenario)

@@ -1,7 +1,7 @@
 """Runs training configurations of a scenario on a switch, and reports on them.
 
 A *harness* says where things run: `LocalHarness` (the demo: processes on this
-machine, softswitch on UDP loopback, no root) or `topologies.mininet_harness`
+machine, softswitch on UDP loopback, no root) or `hysync.topologies.mininet_harness`
 (Mininet hosts behind a softswitch or BMv2 switch). The run itself is the same:
 push the pipeline, add the job with the controller, start the workers, follow
 their progress, swap modes on the scenario's schedule, collect the logs.
@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from controlplane.controller import Controller
-from controlplane.job import JobConfig, Member
-from controlplane.policy import PolicyConfig, make_policy
-from controlplane.policy_runner import PolicyRunner
-from controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.policy import PolicyConfig, make_policy
+from hysync.controlplane.policy_runner import PolicyRunner
+from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.topologies.progress import Display, QuietDisplay, RunLine, RunState
+from hysync.topologies.scenario import Scenario
 from hysync.wire import Mode
-from topologies.progress import Display, QuietDisplay, RunLine, RunState
-from topologies.scenario import Scenario
 
 REPO = Path(__file__).resolve().parents[1]
 P4INFO = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"
@@ -90,7 +90,7 @@ class LocalHarness:
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w") as out:
             self.switch = subprocess.Popen(
-                [sys.executable, "-m", "softswitch", "--grpc-addr", self.grpc_addr,
+                [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", self.grpc_addr,
                  "--udp", f"127.0.0.1:{self.data_port}"], stdout=out, stderr=subprocess.STDOUT,
                 cwd=REPO)
 
@@ -173,7 +173,7 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     rendezvous = harness.rendezvous()
     procs, lines = [], queue.Queue()
     for w in range(scenario.workers):
-        argv = ["-m", "topologies.worker_main", "--scenario", str(scenario.path),
+        argv = ["-m", "hysync.topologies.worker_main", "--scenario", str(scenario.path),
                 "--worker", str(w), "--config", config.name, "--backend", config.backend,
                 "--rendezvous", rendezvous, "--out", str(out_dir / config.name /
                                                           f"worker-{w}.json")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mininet.node import Node, Switch
 
-from controlplane.switch import wait_for_server
+from hysync.controlplane.switch import wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
 SWITCH_MAC = "02:00:00:00:00:fe"  # the address workers send HySync traffic to
@@ -68,7 +68,7 @@ class SoftswitchNode(Switch):
         for intf in self.intfList():
             if intf.name != "lo":
                 disable_offloads(self, intf.name)
-        cmd = [sys.executable, "-m", "softswitch", "--grpc-addr", self.grpc_addr]
+        cmd = [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", self.grpc_addr]
         for port in self.port_map():
             cmd += ["-i", port]
         for port, ms in sorted(self.delays.items()):

@@ -1,4 +1,4 @@
-"""One training worker of an emulation run or the demo: `python -m topologies.worker_main`.
+"""One training worker of an emulation run or the demo: `python -m hysync.topologies.worker_main`.
 
 DDP in both configurations, so the training code is the same: with `--backend gloo`
 DDP averages gradients with gloo's all-reduce (the baseline); with `--backend hysync`
@@ -21,9 +21,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from topologies.scenario import load_scenario
-from topologies.step_split import StepSplit
-from topologies.workload import (
+from hysync.topologies.scenario import load_scenario
+from hysync.topologies.step_split import StepSplit
+from hysync.topologies.workload import (
     RunLog,
     StepRecord,
     TrainConfig,
@@ -74,7 +74,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bind: str,
                       slot_base: int, slot_count: int):
-    from worker.transport import TransportConfig
+    from hysync.worker.transport import TransportConfig
 
     switch_host, switch_port = _host_port(args.switch)
     bind_host, bind_port = _host_port(bind)
@@ -90,9 +90,9 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
     """Register the HySync hook (timed) and build the model averager (its own job); return
     the averager, a callable giving (mode, contributors, updates applied) of a step, and
     the step's time split."""
-    from worker.api import HySyncWorker
-    from worker.averaging import BackgroundAverager
-    from worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
+    from hysync.worker.api import HySyncWorker
+    from hysync.worker.averaging import BackgroundAverager
+    from hysync.worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
 
     training = HySyncWorker(_transport_config(args, workers, job_id=args.job_id,
                                               bind=args.bind, slot_base=args.slot_base,

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from topologies.scenario import MODELS
+from hysync.topologies.scenario import MODELS
 
 TEST_FRACTION = 0.2
 

@@ -1,26 +1,26 @@
 """The HySync worker: quantize, packetize, reliable windowed UDP transport, residuals,
 and the PyTorch integration (plain all-reduce and a DDP communication hook).
 
-`worker.transport` and `worker.quantize` need numpy and the compiled core only; `worker.api` and
-`worker.ddp_hook` import torch, so they are loaded on first use.
+`hysync.worker.transport` and `hysync.worker.quantize` need numpy and the compiled core only;
+`hysync.worker.api` and `hysync.worker.ddp_hook` import torch, so they are loaded on first use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.config import TransportConfig
-from worker.quantize import FixedPointQuantizer, QuantStats
-from worker.stats import CallStats
-from worker.transport import CallResult, SwitchUnreachableError, Transport
+from hysync.worker.config import TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer, QuantStats
+from hysync.worker.stats import CallStats
+from hysync.worker.transport import CallResult, SwitchUnreachableError, Transport
 
 __all__ = [
     "CallResult", "CallStats", "FixedPointQuantizer", "HySyncHookState", "HySyncWorker",
     "QuantStats", "SwitchUnreachableError", "Transport", "TransportConfig", "hysync_hook",
 ]
 
-_LAZY = {"HySyncWorker": "worker.api", "HySyncHookState": "worker.ddp_hook",
-         "hysync_hook": "worker.ddp_hook"}
+_LAZY = {"HySyncWorker": "hysync.worker.api", "HySyncHookState": "hysync.worker.ddp_hook",
+         "hysync_hook": "hysync.worker.ddp_hook"}
 
 
 def __getattr__(name: str) -> Any:

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from worker.config import TransportConfig
-from worker.quantize import FixedPointQuantizer
-from worker.stats import CallStats
-from worker.transport import Transport
+from hysync.worker.config import TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.stats import CallStats
+from hysync.worker.transport import Transport
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from worker.api import HySyncWorker
+from hysync.worker.api import HySyncWorker
 
 log = logging.getLogger(__name__)
 

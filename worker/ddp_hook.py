@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from worker.api import HySyncWorker
-from worker.stats import CallStats
+from hysync.worker.api import HySyncWorker
+from hysync.worker.stats import CallStats
 
 log = logging.getLogger(__name__)
 

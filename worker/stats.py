@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hysync import wire
-from worker.quantize import QuantStats
+from hysync.worker.quantize import QuantStats
 
 
 @dataclass(slots=True)

@@ -21,9 +21,9 @@ import numpy as np
 
 from hysync import _core, wire
 from hysync.wire import ResyncReason
-from worker.config import TransportConfig
-from worker.quantize import FixedPointQuantizer, QuantStats
-from worker.stats import CallStats
+from hysync.worker.config import TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer, QuantStats
+from hysync.worker.stats import CallStats
 
 __all__ = ["CallResult", "SwitchUnreachableError", "Transport", "TransportConfig"]
 

@@ -1,4 +1,4 @@
-// The raw-interface data plane (`python -m softswitch -i PORT@IFACE ...`), as BMv2's `-i`.
+// The raw-interface data plane (`python -m hysync.softswitch -i PORT@IFACE ...`), as BMv2's `-i`.
 //
 // One AF_PACKET socket per interface, all on one thread: poll wakes it, each ready socket is
 // drained in a batch (recvmmsg), the batch runs through the pipeline's frame path under one

@@ -1,4 +1,4 @@
-// The UDP data plane (`python -m softswitch --udp HOST:PORT`): members addressed by IP:port.
+// The UDP data plane (`python -m hysync.softswitch --udp HOST:PORT`): members addressed by IP:port.
 //
 // Scaling: `threads` sockets bound to one address with SO_REUSEPORT, one thread each. The
 // kernel spreads workers over the sockets by worker id (sockets.h), so one worker's packets

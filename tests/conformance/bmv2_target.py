@@ -22,8 +22,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from controlplane import entities as ent
-from controlplane.switch import Switch, wait_for_server
+from hysync.controlplane import entities as ent
+from hysync.controlplane.switch import Switch, wait_for_server
 
 from .targets import P4INFO, REPO, Write
 from .topology import PORTS

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hysync import p4names, wire
-from softswitch.native import NativePipeline
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, Replica
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
 
 from .topology import PORTS, Job
 

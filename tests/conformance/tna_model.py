@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hysync import wire
+from hysync.softswitch.pipeline import MULTICAST, REPLY, Pipeline
 from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
-from softswitch.pipeline import MULTICAST, REPLY, Pipeline
 
 from .targets import SoftswitchTarget
 from .topology import PORTS

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.controller import Controller
-from controlplane.entities import TableEntry
-from controlplane.job import JobConfig, Member
-from controlplane.switch import Switch
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.entities import TableEntry
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.switch import Switch
 from hysync.p4schema import Schema
-from softswitch.native import NativePipeline, NativeUdpDataPlane
-from softswitch.pipeline import Pipeline
-from softswitch.server import serve
-from softswitch.udp_dataplane import UdpDataPlane
+from hysync.softswitch.native import NativePipeline, NativeUdpDataPlane
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.server import serve
+from hysync.softswitch.udp_dataplane import UdpDataPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 P4INFO = ROOT / "p4src" / "v1model" / "hysync.p4info.txtpb"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import main
-from controlplane.switch import Switch
 from hysync import p4names, wire
+from hysync.controlplane.cli import main
+from hysync.controlplane.switch import Switch
 
 from .conftest import EXAMPLE_JOB, P4INFO, ROOT, Softswitch, free_udp_socket
 from .senders import Shared
@@ -142,7 +142,7 @@ def test_an_unreachable_switch(hysync: Run) -> None:
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     one_line_error(hysync("job", "list", addr=addr), f"cannot reach the switch at {addr}",
-                   "python -m softswitch --grpc-addr")
+                   "python -m hysync.softswitch --grpc-addr")
 
 
 def test_not_the_primary(pushed: Run, softswitch: Softswitch) -> None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import admission, replication
-from controlplane.controller import Controller
-from controlplane.entities import MulticastGroup, Replica, TableEntry, delete, insert
-from controlplane.errors import (
+from hysync import p4names, wire
+from hysync.controlplane import admission, replication
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.entities import MulticastGroup, Replica, TableEntry, delete, insert
+from hysync.controlplane.errors import (
     InvalidArgumentError,
     JobError,
     UnknownJobError,
     ValidationError,
 )
-from controlplane.job import JobConfig
-from controlplane.switch import Switch
-from hysync import p4names, wire
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.switch import Switch
 from hysync.wire import Mode
 
 from .conftest import EXAMPLE_JOB, Softswitch, make_job, read_table

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from controlplane.controller import Controller
-from controlplane.job import JobConfig
 from hysync import wire
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig
 from hysync.wire import Mode
 
 from .conftest import Softswitch, free_udp_socket, make_job, running_softswitch

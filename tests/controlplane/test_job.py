@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.errors import JobConfigError
-from controlplane.job import JobConfig
+from hysync.controlplane.errors import JobConfigError
+from hysync.controlplane.job import JobConfig
 from hysync.wire import Mode
 
 from .conftest import EXAMPLE_JOB

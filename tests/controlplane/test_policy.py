@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import main
-from controlplane.controller import Controller
-from controlplane.detect import Detector, DetectorConfig, Health, Interval, JobView
-from controlplane.policy import (
+from hysync import wire
+from hysync.controlplane.cli import main
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.detect import Detector, DetectorConfig, Health, Interval, JobView
+from hysync.controlplane.policy import (
     EXCLUDE,
     READMIT,
     SET_MODE,
@@ -39,9 +40,8 @@ from controlplane.policy import (
     candidates,
     value,
 )
-from controlplane.policy_runner import PolicyRunner, latest_decision
-from controlplane.stats import JobStats, WorkerStats
-from hysync import wire
+from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
+from hysync.controlplane.stats import JobStats, WorkerStats
 from hysync.wire import Mode, Op
 
 from .conftest import P4INFO, Softswitch

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.errors import SchemaError
 from hysync import p4names
+from hysync.controlplane.errors import SchemaError
 from hysync.p4schema import Schema
 
 from .conftest import P4INFO

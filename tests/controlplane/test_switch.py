@@ -10,7 +10,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from controlplane.entities import (
+from hysync import p4names
+from hysync.controlplane.entities import (
     CounterCell,
     MulticastGroup,
     Replica,
@@ -18,7 +19,7 @@ from controlplane.entities import (
     insert,
     modify,
 )
-from controlplane.errors import (
+from hysync.controlplane.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     NoPipelineError,
@@ -27,8 +28,7 @@ from controlplane.errors import (
     SchemaError,
     SwitchUnreachableError,
 )
-from controlplane.switch import DeviceConfigError, Switch, parse_election_id
-from hysync import p4names
+from hysync.controlplane.switch import DeviceConfigError, Switch, parse_election_id
 from hysync.p4schema import Schema
 
 from .conftest import P4INFO, Softswitch, read_table
@@ -117,7 +117,7 @@ def test_an_unreachable_switch_fails_fast_saying_how_to_start_one() -> None:
         Switch(addr, connect_timeout=1.0)
     assert time.monotonic() - start < 5
     assert f"cannot reach the switch at {addr}" in str(err.value)
-    assert f"python -m softswitch --grpc-addr {addr}" in str(err.value)
+    assert f"python -m hysync.softswitch --grpc-addr {addr}" in str(err.value)
 
 
 def test_a_lower_election_id_is_refused_naming_the_primary(softswitch: Softswitch) -> None:

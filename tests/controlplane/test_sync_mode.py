@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.entities import Update, UpdateType
-from controlplane.sync_mode import ModeRange, Segment, effective, plan_set_mode
+from hysync.controlplane.entities import Update, UpdateType
+from hysync.controlplane.sync_mode import ModeRange, Segment, effective, plan_set_mode
 from hysync.wire import Mode
 
 JOB = 4

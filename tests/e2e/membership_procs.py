@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from hysync.wire import Mode
-from worker.quantize import FixedPointQuantizer
-from worker.transport import Transport, TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import Transport, TransportConfig
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "g"
@@ -264,13 +264,13 @@ _LISTENING = re.compile(r"P4Runtime on ([\d.]+):(\d+) .*data plane UDP ([\d.]+):
 
 @contextmanager
 def softswitch_process(workdir: Path, timeout: float = 60.0) -> Iterator[SwitchProcess]:
-    """`python -m softswitch` on free loopback ports, as topologies/runner.py runs it."""
-    from controlplane.switch import wait_for_server  # grpc: not in the worker processes
+    """`python -m hysync.softswitch` on free loopback ports, as topologies/runner.py runs it."""
+    from hysync.controlplane.switch import wait_for_server  # grpc: not in the worker processes
 
     log = workdir / "softswitch.log"
     with open(log, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
+            [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
              "127.0.0.1:0", "--log-level", "warning"], stdout=subprocess.PIPE,
             stderr=err, text=True, cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:

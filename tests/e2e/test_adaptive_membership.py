@@ -2,7 +2,7 @@
 adaptive policy, every gradient is still applied exactly once, and the replicas agree
 after the final averaging round.
 
-Real components only: `python -m softswitch` (P4Runtime gRPC server + UDP data plane)
+Real components only: `python -m hysync.softswitch` (P4Runtime gRPC server + UDP data plane)
 in a process of its own, the `Controller` installing two jobs (training: 4 members,
 16 slots; averaging: the same 4 workers on a second UDP port each and a disjoint slot
 range, always sync), four worker processes with a `Transport` per job, and the
@@ -34,23 +34,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controlplane.controller import Controller
-from controlplane.detect import DetectorConfig
-from controlplane.job import JobConfig, Member
-from controlplane.policy import (
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.detect import DetectorConfig
+from hysync.controlplane.job import JobConfig, Member
+from hysync.controlplane.policy import (
     EXCLUDE,
     READMIT,
     SET_MODE,
     AdaptivePolicy,
     PolicyConfig,
 )
-from controlplane.policy_runner import PolicyRunner
-from controlplane.switch import Switch
+from hysync.controlplane.policy_runner import PolicyRunner
+from hysync.controlplane.switch import Switch
 from hysync.wire import Mode
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import Transport, TransportConfig
 from tests.e2e.membership_procs import Cluster, Spec, gradient, softswitch_process
 from tests.worker.relay import Impairment, LossyRelay
-from worker.quantize import FixedPointQuantizer
-from worker.transport import Transport, TransportConfig
 
 pytestmark = pytest.mark.slow
 

@@ -38,7 +38,8 @@ def test_adaptive_policy_excludes_and_readmits_a_straggler_while_training(tmp_pa
     scenario = tmp_path / "adaptive-e2e.toml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "topologies.demo", "--scenario", str(scenario),
+    proc = subprocess.run([sys.executable, "-m", "hysync.topologies.demo",
+                           "--scenario", str(scenario),
                            "--out", str(out), "--skip-baseline", "--policy", "adaptive"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from topologies import run as run_cli
-from topologies.mininet_harness import HarnessError, check_mininet
-from topologies.switches import Bmv2Node
+from hysync.topologies import run as run_cli
+from hysync.topologies.mininet_harness import HarnessError, check_mininet
+from hysync.topologies.switches import Bmv2Node
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -55,7 +55,8 @@ def _check_run(out: Path, config: str, workers: int) -> None:
 def test_demo_runs_end_to_end_without_root(tmp_path):
     scenario = _scenario(tmp_path, 3, 60, SWAP_AND_BACK)
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "topologies.demo", "--scenario", str(scenario),
+    proc = subprocess.run([sys.executable, "-m", "hysync.topologies.demo",
+                           "--scenario", str(scenario),
                            "--out", str(out), "--skip-baseline", "--policy", "manual-schedule"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hysync import p4names, wire
-from softswitch.native import NativePipeline
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, EntryError, Replica
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, EntryError, Replica
 
 NUM_SLOTS = 24  # small: slot ranges reach past it, so the `slot >= num_slots` check runs too
 JOB_IDS = (1, 2, 7)

@@ -15,10 +15,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from controlplane.cli import main as hysync
-from controlplane.controller import Controller
-from controlplane.switch import Switch
 from hysync import wire
+from hysync.controlplane.cli import main as hysync
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.switch import Switch
 from tests.controlplane.conftest import (
     P4INFO,
     Softswitch,

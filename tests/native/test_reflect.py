@@ -1,4 +1,4 @@
-"""`python -m softswitch.reflect` as a user runs it, with each of its two answers: echo
+"""`python -m hysync.softswitch.reflect` as a user runs it, with each of its two answers: echo
 (every datagram back as sent) and result (each contribution back as its own result)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from hysync import _core, wire
 from hysync.wire import Header, Mode, Op, Packet
 
-PROG = [sys.executable, "-m", "softswitch.reflect"]
+PROG = [sys.executable, "-m", "hysync.softswitch.reflect"]
 
 
 @contextmanager

@@ -20,9 +20,9 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
-from softswitch.native import NativePipeline
-from softswitch.pipeline import Pipeline
-from softswitch.server import serve
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
 P4INFO_PATH = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"

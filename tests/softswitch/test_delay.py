@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from softswitch.__main__ import main
-from softswitch.delay import DelayLine, parse_delay
+from hysync.softswitch.__main__ import main
+from hysync.softswitch.delay import DelayLine, parse_delay
 
 
 def test_frames_leave_after_their_ports_delay_in_order():

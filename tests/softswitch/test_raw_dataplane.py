@@ -23,10 +23,10 @@ import pytest
 
 from bench.netns_hosts import missing_netns_tools
 from hysync import p4names, wire
-from softswitch.native import NativePipeline, NativeRawDataPlane
-from softswitch.pipeline import Pipeline
-from softswitch.raw_dataplane import ETH_P_ALL, RawDataPlane, parse_port_map
-from softswitch.tables import Entry, Replica
+from hysync.softswitch.native import NativePipeline, NativeRawDataPlane
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.raw_dataplane import ETH_P_ALL, RawDataPlane, parse_port_map
+from hysync.softswitch.tables import Entry, Replica
 
 CLONE_NEWNET = 0x40000000
 SWITCH_MAC = bytes.fromhex("020000000100")

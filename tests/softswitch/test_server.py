@@ -21,13 +21,13 @@ from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
 from hysync import p4names, wire
-from softswitch import pipeline as pipeline_module
-from softswitch.p4read import encode_counters
-from softswitch.p4schema_check import CounterInfo
-from softswitch.pipeline import Pipeline
-from softswitch.server import serve
-from softswitch.tables import Entry, Replica
-from softswitch.udp_dataplane import UdpDataPlane
+from hysync.softswitch import pipeline as pipeline_module
+from hysync.softswitch.p4read import encode_counters
+from hysync.softswitch.p4schema_check import CounterInfo
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.server import serve
+from hysync.softswitch.tables import Entry, Replica
+from hysync.softswitch.udp_dataplane import UdpDataPlane
 
 from .conftest import (
     CONTROLLER_ELECTION_ID,
@@ -865,17 +865,17 @@ def test_job_configured_over_p4runtime_aggregates_udp_contributions(controller, 
             sock.close()
 
 
-# ===================================================== python -m softswitch
+# ===================================================== python -m hysync.softswitch
 def _softswitch(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-m", "softswitch", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "hysync.softswitch", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _first_line(proc: subprocess.Popen, timeout: float = 20) -> str:
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, "python -m softswitch printed nothing"
+    assert ready, "python -m hysync.softswitch printed nothing"
     return proc.stdout.readline()
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from bench.netns_hosts import missing_netns_tools
-from controlplane.switch import wait_for_server
+from hysync.controlplane.switch import wait_for_server
+from hysync.topologies.switches import SWITCH_IP, SWITCH_MAC
+from hysync.topologies.topo import host_ip, host_mac
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
-from topologies.switches import SWITCH_IP, SWITCH_MAC
-from topologies.topo import host_ip, host_mac
 
 Data = dict[str, Any]
 RACK_HOSTS = 3  # host namespaces of the emulated rack

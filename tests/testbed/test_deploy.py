@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import forwarding
-from controlplane.cli import main
-from controlplane.controller import Controller
-from controlplane.entities import modify
-from controlplane.job import JobConfig
-from controlplane.switch import Switch
 from hysync import p4names
+from hysync.controlplane import forwarding
+from hysync.controlplane.cli import main
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.entities import modify
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.switch import Switch
 
 from ..controlplane.conftest import make_job, read_table
 from .conftest import P4INFO, Softswitch, free_port, loopback_inventory, write_inventory

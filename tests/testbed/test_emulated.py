@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.controller import Controller
-from controlplane.switch import Switch
 from hysync import p4names
-from topologies.topo import host_ip
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.switch import Switch
+from hysync.topologies.topo import host_ip
 
 from ..controlplane.conftest import read_table
 from .conftest import RACK_HOSTS, ROOT, kill_tree
@@ -33,7 +33,7 @@ TARGET_ACCURACY = 0.9
 
 def hysync(*args: str, on: list[str] | None = None) -> subprocess.CompletedProcess:
     """`hysync ARGS` here, or `on` a host (`star.exec_in(host)`)."""
-    return subprocess.run([*(on or []), sys.executable, "-m", "controlplane.cli", *args],
+    return subprocess.run([*(on or []), sys.executable, "-m", "hysync.controlplane.cli", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
@@ -49,7 +49,8 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
     policy_log = tmp_path / "policy.jsonl"
     serve_out = (tmp_path / "serve.log").open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "controlplane.cli", "serve", str(inventory), "--policy-interval",
+        [sys.executable, "-m", "hysync.controlplane.cli", "serve", str(inventory),
+         "--policy-interval",
          "0.25", "--policy-scale", "0.5", "--policy-log", str(policy_log)],
         cwd=ROOT, stdout=serve_out, stderr=subprocess.STDOUT)
     procs: list[subprocess.Popen] = []

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from controlplane.cli import main
-from controlplane.inventory import Inventory, InventoryError
-from controlplane.switch import Switch
+from hysync.controlplane.cli import main
+from hysync.controlplane.inventory import Inventory, InventoryError
+from hysync.controlplane.switch import Switch
 
 from .conftest import P4INFO, Softswitch, loopback_inventory, write_inventory
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import forwarding
-from controlplane.entities import delete
-from controlplane.switch import Switch
+from hysync.controlplane import forwarding
+from hysync.controlplane.entities import delete
+from hysync.controlplane.switch import Switch
 
 from .conftest import RACK_HOSTS, ROOT, toml_text
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.root
 def hysync_on(star, w: int, *args: str) -> subprocess.CompletedProcess:
     """`hysync ARGS` in host namespace `w`, as run on that host of the rack."""
     return subprocess.run([*star.exec_in(star.hosts[w]), sys.executable, "-m",
-                           "controlplane.cli", "--timeout", "2", *args], cwd=ROOT,
+                           "hysync.controlplane.cli", "--timeout", "2", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

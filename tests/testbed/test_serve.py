@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import forwarding
-from controlplane.cli import main
-from controlplane.controller import Controller
-from controlplane.inventory import Inventory
-from controlplane.serve import Server
-from controlplane.serve_client import ServeClient, ServeError
-from controlplane.switch import Switch
 from hysync import p4names
+from hysync.controlplane import forwarding
+from hysync.controlplane.cli import main
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.serve import Server
+from hysync.controlplane.serve_client import ServeClient, ServeError
+from hysync.controlplane.switch import Switch
 
 from ..controlplane.conftest import read_table
 from .conftest import Softswitch, loopback_inventory, write_inventory

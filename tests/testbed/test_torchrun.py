@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.controller import Controller
-from controlplane.deploy import deploy
-from controlplane.inventory import Inventory
-from controlplane.serve import Server
-from controlplane.switch import Switch
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.deploy import deploy
+from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.serve import Server
+from hysync.controlplane.switch import Switch
 
 from .conftest import ROOT, Softswitch, free_port, kill_tree
 

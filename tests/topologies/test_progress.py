@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from topologies.progress import LiveDisplay, PlainDisplay, RunState, make_display
+from hysync.topologies.progress import LiveDisplay, PlainDisplay, RunState, make_display
 
 
 def test_a_worker_ahead_of_the_job_clock_is_explained():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topologies.report import ConfigSummary, outcome, time_split_rows
+from hysync.topologies.report import ConfigSummary, outcome, time_split_rows
 
 
 def summary(config: str, time_to_target: float | None, wait_ms: float | None = 10.0,

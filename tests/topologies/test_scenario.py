@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.scenario import ScenarioError, load_scenario
+from hysync.topologies.scenario import ScenarioError, load_scenario
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "topologies" / "scenarios"
 SCENARIOS = sorted(SCENARIO_DIR.glob("*.toml"))
@@ -91,13 +91,14 @@ def test_missing_scenario_file_says_where_to_look(tmp_path):
         load_scenario(tmp_path / "nope.toml")
 
 
-@pytest.mark.parametrize("module", ["topologies.demo", "topologies.run"])
+@pytest.mark.parametrize("module", ["hysync.topologies.demo", "hysync.topologies.run"])
 def test_a_binary_scenario_is_one_line_and_exit_2(tmp_path: Path, module: str, capsys) -> None:
     import importlib
 
     binary = tmp_path / "scenario.toml"
     binary.write_bytes(b"name = \"\xff\"\n")
     main = importlib.import_module(module).main
-    assert main([str(binary)] if module == "topologies.run" else ["--scenario", str(binary)]) == 2
+    argv = [str(binary)] if module == "hysync.topologies.run" else ["--scenario", str(binary)]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "scenario.toml: not UTF-8 text" in err

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from topologies.step_split import StepSplit
+from hysync.topologies.step_split import StepSplit
 
 REDUCE_S = 0.1
 

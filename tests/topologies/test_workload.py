@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from hysync.topologies.scenario import MODELS
+from hysync.topologies.workload import load_digits_split, make_model
 from hysync.wire import LANES
-from topologies.scenario import MODELS
-from topologies.workload import load_digits_split, make_model
 
 
 def test_every_scenario_model_classifies_the_digits():

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import pytest
 
 from hysync import p4names, wire
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
+from hysync.softswitch.udp_dataplane import UdpDataPlane
 from hysync.wire import Mode
-from softswitch.pipeline import Pipeline
-from softswitch.tables import Entry, Replica
-from softswitch.udp_dataplane import UdpDataPlane
 
 MODE_PRIORITY = 10
 

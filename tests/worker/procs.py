@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from hysync.wire import Mode
-from worker.quantize import FixedPointQuantizer
-from worker.transport import Transport, TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import Transport, TransportConfig
 
 KEY = "g"
 WAIT = 60.0
@@ -127,7 +127,7 @@ def torch_sync_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
     try:
         import torch
 
-        from worker.api import HySyncWorker
+        from hysync.worker.api import HySyncWorker
 
         with HySyncWorker(transport_config(spec, worker), scale=spec.scale) as hw:
             out.put((worker, "bound", hw.address))
@@ -152,8 +152,8 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        from worker.api import HySyncWorker
-        from worker.ddp_hook import HySyncHookState, hysync_hook
+        from hysync.worker.api import HySyncWorker
+        from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
 
         hw = HySyncWorker(transport_config(spec, rank), scale=spec.scale)
         out.put((rank, "bound", hw.address))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hysync import wire
-from softswitch.serving import ServingThread
+from hysync.softswitch.serving import ServingThread
 
 
 @dataclass

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from hysync.wire import Mode
+from hysync.worker.api import HySyncWorker
+from hysync.worker.averaging import BackgroundAverager
+from hysync.worker.transport import TransportConfig
 from tests.worker.conftest import Job
-from worker.api import HySyncWorker
-from worker.averaging import BackgroundAverager
-from worker.transport import TransportConfig
 
 N = 3
 JOB = 21

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from hysync import p4names, wire
+from hysync.softswitch.tables import Entry, Replica
 from hysync.wire import DropReason, Mode, Op
-from softswitch.tables import Entry, Replica
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import SwitchUnreachableError, Transport, TransportConfig
 from tests.worker.conftest import Job
-from worker.quantize import FixedPointQuantizer
-from worker.transport import SwitchUnreachableError, Transport, TransportConfig
 
 SCALE = 2.0**20
 JOB = 9
@@ -133,7 +133,7 @@ def test_garbage_datagrams_are_logged_counted_and_ignored(switch, caplog):
                 sock.sendto(datagram, tr.address)
         time.sleep(0.05)
         values = np.arange(300, dtype=np.float32) / 7
-        with caplog.at_level(logging.WARNING, logger="worker.transport"):
+        with caplog.at_level(logging.WARNING, logger="hysync.worker.transport"):
             result = tr.allreduce("g", values)
         np.testing.assert_allclose(result.output, values, atol=0.5 / SCALE + 1e-7)
         assert result.stats.bad_datagrams == len(garbage(tr))

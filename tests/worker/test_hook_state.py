@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from hysync.worker.api import HySyncWorker
+from hysync.worker.config import TransportConfig
+from hysync.worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
 from tests.worker.conftest import Job, Switch
-from worker.api import HySyncWorker
-from worker.config import TransportConfig
-from worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
 
 SCALE = 16.0  # a coarse grid (1/16): residuals as large as the gradients here
 N = 8  # one Linear(N, 1) weight: one bucket, index 0, whose gradient is the input

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from hysync.worker.api import HySyncWorker
+from hysync.worker.config import TransportConfig
 from tests.worker.conftest import Job
-from worker.api import HySyncWorker
-from worker.config import TransportConfig
 
 SCALE = 2.0**20
 JOB = 5

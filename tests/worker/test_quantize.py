@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from worker.quantize import INT32_MAX, FixedPointQuantizer
+from hysync.worker.quantize import INT32_MAX, FixedPointQuantizer
 
 scales = st.sampled_from([1.0, 3.0, 2.0**10, 2.0**20, 1e6, 2.0**24])
 members = st.integers(min_value=1, max_value=32)

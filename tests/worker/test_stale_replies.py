@@ -17,8 +17,8 @@ import numpy as np
 
 from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
-from worker.quantize import FixedPointQuantizer
-from worker.transport import Transport, TransportConfig
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import Transport, TransportConfig
 
 SCALE = 2.0**20
 JOB, SLOT, OPEN_ROUND = 9, 100, 5
