@@ -34,11 +34,13 @@ from hysync.controlplane.installed import InstalledJob
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.policy import POLICIES, Decision, make_policy, mode_text
 from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
+from hysync.controlplane.serve_auth import TOKEN_ENV
 from hysync.controlplane.stats import JobRates, JobStats, rates_between
 from hysync.controlplane.switch import DEFAULT_GRPC_ADDR, Switch, parse_election_id
 from hysync.controlplane.sync_mode import format_mode
 from hysync.errors import BadFileError, HySyncError
 from hysync.p4schema import Schema
+from hysync.tls import ClientTls
 from hysync.wire import Mode
 
 PROG = "hysync"
@@ -383,9 +385,17 @@ def cmd_sniff(args: argparse.Namespace, out: _Out) -> None:
     out.emit(None, f"{seen} HySync packet(s) on {args.iface}")
 
 
+def tls_of(args: argparse.Namespace) -> ClientTls | None:
+    """The P4Runtime TLS options (p4runtime-shell's): None, in the clear, without them."""
+    files = {k: Path(v) if v else None
+             for k, v in (("cacert", args.cacert), ("cert", args.cert),
+                          ("private_key", args.private_key))}
+    return ClientTls(**files) if args.ssl or any(files.values()) else None
+
+
 def _connect(args: argparse.Namespace, *, read_only: bool = False) -> Switch:
     return Switch(args.grpc_addr, device_id=args.device_id, election_id=args.election_id,
-                  timeout=args.timeout, arbitrate=not read_only)
+                  timeout=args.timeout, arbitrate=not read_only, tls=tls_of(args))
 
 
 def _doc(handler: Handler) -> tuple[str, str]:
@@ -414,6 +424,18 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument("--serve", default=default(os.environ.get("HYSYNC_SERVE")),
                         metavar="ADDR", help="send writes to the `hysync serve` at ADDR "
                         "(HOST:PORT or unix:PATH; default $HYSYNC_SERVE)")
+    parser.add_argument("--token-file", default=default(os.environ.get(TOKEN_ENV)),
+                        metavar="FILE", help="with --serve: the file holding the serve's token "
+                        f"(default ${TOKEN_ENV})")
+    # P4Runtime over TLS, named as p4runtime-shell names them (hysync/tls.py).
+    parser.add_argument("--ssl", action="store_true", default=default(False),
+                        help="P4Runtime over TLS (implied by the three options below)")
+    parser.add_argument("--cacert", default=default(None), metavar="PEM",
+                        help="the CA certificate that signed the switch's (TLS)")
+    parser.add_argument("--cert", default=default(None), metavar="PEM",
+                        help="this controller's certificate, for mutual TLS")
+    parser.add_argument("--private-key", default=default(None), metavar="PEM",
+                        help="this controller's private key, for mutual TLS")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,7 +60,7 @@ def connect(inv: Inventory, *, read_only: bool = False, timeout: float = 5.0) ->
     s = inv.switch
     try:
         return Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
-                      timeout=timeout, arbitrate=not read_only)
+                      timeout=timeout, arbitrate=not read_only, tls=s.tls)
     except NotPrimaryError as err:
         raise DeployError(f"{held(inv, err)}: is `hysync serve {inv.path}` running? stop it "
                           "first") from None
@@ -151,7 +151,7 @@ def check(inv: Inventory, *, timeout: float = 5.0, source: Host | None = None,
     s = inv.switch
     try:
         switch = Switch(s.grpc_addr, device_id=s.device_id, timeout=timeout, arbitrate=False,
-                        connect_timeout=timeout)
+                        connect_timeout=timeout, tls=s.tls)
     except ControlPlaneError as err:
         return [Check("reachable", False, str(err))]
     with switch:
@@ -209,7 +209,7 @@ def _check_arbitration(inv: Inventory, timeout: float) -> Check:
     election = f"{low}" if high == 0 else f"{high},{low}"
     try:
         with Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
-                    timeout=timeout, connect_timeout=timeout):
+                    timeout=timeout, connect_timeout=timeout, tls=s.tls):
             return Check("arbitration", True, f"election id {election} becomes primary (no "
                                               "controller holds the switch now)")
     except NotPrimaryError as err:

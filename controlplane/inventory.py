@@ -12,6 +12,9 @@
     data_ipv4 = "10.0.0.254"        # where workers send HySync packets
     data_mac = "02:00:00:00:00:fe"
     data_udp_port = 48620           # the softswitch's UDP data plane may use another
+    cacert = "/etc/hysync/ca.pem"   # P4Runtime over TLS (hysync/tls.py): the switch's CA,
+    cert = "/etc/hysync/ctl.pem"    # and for mutual TLS the controller's certificate
+    private_key = "/etc/hysync/ctl.key"  # and key
 
     [pool]                          # the switch's slots that jobs are given from
     slot_base = 0
@@ -21,6 +24,7 @@
 
     [serve]
     listen = "10.1.0.10:9600"       # or "unix:/run/hysync/serve.sock"
+    token_file = "/etc/hysync/serve.token"   # required off loopback (controlplane/serve_auth.py)
 
     [[hosts]]                       # one table per server
     name = "h1"
@@ -43,15 +47,17 @@ from typing import Any
 from hysync import wire
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
+from hysync.controlplane.serve_auth import ServeAccess, access_from_table
 from hysync.controlplane.switch import ElectionId, parse_election_id
+from hysync.tls import ClientTls
 
 TARGETS = ("softswitch", "bmv2", "tofino")
 DEFAULT_SERVE = "127.0.0.1:9600"
 _TOP_KEYS = {"name", "switch", "pool", "serve", "hosts"}
 _SWITCH_KEYS = {"grpc_addr", "device_id", "election_id", "target", "p4info", "device_config",
-                "data_ipv4", "data_mac", "data_udp_port"}
+                "data_ipv4", "data_mac", "data_udp_port", "cacert", "cert", "private_key"}
 _POOL_KEYS = {"slot_base", "slot_count", "job_slots", "averaging_slots"}
-_SERVE_KEYS = {"listen"}
+_SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode"}
 _HOST_KEYS = {"name", "interface", "ipv4", "mac", "switch_port"}
 
 
@@ -70,6 +76,7 @@ class SwitchInfo:
     data_ipv4: str
     data_mac: str
     data_udp_port: int
+    tls: ClientTls | None = None  # P4Runtime in the clear without
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,7 @@ class Inventory:
     pool: Pool
     serve: str  # HOST:PORT or unix:PATH
     hosts: tuple[Host, ...]
+    access: ServeAccess = ServeAccess()  # who may talk to serve
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -138,6 +146,10 @@ class Inventory:
             parse_listen(listen)
         except ValueError as err:
             raise InventoryError(f"serve.listen: {err}") from None
+        try:
+            access = access_from_table(dict(serve), base)
+        except ValueError as err:
+            raise InventoryError(str(err)) from None
         hosts = _hosts(data.get("hosts"))
         for h in hosts:
             if h.mac == switch.data_mac or (h.ipv4 == switch.data_ipv4
@@ -145,7 +157,7 @@ class Inventory:
                 raise InventoryError(f"hosts[{h.name}] has the switch's data address "
                                      f"({switch.data_ipv4} / {switch.data_mac}): give the "
                                      "switch and every host their own")
-        return cls(path, name, switch, pool, listen, hosts)
+        return cls(path, name, switch, pool, listen, hosts, access)
 
 
 # ------------------------------------------------------------------ sections
@@ -187,8 +199,14 @@ def _switch(t: Mapping[str, Any], base: Path) -> SwitchInfo:
     data_mac = _mac(t, "data_mac", "switch", default="02:00:00:00:00:fe")
     udp = _int(t, "data_udp_port", 1, 65535, "1..65535", default=wire.HYSYNC_UDP_PORT,
                field="switch.data_udp_port")
+    tls_files = {key: _file(t, key, base, required=False)
+                 for key in ("cacert", "cert", "private_key")}
+    if (tls_files["cert"] is None) != (tls_files["private_key"] is None):
+        raise InventoryError("switch.cert and switch.private_key go together (the controller's "
+                             "certificate for mutual TLS): give both or neither")
+    tls = ClientTls(**tls_files) if any(tls_files.values()) else None
     return SwitchInfo(grpc_addr, device_id, election, target, p4info, device_config,
-                      data_ipv4, data_mac, udp)
+                      data_ipv4, data_mac, udp, tls)
 
 
 def _pool(t: Mapping[str, Any]) -> Pool:

@@ -12,7 +12,13 @@ Unix socket) for one JSON request per line (controlplane/serve_client.py):
 * `release`: remove the jobs this connection admitted;
 * `mode_set`, `exclude`, `readmit`, `job_add`, `job_remove`: the CLI's writes, routed
   here (`hysync --serve ADDR ...`);
-* `status`: the jobs, their owners and policies.
+* `status`: the jobs, their owners and policies;
+* `hello`: present a credential, and ask to act as the operator (controlplane/serve_auth.py).
+
+Every request is parsed and checked by controlplane/serve_requests.py first; a bad one is
+answered `{"ok": false, "error": ...}` and the connection carries on. A job belongs to the
+connection that admitted it (and to the holders of its key: the script's other ranks) or
+to the operator; every request that changes a job checks that its sender is one of them.
 
 The connection that admitted a job is its lease: when it closes without `release`
 (the script crashed), the job is removed and its slots return to the pool. A mode set
@@ -32,6 +38,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import socket
 import socketserver
 import threading
@@ -49,13 +56,16 @@ from hysync.controlplane.inventory import Inventory, parse_listen
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.policy import PolicyConfig, make_policy
 from hysync.controlplane.policy_runner import PolicyRunner
+from hysync.controlplane.serve_auth import MAX_CONNECTIONS_PER_CLIENT, Gate, Peer
 from hysync.controlplane.serve_client import ServeError
+from hysync.controlplane.serve_requests import LineTooLong, check, parse, read_line
 from hysync.controlplane.switch import Switch
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
 
 OPERATOR = -1  # owner of jobs added from the CLI: no lease, removed by hand
+SERVE = 0  # the connection id of requests made in-process (serve itself: the operator)
 
 
 @dataclass(slots=True)
@@ -64,6 +74,8 @@ class Lease:
     deadline: float = 0.0  # unclaimed adopted jobs are removed then
     policy: PolicyRunner | None = None
     left: set[int] = field(default_factory=set)  # workers that finished training
+    # Shown to the admitting connection only: the script's other ranks present it.
+    key: str = field(default_factory=lambda: secrets.token_hex(16))
 
 
 class Server:
@@ -72,7 +84,8 @@ class Server:
     def __init__(self, inv: Inventory, *, policy: str | None = "adaptive",
                  policy_interval: float = 0.5, policy_scale: float = 1.0,
                  policy_log: Path | None = None, claim_grace: float = 30.0,
-                 timeout: float = 5.0, say: Callable[[str], None] = print) -> None:
+                 timeout: float = 5.0, say: Callable[[str], None] = print,
+                 max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT) -> None:
         self.inv = inv
         self.policy_name, self.policy_interval = policy, policy_interval
         self.policy_config = PolicyConfig().scaled(policy_scale)
@@ -83,11 +96,17 @@ class Server:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.connections: set[socket.socket] = set()  # closed by close(): clients learn it
+        self.peers: dict[int, Peer] = {SERVE: Peer("serve", ("serve", 0), True, True, True)}
+        self.max_connections_per_client = max_connections_per_client
+        self.clients: dict[tuple[str, object], int] = {}  # open connections per client
         self._listener: socketserver.BaseServer | None = None
+        # Who may connect is settled before the switch is touched: a serve that would
+        # listen unprotected does not start at all.
+        self.gate = Gate(inv.access, *parse_listen(inv.serve), inv.path)
         s = inv.switch
         try:
             self.switch = Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
-                                 timeout=timeout)
+                                 timeout=timeout, tls=s.tls)
         except NotPrimaryError as err:
             raise ServeError(f"{held(inv, err)}: one switch has one `hysync serve`; stop the "
                              "other before starting this one") from None
@@ -119,7 +138,10 @@ class Server:
                 assert isinstance(where, str)
                 if os.path.exists(where):
                     os.unlink(where)  # we are the primary: a socket file left there is stale
-                self._listener = _UnixServer(where, handler)
+                self._listener = _UnixServer(where, handler, bind_and_activate=False)
+                self._listener.server_bind()
+                os.chmod(where, self.inv.access.socket_mode)  # before anyone may connect
+                self._listener.server_activate()
             else:
                 self._listener = _TcpServer(where, handler)
         except OSError as err:
@@ -171,13 +193,32 @@ class Server:
 
     # ---------------------------------------------------------- requests
     def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        op = request.get("op")
-        method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
-        if method is None:
-            ops = sorted(n[3:] for n in dir(self) if n.startswith("op_"))
-            raise ServeError(f"unknown op {op!r}: one of {', '.join(ops)}")
+        """Carry out one parsed request of connection `conn`; ServeError if refused."""
+        op, args = check(request)
+        peer = self.peers[conn]
+        if op == "hello":
+            self.gate.hello(peer, args["token"], bool(args["operator"]))
+            return {"ok": True, "peer": peer.who, "operator": peer.operator}
+        if not peer.authenticated:
+            raise ServeError(self.gate.refusal())
         with self.lock:
-            return dict(method(conn, request), ok=True)
+            return dict(getattr(self, f"op_{op}")(conn, args), ok=True)
+
+    def _owner(self, conn: int, job_id: int, what: str, key: str | None = None) -> Lease | None:
+        """The lease of `job_id` if connection `conn` may `what` it: it admitted or
+        claimed the job, holds its key, or is the operator. ServeError if not."""
+        lease = self.leases.get(job_id)
+        if self.peers[conn].operator:
+            return lease
+        if lease is not None and (lease.owner == conn or (
+                key is not None and secrets.compare_digest(key.encode(), lease.key.encode()))):
+            return lease
+        owner = ("not this serve's" if lease is None else "the operator's"
+                 if lease.owner == OPERATOR else "unclaimed" if lease.owner is None
+                 else f"connection {lease.owner}'s")
+        raise ServeError(f"job {job_id} is {owner}, not this connection's: only its owner or "
+                         f"the operator may {what} it (the operator: hysync --serve, or "
+                         "{\"op\": \"hello\", \"operator\": true})")
 
     def connection_closed(self, conn: int) -> None:
         if self._stop.is_set():  # serve is stopping, not the script: its jobs stay
@@ -199,17 +240,15 @@ class Server:
         return {"jobs": jobs, "grpc_addr": self.inv.switch.grpc_addr}
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        members = request.get("members")
-        if not isinstance(members, list) or not members:
-            raise ServeError("admit needs members: [{worker, host, udp_port[, avg_udp_port]}]")
+        members = request["members"]
         pool = self.inv.pool
-        averaging = all(m.get("avg_udp_port") for m in members)
+        averaging = all(m["avg_udp_port"] for m in members)
         need = pool.job_slots + (pool.averaging_slots if averaging else 0)
         base = self._allocate(need)
         ids = self._free_ids(2 if averaging else 1)
-        mode = str(request.get("mode", "sync"))
+        mode = request["mode"] or "sync"
         train = self._job_config(ids[0], members, "udp_port", base, pool.job_slots, mode,
-                                 request.get("quorum"), str(request.get("name", "")))
+                                 request["quorum"], request["name"] or "")
         jobs = [train]
         if averaging:
             jobs.append(self._job_config(ids[1], members, "avg_udp_port", base + pool.job_slots,
@@ -224,9 +263,10 @@ class Server:
                 self.controller.remove_job(job.job_id)
             raise
         self._cursor = base + need
-        policy = request.get("policy", self.policy_name)
+        policy = request["policy"] or self.policy_name
+        key = secrets.token_hex(16)
         for job in jobs:
-            self.leases[job.job_id] = Lease(conn)
+            self.leases[job.job_id] = Lease(conn, key=key)
         if policy and policy != "none":
             self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
         self.say(f"admitted job {train.job_id} {train.name!r}: {len(members)} members, slots "
@@ -234,12 +274,12 @@ class Server:
                  (f", averaging job {jobs[1].job_id} slots {jobs[1].slots[0]}-{jobs[1].slots[1]}"
                   if averaging else "") + (f", policy {policy}" if policy else ""))
         return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
-                          "slot_count": j.slot_count} for j in jobs],
+                          "slot_count": j.slot_count} for j in jobs], "key": key,
                 "switch": {"ipv4": self.inv.switch.data_ipv4,
                            "udp_port": self.inv.switch.data_udp_port}}
 
     def op_claim(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        ids = _job_ids(request)
+        ids = request["jobs"]
         for job_id in ids:
             lease = self.leases.get(job_id)
             if lease is None or lease.owner is not None:
@@ -247,6 +287,8 @@ class Server:
                                  f"{'unknown' if lease is None else 'owned'})")
         for job_id in ids:
             self.leases[job_id].owner = conn
+            if request["key"] is not None:  # the admit's key, which a restart forgot
+                self.leases[job_id].key = request["key"]
         self.say(f"jobs {', '.join(map(str, ids))} claimed by connection {conn}")
         return {"jobs": ids}
 
@@ -259,10 +301,12 @@ class Server:
         """A worker finished training: take it out of the job, so that the rounds of the
         members still finishing their last steps never wait for it. The policy's work is
         done (what is left is a drain): it stops, and the members it excluded come back."""
-        job_id, worker = _int(request, "job"), _int(request, "worker")
-        lease = self.leases.get(job_id)
+        job_id, worker = request["job"], request["worker"]
+        lease = self._owner(conn, job_id, "leave", request["key"])
         if lease is None:
             raise ServeError(f"job {job_id} is not one of this serve's jobs")
+        if worker not in {m.worker for m in self.controller.job(job_id).members}:
+            raise ServeError(f"worker {worker} is not a member of job {job_id}")
         lease.left.add(worker)
         if lease.policy is not None:
             lease.policy.close()
@@ -278,13 +322,13 @@ class Server:
         return {"job_id": job_id, "worker": worker}
 
     def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        job_id = _int(request, "job")
+        job_id = request["job"]
+        lease = self._owner(conn, job_id, "set the mode of", request["key"])
         job = self.controller.job(job_id)
-        slots = tuple(request.get("slots") or job.slots)
-        mode = Mode[str(request.get("mode", "")).upper()]
-        report = self.controller.set_mode(job_id, slots=(int(slots[0]), int(slots[1])),
-                                          mode=mode, quorum=request.get("quorum"))
-        lease = self.leases.get(job_id)
+        slots = tuple(request["slots"] or job.slots)
+        mode = Mode[request["mode"].upper()]
+        report = self.controller.set_mode(job_id, slots=(slots[0], slots[1]),
+                                          mode=mode, quorum=request["quorum"])
         if lease is not None and lease.policy is not None:
             runner = lease.policy
             runner.step()  # the policy sees the change now, adopts it, restarts its dwell
@@ -298,23 +342,29 @@ class Server:
                 "deleted_entries": report.deleted, "override": bool(lease and lease.policy)}
 
     def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        r = self.controller.exclude(_int(request, "job"), _int(request, "worker"))
+        self._owner(conn, request["job"], "exclude a member of", request["key"])
+        r = self.controller.exclude(request["job"], request["worker"])
         return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
                 "quorums": [list(q) for q in r.quorums]}
 
     def op_readmit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        r = self.controller.readmit(_int(request, "job"), _int(request, "worker"))
+        self._owner(conn, request["job"], "readmit a member of", request["key"])
+        r = self.controller.readmit(request["job"], request["worker"])
         return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
                 "quorums": [list(q) for q in r.quorums]}
 
     def op_job_add(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        job = JobConfig.from_dict(request.get("job") or {})
-        report = self.controller.add_job(job, replace=bool(request.get("replace")))
+        if not self.peers[conn].operator:
+            raise ServeError("job_add is the operator's (hysync --serve ADDR job add FILE); a "
+                             "training script asks for a job with admit")
+        job = JobConfig.from_dict(request["job"])
+        report = self.controller.add_job(job, replace=bool(request["replace"]))
         self.leases.setdefault(job.job_id, Lease(OPERATOR))
         return {"job_id": job.job_id, "outcome": report.outcome, "updates": report.updates}
 
     def op_job_remove(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        job_id = _int(request, "job")
+        job_id = request["job"]
+        self._owner(conn, job_id, "remove", request["key"])
         written = self.controller.remove_job(job_id)
         self._drop_lease(job_id)
         return {"job_id": job_id, "updates": written}
@@ -344,12 +394,10 @@ class Server:
     def _job_config(self, job_id: int, members: list[dict[str, Any]], port_key: str, base: int,
                     count: int, mode: str, quorum: object, name: str) -> JobConfig:
         rows = []
-        for i, m in enumerate(members):
-            if not isinstance(m, dict):
-                raise ServeError(f"members[{i}] must be an object {{worker, host, udp_port}}")
-            host = self.inv.host(str(m.get("host")))
-            rows.append({"worker": m.get("worker"), "ipv4": host.ipv4, "mac": host.mac,
-                         "udp_port": m.get(port_key), "switch_port": host.switch_port})
+        for m in members:
+            host = self.inv.host(m["host"])
+            rows.append({"worker": m["worker"], "ipv4": host.ipv4, "mac": host.mac,
+                         "udp_port": m[port_key], "switch_port": host.switch_port})
         data: dict[str, Any] = {"job_id": job_id, "mode": mode, "name": name,
                                 "slots": {"base": base, "count": count}, "members": rows}
         if quorum is not None:
@@ -387,42 +435,63 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
 
-def _int(request: dict[str, Any], key: str) -> int:
-    value = request.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ServeError(f"{key} must be an integer, got {value!r}")
-    return value
-
-
-def _job_ids(request: dict[str, Any]) -> list[int]:
-    ids = request.get("jobs")
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise ServeError("jobs must be a list of job ids")
-    return ids
+def _reply(err: Exception) -> dict[str, Any]:
+    return {"ok": False, "error": " ".join(str(err).split()) or type(err).__name__}
 
 
 def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
             conn = next(server._ids)
-            with server.lock:
-                server.connections.add(self.connection)
             try:
-                for line in self.rfile:
-                    try:
-                        request = json.loads(line)
-                        if not isinstance(request, dict):
-                            raise ServeError("a request is one JSON object per line")
-                        reply = server.handle(conn, request)
-                    except (ControlPlaneError, KeyError, ValueError, TypeError) as err:
-                        reply = {"ok": False, "error": " ".join(str(err).split())
-                                 or type(err).__name__}
-                    self.wfile.write((json.dumps(reply) + "\n").encode())
+                peer = server.gate.peer(self.connection, self.client_address)
+            except OSError:  # the client is gone already
+                return
+            with server.lock:
+                count = server.clients.get(peer.client, 0) + 1
+                server.clients[peer.client] = count
+                server.connections.add(self.connection)
+                server.peers[conn] = peer
+            try:
+                if count > server.max_connections_per_client:
+                    self.send(_reply(ServeError(
+                        f"{peer.who} has {count - 1} connections open, the most one client "
+                        "may: close one (each training script's rank holds one)")))
+                    return
+                self.serve_lines(conn)
             except OSError:
                 pass
             finally:
                 with server.lock:
                     server.connections.discard(self.connection)
+                    server.peers.pop(conn, None)
+                    server.clients[peer.client] -= 1
+                    if not server.clients[peer.client]:
+                        del server.clients[peer.client]
                 server.connection_closed(conn)
+
+        def serve_lines(self, conn: int) -> None:
+            while True:
+                try:
+                    line = read_line(self.rfile)
+                    if line is None:
+                        return
+                    reply = server.handle(conn, parse(line))
+                except LineTooLong as err:
+                    self.send(_reply(err))
+                    if not err.skip():
+                        return
+                    continue
+                except (ControlPlaneError, KeyError, ValueError, TypeError) as err:
+                    reply = _reply(err)
+                except Exception as err:  # a bug: the client still gets its one line
+                    log.error("request of connection %d failed: %s: %s", conn,
+                              type(err).__name__, err)
+                    reply = {"ok": False, "error": f"internal error ({type(err).__name__}); "
+                             "serve's log has it"}
+                self.send(reply)
+
+        def send(self, reply: dict[str, Any]) -> None:
+            self.wfile.write((json.dumps(reply) + "\n").encode())
 
     return Handler

@@ -1,7 +1,10 @@
 """The client side of `hysync serve`'s socket: one JSON object per line each way.
 
-    with ServeClient("127.0.0.1:9600") as serve:
+    with ServeClient("127.0.0.1:9600", token=read_token(path)) as serve:
         reply = serve.request({"op": "status"})
+
+A serve that asks for a token (controlplane/serve_auth.py) gets it in a `hello`, the first
+request of every connection; `operator=True` asks to act on every job (the CLI).
 
 A request gets exactly one reply, `{"ok": true, ...}` or `{"ok": false, "error": "..."}`
 (raised here as `ServeError` with the server's sentence). The connection that admitted
@@ -21,7 +24,6 @@ from types import TracebackType
 from typing import Any
 
 from hysync.controlplane.errors import ControlPlaneError
-from hysync.controlplane.inventory import parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,9 @@ class ServeError(ControlPlaneError):
 
 
 def open_socket(address: str, timeout: float) -> socket.socket:
+    # Imported here: the inventory imports serve_auth, which imports this module.
+    from hysync.controlplane.inventory import parse_listen
+
     kind, where = parse_listen(address)
     family = socket.AF_UNIX if kind == "unix" else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -55,13 +60,33 @@ class ServeClient:
     thread notices the connection closing, reconnects and claims the jobs again before
     the restarted serve's grace period ends."""
 
-    def __init__(self, address: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, *, timeout: float = 30.0, token: str | None = None,
+                 operator: bool = False) -> None:
         self.address, self.timeout = address, timeout
+        self.token, self.operator = token, operator
         self.sock = open_socket(address, timeout)
         self._reader = self.sock.makefile("r", encoding="utf-8")
         self._lock = threading.Lock()  # one exchange on the socket at a time
         self._held: list[int] = []
+        self._key: str | None = None
         self._closed = False
+        try:
+            self._hello()
+        except BaseException:
+            self._reader.close()
+            self.sock.close()
+            raise
+
+    def _hello(self) -> None:
+        if self.token is None and not self.operator:
+            return  # a serve without a token: nothing to present
+        message: dict[str, Any] = {"op": "hello", "operator": self.operator}
+        if self.token is not None:
+            message["token"] = self.token
+        reply = self._exchange(message)
+        if not reply.get("ok"):
+            raise ServeError(f"`hysync serve` at {self.address} refused this connection: "
+                             f"{reply.get('error')}")
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -85,9 +110,10 @@ class ServeClient:
             raise ConnectionLostError(f"`hysync serve` at {self.address} closed the connection")
         return json.loads(line)
 
-    def hold(self, job_ids: list[int]) -> None:
-        """Keep the lease of `job_ids` across serve restarts (see the class)."""
-        self._held = list(job_ids)
+    def hold(self, job_ids: list[int], key: str | None = None) -> None:
+        """Keep the lease of `job_ids` across serve restarts (see the class); `key`, the
+        admit's, is handed to the restarted serve with the claim."""
+        self._held, self._key = list(job_ids), key
         threading.Thread(target=self._watch, daemon=True, name="hysync-lease").start()
 
     def _watch(self) -> None:
@@ -118,9 +144,10 @@ class ServeClient:
                     raise
                 time.sleep(0.5)
         self._reader = self.sock.makefile("r", encoding="utf-8")
+        self._hello()
         if not self._held:
             return
-        reply = self._exchange({"op": "claim", "jobs": self._held})
+        reply = self._exchange({"op": "claim", "jobs": self._held, "key": self._key})
         if not reply.get("ok"):
             raise ServeError(f"the restarted serve at {self.address} refused the claim of "
                              f"jobs {self._held}: {reply.get('error')}")

@@ -42,6 +42,7 @@ from hysync.controlplane.errors import (
     status_code,
 )
 from hysync.p4schema import Schema
+from hysync.tls import ClientTls, channel
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ ElectionId = tuple[int, int]  # (high, low), as p4runtime-shell
 
 
 def wait_for_server(grpc_addr: str, timeout: float = 30.0,
-                    failed: Callable[[], str | None] = lambda: None) -> None:
+                    failed: Callable[[], str | None] = lambda: None,
+                    tls: ClientTls | None = None) -> None:
     """Block until a gRPC server answers at `grpc_addr` (a switch that is starting).
 
     `failed` says why waiting is pointless (e.g. the switch process exited) or None.
@@ -65,15 +67,15 @@ def wait_for_server(grpc_addr: str, timeout: float = 30.0,
         reason = failed()
         if reason:
             raise SwitchUnreachableError(grpc_addr, reason)
-        channel = grpc.insecure_channel(grpc_addr)
+        ch = channel(grpc_addr, tls)
         try:
-            grpc.channel_ready_future(channel).result(timeout=0.5)
+            grpc.channel_ready_future(ch).result(timeout=0.5)
             return
         except grpc.FutureTimeoutError:
             if time.monotonic() > deadline:
                 raise SwitchUnreachableError(grpc_addr, f"no answer after {timeout:g} s") from None
         finally:
-            channel.close()
+            ch.close()
 
 
 class Switch:
@@ -83,10 +85,11 @@ class Switch:
                  election_id: ElectionId = (0, 1), schema: Schema | None = None,
                  timeout: float = 5.0, connect_timeout: float = 3.0,
                  pipeline_timeout: float = 60.0, require_primary: bool = True,
-                 arbitrate: bool = True) -> None:
+                 arbitrate: bool = True, tls: ClientTls | None = None) -> None:
         """Connect; with `arbitrate` (the default) open the stream and become primary
         (`require_primary`) or backup. `arbitrate=False` opens no stream: a read-only
-        session (P4Runtime serves reads to anyone) that leaves the primary undisturbed."""
+        session (P4Runtime serves reads to anyone) that leaves the primary undisturbed.
+        With `tls` the channel is TLS (mutual with a client certificate), else in the clear."""
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = election_id
@@ -99,13 +102,17 @@ class Switch:
         self._requests: queue.Queue[p4r.StreamMessageRequest | None] = queue.Queue()
         self._arbitration: queue.Queue[p4r.StreamMessageResponse | grpc.RpcError | None] = \
             queue.Queue()
-        self._channel = grpc.insecure_channel(grpc_addr)
+        self._channel = channel(grpc_addr, tls)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
             self._channel.close()
+            # A TLS handshake the switch refuses looks the same to the client as silence.
+            hint = (" (over TLS: does the switch serve TLS with a certificate --cacert "
+                    "signed, and accept this --cert?)" if tls else
+                    " (if the switch serves TLS, give --cacert, --cert and --private-key)")
             raise SwitchUnreachableError(
-                grpc_addr, f"no answer within {connect_timeout:g} s") from None
+                grpc_addr, f"no answer within {connect_timeout:g} s{hint}") from None
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
         self._write_bytes = self._channel.unary_unary(  # a WriteRequest already serialized
             "/p4.v1.P4Runtime/Write", request_serializer=None,

@@ -24,6 +24,7 @@ from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
+from hysync.controlplane.serve_auth import read_token
 from hysync.controlplane.serve_client import ServeClient
 from hysync.controlplane.sync_mode import format_mode
 from hysync.wire import Mode
@@ -117,7 +118,10 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
 
 # ------------------------------------------------------------ routed through serve
 def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any]:
-    with ServeClient(args.serve, timeout=max(args.timeout, 30.0)) as client:
+    """One request to the serve, as the operator (the CLI acts on every job)."""
+    token = read_token(args.token_file, "--token-file") if args.token_file else None
+    with ServeClient(args.serve, timeout=max(args.timeout, 30.0), token=token,
+                     operator=True) as client:
         return client.request(message)
 
 

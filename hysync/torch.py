@@ -13,6 +13,9 @@ group's store, and rank 0 asks `hysync serve` (the inventory's `serve.listen`) t
 the job: job id and slots come from the switch's pool, so jobs never collide. Rank 0's
 connection to the serve is the job's lease: when the script ends, or crashes, the
 serve removes the job. Every rank then registers the HySync DDP communication hook.
+Where the serve asks for a token, every rank presents the one in `token_file`, else
+$HYSYNC_SERVE_TOKEN_FILE, else the inventory's serve.token_file; the other ranks act on
+the job with the key rank 0's admit returned.
 
 `steps(n)` counts the job's clock, not the local iterations: in partial or async mode
 a straggler applies several rounds in one call, and every replica stops at the same
@@ -35,7 +38,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync.controlplane.inventory import Host, Inventory, InventoryError
-from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.serve_auth import TOKEN_ENV, read_token
+from hysync.controlplane.serve_client import ServeClient, ServeError
 from hysync.worker.api import DEFAULT_SCALE, HySyncWorker
 from hysync.worker.averaging import BackgroundAverager
 from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
@@ -56,6 +60,7 @@ class HySyncJob:
                  averaging: tuple[HySyncWorker, list[torch.Tensor], float] | None) -> None:
         self.rank, self.world = rank, world
         self.job_id: int = job["job_id"]
+        self.key: str | None = job.get("key")  # the admit's: this rank acts on the job
         self.slots = (job["slot_base"], job["slot_base"] + job["slot_count"] - 1)
         self.worker, self.state, self.serve = worker, state, serve
         self._averaging = averaging  # (worker, parameters, period): started by steps()
@@ -93,7 +98,8 @@ class HySyncJob:
         release the job."""
         if self._closed:
             return
-        self.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank})
+        self.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank,
+                            "key": self.key})
         if self.averager is not None:
             self.averager.finish(self.updates)
         dist.barrier()
@@ -153,7 +159,7 @@ def _reserve_port(ipv4: str) -> int:
 def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
            average_every: float | None = None, scale: float = DEFAULT_SCALE,
-           timeout: float = 120.0) -> HySyncJob:
+           timeout: float = 120.0, token_file: str | Path | None = None) -> HySyncJob:
     """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
     `average_every` seconds, the replicas' parameters are also averaged in the
     background through the switch, on a second job (worker/averaging.py)."""
@@ -173,7 +179,12 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     store = dist.distributed_c10d._get_default_store()
     store.set(f"{STORE_PREFIX}/member/{rank}", json.dumps(
         {"worker": rank, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
-    serve = ServeClient(inv.serve, timeout=timeout)
+    token_file = token_file or os.environ.get(TOKEN_ENV) or inv.access.token_file
+    try:
+        token = read_token(token_file, "the serve's token file") if token_file else None
+    except ServeError as err:
+        raise AttachError(str(err)) from None
+    serve = ServeClient(inv.serve, timeout=timeout, token=token)
     if rank == 0:
         keys = [f"{STORE_PREFIX}/member/{r}" for r in range(world)]
         store.wait(keys, timedelta(seconds=timeout))
@@ -184,7 +195,8 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         if policy is not None:
             request["policy"] = policy
         reply = serve.request(request)
-        serve.hold([j["job_id"] for j in reply["jobs"]])  # the lease survives serve restarts
+        # The lease survives serve restarts.
+        serve.hold([j["job_id"] for j in reply["jobs"]], reply.get("key"))
         store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
     store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
@@ -205,4 +217,5 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         assert avg_port is not None
         averaging = (worker(reply["jobs"][1], avg_port), list(model.module.parameters()),
                      average_every)
-    return HySyncJob(rank, world, reply["jobs"][0], training, state, serve, averaging)
+    return HySyncJob(rank, world, dict(reply["jobs"][0], key=reply.get("key")), training, state,
+                     serve, averaging)

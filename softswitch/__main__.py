@@ -4,8 +4,11 @@
                          [--udp HOST:PORT | -i PORT@IFACE ...]
                          [--engine native|python] [--threads N]
                          [--p4info FILE] [--log-level info]
+                         [--server-cert-file PEM --server-key-file PEM [--ca-cert-file PEM]]
 
 Without --udp or -i the data plane is UDP on 127.0.0.1:48620 (no root needed).
+With a certificate and key (Stratum's flag names) P4Runtime is served over TLS; with a CA
+too, only clients presenting a certificate that CA signed are served (mutual TLS).
 The native engine (the compiled core, native/dataplane/) is the default; `--engine
 python` runs the reference model (softswitch/pipeline.py) instead.
 Prints one line saying where it listens; SIGINT or SIGTERM stops it (exit 0).
@@ -23,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import NoReturn
 
+import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
@@ -38,6 +42,7 @@ from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.raw_dataplane import RawDataPlane, parse_port, parse_port_map
 from hysync.softswitch.server import ConfigError, serve
 from hysync.softswitch.udp_dataplane import UdpDataPlane
+from hysync.tls import server_credentials
 
 PROG = "python -m hysync.softswitch"
 DEFAULT_UDP = f"127.0.0.1:{wire.HYSYNC_UDP_PORT}"
@@ -121,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"socket (default: one per core, at most 8; here {default_threads()})")
     parser.add_argument("--p4info", type=Path, metavar="FILE",
                         help="preload this P4Info (text format) as the pipeline config")
+    tls = parser.add_argument_group("P4Runtime over TLS")
+    tls.add_argument("--server-cert-file", type=Path, metavar="PEM",
+                     help="serve TLS with this certificate (needs --server-key-file)")
+    tls.add_argument("--server-key-file", type=Path, metavar="PEM",
+                     help="the private key of --server-cert-file")
+    tls.add_argument("--ca-cert-file", type=Path, metavar="PEM",
+                     help="require clients to present a certificate this CA signed")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="default %(default)s")
@@ -182,12 +194,24 @@ def _data_plane(args: argparse.Namespace) -> tuple[Pipeline, DataPlane, str]:
         *dataplane.address, args.engine, threads)
 
 
+def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    if args.server_cert_file is None and args.server_key_file is None:
+        if args.ca_cert_file is not None:
+            raise ValueError("--ca-cert-file checks clients over TLS: give the server's "
+                             "--server-cert-file and --server-key-file too")
+        return None
+    if args.server_cert_file is None or args.server_key_file is None:
+        raise ValueError("TLS needs both --server-cert-file and --server-key-file")
+    return server_credentials(args.server_cert_file, args.server_key_file, args.ca_cert_file)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         p4info = load_p4info(args.p4info) if args.p4info else None
+        credentials = _credentials(args)
         pipeline, dataplane, where = _data_plane(args)
     except (OSError, ValueError) as err:
         _fail(_reason(err))
@@ -195,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     grpc_addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         _check_free(host, port, grpc_addr)
-        server, bound = serve(pipeline, grpc_addr, args.device_id, p4info=p4info)
+        server, bound = serve(pipeline, grpc_addr, args.device_id, p4info=p4info,
+                              credentials=credentials)
     except ConfigError as err:
         dataplane.stop()
         _fail(f"--p4info {args.p4info} does not describe the softswitch's program: {err}")
@@ -208,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     dataplane.start()
     config = f"P4Info {args.p4info}" if p4info else "no pipeline config yet"
-    print(f"softswitch: P4Runtime on {host}:{bound} (device {args.device_id}, {config}), "
+    security = ("mutual TLS" if args.ca_cert_file else "TLS") if credentials else "no TLS"
+    print(f"softswitch: P4Runtime on {host}:{bound} ({security}, device {args.device_id}, "
+          f"{config}), "
           f"data plane {where}", flush=True)
     while not stop.wait(0.5):
         pass

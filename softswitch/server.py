@@ -331,9 +331,10 @@ def _handlers(servicer: SoftswitchP4Runtime) -> grpc.GenericRpcHandler:
 
 
 def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
-          p4info: p4info_pb2.P4Info | None = None,
-          max_workers: int = 32) -> tuple[grpc.Server, int]:
-    """Start a P4Runtime server for `pipeline` on `grpc_addr` (port 0 picks a free port).
+          p4info: p4info_pb2.P4Info | None = None, max_workers: int = 32,
+          credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.Server, int]:
+    """Start a P4Runtime server for `pipeline` on `grpc_addr` (port 0 picks a free port),
+    over TLS with `credentials` (hysync.tls.server_credentials), else in the clear.
 
     Returns the running server and the port it is bound to. `p4info` preloads a
     pipeline config (raises ConfigError if it does not fit). Raises OSError if the
@@ -349,7 +350,8 @@ def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
                  ("grpc.max_send_message_length", _MAX_MESSAGE)])
     server.add_generic_rpc_handlers((_handlers(servicer),))
     try:
-        port = server.add_insecure_port(grpc_addr)
+        port = (server.add_secure_port(grpc_addr, credentials) if credentials is not None
+                else server.add_insecure_port(grpc_addr))
     except RuntimeError as err:
         port = 0
         reason = str(err).split(";")[0]
@@ -360,6 +362,7 @@ def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
         raise OSError(f"cannot listen for P4Runtime on {grpc_addr} ({reason}): is the port in "
                       "use or the address wrong? Pick another with --grpc-addr HOST:PORT")
     server.start()
-    log.info("P4Runtime server for device %d on port %d", device_id, port)
+    log.info("P4Runtime server for device %d on port %d%s", device_id, port,
+             " (TLS)" if credentials is not None else "")
     return server, port
 

@@ -1,0 +1,170 @@
+"""Who is talking to `hysync serve`, and what they may do.
+
+A connection is a *client* (it may admit jobs and act on the jobs it admitted or holds the
+key of) or, when it asks to be and its credential allows, the *operator* (it may act on
+every job: the CLI's `--serve`). What decides:
+
+* a Unix socket: the socket file's mode decides who can connect at all (0600 unless
+  `serve.socket_mode`); the peer's uid (SO_PEERCRED) decides the role: root and the
+  serve's own user may act as operator, any other user is a client;
+* TCP with `serve.token_file`: nothing but `hello` until the connection presents the token
+  (compared in constant time). With `serve.operator_token_file` too, only that second
+  token may act as operator; without it, the one token may;
+* TCP on a loopback address with no token: every local user may connect, as operator if
+  asked (use a Unix socket or a token on a machine shared with users you do not trust).
+  On any other address serve refuses to start without a token.
+
+A token file must be readable by its owner only (mode 0600 or stricter), on the serve's
+machine and on every client's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import socket
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hysync.controlplane.serve_client import ServeError
+
+TOKEN_ENV = "HYSYNC_SERVE_TOKEN_FILE"  # the client side's token file, if not given otherwise
+MIN_TOKEN = 16  # characters: `openssl rand -hex 32` gives 64
+DEFAULT_SOCKET_MODE = 0o600
+# Each rank of a training script holds one connection; 32 ranks per host at most
+# (a job has 32 members), plus room for the CLI.
+MAX_CONNECTIONS_PER_CLIENT = 64
+_MAKE_TOKEN = "make one with `openssl rand -hex 32 > FILE && chmod 600 FILE`"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeAccess:
+    """The [serve] table's credential fields."""
+    token_file: Path | None = None
+    operator_token_file: Path | None = None
+    socket_mode: int = DEFAULT_SOCKET_MODE
+
+
+def access_from_table(t: dict[str, Any], base: Path) -> ServeAccess:
+    """[serve]'s token_file, operator_token_file, socket_mode; ValueError naming the field.
+    Paths are relative to `base`; the files are read when serve starts or a client
+    connects, so that an inventory loads on a machine that holds neither."""
+    files: dict[str, Path | None] = {}
+    for key in ("token_file", "operator_token_file"):
+        value = t.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(f"serve.{key} = {value!r}: give the path of a file holding the "
+                             f"token ({_MAKE_TOKEN})")
+        files[key] = (base / value) if value else None
+    mode = t.get("socket_mode", f"{DEFAULT_SOCKET_MODE:o}")
+    if not (isinstance(mode, str) and len(mode) <= 4 and mode.isdigit()
+            and set(mode) <= set("01234567") and not int(mode, 8) & 0o7007):
+        raise ValueError(f"serve.socket_mode = {mode!r}: give the unix socket's mode as an "
+                         "octal string without bits for others, e.g. \"0600\" or \"0660\"")
+    if files["operator_token_file"] and not files["token_file"]:
+        raise ValueError("serve.operator_token_file without serve.token_file: add token_file "
+                         "(the training scripts' token)")
+    return ServeAccess(files["token_file"], files["operator_token_file"], int(mode, 8))
+
+
+def read_token(path: Path | str, what: str = "the token file") -> str:
+    """The token in `path`; ServeError if the file cannot be read, others may read it,
+    or it is too short to be a secret."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ServeError(f"cannot read {what} {path}: {reason}; {_MAKE_TOKEN}") from None
+    if stat.S_IMODE(mode) & 0o077:
+        raise ServeError(f"{what} {path} has mode {stat.S_IMODE(mode):04o}: others may read "
+                         f"it; chmod 600 {path}")
+    if len(token) < MIN_TOKEN:
+        raise ServeError(f"{what} {path} holds {len(token)} characters: a token has at least "
+                         f"{MIN_TOKEN}; {_MAKE_TOKEN}")
+    return token
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
+@dataclass(slots=True)
+class Peer:
+    """One connection's identity: who (for messages), whether it has authenticated,
+    whether it may act as operator, whether it asked to."""
+    who: str
+    client: tuple[str, object]  # what the connection limit counts by: ("tcp", ip) | ("unix", uid)
+    authenticated: bool
+    may_operate: bool
+    operator: bool = False
+
+
+class Gate:
+    """The serve's side: the tokens, read once at start, and each connection's Peer."""
+
+    def __init__(self, access: ServeAccess, kind: str, where: object, inventory: Path) -> None:
+        self.kind = kind
+        self.token = read_token(access.token_file, "serve.token_file") \
+            if access.token_file else None
+        self.operator_token = read_token(access.operator_token_file,
+                                         "serve.operator_token_file") \
+            if access.operator_token_file else None
+        self.socket_mode = access.socket_mode
+        if kind == "tcp" and self.token is None:
+            host = str(where[0]) if isinstance(where, tuple) else str(where)
+            if not loopback(host):
+                raise ServeError(
+                    f"serve.listen = {host}:{where[1] if isinstance(where, tuple) else ''} "
+                    "is reachable from other machines and [serve] names no credential: add "
+                    f"token_file = \"/etc/hysync/serve.token\" to [serve] in {inventory} "
+                    f"({_MAKE_TOKEN}), or listen on 127.0.0.1 or a unix: socket")
+
+    def peer(self, sock: socket.socket, address: object) -> Peer:
+        if self.kind == "unix":
+            _, uid, _ = struct.unpack("3i", sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            return Peer(f"uid {uid}", ("unix", uid), True, uid in (0, os.getuid()))
+        ip = address[0] if isinstance(address, tuple) else str(address)
+        if self.token is None:  # loopback only (checked at start): local users
+            return Peer(f"{ip}", ("tcp", ip), True, True)
+        return Peer(f"{ip}", ("tcp", ip), False, False)
+
+    def hello(self, peer: Peer, token: str | None, operator: bool) -> None:
+        """Authenticate `peer` with `token` and grant the operator role if asked and
+        allowed; ServeError (and nothing granted) if not."""
+        if token is not None and self.token is not None:
+            given = token.encode()
+            if self.operator_token is not None and \
+                    hmac.compare_digest(given, self.operator_token.encode()):
+                peer.authenticated = peer.may_operate = True
+            elif hmac.compare_digest(given, self.token.encode()):
+                peer.authenticated = True
+                peer.may_operate = self.operator_token is None
+            else:
+                raise ServeError("wrong token: present the one in the inventory's "
+                                 "serve.token_file (--token-file FILE, or "
+                                 f"${TOKEN_ENV})")
+        if not peer.authenticated:
+            raise ServeError(self.refusal())
+        if operator and not peer.may_operate:
+            raise ServeError(f"{peer.who} may not act as the operator: "
+                             + ("present serve.operator_token_file's token"
+                                if self.kind == "tcp" else
+                                "connect as root or as the user serve runs as"))
+        peer.operator = bool(operator)
+
+    def refusal(self) -> str:
+        return ("authenticate first: send {\"op\": \"hello\", \"token\": ...} with the token "
+                "of serve.token_file (the CLI: --token-file FILE or "
+                f"${TOKEN_ENV}; hysync.torch.attach reads the inventory's)")

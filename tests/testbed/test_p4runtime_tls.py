@@ -1,0 +1,104 @@
+"""P4Runtime over mutual TLS: the softswitch process serves it with certificates made here;
+the controller, the CLI and deploy drive it; a client without a certificate, or with one
+another CA signed, or in the clear, is refused."""
+
+from __future__ import annotations
+
+import io
+import re
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hysync.controlplane.cli import main
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.errors import SwitchUnreachableError
+from hysync.controlplane.switch import Switch
+from hysync.tls import ClientTls
+
+from ..certs import Certs, make_certs
+from .conftest import ROOT, free_port, loopback_inventory, write_inventory
+
+P4INFO = ROOT / "p4src" / "v1model" / "hysync.p4info.txtpb"
+JOB = ROOT / "controlplane" / "examples" / "job-loopback.toml"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture
+def tls_switch(certs: Certs) -> Iterator[str]:
+    """A softswitch process serving P4Runtime over mutual TLS; its gRPC address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
+         f"127.0.0.1:{free_port()}", "--engine", "python", "--log-level", "warning",
+         "--server-cert-file", str(certs.server_cert), "--server-key-file",
+         str(certs.server_key), "--ca-cert-file", str(certs.ca)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        line = proc.stdout.readline() if ready else ""
+        match = re.search(r"P4Runtime on 127\.0\.0\.1:(\d+) \(mutual TLS", line)
+        assert match, line + (proc.stderr.read() if proc.poll() is not None else "")
+        yield f"127.0.0.1:{match[1]}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def hysync(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(args), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+def test_a_controller_with_a_certificate_the_ca_signed_is_served(certs: Certs,
+                                                                  tls_switch: str) -> None:
+    tls = ClientTls(certs.ca, certs.client_cert, certs.client_key)
+    with Switch(tls_switch, tls=tls) as sw:
+        sw.push_pipeline(P4INFO)
+        assert sw.is_primary
+        assert Controller(sw).list_jobs() == []
+
+
+@pytest.mark.parametrize("who", ["no certificate", "another CA's certificate", "in the clear"])
+def test_other_clients_are_refused(certs: Certs, tls_switch: str, who: str) -> None:
+    tls = {"no certificate": ClientTls(certs.ca),
+           "another CA's certificate": ClientTls(certs.ca, certs.stranger_cert,
+                                                 certs.stranger_key),
+           "in the clear": None}[who]
+    with pytest.raises(SwitchUnreachableError, match="no answer within"):
+        Switch(tls_switch, tls=tls, arbitrate=False, connect_timeout=2.0)
+
+
+def test_the_cli_and_deploy_drive_the_switch_over_tls(certs: Certs, tls_switch: str,
+                                                      tmp_path: Path) -> None:
+    tls = ["--cacert", str(certs.ca), "--cert", str(certs.client_cert), "--private-key",
+           str(certs.client_key)]
+    code, out, err = hysync("--grpc-addr", tls_switch, *tls, "pipeline", "push", "--p4info",
+                            str(P4INFO))
+    assert (code, err) == (0, ""), err
+    code, out, err = hysync("--grpc-addr", tls_switch, *tls, "job", "add", str(JOB))
+    assert (code, err) == (0, "") and out.startswith("job 1 installed")
+    code, out, _ = hysync("--grpc-addr", tls_switch, *tls, "job", "list")
+    assert code == 0 and out.startswith("job 1: slots")
+    code, _, err = hysync("--grpc-addr", tls_switch, "--timeout", "2", "job", "list")
+    assert code == 1 and "give --cacert, --cert and --private-key" in err
+    code, _, err = hysync("--grpc-addr", tls_switch, "--cacert", str(certs.ca), "--cert",
+                          str(certs.client_cert), "job", "list")
+    assert code == 2 and "give both --cert and --private-key" in err
+
+    # The inventory names the same files: deploy (and serve) use them.
+    data = loopback_inventory(tls_switch, free_port(), f"127.0.0.1:{free_port()}")
+    data["switch"].update(cacert=str(certs.ca), cert=str(certs.client_cert),
+                          private_key=str(certs.client_key))
+    inventory = write_inventory(tmp_path / "tls.toml", data)
+    code, out, err = hysync("deploy", str(inventory))
+    assert (code, err) == (0, ""), err
+    assert "deployed loopback" in out

@@ -1,0 +1,206 @@
+"""Who may do what through `hysync serve`: a job is its admitting connection's (and its key
+holders') or the operator's; a serve on TCP with a token serves nobody who lacks it; a
+serve off loopback without a credential does not start; the CLI presents the token."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hysync.controlplane.cli import main
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.serve import Server
+from hysync.controlplane.serve_client import ServeClient, ServeError
+from hysync.controlplane.switch import Switch
+
+from .conftest import Softswitch, free_port, loopback_inventory, write_inventory
+
+TOKEN = "3f1c9a7e5b2d4068a1c3e5f7092b4d6f"
+OPERATOR_TOKEN = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
+Start = Callable[..., Server]
+
+
+def hysync(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(args), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+def secret(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.write_text(text + "\n")
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def start(tmp_path: Path, softswitch: Softswitch) -> Iterator[Start]:
+    """start(listen=..., **[serve] fields) -> a running serve of a deployed 3-host rack."""
+    base = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1], hosts=3)
+    deployed = False
+    servers: list[Server] = []
+
+    def make(listen: str | None = None, *, connections: int = 64, **serve: Any) -> Server:
+        nonlocal deployed
+        data = copy.deepcopy(base)
+        data["serve"] = {"listen": listen or f"127.0.0.1:{free_port()}", **serve}
+        inv = write_inventory(tmp_path / f"rack-{len(servers)}.toml", data)
+        if not deployed:
+            assert hysync("deploy", str(inv))[0] == 0
+            deployed = True
+        server = Server(Inventory.load(inv), policy=None, say=lambda _: None,
+                        max_connections_per_client=connections).start()
+        servers.append(server)
+        return server
+    yield make
+    for server in servers:
+        server.close()
+
+
+def members(*hosts: int) -> list[dict[str, object]]:
+    return [{"worker": w, "host": f"h{h}", "udp_port": 42000 + 100 * h + w}
+            for w, h in enumerate(hosts)]
+
+
+def installed(server: Server) -> set[int]:
+    with Switch(server.inv.switch.grpc_addr, arbitrate=False) as sw:
+        return {j.job_id for j in Controller(sw).list_jobs()}
+
+
+def test_a_second_client_cannot_touch_a_job_it_does_not_own(start: Start) -> None:
+    server = start()
+    owner, other = ServeClient(server.address), ServeClient(server.address)
+    reply = owner.request({"op": "admit", "members": members(1, 2, 3)})
+    job, key = reply["jobs"][0]["job_id"], reply["key"]
+    refused = {
+        "remove": {"op": "job_remove", "job": job},
+        "set the mode of": {"op": "mode_set", "job": job, "mode": "async"},
+        "exclude a member of": {"op": "exclude", "job": job, "worker": 1},
+        "readmit a member of": {"op": "readmit", "job": job, "worker": 1},
+        "leave": {"op": "leave", "job": job, "worker": 1},
+    }
+    for what, request in refused.items():
+        with pytest.raises(ServeError, match=f"job {job} is connection 1's, not this "
+                                             f"connection's: only its owner or the operator "
+                                             f"may {what} it"):
+            other.request(request)
+    with pytest.raises(ServeError, match="a training script asks for a job with admit"):
+        other.request({"op": "job_add", "job": {"job_id": 9}})
+    assert installed(server) == {job}
+    assert [j["owner"] for j in other.request({"op": "status"})["jobs"]] == ["connection 1"]
+
+    # The owner may; another rank of its script may with the admit's key, and leave only
+    # for a worker of the job.
+    assert owner.request({"op": "exclude", "job": job, "worker": 2})["members"] == 2
+    assert other.request({"op": "readmit", "job": job, "worker": 2, "key": key})["members"] == 3
+    with pytest.raises(ServeError, match=f"worker 7 is not a member of job {job}"):
+        other.request({"op": "leave", "job": job, "worker": 7, "key": key})
+    with pytest.raises(ServeError, match="not this connection's"):
+        other.request({"op": "leave", "job": job, "worker": 1, "key": "0" * 32})
+    assert other.request({"op": "leave", "job": job, "worker": 1, "key": key})["worker"] == 1
+
+    # The operator (the CLI) may act on every job.
+    code, out, err = hysync("--serve", server.address, "mode", "set", str(job), "--slots",
+                            "0-31", "async")
+    assert (code, err) == (0, "") and "async" in out
+    code, out, err = hysync("--serve", server.address, "job", "remove", str(job))
+    assert (code, err) == (0, "")
+    assert installed(server) == set()
+    owner.close()
+    other.close()
+
+
+def test_tcp_with_a_token_serves_only_who_presents_it(start: Start, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HYSYNC_SERVE_TOKEN_FILE", raising=False)
+    tokens = secret(tmp_path / "serve.token", TOKEN)
+    operator = secret(tmp_path / "operator.token", OPERATOR_TOKEN)
+    server = start(token_file=str(tokens), operator_token_file=str(operator))
+    bare = ServeClient(server.address)
+    for request in ({"op": "status"}, {"op": "admit", "members": members(1)}):
+        with pytest.raises(ServeError, match="authenticate first"):
+            bare.request(request)
+    with pytest.raises(ServeError, match="refused this connection: wrong token"):
+        ServeClient(server.address, token="0" * 32)
+    assert installed(server) == set()
+
+    script = ServeClient(server.address, token=TOKEN)
+    job = script.request({"op": "admit", "members": members(1, 2)})["jobs"][0]["job_id"]
+    with pytest.raises(ServeError, match="may not act as the operator: present "
+                                         "serve.operator_token_file's token"):
+        ServeClient(server.address, token=TOKEN, operator=True)
+
+    # The CLI: without the token refused, with the operator's token carried out.
+    code, _, err = hysync("--serve", server.address, "job", "remove", str(job))
+    assert code == 1 and "authenticate first" in err and err.count("\n") == 1
+    code, _, err = hysync("--serve", server.address, "--token-file", str(tokens), "job",
+                          "remove", str(job))
+    assert code == 1 and "may not act as the operator" in err
+    code, _, err = hysync("--serve", server.address, "--token-file", str(operator), "job",
+                          "remove", str(job))
+    assert (code, err) == (0, "")
+    assert installed(server) == set()
+    script.close()
+    bare.close()
+
+
+def test_a_token_file_others_can_read_is_refused(start: Start, tmp_path: Path) -> None:
+    loose = secret(tmp_path / "loose.token", TOKEN, 0o644)
+    with pytest.raises(ServeError, match=f"has mode 0644: others may read it; chmod 600 "
+                                         f"{loose}"):
+        start(token_file=str(loose))
+    short = secret(tmp_path / "short.token", "abc")
+    with pytest.raises(ServeError, match="holds 3 characters: a token has at least 16"):
+        start(token_file=str(short))
+    code, _, err = hysync("--serve", "127.0.0.1:1", "--token-file", str(loose), "job",
+                          "remove", "1")
+    assert code == 1 and "chmod 600" in err
+
+
+def test_off_loopback_without_a_credential_serve_does_not_start(
+        tmp_path: Path, softswitch: Softswitch) -> None:
+    data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1], hosts=3,
+                              listen=f"0.0.0.0:{free_port()}")
+    path = write_inventory(tmp_path / "open.toml", data)
+    code, out, err = hysync("serve", str(path))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "is reachable from other machines and [serve] names no credential: add " \
+           "token_file" in err
+
+
+def test_a_unix_socket_is_its_users_and_roots(start: Start, tmp_path: Path) -> None:
+    path = tmp_path / "serve.sock"
+    server = start(f"unix:{path}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with ServeClient(server.address, operator=True) as client:  # the same user: operator
+        assert client.request({"op": "status"})["jobs"] == []
+    server.close()  # one serve per switch
+    group = tmp_path / "group.sock"
+    start(f"unix:{group}", socket_mode="0660")
+    assert stat.S_IMODE(group.stat().st_mode) == 0o660
+
+
+def test_connections_per_client_are_bounded(start: Start) -> None:
+    server = start(connections=2)
+    kept = [ServeClient(server.address) for _ in range(2)]
+    host, port = server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as third:
+        reply = json.loads(third.makefile().readline())
+        assert reply == {"ok": False, "error": "127.0.0.1 has 2 connections open, the most "
+                         "one client may: close one (each training script's rank holds one)"}
+    kept[0].close()
+    deadline = time.monotonic() + 10
+    while server.clients.get(("tcp", "127.0.0.1"), 0) > 1:  # serve saw the close
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with ServeClient(server.address) as again:  # a closed one frees its place
+        assert again.request({"op": "status"})["ok"]
+    kept[1].close()
