@@ -427,6 +427,9 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     parser.add_argument("--token-file", default=default(os.environ.get(TOKEN_ENV)),
                         metavar="FILE", help="with --serve: the file holding the serve's token "
                         f"(default ${TOKEN_ENV})")
+    parser.add_argument("--serve-tls", default=default(os.environ.get("HYSYNC_SERVE_TLS")),
+                        metavar="CACERT,CERT,KEY", help="with --serve: mutual TLS with the "
+                        "serve (default $HYSYNC_SERVE_TLS)")
     # P4Runtime over TLS, named as p4runtime-shell names them (hysync/tls.py).
     parser.add_argument("--ssl", action="store_true", default=default(False),
                         help="P4Runtime over TLS (implied by the three options below)")

@@ -57,7 +57,8 @@ _TOP_KEYS = {"name", "switch", "pool", "serve", "hosts"}
 _SWITCH_KEYS = {"grpc_addr", "device_id", "election_id", "target", "p4info", "device_config",
                 "data_ipv4", "data_mac", "data_udp_port", "cacert", "cert", "private_key"}
 _POOL_KEYS = {"slot_base", "slot_count", "job_slots", "averaging_slots"}
-_SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode"}
+_SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode", "cacert", "cert",
+               "private_key", "client_cert", "client_key", "operators"}
 _HOST_KEYS = {"name", "interface", "ipv4", "mac", "switch_port"}
 
 

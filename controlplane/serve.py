@@ -41,6 +41,7 @@ import os
 import secrets
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -144,6 +145,7 @@ class Server:
                 self._listener.server_activate()
             else:
                 self._listener = _TcpServer(where, handler)
+                self._listener.tls = self.gate.tls
         except OSError as err:
             self.switch.close()
             raise ServeError(f"cannot listen on {self.inv.serve}: {err.strerror or err}; pick "
@@ -429,6 +431,13 @@ class Server:
 class _TcpServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True  # a restarted serve takes its address back at once
     daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        if self.tls is not None:  # the handshake runs in the connection's own thread
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, address
 
 
 class _UnixServer(socketserver.ThreadingUnixStreamServer):
@@ -444,8 +453,13 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
         def handle(self) -> None:
             conn = next(server._ids)
             try:
+                if isinstance(self.connection, ssl.SSLSocket):
+                    self.connection.settimeout(10)  # a client that never finishes it
+                    self.connection.do_handshake()
+                    self.connection.settimeout(None)
                 peer = server.gate.peer(self.connection, self.client_address)
-            except OSError:  # the client is gone already
+            except OSError as err:  # gone already, or refused by TLS (ssl.SSLError)
+                log.info("connection from %s refused: %s", self.client_address, err)
                 return
             with server.lock:
                 count = server.clients.get(peer.client, 0) + 1

@@ -10,9 +10,13 @@ every job: the CLI's `--serve`). What decides:
 * TCP with `serve.token_file`: nothing but `hello` until the connection presents the token
   (compared in constant time). With `serve.operator_token_file` too, only that second
   token may act as operator; without it, the one token may;
-* TCP on a loopback address with no token: every local user may connect, as operator if
+* TCP with mutual TLS (`serve.cacert`, `serve.cert`, `serve.private_key`): only clients
+  presenting a certificate `cacert` signed get through the handshake; those whose common
+  name is in `serve.operators` may act as operator (every one, if the list is empty).
+  Clients present `serve.client_cert` and `serve.client_key`. A token may be required too;
+* TCP on a loopback address with neither: every local user may connect, as operator if
   asked (use a Unix socket or a token on a machine shared with users you do not trust).
-  On any other address serve refuses to start without a token.
+  On any other address serve refuses to start without a token or mutual TLS.
 
 A token file must be readable by its owner only (mode 0600 or stricter), on the serve's
 machine and on every client's.
@@ -24,6 +28,7 @@ import hmac
 import ipaddress
 import os
 import socket
+import ssl
 import stat
 import struct
 from dataclasses import dataclass
@@ -47,6 +52,19 @@ class ServeAccess:
     token_file: Path | None = None
     operator_token_file: Path | None = None
     socket_mode: int = DEFAULT_SOCKET_MODE
+    cacert: Path | None = None  # mutual TLS: the CA of serve's and the clients' certificates
+    cert: Path | None = None  # serve's certificate and key
+    private_key: Path | None = None
+    client_cert: Path | None = None  # what clients present
+    client_key: Path | None = None
+    operators: tuple[str, ...] = ()  # client certificate common names that may operate
+
+    @property
+    def tls(self) -> bool:
+        return self.cert is not None
+
+
+_TLS_FILES = ("cacert", "cert", "private_key", "client_cert", "client_key")
 
 
 def access_from_table(t: dict[str, Any], base: Path) -> ServeAccess:
@@ -54,12 +72,22 @@ def access_from_table(t: dict[str, Any], base: Path) -> ServeAccess:
     Paths are relative to `base`; the files are read when serve starts or a client
     connects, so that an inventory loads on a machine that holds neither."""
     files: dict[str, Path | None] = {}
-    for key in ("token_file", "operator_token_file"):
+    for key in ("token_file", "operator_token_file", *_TLS_FILES):
         value = t.get(key)
         if value is not None and (not isinstance(value, str) or not value):
             raise ValueError(f"serve.{key} = {value!r}: give the path of a file holding the "
-                             f"token ({_MAKE_TOKEN})")
+                             + (f"token ({_MAKE_TOKEN})" if "token" in key else "PEM"))
         files[key] = (base / value) if value else None
+    tls = {k: files[k] for k in ("cacert", "cert", "private_key")}
+    if any(tls.values()) and not all(tls.values()):
+        raise ValueError("serve.cacert, serve.cert and serve.private_key go together (serve "
+                         "over mutual TLS): give all three or none")
+    if (files["client_cert"] is None) != (files["client_key"] is None):
+        raise ValueError("serve.client_cert and serve.client_key go together: give both")
+    operators = t.get("operators", [])
+    if not isinstance(operators, list) or not all(isinstance(o, str) and o for o in operators):
+        raise ValueError(f"serve.operators = {operators!r}: give a list of client certificate "
+                         "common names, e.g. [\"ops\"]")
     mode = t.get("socket_mode", f"{DEFAULT_SOCKET_MODE:o}")
     if not (isinstance(mode, str) and len(mode) <= 4 and mode.isdigit()
             and set(mode) <= set("01234567") and not int(mode, 8) & 0o7007):
@@ -68,7 +96,30 @@ def access_from_table(t: dict[str, Any], base: Path) -> ServeAccess:
     if files["operator_token_file"] and not files["token_file"]:
         raise ValueError("serve.operator_token_file without serve.token_file: add token_file "
                          "(the training scripts' token)")
-    return ServeAccess(files["token_file"], files["operator_token_file"], int(mode, 8))
+    return ServeAccess(files["token_file"], files["operator_token_file"], int(mode, 8),
+                       *(files[k] for k in _TLS_FILES), tuple(operators))
+
+
+def client_context(cacert: Path | str, cert: Path | str | None = None,
+                   key: Path | str | None = None) -> ssl.SSLContext:
+    """A client's TLS to serve: serve's certificate checked against `cacert`, this
+    client's `cert` and `key` presented. ServeError naming a file that cannot be used."""
+    try:
+        ctx = ssl.create_default_context(cafile=str(cacert))
+        if cert is not None:
+            ctx.load_cert_chain(str(cert), str(key) if key else None)
+    except (OSError, ssl.SSLError) as err:
+        raise ServeError(f"cannot use the serve's TLS files ({cacert}, {cert}, {key}): "
+                         f"{getattr(err, 'strerror', None) or err}") from None
+    return ctx
+
+
+def inventory_client_context(access: ServeAccess) -> ssl.SSLContext | None:
+    """What a client of the inventory's serve presents: None where serve has no TLS."""
+    if not access.tls:
+        return None
+    assert access.cacert is not None
+    return client_context(access.cacert, access.client_cert, access.client_key)
 
 
 def read_token(path: Path | str, what: str = "the token file") -> str:
@@ -121,14 +172,31 @@ class Gate:
                                          "serve.operator_token_file") \
             if access.operator_token_file else None
         self.socket_mode = access.socket_mode
-        if kind == "tcp" and self.token is None:
+        self.operators = access.operators
+        self.tls: ssl.SSLContext | None = None
+        if access.tls:
+            if kind != "tcp":
+                raise ServeError("serve.cert is for a TCP serve.listen: a unix socket is "
+                                 "guarded by its file mode (serve.socket_mode); remove "
+                                 "serve.cacert, serve.cert and serve.private_key")
+            try:
+                self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH,
+                                                      cafile=str(access.cacert))
+                self.tls.verify_mode = ssl.CERT_REQUIRED
+                self.tls.num_tickets = 0  # no resumption: nothing sent that a client must read
+                self.tls.load_cert_chain(str(access.cert), str(access.private_key))
+            except (OSError, ssl.SSLError) as err:
+                raise ServeError(f"cannot use serve.cacert/cert/private_key of {inventory}: "
+                                 f"{getattr(err, 'strerror', None) or err}") from None
+        if kind == "tcp" and self.token is None and self.tls is None:
             host = str(where[0]) if isinstance(where, tuple) else str(where)
             if not loopback(host):
                 raise ServeError(
                     f"serve.listen = {host}:{where[1] if isinstance(where, tuple) else ''} "
                     "is reachable from other machines and [serve] names no credential: add "
                     f"token_file = \"/etc/hysync/serve.token\" to [serve] in {inventory} "
-                    f"({_MAKE_TOKEN}), or listen on 127.0.0.1 or a unix: socket")
+                    f"({_MAKE_TOKEN}), or cacert, cert and private_key (mutual TLS), or "
+                    "listen on 127.0.0.1 or a unix: socket")
 
     def peer(self, sock: socket.socket, address: object) -> Peer:
         if self.kind == "unix":
@@ -136,6 +204,10 @@ class Gate:
                 socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
             return Peer(f"uid {uid}", ("unix", uid), True, uid in (0, os.getuid()))
         ip = address[0] if isinstance(address, tuple) else str(address)
+        if isinstance(sock, ssl.SSLSocket):  # the handshake checked the certificate
+            name = _common_name(sock.getpeercert())
+            operator = not self.operators or name in self.operators
+            return Peer(f"{ip} ({name})", ("tcp", ip), self.token is None, operator)
         if self.token is None:  # loopback only (checked at start): local users
             return Peer(f"{ip}", ("tcp", ip), True, True)
         return Peer(f"{ip}", ("tcp", ip), False, False)
@@ -150,7 +222,7 @@ class Gate:
                 peer.authenticated = peer.may_operate = True
             elif hmac.compare_digest(given, self.token.encode()):
                 peer.authenticated = True
-                peer.may_operate = self.operator_token is None
+                peer.may_operate = peer.may_operate if self.tls else self.operator_token is None
             else:
                 raise ServeError("wrong token: present the one in the inventory's "
                                  "serve.token_file (--token-file FILE, or "
@@ -159,7 +231,8 @@ class Gate:
             raise ServeError(self.refusal())
         if operator and not peer.may_operate:
             raise ServeError(f"{peer.who} may not act as the operator: "
-                             + ("present serve.operator_token_file's token"
+                             + ("present a certificate whose common name serve.operators lists"
+                                if self.tls else "present serve.operator_token_file's token"
                                 if self.kind == "tcp" else
                                 "connect as root or as the user serve runs as"))
         peer.operator = bool(operator)
@@ -168,3 +241,11 @@ class Gate:
         return ("authenticate first: send {\"op\": \"hello\", \"token\": ...} with the token "
                 "of serve.token_file (the CLI: --token-file FILE or "
                 f"${TOKEN_ENV}; hysync.torch.attach reads the inventory's)")
+
+
+def _common_name(cert: dict[str, object] | None) -> str:
+    for rdn in (cert or {}).get("subject", ()):  # type: ignore[union-attr]
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return "no common name"

@@ -18,6 +18,7 @@ import json
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 from types import TracebackType
@@ -32,7 +33,8 @@ class ServeError(ControlPlaneError):
     """`hysync serve` refused a request, or cannot be reached."""
 
 
-def open_socket(address: str, timeout: float) -> socket.socket:
+def open_socket(address: str, timeout: float,
+                tls: ssl.SSLContext | None = None) -> socket.socket:
     # Imported here: the inventory imports serve_auth, which imports this module.
     from hysync.controlplane.inventory import parse_listen
 
@@ -46,7 +48,16 @@ def open_socket(address: str, timeout: float) -> socket.socket:
         sock.close()
         raise ServeError(f"cannot reach `hysync serve` at {address}: {err.strerror or err}; "
                          "start it with `hysync serve INVENTORY`") from None
-    return sock
+    if tls is None or kind == "unix":
+        return sock
+    assert isinstance(where, tuple)
+    try:
+        return tls.wrap_socket(sock, server_hostname=where[0])
+    except OSError as err:  # ssl.SSLError among them: a certificate either side refused
+        sock.close()
+        raise ServeError(f"TLS with `hysync serve` at {address} failed: "
+                         f"{getattr(err, 'reason', None) or err}; check serve.cacert and the "
+                         "client certificate") from None
 
 
 class ConnectionLostError(ServeError):
@@ -61,10 +72,10 @@ class ServeClient:
     the restarted serve's grace period ends."""
 
     def __init__(self, address: str, *, timeout: float = 30.0, token: str | None = None,
-                 operator: bool = False) -> None:
+                 operator: bool = False, tls: ssl.SSLContext | None = None) -> None:
         self.address, self.timeout = address, timeout
-        self.token, self.operator = token, operator
-        self.sock = open_socket(address, timeout)
+        self.token, self.operator, self.tls = token, operator, tls
+        self.sock = open_socket(address, timeout, tls)
         self._reader = self.sock.makefile("r", encoding="utf-8")
         self._lock = threading.Lock()  # one exchange on the socket at a time
         self._held: list[int] = []
@@ -123,13 +134,29 @@ class ServeClient:
                 if self._closed:
                     return
                 try:
-                    readable, _, _ = select.select([self.sock], [], [], 0)
-                    lost = bool(readable) and not self.sock.recv(1, socket.MSG_PEEK)
-                    if lost:
+                    if self._lost():
                         self._reconnect()
                 except (OSError, ServeError) as err:
                     log.error("lost the lease of jobs %s: %s", self._held, err)
                     return
+
+    def _lost(self) -> bool:
+        """Whether serve closed the connection. Serve sends nothing unasked, so between
+        two exchanges a readable socket is its end of stream."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if not readable:
+            return False
+        if not isinstance(self.sock, ssl.SSLSocket):
+            return not self.sock.recv(1, socket.MSG_PEEK)
+        self.sock.setblocking(False)  # TLS has no peek: read what made it readable
+        try:
+            return not self.sock.recv(1)
+        except ssl.SSLWantReadError:  # a TLS record that carried no data
+            return False
+        except ssl.SSLEOFError:
+            return True
+        finally:
+            self.sock.settimeout(self.timeout)
 
     def _reconnect(self) -> None:
         self._reader.close()
@@ -137,7 +164,7 @@ class ServeClient:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                self.sock = open_socket(self.address, self.timeout)
+                self.sock = open_socket(self.address, self.timeout, self.tls)
                 break
             except ServeError:
                 if time.monotonic() > deadline:

@@ -24,7 +24,7 @@ from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_auth import read_token
+from hysync.controlplane.serve_auth import client_context, read_token
 from hysync.controlplane.serve_client import ServeClient
 from hysync.controlplane.sync_mode import format_mode
 from hysync.wire import Mode
@@ -120,8 +120,15 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
 def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any]:
     """One request to the serve, as the operator (the CLI acts on every job)."""
     token = read_token(args.token_file, "--token-file") if args.token_file else None
+    tls = None
+    if args.serve_tls:
+        files = args.serve_tls.split(",")
+        if len(files) != 3 or not all(files):
+            raise UsageError(f"--serve-tls {args.serve_tls!r}: give CACERT,CERT,KEY (serve's "
+                             "CA, this client's certificate and key)")
+        tls = client_context(*files)
     with ServeClient(args.serve, timeout=max(args.timeout, 30.0), token=token,
-                     operator=True) as client:
+                     operator=True, tls=tls) as client:
         return client.request(message)
 
 

@@ -14,7 +14,8 @@ the job: job id and slots come from the switch's pool, so jobs never collide. Ra
 connection to the serve is the job's lease: when the script ends, or crashes, the
 serve removes the job. Every rank then registers the HySync DDP communication hook.
 Where the serve asks for a token, every rank presents the one in `token_file`, else
-$HYSYNC_SERVE_TOKEN_FILE, else the inventory's serve.token_file; the other ranks act on
+$HYSYNC_SERVE_TOKEN_FILE, else the inventory's serve.token_file, and over mutual TLS the
+inventory's serve.client_cert; the other ranks act on
 the job with the key rank 0's admit returned.
 
 `steps(n)` counts the job's clock, not the local iterations: in partial or async mode
@@ -38,7 +39,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync.controlplane.inventory import Host, Inventory, InventoryError
-from hysync.controlplane.serve_auth import TOKEN_ENV, read_token
+from hysync.controlplane.serve_auth import TOKEN_ENV, inventory_client_context, read_token
 from hysync.controlplane.serve_client import ServeClient, ServeError
 from hysync.worker.api import DEFAULT_SCALE, HySyncWorker
 from hysync.worker.averaging import BackgroundAverager
@@ -182,9 +183,10 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     token_file = token_file or os.environ.get(TOKEN_ENV) or inv.access.token_file
     try:
         token = read_token(token_file, "the serve's token file") if token_file else None
+        tls = inventory_client_context(inv.access)
     except ServeError as err:
         raise AttachError(str(err)) from None
-    serve = ServeClient(inv.serve, timeout=timeout, token=token)
+    serve = ServeClient(inv.serve, timeout=timeout, token=token, tls=tls)
     if rank == 0:
         keys = [f"{STORE_PREFIX}/member/{r}" for r in range(world)]
         store.wait(keys, timedelta(seconds=timeout))

@@ -20,9 +20,16 @@ from hysync.controlplane.cli import main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.serve import Server
+from hysync.controlplane.serve_auth import (
+    Gate,
+    ServeAccess,
+    client_context,
+    inventory_client_context,
+)
 from hysync.controlplane.serve_client import ServeClient, ServeError
 from hysync.controlplane.switch import Switch
 
+from ..certs import make_certs
 from .conftest import Softswitch, free_port, loopback_inventory, write_inventory
 
 TOKEN = "3f1c9a7e5b2d4068a1c3e5f7092b4d6f"
@@ -204,3 +211,40 @@ def test_connections_per_client_are_bounded(start: Start) -> None:
     with ServeClient(server.address) as again:  # a closed one frees its place
         assert again.request({"op": "status"})["ok"]
     kept[1].close()
+
+
+def test_mutual_tls_serves_only_certificates_its_ca_signed(start: Start, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    server = start(cacert=str(certs.ca), cert=str(certs.server_cert),
+                   private_key=str(certs.server_key), client_cert=str(certs.client_cert),
+                   client_key=str(certs.client_key), operators=["ops"])
+    tls = inventory_client_context(server.inv.access)
+    script = ServeClient(server.address, tls=tls)
+    job = script.request({"op": "admit", "members": members(1, 2)})["jobs"][0]["job_id"]
+    assert script.request({"op": "status"})["jobs"][0]["owner"] == "connection 1"
+    with pytest.raises(ServeError, match=r"127.0.0.1 \(controller\) may not act as the "
+                                         "operator: present a certificate whose common name "
+                                         "serve.operators lists"):
+        ServeClient(server.address, tls=tls, operator=True)
+    for who in (client_context(certs.ca), client_context(certs.ca, certs.stranger_cert,
+                                                         certs.stranger_key)):
+        with pytest.raises(ServeError):  # no certificate, or one another CA signed
+            ServeClient(server.address, tls=who).request({"op": "status"})
+    with pytest.raises(ServeError, match="closed the connection"):  # TLS expected
+        ServeClient(server.address).request({"op": "status"})
+    # The CLI over TLS: the certificate is not an operator's, so it is refused.
+    files = f"{certs.ca},{certs.client_cert},{certs.client_key}"
+    code, _, err = hysync("--serve", server.address, "--serve-tls", files, "job", "remove",
+                          str(job))
+    assert code == 1 and "may not act as the operator" in err
+    assert installed(server) == {job}
+    script.close()
+
+
+def test_mutual_tls_is_a_credential_off_loopback(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    listen = ("tcp", ("10.1.0.10", 9600))
+    Gate(ServeAccess(cacert=certs.ca, cert=certs.server_cert, private_key=certs.server_key),
+         *listen, tmp_path)  # accepted: no error
+    with pytest.raises(ServeError, match="names no credential"):
+        Gate(ServeAccess(), *listen, tmp_path)
