@@ -248,3 +248,49 @@ def test_mutual_tls_is_a_credential_off_loopback(tmp_path: Path) -> None:
          *listen, tmp_path)  # accepted: no error
     with pytest.raises(ServeError, match="names no credential"):
         Gate(ServeAccess(), *listen, tmp_path)
+
+
+def test_attach_presents_the_inventorys_token(start: Start, tmp_path: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hysync.torch import attach
+
+    token = secret(tmp_path / "serve.token", TOKEN)
+    server = start(token_file=str(token))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(torch.nn.Linear(4, 4))
+        job = attach(model, inventory=server.inv, host="h1", timeout=10)
+        assert installed(server) == {job.job_id}
+        job.close()  # rank 0 releases the job
+        assert installed(server) == set()
+        bare = Inventory.load(write_inventory(tmp_path / "bare.toml", {
+            **loopback_inventory(server.inv.switch.grpc_addr, hosts=3),
+            "serve": {"listen": server.address}}))
+        with pytest.raises(ServeError, match="authenticate first"):
+            attach(DistributedDataParallel(torch.nn.Linear(4, 4)), inventory=bare, host="h1",
+                   timeout=10)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_held_lease_reclaims_its_jobs_over_tls(start: Start, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    fields = {"cacert": str(certs.ca), "cert": str(certs.server_cert),
+              "private_key": str(certs.server_key), "client_cert": str(certs.client_cert),
+              "client_key": str(certs.client_key)}
+    first = start(**fields)
+    client = ServeClient(first.address, timeout=10,
+                         tls=inventory_client_context(first.inv.access))
+    reply = client.request({"op": "admit", "members": members(1, 2)})
+    client.hold([j["job_id"] for j in reply["jobs"]], reply["key"])
+    first.close()
+    second = start(first.address, **fields)  # the same address: the watcher reconnects
+    deadline = time.monotonic() + 10
+    while {j["owner"] for j in second.handle(0, {"op": "status"})["jobs"]} != {"connection 1"}:
+        assert time.monotonic() < deadline, "the lease was not reclaimed"
+        time.sleep(0.1)
+    assert client.request({"op": "status"})["ok"]
+    client.close()
