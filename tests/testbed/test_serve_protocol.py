@@ -111,8 +111,17 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
                                                                  max_size=4),
     max_leaves=10)
+JOB_TABLE = st.fixed_dictionaries(  # job_add's job file, near valid
+    {"job_id": st.integers(0, 300),
+     "slots": st.fixed_dictionaries({"base": st.integers(-1, 9000), "count": st.integers(-1, 300)}),
+     "members": st.lists(st.fixed_dictionaries(
+         {"worker": st.integers(0, 3), "ipv4": st.sampled_from(["127.0.0.1", "10.0.0.300"]),
+          "mac": st.sampled_from(["02:00:00:00:01:01", "zz"]),
+          "udp_port": st.integers(0, 70000), "switch_port": st.integers(-1, 600)}), max_size=3)},
+    optional={"mode": st.sampled_from(["sync", "partial", "async", "x"]), "quorum": JSON,
+              "scale": JSON, "lanes": JSON, "name": JSON})
 NEAR = {  # values close to valid, so that requests reach the switch too
-    "job": st.integers(0, 3), "worker": st.integers(-1, 33), "mode": st.sampled_from(
+    "job": st.integers(0, 3) | JOB_TABLE, "worker": st.integers(-1, 33), "mode": st.sampled_from(
         ["sync", "partial", "async", "Sync", ""]), "quorum": st.integers(-1, 40),
     "slots": st.lists(st.integers(-2, 8200), max_size=3),
     "members": st.lists(st.fixed_dictionaries(
@@ -136,10 +145,14 @@ def requests(draw: st.DrawFn) -> bytes:
     return json.dumps(request if top == "object" else draw(JSON)).encode() + b"\n"
 
 
+@pytest.mark.parametrize("role", ["client", "operator"])
 def test_arbitrary_requests_to_every_op_get_one_line_and_keep_the_connection(
-        server: Server, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture) -> None:
+        server: Server, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture,
+        role: str) -> None:
     caplog.set_level(logging.WARNING)
     line = Line(server.address)
+    if role == "operator":  # every op reaches its handler: job_add's job file too
+        assert line.request({"op": "hello", "operator": True})["operator"]
     line.request({"op": "admit", "members": [{"worker": w, "host": f"h{w + 1}",
                                               "udp_port": 41000 + w} for w in range(3)]})
     sent = 0
