@@ -65,17 +65,21 @@ class LineTooLong(ServeError):
                 return True
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_BRACKETS = re.compile(rb"[\[\]{}]")
+# A string (an unterminated one runs to the end of the line: a match never fails, so the
+# scan is linear whatever the quotes and backslashes) or a bracket.
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
 
 
 def _depth(line: bytes) -> int:
     """How deep the line's arrays and objects nest (brackets inside strings don't count),
     computed without recursion so that any nesting is measured before json parses it."""
     depth = deepest = 0
-    for b in _BRACKETS.findall(_STRING.sub(b"", line)):
-        depth += 1 if b in (b"[", b"{") else -1
-        deepest = max(deepest, depth)
+    for token in _TOKENS.findall(line):
+        if token in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in (b"]", b"}"):
+            depth -= 1
     return deepest
 
 

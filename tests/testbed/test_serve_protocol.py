@@ -88,6 +88,8 @@ def test_the_malformed_requests_that_once_closed_the_connection(server: Server) 
          r"slots\[0\] = Infinity: give an integer 0..8191"),
         (b"[" * 30_000 + b"]" * 30_000, "nests deeper than 16 levels"),
         (b"[" * 100_000 + b"]" * 100_000, "request line longer than 65536 bytes"),
+        # Quotes and escapes that a backtracking string scan takes quadratic time over.
+        (b'"' + b'\\"' * 32_000, "not JSON"),
         (b'{"op": "leave", "job": 1, "worker": ' + b"7" * 5000 + b"}",
          "a number of 5000 digits: no field takes more than 20"),
         (b'{"op": "mode_set", "job": 1, "mode": "fast"}',
