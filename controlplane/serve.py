@@ -485,17 +485,26 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
                 server.connection_closed(conn)
 
         def serve_lines(self, conn: int) -> None:
+            peer = server.peers[conn]
             while True:
+                self.connection.settimeout(None if peer.authenticated
+                                           else server.gate.hello_seconds)
                 try:
-                    line = read_line(self.rfile)
-                    if line is None:
-                        return
-                    reply = server.handle(conn, parse(line))
+                    line = read_line(self.rfile)  # OSError: the connection is gone
                 except LineTooLong as err:
                     self.send(_reply(err))
                     if not err.skip():
                         return
                     continue
+                except TimeoutError:
+                    self.send(_reply(ServeError(
+                        f"no hello within {server.gate.hello_seconds:g} s: "
+                        f"{server.gate.refusal()}")))
+                    return
+                if line is None:
+                    return
+                try:
+                    reply = server.handle(conn, parse(line))
                 except (ControlPlaneError, KeyError, ValueError, TypeError) as err:
                     reply = _reply(err)
                 except Exception as err:  # a bug: the client still gets its one line

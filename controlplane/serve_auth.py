@@ -43,6 +43,9 @@ DEFAULT_SOCKET_MODE = 0o600
 # Each rank of a training script holds one connection; 32 ranks per host at most
 # (a job has 32 members), plus room for the CLI.
 MAX_CONNECTIONS_PER_CLIENT = 64
+# A connection that has not authenticated within this long is closed: it holds a thread
+# and one of its client's connections. An authenticated one (a script's lease) may idle.
+HELLO_SECONDS = 30.0
 _MAKE_TOKEN = "make one with `openssl rand -hex 32 > FILE && chmod 600 FILE`"
 
 
@@ -173,6 +176,7 @@ class Gate:
             if access.operator_token_file else None
         self.socket_mode = access.socket_mode
         self.operators = access.operators
+        self.hello_seconds = HELLO_SECONDS
         self.tls: ssl.SSLContext | None = None
         if access.tls:
             if kind != "tcp":

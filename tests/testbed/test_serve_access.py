@@ -294,3 +294,18 @@ def test_a_held_lease_reclaims_its_jobs_over_tls(start: Start, tmp_path: Path) -
         time.sleep(0.1)
     assert client.request({"op": "status"})["ok"]
     client.close()
+
+
+def test_a_connection_that_never_authenticates_is_closed(start: Start, tmp_path: Path) -> None:
+    server = start(token_file=str(secret(tmp_path / "serve.token", TOKEN)))
+    server.gate.hello_seconds = 0.5
+    host, port = server.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as idle:
+        reader = idle.makefile()
+        reply = json.loads(reader.readline())
+        assert not reply["ok"] and reply["error"].startswith("no hello within 0.5 s: "
+                                                             "authenticate first")
+        assert reader.readline() == ""  # then closed
+    with ServeClient(server.address, token=TOKEN) as client:  # one that did may idle
+        time.sleep(1.0)
+        assert client.request({"op": "status"})["ok"]
