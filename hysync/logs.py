@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -102,3 +103,18 @@ def setup(fmt: str = "text", level: int | str = logging.INFO,
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())
     return handler
+
+
+def from_environment() -> logging.Handler | None:
+    """For a process HySync runs inside but does not own (a training script calling
+    hysync.torch.attach): set its logging up only when HYSYNC_LOG_FORMAT (text or json)
+    asks, at HYSYNC_LOG_LEVEL (default info); else leave the script's logging alone."""
+    fmt = os.environ.get("HYSYNC_LOG_FORMAT")
+    if not fmt:
+        return None
+    level = os.environ.get("HYSYNC_LOG_LEVEL", "info").upper()
+    if fmt not in FORMATS or level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError(f"HYSYNC_LOG_FORMAT={fmt!r} HYSYNC_LOG_LEVEL={level.lower()!r}: the "
+                         f"format is one of {', '.join(FORMATS)}, the level debug, info, "
+                         "warning or error")
+    return setup(fmt, level)

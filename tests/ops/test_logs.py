@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hysync import logs
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.serve_client import ServeClient
@@ -74,3 +76,26 @@ def test_serve_logs_its_events_as_json_lines(deployed: Inventory) -> None:
     swap = next(line for line in lines if line["event"] == "mode_swap")
     assert swap["job"] == job and swap["fields"]["mode"] == "async"
     assert swap["fields"]["by"] == "operator"
+
+
+def test_a_training_process_logs_as_hysync_log_format_asks(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("HYSYNC_LOG_FORMAT", raising=False)
+    assert logs.from_environment() is None  # a script's own logging is left alone
+    monkeypatch.setenv("HYSYNC_LOG_FORMAT", "yaml")
+    with pytest.raises(ValueError, match="HYSYNC_LOG_FORMAT='yaml'.* one of text, json"):
+        logs.from_environment()
+    monkeypatch.setenv("HYSYNC_LOG_FORMAT", "json")
+    monkeypatch.setenv("HYSYNC_LOG_LEVEL", "warning")
+    handler = logs.from_environment()
+    assert handler is not None
+    try:
+        stream = io.StringIO()
+        handler.setStream(stream)  # type: ignore[attr-defined]
+        log = logging.getLogger("hysync.worker.transport")
+        logs.event(log, "resync", "ignored at info", job=1)
+        logs.event(log, "retransmission_storm", "storm", job=1, level=logging.WARNING)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(logging.WARNING)
+    (line,) = stream.getvalue().splitlines()
+    assert json.loads(line)["event"] == "retransmission_storm"

@@ -3,10 +3,13 @@ values move with the job, a swap shows, and every family is one hysync/metrics.p
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import time
+
+import pytest
 
 from hysync import wire
 from hysync.controlplane.metrics import serve_metrics
@@ -80,6 +83,21 @@ def test_serve_metrics_follow_a_running_job_and_show_a_swap(
         wait_until(lambda: value(scrape(endpoint.address), "hysync_job_rounds_closed_total",
                                  job=str(job_id)) > value(after, "hysync_job_rounds_closed_total",
                                                           job=str(job_id)) + 10)
+        # Every member is healthy: once its dwell is over the policy swaps back to sync, and
+        # its decision shows with its reason.
+        policy_swaps = ("hysync_job_mode_swaps_total", frozenset({("job", str(job_id)),
+                                                                  ("by", "policy")}))
+        wait_until(lambda: scrape(endpoint.address).get(policy_swaps, 0) >= 1)
+        back = scrape(endpoint.address)
+        assert value(back, "hysync_job_slot_mode", job=str(job_id), mode="sync") == 1
+        assert value(back, "hysync_policy_decisions_total", job=str(job_id),
+                     action="set_mode") >= 1
+        (decision,) = [dict(labels) for (name, labels), v in back.items()
+                       if name == "hysync_policy_last_decision_info" and v == 1]
+        assert decision["action"] == "set_mode" and decision["mode"] == "sync"
+        assert "healthy" in decision["reason"]
+        assert value(back, "hysync_policy_last_decision_timestamp_seconds",
+                     job=str(job_id)) == pytest.approx(time.time(), abs=60)
         for name, _ in after:
             assert base(name) in EXPORTED, f"{name} is exported but not in EXPORTED"
         client.close()
@@ -91,7 +109,7 @@ def test_the_softswitch_serves_its_own_metrics(tmp_path) -> None:  # type: ignor
     grpc, udp, metrics = free_port(), free_port(), free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", f"127.0.0.1:{grpc}",
-         "--udp", f"127.0.0.1:{udp}", "--metrics-addr", f"127.0.0.1:{metrics}",
+          "--udp", f"127.0.0.1:{udp}", "--metrics-addr", f"127.0.0.1:{metrics}",
          "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -108,4 +126,9 @@ def test_the_softswitch_serves_its_own_metrics(tmp_path) -> None:  # type: ignor
             assert base(name) in EXPORTED or name.startswith(("python_", "process_")), name
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        _, err = proc.communicate(timeout=10)
+    lines = [json.loads(line) for line in err.splitlines()]  # --log-format json
+    assert lines and all({"time", "level", "component", "event", "fields"} <= set(line)
+                         for line in lines)
+    assert {line["component"] for line in lines} == {"softswitch", "metrics"}
+    assert any(line["event"] == "metrics_listening" for line in lines)
