@@ -10,15 +10,17 @@ Metric names: hysync/metrics.py (EXPORTED).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from hysync.controlplane.detect import Health
+from hysync.controlplane.detect import Health, WorkerHealth
 from hysync.controlplane.errors import ControlPlaneError
-from hysync.controlplane.policy import SET_MODE
+from hysync.controlplane.policy import SET_MODE, Decision
+from hysync.controlplane.policy_runner import PolicyRunner
 from hysync.controlplane.stats import PER_WORKER
 from hysync.metrics import MEMBER_STATES, Endpoint, WriteMetrics
 from hysync.wire import Mode
@@ -67,18 +69,16 @@ class ServeCollector(Collector):
         switch_drops = c("hysync_switch_drops", "packets the switch dropped, by reason",
                          labels=["reason"])
         try:
-            with server.lock:
-                installed = [j for j in server.controller.list_jobs() if j.complete]
-                stats = {j.job_id: server.controller.stats(j.job_id) for j in installed}
+            with server.lock:  # the policies change on serve's tick: copy them under it
+                read = server.controller.all_stats()
                 sw = server.controller.switch_stats()
-                policies = {j: lease.policy for j, lease in server.leases.items()
+                policies = {j: _PolicyView.of(lease.policy) for j, lease in server.leases.items()
                             if lease.policy is not None}
         except ControlPlaneError:
             return  # the switch is gone: no samples rather than stale ones
-        jobs.add_metric([], len(installed))
-        for job in installed:
+        jobs.add_metric([], len(read))
+        for job, s in read:
             label = str(job.job_id)
-            s = stats[job.job_id]
             rounds.add_metric([label], sum(w.closes for w in s.workers.values()))
             for seg in job.segments():
                 slots = f"{seg.low}-{seg.high}"
@@ -88,8 +88,7 @@ class ServeCollector(Collector):
                 quorum.add_metric([label, slots], seg.quorum if seg.mode == Mode.PARTIAL else 0)
             for reason, n in s.drops.items():
                 job_drops.add_metric([label, reason.lower()], n)
-            runner = policies.get(job.job_id)
-            policy = runner.policy if runner is not None else None
+            policy = policies.get(job.job_id)
             counts = dict.fromkeys(MEMBER_STATES, 0)
             for w in s.workers.values():
                 wl = [label, str(w.worker)]
@@ -109,7 +108,7 @@ class ServeCollector(Collector):
                     slowdown.add_metric(wl, health.slowdown)
             for name, n in counts.items():
                 members.add_metric([label, name], n)
-            if runner is not None and policy is not None:
+            if policy is not None:
                 made: dict[str, int] = {}
                 for d in policy.decisions:
                     made[d.action] = made.get(d.action, 0) + 1
@@ -120,12 +119,26 @@ class ServeCollector(Collector):
                     mode = d.mode if d.action == SET_MODE else ""
                     last.add_metric([label, d.action, mode, "" if d.worker is None
                                      else str(d.worker), d.reason], 1)
-                    last_time.add_metric([label], runner.wall_time(d.time))
+                    last_time.add_metric([label], PolicyRunner.wall_time(d.time))
         for reason, n in sw.drops.items():
             switch_drops.add_metric([reason.lower()], n)
         yield from (jobs, rounds, members, slot_mode, slot_value, quorum, job_drops,
                     *per_worker.values(), state, slowdown, decisions, last, last_time,
                     switch_drops)
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyView:
+    """What a scrape shows of a job's policy, copied while serve's lock is held."""
+
+    health: dict[int, WorkerHealth]
+    on_probation: frozenset[int]
+    decisions: list[Decision]
+
+    @classmethod
+    def of(cls, runner: PolicyRunner) -> _PolicyView:
+        p = runner.policy
+        return cls(dict(p.health), p.on_probation, list(p.decisions))
 
 
 def serve_metrics(server: Server, addr: str) -> Endpoint:
