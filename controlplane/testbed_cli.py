@@ -113,7 +113,11 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
     back from the switch and keeps them for --claim-grace seconds for their scripts.
     """
     inv = _inventory(args)
-    logs.setup(args.log_format or ("json" if args.json else "text"))
+    with logs.configured(args.log_format or ("json" if args.json else "text")):
+        _serve(args, out, inv)
+
+
+def _serve(args: argparse.Namespace, out: _Out, inv: Inventory) -> None:
     server = Server(inv, policy=None if args.policy == "none" else args.policy,
                     policy_interval=args.policy_interval, policy_scale=args.policy_scale,
                     policy_log=Path(args.policy_log) if args.policy_log else None,

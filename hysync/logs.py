@@ -15,12 +15,13 @@ Log shippers key on `event` and `fields`, not on `message`, whose wording may ch
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 FORMATS = ("text", "json")
@@ -103,6 +104,20 @@ def setup(fmt: str = "text", level: int | str = logging.INFO,
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())
     return handler
+
+
+@contextlib.contextmanager
+def configured(fmt: str = "text", level: int | str = logging.INFO,
+               stream: TextIO | None = None) -> Iterator[logging.Handler]:
+    """`setup` for the duration of a command; the root logger is put back after it."""
+    root = logging.getLogger()
+    before = root.level
+    handler = setup(fmt, level, stream)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(before)
 
 
 def from_environment() -> logging.Handler | None:

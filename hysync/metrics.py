@@ -126,6 +126,7 @@ class Endpoint:
         self._server: WSGIServer = server
         self._thread: threading.Thread = thread
         hysync_logger = logging.getLogger("hysync")
+        self._level = hysync_logger.level
         if hysync_logger.getEffectiveLevel() > logging.INFO:
             hysync_logger.setLevel(logging.INFO)  # the events are INFO: count them
         hysync_logger.addHandler(self._counter)
@@ -135,7 +136,9 @@ class Endpoint:
                    f"metrics on http://{self.address}/metrics", address=self.address)
 
     def close(self) -> None:
-        logging.getLogger("hysync").removeHandler(self._counter)
+        hysync_logger = logging.getLogger("hysync")
+        hysync_logger.removeHandler(self._counter)
+        hysync_logger.setLevel(self._level)
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

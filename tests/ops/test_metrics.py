@@ -18,7 +18,7 @@ from hysync.metrics import EXPORTED
 from tests.controlplane.conftest import Softswitch
 from tests.testbed.conftest import free_port
 
-from .conftest import scrape, value
+from .conftest import hysync, scrape, value
 
 
 def wait_until(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -132,3 +132,17 @@ def test_the_softswitch_serves_its_own_metrics(tmp_path) -> None:  # type: ignor
                          for line in lines)
     assert {line["component"] for line in lines} == {"softswitch", "metrics"}
     assert any(line["event"] == "metrics_listening" for line in lines)
+
+
+def test_a_taken_metrics_address_is_one_line_and_lets_the_switch_go(deployed, serve) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        addr = f"127.0.0.1:{taken.getsockname()[1]}"
+        code, out, err = hysync("serve", str(deployed.path), "--metrics-addr", addr)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1 and f"cannot serve metrics on {addr}" in err
+    assert "pick another --metrics-addr HOST:PORT" in err
+    serve(policy=None)  # the failed serve let the switch go: another one is its primary
+    code, out, err = hysync("serve", str(deployed.path), "--metrics-addr", "nowhere")
+    assert (code, out) == (2, "") and "'nowhere' is not HOST:PORT" in err
