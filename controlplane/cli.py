@@ -7,7 +7,8 @@ Commands that only read (job list, mode show, stats) open no arbitration stream,
 so they never disturb a running primary controller.
 
 Exit status 0 on success; on failure one line `hysync: error: ...` on stderr
-(1: the operation failed, 2: bad command line). `hysync sniff IFACE` talks to no
+(1: the operation failed, 2: bad command line, 3: `mode set --wait` wrote the mode but
+the range did not latch it in time, e.g. no traffic). `hysync sniff IFACE` talks to no
 switch: it prints the HySync headers seen on an interface (hysync.scapy).
 
 (Over 500 lines for a reason: every subcommand's handler and its argparse lines sit
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from hysync import wire
-from hysync.controlplane.controller import Controller
+from hysync.controlplane.controller import Controller, LatchTimeoutError
 from hysync.controlplane.device_config import TARGETS
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.installed import InstalledJob
@@ -50,12 +51,19 @@ class UsageError(Exception):
     """A command line that cannot be carried out as written (exit 2)."""
 
 
+class NotLatchedError(HySyncError):
+    """`mode set --wait`: the write landed, the range did not latch in time (exit 3)."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 # ------------------------------------------------------------ argument types
+JOB_HELP = "the job id (1..255), as `hysync job list` shows it"
+
+
 def _job_id(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) < wire.MAX_JOBS:
         raise argparse.ArgumentTypeError(f"job id {text!r} must be a number 1..255")
@@ -205,18 +213,38 @@ def cmd_mode_set(args: argparse.Namespace, out: _Out) -> None:
     with _connect(args) as switch:
         controller = Controller(switch).attach()
         report = controller.set_mode(args.job, slots=args.slots, mode=mode, quorum=args.quorum)
-        latched = None
-        if args.wait is not None:
-            latched = controller.wait_latched(args.job, args.slots, mode, timeout=args.wait)
+        latched, pending = wait_for_latch(controller, args, mode)
     lo, hi = report.slots
     how = {"modify": "one MODIFY", "insert": "new range entry",
            "unchanged": "already set"}[report.strategy]
     text = f"job {args.job} slots {lo}-{hi}: {format_mode(mode, report.quorum)} ({how})"
+    emit_latch(out, {"job_id": args.job, "slots": [lo, hi], "mode": args.mode,
+                     "quorum": report.quorum, "strategy": report.strategy,
+                     "deleted_entries": report.deleted}, text, args, latched, pending)
+
+
+def wait_for_latch(controller: Controller, args: argparse.Namespace,
+                   mode: Mode) -> tuple[float | None, LatchTimeoutError | None]:
+    """--wait: (seconds until the range latched, None) or (None, the timeout)."""
+    if args.wait is None:
+        return None, None
+    try:
+        return controller.wait_latched(args.job, args.slots, mode, timeout=args.wait), None
+    except LatchTimeoutError as err:
+        return None, err
+
+
+def emit_latch(out: _Out, data: dict[str, object], text: str, args: argparse.Namespace,
+               latched: float | None, pending: LatchTimeoutError | None) -> None:
+    """The write's report with what --wait saw; a write not latched in time exits 3."""
     if latched is not None:
         text += f"; latched after {latched:.3f} s"
-    out.emit({"job_id": args.job, "slots": [lo, hi], "mode": args.mode,
-              "quorum": report.quorum, "strategy": report.strategy,
-              "deleted_entries": report.deleted, "latched_after": latched}, text)
+    elif pending is not None:
+        text += f"; written, not latched within {args.wait:g} s"
+    out.emit(dict(data, latched_after=latched,
+                  latched=None if args.wait is None else pending is None), text)
+    if pending is not None:
+        raise NotLatchedError(f"the mode is written on the switch; {pending}")
 
 
 def cmd_mode_show(args: argparse.Namespace, out: _Out) -> None:
@@ -375,14 +403,14 @@ def _stats_table(s: JobStats, rates: JobRates | None) -> str:
 # ------------------------------------------------------------ plumbing
 def cmd_sniff(args: argparse.Namespace, out: _Out) -> None:
     """Print the HySync headers of the packets on an interface, as tcpdump would (needs
-    root). Stops after --count packets or --duration seconds, else at Ctrl-C."""
+    root). Stops after --count packets or --duration seconds, else at Ctrl-C. With --json,
+    one JSON object per packet (its addresses and header fields), then a summary object."""
     from hysync import scapy  # scapy's import costs ~1 s: only for this command
 
-    if args.json:
-        raise UsageError("sniff prints one text line per packet; it has no --json")
-    seen = scapy.sniff(args.iface, lambda line: out.emit(None, line), count=args.count or 0,
-                       timeout=args.duration)
-    out.emit(None, f"{seen} HySync packet(s) on {args.iface}")
+    render = scapy.record if args.json else scapy.describe
+    seen = scapy.sniff(args.iface, lambda item: out.emit(item, str(item)),
+                       count=args.count or 0, timeout=args.duration, render=render)
+    out.emit({"packets": seen, "iface": args.iface}, f"{seen} HySync packet(s) on {args.iface}")
 
 
 def tls_of(args: argparse.Namespace) -> ClientTls | None:
@@ -479,12 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true",
                    help="replace a job installed with the same id but a different definition")
     p = command(jobs, "remove", cmd_job_remove)
-    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
     command(jobs, "list", cmd_job_list)
 
     modes = group("mode", "hot-swap and show the sync mode of slot ranges")
     p = command(modes, "set", cmd_mode_set)
-    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
     p.add_argument("--slots", type=_slots, required=True, metavar="A-B",
                    help="slot range, inclusive (inside the job's slots)")
     p.add_argument("mode", choices=[m.name.lower() for m in Mode], metavar="{sync,partial,async}")
@@ -493,17 +521,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=_seconds, metavar="SECONDS",
                    help="wait up to SECONDS until every slot has latched the mode")
     p = command(modes, "show", cmd_mode_show)
-    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 
     members = group("member", "exclude and readmit members of a job")
     for name, handler in (("exclude", cmd_member_exclude), ("readmit", cmd_member_readmit)):
         p = command(members, name, handler)
-        p.add_argument("job", type=_job_id, metavar="JOB")
-        p.add_argument("worker", type=_worker, metavar="WORKER")
+        p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
+        p.add_argument("worker", type=_worker, metavar="WORKER",
+                       help="the member's worker id in the job (0..31)")
 
     policies = group("policy", "run a straggler policy on a job")
     p = command(policies, "run", cmd_policy_run)
-    p.add_argument("job", type=_job_id, metavar="JOB")
+    p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
     p.add_argument("--policy", choices=POLICIES, default="adaptive",
                    help="the policy (default adaptive)")
     p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECONDS",
@@ -515,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
 
     p = command(groups, "stats", cmd_stats)
-    p.add_argument("job", type=_job_id, metavar="JOB", nargs="?")
+    p.add_argument("job", type=_job_id, metavar="JOB", nargs="?", help=JOB_HELP)
     p.add_argument("--switch", action="store_true",
                    help="switch-wide drops by reason instead of one job's counters")
     p.add_argument("--watch", type=_seconds, metavar="SECONDS",
@@ -530,9 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_seconds, metavar="SECONDS",
                    help="stop after SECONDS (default: until Ctrl-C)")
 
-    from hysync.controlplane import testbed_cli  # imports this module: load it last
+    from hysync.controlplane import completion, testbed_cli, top  # import this module: last
 
     testbed_cli.add_commands(groups, command)
+    top.add_command(groups, command, _seconds, _count)
+    completion.add_command(groups, command)
     return parser
 
 
@@ -553,6 +584,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     except (UsageError, BadFileError) as err:
         _error(stderr, str(err))
         return 2
+    except NotLatchedError as err:
+        _error(stderr, str(err))
+        return 3
     except HySyncError as err:
         _error(stderr, str(err))
         return 1

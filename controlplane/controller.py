@@ -461,6 +461,11 @@ class Controller:
         read = self.switch.read_counter_cells(counters.cells(job.job_id, workers))
         return counters.collect(job.job_id, workers, job.active, read, time.monotonic())
 
+    def all_stats(self) -> list[tuple[InstalledJob, counters.JobStats]]:
+        """Every installed job with its counters, from one read of the tables."""
+        self._read()
+        return [(job, self._stats(job)) for job in self.jobs.values() if job.complete]
+
     def switch_stats(self) -> counters.SwitchStats:
         """Switch-wide drops by reason, whatever job id the dropped packets named."""
         return counters.SwitchStats.collect(self.switch.read_counter_cells(counters.SWITCH_CELLS))

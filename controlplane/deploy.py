@@ -50,9 +50,11 @@ class Check:
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # not run (no way to run it from here): neither ok nor failed
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'}  {self.name}: {self.detail}"
+        state = "skip" if self.skipped else "ok  " if self.ok else "FAIL"
+        return f"{state}  {self.name}: {self.detail}"
 
 
 def connect(inv: Inventory, *, read_only: bool = False, timeout: float = 5.0) -> Switch:
@@ -193,9 +195,10 @@ def _probe(inv: Inventory, source: Host | None, no_source: str,
            timeout: float) -> tuple[probe.Probe | None, Check]:
     """The probe from `source` to every other host, and its line."""
     if source is None:
-        return None, Check("probe", True, f"not sent: {no_source}; to ping every host through "
-                                          "the switch, run `hysync deploy --check --from HOST "
-                                          f"{inv.path}` on a host of the inventory, as root")
+        return None, Check("probe", False, f"not sent: {no_source}; to ping every host "
+                                           "through the switch, run `hysync deploy --check "
+                                           f"--from HOST {inv.path}` on a host of the "
+                                           "inventory, as root", skipped=True)
     try:
         result = probe.probe(source, [h for h in inv.hosts if h != source], timeout)
     except probe.ProbeError as err:

@@ -25,7 +25,9 @@ from typing import Union
 
 from p4.v1 import p4runtime_pb2 as p4r
 
+from hysync import p4names
 from hysync import p4wire as wire
+from hysync import wire as wire_format
 from hysync.p4schema import EncodeError, MatchFieldInfo, Schema, SchemaError, decode_int, encode_int
 
 MatchValue = Union[int, tuple[int, int], None]  # noqa: UP007 (a runtime alias, 3.11 safe)
@@ -340,8 +342,10 @@ def delete(entity: Entity) -> Update:
 def describe(entity: Entity) -> str:
     """A short human description, for error messages and logs."""
     if isinstance(entity, TableEntry):
-        match = ", ".join(f"{k}={_fmt(v)}" for k, v in entity.match.items())
-        params = ", ".join(f"{k}={v}" for k, v in entity.params.items())
+        keys = {k[0]: k[1] for k in p4names.TABLE_KEYS.get(entity.table, ())}
+        bits = {p[0]: p[1] for p in p4names.ACTION_PARAMS.get(entity.action, ())}
+        match = ", ".join(f"{k}={_fmt(v, keys.get(k))}" for k, v in entity.match.items())
+        params = ", ".join(f"{k}={_fmt(v, bits.get(k))}" for k, v in entity.params.items())
         prio = f" priority {entity.priority}" if entity.priority else ""
         return f"{entity.table}[{match}]{prio} -> {entity.action}({params})"
     if isinstance(entity, MulticastGroup):
@@ -350,7 +354,9 @@ def describe(entity: Entity) -> str:
     return f"{entity.counter}[{entity.index}]"
 
 
-def _fmt(value: MatchValue) -> str:
+def _fmt(value: MatchValue, bits: int | None = None) -> str:
     if isinstance(value, tuple):
         return f"{value[0]}..{value[1]}"
+    if bits == 48 and isinstance(value, int):  # a MAC address, as `ip link` prints it
+        return wire_format.bytes_to_mac(value.to_bytes(6, "big"))
     return str(value)

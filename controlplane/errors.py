@@ -54,19 +54,39 @@ class SwitchUnreachableError(ControlPlaneError, ConnectionError):
 
 
 class NotPrimaryError(ControlPlaneError):
-    """Another controller with a higher election id is the primary for this device."""
+    """Another controller with a higher election id is the primary for this device, or
+    none is but the switch remembers a higher id than ours (`live` False: P4Runtime elects
+    only an id at least as high as the highest it has seen, until the switch restarts)."""
 
     def __init__(self, grpc_addr: str, device_id: int, mine: tuple[int, int],
-                 primary: tuple[int, int] | None, detail: str = "") -> None:
+                 primary: tuple[int, int] | None, detail: str = "", *,
+                 live: bool | None = None) -> None:
         self.primary = primary
         self.election_id = mine
+        self.live = live
+        why = f" ({detail})" if detail else ""
+        where = f"device {device_id} at {grpc_addr}"
+        if live is False and primary is not None:
+            wanted = _fmt_election((primary[0], primary[1] + 1) if primary[1] < 2**64 - 1
+                                   else primary)
+            super().__init__(
+                f"not the primary controller of {where}: no controller is primary now, but "
+                f"the switch has seen election id {_fmt_election(primary)}{_parts(primary)} "
+                f"and elects only an id at least that high; {_fmt_election(mine)} is lower"
+                f"{why}. An earlier session raised it (p4runtime-shell's default election id "
+                f"is 1,0, higher than any plain number). Pass --election-id {wanted} (an "
+                f"inventory: switch.election_id = \"{wanted}\") or restart the switch; "
+                "inspect with `p4runtime-shell --election-id 0,1` so that it stays below")
+            return
         who = (f"the controller with election id {_fmt_election(primary)}"
                if primary is not None else "another controller")
-        why = f" ({detail})" if detail else ""
         super().__init__(
-            f"not the primary controller of device {device_id} at {grpc_addr}: {who} is "
-            f"primary and {_fmt_election(mine)} is not higher{why}; stop the other "
-            "controller or pass a higher --election-id")
+            f"not the primary controller of {where}: {who} is primary and "
+            f"{_fmt_election(mine)} is not higher{why}. If it is `hysync serve`, send the "
+            "write through it: `hysync --serve ADDR ...` (or HYSYNC_SERVE=ADDR), as a higher "
+            "--election-id would take the switch from it; if it is p4runtime-shell (default "
+            "election id 1,0), reopen it with --election-id 0,1 to read as a backup; else "
+            "stop the other controller or pass a higher --election-id")
 
 
 class NoPipelineError(ControlPlaneError):
@@ -142,6 +162,11 @@ def error_for(code: grpc.StatusCode, message: str,
               failures: tuple[tuple[int, str, str], ...] = ()) -> P4RuntimeError:
     cls = _BY_CODE.get(code, P4RuntimeError)
     return cls(message, code=code, failures=failures)
+
+
+def _parts(election: tuple[int, int]) -> str:
+    """' (high=1, low=0)' where the high half is set, as P4Runtime messages print it."""
+    return f" (high={election[0]}, low={election[1]})" if election[0] else ""
 
 
 def _fmt_election(election: tuple[int, int] | None) -> str:

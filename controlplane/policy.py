@@ -246,6 +246,11 @@ class AdaptivePolicy:
         self._noted: set[tuple[str, int]] = set()
 
     # ---------------------------------------------------------- state
+    @property
+    def on_probation(self) -> frozenset[int]:
+        """Readmitted members still on probation (metrics and `hysync top` show them)."""
+        return frozenset(self._probation)
+
     def start(self, view: JobView, time: float) -> None:
         """Adopt the job's current mode and membership."""
         self._started = True

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
+from hysync import logs
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.detect import Interval, JobView
 from hysync.controlplane.errors import ControlPlaneError
@@ -91,8 +92,10 @@ class PolicyRunner:
         p = self.policy
         if not self.dry_run and (view.mode, view.quorum, view.active) != (
                 p.mode, p.quorum, frozenset(p.active)):
-            log.info("job %d changed outside the policy: %s, active %s", self.job_id,
-                     mode_text(view.mode, view.quorum), sorted(view.active))
+            logs.event(log, "policy_resync", f"job {self.job_id} changed outside the policy: "
+                       f"{mode_text(view.mode, view.quorum)}, active {sorted(view.active)}",
+                       job=self.job_id, mode=mode_text(view.mode, view.quorum),
+                       active=sorted(view.active))
             p.resync(view, stats.time)
         decisions = p.observe(interval)
         failed: str | None = None
@@ -108,6 +111,8 @@ class PolicyRunner:
                     log.warning("policy decision %s failed: %s", d.describe(), error)
             record = dict(d.to_dict(), job_id=self.job_id, applied=not self.dry_run and
                           error is None, error=error, dry_run=self.dry_run, wall=_time.time())
+            if record["applied"]:
+                _log_decision(self.job_id, d)
             self._write(record)
             if self.echo is not None:
                 self.echo(record)
@@ -157,6 +162,11 @@ class PolicyRunner:
                 next_at = _time.monotonic() + self.interval
         return made
 
+    @staticmethod
+    def wall_time(monotonic: float) -> float:
+        """The Unix time of a decision's `time` (time.monotonic())."""
+        return _time.time() - (_time.monotonic() - monotonic)
+
     def note(self, record: Mapping[str, object]) -> None:
         """Log a change the policy did not decide (an operator's override)."""
         self._write(record)
@@ -165,6 +175,20 @@ class PolicyRunner:
         if self._log is not None:
             self._log.write(json.dumps(record, sort_keys=True) + "\n")
             self._log.flush()
+
+
+_EVENTS = {SET_MODE: "mode_swap", EXCLUDE: "exclusion", READMIT: "readmission"}
+
+
+def _log_decision(job_id: int, d: Decision) -> None:
+    """An applied decision as the event it is (serve's metrics count the swaps)."""
+    fields: dict[str, object] = {"by": "policy", "reason": d.reason}
+    if d.action == SET_MODE:
+        fields.update(mode=d.mode, quorum=d.quorum)
+    else:
+        fields.update(worker=d.worker)
+    logs.event(log, _EVENTS.get(d.action, d.action), f"job {job_id}: {d.describe()}",
+               job=job_id, **fields)
 
 
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:

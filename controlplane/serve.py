@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hysync import wire
+from hysync import logs, wire
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.deploy import compare_pipeline, held, inventory_jobs
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
@@ -85,7 +85,7 @@ class Server:
     def __init__(self, inv: Inventory, *, policy: str | None = "adaptive",
                  policy_interval: float = 0.5, policy_scale: float = 1.0,
                  policy_log: Path | None = None, claim_grace: float = 30.0,
-                 timeout: float = 5.0, say: Callable[[str], None] = print,
+                 timeout: float = 5.0, say: Callable[[str], None] | None = None,
                  max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT) -> None:
         self.inv = inv
         self.policy_name, self.policy_interval = policy, policy_interval
@@ -109,6 +109,8 @@ class Server:
             self.switch = Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
                                  timeout=timeout, tls=s.tls)
         except NotPrimaryError as err:
+            if err.live is False:  # no serve holds it: the switch remembers a higher id
+                raise ServeError(str(err)) from None
             raise ServeError(f"{held(inv, err)}: one switch has one `hysync serve`; stop the "
                              "other before starting this one") from None
         try:
@@ -123,8 +125,9 @@ class Server:
                 self.leases[job.job_id] = Lease(None, time.monotonic() + claim_grace)
             self._cursor = max((j.slots[1] + 1 for j in adopted), default=inv.pool.slot_base)
             if adopted:
-                say(f"adopted jobs {', '.join(str(j.job_id) for j in adopted)} from the switch; "
-                    f"their owners have {claim_grace:g} s to claim them")
+                self._event("adoption", f"adopted jobs {', '.join(str(j.job_id) for j in adopted)}"
+                            f" from the switch; their owners have {claim_grace:g} s to claim them",
+                            jobs=[j.job_id for j in adopted])
         except BaseException:
             self.switch.close()
             raise
@@ -191,7 +194,8 @@ class Server:
                         try:
                             lease.policy.step()
                         except ControlPlaneError as err:
-                            log.warning("policy of job %d: %s", job_id, err)
+                            logs.event(log, "policy_error", f"policy of job {job_id}: {err}",
+                                       job=job_id, level=logging.WARNING, error=str(err))
 
     # ---------------------------------------------------------- requests
     def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -271,10 +275,13 @@ class Server:
             self.leases[job.job_id] = Lease(conn, key=key)
         if policy and policy != "none":
             self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
-        self.say(f"admitted job {train.job_id} {train.name!r}: {len(members)} members, slots "
-                 f"{train.slots[0]}-{train.slots[1]}" +
-                 (f", averaging job {jobs[1].job_id} slots {jobs[1].slots[0]}-{jobs[1].slots[1]}"
-                  if averaging else "") + (f", policy {policy}" if policy else ""))
+        self._event("admission", f"admitted job {train.job_id} {train.name!r}: {len(members)} "
+                    f"members, slots {train.slots[0]}-{train.slots[1]}" +
+                    (f", averaging job {jobs[1].job_id} slots {jobs[1].slots[0]}-"
+                     f"{jobs[1].slots[1]}" if averaging else "") +
+                    (f", policy {policy}" if policy else ""), job=train.job_id,
+                    name=train.name, members=len(members), slots=list(train.slots),
+                    averaging_job=jobs[1].job_id if averaging else None, policy=policy)
         return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
                           "slot_count": j.slot_count} for j in jobs], "key": key,
                 "switch": {"ipv4": self.inv.switch.data_ipv4,
@@ -291,7 +298,8 @@ class Server:
             self.leases[job_id].owner = conn
             if request["key"] is not None:  # the admit's key, which a restart forgot
                 self.leases[job_id].key = request["key"]
-        self.say(f"jobs {', '.join(map(str, ids))} claimed by connection {conn}")
+        self._event("claim", f"jobs {', '.join(map(str, ids))} claimed by connection {conn}",
+                    jobs=ids, connection=conn)
         return {"jobs": ids}
 
     def op_release(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -313,11 +321,13 @@ class Server:
         if lease.policy is not None:
             lease.policy.close()
             lease.policy = None
-            self.say(f"job {job_id}: worker {worker} finished; policy stopped")
+            self._event("policy_stopped", f"job {job_id}: worker {worker} finished; policy "
+                        "stopped", job=job_id, worker=worker)
         job = self.controller.job(job_id)
         for w in sorted({m.worker for m in job.members} - job.active - lease.left):
             self.controller.readmit(job_id, w)
-            self.say(f"job {job_id}: readmitted worker {w} to finish")
+            self._event("readmission", f"job {job_id}: readmitted worker {w} to finish",
+                        job=job_id, worker=w, by="serve", reason="a member finished")
         active = self.controller.job(job_id).active
         if worker in active and len(active) > 1:
             self.controller.exclude(job_id, worker)
@@ -337,8 +347,12 @@ class Server:
             runner.note({"time": time.monotonic(), "action": "override", "job_id": job_id,
                            "mode": mode.name.lower(), "quorum": report.quorum,
                            "slots": list(report.slots), "wall": time.time()})
-            self.say(f"job {job_id}: operator override {mode.name.lower()} "
-                     f"(quorum {report.quorum}); the policy adopts it")
+        if report.strategy != "unchanged":
+            self._event("mode_swap", f"job {job_id} slots {report.slots[0]}-{report.slots[1]}: "
+                        f"operator set {mode.name.lower()} (quorum {report.quorum})" +
+                        ("; the policy adopts it" if lease and lease.policy else ""),
+                        job=job_id, by="operator", mode=mode.name.lower(),
+                        quorum=report.quorum, slots=list(report.slots))
         return {"job_id": job_id, "slots": list(report.slots), "mode": mode.name.lower(),
                 "quorum": report.quorum, "strategy": report.strategy,
                 "deleted_entries": report.deleted, "override": bool(lease and lease.policy)}
@@ -346,12 +360,16 @@ class Server:
     def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         self._owner(conn, request["job"], "exclude a member of", request["key"])
         r = self.controller.exclude(request["job"], request["worker"])
+        self._event("exclusion", f"job {r.job_id}: worker {r.worker} excluded on request",
+                    job=r.job_id, worker=r.worker, by="request", members=r.members)
         return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
                 "quorums": [list(q) for q in r.quorums]}
 
     def op_readmit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         self._owner(conn, request["job"], "readmit a member of", request["key"])
         r = self.controller.readmit(request["job"], request["worker"])
+        self._event("readmission", f"job {r.job_id}: worker {r.worker} readmitted on request",
+                    job=r.job_id, worker=r.worker, by="request", members=r.members)
         return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
                 "quorums": [list(q) for q in r.quorums]}
 
@@ -372,14 +390,22 @@ class Server:
         return {"job_id": job_id, "updates": written}
 
     # ---------------------------------------------------------- helpers
+    def _event(self, name: str, text: str, /, *, job: int | None = None,
+               level: int = logging.INFO, **fields: Any) -> None:
+        """Log an event (hysync/logs.py); `say`, if given, gets its text too."""
+        logs.event(log, name, text, job=job, level=level, **fields)
+        if self.say is not None:
+            self.say(text)
+
     def _remove(self, job_ids: list[int], why: str) -> None:
         for job_id in job_ids:
             self._drop_lease(job_id)
             try:
                 self.controller.remove_job(job_id)
-                self.say(f"job {job_id} removed: {why}")
+                self._event("job_removed", f"job {job_id} removed: {why}", job=job_id, why=why)
             except ControlPlaneError as err:
-                self.say(f"job {job_id}: removing it failed ({err})")
+                self._event("job_remove_failed", f"job {job_id}: removing it failed ({err})",
+                            job=job_id, level=logging.WARNING, error=str(err))
 
     def _drop_lease(self, job_id: int) -> None:
         lease = self.leases.pop(job_id, None)

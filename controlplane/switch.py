@@ -97,6 +97,8 @@ class Switch:
         self.pipeline_timeout = pipeline_timeout
         self.is_primary = False
         self.primary_election_id: ElectionId | None = None
+        # (updates, seconds, ok) of every Write: hysync serve's metrics time them.
+        self.on_write: Callable[[int, float, bool], None] | None = None
         self._schema = schema
         self._closed = False
         self._requests: queue.Queue[p4r.StreamMessageRequest | None] = queue.Queue()
@@ -180,8 +182,11 @@ class Switch:
                                       reply.details() or "")
             raise self._map(reply, "arbitration")
         if not self.is_primary and require_primary:
+            # NOT_FOUND: no primary now, the switch's remembered election id is above ours.
+            live = reply.arbitration.status.code != code_pb2.NOT_FOUND
             raise NotPrimaryError(self.grpc_addr, self.device_id, self.election_id,
-                                  self.primary_election_id, reply.arbitration.status.message)
+                                  self.primary_election_id, reply.arbitration.status.message,
+                                  live=live)
 
     def close(self) -> None:
         """End the stream (the switch then elects another primary) and close the channel."""
@@ -271,8 +276,10 @@ class Switch:
         data = wire.encode_write_request(
             request, [wire.encode_update(u.record(schema)) for u in updates])
         timeout = self.write_deadline(len(updates))
+        start, ok = time.perf_counter(), False
         try:
             self._write_bytes(data, timeout=timeout)
+            ok = True
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise DeadlineExceededError(
@@ -281,6 +288,9 @@ class Switch:
                     f"{WRITE_SECONDS_PER_UPDATE * 1000:g} ms per update); it may be overloaded "
                     "or hung: raise --timeout or split the batch") from None
             raise self._write_error(err, updates) from None
+        finally:
+            if self.on_write is not None:
+                self.on_write(len(updates), time.perf_counter() - start, ok)
 
     def write_deadline(self, updates: int) -> float:
         """Seconds a write of `updates` updates may take: the session's timeout, plus time

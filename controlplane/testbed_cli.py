@@ -18,18 +18,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hysync import logs
 from hysync.controlplane import deploy, probe
-from hysync.controlplane.cli import UsageError, _Out, _seconds
+from hysync.controlplane.cli import UsageError, _Out, _seconds, emit_latch, wait_for_latch
+from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
 from hysync.controlplane.serve_auth import client_context, read_token
-from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.serve_client import ServeClient, ServeError
+from hysync.controlplane.switch import DEFAULT_GRPC_ADDR, Switch
 from hysync.controlplane.sync_mode import format_mode
 from hysync.wire import Mode
 
 Handler = Callable[[argparse.Namespace, _Out], None]
+
+
+def _inventory(args: argparse.Namespace) -> Inventory:
+    """The INVENTORY; a --grpc-addr other than its switch's is refused, not ignored."""
+    inv = Inventory.load(args.inventory)
+    given = getattr(args, "grpc_addr", DEFAULT_GRPC_ADDR)
+    if given not in (DEFAULT_GRPC_ADDR, inv.switch.grpc_addr):
+        raise UsageError(f"--grpc-addr {given} is not the switch of {args.inventory} "
+                         f"(switch.grpc_addr = {inv.switch.grpc_addr!r}): drop --grpc-addr, "
+                         "the inventory names the switch, or edit switch.grpc_addr in it")
+    return inv
 
 
 def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
@@ -45,15 +59,16 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
     and waits up to --timeout for answers. A switch running another pipeline is refused
     unless --replace-pipeline.
     """
-    inv = Inventory.load(args.inventory)
+    inv = _inventory(args)
     if args.probe_from is not None and not args.check:
         raise UsageError("--from HOST goes with --check (the host the probe starts on)")
     if args.check:
         source, no_source = probe.source_host(inv, args.probe_from)
         checks = deploy.check(inv, timeout=args.timeout, source=source, no_source=no_source)
-        out.emit({"checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in checks]},
+        out.emit({"checks": [{"name": c.name, "ok": None if c.skipped else c.ok,
+                              "skipped": c.skipped, "detail": c.detail} for c in checks]},
                  "\n".join(c.line() for c in checks))
-        failed = [c.name for c in checks if not c.ok]
+        failed = [c.name for c in checks if not c.ok and not c.skipped]
         if failed:
             raise ControlPlaneError(f"{len(failed)} check(s) failed: {', '.join(failed)}")
         return
@@ -82,7 +97,7 @@ def cmd_teardown(args: argparse.Namespace, out: _Out) -> None:
 
     Stop `hysync serve` first (it holds the switch). --dry-run says what would go.
     """
-    inv = Inventory.load(args.inventory)
+    inv = _inventory(args)
     lines: list[str] = []
     n = deploy.teardown(inv, dry_run=args.dry_run, timeout=args.timeout, say=lines.append)
     lines.append(f"{'would remove' if args.dry_run else 'removed'} {n} entries of "
@@ -98,21 +113,38 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
     A second serve against the same switch is refused; a restarted one reads the jobs
     back from the switch and keeps them for --claim-grace seconds for their scripts.
     """
-    inv = Inventory.load(args.inventory)
+    inv = _inventory(args)
+    with logs.configured(args.log_format or ("json" if args.json else "text")):
+        _serve(args, out, inv)
+
+
+def _serve(args: argparse.Namespace, out: _Out, inv: Inventory) -> None:
     server = Server(inv, policy=None if args.policy == "none" else args.policy,
                     policy_interval=args.policy_interval, policy_scale=args.policy_scale,
                     policy_log=Path(args.policy_log) if args.policy_log else None,
-                    claim_grace=args.claim_grace, timeout=args.timeout,
-                    say=lambda text: out.emit({"event": text}, text)).start()
+                    claim_grace=args.claim_grace, timeout=args.timeout).start()
+    endpoint = None
+    try:
+        if args.metrics_addr:
+            from hysync.controlplane.metrics import serve_metrics
+
+            endpoint = serve_metrics(server, args.metrics_addr)
+    except (OSError, ValueError) as err:  # a bad or taken --metrics-addr
+        server.close()
+        raise ServeError(str(err)) from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    out.emit({"listen": server.address, "grpc_addr": inv.switch.grpc_addr},
+    metrics = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
+    out.emit({"listen": server.address, "grpc_addr": inv.switch.grpc_addr,
+              "metrics": endpoint.address if endpoint else None},
              f"serving {inv.name or inv.path}: switch {inv.switch.grpc_addr}, requests on "
-             f"{server.address}")
+             f"{server.address}{metrics}")
     try:
         stop.wait()
     finally:
+        if endpoint is not None:
+            endpoint.close()
         server.close()
 
 
@@ -148,14 +180,20 @@ def routed_mode_set(args: argparse.Namespace, out: _Out) -> None:
     mode = Mode[args.mode.upper()]
     if mode == Mode.PARTIAL and args.quorum is None:
         raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
-    if args.wait is not None:
-        raise UsageError("--wait is not available through --serve; watch `hysync stats`")
     r = _request(args, {"op": "mode_set", "job": args.job, "slots": list(args.slots),
                         "mode": args.mode, "quorum": args.quorum})
+    latched, pending = None, None
+    if args.wait is not None:
+        # Serve holds the write session; the latch shows in the counters, which any
+        # session reads without arbitrating (the switch serve names).
+        grpc_addr = _request(args, {"op": "status"})["grpc_addr"]
+        with Switch(grpc_addr, device_id=args.device_id, timeout=args.timeout,
+                    arbitrate=False) as switch:
+            latched, pending = wait_for_latch(Controller(switch).attach(), args, mode)
     lo, hi = r["slots"]
     note = "; an override of the job's policy" if r["override"] else ""
-    out.emit(r, f"job {args.job} slots {lo}-{hi}: {format_mode(mode, r['quorum'])} "
-                f"({r['strategy']}) via {args.serve}{note}")
+    emit_latch(out, r, f"job {args.job} slots {lo}-{hi}: {format_mode(mode, r['quorum'])} "
+                       f"({r['strategy']}) via {args.serve}{note}", args, latched, pending)
 
 
 def _routed_member(op: str, what: str) -> Handler:
@@ -174,6 +212,13 @@ def routes() -> dict[str, Handler]:
             "cmd_member_readmit": _routed_member("readmit", "readmitted")}
 
 
+def _host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9650)")
+    return text
+
+
 def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
                  command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command(groups, "deploy", cmd_deploy)
@@ -186,10 +231,10 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("--replace-pipeline", action="store_true",
                    help="push the inventory's pipeline over another one (clears the switch)")
     p = command(groups, "teardown", cmd_teardown)
-    p.add_argument("inventory", metavar="INVENTORY")
+    p.add_argument("inventory", metavar="INVENTORY", help="TOML inventory of the testbed")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed")
     p = command(groups, "serve", cmd_serve)
-    p.add_argument("inventory", metavar="INVENTORY")
+    p.add_argument("inventory", metavar="INVENTORY", help="TOML inventory of the testbed")
     p.add_argument("--policy", choices=["adaptive", "none"], default="adaptive",
                    help="the straggler policy of every admitted job (default adaptive)")
     p.add_argument("--policy-interval", type=_seconds, default=0.5, metavar="SECONDS",
@@ -199,3 +244,9 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
     p.add_argument("--claim-grace", type=_seconds, default=30.0, metavar="SECONDS",
                    help="after a restart, how long jobs found on the switch wait for a claim")
+    p.add_argument("--metrics-addr", type=_host_port, metavar="HOST:PORT",
+                   help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off; "
+                   "127.0.0.1:PORT keeps them on this host)")
+    p.add_argument("--log-format", choices=logs.FORMATS,
+                   help="log lines on stderr: text (default) or json, one object per line "
+                   "(--json implies json)")

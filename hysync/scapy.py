@@ -97,6 +97,21 @@ def describe(pkt: Packet) -> str:
     return line
 
 
+def record(pkt: Packet) -> dict[str, object]:
+    """What `describe` says, as data (`hysync sniff --json`): addresses, then every header
+    field by its wire name, enums by name (the lanes left out, as in the text line)."""
+    h = pkt[HySync]
+    data: dict[str, object] = {}
+    udp = h.underlayer
+    if isinstance(udp, UDP) and udp.underlayer is not None and hasattr(udp.underlayer, "src"):
+        ip = udp.underlayer
+        data.update(src=f"{ip.src}:{udp.sport}", dst=f"{ip.dst}:{udp.dport}")
+    for name, _ in wire.HEADER_FIELDS:
+        value = int(getattr(h, name))  # flags come as scapy's FlagValue
+        data[name] = _ENUMS[name].get(value, value) if name in _ENUMS else value
+    return data
+
+
 def _on_the_wire(pkt: Packet) -> bool:
     """A HySync packet itself, not one quoted in an ICMP error (UDPerror is a UDP too)."""
     return pkt.haslayer(HySync) and type(pkt[HySync].underlayer) is UDP
@@ -114,10 +129,11 @@ class SniffError(HySyncError):
     """A capture that cannot start: no such interface, or not allowed to capture."""
 
 
-def sniff(iface: str, emit: Callable[[str], None], *, count: int = 0,
-          timeout: float | None = None) -> int:
-    """Emit one `describe` line per HySync packet seen on `iface`, until `count` packets
-    (0: no limit) or `timeout` seconds. Returns how many were seen. Needs CAP_NET_RAW."""
+def sniff(iface: str, emit: Callable[[Any], None], *, count: int = 0,
+          timeout: float | None = None, render: Callable[[Packet], Any] = describe) -> int:
+    """Emit `render(packet)` (a `describe` line, or a `record`) per HySync packet seen on
+    `iface`, until `count` packets (0: no limit) or `timeout` seconds. Returns how many
+    were seen. Needs CAP_NET_RAW."""
     from scapy.sendrecv import sniff as capture  # here: it starts scapy's socket machinery
 
     seen = 0
@@ -134,7 +150,7 @@ def sniff(iface: str, emit: Callable[[str], None], *, count: int = 0,
             return
         previous = frame
         seen += 1
-        emit(describe(pkt))
+        emit(render(pkt))
 
     try:
         capture(iface=iface, count=count, timeout=timeout, store=False, prn=show,

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from hysync import logs
 from hysync.controlplane.inventory import Host, Inventory, InventoryError
 from hysync.controlplane.serve_auth import TOKEN_ENV, inventory_client_context, read_token
 from hysync.controlplane.serve_client import ServeClient, ServeError
@@ -167,6 +168,10 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
+    try:
+        logs.from_environment()  # the transport's events, timestamped, where asked for
+    except ValueError as err:
+        raise AttachError(str(err)) from None
     try:
         inv = inventory if isinstance(inventory, Inventory) else Inventory.load(inventory)
     except InventoryError as err:

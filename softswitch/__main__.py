@@ -30,7 +30,7 @@ import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from hysync import wire
+from hysync import logs, wire
 from hysync.softswitch.delay import parse_delay
 from hysync.softswitch.native import (
     NativePipeline,
@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="default %(default)s")
+    parser.add_argument("--log-format", default="text", choices=logs.FORMATS,
+                        help="log lines on stderr: text (default) or json, one object per line")
+    parser.add_argument("--metrics-addr", type=host_port, metavar="HOST:PORT",
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: "
+                        "off; 127.0.0.1:PORT keeps them on this host)")
     return parser
 
 
@@ -207,20 +212,30 @@ def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.setup(args.log_format, args.log_level)
     try:
         p4info = load_p4info(args.p4info) if args.p4info else None
         credentials = _credentials(args)
         pipeline, dataplane, where = _data_plane(args)
     except (OSError, ValueError) as err:
         _fail(_reason(err))
+    on_write, endpoint = None, None
+    if args.metrics_addr:
+        from hysync.softswitch import metrics  # prometheus_client: only when asked for
+
+        registry, writes = metrics.registry_for(pipeline, dataplane)
+        on_write = writes.observe
+        try:
+            endpoint = metrics.serve_metrics(registry, "{}:{}".format(*args.metrics_addr))
+        except OSError as err:
+            dataplane.stop()
+            _fail(str(err))
     host, port = args.grpc_addr
     grpc_addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         _check_free(host, port, grpc_addr)
         server, bound = serve(pipeline, grpc_addr, args.device_id, p4info=p4info,
-                              credentials=credentials)
+                              credentials=credentials, on_write=on_write)
     except ConfigError as err:
         dataplane.stop()
         _fail(f"--p4info {args.p4info} does not describe the softswitch's program: {err}")
@@ -234,14 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     dataplane.start()
     config = f"P4Info {args.p4info}" if p4info else "no pipeline config yet"
     security = ("mutual TLS" if args.ca_cert_file else "TLS") if credentials else "no TLS"
+    metrics_at = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
     print(f"softswitch: P4Runtime on {host}:{bound} ({security}, device {args.device_id}, "
-          f"{config}), "
-          f"data plane {where}", flush=True)
+          f"{config}), data plane {where}{metrics_at}", flush=True)
     while not stop.wait(0.5):
         pass
     logging.getLogger("softswitch").info("stopping")
     server.stop(grace=1).wait()
     dataplane.stop()
+    if endpoint is not None:
+        endpoint.close()
     return 0
 
 

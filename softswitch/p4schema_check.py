@@ -18,10 +18,12 @@ from hysync import p4names
 from hysync.p4schema import MatchFieldInfo, ParamInfo
 from hysync.softswitch.p4status import P4RuntimeError
 from hysync.softswitch.pipeline import Pipeline
+from hysync.wire import Mode
 
 EXACT = "exact"
 RANGE = "range"
 _KINDS = {p4info_pb2.MatchField.EXACT: EXACT, p4info_pb2.MatchField.RANGE: RANGE}
+MODE_ENUM = "sync_mode_t"  # the modes table's `mode` parameter (p4src/shared/defines.p4)
 TABLE_ONLY = p4info_pb2.ActionRef.TABLE_ONLY
 DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
 # The program is p4names' TABLE_KEYS, TABLE_ACTIONS and ACTION_PARAMS: key fields and
@@ -112,6 +114,7 @@ def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
             raise ConfigError(f"the P4Info has {kind} ({objects[0].preamble.name}), which the "
                               "softswitch pipeline does not implement: push the P4Info of "
                               "p4src/v1model/hysync.p4")
+    _check_mode_names(p4info)
     schema = Schema()
     ids: dict[int, str] = {}
     for action in p4info.actions:
@@ -149,6 +152,21 @@ def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
             raise ConfigError(f"P4Info counter {name} is not implemented by the softswitch "
                               f"pipeline (its counters: {', '.join(pipeline.counters)})")
     return schema
+
+
+def _check_mode_names(p4info: p4info_pb2.P4Info) -> None:
+    """The modes' names a P4Info gives tools (type_info.serializable_enums, optional: older
+    P4Infos have none) must be the wire's: a tool would otherwise show one mode as another."""
+    enums = p4info.type_info.serializable_enums
+    if MODE_ENUM not in enums:
+        return
+    named = {m.name: int.from_bytes(m.value, "big") for m in enums[MODE_ENUM].members}
+    wire_modes = {m.name: int(m) for m in Mode}
+    if named != wire_modes or enums[MODE_ENUM].underlying_type.bitwidth != 8:
+        raise ConfigError(f"P4Info type_info serializable enum {MODE_ENUM} is "
+                          f"{named} on {enums[MODE_ENUM].underlying_type.bitwidth} bits, the "
+                          f"wire's modes are {wire_modes} on 8: push the P4Info of "
+                          "p4src/v1model/hysync.p4")
 
 
 def _claim_id(ids: dict[int, str], preamble: p4info_pb2.Preamble) -> None:

@@ -22,6 +22,7 @@ import gc
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
@@ -67,6 +68,8 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._annotations = Annotations()
         self._writer = Writer(pipeline, self._annotations)
         self._reader = Reader(pipeline, self._lock, self._annotations)
+        # (updates, seconds, ok) of every Write: the softswitch's metrics time them.
+        self.on_write: Callable[[int, float, bool], None] | None = None
 
     # ------------------------------------------------- pipeline config
     def load_p4info(self, p4info: p4info_pb2.P4Info, device_config: bytes = b"") -> None:
@@ -194,16 +197,24 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         return self._unary(context, self._write, request)
 
     def _write(self, data: bytes) -> p4r.WriteResponse:
-        with _collector_paused():
-            return self._decode_and_write(data)
+        start, updates, ok = time.perf_counter(), [0], False
+        try:
+            with _collector_paused():
+                response = self._decode_and_write(data, updates)
+            ok = True
+            return response
+        finally:
+            if self.on_write is not None:
+                self.on_write(updates[0], time.perf_counter() - start, ok)
 
-    def _decode_and_write(self, data: bytes) -> p4r.WriteResponse:
+    def _decode_and_write(self, data: bytes, updates: list[int]) -> p4r.WriteResponse:
         try:
             request = p4wire.decode_write_request(data)
         except p4wire.WireError as err:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"malformed WriteRequest: {err}; send a serialized "
                                  "p4.v1.WriteRequest") from err
+        updates[0] = len(request.updates)
         self._check_device(request.device_id)
         with self._lock:
             # Checked under the write lock so that a write never lands after a primary change.
@@ -332,7 +343,9 @@ def _handlers(servicer: SoftswitchP4Runtime) -> grpc.GenericRpcHandler:
 
 def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
           p4info: p4info_pb2.P4Info | None = None, max_workers: int = 32,
-          credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.Server, int]:
+          credentials: grpc.ServerCredentials | None = None,
+          on_write: Callable[[int, float, bool], None] | None = None,
+          ) -> tuple[grpc.Server, int]:
     """Start a P4Runtime server for `pipeline` on `grpc_addr` (port 0 picks a free port),
     over TLS with `credentials` (hysync.tls.server_credentials), else in the clear.
 
@@ -341,6 +354,7 @@ def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
     address cannot be bound.
     """
     servicer = SoftswitchP4Runtime(pipeline, device_id)
+    servicer.on_write = on_write
     if p4info is not None:
         servicer.load_p4info(p4info)
     server = grpc.server(

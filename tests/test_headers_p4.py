@@ -74,8 +74,11 @@ def parse_constants(text: str) -> dict[str, int]:
 
 
 def parse_typedefs(text: str) -> dict[str, int]:
+    """Widths of `typedef bit<W> name;` and of serializable enums `enum bit<W> name {`."""
+    text = _strip_comments(text)
     return {name: int(width) for width, name in
-            re.findall(r"\btypedef\s+bit<(\d+)>\s+(\w+)\s*;", _strip_comments(text))}
+            re.findall(r"\btypedef\s+bit<(\d+)>\s+(\w+)\s*;", text)
+            + re.findall(r"\benum\s+bit<(\d+)>\s+(\w+)\s*\{", text)}
 
 
 def parse_header(text: str, name: str, typedefs: dict[str, int]) -> list[tuple[str, int]]:

@@ -4,6 +4,7 @@ directions of the HySync port, and `hysync sniff` prints what crosses an interfa
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import socket
@@ -98,3 +99,27 @@ def test_hysync_sniff_prints_the_headers_crossing_an_interface() -> None:
     # loaded machine may miss one, so not necessarily every one of the ~30 sent
     assert rounds == sorted(set(rounds)) and len(rounds) >= 5, out.getvalue()
     assert out.getvalue().splitlines()[-1].endswith("HySync packet(s) on lo")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capturing on lo needs root (CAP_NET_RAW)")
+def test_hysync_sniff_json_prints_one_object_per_packet() -> None:
+    job = random.randrange(1000, 60000)
+    out = io.StringIO()
+    status: list[int] = []
+    sniffer = threading.Thread(target=lambda: status.append(
+        main(["sniff", "lo", "--json", "--duration", "3"], stdout=out, stderr=out)))
+    sniffer.start()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sent = 0
+        while sniffer.is_alive():
+            sock.sendto(Header(op=Op.ACK, job_id=job, worker_id=2, slot=5, round=sent).pack(),
+                        ("127.0.0.1", wire.HYSYNC_UDP_PORT))
+            sent += 1
+            time.sleep(0.1)
+    assert status == [0], out.getvalue()
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    ours = [r for r in records if r.get("job_id") == job]
+    assert len(ours) >= 3, out.getvalue()
+    assert {k: ours[0][k] for k in ("op", "worker_id", "slot", "dst")} == {
+        "op": "ACK", "worker_id": 2, "slot": 5, "dst": f"127.0.0.1:{wire.HYSYNC_UDP_PORT}"}
+    assert records[-1] == {"packets": len(records) - 1, "iface": "lo"}

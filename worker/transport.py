@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hysync import _core, wire
+from hysync import _core, logs, wire
 from hysync.wire import ResyncReason
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
@@ -28,6 +28,8 @@ from hysync.worker.stats import CallStats
 __all__ = ["CallResult", "SwitchUnreachableError", "Transport", "TransportConfig"]
 
 log = logging.getLogger(__name__)
+# A call that retransmitted more than once per chunk, and at least this often, is a storm.
+STORM_RETRANSMITS = 16
 
 
 class SwitchUnreachableError(ConnectionError):
@@ -170,6 +172,7 @@ class Transport:
             self._emit_logs()
         stats = self._stats(key=key, elements=out.size, chunks=max(1, -(-out.size // wire.LANES)),
                             elapsed_s=time.monotonic() - start)
+        self._log_events(stats)
         if stats.quant.clipped or stats.quant.nonfinite:
             q = stats.quant
             log.warning("key %r: %d of %d elements clipped to the int32 bound, %d not finite "
@@ -203,6 +206,23 @@ class Transport:
                          quant=QuantStats(elements, clipped, nonfinite, max_err),
                          srtt_s=engine.srtt, rto_s=engine.rto, needs_resync=engine.needs_resync,
                          in_flight=engine.in_flight, slot_modes=tuple(engine.slot_modes()))
+
+    def _log_events(self, stats: CallStats) -> None:
+        """A call's resyncs and retransmission storm as events (hysync/logs.py)."""
+        cfg = self.config
+        who = {"job": cfg.job_id, "worker": cfg.worker_id}
+        if stats.resyncs:
+            reasons = dict(stats.resyncs)
+            logs.event(log, "resync", f"worker {cfg.worker_id}: key {stats.key!r} resynced "
+                       f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))})",
+                       job=cfg.job_id, worker=cfg.worker_id, key=str(stats.key), reasons=reasons)
+        if stats.retransmits >= STORM_RETRANSMITS and stats.retransmits > stats.chunks:
+            logs.event(log, "retransmission_storm", f"worker {cfg.worker_id}: key "
+                       f"{stats.key!r} retransmitted {stats.retransmits} times for "
+                       f"{stats.chunks} chunks (rto {stats.rto_s * 1e3:.1f} ms): packets are "
+                       "being lost or the switch is slow to answer", level=logging.WARNING,
+                       key=str(stats.key), retransmits=stats.retransmits, chunks=stats.chunks,
+                       rto_s=stats.rto_s, **who)
 
     def _emit_logs(self) -> None:
         for level, message in self._engine.take_logs():

@@ -67,6 +67,15 @@ const mode_t MODE_SYNC = 0;
 const mode_t MODE_PARTIAL = 1;
 const mode_t MODE_ASYNC = 2;
 
+// The modes table's `mode` parameter, the same bits as mode_t: a serializable enum so
+// that the P4Info names the modes (type_info.serializable_enums["sync_mode_t"]) for
+// tools that read it; the registers and the header keep mode_t.
+enum bit<8> sync_mode_t {
+    SYNC = 0,
+    PARTIAL = 1,
+    ASYNC = 2
+}
+
 // flags
 const flags_t FLAG_RETRANSMIT = 0x01;   // contribution sent again (informational)
 const flags_t FLAG_RESEND = 0x02;       // result is a unicast copy of the stored round

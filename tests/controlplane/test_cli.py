@@ -130,10 +130,19 @@ def test_mode_set_waits_until_the_range_has_latched(pushed: Run, softswitch: Sof
             s.close()
 
 
-def test_waiting_for_a_latch_without_traffic_times_out_clearly(pushed: Run) -> None:
+def test_waiting_for_a_latch_without_traffic_says_the_write_landed(pushed: Run) -> None:
     pushed("job", "add", str(EXAMPLE_JOB))
-    one_line_error(pushed("mode", "set", "1", "--slots", "0-255", "async", "--wait", "0.3"),
-                   "have not all latched async after 0.3 s", "are its workers sending?")
+    code, out, err = pushed("mode", "set", "1", "--slots", "0-255", "async", "--wait", "0.3")
+    # exit 3, not 1: the mode is written (the report says so), only the latch is not seen
+    assert code == 3
+    assert out == "job 1 slots 0-255: async (one MODIFY); written, not latched within 0.3 s\n"
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hysync: error: the mode is written"), err
+    assert "have not all latched async after 0.3 s" in lines[0]
+    assert "slots 0-255: async" in pushed("mode", "show", "1")[1]
+    code, out, _ = pushed("--json", "mode", "set", "1", "--slots", "0-255", "async",
+                          "--wait", "0.2")
+    assert code == 3 and json.loads(out)["latched"] is False
 
 
 # ------------------------------------------------------------------ error paths
@@ -149,7 +158,7 @@ def test_not_the_primary(pushed: Run, softswitch: Softswitch) -> None:
     with Switch(softswitch.grpc_addr, election_id=(0, 5)):
         line = one_line_error(pushed("job", "add", str(EXAMPLE_JOB)),
                               "not the primary controller", "election id 5 is primary",
-                              "--election-id")
+                              "--election-id", "hysync --serve ADDR")
         assert "1 is not higher" in line
         # Reading never needs to be primary.
         assert pushed("job", "list")[0] == 0

@@ -43,9 +43,9 @@ def test_dry_run_prints_every_write_and_makes_none(inventory_for, softswitch: So
     lines = out.splitlines()
     assert lines[0].startswith(f"would push pipeline {P4INFO}")
     assert [ln for ln in lines if ln.startswith("would write INSERT")] == [
-        "would write INSERT HySyncIngress.forwarding.l2[dst_addr=2199023255809] -> "
+        "would write INSERT HySyncIngress.forwarding.l2[dst_addr=02:00:00:00:01:01] -> "
         "HySyncIngress.forwarding.set_egress_port(port=1)",
-        "would write INSERT HySyncIngress.forwarding.l2[dst_addr=2199023255810] -> "
+        "would write INSERT HySyncIngress.forwarding.l2[dst_addr=02:00:00:00:01:02] -> "
         "HySyncIngress.forwarding.set_egress_port(port=2)",
         "would write INSERT multicast group 1024 [port 1 rid 0, port 2 rid 0]"]
     assert _forwarding(softswitch.grpc_addr) == ({}, None)  # not even the pipeline
@@ -89,11 +89,11 @@ def test_check_reports_one_line_per_check(inventory_for, softswitch: Softswitch)
     code, out, err = hysync("deploy", "--check", str(inv))
     assert (code, err) == (0, "")
     assert [ln.split(":")[0] for ln in out.splitlines()] == [
-        "ok    reachable", "ok    arbitration", "ok    pipeline", "ok    probe",
+        "ok    reachable", "ok    arbitration", "ok    pipeline", "skip  probe",
         "ok    port map h1", "ok    port map h2"]
     # loopback hosts have no data plane: the probe line says how to send one from a host
     probe = out.splitlines()[3]
-    assert probe.startswith("ok    probe: not sent: this machine has no host's data interface")
+    assert probe.startswith("skip  probe: not sent: this machine has no host's data interface")
     assert f"run `hysync deploy --check --from HOST {inv}` on a host of the inventory" in probe
 
 

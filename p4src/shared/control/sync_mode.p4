@@ -8,8 +8,8 @@
 
 control SyncMode(in headers_t hdr, inout metadata_t meta) {
 
-    action set_mode(mode_t mode, quorum_t quorum) {
-        meta.desired_mode = mode;
+    action set_mode(sync_mode_t mode, quorum_t quorum) {
+        meta.desired_mode = (mode_t) mode;
         meta.desired_quorum = quorum;
     }
 
