@@ -44,6 +44,7 @@ from hysync import wire
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
 from hysync.controlplane.switch import ElectionId, parse_election_id
+from hysync.errors import BadFileError
 
 TARGETS = ("softswitch", "bmv2", "tofino")
 DEFAULT_SERVE = "127.0.0.1:9600"
@@ -55,7 +56,7 @@ _SERVE_KEYS = {"listen"}
 _HOST_KEYS = {"name", "interface", "ipv4", "mac", "switch_port"}
 
 
-class InventoryError(ControlPlaneError, ValueError):
+class InventoryError(ControlPlaneError, BadFileError):
     """An inventory that does not describe a usable testbed; the message names the field."""
 
 
