@@ -170,9 +170,11 @@ class PolicyRunner:
 
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:
     """The last record of `job_id` in a decision log (None: the log has none for it)."""
-    lines = files.read_text(path, what="the policy log", error=PolicyLogError,
-                            fix=f"it is written by `hysync policy run {job_id} --log "
-                                f"{path}`").splitlines()
+    fix = f"it is written by `hysync policy run {job_id} --log {path}`"
+    text = files.read_text(path, what="the policy log", error=PolicyLogError, fix=fix)
+    files.check_nesting(path, text, "json", what="a decision record", fix=fix,
+                        error=PolicyLogError)
+    lines = text.splitlines()
     for number in range(len(lines), 0, -1):
         line = lines[number - 1].strip()
         if not line:

@@ -44,6 +44,8 @@ _TOML_SKIP = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*
                         r"|#[^\n]*")
 _TEXTPROTO_SKIP = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*')
 _JSON_SKIP = re.compile(r'"(?:[^"\\]|\\.)*"')
+# A dotted key of more than {0} parts, from its first (possessive: no backtracking).
+_DOTTED_RUN = r"(?<![\w-])(?:[\w-]++[ \t]*+\.[ \t]*+){{{0},}}"
 _NEWLINE = b"\n"
 _CHUNK = 1 * MiB  # the depth scan's step: bounded memory whatever the file's size
 
@@ -106,11 +108,19 @@ def read_text(path: str | Path, *, what: str, fix: str, limit: int | None = None
 
 
 def nesting_error(text: str, skip: re.Pattern[str], opening: bytes, closing: bytes,
-                  max_depth: int = MAX_DEPTH) -> str | None:
+                  max_depth: int = MAX_DEPTH, *, dotted: bool = False) -> str | None:
     """None if the brackets of `text` (outside what `skip` matches) nest at most
-    `max_depth` deep, else where they go deeper: 'line N'."""
-    # Each skipped string or comment leaves its newlines, so line numbers stay right.
-    masked = skip.sub(lambda m: "\n" * m.group().count("\n"), text).encode("utf-8")
+    `max_depth` deep, and with `dotted` no dotted key (TOML's a.b.c) has more than
+    `max_depth` parts; else where that happens: 'line N'."""
+    # Each skipped string or comment becomes one letter (a quoted key stays a key) and
+    # keeps its newlines, so that line numbers stay right.
+    masked_text = skip.sub(lambda m: "q" + "\n" * m.group().count("\n"), text)
+    if dotted:
+        # tomllib takes time quadratic in a dotted key's parts: 20,000 take minutes.
+        run = re.search(_DOTTED_RUN.format(max_depth), masked_text)
+        if run:
+            return f"line {masked_text.count(chr(10), 0, run.start()) + 1}"
+    masked = masked_text.encode("utf-8")
     data = np.frombuffer(masked, dtype=np.uint8)
     depth = 0
     for start in range(0, len(data), _CHUNK):
@@ -136,7 +146,7 @@ def check_nesting(path: str | Path, text: str, syntax: str, *, what: str, fix: s
     skip, opening, closing = {"toml": (_TOML_SKIP, b"[{", b"]}"),
                               "textproto": (_TEXTPROTO_SKIP, b"{<[", b"}>]"),
                               "json": (_JSON_SKIP, b"[{", b"]}")}[syntax]
-    where = nesting_error(text, skip, opening, closing, max_depth)
+    where = nesting_error(text, skip, opening, closing, max_depth, dotted=syntax == "toml")
     if where is not None:
         raise error(f"{path} nests more than {max_depth} levels deep ({where}): {what} "
                     f"never does; {fix}")
