@@ -7,8 +7,9 @@ Commands that only read (job list, mode show, stats) open no arbitration stream,
 so they never disturb a running primary controller.
 
 Exit status 0 on success; on failure one line `hysync: error: ...` on stderr
-(1: the operation failed, 2: bad command line). `hysync sniff IFACE` talks to no
-switch: it prints the HySync headers seen on an interface (hysync.scapy).
+(1: the operation failed, 2: bad command line or input file, refused before anything
+is sent). `hysync sniff IFACE` talks to no switch: it prints the HySync headers seen on
+an interface (hysync.scapy).
 
 (Over 500 lines for a reason: every subcommand's handler and its argparse lines sit
 next to each other, and each handler is a few lines over the controller's API.)

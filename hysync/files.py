@@ -119,7 +119,7 @@ def nesting_error(text: str, skip: re.Pattern[str], opening: bytes, closing: byt
         # tomllib takes time quadratic in a dotted key's parts: 20,000 take minutes.
         run = re.search(_DOTTED_RUN.format(max_depth), masked_text)
         if run:
-            return f"line {masked_text.count(chr(10), 0, run.start()) + 1}"
+            return f"line {masked_text.count(chr(10), 0, run.start()) + 1}, a dotted key"
     masked = masked_text.encode("utf-8")
     data = np.frombuffer(masked, dtype=np.uint8)
     depth = 0
