@@ -7,9 +7,10 @@ Commands that only read (job list, mode show, stats) open no arbitration stream,
 so they never disturb a running primary controller.
 
 Exit status 0 on success; on failure one line `hysync: error: ...` on stderr
-(1: the operation failed, 2: bad command line, 3: `mode set --wait` wrote the mode but
-the range did not latch it in time, e.g. no traffic). `hysync sniff IFACE` talks to no
-switch: it prints the HySync headers seen on an interface (hysync.scapy).
+(1: the operation failed, 2: bad command line or input file, refused before anything
+is sent, 3: `mode set --wait` wrote the mode but the range did not latch it in time,
+e.g. no traffic). `hysync sniff IFACE` talks to no switch: it prints the HySync headers
+seen on an interface (hysync.scapy).
 
 (Over 500 lines for a reason: every subcommand's handler and its argparse lines sit
 next to each other, and each handler is a few lines over the controller's API.)
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from hysync import wire
+from hysync.controlplane import limits
 from hysync.controlplane.controller import Controller, LatchTimeoutError
 from hysync.controlplane.device_config import TARGETS
 from hysync.controlplane.errors import ControlPlaneError
@@ -84,6 +86,9 @@ def _slots(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(
             f"bad slot range {text!r}: write it as A-B (inclusive), e.g. --slots 0-127")
     a, b = int(low), int(high)
+    if b >= wire.NUM_SLOTS:
+        raise argparse.ArgumentTypeError(
+            f"bad slot range {text!r}: the switch's slots are 0-{wire.NUM_SLOTS - 1}")
     if a > b:
         raise argparse.ArgumentTypeError(
             f"bad slot range {text!r}: the first slot is above the last; write {b}-{a}")
@@ -102,8 +107,10 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds > 0")
+    if not 0 < value <= limits.MAX_SECONDS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be a number of seconds > 0 and at most {limits.MAX_SECONDS:.0f} "
+            "(30 days)")
     return value
 
 
@@ -441,7 +448,7 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
     parser.add_argument("--grpc-addr", default=default(DEFAULT_GRPC_ADDR), metavar="HOST:PORT",
                         help=f"the switch's P4Runtime address (default {DEFAULT_GRPC_ADDR})")
-    parser.add_argument("--device-id", type=int, default=default(1),
+    parser.add_argument("--device-id", type=limits.device_id, default=default(1),
                         help="P4Runtime device id (default 1)")
     parser.add_argument("--election-id", type=_election, default=default((0, 1)),
                         metavar="ID|HIGH,LOW", help="election id (default 1)")
@@ -449,7 +456,8 @@ def _add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:
                         help="deadline of each request (default 5)")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print machine-readable JSON")
-    parser.add_argument("--serve", default=default(os.environ.get("HYSYNC_SERVE")),
+    parser.add_argument("--serve", type=limits.serve_address,
+                        default=default(os.environ.get("HYSYNC_SERVE")),
                         metavar="ADDR", help="send writes to the `hysync serve` at ADDR "
                         "(HOST:PORT or unix:PATH; default $HYSYNC_SERVE)")
     parser.add_argument("--token-file", default=default(os.environ.get(TOKEN_ENV)),
@@ -516,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=_slots, required=True, metavar="A-B",
                    help="slot range, inclusive (inside the job's slots)")
     p.add_argument("mode", choices=[m.name.lower() for m in Mode], metavar="{sync,partial,async}")
-    p.add_argument("--quorum", type=int, metavar="Q",
+    p.add_argument("--quorum", type=limits.quorum, metavar="Q",
                    help="partial: close a round at the first Q contributions")
     p.add_argument("--wait", type=_seconds, metavar="SECONDS",
                    help="wait up to SECONDS until every slot has latched the mode")

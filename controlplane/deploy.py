@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from hysync import p4names
 from hysync.controlplane import forwarding, probe
 from hysync.controlplane.controller import Controller
+from hysync.controlplane.device_config import read_device_config
 from hysync.controlplane.entities import MulticastGroup, Update, delete, insert, modify
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.installed import InstalledJob
@@ -78,7 +79,8 @@ def held(inv: Inventory, err: NotPrimaryError) -> str:
 def inventory_schema(inv: Inventory) -> tuple[Schema, int]:
     """The inventory's P4Info and the cookie a push of it (with its device config) gets."""
     schema = Schema.from_file(inv.switch.p4info)
-    config = inv.switch.device_config.read_bytes() if inv.switch.device_config else b""
+    config = read_device_config(inv.switch.device_config, "bmv2") if inv.switch.device_config \
+        else b""  # bounded read; what push_pipeline sends (target bmv2: the file as it is)
     return schema, pipeline_cookie(schema, config)
 
 

@@ -16,12 +16,12 @@ bf.proto; nothing of Stratum is vendored.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
+from hysync import files
 from hysync.controlplane.errors import DeviceConfigError
 
 TARGETS = ("bmv2", "tofino")
@@ -62,6 +62,8 @@ def pack_tofino(conf_path: Path) -> bytes:
             profile.context = _read(_resolve(conf_path, pipeline["context"]), "context.json")
             profile.binary = _read(_resolve(conf_path, pipeline["config"]), "tofino.bin")
             profile.pipe_scope.extend(int(pipe) for pipe in pipeline["pipe_scope"])
+    except DeviceConfigError:
+        raise
     except (KeyError, IndexError, TypeError, ValueError) as err:
         raise DeviceConfigError(
             f"{conf_path} is not a p4c-barefoot .conf file (missing or bad {err}): pass the "
@@ -103,13 +105,10 @@ def _add_field(msg: descriptor_pb2.DescriptorProto, name: str, number: int, kind
 
 
 def _load_conf(conf_path: Path) -> dict[str, Any]:
-    text = _read(conf_path, "the p4c-barefoot .conf file",
-                 "pass the .conf that `make p4-tofino` writes, e.g. build/tna/tofino2/hysync.conf")
-    try:
-        conf = json.loads(text)
-    except ValueError as err:
-        raise DeviceConfigError(f"{conf_path} is not JSON ({err}): with --target tofino, "
-                                "--device-config is p4c-barefoot's .conf file") from err
+    conf = files.read_json(conf_path, what="the p4c-barefoot .conf file",
+                           error=DeviceConfigError,
+                           fix="with --target tofino, --device-config is the .conf that "
+                               "`make p4-tofino` writes, e.g. build/tna/tofino2/hysync.conf")
     if not isinstance(conf, dict):
         raise DeviceConfigError(f"{conf_path} is not a p4c-barefoot .conf file (a JSON object)")
     return conf
@@ -125,11 +124,7 @@ def _resolve(conf_path: Path, name: str) -> Path:
 
 
 def _read(path: Path, what: str, fix: str = "recompile with `make p4-tofino`") -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        raise DeviceConfigError(f"cannot read {what} {path}: {err.strerror or err}; {fix}") \
-            from err
+    return files.read_bytes(path, what=what, fix=fix, error=DeviceConfigError)
 
 
 __all__ = ["TARGETS", "bf_pipeline_config_class", "pack_tofino", "read_device_config"]

@@ -38,7 +38,7 @@ class ValidationError(ControlPlaneError, ValueError):
     """A request (slot range, quorum, worker id) outside what the job allows."""
 
 
-class DeviceConfigError(ControlPlaneError):
+class DeviceConfigError(ControlPlaneError, BadFileError):
     """The device config (BMv2 JSON, Tofino compiler output) cannot be read or packed."""
 
 

@@ -49,6 +49,7 @@ from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
 from hysync.controlplane.serve_auth import ServeAccess, access_from_table
 from hysync.controlplane.switch import ElectionId, parse_election_id
+from hysync.errors import BadFileError
 from hysync.tls import ClientTls
 
 TARGETS = ("softswitch", "bmv2", "tofino")
@@ -62,7 +63,7 @@ _SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode", "ca
 _HOST_KEYS = {"name", "interface", "ipv4", "mac", "switch_port"}
 
 
-class InventoryError(ControlPlaneError, ValueError):
+class InventoryError(ControlPlaneError, BadFileError):
     """An inventory that does not describe a usable testbed; the message names the field."""
 
 

@@ -22,13 +22,12 @@ Every error is a `JobConfigError` whose message names the field and the fix.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hysync import wire
+from hysync import files, wire
 from hysync.controlplane.errors import JobConfigError
 from hysync.wire import Mode
 
@@ -126,17 +125,10 @@ class JobConfig:
 
 
 def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
-    """A TOML file as data; `error` with what is wrong (and an example of a good file)."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise error(f"cannot read {what} {path}: {err.strerror or err}; pass the path of a "
-                    f"TOML file such as {example}") from err
-    except UnicodeDecodeError as err:
-        raise error(f"{path} is not UTF-8 text (byte {err.start}): {what} is TOML, e.g. "
-                    f"{example}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise error(f"{path} is not valid TOML: {err}") from err
+    """A TOML file as data, bounded in size and nesting (hysync.files); `error` with what is
+    wrong and an example of a good file."""
+    return files.read_toml(path, what=what, fix=f"pass a TOML file such as {example}",
+                           error=error)
 
 
 def _members(raw: Any) -> tuple[Member, ...]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from hysync import logs
+from hysync import files, logs
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.detect import Interval, JobView
 from hysync.controlplane.errors import ControlPlaneError
@@ -193,14 +193,11 @@ def _log_decision(job_id: int, d: Decision) -> None:
 
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:
     """The last record of `job_id` in a decision log (None: the log has none for it)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise PolicyLogError(f"cannot read the policy log {path}: {err.strerror}; it is "
-                             f"written by `hysync policy run {job_id} --log {path}`") from None
-    except UnicodeDecodeError as err:
-        raise PolicyLogError(f"{path} is not UTF-8 text (byte {err.start}): is it a policy "
-                             "log written by `hysync policy run --log`?") from None
+    fix = f"it is written by `hysync policy run {job_id} --log {path}`"
+    text = files.read_text(path, what="the policy log", error=PolicyLogError, fix=fix)
+    files.check_nesting(path, text, "json", what="a decision record", fix=fix,
+                        error=PolicyLogError)
+    lines = text.splitlines()
     for number in range(len(lines), 0, -1):
         line = lines[number - 1].strip()
         if not line:
@@ -210,6 +207,14 @@ def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:
         except json.JSONDecodeError as err:
             raise PolicyLogError(f"{path} line {number} is not JSON ({err.msg}): is it a "
                                  "policy log written by `hysync policy run --log`?") from None
+        except ValueError:  # an integer past int()'s digit limit
+            raise PolicyLogError(f"{path} line {number} has an integer of thousands of "
+                                 "digits: is it a policy log written by `hysync policy run "
+                                 "--log`?") from None
+        except RecursionError:  # json's decoder stops safely at its recursion limit
+            raise PolicyLogError(f"{path} line {number} nests too deep for a decision "
+                                 "record: is it a policy log written by `hysync policy run "
+                                 "--log`?") from None
         if isinstance(record, dict) and record.get("job_id") == job_id:
             return record
     return None

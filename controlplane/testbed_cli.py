@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ from hysync import logs
 from hysync.controlplane import deploy, probe
 from hysync.controlplane.cli import UsageError, _Out, _seconds, emit_latch, wait_for_latch
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.job import JobConfig
+from hysync.controlplane.job import JobConfig, read_toml
 from hysync.controlplane.serve import Server
 from hysync.controlplane.serve_auth import client_context, read_token
 from hysync.controlplane.serve_client import ServeClient, ServeError
@@ -166,8 +165,9 @@ def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any
 
 def routed_job_add(args: argparse.Namespace, out: _Out) -> None:
     job = JobConfig.load(args.file)  # a bad file fails here, in one line, as without serve
-    r = _request(args, {"op": "job_add", "job": tomllib.loads(Path(args.file).read_text()),
-                        "replace": args.replace})
+    data = read_toml(Path(args.file), JobConfigError, "the job file",
+                     "controlplane/examples/job-loopback.toml")
+    r = _request(args, {"op": "job_add", "job": data, "replace": args.replace})
     out.emit(r, f"job {job.job_id} {r['outcome']} ({r['updates']} updates) via {args.serve}")
 
 

@@ -20,6 +20,7 @@ from typing import TypeVar
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
+from hysync import files
 from hysync.errors import BadFileError, HySyncError
 
 
@@ -29,6 +30,9 @@ class SchemaError(HySyncError, LookupError):
 
 class P4InfoFileError(SchemaError, BadFileError):
     """A P4Info file that cannot be read or parsed."""
+
+
+_P4INFO_FIX = "pass a text P4Info such as p4src/v1model/hysync.p4info.txtpb"
 
 
 class EncodeError(HySyncError, ValueError):
@@ -171,25 +175,23 @@ class Schema:
     # ---------------------------------------------------------- loading
     @classmethod
     def from_text(cls, text: str, *, source: str = "P4Info text") -> Schema:
+        # The text-format parser recurses once per nested message: depth is checked first.
+        files.check_nesting(source, text, "textproto", what="a P4Info", fix=_P4INFO_FIX,
+                            error=P4InfoFileError)
         p4info = p4i.P4Info()
         try:
             text_format.Merge(text, p4info, allow_unknown_field=True)
         except text_format.ParseError as err:
             raise P4InfoFileError(f"{source} is not a text-format P4Info: {err}") from err
+        except RecursionError:  # the check above leaves none; the last line of defence
+            raise P4InfoFileError(f"{source} nests too deep to parse: {_P4INFO_FIX}") from None
         return cls(p4info)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Schema:
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise P4InfoFileError(
-                f"cannot read the P4Info file {path}: {err.strerror or err}; pass the path of "
-                "a text P4Info such as p4src/v1model/hysync.p4info.txtpb") from err
-        except UnicodeDecodeError as err:
-            raise P4InfoFileError(f"{path} is not UTF-8 text (byte {err.start}): pass a text "
-                                  "P4Info such as p4src/v1model/hysync.p4info.txtpb") from None
+        text = files.read_text(path, what="the P4Info file", fix=_P4INFO_FIX,
+                               error=P4InfoFileError)
         schema = cls.from_text(text, source=str(path))
         if not schema.p4info.tables:
             raise P4InfoFileError(f"{path} defines no tables: is it a P4Info file?")

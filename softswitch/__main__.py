@@ -30,7 +30,7 @@ import grpc
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from hysync import logs, wire
+from hysync import files, logs, wire
 from hysync.softswitch.delay import parse_delay
 from hysync.softswitch.native import (
     NativePipeline,
@@ -87,8 +87,9 @@ def delay_spec(text: str) -> tuple[int, float]:
 
 
 def device_id(text: str) -> int:
-    if not text.isdigit() or int(text) == 0:
-        raise argparse.ArgumentTypeError(f"device id {text!r} must be a positive integer")
+    if not text.isdigit() or not 0 < int(text) < 1 << 64:
+        raise argparse.ArgumentTypeError(f"device id {text!r} must be an integer "
+                                         "1..18446744073709551615 (P4Runtime's uint64)")
     return int(text)
 
 
@@ -145,11 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_p4info(path: Path) -> p4info_pb2.P4Info:
+    """The --p4info file, bounded in size and nesting (hysync.files); ValueError if not."""
+    fix = "pass a text P4Info such as p4src/v1model/hysync.p4info.txtpb"
+    text = files.read_text(path, what="the --p4info file", fix=fix)
+    files.check_nesting(path, text, "textproto", what="a P4Info", fix=fix)
     p4info = p4info_pb2.P4Info()
     try:
-        text_format.Parse(path.read_text(), p4info)
-    except OSError as err:
-        raise ValueError(f"cannot read --p4info {path}: {err.strerror}") from err
+        text_format.Parse(text, p4info)
     except text_format.ParseError as err:
         raise ValueError(f"--p4info {path} is not a text-format P4Info: {err}") from err
     return p4info

@@ -20,12 +20,15 @@ and where the logs are.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from hysync.controlplane.controller import Controller
+from hysync.errors import HySyncError
 from hysync.topologies import report
+from hysync.topologies.children import signals_end_the_run
 from hysync.topologies.progress import make_display
 from hysync.topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
 from hysync.topologies.scenario import Scenario, ScenarioError, load_scenario
@@ -60,11 +63,42 @@ def main(argv: list[str] | None = None) -> int:
                         help="HySync's mode policy: the adaptive straggler policy (default), "
                              "or the scenario's schedule")
     args = parser.parse_args(argv)
-    try:
+    try:  # everything the run needs is checked before anything starts
         scenario = load_scenario(args.scenario or DEFAULT_SCENARIO[args.policy])
+        refuse_unrunnable(scenario)
+        args.out = writable_dir(args.out)
     except ScenarioError as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2
+    with signals_end_the_run():
+        return run(args, scenario)
+
+
+def refuse_unrunnable(scenario: Scenario) -> None:
+    """ScenarioError if this machine's demo cannot run `scenario` as it is written."""
+    if scenario.bandwidth_mbit is not None or scenario.delay_ms:
+        raise ScenarioError(
+            f"{scenario.path}: [link] needs Mininet's links (the demo runs on loopback, "
+            f"with no link emulation): run it with `make emulate SCENARIO={scenario.path}` "
+            "(root), or remove [link] for the demo")
+
+
+def writable_dir(out: Path) -> Path:
+    """--out, absolute (the workers run in the repository), created; ScenarioError if it
+    cannot hold the logs."""
+    out = out.resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ScenarioError(f"--out {out}: cannot create it: {err.strerror or err}; pass "
+                            "a directory you can write to") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ScenarioError(f"--out {out}: not writable; pass a directory you can write to")
+    return out
+
+
+def run(args: argparse.Namespace, scenario: Scenario) -> int:
+    """The demo's runs, one configuration after the other; the exit status."""
     configs = configs_for(args.policy, scenario, not args.skip_baseline)
     stragglers = sorted(s.worker for s in scenario.stragglers)
     about = f" ({scenario.description})" if scenario.description else ""
@@ -85,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             for config in configs:
                 runs[config.name], swaps[config.name] = run_config(
                     harness, controller, scenario, config, args.out, display)
-    except RunFailed as err:
+    except (RunFailed, HySyncError) as err:
         print(f"demo: error: {err} (worker output above; switch log {harness.log})",
               file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("demo: interrupted; stopping the switch and the workers", file=sys.stderr)
+        return 130
     finally:
         display.close()
         harness.close()

@@ -26,6 +26,7 @@ from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.policy import PolicyConfig, make_policy
 from hysync.controlplane.policy_runner import PolicyRunner
 from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.topologies.children import Children
 from hysync.topologies.progress import Display, QuietDisplay, RunLine, RunState
 from hysync.topologies.scenario import Scenario
 from hysync.wire import Mode
@@ -88,8 +89,9 @@ class LocalHarness:
         self._ports: dict[bool, list[int]] = {}
         self.log = log_dir / "softswitch.log"
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.children = Children()  # the switch and the workers: none outlives the harness
         with open(self.log, "w") as out:
-            self.switch = subprocess.Popen(
+            self.switch = self.children.start(
                 [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", self.grpc_addr,
                  "--udp", f"127.0.0.1:{self.data_port}"], stdout=out, stderr=subprocess.STDOUT,
                 cwd=REPO)
@@ -111,15 +113,11 @@ class LocalHarness:
 
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen:
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
-        return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
-                                cwd=REPO, env=env)
+        return self.children.start([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
+                                   cwd=REPO, env=env)
 
     def close(self) -> None:
-        self.switch.terminate()
-        try:
-            self.switch.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.switch.kill()
+        self.children.close()
 
 
 def connect(harness: Harness, timeout: float = 30.0) -> Switch:
@@ -173,9 +171,11 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     rendezvous = harness.rendezvous()
     procs, lines = [], queue.Queue()
     for w in range(scenario.workers):
-        argv = ["-m", "hysync.topologies.worker_main", "--scenario", str(scenario.path),
+        # Absolute paths: the workers run in the repository, not where the run was started.
+        argv = ["-m", "hysync.topologies.worker_main", "--scenario",
+                str(Path(scenario.path).resolve()),
                 "--worker", str(w), "--config", config.name, "--backend", config.backend,
-                "--rendezvous", rendezvous, "--out", str(out_dir / config.name /
+                "--rendezvous", rendezvous, "--out", str(out_dir.resolve() / config.name /
                                                           f"worker-{w}.json")]
         if jobs:
             job, avg = jobs

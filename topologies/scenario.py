@@ -30,14 +30,23 @@
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hysync import files
 
 PATTERNS = ("constant", "intermittent", "recovering", "dies")
 MODELS = ("mlp", "cnn")  # topologies/workload.py builds them
 MAX_STEPS = 10_000_000  # a run of more steps is a typo: the demo's runs take hundreds
 MODES = ("sync", "partial", "async")
+# Upper bounds of the emulation's numbers: far beyond any useful run, and below where a
+# worker's sleep of compute_ms * factor overflows or a run would never end.
+MAX_COMPUTE_MS = 60_000
+MAX_FACTOR = 1000.0
+MAX_SECONDS = 86_400.0  # a straggler's period_s, until_s, at_s: a day
+SECONDS_HINT = "seconds {} 0 and at most 86400 (a day)"
+MAX_DELAY_MS = 10_000.0
+MAX_MBIT = 100_000.0  # 100 Gbit/s
 
 
 class ScenarioError(ValueError):
@@ -123,18 +132,8 @@ def _tables(data: dict, key: str, where: str) -> list[dict]:
 
 def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file (see topologies/scenarios/)") from None
-    except OSError as err:
-        raise ScenarioError(f"{path}: cannot read the scenario file: {err.strerror or err}; "
-                            "pass a scenario such as topologies/scenarios/demo.toml") from None
-    except UnicodeDecodeError as err:
-        raise ScenarioError(f"{path}: not UTF-8 text (byte {err.start}): a scenario file is "
-                            "TOML, e.g. topologies/scenarios/demo.toml") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ScenarioError(f"{path}: not valid TOML: {err}") from None
+    data = files.read_toml(path, what="the scenario file", error=ScenarioError,
+                           fix="pass a scenario such as topologies/scenarios/demo.toml")
     where = str(path)
     known = {"name", "workers", "steps", "compute_ms", "lr", "target_accuracy", "straggler",
              "link", "schedule", "description", "model"}
@@ -152,11 +151,15 @@ def load_scenario(path: str | Path) -> Scenario:
             worker=_field(s, "worker", int, w, check=lambda v: 0 <= v < workers,
                           hint=f"a worker id 0..{workers - 1}"),
             pattern=pattern,
-            factor=_field(s, "factor", float, w, 1.0, lambda v: v >= 1.0, "a slowdown >= 1"),
-            period_s=_field(s, "period_s", float, w, 2.0, lambda v: v > 0, "seconds > 0"),
+            factor=_field(s, "factor", float, w, 1.0, lambda v: 1.0 <= v <= MAX_FACTOR,
+                          f"a slowdown 1..{MAX_FACTOR:g}"),
+            period_s=_field(s, "period_s", float, w, 2.0, lambda v: 0 < v <= MAX_SECONDS,
+                            SECONDS_HINT.format(">")),
             duty=_field(s, "duty", float, w, 0.5, lambda v: 0 < v < 1, "a fraction in (0, 1)"),
-            until_s=_field(s, "until_s", float, w, 0.0, lambda v: v >= 0, "seconds >= 0"),
-            at_s=_field(s, "at_s", float, w, 0.0, lambda v: v >= 0, "seconds >= 0"),
+            until_s=_field(s, "until_s", float, w, 0.0, lambda v: 0 <= v <= MAX_SECONDS,
+                           SECONDS_HINT.format(">=")),
+            at_s=_field(s, "at_s", float, w, 0.0, lambda v: 0 <= v <= MAX_SECONDS,
+                        SECONDS_HINT.format(">=")),
         ))
     if len({s.worker for s in stragglers}) != len(stragglers):
         raise ScenarioError(f"{where}: a worker appears in two [[straggler]] tables; merge them")
@@ -179,15 +182,18 @@ def load_scenario(path: str | Path) -> Scenario:
         workers=workers,
         steps=_field(data, "steps", int, where, check=lambda v: 0 < v <= MAX_STEPS,
                      hint=f"1..{MAX_STEPS} steps"),
-        compute_ms=_field(data, "compute_ms", float, where, 20.0, lambda v: v >= 0, "ms >= 0"),
+        compute_ms=_field(data, "compute_ms", float, where, 20.0,
+                          lambda v: 0 <= v <= MAX_COMPUTE_MS,
+                          f"ms >= 0 and at most {MAX_COMPUTE_MS} (a minute per step)"),
         target_accuracy=_field(data, "target_accuracy", float, where, 0.9,
                                lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
         lr=_field(data, "lr", float, where, 0.1, lambda v: 0 < v <= 10, "a rate in (0, 10]"),
         stragglers=tuple(stragglers),
         bandwidth_mbit=_field(link, "bandwidth_mbit", float, f"{where}: link", -1.0,
-                              lambda v: v > 0, "Mbit/s > 0") if "bandwidth_mbit" in link else None,
-        delay_ms=_field(link, "delay_ms", float, f"{where}: link", 0.0, lambda v: v >= 0,
-                        "ms >= 0"),
+                              lambda v: 0 < v <= MAX_MBIT, f"Mbit/s > 0 and at most {MAX_MBIT}")
+        if "bandwidth_mbit" in link else None,
+        delay_ms=_field(link, "delay_ms", float, f"{where}: link", 0.0,
+                        lambda v: 0 <= v <= MAX_DELAY_MS, f"ms >= 0 and at most {MAX_DELAY_MS}"),
         schedule=tuple(sorted(schedule, key=lambda s: s.at_step)),
         path=path,
         model=_field(data, "model", str, where, "mlp", lambda v: v in MODELS,

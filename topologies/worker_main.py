@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from hysync import wire
+from hysync.controlplane.limits import MAX_SECONDS, ranged
 from hysync.topologies.scenario import load_scenario
 from hysync.topologies.step_split import StepSplit
 from hysync.topologies.workload import (
@@ -33,11 +35,18 @@ from hysync.topologies.workload import (
     train,
 )
 
+# The options' ranges: the runner passes valid ones; a hand-written command line may not.
+WORKER = ranged(int, 0, wire.MAX_WORKERS - 1, "--worker")
+JOB_ID = ranged(int, 1, wire.MAX_JOBS - 1, "job id")
+SLOT = ranged(int, 0, wire.NUM_SLOTS - 1, "slot")
+SLOTS = ranged(int, 1, wire.NUM_SLOTS, "slot count")
+SECONDS = ranged(float, 1e-3, MAX_SECONDS, "--average-every (seconds)")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", required=True, type=Path)
-    p.add_argument("--worker", required=True, type=int)
+    p.add_argument("--worker", required=True, type=WORKER)
     p.add_argument("--config", required=True, help="name of this configuration in the logs")
     p.add_argument("--backend", choices=["hysync", "gloo"], required=True)
     p.add_argument("--rendezvous", required=True, metavar="HOST:PORT",
@@ -45,25 +54,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path, help="the run log file (JSON)")
     p.add_argument("--switch", metavar="HOST:PORT", help="HySync switch data-plane address")
     p.add_argument("--bind", metavar="HOST:PORT", help="this worker's HySync UDP address")
-    p.add_argument("--job-id", type=int, default=1)
-    p.add_argument("--slot-base", type=int, default=0)
-    p.add_argument("--slot-count", type=int, default=256)
-    p.add_argument("--scale", type=float, default=2.0 ** 20)
+    p.add_argument("--job-id", type=JOB_ID, default=1)
+    p.add_argument("--slot-base", type=SLOT, default=0)
+    p.add_argument("--slot-count", type=SLOTS, default=256)
+    p.add_argument("--scale", type=ranged(float, 2.0 ** -126, 2.0 ** 126, "--scale"),
+                   default=2.0 ** 20)
     p.add_argument("--avg-bind", metavar="HOST:PORT",
                    help="this worker's UDP address in the model-averaging job (hysync)")
-    p.add_argument("--avg-job-id", type=int, default=2)
-    p.add_argument("--avg-slot-base", type=int, default=256)
-    p.add_argument("--avg-slot-count", type=int, default=64)
-    p.add_argument("--average-every", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--avg-job-id", type=JOB_ID, default=2)
+    p.add_argument("--avg-slot-base", type=SLOT, default=256)
+    p.add_argument("--avg-slot-count", type=SLOTS, default=64)
+    p.add_argument("--average-every", type=SECONDS, default=1.0, metavar="SECONDS",
                    help="background model averaging period (hysync)")
-    p.add_argument("--lr", type=float, help="learning rate (default: the scenario's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=ranged(float, 1e-12, 10.0, "--lr"),
+                   help="learning rate (default: the scenario's)")
+    p.add_argument("--seed", type=ranged(int, 0, 2**32 - 1, "--seed"), default=0)
     args = p.parse_args(argv)
     if args.backend == "hysync" and not (args.switch and args.bind and args.avg_bind):
         p.error("--backend hysync needs --switch HOST:PORT, --bind HOST:PORT and "
                 "--avg-bind HOST:PORT")
-    if not args.average_every > 0:
-        p.error(f"--average-every must be > 0 seconds, got {args.average_every:g}")
     return args
 
 

@@ -106,7 +106,7 @@ def test_check_from_a_host_this_machine_is_not_is_one_line(inventory_for,
     assert err == ("hysync: error: --from h1: its address 127.0.0.1 is a loopback address, which "
                    "never reaches the switch; run the check on h1 itself\n")
     code, out, err = hysync("deploy", "--check", "--from", "h9", str(inv))
-    assert (code, out) == (1, "") and err.count("\n") == 1 and "h9" in err
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "h9" in err
     code, out, err = hysync("deploy", "--from", "h1", str(inv))
     assert (code, out) == (2, "") and "--from HOST goes with --check" in err
 

@@ -129,7 +129,7 @@ def test_nothing_is_pushed_from_an_invalid_inventory(tmp_path: Path,
     data["hosts"][1]["switch_port"] = 1  # two hosts on one port
     path = write_inventory(tmp_path / "rack.toml", data)
     err = io.StringIO()
-    assert main(["deploy", str(path)], stdout=io.StringIO(), stderr=err) == 1
+    assert main(["deploy", str(path)], stdout=io.StringIO(), stderr=err) == 2  # bad input
     assert err.getvalue().count("\n") == 1 and "hosts[1].switch_port" in err.getvalue()
     with Switch(softswitch.grpc_addr, arbitrate=False) as switch:
         assert not switch.has_pipeline

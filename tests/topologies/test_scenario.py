@@ -68,7 +68,7 @@ def test_straggler_patterns_follow_their_timelines(tmp_path):
     ('name="x"\nworkers=4\nsteps=10\n[[straggler]]\nworker=1\npattern="slow"\n',
      "one of constant, intermittent, recovering, dies"),
     ('name="x"\nworkers=4\nsteps=10\n[[straggler]]\nworker=1\npattern="constant"\nfactor=0.5\n',
-     "a slowdown >= 1"),
+     "a slowdown 1..1000"),
     ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="partial"\n',
      "partial needs 'quorum' = 1..4"),
     ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="fast"\n',
@@ -87,7 +87,8 @@ def test_bad_scenarios_are_refused_naming_the_field(tmp_path, body, message):
 
 
 def test_missing_scenario_file_says_where_to_look(tmp_path):
-    with pytest.raises(ScenarioError, match="no such scenario file"):
+    with pytest.raises(ScenarioError, match="cannot read the scenario file .*nope.toml: No such "
+                       "file or directory; pass a scenario such as topologies/scenarios/"):
         load_scenario(tmp_path / "nope.toml")
 
 
@@ -101,4 +102,4 @@ def test_a_binary_scenario_is_one_line_and_exit_2(tmp_path: Path, module: str, c
     argv = [str(binary)] if module == "hysync.topologies.run" else ["--scenario", str(binary)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "scenario.toml: not UTF-8 text" in err
+    assert err.count("\n") == 1 and "scenario.toml is not UTF-8 text" in err
