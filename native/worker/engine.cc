@@ -238,7 +238,9 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     const double blocked = monotonic_now();
     int ready = ppoll(&p, 1, &ts, nullptr);
     stats_.waited_s += monotonic_now() - blocked;  // nothing to do but wait
-    woke_late_ = ready > 0 ? 0.0 : std::max(0.0, monotonic_now() - blocked - delay);
+    // Woken by a reply or by the timeout, what runs after the deadline (the first timer) ran
+    // late by as long as this process then waited for a core.
+    woke_late_ = std::max(0.0, monotonic_now() - blocked - delay);
     if (interrupted(monotonic_now())) {
       abort_call();
       return CallStatus::INTERRUPTED;
@@ -307,7 +309,7 @@ CallStatus Engine::poll(double duration) {
     pollfd p{fd_, POLLIN, 0};
     const double blocked = monotonic_now();
     const int ready = ppoll(&p, 1, &ts, nullptr);
-    woke_late_ = ready > 0 ? 0.0 : std::max(0.0, monotonic_now() - blocked - wait);
+    woke_late_ = std::max(0.0, monotonic_now() - blocked - wait);
     if (ready > 0) receive();
   }
   woke_late_ = 0;
@@ -644,6 +646,20 @@ void Engine::expire(double now) {
       timers_.push({now + std::min(late, cfg_.rto_max), t.gen, t.slot, true});
       continue;
     }
+    // The switch has said nothing, on any slot, since this packet left, so the whole window
+    // waits on one slow process (a member that has not contributed yet, the switch waiting
+    // for a core), which retransmitting every packet only adds to. One packet per RTO
+    // probes; the others wait their next back-off (a lost window still goes out, later).
+    // Not in partial mode, where silence is the switch's answer and retransmissions lead to
+    // parking (stall_after), nor before a slot's mode is known.
+    const bool silent = (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked &&
+                        last_rx_ < f->sent_at;
+    if (silent && now - probed_at_ < rto_) {
+      f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+      timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+      continue;
+    }
+    if (silent) probed_at_ = now;
     if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
         !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
         now - f->launched >= cfg_.stall_after)

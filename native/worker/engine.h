@@ -237,6 +237,7 @@ class Engine {
   std::unordered_map<uint32_t, std::array<double, LANES>> orphans_;
   double srtt_ = -1, rttvar_ = 0, rto_, backed_off_ = 0;
   double woke_late_ = 0;  // how long past its timeout the call's or poll's last wait woke up
+  double probed_at_ = 0;  // the last retransmission into a silent switch (expire())
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
   uint64_t bad_datagrams_ = 0;
