@@ -80,7 +80,8 @@ def switch_main(cmd: Any, out: Any) -> None:
             mode, slot_count = arg
             pipeline.write_entry("MODIFY", _modes(slot_count, mode, 0))
         elif op == "stop":
-            out.put(dataplane.packets_in)
+            cpu = os.times()
+            out.put((dataplane.packets_in, cpu.user, cpu.system))
             dataplane.stop()
             return
         out.put("ok")
@@ -136,11 +137,13 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
         if kind == "hysync" and n == RSS_SIZE:
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
             extra["rss_before"] = rss_bytes("VmRSS")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), os.times()
         if kind == "hysync":
             hw.allreduce(work, key=key, in_place=True)
             stats = hw.last_stats(key)
-            extra.update(retransmits=stats.retransmits, rounds=len(stats.results))
+            after = os.times()
+            extra.update(retransmits=stats.retransmits, rounds=len(stats.results),
+                         cpu_user_s=after.user - cpu.user, cpu_sys_s=after.system - cpu.system)
             if n == RSS_SIZE:
                 extra["rss_peak"] = rss_bytes("VmHWM")
         else:
@@ -272,11 +275,14 @@ def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
         elif kind == "bye":
             done += 1
     cmd.put(("stop", None))
-    packets = sw_out.get(timeout=60)
+    packets, user, system = sw_out.get(timeout=60)
     for p in [*procs, switch]:
         p.join(timeout=30)
     rows = [dict(r, switch=f"native, {switch_threads} threads")
             for r in summarize(plan, timings, window)]
+    rows.append({"case": "switch", "datagrams_in": packets, "cpu_user_s": round(user, 2),
+                 "cpu_sys_s": round(system, 2),
+                 "cpu_us_per_datagram_in": round((user + system) / max(1, packets) * 1e6, 2)})
     return rows, packets
 
 
@@ -292,8 +298,14 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
         case = by_case.setdefault((mode, n), {"hysync": [], "gloo": []})
         case[kind].append(slowest)
         if kind == "hysync":
-            extras[(mode, n)] = {"retransmits": sum(e.get("retransmits", 0)
-                                                    for _, e in timings[step])}
+            per_call = extras.setdefault((mode, n), {"retransmits_per_call": []})
+            per_call["retransmits_per_call"].append(sum(e.get("retransmits", 0)
+                                                        for _, e in timings[step]))
+            per_call["retransmits"] = round(statistics.median(per_call["retransmits_per_call"]))
+            # CPU of the 4 worker processes (user: engine + Python; sys: the kernel's UDP)
+            for part in ("user", "sys"):
+                per_call.setdefault(f"workers_cpu_{part}_s_per_call", []).append(round(
+                    sum(e[f"cpu_{part}_s"] for _, e in timings[step]), 3))
             rank0 = next(e for _, e in timings[step] if e["rank"] == 0)
             if "rss_peak" in rank0:
                 extras[(mode, n)].update(
@@ -360,11 +372,16 @@ def _print_table(rows: list[dict], python: dict[tuple[str, int], float], packets
     print(f"{'mode':>6} {'elements':>11} {'hysync s':>9} {'python s':>9} {'gloo s':>8} "
           f"{'ratio':>7} {'retx':>6} {'peak RSS / tensor':>18}")
     for r in rows:
+        if r["case"] == "switch":
+            print(f"switch: {r['cpu_us_per_datagram_in']} CPU us per datagram in "
+                  f"(user {r['cpu_user_s']} s, sys {r['cpu_sys_s']} s)")
+            continue
         before = python.get((r["mode"], r["elements"]))
         print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} "
               f"{before if before is not None else float('nan'):>9.2f} {r['gloo_s']:>8.4f} "
               f"{r['hysync_s'] / r['gloo_s']:>7.0f} {r['retransmits']:>6} "
-              f"{r.get('rss_peak_over_tensor', ''):>18}")
+              f"{r.get('rss_peak_over_tensor', ''):>18}  workers' CPU user/sys s per call "
+              f"{r['workers_cpu_user_s_per_call']}/{r['workers_cpu_sys_s_per_call']}")
     print(f"softswitch handled {packets:,} datagrams")
 
 

@@ -90,7 +90,8 @@ class HySyncWorker:
                 with self._stats_lock:
                     self._last.pop(key, None)  # keep insertion order = finishing order
                     self._last[key] = result.stats
-                log.debug("allreduce %s", result.stats.summary())
+                if log.isEnabledFor(logging.DEBUG):  # summary() walks every result's header
+                    log.debug("allreduce %s", result.stats.summary())
                 out = tensor if in_place else torch.from_numpy(result.output).reshape(
                     shape).to(dtype=dtype, device=device)
                 future.set_result(out)

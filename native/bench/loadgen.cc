@@ -65,6 +65,7 @@ void LoadGenerator::run(uint32_t worker) {
   std::vector<uint32_t> next_round(window_, 0);
   std::vector<Clock::time_point> sent_at(window_);
   DatagramBatch rx(64, 2048), tx(window_ < 256 ? window_ : 256, w::PACKET_BYTES);
+  rx.set_coalescing(fd);
   tx.set_segmenting(true);
   const auto rto = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(rto_ms_));

@@ -10,10 +10,68 @@
 
 namespace hysync {
 
+namespace {
+// A coalesced run is at most one UDP/IPv4 datagram's worth of payload.
+constexpr std::size_t COALESCED_BYTES = 65536;
+// What a receive of capacity() messages usually splits into at most (UDP_GRO_CNT_MAX): more
+// grows the list once.
+constexpr std::size_t USUAL_SEGMENTS = 64;
+}  // namespace
+
+std::size_t coalesced_segment_size(const msghdr& msg) {
+  if (msg.msg_control == nullptr || (msg.msg_flags & MSG_CTRUNC)) return 0;
+  // Walked by offsets, each header copied out, rather than with CMSG_NXTHDR: a length that no
+  // kernel writes must end the walk, not move a pointer out of the buffer.
+  const auto* base = static_cast<const uint8_t*>(msg.msg_control);
+  const std::size_t total = msg.msg_controllen;
+  std::size_t at = 0;
+  while (total - at >= sizeof(cmsghdr)) {
+    cmsghdr c;
+    std::memcpy(&c, base + at, sizeof(c));
+    if (c.cmsg_len < CMSG_LEN(0) || c.cmsg_len > total - at) return 0;
+    const std::size_t data_len = c.cmsg_len - CMSG_LEN(0);
+    const uint8_t* data = base + at + CMSG_LEN(0);
+    if (c.cmsg_level == SOL_UDP && c.cmsg_type == UDP_GRO) {
+      // The kernel writes an int; accept the u16 that UDP_SEGMENT takes as well.
+      if (data_len >= sizeof(int)) {
+        int size;
+        std::memcpy(&size, data, sizeof(size));
+        return size > 0 ? std::size_t(size) : 0;
+      }
+      if (data_len >= sizeof(uint16_t)) {
+        uint16_t size;
+        std::memcpy(&size, data, sizeof(size));
+        return size;
+      }
+      return 0;
+    }
+    const std::size_t step = CMSG_ALIGN(c.cmsg_len);
+    if (step >= total - at) return 0;
+    at += step;
+  }
+  return 0;
+}
+
+void split_received(const msghdr& msg, std::size_t len, std::size_t max_bytes, uint32_t message,
+                    std::vector<ReceivedDatagram>& out) {
+  const bool cut = msg.msg_flags & MSG_TRUNC;
+  std::size_t segment = coalesced_segment_size(msg);
+  if (segment == 0 || segment >= len || (len - 1) / segment >= MAX_COALESCED) segment = len;
+  std::size_t at = 0;
+  do {  // a message of 0 bytes is one empty datagram
+    const std::size_t n = std::min(segment, len - at);
+    const bool last = at + n == len;
+    out.push_back({uint32_t(at), uint32_t(std::min(n, max_bytes)), message,
+                   n > max_bytes || (last && cut)});
+    at += n;
+  } while (at < len);
+}
+
 DatagramBatch::DatagramBatch(std::size_t capacity, std::size_t max_bytes)
     : capacity_(capacity),
       max_bytes_(max_bytes),
-      buffers_(capacity * max_bytes),
+      stride_(max_bytes),
+      buffers_(new uint8_t[capacity * max_bytes]),
       addrs_(capacity),
       iovs_(capacity),
       msgs_(capacity),
@@ -21,27 +79,49 @@ DatagramBatch::DatagramBatch(std::size_t capacity, std::size_t max_bytes)
       run_iovs_(capacity),
       run_sizes_(capacity),
       run_controls_(capacity),
-      changed_(capacity) {}
+      changed_(capacity) {
+  received_.reserve(capacity);
+}
+
+bool DatagramBatch::set_coalescing(int fd) {
+  int on = 1;
+  if (setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof(on)) != 0) return false;
+  coalescing_ = true;
+  stride_ = std::max(max_bytes_, COALESCED_BYTES);
+  buffers_.reset(new uint8_t[capacity_ * stride_]);
+  rx_controls_.resize(capacity_);
+  received_.reserve(capacity_ * USUAL_SEGMENTS);
+  changed_ = capacity_;
+  return true;
+}
 
 std::size_t DatagramBatch::receive(int fd, bool wait) {
   for (std::size_t i = 0; i < changed_; ++i) {
-    iovs_[i] = {&buffers_[i * max_bytes_], max_bytes_};
+    iovs_[i] = {&buffers_[i * stride_], stride_};
     std::memset(&msgs_[i], 0, sizeof(mmsghdr));
     msgs_[i].msg_hdr.msg_iov = &iovs_[i];
     msgs_[i].msg_hdr.msg_iovlen = 1;
     msgs_[i].msg_hdr.msg_name = &addrs_[i];
     msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+    if (coalescing_) {
+      msgs_[i].msg_hdr.msg_control = rx_controls_[i].bytes;
+      msgs_[i].msg_hdr.msg_controllen = sizeof(ReceiveControl);
+    }
   }
   changed_ = 0;
+  received_.clear();
   for (;;) {
     int n = recvmmsg(fd, msgs_.data(), unsigned(capacity_), wait ? MSG_WAITFORONE : MSG_DONTWAIT,
                      nullptr);
     if (n >= 0) {
-      count_ = changed_ = std::size_t(n);
+      messages_ = changed_ = std::size_t(n);
+      for (std::size_t i = 0; i < messages_; ++i)
+        split_received(msgs_[i].msg_hdr, msgs_[i].msg_len, max_bytes_, uint32_t(i), received_);
+      count_ = received_.size();
       return count_;
     }
     if (errno == EINTR) continue;
-    count_ = 0;
+    count_ = messages_ = 0;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     // ICMP port unreachable from an earlier send surfaces here on a connected peer; not fatal.
     if (errno == ECONNREFUSED) return 0;
@@ -63,11 +143,11 @@ uint8_t* DatagramBatch::append(std::size_t len) {
   if (count_ == capacity_ || len > max_bytes_) return nullptr;
   std::size_t i = count_++;
   changed_ = std::max(changed_, count_);
-  iovs_[i] = {&buffers_[i * max_bytes_], len};
+  iovs_[i] = {&buffers_[i * stride_], len};
   std::memset(&msgs_[i], 0, sizeof(mmsghdr));
   msgs_[i].msg_hdr.msg_iov = &iovs_[i];
   msgs_[i].msg_hdr.msg_iovlen = 1;
-  return &buffers_[i * max_bytes_];
+  return &buffers_[i * stride_];
 }
 
 void DatagramBatch::group_by_peer() {
@@ -81,11 +161,65 @@ void DatagramBatch::group_by_peer() {
 }
 
 std::size_t DatagramBatch::echo(int fd) {
-  for (std::size_t i = 0; i < count_; ++i) {
-    iovs_[i].iov_len = msgs_[i].msg_len;
-    msgs_[i].msg_hdr.msg_flags = 0;
+  if (count_ == messages_) {  // nothing was coalesced: a message is a datagram
+    for (std::size_t i = 0; i < count_; ++i) {
+      iovs_[i].iov_len = msgs_[i].msg_len;
+      msgs_[i].msg_hdr.msg_flags = 0;
+      msgs_[i].msg_hdr.msg_control = nullptr;  // the receive's, not a send's
+      msgs_[i].msg_hdr.msg_controllen = 0;
+    }
+    return flush(fd);
   }
-  return flush(fd);
+  // Each message back as it came: a coalesced run as one segmented message of its segments.
+  std::size_t done = 0, failed = 0, sent_messages = 0;
+  if (segmenting_ != Segmenting::OFF) {
+    for (std::size_t m = 0, d = 0; m < messages_; ++m) {
+      const std::size_t first = d;
+      while (d < count_ && received_[d].message == m) ++d;
+      mmsghdr& run = runs_[m];
+      std::memset(&run, 0, sizeof(run));
+      run.msg_hdr.msg_name = msgs_[m].msg_hdr.msg_name;
+      run.msg_hdr.msg_namelen = msgs_[m].msg_hdr.msg_namelen;
+      run_iovs_[m] = {&buffers_[m * stride_], msgs_[m].msg_len};
+      run.msg_hdr.msg_iov = &run_iovs_[m];
+      run.msg_hdr.msg_iovlen = 1;
+      run_sizes_[m] = uint32_t(d - first);
+      if (d - first > 1) {
+        auto* c = reinterpret_cast<cmsghdr*>(run_controls_[m].bytes);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t segment = uint16_t(received_[first + 1].offset);
+        std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+        run.msg_hdr.msg_control = c;
+        run.msg_hdr.msg_controllen = sizeof(SegmentControl);
+      }
+    }
+    sent_messages = send(fd, runs_.data(), messages_, run_sizes_.data(), done, failed);
+    if (sent_messages < messages_) segmenting_ = Segmenting::OFF;
+  }
+  failed += echo_singly(fd, sent_messages);
+  send_errors_ += failed;
+  const std::size_t delivered = count_ - failed;
+  count_ = 0;
+  return delivered;
+}
+
+// The datagrams of messages [from_message, messages_) one sendto each; returns how many failed.
+std::size_t DatagramBatch::echo_singly(int fd, std::size_t from_message) {
+  std::size_t failed = 0;
+  for (const ReceivedDatagram& d : received_) {
+    if (d.message < from_message) continue;
+    const msghdr& h = msgs_[d.message].msg_hdr;
+    const uint8_t* data = &buffers_[d.message * stride_ + d.offset];
+    ssize_t sent;
+    do {
+      sent = sendto(fd, data, d.length, 0, static_cast<const sockaddr*>(h.msg_name),
+                    h.msg_namelen);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) ++failed;
+  }
+  return failed;
 }
 
 std::size_t DatagramBatch::flush(int fd) {

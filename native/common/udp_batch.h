@@ -6,6 +6,12 @@
 // stack once and is split into the same datagrams at the end (the receiver sees no difference).
 // Per datagram that saves the route lookup, the IP and device layers and the receiver's
 // wake-up, which is most of what a small datagram costs on loopback.
+//
+// A receive batch may coalesce (set_coalescing, UDP GRO): the kernel then keeps such a run
+// as one buffer up to the receiving socket (loopback always, a NIC with GRO too) instead of
+// splitting it back into datagrams first, and says the segment size in a control message.
+// receive() splits the buffers (split_received), so data(i), length(i) and peer(i) still
+// index datagrams: a caller sees the same datagrams either way, in the order they were sent.
 #pragma once
 #include <linux/if_packet.h>
 #include <netinet/in.h>
@@ -13,9 +19,32 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace hysync {
+
+// One datagram of a received message: `length` bytes at `offset` in the message's buffer.
+struct ReceivedDatagram {
+  uint32_t offset, length, message;
+  bool truncated;  // longer than the batch's max_bytes (or cut by the kernel): length is cut
+};
+
+// The datagrams of one received message of `len` bytes (recvmsg's byte count) with header
+// `msg` (its control data and flags): one, or the run the kernel coalesced into it (UDP GRO):
+// segments of the size its UDP_GRO control message gives, the last one possibly shorter.
+// Appends them to `out`, marked as message `message`. A datagram longer than `max_bytes`
+// is cut to it and flagged truncated, as is the last one when the kernel cut the message
+// (MSG_TRUNC). Control data that no kernel writes (malformed, cut short, a segment size of
+// 0, more than MAX_COALESCED segments) reads as one datagram, which fails any length check.
+void split_received(const msghdr& msg, std::size_t len, std::size_t max_bytes, uint32_t message,
+                    std::vector<ReceivedDatagram>& out);
+// More segments than any kernel coalesces (UDP_GRO_CNT_MAX is 64; a GSO send carries at most
+// UDP_MAX_SEGMENTS, 64 or 128).
+inline constexpr std::size_t MAX_COALESCED = 256;
+// The UDP_GRO segment size in a received message's control data; 0 when there is none (or it
+// is malformed).
+std::size_t coalesced_segment_size(const msghdr& msg);
 
 class DatagramBatch {
  public:
@@ -25,22 +54,33 @@ class DatagramBatch {
   DatagramBatch(const DatagramBatch&) = delete;
   DatagramBatch& operator=(const DatagramBatch&) = delete;
 
-  // Receive: fill the batch from `fd` with one recvmmsg (MSG_DONTWAIT unless `wait`).
-  // Returns the number received (0 when nothing is queued); throws std::system_error on a
-  // socket error other than EAGAIN/EINTR.
+  // Receive: fill the batch from `fd` with one recvmmsg (MSG_DONTWAIT unless `wait`) of up to
+  // capacity() messages. Returns the number of datagrams received (0 when nothing is queued;
+  // more than the messages when some were coalesced); throws std::system_error on a socket
+  // error other than EAGAIN/EINTR.
   std::size_t receive(int fd, bool wait = false);
-  const uint8_t* data(std::size_t i) const { return &buffers_[i * max_bytes_]; }
-  std::size_t length(std::size_t i) const { return msgs_[i].msg_len; }
-  bool truncated(std::size_t i) const { return msgs_[i].msg_hdr.msg_flags & MSG_TRUNC; }
+  // UDP sockets only, before the first receive(): enables UDP_GRO on `fd` and gives every
+  // message a buffer for a whole coalesced run (64 KiB; the memory is reserved, and only what
+  // arrives is touched). False when the kernel has no UDP GRO (before 5.0): one datagram per
+  // message, as without this.
+  bool set_coalescing(int fd);
+  // How many messages the last receive() read: capacity() says more may be queued.
+  std::size_t messages() const { return messages_; }
+  const uint8_t* data(std::size_t i) const {
+    return &buffers_[received_[i].message * stride_ + received_[i].offset];
+  }
+  std::size_t length(std::size_t i) const { return received_[i].length; }
+  bool truncated(std::size_t i) const { return received_[i].truncated; }
   const sockaddr_in& peer(std::size_t i) const {
-    return *reinterpret_cast<const sockaddr_in*>(&addrs_[i]);
+    return *reinterpret_cast<const sockaddr_in*>(&addrs_[received_[i].message]);
   }
   // The sender of datagram i on an AF_PACKET socket (sll_pkttype says which way it went).
   const sockaddr_ll& link_peer(std::size_t i) const {
-    return *reinterpret_cast<const sockaddr_ll*>(&addrs_[i]);
+    return *reinterpret_cast<const sockaddr_ll*>(&addrs_[received_[i].message]);
   }
-  // Send every received datagram back to its sender, as received (a reflector): no copy.
-  // Returns how many were sent, as flush() does.
+  // Send every received datagram back to its sender, as received (a reflector): no copy; a
+  // coalesced run goes back as one segmented message where the batch segments. Returns how
+  // many datagrams were sent, as flush() does.
   std::size_t echo(int fd);
 
   // Send: append() reserves the next datagram's buffer for `dst`; flush() sends all of them.
@@ -61,19 +101,33 @@ class DatagramBatch {
   // datagram, when a batch fans out to several peers (a multicast's replicas).
   void group_by_peer();
 
+  // Datagrams appended (a send batch) or received by the last receive().
   std::size_t size() const { return count_; }
   std::size_t capacity() const { return capacity_; }
   std::size_t max_bytes() const { return max_bytes_; }
   uint64_t send_errors() const { return send_errors_; }
 
  private:
-  std::size_t capacity_, max_bytes_, count_ = 0;
+  std::size_t capacity_, max_bytes_, count_ = 0, messages_ = 0;
+  std::size_t stride_;  // bytes between two messages' buffers: max_bytes_, or a coalesced run's
   uint64_t send_errors_ = 0;
   enum class Segmenting { OFF, UNTRIED, WORKS } segmenting_ = Segmenting::OFF;
-  std::vector<uint8_t> buffers_;
+  bool coalescing_ = false;
+  // Not value-initialized: a coalescing batch reserves 64 KiB a message, and only the pages
+  // that datagrams land in become resident.
+  std::unique_ptr<uint8_t[]> buffers_;
   std::vector<sockaddr_storage> addrs_;  // sockaddr_in (UDP) or sockaddr_ll (AF_PACKET)
   std::vector<iovec> iovs_;
   std::vector<mmsghdr> msgs_;
+  std::vector<ReceivedDatagram> received_;
+  // A coalescing receive's control buffer per message, for the UDP_GRO segment size (room for
+  // a few more control messages, so that one enabled elsewhere does not cut it off).
+  struct alignas(cmsghdr) ReceiveControl {
+    char bytes[CMSG_SPACE(sizeof(int)) * 4];
+  };
+  std::vector<ReceiveControl> rx_controls_;
+  // echo() of a coalesced receive where segmenting is off: datagram by datagram.
+  std::size_t echo_singly(int fd, std::size_t from_message);
 
   // Segmented sending: the runs of msgs_ as messages, each with its datagrams' iovecs copied
   // in order and a UDP_SEGMENT control message.

@@ -36,7 +36,8 @@ void Reflector::start() {
 
 void Reflector::echo(int fd) {
   DatagramBatch batch(64, 2048);
-  batch.set_segmenting(true);  // the same I/O as the switch's UDP data plane
+  batch.set_coalescing(fd);  // the same I/O as the switch's UDP data plane
+  batch.set_segmenting(true);
   pollfd readable{fd, POLLIN, 0};
   while (!stopping()) {
     std::size_t n = batch.receive(fd);
@@ -55,7 +56,8 @@ void Reflector::echo(int fd) {
 // contribution is not answered. The state is this thread's: the kernel steers one worker to
 // one SO_REUSEPORT socket, so a sender always meets the same state.
 void Reflector::answer_as_results(int fd) {
-  DatagramBatch in(64, 2048), out(64, w::PACKET_BYTES);
+  DatagramBatch in(64, 2048), out(256, w::PACKET_BYTES);
+  in.set_coalescing(fd);
   out.set_segmenting(true);
   std::vector<uint32_t> rounds(w::NUM_SLOTS, 0);
   std::vector<int64_t> seen(w::NUM_SLOTS * w::MAX_WORKERS, -1);  // -1: nothing seen yet
@@ -77,6 +79,10 @@ void Reflector::answer_as_results(int fd) {
       seen[slot * w::MAX_WORKERS + worker] = seq;
       const std::size_t bytes = again ? w::HEADER_BYTES : w::PACKET_BYTES;
       uint8_t* r = out.append(in.peer(i), bytes);
+      if (r == nullptr) {  // a coalesced receive holds more datagrams than a send batch
+        packets_out.fetch_add(out.flush(fd), std::memory_order_relaxed);
+        r = out.append(in.peer(i), bytes);
+      }
       std::memcpy(r, d, bytes);
       r[w::OFF_OP] = uint8_t(again ? w::Op::ACK : w::Op::RESULT);
       r[w::OFF_FLAGS] = 0;

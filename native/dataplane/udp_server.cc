@@ -38,6 +38,7 @@ void UdpServer::serve(std::size_t index) {
   const int fd = fds_[index];
   CounterShard& shard = *shards_[index];
   DatagramBatch rx(RX_BATCH, MAX_DATAGRAM), tx(TX_BATCH, wire::PACKET_BYTES);
+  rx.set_coalescing(fd);  // a worker's GSO run arrives as one buffer: one wake-up, one copy
   tx.set_segmenting(true);
   uint8_t scratch[wire::PACKET_BYTES];
   pollfd readable{fd, POLLIN, 0};

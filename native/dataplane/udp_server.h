@@ -3,8 +3,9 @@
 // Scaling: `threads` sockets bound to one address with SO_REUSEPORT, one thread each. The
 // kernel spreads workers over the sockets by worker id (sockets.h), so one worker's packets
 // stay in order on one thread, and the threads share nothing but the pipeline's per-slot
-// locks. Each thread receives a batch (recvmmsg), runs it through the pipeline under one
-// shared batch guard, and sends every output grouped by destination, in UDP GSO runs.
+// locks. Each thread receives a batch (recvmmsg; a worker's UDP GSO run stays one buffer, UDP
+// GRO), runs it through the pipeline under one shared batch guard, and sends every output
+// grouped by destination, in UDP GSO runs.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -19,7 +19,7 @@ namespace hysync::worker {
 namespace {
 
 constexpr std::size_t H = wire::HEADER_BYTES;
-constexpr std::size_t RECV_BATCH = 256;     // datagrams read per wake-up
+constexpr std::size_t RECV_BATCH = 256;     // messages read per wake-up (a coalesced one: a run)
 constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
 constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
 constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
@@ -155,6 +155,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       last_rx_(monotonic_now()),
       rx_(RECV_BATCH, 2048),
       tx_(RECV_BATCH, P) {
+  rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
   tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
   std::mt19937_64 rng(config.seed);
   for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
@@ -224,6 +225,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
   begin_call(index, values, numel);
   while (call_->remaining > 0) {  // residual-only packets may stay in flight into the next call
     double now = monotonic_now();
+    now = read_before_timeouts(now);
     expire(now);
     if (call_->remaining == 0) break;
     join_idle_slots(now);
@@ -236,6 +238,9 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     const double blocked = monotonic_now();
     int ready = ppoll(&p, 1, &ts, nullptr);
     stats_.waited_s += monotonic_now() - blocked;  // nothing to do but wait
+    // Woken by a reply or by the timeout, what runs after the deadline (the first timer) ran
+    // late by as long as this process then waited for a core.
+    woke_late_ = std::max(0.0, monotonic_now() - blocked - delay);
     if (interrupted(monotonic_now())) {
       abort_call();
       return CallStatus::INTERRUPTED;
@@ -256,6 +261,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
 void Engine::begin_call(int index, float* values, int64_t numel) {
   call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
   progress_at_ = monotonic_now();
+  woke_late_ = 0;  // timers that fell due between calls were not waited for
   stats_.results.reserve(stats_.results.size() + std::size_t(key(index).chunks) * H);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
@@ -293,6 +299,7 @@ CallStatus Engine::poll(double duration) {
   double now;
   while ((now = monotonic_now()) < end) {
     if (interrupted(now)) return CallStatus::INTERRUPTED;
+    now = read_before_timeouts(now);
     expire(now);  // residual-only and parked packets keep retrying
     flush();
     double wait = end - now;
@@ -300,8 +307,12 @@ CallStatus Engine::poll(double duration) {
     wait = std::max(0.0, wait);
     timespec ts{time_t(wait), long((wait - std::floor(wait)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
-    if (ppoll(&p, 1, &ts, nullptr) > 0) receive();
+    const double blocked = monotonic_now();
+    const int ready = ppoll(&p, 1, &ts, nullptr);
+    woke_late_ = std::max(0.0, monotonic_now() - blocked - wait);
+    if (ready > 0) receive();
   }
+  woke_late_ = 0;
   flush();
   check_suspects();
   return CallStatus::DONE;
@@ -626,6 +637,29 @@ void Engine::expire(double now) {
       decide_stale(i, now);
       continue;
     }
+    // A timer that fires late because this process waited for a core after its wait for the
+    // timer ended (woke_late_; the socket was read first, read_before_timeouts): the switch
+    // and the other workers share the machine and wait alike, so the reply may be as late.
+    // It gets that long again, once, before the packet counts as lost.
+    const double late = std::min(now - t.at, woke_late_);
+    if (!t.extended && late >= cfg_.rto_min) {
+      timers_.push({now + std::min(late, cfg_.rto_max), t.gen, t.slot, true});
+      continue;
+    }
+    // The switch has said nothing, on any slot, since this packet left, so the whole window
+    // waits on one slow process (a member that has not contributed yet, the switch waiting
+    // for a core), which retransmitting every packet only adds to. One packet per RTO
+    // probes; the others wait their next back-off (a lost window still goes out, later).
+    // Not in partial mode, where silence is the switch's answer and retransmissions lead to
+    // parking (stall_after), nor before a slot's mode is known.
+    const bool silent = (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked &&
+                        last_rx_ < f->sent_at;
+    if (silent && now - probed_at_ < rto_) {
+      f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+      timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+      continue;
+    }
+    if (silent) probed_at_ = now;
     if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
         !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
         now - f->launched >= cfg_.stall_after)
@@ -922,6 +956,15 @@ void Engine::clear_resync() {
 }
 
 // ------------------------------------------------------------------ receiving
+// A timer due at `now` fires only after the socket was read empty: on a busy machine the
+// process wakes long after the replies arrived, and one that waits unread is no loss (its
+// retransmission would only add load on the switch). Returns the time after reading.
+double Engine::read_before_timeouts(double now) {
+  if (timers_.empty() || timers_.top().at > now) return now;
+  drain();
+  return monotonic_now();
+}
+
 void Engine::drain() {
   while (receive() == RECV_BATCH) {
   }
@@ -941,7 +984,7 @@ std::size_t Engine::receive() {
     on_datagram(rx_.data(j), size, now);
   }
   if (n) flush();
-  return n;
+  return rx_.messages();
 }
 
 void Engine::on_datagram(const uint8_t* data, std::size_t size, double now) {

@@ -151,12 +151,14 @@ class Engine {
     double at;
     uint64_t gen;
     uint32_t slot;
+    bool extended = false;  // re-armed once already because it fired late (expire())
     bool operator>(const Timer& o) const { return at > o.at || (at == o.at && gen > o.gen); }
   };
 
   // receiving
+  double read_before_timeouts(double now);
   void drain();
-  std::size_t receive();
+  std::size_t receive();  // one recvmmsg; returns the messages read (RECV_BATCH: maybe more)
   void bad(const std::string& reason);
   void on_full(const uint8_t* d, double now);
   void on_short(const uint8_t* d, std::size_t size, double now);
@@ -234,6 +236,8 @@ class Engine {
   int64_t next_chunk_ = 0;
   std::unordered_map<uint32_t, std::array<double, LANES>> orphans_;
   double srtt_ = -1, rttvar_ = 0, rto_, backed_off_ = 0;
+  double woke_late_ = 0;  // how long past its timeout the call's or poll's last wait woke up
+  double probed_at_ = 0;  // the last retransmission into a silent switch (expire())
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
   uint64_t bad_datagrams_ = 0;
