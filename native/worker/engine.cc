@@ -1075,8 +1075,11 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   }
   // The dead timer hears only replies that show the switch moving this worker's work along:
   // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
-  // state or from a job that waits for a dead member, and must not keep a dead call alive.
-  if (h.op == uint8_t(wire::Op::ACK) || h.reason == CHUNK_MISMATCH || h.reason == STALE_COUNTED)
+  // state or from a job that waits for a dead member, and must not keep a dead call alive;
+  // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
+  const Flight* f = i < w_ ? flight_[i].get() : nullptr;
+  if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
+      (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     last_rx_ = now;
   mode_[i] = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))

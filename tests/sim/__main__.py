@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         plans = [draw(s, kinds) for s in range(args.start, args.start + args.seeds)]
 
-    totals = {"runs": 0, "packets": 0, "swaps": 0, "sim_seconds": 0.0, "state_resets": 0}
+    totals = {"runs": 0, "packets": 0, "swaps": 0, "sim_seconds": 0.0, "state_resets": 0,
+              "end_behind": 0}
     by_kind: dict[str, int] = {}
     failures = []
     cpu0 = time.process_time()
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals["swaps"] += rec.swaps
                 totals["sim_seconds"] += rec.sim_seconds
                 totals["state_resets"] += rec.state_resets
+                totals["end_behind"] += rec.end_behind
             if found:
                 repro = (f"make simulate SEED={plan.seed} TARGETS={target}"
                          if not args.plan else

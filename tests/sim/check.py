@@ -11,7 +11,9 @@ at its end:
 * agreement (RULE A): a worker applies a round's result at most once, and only a result
   the switch emitted, header for header.
 * failures: a call may fail only where a fault explains it (a restart, a re-install, a
-  dead member), and then with the error the spec names.
+  dead member) or where every other member finished the job before it (a worker whose
+  rounds fell behind its peers' in partial or async mode, then waits for them in sync:
+  docs/protocol.md §10, "Not survived"), and then with the error the spec names.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from hysync import wire
 
-from .plan import SCALE
+from .plan import DEAD_AFTER, SCALE
 from .run import Record, Sim
 
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
@@ -39,6 +41,9 @@ def check(rec: Record, sim: Sim) -> list[str]:
     for wk in sim.workers:
         failed = [c for c in wk.calls if c.status not in ("done", "")]
         for c in failed:
+            if c.status == "unreachable" and _members_gone(rec, sim, c.end - DEAD_AFTER):
+                rec.end_behind += 1  # too few members left in the job to close its rounds
+                continue
             if not excuses:
                 out.append(f"failure: worker {wk.w} call {c.index} ended {c.status!r} at "
                            f"{c.end:.3f} s with no restart, re-install or dead member")
@@ -53,6 +58,22 @@ def check(rec: Record, sim: Sim) -> list[str]:
         if rec.state_resets == 0:
             out += _agreement(rec, wk)
     return out
+
+
+def _members_gone(rec: Record, sim: Sim, t: float) -> bool:
+    """At time t, had so many members finished the job (or died) that the desired mode's
+    rounds could not close? (Sync needs every member, partial its quorum.)"""
+    mode, quorum = rec.plan.mode, rec.plan.quorum
+    for at, m, q in rec.modes:
+        if at <= t:
+            mode, quorum = m, q
+    if mode == wire.Mode.ASYNC:
+        return False
+    n = rec.plan.workers
+    needed = n if quorum == 0 else min(quorum, n)
+    left = sum(1 for x in sim.workers
+               if not (x.finished and x.calls[-1].end <= t) and not x.dead)
+    return left < needed
 
 
 def _exactly_once(rec: Record, wk) -> list[str]:

@@ -141,6 +141,8 @@ class Record:
     swaps: int = 0
     sim_seconds: float = 0.0
     state_resets: int = 0
+    modes: list[tuple[float, int, int]] = field(default_factory=list)  # swaps: (t, mode, q)
+    end_behind: int = 0  # calls that failed because their peers had finished the job
 
 
 class Sim:
@@ -388,6 +390,7 @@ class Sim:
         if f.kind == "swap":
             self.rec.swaps += 1
             self.plan_mode = (f.mode, f.quorum)
+            self.rec.modes.append((self.now, f.mode, f.quorum))
             sw.swap(f.mode, f.quorum)
         elif f.kind == "pause":
             wk = self.workers[f.worker]
