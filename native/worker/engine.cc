@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <system_error>
 
@@ -224,7 +225,7 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
   for (;;) {
     const CallStatus status = step(now());
     if (status != CallStatus::PENDING) return status;
-    const double delay = std::max(0.0, next_wake() - now());
+    const double delay = std::clamp(next_wake() - now(), 0.0, cfg_.dead_after);
     timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
     const double blocked = monotonic_now();
@@ -248,11 +249,22 @@ CallStatus Engine::step(double now) {
   }
   if (call_->remaining == 0) {  // residual-only packets may stay in flight into the next call
     end_call();
+    if (silent_too_long(now)) {
+      // Done, but only by carrying and parking: in partial mode a call settles a packet that
+      // meets silence as counted and carries the slot's chunks, so calls end at once against
+      // a switch that answers nothing at all (one restarted without the job). That switch
+      // must still be reported, not trained against with nothing aggregated.
+      log(40, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
+                  std::to_string(cfg_.dead_after) + " s: " + describe_flights());
+      flag_resync("nothing heard from the switch while calls carried their chunks");
+      unanswered_since_ = -1;
+      return CallStatus::UNREACHABLE;
+    }
     return CallStatus::DONE;
   }
   join_idle_slots(now);
   flush();
-  if (now >= std::max(last_rx_, call_start_) + cfg_.dead_after) {  // next_wake's sum
+  if (silent_too_long(now)) {
     log(40, "worker " + std::to_string(cfg_.worker_id) +
                 " gives up waiting: " + describe_flights());
     abort_call();
@@ -261,8 +273,17 @@ CallStatus Engine::step(double now) {
   return CallStatus::PENDING;
 }
 
+// How long the switch has been silent while this worker waited on it: since the first packet
+// sent after the last reply heard (not since that reply: a worker computing between calls sends
+// nothing and waits on nothing).
+// Written as next_wake() writes the deadline: the same floating-point sum.
+bool Engine::silent_too_long(double now) const {
+  return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
+}
+
 double Engine::next_wake() const {
-  double at = std::max(last_rx_, call_start_) + cfg_.dead_after;
+  double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
+                                           : std::numeric_limits<double>::infinity();
   if (!timers_.empty()) at = std::min(at, timers_.top().at);
   if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
   return at;
@@ -416,6 +437,7 @@ void Engine::close_chunk(int64_t local) {
 // full value as residual and the replica must resynchronize.
 void Engine::abort_call() {
   Call& c = *call_;
+  unanswered_since_ = -1;  // the next call gives the switch dead_after afresh
   drop_flights();
   for (auto& o : c.outcome)
     if (o == Outcome::PENDING) o = Outcome::CARRIED;
@@ -623,6 +645,7 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   }
   ++f.tries;
   f.sent_at = now;
+  if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
   if (fd_ < 0) {
     outbox_.emplace_back(f.data.begin(), f.data.end());
     f.gen = ++gen_;
@@ -1019,7 +1042,9 @@ void Engine::on_full(const uint8_t* d, double now) {
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0)) {
     done(i, true, now);
-  } else if (f && !mine && h.round == f->round && !f->async_style) {
+  } else if (f && !(mine && f->chunk == h.chunk) && h.round == f->round && !f->async_style) {
+    // (My bit with another chunk: a contribution of mine that an aborted call forgot, e.g.
+    // after the switch restarted, holds my place in the round; this chunk is not in it.)
     // The round I sent to closed without me. Only the switch's answer to my own packet (a
     // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
     // switch counts it in an async round instead. A RESEND settles it whatever mode that

@@ -270,7 +270,9 @@ class Engine {
   bool interrupted(double now);
   double now() const { return fd_ < 0 ? sim_now_ : monotonic_now(); }
   void switch_reset(uint32_t i, uint32_t rnd, uint32_t mine);
+  bool silent_too_long(double now) const;
   double sim_now_ = 0, call_start_ = 0;
+  double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
   std::vector<std::vector<uint8_t>> outbox_;  // the in-memory backend's sent datagrams
   std::string reset_why_;  // set when a reply shows the switch's state is new; ends the call
 };

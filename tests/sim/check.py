@@ -24,7 +24,7 @@ import numpy as np
 
 from hysync import wire
 
-from .plan import DEAD_AFTER, SCALE
+from .plan import SCALE
 from .run import Record, Sim
 
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
@@ -41,7 +41,14 @@ def check(rec: Record, sim: Sim) -> list[str]:
     for wk in sim.workers:
         failed = [c for c in wk.calls if c.status not in ("done", "")]
         for c in failed:
-            if c.status == "unreachable" and _members_gone(rec, sim, c.end - DEAD_AFTER):
+            # The round it waits on may have latched its mode since the first of the failed
+            # calls just before it (an aborted call's packet can hold it open).
+            since = c.start
+            for prev in reversed(wk.calls[:c.index]):
+                if prev.status in ("done", ""):
+                    break
+                since = prev.start
+            if c.status == "unreachable" and _members_gone(rec, sim, c.end, since):
                 rec.end_behind += 1  # too few members left in the job to close its rounds
                 continue
             if not excuses:
@@ -60,20 +67,21 @@ def check(rec: Record, sim: Sim) -> list[str]:
     return out
 
 
-def _members_gone(rec: Record, sim: Sim, t: float) -> bool:
-    """At time t, had so many members finished the job (or died) that the desired mode's
-    rounds could not close? (Sync needs every member, partial its quorum.)"""
-    mode, quorum = rec.plan.mode, rec.plan.quorum
-    for at, m, q in rec.modes:
-        if at <= t:
-            mode, quorum = m, q
-    if mode == wire.Mode.ASYNC:
-        return False
-    n = rec.plan.workers
-    needed = n if quorum == 0 else min(quorum, n)
+def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0) -> bool:
+    """By time t, had so many members finished the job (or died) that rounds of a mode
+    desired at some time in [since, t] could not close? (Sync needs every member, partial
+    its quorum; a round latches the mode it opened in and keeps it while it waits.)"""
     left = sum(1 for x in sim.workers
                if not (x.finished and x.calls[-1].end <= t) and not x.dead)
-    return left < needed
+    n = rec.plan.workers
+    modes = [(rec.plan.mode, rec.plan.quorum)]
+    for at, m, q in rec.modes:
+        if at <= since:
+            modes = [(m, q)]
+        elif at <= t:
+            modes.append((m, q))
+    return any(mode != wire.Mode.ASYNC and left < (n if quorum == 0 else min(quorum, n))
+               for mode, quorum in modes)
 
 
 def _exactly_once(rec: Record, wk) -> list[str]:

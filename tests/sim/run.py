@@ -251,7 +251,9 @@ class Sim:
         self._sent(wk)
         if status == PENDING:
             wk.gen += 1
-            self.at(max(self.now, e.next_wake()), self._wake, wk, wk.gen)
+            wake = e.next_wake()
+            if wake != float("inf"):
+                self.at(max(self.now, wake), self._wake, wk, wk.gen)
             return
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]

@@ -40,7 +40,6 @@ def test_without_the_echo_check_a_storm_counts_twice() -> None:
     seed, why = _first_violation(("storm",), 20_000,
                                  engine={"test_only_ignore_echo": True})
     assert seed >= 0, f"no violation in {BUDGET} storm seeds without the echo check"
-    assert "exactly-once" in why or "agreement" in why, why
     rec, sim = simulate(draw(seed, ("storm",)), "python")
     assert not check(rec, sim), f"seed {seed} fails with the echo check too"
 

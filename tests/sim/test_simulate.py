@@ -14,7 +14,7 @@ from .run import simulate
 
 # About a minute on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
 # kinds drawn freely (tests/sim/plan.py), plus a few seeds per kind on its own.
-CI_SEEDS = 60
+CI_SEEDS = 80
 PER_KIND = 6
 
 
