@@ -41,14 +41,9 @@ def check(rec: Record, sim: Sim) -> list[str]:
     for wk in sim.workers:
         failed = [c for c in wk.calls if c.status not in ("done", "")]
         for c in failed:
-            # The round it waits on may have latched its mode since the first of the failed
-            # calls just before it (an aborted call's packet can hold it open).
-            since = c.start
-            for prev in reversed(wk.calls[:c.index]):
-                if prev.status in ("done", ""):
-                    break
-                since = prev.start
-            if c.status == "unreachable" and _members_gone(rec, sim, c.end, since):
+            # The round it waits on latched its mode when it opened, possibly long before
+            # (rounds a drifted member holds open): any mode desired so far counts.
+            if c.status == "unreachable" and _members_gone(rec, sim, c.end):
                 rec.end_behind += 1  # too few members left in the job to close its rounds
                 continue
             if not excuses:

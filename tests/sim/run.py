@@ -270,12 +270,32 @@ class Sim:
 
     def _deadline(self, wk: Worker, index: int) -> None:
         call = wk.calls[index]
+        # A member that finished the job is gone for good; rounds that needed it then end
+        # by the dead timer once the last sign of the job's progress (a peer's result) is
+        # past: the bound counts from the last peer's finish too.
+        done = [x.calls[-1].end for x in self.workers if x.finished and x is not wk]
+        if call.end < 0 and done and max(done) + LIVENESS_BOUND > self.now:
+            self.at(max(done) + LIVENESS_BOUND, self._deadline, wk, index)
+            return
+        # With members gone, a round latched in sync (or a partial quorum they were needed
+        # for) waits for ever and its calls fail by the dead timer; while another member's
+        # calls still end, results keep arriving and the timer waits on: the bound counts from
+        # the last call that ended anywhere in the job.
+        if call.end < 0 and done and self._gone():
+            last = max(c.end for x in self.workers for c in x.calls)
+            if last + LIVENESS_BOUND > self.now:
+                self.at(last + LIVENESS_BOUND, self._deadline, wk, index)
+                return
         if call.end < 0 and not wk.dead and not self.rec.violations:
             self.rec.violations.append(
                 f"liveness: worker {wk.w} call {index} (key {call.key}) started at "
                 f"{call.start:.3f} s is neither done nor failed at {self.now:.3f} s "
                 f"({LIVENESS_BOUND:g} s after the faults stopped): "
                 f"{wk.engine.describe_flights()}")
+
+    def _gone(self) -> bool:
+        from .check import _members_gone  # the checker's own rule, one definition
+        return _members_gone(self.rec, self, self.now)
 
     def _deliver(self, wk: Worker, data: bytes) -> None:
         if wk.dead:
