@@ -277,11 +277,11 @@ class Sim:
         if call.end < 0 and done and max(done) + LIVENESS_BOUND > self.now:
             self.at(max(done) + LIVENESS_BOUND, self._deadline, wk, index)
             return
-        # With members gone, a round latched in sync (or a partial quorum they were needed
-        # for) waits for ever and its calls fail by the dead timer; while another member's
-        # calls still end, results keep arriving and the timer waits on: the bound counts from
-        # the last call that ended anywhere in the job.
-        if call.end < 0 and done and self._gone():
+        # With members gone (finished or dead), a round latched in sync (or in a partial
+        # quorum they were needed for) waits for ever and its calls fail by the dead timer;
+        # while another member's calls still end, results keep arriving and the timer waits
+        # on: the bound counts from the last call that ended anywhere in the job.
+        if call.end < 0 and self._gone():
             last = max(c.end for x in self.workers for c in x.calls)
             if last + LIVENESS_BOUND > self.now:
                 self.at(last + LIVENESS_BOUND, self._deadline, wk, index)
