@@ -12,10 +12,10 @@ from .check import check
 from .plan import FAULT_KINDS, Plan, draw
 from .run import simulate
 
-# About a minute on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
+# About 1.5 minutes on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
 # kinds drawn freely (tests/sim/plan.py), plus a few seeds per kind on its own.
-CI_SEEDS = 80
-PER_KIND = 6
+CI_SEEDS = 100
+PER_KIND = 5
 
 
 def _run(plan: Plan, target: str) -> None:
