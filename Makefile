@@ -35,7 +35,8 @@ help:
 	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
-	@echo "              TARGETS=$(TARGETS) (SEED=n replays one); bench/results/simulate.json"
+	@echo "              TARGETS=$(TARGETS), faults KINDS=... (SEED=n replays one); numbers in"
+	@echo "              bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
 # The compiled core needs a C++17 compiler and CMake; say which package is missing.
@@ -130,8 +131,9 @@ bench: setup
 SEEDS ?= 2000
 START ?= 0
 TARGETS ?= native,python
+KINDS ?= swap,storm,pause,readd,restart,restart_bare,death
 simulate: setup
-	$(PY) -m tests.sim --targets $(TARGETS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START))
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

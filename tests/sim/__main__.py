@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                 totals["state_resets"] += rec.state_resets
                 totals["end_behind"] += rec.end_behind
             if found:
-                repro = (f"make simulate SEED={plan.seed} TARGETS={target}"
+                some = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
+                repro = (f"make simulate SEED={plan.seed} TARGETS={target}{some}"
                          if not args.plan else
                          f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'")
                 print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}\n  reproduce: "
