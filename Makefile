@@ -21,7 +21,7 @@ NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h'
 ASAN_BUILD := build/asan
 FUZZ_RUNS ?= 200000
 
-.PHONY: help setup p4 p4-tofino test test-asan lint bench demo emulate clean
+.PHONY: help setup p4 p4-tofino test test-asan lint bench simulate demo emulate clean
 
 help:
 	@echo "make setup    create $(VENV) and install HySync with its dependencies (torch 2.13.0 CPU)"
@@ -34,6 +34,9 @@ help:
 	@echo "make test     set up if needed, lint, and run the test suite"
 	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
+	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
+	@echo "              TARGETS=$(TARGETS), faults KINDS=... (SEED=n replays one); numbers in"
+	@echo "              bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
 # The compiled core needs a C++17 compiler and CMake; say which package is missing.
@@ -123,6 +126,14 @@ emulate: setup
 
 bench: setup
 	$(PY) -m bench.run_all
+
+# tests/sim: real worker engines and switch pipelines on a simulated network and clock.
+SEEDS ?= 2000
+START ?= 0
+TARGETS ?= native,python
+KINDS ?= swap,storm,pause,readd,restart,restart_bare,death
+simulate: setup
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -25,7 +25,8 @@ from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
 from hysync.worker.stats import CallStats
 
-__all__ = ["CallResult", "SwitchUnreachableError", "Transport", "TransportConfig"]
+__all__ = ["CallResult", "SwitchRestartedError", "SwitchUnreachableError", "Transport",
+           "TransportConfig"]
 
 log = logging.getLogger(__name__)
 # A call that retransmitted more than once per chunk, and at least this often, is a storm.
@@ -34,6 +35,12 @@ STORM_RETRANSMITS = 16
 
 class SwitchUnreachableError(ConnectionError):
     """No reply from the switch within `dead_after` seconds while contributions waited."""
+
+
+class SwitchRestartedError(SwitchUnreachableError):
+    """The switch answered from state that is new for the job (it restarted, or the job was
+    removed and added again): the call's contributions in flight have unknown fate. They stay
+    as residual, the replica needs a resync, and the next call learns the switch's new rounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +186,12 @@ class Transport:
                         "(max error %.3g): lower the quantizer scale", key, q.clipped,
                         q.elements, q.nonfinite, q.max_abs_error)
         if not done:
+            if self._engine.reset_why:
+                cfg = self.config
+                raise SwitchRestartedError(
+                    f"job {cfg.job_id}, worker {cfg.worker_id}: {self._engine.reset_why}. The "
+                    f"call's contributions in flight are kept as residual and the replica must "
+                    f"be resynchronized; the next call goes on with the switch's new state.")
             raise self._unreachable()
         return CallResult(out, stats)
 

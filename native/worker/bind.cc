@@ -42,7 +42,7 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
                     uint32_t slot_count, int members, double scale, double rto_initial,
                     double rto_min, double rto_max, double dead_after, double stall_after,
                     double missed_after, double join_after, float staleness_decay,
-                    uint64_t seed) {
+                    uint64_t seed, bool test_only_ignore_echo) {
   EngineConfig c;
   c.job_id = job_id;
   c.worker_id = worker_id;
@@ -63,6 +63,7 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.join_after = join_after;
   c.staleness_decay = staleness_decay;
   c.seed = seed;
+  c.test_only_ignore_echo = test_only_ignore_echo;
   Engine* engine = new (self) Engine(c, fd);
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
     nb::gil_scoped_acquire locked;
@@ -124,7 +125,8 @@ void bind(nb::module_& m) {
       .def("__init__", &make_engine, "fd"_a, "job_id"_a, "worker_id"_a, "switch_ip"_a,
            "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,
            "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
-           "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a)
+           "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a,
+           "test_only_ignore_echo"_a = false)
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })
@@ -169,6 +171,48 @@ void bind(nb::module_& m) {
              }
              finished(status);
            }, "duration"_a)
+      .def_prop_ro("reset_why", &Engine::reset_why,
+                   "Why the last call aborted on new switch state, or ''.")
+      // The in-memory backend (fd -1), for a deterministic driver (tests/sim): no socket, no
+      // wall clock. begin_call keeps a pointer into `values`: the caller keeps the array alive
+      // and untouched until step() returns something other than 3 (PENDING).
+      .def("set_time", &Engine::set_time, "now"_a)
+      .def("take_sent", [](Engine& e) {
+             nb::list out;
+             for (const auto& d : e.take_sent())
+               out.append(nb::bytes(reinterpret_cast<const char*>(d.data()), d.size()));
+             return out;
+           })
+      .def("begin_call", [](Engine& e, int k, Floats values) {
+             checked_key(e, k);
+             if (int64_t(values.shape(0)) != e.key(k).numel)
+               throw std::invalid_argument("begin_call: values do not match the key's size");
+             if (!e.call_done())
+               throw std::runtime_error("begin_call: a call is under way");
+             e.begin_call(k, values.data(), int64_t(values.shape(0)));
+           }, "index"_a, "values"_a)
+      .def("step", [](Engine& e, double now) { return int(e.step(now)); }, "now"_a,
+           "One turn of the call's loop: 0 DONE, 1 UNREACHABLE, 3 PENDING, 4 RESET.")
+      .def("next_wake", &Engine::next_wake)
+      .def("on_datagram", [](Engine& e, nb::bytes data, double now) {
+             e.on_datagram(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), now);
+           }, "data"_a, "now"_a)
+      .def("tick", &Engine::tick, "now"_a)
+      .def("flights", [](const Engine& e) {
+             // (slot index, datagram, amount it took from the residual or None), per flight
+             nb::list out;
+             for (uint32_t i = 0; i < e.window(); ++i) {
+               const auto* f = e.flight(i);
+               if (!f) continue;
+               nb::object amount = nb::none();
+               if (f->has_amount)
+                 amount = nb::cast(std::vector<float>(f->amount.begin(), f->amount.end()));
+               out.append(nb::make_tuple(
+                   i, nb::bytes(reinterpret_cast<const char*>(f->data.data()), f->data.size()),
+                   amount));
+             }
+             return out;
+           })
       .def("stats", &stats_of)
       .def("reset_stats", &Engine::reset_stats)
       .def_prop_ro("needs_resync", &Engine::needs_resync)

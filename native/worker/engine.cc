@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <system_error>
 
@@ -152,13 +153,14 @@ Engine::Engine(const EngineConfig& config, int fd)
       acked_(w_),
       flight_(w_),
       rto_(config.rto_initial),
-      last_rx_(monotonic_now()),
+      last_rx_(0),
       rx_(RECV_BATCH, 2048),
       tx_(RECV_BATCH, P) {
   rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
   tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
   std::mt19937_64 rng(config.seed);
   for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
+  last_rx_ = now();
 }
 
 Engine::~Engine() = default;
@@ -219,20 +221,12 @@ void Engine::take(int index, float* out) {
 
 // ------------------------------------------------------------------ the call
 CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
-  const double start = monotonic_now();
   drain();
-  check_suspects();
   begin_call(index, values, numel);
-  while (call_->remaining > 0) {  // residual-only packets may stay in flight into the next call
-    double now = monotonic_now();
-    now = read_before_timeouts(now);
-    expire(now);
-    if (call_->remaining == 0) break;
-    join_idle_slots(now);
-    flush();
-    double delay = timers_.empty() ? cfg_.dead_after : timers_.top().at - now;
-    delay = std::min(delay, std::max(progress_at_, joined_at_) + cfg_.join_after - now);
-    delay = std::max(0.0, delay);
+  for (;;) {
+    const CallStatus status = step(read_before_timeouts(now()));
+    if (status != CallStatus::PENDING) return status;
+    const double delay = std::clamp(next_wake() - now(), 0.0, cfg_.dead_after);
     timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
     pollfd p{fd_, POLLIN, 0};
     const double blocked = monotonic_now();
@@ -245,33 +239,83 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
       abort_call();
       return CallStatus::INTERRUPTED;
     }
-    if (ready > 0) {
-      receive();
-    } else if (monotonic_now() - std::max(last_rx_, start) > cfg_.dead_after) {
-      log(40, "worker " + std::to_string(cfg_.worker_id) +
-                  " gives up waiting: " + describe_flights());
-      abort_call();
+    if (ready > 0) receive();
+  }
+}
+
+CallStatus Engine::step(double now) {
+  if (!call_) return CallStatus::DONE;
+  if (call_->remaining > 0) expire(now);
+  if (!reset_why_.empty()) {
+    log(40, "worker " + std::to_string(cfg_.worker_id) + " aborts its call: " + reset_why_);
+    abort_call();
+    return CallStatus::RESET;
+  }
+  if (call_->remaining == 0) {  // residual-only packets may stay in flight into the next call
+    end_call();
+    if (silent_too_long(now)) {
+      // Done, but only by carrying and parking: in partial mode a call settles a packet that
+      // meets silence as counted and carries the slot's chunks, so calls end at once against
+      // a switch that answers nothing at all (one restarted without the job). That switch
+      // must still be reported, not trained against with nothing aggregated.
+      log(40, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
+                  std::to_string(cfg_.dead_after) + " s: " + describe_flights());
+      flag_resync("nothing heard from the switch while calls carried their chunks");
+      unanswered_since_ = -1;
       return CallStatus::UNREACHABLE;
     }
+    return CallStatus::DONE;
   }
-  end_call();
-  return CallStatus::DONE;
+  join_idle_slots(now);
+  flush();
+  if (silent_too_long(now)) {
+    log(40, "worker " + std::to_string(cfg_.worker_id) +
+                " gives up waiting: " + describe_flights());
+    abort_call();
+    return CallStatus::UNREACHABLE;
+  }
+  return CallStatus::PENDING;
+}
+
+// How long the switch has been silent while this worker waited on it: since the first packet
+// sent after the last reply heard (not since that reply: a worker computing between calls sends
+// nothing and waits on nothing).
+// Written as next_wake() writes the deadline: the same floating-point sum.
+bool Engine::silent_too_long(double now) const {
+  return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
+}
+
+double Engine::next_wake() const {
+  double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
+                                           : std::numeric_limits<double>::infinity();
+  if (!timers_.empty()) at = std::min(at, timers_.top().at);
+  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+  return at;
+}
+
+std::vector<std::vector<uint8_t>> Engine::take_sent() {
+  std::vector<std::vector<uint8_t>> out;
+  out.swap(outbox_);
+  return out;
 }
 
 void Engine::begin_call(int index, float* values, int64_t numel) {
+  check_suspects();
+  reset_why_.clear();
   call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
-  progress_at_ = monotonic_now();
+  const double t = now();
+  progress_at_ = call_start_ = t;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
   stats_.results.reserve(stats_.results.size() + std::size_t(key(index).chunks) * H);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
   // grace period would otherwise never end (the worker falls silent).
-  expire(monotonic_now());
+  expire(t);
   for (uint32_t i = 0; i < w_; ++i) {
     if (!flight_[i])
-      send_next(i, monotonic_now());
+      send_next(i, t);
     else if (flight_[i]->parked)
-      hold_queue(i, monotonic_now());
+      hold_queue(i, t);
   }
 }
 
@@ -295,6 +339,7 @@ bool Engine::interrupted(double now) {
 }
 
 CallStatus Engine::poll(double duration) {
+  if (fd_ < 0) return CallStatus::DONE;  // a driver of the in-memory backend ticks instead
   const double end = monotonic_now() + duration;
   double now;
   while ((now = monotonic_now()) < end) {
@@ -402,10 +447,21 @@ void Engine::close_chunk(int64_t local) {
 // full value as residual and the replica must resynchronize.
 void Engine::abort_call() {
   Call& c = *call_;
+  unanswered_since_ = -1;  // the next call gives the switch dead_after afresh
+  drop_flights();
+  for (auto& o : c.outcome)
+    if (o == Outcome::PENDING) o = Outcome::CARRIED;
+  finish();
+  call_.reset();
+  flag_resync("a call was aborted with contributions in flight");
+}
+
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
+void Engine::drop_flights() {
   for (uint32_t i = 0; i < w_; ++i) {
     Flight* f = flight_[i].get();
     if (!f) continue;
-    if (f->kind == Kind::OWN && f->key == c.key && !f->parked) {
+    if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
       settle(f->local, Outcome::CARRIED, f);
     } else if (f->kind == Kind::RESIDUAL) {
       return_residual(*f, false);
@@ -416,11 +472,6 @@ void Engine::abort_call() {
   }
   inflight_ = 0;
   timers_ = decltype(timers_)();
-  for (auto& o : c.outcome)
-    if (o == Outcome::PENDING) o = Outcome::CARRIED;
-  finish();
-  call_.reset();
-  flag_resync("a call was aborted with contributions in flight");
 }
 
 std::string Engine::describe_flights() const {
@@ -514,7 +565,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
 // another slot. A round with another chunk answers CHUNK_MISMATCH (retarget joins that chunk),
 // a slot with no round open answers NOT_JOINED (the residual stays mine).
 void Engine::join_idle_slots(double now) {
-  if (!call_ || now - std::max(progress_at_, joined_at_) < cfg_.join_after) return;
+  if (!call_ || now < std::max(progress_at_, joined_at_) + cfg_.join_after) return;
   joined_at_ = now;
   const Key& reg = key(call_->key);
   for (uint32_t i = 0; i < w_; ++i) {
@@ -604,6 +655,13 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   }
   ++f.tries;
   f.sent_at = now;
+  if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
+  if (fd_ < 0) {
+    outbox_.emplace_back(f.data.begin(), f.data.end());
+    f.gen = ++gen_;
+    timers_.push({now + f.backoff, f.gen, i});
+    return;
+  }
   uint8_t* out = tx_.append(cfg_.switch_addr, P);
   if (out == nullptr) {
     flush();
@@ -615,7 +673,7 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
 }
 
 void Engine::flush() {
-  if (tx_.size()) tx_.flush(fd_);
+  if (fd_ >= 0 && tx_.size()) tx_.flush(fd_);
 }
 
 uint32_t Engine::next_seq(uint32_t i) {
@@ -871,8 +929,8 @@ void Engine::advance(uint32_t i, uint32_t upto) {
                 std::to_string(gap) + " rounds ahead");
   } else {
     auto& suspect = suspect_[i];
-    const double now = monotonic_now();
-    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = now;
+    const double t = now();
+    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = t;
     if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
       suspect_slots_.push_back(i);
   }
@@ -897,8 +955,8 @@ bool Engine::is_new(uint32_t i, uint32_t rnd) {
 // Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
 // round is unknown); forget those older than SUSPECT_MEMORY.
 void Engine::check_suspects() {
-  const double now = monotonic_now();
-  const double judge = now - cfg_.missed_after, forget = now - SUSPECT_MEMORY;
+  const double t = now();
+  const double judge = t - cfg_.missed_after, forget = t - SUSPECT_MEMORY;
   uint64_t missed = 0;
   std::vector<uint32_t> keep;
   for (uint32_t i : suspect_slots_) {
@@ -960,7 +1018,7 @@ void Engine::clear_resync() {
 // process wakes long after the replies arrived, and one that waits unread is no loss (its
 // retransmission would only add load on the switch). Returns the time after reading.
 double Engine::read_before_timeouts(double now) {
-  if (timers_.empty() || timers_.top().at > now) return now;
+  if (fd_ < 0 || timers_.empty() || timers_.top().at > now) return now;
   drain();
   return monotonic_now();
 }
@@ -1026,7 +1084,9 @@ void Engine::on_full(const uint8_t* d, double now) {
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0)) {
     done(i, true, now);
-  } else if (f && !mine && h.round == f->round && !f->async_style) {
+  } else if (f && !(mine && f->chunk == h.chunk) && h.round == f->round && !f->async_style) {
+    // (My bit with another chunk: a contribution of mine that an aborted call forgot, e.g.
+    // after the switch restarted, holds my place in the round; this chunk is not in it.)
     // The round I sent to closed without me. Only the switch's answer to my own packet (a
     // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
     // switch counts it in an async round instead. A RESEND settles it whatever mode that
@@ -1080,7 +1140,14 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
         std::to_string(cfg_.job_id));
     return;
   }
-  last_rx_ = now;
+  // The dead timer hears only replies that show the switch moving this worker's work along:
+  // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
+  // state or from a job that waits for a dead member, and must not keep a dead call alive;
+  // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
+  const Flight* f = i < w_ ? flight_[i].get() : nullptr;
+  if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
+      (h.reason == CHUNK_MISMATCH && !(f && f->join)))
+    last_rx_ = now;
   mode_[i] = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
@@ -1136,7 +1203,11 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   // least two ahead of a sync-style round in flight.
   if (!f->async_style &&
       !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
-    ++stats_.stray_replies;  // cannot be about the packet in flight
+    // The answer to my latest transmission says my round is not stale behind the open one:
+    // the round I learned from this switch is ahead of it, or just closed with no result kept.
+    // Rounds never step back and a result is kept until the next close, so the switch's state
+    // for the job is new: it restarted, or the job was installed again (docs/protocol.md §9).
+    switch_reset(i, rnd, f->round);
     return;
   }
   if (f->probe) {  // first contact: no older packet of mine exists to confuse it with
@@ -1155,9 +1226,37 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   f->stale_mode = mode;
 }
 
+// The switch's state for the job is new. What the old state counted of the packets in flight
+// is unknown (counted in a round that closed, whose result this worker missed; or wiped in an
+// open round), so the call aborts: its chunks keep their full value as residual and the
+// replica must be resynchronized, as after any abort. Every slot forgets its rounds, so the
+// next call learns the new ones (a probe, as at the start) instead of sending rounds that the
+// switch answers STALE forever.
+void Engine::switch_reset(uint32_t i, uint32_t rnd, uint32_t mine) {
+  if (reset_why_.empty())
+    reset_why_ = "the switch answered slot " + std::to_string(cfg_.slot_base + i) +
+                 " with open round " + std::to_string(rnd) + " for a contribution at round " +
+                 std::to_string(mine) + ": its state for job " + std::to_string(cfg_.job_id) +
+                 " is new (the switch restarted, or the job was removed and added again)";
+  for (uint32_t j = 0; j < w_; ++j) {
+    next_round_[j] = 0;
+    known_[j] = false;
+    suspect_[j].clear();
+    acked_[j].clear();
+  }
+  suspect_slots_.clear();
+  flag_resync(reset_why_);
+  if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
+    log(30, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
+    drop_flights();
+    reset_why_.clear();
+  }
+}
+
 // Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
 bool Engine::answers_latest(uint32_t i, uint8_t flags) const {
   const Flight* f = flight_[i].get();
+  if (f != nullptr && cfg_.test_only_ignore_echo) return true;
   return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
 }
 

@@ -24,6 +24,8 @@
 
 namespace hysync::worker {
 
+double monotonic_now();
+
 constexpr std::size_t LANES = wire::LANES;
 constexpr std::size_t P = wire::PACKET_BYTES;
 
@@ -37,6 +39,9 @@ struct EngineConfig {
   double dead_after = 5.0, stall_after = 0.05, missed_after = 0.25, join_after = 0.2;
   float staleness_decay = 1.0f;
   uint64_t seed = 0;
+  // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest
+  // transmission, the protocol before the transmission-number echo (§9, "Swap storms").
+  bool test_only_ignore_echo = false;
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -87,10 +92,14 @@ struct Flight {
   int32_t lane(std::size_t j) const;
 };
 
-enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED };
+// PENDING: step() only. RESET: the switch answered from state that is new to this worker (it
+// restarted, or the job was installed again); the call aborted as UNREACHABLE's does.
+enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED, PENDING, RESET };
 
 class Engine {
  public:
+  // fd < 0: the in-memory backend. A deterministic driver (tests/sim) owns the clock
+  // (set_time) and the network (take_sent, on_datagram); nothing reads the wall clock.
   Engine(const EngineConfig& config, int fd);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -129,6 +138,16 @@ class Engine {
   // One received datagram, as the receive loop handles it; timers that fell due by `now`.
   void on_datagram(const uint8_t* data, std::size_t size, double now);
   void tick(double now);
+  // One turn of a call's loop at `now` (allreduce runs it between waits): timers, JOINs,
+  // sends, the dead check. DONE ends the call (end_call done); UNREACHABLE and RESET abort it;
+  // else PENDING, with nothing to do before next_wake() unless a datagram arrives.
+  CallStatus step(double now);
+  double next_wake() const;
+  // The in-memory backend: the clock's time, and the datagrams sent since the last take.
+  void set_time(double now) { sim_now_ = now; }
+  std::vector<std::vector<uint8_t>> take_sent();
+  // Why the last call aborted with RESET ("" if it did not).
+  const std::string& reset_why() const { return reset_why_; }
 
   // Safe to read from another thread while a call runs.
   bool needs_resync() const { return resync_flagged_ || missed_results_ > 0; }
@@ -142,6 +161,8 @@ class Engine {
   double rto() const { return rto_; }
   std::vector<int> slot_modes() const { return mode_; }
   std::string describe_flights() const;
+  const Flight* flight(uint32_t i) const { return flight_.at(i).get(); }  // null: slot idle
+  uint32_t window() const { return w_; }
   // Log lines since the last call: (level, message), level 30 = warning, 20 = info.
   std::vector<std::pair<int, std::string>> take_logs();
 
@@ -206,6 +227,7 @@ class Engine {
   void finish();
   void close_chunk(int64_t local);
   void abort_call();
+  void drop_flights();
   // rounds (RULE A)
   void advance(uint32_t i, uint32_t upto);
   bool is_new(uint32_t i, uint32_t rnd);
@@ -250,8 +272,13 @@ class Engine {
   std::function<bool()> interrupted_;
   double checked_at_ = 0;
   bool interrupted(double now);
+  double now() const { return fd_ < 0 ? sim_now_ : monotonic_now(); }
+  void switch_reset(uint32_t i, uint32_t rnd, uint32_t mine);
+  bool silent_too_long(double now) const;
+  double sim_now_ = 0, call_start_ = 0;
+  double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
+  std::vector<std::vector<uint8_t>> outbox_;  // the in-memory backend's sent datagrams
+  std::string reset_why_;  // set when a reply shows the switch's state is new; ends the call
 };
-
-double monotonic_now();
 
 }  // namespace hysync::worker

@@ -1,0 +1,144 @@
+"""`make simulate`: run seeds through the deterministic simulation, shrink what fails.
+
+    python -m tests.sim --seeds 1000 [--start 0] [--targets native,python] [--kinds ...]
+    python -m tests.sim --seed 1234 --targets python          # replay one seed
+    python -m tests.sim --plan '<json>' --targets native      # replay a shrunk plan
+
+Writes seeds, simulated packets and swaps, violations and simulated seconds per CPU
+second to --out (bench/results/simulate.json by default). Exit status 1 if any run
+violated an invariant; each violation is printed with its one-line reproduction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .check import check
+from .plan import FAULT_KINDS, Link, Plan, draw
+from .run import simulate
+
+TARGETS = ("native", "python", "tna-model")
+
+
+def violations(plan: Plan, target: str) -> tuple[list[str], object]:
+    rec, sim = simulate(plan, target)
+    return check(rec, sim), rec
+
+
+def shrink(plan: Plan, target: str, budget: int = 60) -> Plan:
+    """Greedily drop faults, calls, keys and network trouble while the run still fails."""
+    tries = 0
+
+    def fails(p: Plan) -> bool:
+        nonlocal tries
+        tries += 1
+        try:
+            return bool(violations(p, target)[0])
+        except Exception:  # noqa: BLE001 - a crash is a failure too
+            return True
+
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        candidates: list[Plan] = [plan.without(i) for i in reversed(range(len(plan.faults)))]
+        if plan.calls > 1:
+            candidates.append(replace(plan, calls=max(1, plan.calls // 2)))
+            candidates.append(replace(plan, calls=plan.calls - 1))
+        if len(plan.sizes) > 1:
+            candidates.append(replace(plan, sizes=plan.sizes[:-1]))
+        if plan.up != Link(delay=plan.up.delay, fifo=plan.up.fifo):
+            candidates.append(replace(plan, up=Link(delay=plan.up.delay, fifo=plan.up.fifo)))
+        if plan.down != Link(delay=plan.down.delay, fifo=plan.down.fifo):
+            candidates.append(replace(plan, down=Link(delay=plan.down.delay,
+                                                      fifo=plan.down.fifo)))
+        for cand in candidates:
+            if tries >= budget:
+                break
+            if fails(cand):
+                plan, changed = cand, True
+                break
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=200, help="how many seeds (default 200)")
+    ap.add_argument("--start", type=int, default=0, help="the first seed")
+    ap.add_argument("--seed", type=int, help="replay this one seed")
+    ap.add_argument("--plan", help="replay this plan (JSON, as a shrink prints it)")
+    ap.add_argument("--targets", default="native,python",
+                    help=f"comma-separated, of {', '.join(TARGETS)}")
+    ap.add_argument("--kinds", default=",".join(FAULT_KINDS),
+                    help="fault kinds the seeds may draw")
+    ap.add_argument("--out", default="bench/results/simulate.json")
+    ap.add_argument("--no-shrink", action="store_true")
+    args = ap.parse_args(argv)
+    targets = [t for t in args.targets.split(",") if t]
+    for t in targets:
+        if t not in TARGETS:
+            ap.error(f"unknown target {t!r}: one of {', '.join(TARGETS)}")
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if args.plan:
+        plans = [Plan.from_json(args.plan)]
+    elif args.seed is not None:
+        plans = [draw(args.seed, kinds)]
+    else:
+        plans = [draw(s, kinds) for s in range(args.start, args.start + args.seeds)]
+
+    totals = {"runs": 0, "packets": 0, "swaps": 0, "sim_seconds": 0.0, "state_resets": 0,
+              "end_behind": 0}
+    by_kind: dict[str, int] = {}
+    failures = []
+    cpu0 = time.process_time()
+    for plan in plans:
+        for target in targets:
+            try:
+                found, rec = violations(plan, target)
+            except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
+                found, rec = [f"crash: {type(err).__name__}: {err}"], None
+            totals["runs"] += 1
+            for k in plan.kinds():
+                by_kind[k] = by_kind.get(k, 0) + 1
+            if rec is not None:
+                totals["packets"] += rec.packets
+                totals["swaps"] += rec.swaps
+                totals["sim_seconds"] += rec.sim_seconds
+                totals["state_resets"] += rec.state_resets
+                totals["end_behind"] += rec.end_behind
+            if found:
+                some = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
+                repro = (f"make simulate SEED={plan.seed} TARGETS={target}{some}"
+                         if not args.plan else
+                         f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'")
+                print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}\n  reproduce: "
+                      f"{repro}", flush=True)
+                entry = {"seed": plan.seed, "target": target, "violations": found[:5]}
+                if not args.no_shrink and not args.plan:
+                    small = shrink(plan, target)
+                    entry["shrunk"] = small.to_json()
+                    print(f"  shrunk ({len(small.faults)} of {len(plan.faults)} faults, "
+                          f"{small.calls} calls): python -m tests.sim --targets {target} "
+                          f"--plan '{small.to_json()}'", flush=True)
+                failures.append(entry)
+    cpu = time.process_time() - cpu0
+    summary = {
+        "seeds": len(plans), "first_seed": plans[0].seed if plans else None,
+        "targets": targets, "kinds": list(kinds), **totals,
+        "runs_by_fault_kind": by_kind, "violations": len(failures), "failures": failures,
+        "cpu_seconds": round(cpu, 3),
+        "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
+    if args.out and not args.plan and args.seed is None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The invariants every simulated run is held to (docs/protocol.md §10).
+
+Checked while the run plays (run.py): every round's sum is what the switch counted into
+it, bit for bit; every call ends within the liveness bound once faults stop. Checked here,
+at its end:
+
+* exactly-once: for every worker whose calls all completed, per element of every chunk,
+  what it was given (in fixed point) == what the switch counted from it (wiped rounds
+  excepted) + the residual it holds + what its packets still in flight took from the
+  residual and the switch has not counted. Nothing lost, nothing counted twice.
+* agreement (RULE A): a worker applies a round's result at most once, and only a result
+  the switch emitted, header for header.
+* failures: a call may fail only where a fault explains it (a restart, a re-install, a
+  dead member) or where every other member finished the job before it (a worker whose
+  rounds fell behind its peers' in partial or async mode, then waits for them in sync:
+  docs/protocol.md §10, "Not survived"), and then with the error the spec names.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from hysync import wire
+
+from .plan import SCALE
+from .run import Record, Sim
+
+_HEAD = struct.Struct("!BBBBHBBHBBIII")
+H = wire.HEADER_BYTES
+
+
+def check(rec: Record, sim: Sim) -> list[str]:
+    out = list(rec.violations)
+    if out:
+        return out
+    plan = rec.plan
+    kinds = plan.kinds()
+    excuses = {"restart", "restart_bare", "readd", "death"} & kinds
+    for wk in sim.workers:
+        failed = [c for c in wk.calls if c.status not in ("done", "")]
+        for c in failed:
+            # The round it waits on latched its mode when it opened, possibly long before
+            # (rounds a drifted member holds open): any mode desired so far counts.
+            if c.status == "unreachable" and _members_gone(rec, sim, c.end):
+                rec.end_behind += 1  # too few members left in the job to close its rounds
+                continue
+            if not excuses:
+                out.append(f"failure: worker {wk.w} call {c.index} ended {c.status!r} at "
+                           f"{c.end:.3f} s with no restart, re-install or dead member")
+            elif c.status == "reset" and not ({"restart", "readd"} & kinds):
+                out.append(f"failure: worker {wk.w} call {c.index} reports a switch restart "
+                           f"that did not happen")
+        if not wk.dead and len(wk.calls) < plan.calls * len(plan.sizes):
+            out.append(f"liveness: worker {wk.w} made {len(wk.calls)} of "
+                       f"{plan.calls * len(plan.sizes)} calls")
+        if not wk.dead and not failed and rec.state_resets == 0:
+            out += _exactly_once(rec, wk)
+        if rec.state_resets == 0:
+            out += _agreement(rec, wk)
+    return out
+
+
+def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0) -> bool:
+    """By time t, had so many members finished the job (or died) that rounds of a mode
+    desired at some time in [since, t] could not close? (Sync needs every member, partial
+    its quorum; a round latches the mode it opened in and keeps it while it waits.)"""
+    left = sum(1 for x in sim.workers
+               if not (x.finished and x.calls[-1].end <= t) and not x.dead)
+    n = rec.plan.workers
+    modes = [(rec.plan.mode, rec.plan.quorum)]
+    for at, m, q in rec.modes:
+        if at <= since:
+            modes = [(m, q)]
+        elif at <= t:
+            modes.append((m, q))
+    return any(mode != wire.Mode.ASYNC and left < (n if quorum == 0 else min(quorum, n))
+               for mode, quorum in modes)
+
+
+def _exactly_once(rec: Record, wk) -> list[str]:
+    e = wk.engine
+    pending: dict[int, np.ndarray] = {}  # chunk -> not counted, out of the residual
+    for slot, data, amount in e.flights():
+        if amount is None:
+            continue
+        s = rec.plan.slot_base + slot
+        if rec.last_counted.get((wk.w, s)) == data[16:20] + data[H:]:
+            continue  # counted: the worker's books already say so
+        chunk = struct.unpack_from("!I", data, 16)[0]
+        acc = pending.setdefault(chunk, np.zeros(wire.LANES, np.int64))
+        acc += np.rint(np.asarray(amount, np.float64) * SCALE).astype(np.int64)
+    out = []
+    for k, first in zip(wk.keys, wk.firsts, strict=True):
+        given = wk.grads[wk.keys.index(k)]
+        res = np.asarray(e.residual(k), np.float64) * SCALE
+        if not np.array_equal(res, np.rint(res)):
+            out.append(f"exactly-once: worker {wk.w} key {k}: residual not in fixed point")
+            continue
+        res = res.astype(np.int64)
+        for local in range(len(given) // wire.LANES):
+            chunk = first + local
+            rows = slice(local * wire.LANES, (local + 1) * wire.LANES)
+            counted = rec.counted.get((wk.w, chunk), np.zeros(wire.LANES, np.int64))
+            held = res[rows] + pending.get(chunk, 0)
+            diff = given[rows] - counted - held
+            if diff.any():
+                j = int(np.flatnonzero(diff)[0])
+                out.append(
+                    f"exactly-once: worker {wk.w} chunk {chunk} lane {j}: given "
+                    f"{given[rows][j]}, switch counted {counted[j]}, residual + in flight "
+                    f"{held[j] if np.ndim(held) else held} ({'doubled' if diff[j] < 0 else 'lost'}"
+                    f" {abs(int(diff[j]))})")
+                break
+    return out
+
+
+def _agreement(rec: Record, wk) -> list[str]:
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for head in wk.results:
+        (_v, _op, _fl, _mode, _job, _w, count, slot, _r, _q, rnd, chunk,
+         bitmap) = _HEAD.unpack_from(head)
+        if (slot, rnd) in seen:
+            out.append(f"agreement: worker {wk.w} applied slot {slot} round {rnd} twice")
+        seen.add((slot, rnd))
+        if (slot, rnd, chunk, count, bitmap) not in rec.emitted:
+            out.append(f"agreement: worker {wk.w} applied slot {slot} round {rnd} chunk "
+                       f"{chunk} count {count} bitmap {bitmap:#x}, which the switch never "
+                       f"closed")
+    return out[:3]

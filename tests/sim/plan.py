@@ -1,0 +1,143 @@
+"""What one seed is: a job's shape, its network and its faults, drawn from the seed.
+
+A Plan is plain data (JSON-able), so a failing run can be shrunk by dropping faults from
+it and replayed exactly: the network's randomness comes from the seed, not from the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field, replace
+
+from hysync import wire
+
+SYNC, PARTIAL, ASYNC = int(wire.Mode.SYNC), int(wire.Mode.PARTIAL), int(wire.Mode.ASYNC)
+
+# Engine timing of the simulated workers (seconds). dead_after bounds every failure; the
+# liveness bound of a call once faults stop is LIVENESS_BOUND simulated seconds.
+RTO_INITIAL, RTO_MIN, RTO_MAX = 0.02, 0.002, 0.5
+DEAD_AFTER, STALL_AFTER, MISSED_AFTER, JOIN_AFTER = 3.0, 0.05, 0.25, 1.0
+LIVENESS_BOUND = DEAD_AFTER + 2 * JOIN_AFTER + 2 * RTO_MAX
+SCALE = float(1 << 20)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction between the workers and the switch."""
+    loss: float = 0.0
+    dup: float = 0.0
+    delay: float = 0.0005  # seconds, the least one-way delay
+    jitter: float = 0.0    # up to this much more, drawn per packet
+    fifo: bool = True      # False: a packet may overtake an earlier one (reordering)
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float      # simulated seconds
+    kind: str      # swap | pause | readd | restart | restart_bare | death
+    mode: int = 0
+    quorum: int = 0
+    worker: int = 0
+    length: float = 0.0  # pause: how long; readd: how long the job stays removed
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    workers: int
+    slots: int
+    slot_base: int
+    sizes: tuple[int, ...]       # elements per key, every worker registers them in order
+    calls: int                   # iterations; each calls allreduce once per key
+    mode: int                    # the mode and quorum installed with the job
+    quorum: int
+    up: Link = Link()            # worker -> switch
+    down: Link = Link()          # switch -> worker
+    compute: float = 0.002       # seconds between two calls of a worker, at most
+    faults: tuple[Fault, ...] = ()
+    faults_end: float = 0.0      # no swap, pause or restart after this
+    lossy_until: float = 0.0     # no loss, duplication or jitter after this
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> Plan:
+        d = json.loads(text)
+        d["sizes"] = tuple(d["sizes"])
+        d["up"], d["down"] = Link(**d["up"]), Link(**d["down"])
+        d["faults"] = tuple(Fault(**f) for f in d["faults"])
+        return Plan(**d)
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.faults}
+
+    def without(self, index: int) -> Plan:
+        return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+
+
+FAULT_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "death")
+
+
+@dataclass
+class Draw:
+    """Which fault kinds a batch of seeds may draw (all by default)."""
+    kinds: tuple[str, ...] = FAULT_KINDS
+    targets: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
+    mode = rng.choice((SYNC, PARTIAL, ASYNC))
+    quorum = 0 if mode == SYNC or rng.random() < 0.3 else rng.randint(1, workers)
+    return mode, quorum
+
+
+def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
+    """The plan of `seed`: 2-8 workers, 1-8 slots, 1-3 keys, 2-12 calls, a lossy,
+    duplicating, jittery network per direction, and 0-12 faults."""
+    rng = random.Random(seed)
+    workers = rng.randint(2, 8)
+    slots = rng.randint(1, 8)
+    slot_base = rng.randrange(0, 64)
+    sizes = tuple(rng.choice((1, 63, 64, 65, rng.randint(1, 64 * 3 * slots)))
+                  for _ in range(rng.randint(1, 3)))
+    calls = rng.randint(2, 12)
+    mode, quorum = _mode(rng, workers)
+
+    def link() -> Link:
+        lossy = rng.random() < 0.7
+        return Link(loss=rng.uniform(0, 0.2) if lossy else 0.0,
+                    dup=rng.uniform(0, 0.1) if lossy else 0.0,
+                    delay=rng.uniform(0.0001, 0.002), jitter=rng.choice((0.0, 0.0005, 0.005)),
+                    fifo=rng.random() < 0.5)
+
+    up, down = link(), link()
+    faults: list[Fault] = []
+    horizon = calls * (0.01 + 0.02 * workers)  # roughly the fault-free run's length
+    allowed = [k for k in kinds if k in FAULT_KINDS]
+    for _ in range(rng.randint(0, 12) if allowed else 0):
+        kind = rng.choice(allowed)
+        at = rng.uniform(0, horizon)
+        if kind == "swap":
+            m, q = _mode(rng, workers)
+            faults.append(Fault(at, "swap", m, q))
+        elif kind == "storm":  # swaps a packet apart, between any modes
+            gap = rng.choice((0.0002, 0.001, 0.003))
+            for j in range(rng.randint(5, 40)):
+                m, q = _mode(rng, workers)
+                faults.append(Fault(at + j * gap, "swap", m, q))
+        elif kind == "pause":
+            faults.append(Fault(at, "pause", worker=rng.randrange(workers),
+                                length=rng.uniform(0.05, DEAD_AFTER / 3)))
+        elif kind == "readd":
+            faults.append(Fault(at, "readd", length=rng.choice((0.0, 0.01, 0.2))))
+        elif kind in ("restart", "restart_bare"):
+            faults.append(Fault(at, kind, length=rng.choice((0.0, 0.01, 0.2))))
+        elif kind == "death" and workers > 2:
+            faults.append(Fault(at, "death", worker=rng.randrange(workers)))
+    faults.sort(key=lambda f: f.at)
+    end = max((f.at + f.length for f in faults), default=0.0)
+    return Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum, up, down,
+                rng.choice((0.0005, 0.002, 0.01)), tuple(faults), end,
+                rng.uniform(0, 2 * horizon))

@@ -1,0 +1,475 @@
+"""Play one Plan: real worker engines and a real switch pipeline on a simulated network.
+
+One heap of events ordered by (simulated time, sequence number) drives everything; every
+random choice of the network comes from one `random.Random` seeded by the plan's seed, so a
+run is a pure function of (plan, target). The engines run on their in-memory backend: the
+simulation sets their clock, hands them datagrams and takes what they send.
+
+What the simulation records for the checker (check.py): every contribution the switch
+counted (its `contributions` counter moved), the result of every round it closed, the
+rounds a restart or a re-install wiped, what every worker contributed and holds, and how
+every call ended.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hysync import _core, p4names, wire
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.pipeline import Pipeline
+from hysync.softswitch.tables import Entry, Replica
+from tests.conformance.targets import job_group, job_writes, mode_write
+from tests.conformance.topology import Job, Member
+
+from .plan import (
+    DEAD_AFTER,
+    JOIN_AFTER,
+    LIVENESS_BOUND,
+    MISSED_AFTER,
+    RTO_INITIAL,
+    RTO_MAX,
+    RTO_MIN,
+    SCALE,
+    STALL_AFTER,
+    Plan,
+)
+
+SWITCH_IP = "10.0.0.254"
+DONE, UNREACHABLE, PENDING, RESET = 0, 1, 3, 4
+STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
+QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
+MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
+_HEAD = struct.Struct("!BBBBHBBHBBIII")
+_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_CHUNK = 2, 1, 8, 16
+H = wire.HEADER_BYTES
+
+
+def _pipeline(target: str) -> Pipeline:
+    if target == "native":
+        return NativePipeline()
+    if target == "python":
+        return Pipeline()
+    if target == "tna-model":
+        from tests.conformance.tna_model import TnaModelPipeline
+        return TnaModelPipeline()
+    raise ValueError(f"unknown simulation target {target!r}: native, python or tna-model")
+
+
+class Switch:
+    """A pipeline with the job's tables, as the controller writes them (P4Info names)."""
+
+    def __init__(self, make: Callable[[], Pipeline], job: Job) -> None:
+        self.make, self.job = make, job
+        self.pipeline = make()
+        self.installed = False
+        self.mode_entry = False
+
+    def _write(self, update: str, w: Any) -> None:
+        self.pipeline.write_entry(update, Entry(w.table, w.match, w.action, w.params,
+                                                w.priority))
+
+    def install(self, epoch: int, mode: int, quorum: int) -> None:
+        self.job = Job(self.job.job_id, self.job.slot_base, self.job.slot_count,
+                       self.job.members, epoch)
+        self.pipeline.write_group("INSERT", self.job.job_id,
+                                  [Replica(p, r) for p, r in job_group(self.job)])
+        for w in job_writes(self.job, mode, quorum):
+            self._write("INSERT", w)
+        self.installed = True
+
+    def remove(self) -> None:
+        for w in job_writes(self.job):
+            self._write("DELETE", w)
+        self.pipeline.write_group("DELETE", self.job.job_id, [])
+        self.installed = False
+
+    def swap(self, mode: int, quorum: int) -> None:
+        if self.installed:
+            self._write("MODIFY", mode_write(self.job, mode, quorum))
+
+    def counted(self, worker: int) -> int:
+        cell = self.job.job_id * wire.MAX_WORKERS + worker
+        return self.pipeline.counters[p4names.STATS_CONTRIBUTIONS].packets[cell]
+
+
+@dataclass
+class Call:
+    index: int           # the worker's call number (iteration * keys + key)
+    key: int
+    start: float
+    end: float = -1.0
+    status: str = ""
+
+
+@dataclass
+class Worker:
+    w: int
+    member: Member
+    engine: Any
+    keys: list[int]
+    firsts: list[int]
+    grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
+    calls: list[Call] = field(default_factory=list)
+    values: np.ndarray | None = None  # the call's buffer, alive while the engine writes it
+    inbox: list[bytes] = field(default_factory=list)
+    in_call: bool = False
+    paused_until: float = 0.0
+    dead: bool = False
+    finished: bool = False
+    gen: int = 0                      # the latest wake event; older ones are void
+    results: list[bytes] = field(default_factory=list)  # headers of the results applied
+
+
+@dataclass
+class Record:
+    """What the checker reads."""
+    plan: Plan
+    target: str
+    counted: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (w, chunk)
+    last_counted: dict[tuple[int, int], bytes] = field(default_factory=dict)  # (w, slot)
+    emitted: set[tuple[int, int, int, int, int]] = field(default_factory=set)
+    violations: list[str] = field(default_factory=list)
+    packets: int = 0
+    swaps: int = 0
+    sim_seconds: float = 0.0
+    state_resets: int = 0
+    modes: list[tuple[float, int, int]] = field(default_factory=list)  # swaps: (t, mode, q)
+    end_behind: int = 0  # calls that failed because their peers had finished the job
+
+
+class Sim:
+    """`make_pipeline` replaces the target's pipeline and `engine` adds keyword arguments
+    to the workers' engines: how tests/sim/test_races.py takes a rule out."""
+
+    def __init__(self, plan: Plan, target: str, make_pipeline: Callable[[], Pipeline] | None
+                 = None, engine: dict[str, Any] | None = None) -> None:
+        self.plan, self.target = plan, target
+        self.make_pipeline = make_pipeline or (lambda: _pipeline(target))
+        self.engine_options = {"join_after": JOIN_AFTER, **(engine or {})}
+        self.rng = random.Random(plan.seed * 1_000_003 + 17)
+        self.events: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.rec = Record(plan, target)
+        members = tuple(Member(w, w + 1) for w in range(plan.workers))
+        job = Job(1, plan.slot_base, plan.slots, members, self._epoch())
+        self.switch = Switch(self.make_pipeline, job)
+        self.switch.install(job.epoch, plan.mode, plan.quorum)
+        self.switch_up_at = 0.0
+        self.baseline = [0] * plan.workers
+        self.by_addr = {(m.ip, m.udp_port): m.worker for m in members}
+        self.last_arrival: dict[tuple[str, int], float] = {}
+        self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
+        self.may_async = plan.mode == wire.Mode.ASYNC or any(
+            f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
+        self.workers = [self._worker(w, m) for w, m in enumerate(members)]
+        self.grad_rng = np.random.default_rng(plan.seed)
+
+    # ------------------------------------------------------------ the scheduler
+    def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, fn, args))
+
+    def run(self) -> Record:
+        for w in self.workers:
+            self.at(self.rng.uniform(0, self.plan.compute), self._next_call, w)
+        for f in self.plan.faults:
+            self.at(f.at, self._fault, f)
+        events = 0
+        while self.events and not self.rec.violations:
+            self.now, _, fn, args = heapq.heappop(self.events)
+            fn(*args)
+            events += 1
+            if events > MAX_EVENTS:
+                self.rec.violations.append(
+                    f"liveness: more than {MAX_EVENTS} events by t={self.now:.3f} s")
+                break
+        self.rec.sim_seconds = self.now
+        return self.rec
+
+    def _epoch(self) -> int:
+        return self.rng.randrange(1, 1 << 32)
+
+    # ------------------------------------------------------------ workers
+    def _worker(self, w: int, m: Member) -> Worker:
+        p = self.plan
+        engine = _core.worker.Engine(
+            fd=-1, job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
+            slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
+            rto_initial=RTO_INITIAL, rto_min=RTO_MIN, rto_max=RTO_MAX, dead_after=DEAD_AFTER,
+            stall_after=STALL_AFTER, missed_after=MISSED_AFTER, staleness_decay=1.0,
+            seed=p.seed * 64 + w, **self.engine_options)
+        keys = [engine.register(n) for n in p.sizes]
+        firsts = [engine.first_chunk(k) for k in keys]
+        grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]
+        return Worker(w, m, engine, keys, firsts, grads)
+
+    def _next_call(self, wk: Worker) -> None:
+        if wk.dead or wk.finished:
+            return
+        if self.now < wk.paused_until:
+            self.at(wk.paused_until, self._next_call, wk)
+            return
+        p = self.plan
+        index = len(wk.calls)
+        if index == p.calls * len(p.sizes):
+            wk.finished = True
+            if all(x.finished or x.dead for x in self.workers):
+                self._quiesce_start()
+            return
+        k = index % len(p.sizes)
+        n = p.sizes[k]
+        # Gradients that are whole multiples of 1/scale and small: float32 holds every sum
+        # of them exactly, so the fixed-point books balance bit for bit.
+        fixed = self.grad_rng.integers(-1000, 1001, n)
+        wk.grads[k][:n] += fixed
+        wk.values = (fixed / SCALE).astype(np.float32)
+        wk.calls.append(Call(index, k, self.now))
+        e = wk.engine
+        e.set_time(self.now)
+        for d in wk.inbox:  # allreduce drains the socket first
+            e.on_datagram(d, self.now)
+        wk.inbox.clear()
+        e.begin_call(wk.keys[k], wk.values)
+        wk.in_call = True
+        bound = max(self.now, p.faults_end, p.lossy_until) + LIVENESS_BOUND
+        self.at(bound, self._deadline, wk, index)
+        self._turn(wk)
+
+    def _turn(self, wk: Worker) -> None:
+        e = wk.engine
+        e.set_time(self.now)
+        status = e.step(self.now)
+        self._sent(wk)
+        if status == PENDING:
+            wk.gen += 1
+            wake = e.next_wake()
+            if wake != float("inf"):
+                self.at(max(self.now, wake), self._wake, wk, wk.gen)
+            return
+        call = wk.calls[-1]
+        call.end, call.status = self.now, STATUS[status]
+        wk.in_call = False
+        wk.values = None
+        raw = e.stats()["results"]
+        wk.results += [bytes(raw[i:i + H]) for i in range(0, len(raw), H)]
+        self.at(self.now + self.rng.uniform(0, self.plan.compute), self._next_call, wk)
+
+    def _wake(self, wk: Worker, gen: int) -> None:
+        if gen != wk.gen or not wk.in_call or wk.dead or self.now < wk.paused_until:
+            return
+        self._turn(wk)
+
+    def _deadline(self, wk: Worker, index: int) -> None:
+        call = wk.calls[index]
+        # A member that finished the job is gone for good; rounds that needed it then end
+        # by the dead timer once the last sign of the job's progress (a peer's result) is
+        # past: the bound counts from the last peer's finish too.
+        done = [x.calls[-1].end for x in self.workers if x.finished and x is not wk]
+        if call.end < 0 and done and max(done) + LIVENESS_BOUND > self.now:
+            self.at(max(done) + LIVENESS_BOUND, self._deadline, wk, index)
+            return
+        # With members gone (finished or dead), a round latched in sync (or in a partial
+        # quorum they were needed for) waits for ever and its calls fail by the dead timer;
+        # while another member's calls still end, results keep arriving and the timer waits
+        # on: the bound counts from the last call that ended anywhere in the job.
+        if call.end < 0 and self._gone():
+            last = max(c.end for x in self.workers for c in x.calls)
+            if last + LIVENESS_BOUND > self.now:
+                self.at(last + LIVENESS_BOUND, self._deadline, wk, index)
+                return
+        if call.end < 0 and not wk.dead and not self.rec.violations:
+            self.rec.violations.append(
+                f"liveness: worker {wk.w} call {index} (key {call.key}) started at "
+                f"{call.start:.3f} s is neither done nor failed at {self.now:.3f} s "
+                f"({LIVENESS_BOUND:g} s after the faults stopped): "
+                f"{wk.engine.describe_flights()}")
+
+    def _gone(self) -> bool:
+        from .check import _members_gone  # the checker's own rule, one definition
+        return _members_gone(self.rec, self, self.now)
+
+    def _deliver(self, wk: Worker, data: bytes) -> None:
+        if wk.dead:
+            return
+        if not wk.in_call or self.now < wk.paused_until:
+            if len(wk.inbox) < 4096:  # a socket buffer
+                wk.inbox.append(data)
+            return
+        wk.engine.set_time(self.now)
+        wk.engine.on_datagram(data, self.now)
+        self._turn(wk)
+
+    def _resume(self, wk: Worker) -> None:
+        if wk.dead or self.now < wk.paused_until:
+            return
+        if wk.in_call:
+            e = wk.engine
+            e.set_time(self.now)
+            for d in wk.inbox:
+                e.on_datagram(d, self.now)
+            wk.inbox.clear()
+            self._turn(wk)
+
+    # ------------------------------------------------------------ the network
+    def _link(self, up: bool, who: int, data: bytes) -> None:
+        link = self.plan.up if up else self.plan.down
+        lossy = self.now < self.plan.lossy_until
+        copies = 1
+        if lossy and self.rng.random() < link.loss:
+            return
+        if lossy and self.rng.random() < link.dup:
+            copies = 2
+        # Worker -> switch traffic stays in order wherever a slot can run async (the
+        # protocol's fault model, docs/protocol.md §9 "Swap storms").
+        fifo = link.fifo or (up and self.may_async)
+        for _ in range(copies):
+            t = self.now + link.delay + (self.rng.uniform(0, link.jitter) if lossy else 0.0)
+            if fifo:
+                t = max(t, self.last_arrival.get((("up" if up else "down"), who), 0.0))
+                self.last_arrival[("up" if up else "down", who)] = t
+            if up:
+                self.at(t, self._switch_receive, who, data)
+            else:
+                self.at(t, self._deliver, self.workers[who], data)
+
+    def _sent(self, wk: Worker) -> None:
+        for d in wk.engine.take_sent():
+            self.rec.packets += 1
+            self._link(True, wk.w, d)
+
+    # ------------------------------------------------------------ the switch
+    def _switch_receive(self, w: int, data: bytes) -> None:
+        if self.now < self.switch_up_at:
+            return  # restarting: nothing answers
+        sw = self.switch
+        before = sw.counted(w)
+        m = self.workers[w].member
+        out = sw.pipeline.process_datagram(m.ip, m.udp_port, data)
+        if sw.counted(w) != before:
+            self._counted(w, data)
+        closed = False
+        for ip, port, reply in out:
+            self.rec.packets += 1
+            if reply[_OFF_OP] == wire.Op.RESULT and not closed and not (
+                    reply[_OFF_FLAGS] & wire.Flag.RESEND):
+                closed = True
+                self._closed(reply)
+            self._link(False, self.by_addr[(ip, port)], reply)
+
+    def _counted(self, w: int, data: bytes) -> None:
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
+        lanes = np.frombuffer(data, ">i4", wire.LANES, H).astype(np.int64)
+        acc = self.rec.counted.setdefault((w, chunk), np.zeros(wire.LANES, np.int64))
+        acc += lanes
+        self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
+        self.open.setdefault(slot, []).append((w, chunk, lanes))
+
+    def _closed(self, result: bytes) -> None:
+        """A round closed: its sum must be what the switch counted into it, bit for bit."""
+        (_v, _op, _fl, mode, _job, _w, count, slot, _r, _q, rnd, chunk,
+         bitmap) = _HEAD.unpack_from(result)
+        self.rec.emitted.add((slot, rnd, chunk, count, bitmap))
+        parts = self.open.pop(slot, [])
+        want = np.zeros(wire.LANES, np.int64)
+        bits = 0
+        for w, c, lanes in parts:
+            want += lanes
+            bits |= 1 << w
+            if c != chunk:
+                self.rec.violations.append(
+                    f"exactly-once: slot {slot} round {rnd} (chunk {chunk}) closed with worker "
+                    f"{w}'s contribution for chunk {c} in it")
+        got = np.frombuffer(result, ">i4", wire.LANES, H).astype(np.int64)
+        if bits != bitmap or len(parts) != count or not np.array_equal(
+                (want - got) % (1 << 32), np.zeros(wire.LANES, np.int64)):
+            self.rec.violations.append(
+                f"exactly-once: slot {slot} round {rnd} closed with bitmap {bitmap:#x} count "
+                f"{count}, but the switch counted bitmap {bits:#x} ({len(parts)} contributions)"
+                f"{'' if np.array_equal(want % (1 << 32), got % (1 << 32)) else ', other sums'}")
+
+    def _wipe(self) -> None:
+        """The switch's open rounds are gone: what they counted is in no sum."""
+        for parts in self.open.values():
+            for w, chunk, lanes in parts:
+                self.rec.counted[(w, chunk)] -= lanes
+        self.open.clear()
+        self.rec.last_counted.clear()
+        self.rec.state_resets += 1
+
+    # ------------------------------------------------------------ faults
+    def _fault(self, f: Any) -> None:
+        sw = self.switch
+        if f.kind == "swap":
+            self.rec.swaps += 1
+            self.plan_mode = (f.mode, f.quorum)
+            self.rec.modes.append((self.now, f.mode, f.quorum))
+            sw.swap(f.mode, f.quorum)
+        elif f.kind == "pause":
+            wk = self.workers[f.worker]
+            wk.paused_until = max(wk.paused_until, self.now + f.length)
+            self.at(wk.paused_until, self._resume, wk)
+        elif f.kind == "death":
+            wk = self.workers[f.worker]
+            wk.dead = True
+            wk.inbox.clear()
+            if all(x.finished or x.dead for x in self.workers):
+                self._quiesce_start()
+        elif f.kind == "readd":
+            mode = getattr(self, "plan_mode", (self.plan.mode, self.plan.quorum))
+            if sw.installed:
+                sw.remove()
+            self._wipe()
+            self.at(self.now + f.length, self._reinstall, mode)
+        elif f.kind in ("restart", "restart_bare"):
+            mode = getattr(self, "plan_mode", (self.plan.mode, self.plan.quorum))
+            self.switch = Switch(self.make_pipeline, sw.job)
+            self._wipe()
+            self.switch_up_at = self.now + f.length
+            if f.kind == "restart":
+                self.at(self.now + f.length, self._reinstall, mode)
+
+    def _reinstall(self, mode: tuple[int, int]) -> None:
+        if not self.switch.installed:
+            self.switch.install(self._epoch(), *mode)
+
+    # ------------------------------------------------------------ the end
+    def _quiesce_start(self) -> None:
+        if getattr(self, "_quiescing", False):
+            return
+        self._quiescing = True
+        end = max(self.now, self.plan.faults_end, self.plan.lossy_until) + QUIESCE
+        self.at(self.now, self._quiesce_tick, end)
+
+    def _quiesce_tick(self, end: float) -> None:
+        """Between calls a worker's packets in flight keep retrying (poll_results)."""
+        for wk in self.workers:
+            if wk.dead or self.now < wk.paused_until:
+                continue
+            e = wk.engine
+            e.set_time(self.now)
+            for d in wk.inbox:
+                e.on_datagram(d, self.now)
+            wk.inbox.clear()
+            e.tick(self.now)
+            self._sent(wk)
+        if self.now < end:
+            self.at(self.now + 0.01, self._quiesce_tick, end)
+        else:
+            self.events.clear()
+            for wk in self.workers:
+                wk.in_call = False
+
+
+def simulate(plan: Plan, target: str, **options: Any) -> tuple[Record, Sim]:
+    sim = Sim(plan, target, **options)
+    return sim.run(), sim

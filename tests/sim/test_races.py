@@ -1,0 +1,59 @@
+"""The checker finds each of the three latest races when its rule is taken out.
+
+Each rule closed a race that a timing-dependent test found first (docs/protocol.md §9,
+"Swap storms"; §4 step 8): the transmission-number echo, the JOIN and the install epoch.
+With the rule taken out (a test-only engine option, a longer `join_after` than any run,
+a pipeline that never sees a new install), some seed of a fixed, small budget must
+violate an invariant; with the rule in, the same seeds pass.
+"""
+
+from __future__ import annotations
+
+from hysync.softswitch.pipeline import Pipeline
+
+from .check import check
+from .plan import draw
+from .run import simulate
+
+BUDGET = 40  # seeds tried per race, at most
+
+
+class NoEpochPipeline(Pipeline):
+    """The reference model with the install epoch taken out: every install looks like the
+    first, so a re-added job inherits its slots' rounds, results and counted sequences."""
+
+    def _admit(self, payload, src_ip, src_port, nbytes):  # type: ignore[no-untyped-def]
+        admitted = super()._admit(payload, src_ip, src_port, nbytes)
+        return None if admitted is None else (*admitted[:-1], 1)
+
+
+def _first_violation(kinds: tuple[str, ...], start: int, **options: object) -> tuple[int, str]:
+    for seed in range(start, start + BUDGET):
+        rec, sim = simulate(draw(seed, kinds), "python", **options)
+        found = check(rec, sim)
+        if found:
+            return seed, found[0]
+    return -1, ""
+
+
+def test_without_the_echo_check_a_storm_counts_twice() -> None:
+    seed, why = _first_violation(("storm",), 20_000,
+                                 engine={"test_only_ignore_echo": True})
+    assert seed >= 0, f"no violation in {BUDGET} storm seeds without the echo check"
+    rec, sim = simulate(draw(seed, ("storm",)), "python")
+    assert not check(rec, sim), f"seed {seed} fails with the echo check too"
+
+
+def test_without_join_a_swap_deadlocks() -> None:
+    seed, why = _first_violation(("swap", "storm"), 30_000, engine={"join_after": 1e9})
+    assert seed >= 0, f"no violation in {BUDGET} swap seeds without JOIN"
+    assert "liveness" in why or "failure" in why, why
+    rec, sim = simulate(draw(seed, ("swap", "storm")), "python")
+    assert not check(rec, sim), f"seed {seed} fails with JOIN too"
+
+
+def test_without_the_install_epoch_a_readd_inherits_rounds() -> None:
+    seed, why = _first_violation(("readd",), 40_000, make_pipeline=NoEpochPipeline)
+    assert seed >= 0, f"no violation in {BUDGET} re-install seeds without the epoch"
+    rec, sim = simulate(draw(seed, ("readd",)), "python")
+    assert not check(rec, sim), f"seed {seed} fails with the install epoch too"
