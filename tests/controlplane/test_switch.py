@@ -88,9 +88,14 @@ def test_a_big_batch_is_not_cut_off_by_the_session_timeout(switch: Switch,
 
 def test_a_write_past_its_deadline_says_how_to_raise_it(schema: Schema) -> None:
     hung = threading.Event()
+
+    def answer_late(request: bytes, context: grpc.ServicerContext) -> bytes:
+        hung.wait(5)  # past the client's deadline
+        return b""  # an empty WriteResponse
+
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("p4.v1.P4Runtime", {
-        "Write": grpc.unary_unary_rpc_method_handler(lambda request, context: hung.wait(5))}),))
+        "Write": grpc.unary_unary_rpc_method_handler(answer_late)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
