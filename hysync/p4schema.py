@@ -20,6 +20,7 @@ from typing import TypeVar
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
+from hysync import resources
 from hysync.errors import BadFileError, HySyncError
 
 
@@ -180,16 +181,23 @@ class Schema:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Schema:
+        """A text P4Info file; `hysync:p4src/...` names one shipped with HySync."""
+        if isinstance(path, str) and path.startswith(resources.PREFIX):
+            try:
+                path = resources.path(path[len(resources.PREFIX):])
+            except FileNotFoundError as err:
+                raise P4InfoFileError(str(err)) from None
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise P4InfoFileError(
                 f"cannot read the P4Info file {path}: {err.strerror or err}; pass the path of "
-                "a text P4Info such as p4src/v1model/hysync.p4info.txtpb") from err
+                "a text P4Info such as hysync:p4src/v1model/hysync.p4info.txtpb") from err
         except UnicodeDecodeError as err:
-            raise P4InfoFileError(f"{path} is not UTF-8 text (byte {err.start}): pass a text "
-                                  "P4Info such as p4src/v1model/hysync.p4info.txtpb") from None
+            raise P4InfoFileError(
+                f"{path} is not UTF-8 text (byte {err.start}): pass a text P4Info such as "
+                "hysync:p4src/v1model/hysync.p4info.txtpb") from None
         schema = cls.from_text(text, source=str(path))
         if not schema.p4info.tables:
             raise P4InfoFileError(f"{path} defines no tables: is it a P4Info file?")
