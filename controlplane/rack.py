@@ -104,16 +104,15 @@ def next_steps(hosts: int, tag: str, inventory: Path, *, steps: int = 300) -> li
     script = resources.path("examples/train_ddp.py")
     lines = [f"{hysync} deploy {inventory}",
              f"ip netns exec {tag}-h1 {hysync} deploy --check {inventory}",
-             f"{hysync} serve {inventory} &"]
+             f"{hysync} serve {inventory}    # in a terminal of its own; Ctrl-C after training"]
     for w in range(hosts):
         lines.append(
             f"ip netns exec {tag}-h{w + 1} env GLOO_SOCKET_IFNAME={tag}h{w + 1} "
             f"OMP_NUM_THREADS=1 {torchrun} --nnodes {hosts} --nproc-per-node 1 "
             f"--node-rank {w} --master-addr {host_ip(0)} --master-port {MASTER_PORT} "
-            f"{script} --inventory {inventory} --steps {steps} --average-every 1"
-            + (" &" if w < hosts - 1 else ""))
-    lines += ["wait; kill %1    # the serve, once every rank has printed its accuracy",
-              f"{hysync} teardown {inventory}",
+            f"{script} --inventory {inventory} --steps {steps} --average-every 1 &")
+    lines += ["wait    # every rank prints its held-out accuracy",
+              f"{hysync} teardown {inventory}    # once the serve is stopped",
               f"{hysync} rack down" + ("" if tag == DEFAULT_TAG else f" --tag {tag}")]
     return lines
 
@@ -178,7 +177,7 @@ def cmd_rack_up(args: argparse.Namespace, out: _Out) -> None:
               "grpc_addr": star.grpc_addr, "inventory": str(inventory), "commands": steps},
              f"rack {tag!r} is up: hosts {', '.join(star.hosts)}; the softswitch in "
              f"{star.switch_ns} (P4Runtime {star.grpc_addr}, log {log})\n"
-             f"inventory: {inventory}\nnext, as root (one torchrun per host):\n"
+             f"inventory: {inventory}\nnext, as root:\n"
              + "\n".join(f"  {line}" for line in steps))
 
 
