@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from hysync.topologies.switches import SWITCH_IP
+from hysync.topologies.addresses import SWITCH_IP
 
 
 # ------------------------------------------------------------------ sender process

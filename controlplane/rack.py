@@ -28,9 +28,8 @@ from hysync import resources
 from hysync.controlplane.cli import UsageError, _Out
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.switch import wait_for_server
+from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.topologies.netns import NetnsStar, missing_netns_tools, remove
-from hysync.topologies.switches import SWITCH_IP, SWITCH_MAC
-from hysync.topologies.topo import host_ip, host_mac
 
 STATE_DIR = Path("/run/hysync")
 DEFAULT_TAG = "hyr"

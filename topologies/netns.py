@@ -19,7 +19,7 @@ network have (`hysync deploy --check` run on a host).
 Offloads are off on every data veth end (a user-space switch never fills in
 checksums); IPv6 is off before link-up (the kernel would send router solicitations
 the switch floods). Each host has the switch's address 10.0.0.254 ->
-02:00:00:00:00:fe as a static neighbour and the MAC `hysync.topologies.topo.host_mac(w)`.
+02:00:00:00:00:fe as a static neighbour and the MAC `hysync.topologies.addresses.host_mac(w)`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import os
 import shutil
 import subprocess
 
-from hysync.topologies.switches import SWITCH_IP, SWITCH_MAC
-from hysync.topologies.topo import host_ip, host_mac
+from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 
 
 def missing_netns_tools(why: str) -> str | None:

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from hysync.controlplane.switch import wait_for_server
+from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.topologies.netns import missing_netns_tools
-from hysync.topologies.switches import SWITCH_IP, SWITCH_MAC
-from hysync.topologies.topo import host_ip, host_mac
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
 
 Data = dict[str, Any]

@@ -23,8 +23,8 @@ from hysync import p4names
 from hysync.controlplane import rack
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.switch import Switch
+from hysync.topologies.addresses import host_ip
 from hysync.topologies.netns import missing_netns_tools
-from hysync.topologies.topo import host_ip
 
 from ..controlplane.conftest import read_table
 from .conftest import RACK_HOSTS, ROOT, kill_tree

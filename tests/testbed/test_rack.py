@@ -89,9 +89,11 @@ def test_up_twice_is_refused_before_anything_is_built(state_dir: Path, tmp_path:
     assert not (tmp_path / "rack.toml").exists()
 
 
-def _namespaces() -> set[str]:
+def _namespaces(tag: str) -> set[str]:
+    """The rack's namespaces (other tests on this machine may make and remove theirs)."""
     done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    return {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    return {line.split()[0] for line in done.stdout.splitlines()
+            if line.startswith(f"{tag}-")}
 
 
 @pytest.mark.slow
@@ -102,12 +104,11 @@ def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Pa
         pytest.skip(reason)
     tag = f"hyt{os.getpid() % 10000}"
     inventory = tmp_path / "rack.toml"
-    before = _namespaces()
     code, out, err = run("rack", "up", "2", "--tag", tag, "--inventory", str(inventory))
     try:
         assert code == 0, err
         assert inventory.read_text() == rack.inventory_text(2, tag)
-        assert _namespaces() - before == {f"{tag}-sw", f"{tag}-h1", f"{tag}-h2"}
+        assert _namespaces(tag) == {f"{tag}-sw", f"{tag}-h1", f"{tag}-h2"}
         wait_for_server(f"{rack.MGMT_NET}.2:9559", 10)  # the softswitch answers P4Runtime
         for ifname, ns in ((f"{tag}h1", f"{tag}-h1"), (f"{tag}s1", f"{tag}-sw")):
             offloads = subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-k", ifname],
@@ -120,6 +121,8 @@ def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Pa
         down, said, err3 = run("rack", "down", "--tag", tag)
     assert down == 0, err3
     assert "the softswitch stopped" in said
-    assert _namespaces() == before
+    assert _namespaces(tag) == set()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f" {tag}m" not in links  # the management veth's root end went with it
     assert not rack.state_file(tag).exists()
     assert inventory.exists()  # the inventory is the user's now
