@@ -101,7 +101,7 @@ p4-tofino:
 	 if [ -n "$$failed" ]; then echo "make p4-tofino: did not compile for:$$failed (its compile log says why; docs/tofino.md, How Tofino 1 fits)"; exit 1; fi
 
 lint: setup
-	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples
+	$(PY) -m ruff check hysync softswitch controlplane worker topologies tests bench examples .ci/wheel_smoke
 
 test: setup lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

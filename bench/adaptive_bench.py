@@ -46,7 +46,7 @@ CONFIGS = {
     "partial(3)": RunConfig("hysync-partial(3)", "hysync", "partial", 3),
     "adaptive": RunConfig("hysync-adaptive", "hysync", "adaptive"),
 }
-# The goals: adaptive >= 1.4x faster to the target than sync and gloo with one
+# The goals: adaptive >= 1.4x faster to the target than sync and gloo with one
 # persistent straggler of 2x or more; within 5% of sync when homogeneous; final accuracy
 # within 1 point of sync everywhere.
 PERSISTENT = ("constant-2x", "constant-4x")

@@ -42,7 +42,7 @@ WORKERS = 4
 JOB = 1
 SCALE = 2.0**20
 SIZES = (1_000_000, 10_000_000, 100_000_000)
-RSS_SIZE = 100_000_000  # the call whose peak RSS the issue bounds (< 3x the tensor's bytes)
+RSS_SIZE = 100_000_000  # the call whose peak RSS is bounded (< 3x the tensor's bytes)
 REFLECT_ELEMENTS = 10_000_000
 TIMEOUT = 1800
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+import hysync
 from hysync import wire
 from hysync.controlplane import limits
 from hysync.controlplane.controller import Controller, LatchTimeoutError
@@ -148,11 +149,11 @@ Handler = Callable[[argparse.Namespace, _Out], None]
 def cmd_pipeline_push(args: argparse.Namespace, out: _Out) -> None:
     """Install the HySync pipeline on the switch (clears every entry and register).
 
-    --p4info is the text P4Info (p4src/v1model/hysync.p4info.txtpb, or
-    p4src/tna/hysync.<chip>.p4info.txtpb for Tofino); --device-config is the compiled program
-    (not needed by the softswitch): the BMv2 JSON, or with --target tofino the .conf
-    file make p4-tofino writes (build/tna/tofino2/hysync.conf), packed into Stratum's
-    BfPipelineConfig.
+    --p4info is the text P4Info (hysync:p4src/v1model/hysync.p4info.txtpb, the one HySync
+    ships, or hysync:p4src/tna/hysync.<chip>.p4info.txtpb for Tofino); --device-config is
+    the compiled program (not needed by the softswitch): the BMv2 JSON, or with --target
+    tofino the .conf file make p4-tofino writes (build/tna/tofino2/hysync.conf), packed into
+    Stratum's BfPipelineConfig.
     """
     p4info, device_config = args.p4info, args.device_config
     if args.config:
@@ -481,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _add_common(common, top=False)
     parser = _Parser(prog=PROG, description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {hysync.__version__}")
     _add_common(parser, top=True)
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", required=True,
                                    parser_class=_Parser)
@@ -572,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     testbed_cli.add_commands(groups, command)
     top.add_command(groups, command, _seconds, _count)
     completion.add_command(groups, command)
+    from hysync.controlplane import rack
+
+    rack.add_commands(groups, command)
     return parser
 
 

@@ -7,7 +7,7 @@
     device_id = 1
     election_id = 10                # `hysync serve`'s; the one primary of the switch
     target = "softswitch"           # softswitch | bmv2 | tofino
-    p4info = "../p4src/v1model/hysync.p4info.txtpb"   # relative to this file
+    p4info = "hysync:p4src/v1model/hysync.p4info.txtpb"  # shipped; or a path relative to this file
     device_config = "../build/p4/hysync.json"         # bmv2 / tofino only
     data_ipv4 = "10.0.0.254"        # where workers send HySync packets
     data_mac = "02:00:00:00:00:fe"
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hysync import wire
+from hysync import resources, wire
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
 from hysync.controlplane.serve_auth import ServeAccess, access_from_table
@@ -302,16 +302,20 @@ def _file(t: Mapping[str, Any], key: str, base: Path, *, required: bool) -> Path
         if required:
             raise InventoryError(
                 f"switch.{key} is missing: give the path of the "
-                + ("text P4Info (p4src/v1model/hysync.p4info.txtpb)" if key == "p4info" else
+                + ("text P4Info (hysync:p4src/v1model/hysync.p4info.txtpb)" if key == "p4info" else
                    f"compiled program for target {t.get('target')} (BMv2: build/p4/"
                    "hysync.json from `make p4`)"))
         return None
     if not isinstance(value, str):
         raise InventoryError(f"switch.{key} = {value!r} must be a path (a string)")
-    path = (base / value).resolve()
+    try:  # `hysync:p4src/...`: a file shipped with HySync, wherever it is installed
+        path = resources.resolve(value, base)
+    except FileNotFoundError as err:
+        raise InventoryError(f"switch.{key} = {value!r}: {err}") from None
     if not path.is_file():
         raise InventoryError(f"switch.{key} = {value!r}: {path} does not exist; paths are "
-                             "relative to the inventory file")
+                             "relative to the inventory file, or hysync:RELATIVE for a "
+                             "file HySync ships")
     return path
 
 

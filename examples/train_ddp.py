@@ -6,6 +6,11 @@ Run the same command on every host of the testbed (one process per host):
         --master-addr 10.0.0.1 --master-port 29500 \\
         examples/train_ddp.py --inventory testbed.toml
 
+or on one machine, against the softswitch (README, quick start):
+
+    torchrun --standalone --nproc-per-node 2 examples/train_ddp.py \\
+        --inventory examples/loopback.toml
+
 It is an ordinary DDP script: the three lines marked `# HySync` are all it takes.
 `torchrun` sets up the process group (gloo: DDP broadcasts the initial parameters with
 it, and HySync publishes the workers' addresses through its store); the gradients are
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -39,6 +45,8 @@ def parse_args() -> argparse.Namespace:
                    help="extra compute time per step (emulates a larger model)")
     p.add_argument("--slowdown", type=float, default=1.0,
                    help="this host computes FACTOR times slower (a straggler)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the model trains (cuda: the GPU of LOCAL_RANK)")
     p.add_argument("--average-every", type=float, metavar="SECONDS",
                    help="also average the replicas' parameters through the switch every "
                    "SECONDS (keeps them together in partial and async modes)")
@@ -51,13 +59,17 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
         digits.data / 16.0, digits.target, test_size=0.25, random_state=0)
-    x = torch.tensor(x_train[rank::world], dtype=torch.float32)  # this rank's shard
-    y = torch.tensor(y_train[rank::world])
+    x = torch.tensor(x_train[rank::world], dtype=torch.float32, device=device)  # this shard
+    y = torch.tensor(y_train[rank::world], device=device)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(),
-                                                  nn.Linear(64, 10)))
+                                                  nn.Linear(64, 10)).to(device))
     job = hysync.torch.attach(model, inventory=args.inventory,  # HySync
                               average_every=args.average_every)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -66,7 +78,7 @@ def main() -> None:
     start = time.monotonic()
     for _ in job.steps(args.steps):  # HySync: until the job has applied --steps updates
         t0 = time.monotonic()
-        idx = torch.randint(0, len(x), (args.batch_size,), generator=generator)
+        idx = torch.randint(0, len(x), (args.batch_size,), generator=generator).to(device)
         loss = loss_fn(model(x[idx]), y[idx])
         opt.zero_grad()
         loss.backward()
@@ -78,8 +90,8 @@ def main() -> None:
             print(json.dumps({"progress": round(job.updates, 1), "loss": round(loss.item(), 4),
                               "seconds": round(time.monotonic() - start, 1)}), flush=True)
     with torch.no_grad():
-        predicted = model(torch.tensor(x_test, dtype=torch.float32)).argmax(dim=1)
-    accuracy = float((predicted == torch.tensor(y_test)).float().mean())
+        predicted = model(torch.tensor(x_test, dtype=torch.float32, device=device)).argmax(dim=1)
+    accuracy = float((predicted.cpu() == torch.tensor(y_test)).float().mean())
     print(json.dumps({"rank": rank, "steps": job.local_steps, "updates": round(job.updates, 2),
                       "accuracy": round(accuracy, 4), "seconds": round(time.monotonic() - start,
                                                                        2)}), flush=True)

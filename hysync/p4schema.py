@@ -20,7 +20,7 @@ from typing import TypeVar
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
-from hysync import files
+from hysync import files, resources
 from hysync.errors import BadFileError, HySyncError
 
 
@@ -32,7 +32,7 @@ class P4InfoFileError(SchemaError, BadFileError):
     """A P4Info file that cannot be read or parsed."""
 
 
-_P4INFO_FIX = "pass a text P4Info such as p4src/v1model/hysync.p4info.txtpb"
+_P4INFO_FIX = "pass a text P4Info such as hysync:p4src/v1model/hysync.p4info.txtpb"
 
 
 class EncodeError(HySyncError, ValueError):
@@ -189,6 +189,12 @@ class Schema:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Schema:
+        """A text P4Info file; `hysync:p4src/...` names one shipped with HySync."""
+        if isinstance(path, str) and path.startswith(resources.PREFIX):
+            try:
+                path = resources.path(path[len(resources.PREFIX):])
+            except FileNotFoundError as err:
+                raise P4InfoFileError(str(err)) from None
         path = Path(path)
         text = files.read_text(path, what="the P4Info file", fix=_P4INFO_FIX,
                                error=P4InfoFileError)

@@ -177,7 +177,7 @@ def test_arbitrary_toml_values_never_traceback(tmp_path: Path, kind: str, data: 
     load_or_refuse(kind, file)
 
 
-# ------------------------------------------------------ the accepted values
+# ------------------------------------------------------ values that must be accepted
 @pytest.mark.parametrize("path,value,field", [
     (("scale",), math.inf, "scale"),
     (("scale",), 10**400, "scale"),

@@ -30,10 +30,10 @@ from hysync.errors import HySyncError
 from hysync.topologies import report
 from hysync.topologies.children import signals_end_the_run
 from hysync.topologies.progress import make_display
-from hysync.topologies.runner import REPO, LocalHarness, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.runner import LocalHarness, RunConfig, RunFailed, connect, run_config
 from hysync.topologies.scenario import Scenario, ScenarioError, load_scenario
 
-SCENARIOS = REPO / "topologies" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"  # shipped with the package
 DEFAULT_SCENARIO = {"adaptive": SCENARIOS / "demo.toml",
                     "manual-schedule": SCENARIOS / "demo-manual.toml"}
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", type=Path,
                         help="a scenario file (default: topologies/scenarios/demo.toml, "
                              "demo-manual.toml with --policy manual-schedule)")
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "demo")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "demo")
     parser.add_argument("--skip-baseline", action="store_true",
                         help="run only the HySync configuration of the policy")
     parser.add_argument("--policy", choices=("adaptive", "manual-schedule"), default="adaptive",

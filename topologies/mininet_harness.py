@@ -14,17 +14,16 @@ from pathlib import Path
 
 from hysync import wire
 from hysync.controlplane.job import Member
+from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.topologies.scenario import Scenario
 from hysync.topologies.switches import (
     REPO,
     SWITCH_CLASSES,
-    SWITCH_IP,
-    SWITCH_MAC,
     Bmv2Node,
     SoftswitchNode,
     disable_offloads,
 )
-from hysync.topologies.topo import StarTopo, host_ip, host_mac
+from hysync.topologies.topo import StarTopo
 
 WORKER_UDP_BASE = 47000
 AVERAGING_UDP_OFFSET = 100

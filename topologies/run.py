@@ -24,7 +24,7 @@ from pathlib import Path
 from hysync.controlplane.controller import Controller
 from hysync.topologies import report
 from hysync.topologies.progress import make_display
-from hysync.topologies.runner import POLICIES, REPO, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.runner import POLICIES, RunConfig, RunFailed, connect, run_config
 from hysync.topologies.scenario import ScenarioError, load_scenario
 from hysync.topologies.switches import SWITCH_CLASSES
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy == "partial" and not 1 <= quorum <= scenario.workers:
         print(f"run: error: --quorum {quorum} must be 1..{scenario.workers}", file=sys.stderr)
         return 2
-    out = args.out or REPO / "runs" / scenario.name
+    out = args.out or Path("runs") / scenario.name
     configs = [RunConfig("gloo", "gloo")] if args.baseline else []
     label = args.policy + (f"({quorum})" if args.policy == "partial" else "")
     configs.append(RunConfig(f"hysync-{label}", "hysync", args.policy,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from hysync import resources
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.policy import PolicyConfig, make_policy
@@ -31,8 +32,10 @@ from hysync.topologies.progress import Display, QuietDisplay, RunLine, RunState
 from hysync.topologies.scenario import Scenario
 from hysync.wire import Mode
 
+# The checkout's root in an editable install (the benches' files are there); processes
+# start in it. Shipped files are found through hysync.resources, never through it.
 REPO = Path(__file__).resolve().parents[1]
-P4INFO = REPO / "p4src" / "v1model" / "hysync.p4info.txtpb"
+P4INFO = resources.path(resources.V1MODEL_P4INFO)
 JOB_ID = 1
 WINDOW = 256  # slots of the job: contributions in flight per worker (a harness may lower it)
 # The model-averaging job (worker/averaging.py): always sync, on slots of its own after the

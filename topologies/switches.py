@@ -17,8 +17,6 @@ from mininet.node import Node, Switch
 from hysync.controlplane.switch import wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
-SWITCH_MAC = "02:00:00:00:00:fe"  # the address workers send HySync traffic to
-SWITCH_IP = "10.0.0.254"
 
 
 class SwitchStartError(RuntimeError):

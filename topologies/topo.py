@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from mininet.topo import Topo
 
-
-def host_ip(worker: int) -> str:
-    return f"10.0.0.{worker + 1}"
-
-
-def host_mac(worker: int) -> str:
-    return f"02:00:00:00:01:{worker + 1:02x}"
+from hysync.topologies.addresses import host_ip, host_mac
 
 
 class StarTopo(Topo):

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from hysync import _core
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.stats import CallStats
@@ -30,6 +31,19 @@ from hysync.worker.transport import Transport
 log = logging.getLogger(__name__)
 
 DEFAULT_SCALE = 2.0**20
+
+
+def _abandon_calls_at_exit() -> None:
+    """When the main thread has ended: calls still in flight (their peers are gone, or
+    going) end now instead of at `dead_after`, so the executor threads that run them are
+    joined before the interpreter finalizes (see native/worker/bind.cc, abandon_calls)."""
+    _core.worker.abandon_calls()
+
+
+# threading's exit callbacks run before it joins threads, the last registered first:
+# this one runs before concurrent.futures' (registered when it was imported above), which
+# joins the executors' threads.
+threading._register_atexit(_abandon_calls_at_exit)  # type: ignore[attr-defined]
 
 
 class HySyncWorker:
@@ -43,6 +57,9 @@ class HySyncWorker:
                                             thread_name_prefix=f"hysync-w{config.worker_id}")
         self._stats_lock = threading.Lock()
         self._last: dict[Hashable, CallStats] = {}
+        # the CUDA path: a copy stream per device, pinned staging buffers per key
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._staging: dict[tuple[Hashable, torch.device], list[torch.Tensor]] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -62,20 +79,25 @@ class HySyncWorker:
     def allreduce_async(self, tensor: torch.Tensor, key: Hashable = "default", *,
                         in_place: bool = False,
                         residual: np.ndarray | None = None) -> torch.futures.Future:
-        """Start an all-reduce; the future holds the result tensor.
+        """Start an all-reduce; the future holds the result tensor, on the tensor's device.
 
         The tensor is copied now, so the caller may reuse it at once. With `in_place` (a
-        contiguous float32 CPU tensor, e.g. a DDP bucket) nothing is copied: the transport
-        works on the tensor's memory and writes the result over it, so the caller must not
-        touch it until the future completes. With `residual`, the caller owns the key's
-        residual (see Transport.allreduce): the call, on the worker's thread, adds it in and
-        writes the new one over it, so the caller must not touch it until the future
-        completes either."""
+        contiguous float32 tensor, e.g. a DDP bucket) the result is written over the tensor,
+        so the caller must not touch it until the future completes: a CPU tensor is reduced
+        in its own memory; a CUDA tensor through a pinned staging buffer, copied on a
+        stream of the worker's own, so backward goes on computing meanwhile. The future
+        carries the tensor's device (a CUDA-aware future: who waits on it, waits on the
+        copy back too). With `residual`, the caller owns the key's residual (see
+        Transport.allreduce): the call, on the worker's thread, adds it in and writes the
+        new one over it, so the caller must not touch it until the future completes
+        either."""
+        if in_place and (tensor.dtype != torch.float32 or not tensor.is_contiguous()
+                         or tensor.device.type not in ("cpu", "cuda")):
+            raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU or "
+                             f"CUDA tensor, got {tensor.dtype} on {tensor.device}")
+        if tensor.device.type == "cuda":
+            return self._allreduce_cuda(tensor, key, in_place, residual)
         if in_place:
-            if tensor.dtype != torch.float32 or tensor.device.type != "cpu" \
-                    or not tensor.is_contiguous():
-                raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU "
-                                 f"tensor, got {tensor.dtype} on {tensor.device}")
             values = tensor.detach().reshape(-1).numpy()
         else:
             values = tensor.detach().reshape(-1).to(device="cpu", dtype=torch.float32,
@@ -86,13 +108,8 @@ class HySyncWorker:
         def run() -> None:
             try:
                 # values: our copy, or with in_place the caller's tensor
-                result = self.transport.allreduce(key, values, in_place=True, residual=residual)
-                with self._stats_lock:
-                    self._last.pop(key, None)  # keep insertion order = finishing order
-                    self._last[key] = result.stats
-                if log.isEnabledFor(logging.DEBUG):  # summary() walks every result's header
-                    log.debug("allreduce %s", result.stats.summary())
-                out = tensor if in_place else torch.from_numpy(result.output).reshape(
+                self._reduce(key, values, residual)
+                out = tensor if in_place else torch.from_numpy(values).reshape(
                     shape).to(dtype=dtype, device=device)
                 future.set_result(out)
             except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
@@ -100,6 +117,69 @@ class HySyncWorker:
 
         self._executor.submit(run)
         return future
+
+    def _allreduce_cuda(self, tensor: torch.Tensor, key: Hashable, in_place: bool,
+                        residual: np.ndarray | None) -> torch.futures.Future:
+        """The CUDA path: device -> pinned staging (on our stream, after the caller's work
+        on the tensor), the transport on the staging memory (the worker's thread, once
+        that copy is done), staging -> device (on our stream), then the future."""
+        device = tensor.device
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        staging = self._take_staging(key, device, tensor.numel())
+        caller = torch.cuda.current_stream(device)
+        stream.wait_stream(caller)  # the tensor's producers (backward) first
+        with torch.cuda.stream(stream):
+            staging.copy_(tensor.detach().reshape(-1), non_blocking=True)
+            copied = torch.cuda.Event(blocking=True)  # its waiter sleeps, not spins
+            copied.record(stream)
+        tensor.record_stream(stream)  # the allocator must not reuse it under our copies
+        if not in_place:
+            caller.wait_event(copied)  # "copied now": the caller's later writes wait for it
+        future: torch.futures.Future = torch.futures.Future(devices=[device])
+
+        def run() -> None:
+            try:
+                copied.synchronize()
+                self._reduce(key, staging.numpy(), residual)
+                with torch.cuda.stream(stream):
+                    out = tensor if in_place else torch.empty_like(tensor)
+                    out.view(-1).copy_(staging, non_blocking=True)
+                    # recorded on `stream`: the future's waiters wait for the copy back
+                    future.set_result(out)
+            except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
+                future.set_exception(err)
+            finally:
+                # the next copy into it is on the same stream, so after this one
+                self._give_staging(key, device, staging)
+
+        self._executor.submit(run)
+        return future
+
+    def _take_staging(self, key: Hashable, device: torch.device, numel: int) -> torch.Tensor:
+        """A pinned float32 buffer of `numel` for `key`: reused call after call (pinning is
+        slow), one per call in flight."""
+        with self._stats_lock:
+            free = self._staging.get((key, device), [])
+            while free:
+                buffer = free.pop()
+                if buffer.numel() == numel:
+                    return buffer
+        return torch.empty(numel, dtype=torch.float32, pin_memory=True)
+
+    def _give_staging(self, key: Hashable, device: torch.device, buffer: torch.Tensor) -> None:
+        with self._stats_lock:
+            self._staging.setdefault((key, device), []).append(buffer)
+
+    def _reduce(self, key: Hashable, values: np.ndarray, residual: np.ndarray | None) -> None:
+        """One transport call on `values`, in place (the worker's thread)."""
+        result = self.transport.allreduce(key, values, in_place=True, residual=residual)
+        with self._stats_lock:
+            self._last.pop(key, None)  # keep insertion order = finishing order
+            self._last[key] = result.stats
+        if log.isEnabledFor(logging.DEBUG):  # summary() walks every result's header
+            log.debug("allreduce %s", result.stats.summary())
 
     def last_stats(self, key: Hashable | None = None) -> CallStats | None:
         """Stats of the latest finished call (for `key`, or any key)."""

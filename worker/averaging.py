@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -48,6 +49,20 @@ log = logging.getLogger(__name__)
 
 KEY = "model-average"
 CLOCK, HEALTHY, DONE = range(3)  # the extra entries after the parameters
+
+_running: weakref.WeakSet[BackgroundAverager] = weakref.WeakSet()
+
+
+def _stop_at_exit() -> None:
+    """The main thread has ended (a script that never called close, or finish): stop
+    every averaging thread. Their calls end too (worker/api.py abandons them), so
+    threading joins the threads before the interpreter finalizes; none is left inside
+    a native wait."""
+    for averager in list(_running):
+        averager._final.set()
+
+
+threading._register_atexit(_stop_at_exit)  # type: ignore[attr-defined]
 
 
 class BackgroundAverager:
@@ -65,7 +80,10 @@ class BackgroundAverager:
         self._needs_resync, self._clear_resync = needs_resync, clear_resync
         self.step_lock = threading.Lock()  # held by the training loop around optimizer.step
         self._lock = threading.Lock()  # the fields below
-        self._pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32)
+        # The averaging state lives where the parameters do (a CUDA model: on its GPU).
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        self._pending = torch.zeros(sum(p.numel() for p in self.params), dtype=torch.float32,
+                                    device=self.device)
         self._clock = 0.0  # the job clock as the training loop last reported it
         self._adopt: float | None = None  # a job clock to adopt (after a resync)
         self._resynced = False  # clear the training transport's flag at the next step
@@ -73,8 +91,12 @@ class BackgroundAverager:
         self._final = threading.Event()
         self._error: BaseException | None = None
         self.history: list[dict[str, object]] = []  # one record per round
-        self._thread = threading.Thread(target=self._loop, daemon=True,
+        # Not a daemon: a daemon thread may still wait in a native call (a torch future)
+        # while the interpreter finalizes, and dies there with SIGABRT; at exit this one
+        # is stopped (_stop_at_exit) and joined.
+        self._thread = threading.Thread(target=self._loop,
                                         name=f"hysync-averaging-w{worker.config.worker_id}")
+        _running.add(self)
         self._thread.start()
 
     # -------------------------------------------------------------- training-loop calls
@@ -131,7 +153,8 @@ class BackgroundAverager:
             snapshot = self._flat() + self._pending
             healthy = not self._needs_resync()
             clock, done = self._clock, self._done
-        extra = torch.tensor([clock / self.steps * healthy, float(healthy), float(done)])
+        extra = torch.tensor([clock / self.steps * healthy, float(healthy), float(done)],
+                             device=self.device)
         average = self.worker.allreduce(torch.cat([snapshot, extra]), key=KEY)
         n = snapshot.numel()
         params, (clock_sum, healthy_share, done_share) = average[:n], average[n:].tolist()
@@ -161,13 +184,15 @@ class BackgroundAverager:
 
     # -------------------------------------------------------------- parameters
     def _flat(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in self.params])
+        return torch.cat([p.detach().reshape(-1).to(device=self.device, dtype=torch.float32)
+                          for p in self.params])
 
     def _write(self, flat: torch.Tensor, *, add: bool) -> None:
         with torch.no_grad():
             offset = 0
             for p in self.params:
-                part = flat[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
+                part = flat[offset:offset + p.numel()].reshape(p.shape).to(device=p.device,
+                                                                            dtype=p.dtype)
                 p.add_(part) if add else p.copy_(part)
                 offset += p.numel()
 

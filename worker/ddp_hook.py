@@ -5,7 +5,8 @@
 
 As torch/distributed/algorithms/ddp_comm_hooks: the second parameter is named
 `bucket`, the future holds one tensor shaped like the bucket's buffer, and the
-averaged result is copied into that buffer in place. DDP still needs a process
+averaged result is copied into that buffer in place. The future carries the bucket's
+device, so on CUDA DDP's streams wait for the copy back, not the host. DDP still needs a process
 group (it broadcasts parameters with it); the hook replaces only the gradient
 all-reduce. Error feedback is per bucket and the state owns it, as PowerSGD's state
 owns `error_dict`: `state.residuals[bucket.index()]` is lent to the transport for
@@ -113,8 +114,10 @@ def hysync_hook(state: HySyncHookState,
     worker = state.attached()
     buffer = bucket.buffer()
     index = bucket.index()
-    # A CPU float32 bucket is reduced in its own memory (no copy); others (CUDA) are copied.
-    in_place = buffer.device.type == "cpu" and buffer.dtype == torch.float32 \
+    # A float32 bucket gets the result in its own memory: a CPU one is reduced there, a
+    # CUDA one through the worker's pinned staging and copy stream (HySyncWorker). Other
+    # dtypes are reduced as a float32 copy and copied back below.
+    in_place = buffer.device.type in ("cpu", "cuda") and buffer.dtype == torch.float32 \
         and buffer.is_contiguous()
     residual = state.lend(index, buffer.numel())
     try:

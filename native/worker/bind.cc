@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <stdexcept>
 
 #include "common/registry.h"
@@ -23,6 +24,14 @@ namespace {
 
 using Floats = nb::ndarray<float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using FloatsOut = nb::ndarray<nb::numpy, float, nb::ndim<1>, nb::c_contig>;
+
+// Set when the interpreter starts to exit (worker/api.py hooks it into threading's exit
+// callbacks): every call in flight returns at its next check instead of waiting on peers
+// that are gone, so Python joins the threads that run them before it finalizes. A thread
+// still inside a call at finalization would take the GIL back there, which ends the thread
+// by unwinding through a noexcept frame: std::terminate, SIGABRT at exit. Read without
+// the GIL.
+std::atomic<bool> abandoning{false};
 
 std::tuple<uint64_t, uint64_t, float> quantize(Floats values, Floats fixed, Floats error,
                                                double scale, int members) {
@@ -66,6 +75,7 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.test_only_ignore_echo = test_only_ignore_echo;
   Engine* engine = new (self) Engine(c, fd);
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
+    if (abandoning.load(std::memory_order_relaxed)) return true;  // no GIL: we may be exiting
     nb::gil_scoped_acquire locked;
     return PyErr_CheckSignals() != 0;
   });
@@ -74,7 +84,10 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.
 bool finished(hysync::worker::CallStatus status) {
-  if (status == hysync::worker::CallStatus::INTERRUPTED) throw nb::python_error();
+  if (status == hysync::worker::CallStatus::INTERRUPTED) {
+    if (abandoning.load()) throw std::runtime_error("the process is exiting: HySync call abandoned");
+    throw nb::python_error();
+  }
   return status == hysync::worker::CallStatus::DONE;
 }
 
@@ -118,6 +131,8 @@ void bind(nb::module_& m) {
   // A process may exit with a worker alive (an executor thread, a test that never closes it):
   // nanobind's exit-time leak report would then only be noise.
   nb::set_leak_warnings(false);
+  m.def("abandon_calls", [] { abandoning.store(true); },
+        "Make every call in flight, and every later one, end with RuntimeError (process exit).");
   m.def("quantize", &quantize, "values"_a, "fixed"_a, "error"_a, "scale"_a, "members"_a,
         "float32 values -> fixed (integers in float32) and error, in place; returns "
         "(clipped, nonfinite, max_abs_error).");

@@ -1091,7 +1091,7 @@ void Engine::on_full(const uint8_t* d, double now) {
     // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
     // switch counts it in an async round instead. A RESEND settles it whatever mode that
     // round had: a round that closed async (a swap between my sends) is resent for my
-    // round number as long as it is the slot's last (issue #11 item 2).
+    // round number as long as it is the slot's last (docs/protocol.md, swap storms).
     if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id &&
         answers_latest(i, h.flags)) {
       done(i, false, now);  // carried as residual (whatever chunk or mode it had)

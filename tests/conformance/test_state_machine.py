@@ -289,7 +289,7 @@ def test_malformed_packets_are_dropped_counted_and_change_nothing(target):
 
 
 def test_every_drop_is_counted_switch_wide_whatever_job_its_bytes_name(target):
-    """Issue #11 item 5: garbage is counted under the job id its bytes happen to carry;
+    """Garbage is counted under the job id its bytes happen to carry;
     the switch-wide counter sees every drop by reason."""
     cases = [(_payload(job_id=77, version=3), DropReason.BAD_VERSION),
              (_payload(job_id=0xBEEF, op=7), DropReason.BAD_OP),

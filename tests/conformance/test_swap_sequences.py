@@ -1,4 +1,4 @@
-"""The packet sequences behind issue #11 item 2 (hot swaps between async and sync/partial under
+"""The packet sequences behind swap storms (hot swaps between async and sync/partial under
 traffic), and the rules that settle them (docs/protocol.md §4 step 9 "JOIN", §4 "Replies",
 §9), on every target.
 

@@ -302,7 +302,7 @@ def test_p4runtime_shell_reads_what_the_controller_installed(pushed: Run,
 
 def test_stats_switch_shows_every_drop_whatever_job_its_bytes_name(
         pushed: Run, softswitch: Softswitch) -> None:
-    """Issue #11 item 5: datagrams naming jobs 0, 77 and 999 are not in `stats JOB` of
+    """Datagrams naming jobs 0, 77 and 999 are not in `stats JOB` of
     any installed job, but `stats --switch` counts them all, by reason."""
     sock = free_udp_socket()
     try:

@@ -130,7 +130,7 @@ def test_overlapping_slot_ranges_are_refused_naming_both_jobs(controller: Contro
 
 def test_a_member_address_of_another_job_is_refused(controller: Controller,
                                                     switch: Switch) -> None:
-    """Issue #11 item 6: two jobs sharing one member address would share its packets and
+    """Two jobs sharing one member address would share its packets and
     its liveness; the second job is refused and nothing is written."""
     controller.add_job(make_job(1, workers=2, base=0, count=8, ports=[47001, 47002]))
     before = snapshot(switch)

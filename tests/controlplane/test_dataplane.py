@@ -212,7 +212,7 @@ def test_excluding_a_silent_member_frees_the_rounds_waiting_for_it(
 def test_a_job_on_a_removed_jobs_slots_starts_them_clean(
         controller: Controller, softswitch: Softswitch,
         sockets: list[socket.socket]) -> None:
-    """Issue #11 item 1 through the controller: job 1's worker 0 leaves a half-finished
+    """Slot reuse through the controller: job 1's worker 0 leaves a half-finished
     round; job 5 on the same slots must neither close it nor drop its own worker 0."""
     ports = [s.getsockname()[1] for s in sockets[:2]]
 

@@ -719,7 +719,7 @@ def test_latest_decision_reads_the_last_record_of_the_job(tmp_path: Path) -> Non
 
 
 def test_stale_packets_alone_do_not_keep_a_dead_member_alive() -> None:
-    """Issue #11 item 6: a spoofer sending from worker 3's address with random rounds
+    """A spoofer sending from worker 3's address with random rounds
     raises only its `stale` counter; worker 3 still goes gone after gone_after_s."""
     view = JobView(Mode.SYNC, 0, frozenset(range(4)))
     detector = Detector(DetectorConfig(gone_after_s=1.5))

@@ -1,4 +1,4 @@
-"""End to end (issue #6): a straggler is detected, excluded and readmitted by the
+"""End to end: a straggler is detected, excluded and readmitted by the
 adaptive policy, every gradient is still applied exactly once, and the replicas agree
 after the final averaging round.
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from bench.netns_hosts import missing_netns_tools
 from hysync.controlplane.switch import wait_for_server
-from hysync.topologies.switches import SWITCH_IP, SWITCH_MAC
-from hysync.topologies.topo import host_ip, host_mac
+from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.topologies.netns import missing_netns_tools
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
 
 Data = dict[str, Any]
@@ -101,7 +100,7 @@ def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[objec
     if reason:
         pytest.skip(reason)
     from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
-    from bench.netns_hosts import NetnsStar
+    from hysync.topologies.netns import NetnsStar
 
     kind = request.param
     if kind == "bmv2" and (why := bmv2_unavailable()):

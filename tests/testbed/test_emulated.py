@@ -1,26 +1,30 @@
-"""The testbed path end to end on an emulated rack (root): network namespaces as hosts
-with their own addresses and MACs, behind a switch namespace running the softswitch on
-its raw data plane, or BMv2 where installed (the `rack` fixture of conftest.py). The
-same commands a rack takes: an inventory, `hysync deploy` and `--check` (on h1: it
-probes the others), `hysync serve`, `torchrun` with examples/train_ddp.py in every host
-namespace, a straggler the policy handles, `hysync teardown`; afterwards the switch
-holds nothing of the job."""
+"""The testbed path end to end on an emulated rack (root), built by `hysync rack up 3`:
+network namespaces as hosts with their own addresses and MACs, behind a switch namespace
+running the softswitch on its raw data plane. The commands docs/testbed.md gives, the
+torchrun lines exactly as `rack up` prints them: `hysync deploy` and `--check` (on h1: it
+probes the others), `hysync serve`, examples/train_ddp.py in every host namespace with a
+straggler the policy handles, `hysync teardown`, `hysync rack down`; afterwards the switch
+holds nothing of the job and the machine nothing of the rack."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hysync import p4names
+from hysync.controlplane import rack
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.switch import Switch
-from hysync.topologies.topo import host_ip
+from hysync.topologies.addresses import host_ip
+from hysync.topologies.netns import missing_netns_tools
 
 from ..controlplane.conftest import read_table
 from .conftest import RACK_HOSTS, ROOT, kill_tree
@@ -32,19 +36,37 @@ TARGET_ACCURACY = 0.9
 
 
 def hysync(*args: str, on: list[str] | None = None) -> subprocess.CompletedProcess:
-    """`hysync ARGS` here, or `on` a host (`star.exec_in(host)`)."""
+    """`hysync ARGS` here, or `on` a host (`ip netns exec NS`)."""
     return subprocess.run([*(on or []), sys.executable, "-m", "hysync.controlplane.cli", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -> None:
-    star, inventory = rack
+@pytest.fixture
+def rack_up(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
+    """(tag, inventory, the torchrun lines it printed) of `hysync rack up 3`."""
+    reason = missing_netns_tools("it builds network namespaces and veth links (run `.ci/run`)")
+    if reason:
+        pytest.skip(reason)
+    tag = f"hye{os.getpid() % 10000}"
+    inventory = tmp_path / "rack.toml"
+    up = hysync("rack", "up", str(HOSTS), "--tag", tag, "--inventory", str(inventory), "--json")
+    assert up.returncode == 0, up.stderr
+    try:
+        commands = json.loads(up.stdout)["commands"]
+        yield tag, inventory, [c for c in commands if "--node-rank" in c]
+    finally:
+        down = hysync("rack", "down", "--tag", tag)
+        assert down.returncode == 0, down.stderr
+
+
+def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path) -> None:
+    tag, inventory, runs = rack_up
     deployed = hysync("deploy", str(inventory))
     assert deployed.returncode == 0, deployed.stderr
-    check = hysync("deploy", "--check", str(inventory), on=star.exec_in(star.hosts[0]))
+    check = hysync("deploy", "--check", str(inventory), on=["ip", "netns", "exec", f"{tag}-h1"])
     assert check.returncode == 0, check.stdout + check.stderr
     assert len(check.stdout.splitlines()) == 4 + HOSTS
-    assert f"ok    probe: from h1 ({star.host_ifs[0]}, {host_ip(0)}): {HOSTS - 1} of " \
+    assert f"ok    probe: from h1 ({tag}h1, {host_ip(0)}): {HOSTS - 1} of " \
         f"{HOSTS - 1} hosts answered" in check.stdout
     policy_log = tmp_path / "policy.jsonl"
     serve_out = (tmp_path / "serve.log").open("w")
@@ -57,17 +79,14 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
     try:
         time.sleep(2)
         assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-        port = "29500"
-        for w, host in enumerate(star.hosts):
+        assert len(runs) == HOSTS
+        for w, line in enumerate(runs):
+            # the printed line as it is, the test's pace after it (argparse: the last wins)
             slow = ["--slowdown", "4"] if w == STRAGGLER else []
-            env = dict(os.environ, GLOO_SOCKET_IFNAME=star.host_ifs[w], OMP_NUM_THREADS="1")
             procs.append(subprocess.Popen(
-                [*star.exec_in(host), sys.executable, "-m", "torch.distributed.run",
-                 "--nnodes", str(HOSTS), "--nproc-per-node", "1", "--node-rank", str(w),
-                 "--master-addr", host_ip(0), "--master-port", port,
-                 str(ROOT / "examples" / "train_ddp.py"), "--inventory", str(inventory),
-                 "--steps", "200", "--compute-ms", "30", "--average-every", "1", *slow],
-                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                [*shlex.split(line.removesuffix(" &")), "--steps", "200", "--compute-ms", "30",
+                 *slow], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True))
         outputs = [p.communicate(timeout=240)[0] for p in procs]
     finally:
         for p in procs:
@@ -97,7 +116,7 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack, tmp_path: Path) -
 
     torn = hysync("teardown", str(inventory))
     assert torn.returncode == 0, torn.stderr
-    with Switch(star.grpc_addr, arbitrate=False) as sw:
+    with Switch(f"{rack.MGMT_NET}.2:9559", arbitrate=False) as sw:
         assert Controller(sw).list_jobs() == []
         assert read_table(sw, p4names.FORWARDING_L2) == []
         assert [g.group_id for g in sw.read_groups()] == []

@@ -41,7 +41,7 @@ def test_the_output_replaces_the_tensor_and_the_residual_is_the_quantization_err
                                     torch.zeros(10, 20).t()], ids=["float64", "strided"])
 def test_a_buffer_that_cannot_take_the_output_is_refused_naming_the_fix(switch, tensor):
     with HySyncWorker(config(switch.address[1]), scale=SCALE) as hw:
-        with pytest.raises(ValueError, match="contiguous float32 CPU tensor"):
+        with pytest.raises(ValueError, match="contiguous float32 CPU or CUDA tensor"):
             hw.allreduce(tensor, key="k", in_place=True)
         with pytest.raises(ValueError, match="convert it first or drop in_place"):
             hw.transport.allreduce("k", tensor.numpy(), in_place=True)

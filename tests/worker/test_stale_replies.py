@@ -1,7 +1,7 @@
 """A worker acts on "not counted" only when the reply answers its latest transmission
 (docs/protocol.md §9, "Swap storms", rule 2), played against a switch scripted by hand.
 
-The sequence of issue #11 item 2's double count: transmission 1 meets a partial slot and is
+The sequence of a swap storm's double count: transmission 1 meets a partial slot and is
 answered STALE_ROUND; transmission 2 has already left and may be counted by an async round
 after a swap. Acting on the reply to 1 (sending the same lanes again at the open round)
 would count the gradient twice; the worker must wait for the answer to its latest one.

@@ -1,6 +1,6 @@
-"""Hot swaps as fast as the controller writes them, under traffic (issue #11 item 2): four
-workers all-reduce while the test flips the job's desired mode between two modes; every
-pair of modes must keep the job going and apply every gradient exactly once."""
+"""Hot swaps as fast as the controller writes them, under traffic (docs/protocol.md, swap
+storms): four workers all-reduce while the test flips the job's desired mode between two
+modes; every pair of modes must keep the job going and apply every gradient exactly once."""
 
 from __future__ import annotations
 

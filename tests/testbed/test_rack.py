@@ -1,0 +1,128 @@
+"""`hysync rack up N` / `hysync rack down`: the inventory it writes is the committed
+examples/rack.toml; bad input is refused in one line with nothing built; as root, up
+builds namespaces, veths and a softswitch that answers, and down removes exactly them."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hysync import resources
+from hysync.controlplane import rack
+from hysync.controlplane.cli import main
+from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.switch import wait_for_server
+from hysync.topologies.netns import missing_netns_tools
+
+from .conftest import ROOT
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), stdout=out, stderr=err), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(rack, "STATE_DIR", tmp_path / "state")
+    return tmp_path / "state"
+
+
+def test_the_committed_rack_inventory_is_what_rack_up_3_writes() -> None:
+    committed = ROOT / "examples" / "rack.toml"
+    assert rack.inventory_text(3) == committed.read_text()
+    inv = Inventory.load(committed)
+    assert [h.name for h in inv.hosts] == ["h1", "h2", "h3"]
+    assert [h.interface for h in inv.hosts] == ["hyrh1", "hyrh2", "hyrh3"]
+    assert inv.switch.p4info == resources.path(resources.V1MODEL_P4INFO)
+
+
+def test_the_loopback_example_loads_with_the_shipped_p4info() -> None:
+    inv = Inventory.load(ROOT / "examples" / "loopback.toml")
+    assert inv.switch.p4info.is_file() and inv.serve == "127.0.0.1:9600"
+    assert [(h.name, h.ipv4) for h in inv.hosts] == [("h1", "127.0.0.1")]
+
+
+def test_the_printed_commands_run_the_shipped_example_on_every_host(tmp_path: Path) -> None:
+    lines = rack.next_steps(3, "hyr", tmp_path / "rack.toml")
+    runs = [line for line in lines if "--node-rank" in line]
+    assert len(runs) == 3
+    for w, line in enumerate(runs):
+        assert line.startswith(f"ip netns exec hyr-h{w + 1} env GLOO_SOCKET_IFNAME=hyrh{w + 1} ")
+        assert "--nnodes 3 " in line and f"--node-rank {w} " in line
+        assert "--master-addr 10.0.0.1 " in line
+        assert str(resources.path("examples/train_ddp.py")) in line
+    assert lines[-1].endswith("rack down")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["rack", "up", "1"], "N = '1': a rack has 2..16 hosts"),
+    (["rack", "up", "three"], "N = 'three': a rack has 2..16 hosts"),
+    (["rack", "up", "3", "--tag", "Rack-1"], "tag 'Rack-1' must be 1-8 lowercase"),
+    (["rack", "down", "--tag", "toolongatag"], "tag 'toolongatag' must be 1-8 lowercase"),
+])
+def test_bad_arguments_are_one_line_and_build_nothing(state_dir: Path, argv: list[str],
+                                                      says: str) -> None:
+    code, _, err = run(*argv)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not state_dir.exists()
+
+
+def test_down_without_a_rack_says_so(state_dir: Path) -> None:
+    code, _, err = run("rack", "down", "--tag", "nosuch")
+    assert code == 1
+    assert err.strip() == (f"hysync: error: no rack 'nosuch' is up (no {state_dir}/"
+                           "rack-nosuch.json): nothing to remove")
+
+
+def test_up_twice_is_refused_before_anything_is_built(state_dir: Path, tmp_path: Path) -> None:
+    state_dir.mkdir()
+    (state_dir / "rack-twice.json").write_text("{}")
+    code, _, err = run("rack", "up", "2", "--tag", "twice", "--inventory",
+                       str(tmp_path / "rack.toml"))
+    assert code == 1 and "rack 'twice' is up already" in err, err
+    assert "hysync rack down --tag twice" in err
+    assert not (tmp_path / "rack.toml").exists()
+
+
+def _namespaces(tag: str) -> set[str]:
+    """The rack's namespaces (other tests on this machine may make and remove theirs)."""
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return {line.split()[0] for line in done.stdout.splitlines()
+            if line.startswith(f"{tag}-")}
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Path) -> None:
+    reason = missing_netns_tools("hysync rack up builds network namespaces and veths")
+    if reason:
+        pytest.skip(reason)
+    tag = f"hyt{os.getpid() % 10000}"
+    inventory = tmp_path / "rack.toml"
+    code, out, err = run("rack", "up", "2", "--tag", tag, "--inventory", str(inventory))
+    try:
+        assert code == 0, err
+        assert inventory.read_text() == rack.inventory_text(2, tag)
+        assert _namespaces(tag) == {f"{tag}-sw", f"{tag}-h1", f"{tag}-h2"}
+        wait_for_server(f"{rack.MGMT_NET}.2:9559", 10)  # the softswitch answers P4Runtime
+        for ifname, ns in ((f"{tag}h1", f"{tag}-h1"), (f"{tag}s1", f"{tag}-sw")):
+            offloads = subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-k", ifname],
+                                      capture_output=True, text=True).stdout
+            assert "tx-checksumming: off" in offloads and "rx-checksumming: off" in offloads
+        assert "--nnodes 2 " in out and f"ip netns exec {tag}-h2 " in out
+        again, _, err2 = run("rack", "up", "2", "--tag", tag, "--inventory", str(inventory))
+        assert again == 1 and "is up already" in err2
+    finally:
+        down, said, err3 = run("rack", "down", "--tag", tag)
+    assert down == 0, err3
+    assert "the softswitch stopped" in said
+    assert _namespaces(tag) == set()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f" {tag}m" not in links  # the management veth's root end went with it
+    assert not rack.state_file(tag).exists()
+    assert inventory.exists()  # the inventory is the user's now
