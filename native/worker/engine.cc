@@ -1276,12 +1276,10 @@ void Engine::decide_stale(uint32_t i, double now) {
 // counted, and its result did not reach me.
 void Engine::counted_without_result(uint32_t i, double now) {
   Flight& f = *flight_[i];
-  if (!f.async_style && f.round == 0 && f.closed) {
-    // member_seq starts at 0: a round-0 contribution whose round closed without me matches it
-    // without ever having been counted.
-    done(i, false, now);
-    return;
-  }
+  // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
+  // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
+  // switch counted it - after a swap to async, with the round field as its sequence number.
+  // Taking that for "not counted" sent the same amount again with the chunk's next value.
   if (f.async_style || f.closed) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
