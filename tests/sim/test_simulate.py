@@ -74,3 +74,16 @@ def test_swap_regressions(seed: int, target: str) -> None:
 @pytest.mark.parametrize("target", ["native", "python"])
 def test_round0_ack_after_swap_to_async(target: str) -> None:
     _run(Plan.from_json(SHRUNK_100740), target)
+
+
+# A seed that once hung after one swap async -> sync with a lossy way down: a JOIN sent at
+# the round number of the slot's last async round (whose result, for an earlier contribution
+# of the same chunk, was lost) met that round's RESEND with the sender's bit and other lanes,
+# for ever.
+LIVENESS_REGRESSIONS = (100545,)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", LIVENESS_REGRESSIONS)
+def test_swap_liveness_regressions(seed: int, target: str) -> None:
+    _run(draw(seed, SWAP_KINDS), target)
