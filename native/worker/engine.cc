@@ -1080,13 +1080,16 @@ void Engine::on_full(const uint8_t* d, double now) {
   const bool mine = h.bitmap & bit_;
   const bool fresh = is_new(i, h.round);
   Flight* f = flight_[i].get();
-  if (f && mine && f->chunk == h.chunk &&
+  const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
-                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0)) {
+                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  if (counted) {
     done(i, true, now);
-  } else if (f && !(mine && f->chunk == h.chunk) && h.round == f->round && !f->async_style) {
-    // (My bit with another chunk: a contribution of mine that an aborted call forgot, e.g.
-    // after the switch restarted, holds my place in the round; this chunk is not in it.)
+  } else if (f && h.round == f->round && !f->async_style) {
+    // (My bit with another chunk, or in an async round my chunk with other lanes: another
+    // contribution of mine holds my place in the round - one an aborted call forgot, or an
+    // async one of an earlier call whose round number this flight, a JOIN above all, was sent
+    // to; this packet is not in it.)
     // The round I sent to closed without me. Only the switch's answer to my own packet (a
     // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
     // switch counts it in an async round instead. A RESEND settles it whatever mode that
@@ -1276,12 +1279,10 @@ void Engine::decide_stale(uint32_t i, double now) {
 // counted, and its result did not reach me.
 void Engine::counted_without_result(uint32_t i, double now) {
   Flight& f = *flight_[i];
-  if (!f.async_style && f.round == 0 && f.closed) {
-    // member_seq starts at 0: a round-0 contribution whose round closed without me matches it
-    // without ever having been counted.
-    done(i, false, now);
-    return;
-  }
+  // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
+  // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
+  // switch counted it - after a swap to async, with the round field as its sequence number.
+  // Taking that for "not counted" sent the same amount again with the chunk's next value.
   if (f.async_style || f.closed) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.

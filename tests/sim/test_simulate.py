@@ -45,3 +45,45 @@ def test_replay_is_exact() -> None:
     assert (a.packets, a.swaps, a.sim_seconds, a.counted.keys()) == \
         (b.packets, b.swaps, b.sim_seconds, b.counted.keys())
     assert Plan.from_json(plan.to_json()) == plan
+
+
+# Seeds that once lost or doubled a gradient after mode swaps (kinds swap, storm, pause): a
+# round-0 contribution whose partial round closed without its sender was counted by an async
+# round after a swap (round 0 taken for a sequence number), and its ACK was taken for "not
+# counted", so the same amount went out again with the chunk's next gradient.
+SWAP_REGRESSIONS = (100740, 100776)
+SWAP_KINDS = ("swap", "storm", "pause")
+# Seed 100740 shrunk to one call and two swaps (partial q2, then async).
+SHRUNK_100740 = (
+    '{"seed":100740,"workers":6,"slots":6,"slot_base":31,"sizes":[65,65],"calls":1,"mode":1,'
+    '"quorum":0,"up":{"loss":0.05776989713602161,"dup":0.014681701422605288,'
+    '"delay":0.0010065781209778325,"jitter":0.005,"fifo":false},"down":{"loss":'
+    '0.1614008376906383,"dup":0.0039135303427524915,"delay":0.0002481660579908299,'
+    '"jitter":0.005,"fifo":true},"compute":0.002,"faults":[{"at":0.06588967042755442,'
+    '"kind":"swap","mode":1,"quorum":2,"worker":0,"length":0.0},{"at":0.07588967042755441,'
+    '"kind":"swap","mode":2,"quorum":0,"worker":0,"length":0.0}],'
+    '"faults_end":1.133139301659321,"lossy_until":0.4049803350162501}')
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", SWAP_REGRESSIONS)
+def test_swap_regressions(seed: int, target: str) -> None:
+    _run(draw(seed, SWAP_KINDS), target)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_round0_ack_after_swap_to_async(target: str) -> None:
+    _run(Plan.from_json(SHRUNK_100740), target)
+
+
+# A seed that once hung after one swap async -> sync with a lossy way down: a JOIN sent at
+# the round number of the slot's last async round (whose result, for an earlier contribution
+# of the same chunk, was lost) met that round's RESEND with the sender's bit and other lanes,
+# for ever.
+LIVENESS_REGRESSIONS = (100545,)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", LIVENESS_REGRESSIONS)
+def test_swap_liveness_regressions(seed: int, target: str) -> None:
+    _run(draw(seed, SWAP_KINDS), target)

@@ -97,3 +97,52 @@ def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_els
     result = outcome["result"]
     assert result.stats.included == 1 and result.stats.stray_replies >= 1
     np.testing.assert_allclose(result.output, 0.25, atol=1.0 / SCALE)
+
+
+def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me_is_counted():
+    """Round 0 is no exception to "an ACK means counted" (docs/protocol.md §9): the slot
+    turned async before the retransmission arrived and counted it with round 0 for a
+    sequence number. Taken for "not counted", the gradient would be carried and sent again."""
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
+                             slot_base=SLOT, slot_count=1, members=2, rto_initial=0.3,
+                             rto_min=0.3, seed=3)
+    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
+    outcome: dict = {}
+    caller = threading.Thread(target=lambda: outcome.update(
+        result=tr.allreduce("g", np.full(wire.LANES, 0.25, dtype=np.float32))))
+    caller.start()
+    try:
+        probe = receive(switch, 2.0)
+        assert probe is not None and probe.header.op == Op.CONTRIB
+        worker = (config.bind_host, tr.address[1])
+        # First contact meets a partial slot whose open round is 0: sent again at round 0.
+        switch.sendto(wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT,
+                                  mode=Mode.PARTIAL, round=0, reason=ResyncReason.STALE_ROUND,
+                                  flags=tx_of(probe) << wire.TX_SHIFT).pack(), worker)
+        sent = receive(switch, 2.0)
+        assert sent is not None and sent.header.round == 0
+        # Round 0 closes without me (partial), then the slot turns async and counts my
+        # retransmission; the result of that async round is lost, its ACK arrives.
+        other = np.full(wire.LANES, int(0.5 * SCALE), dtype=np.int64)
+        switch.sendto(wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
+                                              round=0, chunk=sent.header.chunk, count=1,
+                                              bitmap=0b10, mode=Mode.PARTIAL),
+                                  other).encode(), worker)
+        again = receive(switch, 2.0)
+        assert again is not None and again.header.round == 0
+        switch.sendto(wire.Header(op=Op.ACK, job_id=JOB, worker_id=0, slot=SLOT,
+                                  mode=Mode.ASYNC, round=0, chunk=sent.header.chunk,
+                                  flags=tx_of(again) << wire.TX_SHIFT).pack(), worker)
+        caller.join(5.0)
+        assert not caller.is_alive()
+    finally:
+        caller.join(10.0)
+        tr.close()
+        switch.close()
+    result = outcome["result"]
+    assert result.stats.included == 1 and result.stats.carried == 0
+    # Round 0's result and my own async round's (my lanes / 1, the ACK's).
+    np.testing.assert_allclose(result.output, 0.75, atol=1.0 / SCALE)
