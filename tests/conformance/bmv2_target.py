@@ -20,18 +20,24 @@ import os
 import select
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from hysync.controlplane import entities as ent
 from hysync.controlplane.switch import Switch, wait_for_server
 
-from .targets import P4INFO, REPO, Write
+from .targets import P4INFO, REPO, SoftswitchTarget, Write
 from .topology import PORTS
 
 # Link-local management /30, one per test process so that parallel runs never collide.
 _MGMT_NET = f"169.254.{os.getpid() % 250 + 1}"
 GRPC_ADDR = f"{_MGMT_NET}.2:9559"
-QUIET_S = 0.15  # no further frame for this long: the switch is done with the packet
+# BMv2 answers a frame in well under a millisecond when idle, but on a busy machine its
+# output can lag by seconds. The target waits for as many frames as the reference model
+# emits for the same input (its shadow), up to DEADLINE_S, then EXTRA_S longer for frames
+# beyond those; a frame that comes even later is caught before the next send.
+DEADLINE_S = 20.0
+EXTRA_S = 0.05
 ETH_P_ALL = 0x0003
 
 
@@ -138,7 +144,8 @@ class Bmv2Target:
         self._start_switch()
         assert self.switch is not None
         self.switch.push_pipeline(P4INFO, self.json)
-        self.write_group("INSERT", 1024, [(p, 0) for p in PORTS])
+        self.shadow = SoftswitchTarget()  # holds the flood group already
+        self.write_group("INSERT", 1024, [(p, 0) for p in PORTS], shadow=False)
         self._drain()
 
     def write(self, update: str, w: Write) -> None:
@@ -150,34 +157,50 @@ class Bmv2Target:
         entry = ent.TableEntry(w.table, match, w.action, params, w.priority)
         self.switch.write([{"INSERT": ent.insert, "MODIFY": ent.modify,
                             "DELETE": ent.delete}[update](entry)])
+        self.shadow.write(update, w)
 
-    def write_group(self, update: str, group: int, replicas: list[tuple[int, int]]) -> None:
+    def write_group(self, update: str, group: int, replicas: list[tuple[int, int]],
+                    shadow: bool = True) -> None:
         assert self.switch is not None
         g = ent.MulticastGroup(group, tuple(ent.Replica(p, r) for p, r in replicas))
         self.switch.write([{"INSERT": ent.insert, "MODIFY": ent.modify,
                             "DELETE": ent.delete}[update](g)])
+        if shadow:
+            self.shadow.write_group(update, group, replicas)
 
     def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
-        self._drain()
+        strays = self._drain()
+        assert not strays, (f"BMv2 emitted {len(strays)} frame(s) more than {DEADLINE_S:.0f} s "
+                            f"after the packet before, or beyond what it should: {strays[:2]}")
+        expected = len(self.shadow.send(port, frame))
         self.sockets[port].send(frame)
         out: list[tuple[int, bytes]] = []
-        by_fd = {s.fileno(): p for p, s in self.sockets.items()}
+        deadline = time.monotonic() + DEADLINE_S
         while True:
-            ready, _, _ = select.select(list(self.sockets.values()), [], [], QUIET_S)
-            if not ready:
+            now = time.monotonic()
+            if len(out) >= expected:  # all that should come: a short look for any beyond
+                deadline = min(deadline, now + EXTRA_S)
+            if now >= deadline:
                 return sorted(out)
-            for sock in ready:
-                data, addr = sock.recvfrom(65535)
-                if addr[2] != socket.PACKET_OUTGOING:  # not our own transmission
-                    out.append((by_fd[sock.fileno()], data))
+            out += self._receive(deadline - now)
 
-    def _drain(self) -> None:
-        for sock in self.sockets.values() if hasattr(self, "sockets") else ():
-            while True:
-                try:
-                    sock.recv(65535)
-                except BlockingIOError:
-                    break
+    def _receive(self, timeout: float) -> list[tuple[int, bytes]]:
+        """The frames the switch sent out of its ports within `timeout` (ours excluded)."""
+        by_fd = {s.fileno(): p for p, s in self.sockets.items()}
+        ready, _, _ = select.select(list(self.sockets.values()), [], [], max(timeout, 0.0))
+        out = []
+        for sock in ready:
+            data, addr = sock.recvfrom(65535)
+            if addr[2] != socket.PACKET_OUTGOING:  # not our own transmission
+                out.append((by_fd[sock.fileno()], data))
+        return out
+
+    def _drain(self) -> list[tuple[int, bytes]]:
+        """Frames already waiting: none should be, so each is returned to be reported."""
+        out = []
+        while received := self._receive(0.0) if hasattr(self, "sockets") else []:
+            out += received
+        return out
 
     def counter(self, name: str, index: int) -> int:
         assert self.switch is not None
