@@ -12,6 +12,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,6 +40,39 @@ def tx_of(packet: wire.Packet) -> int:
     return (packet.header.flags & wire.TX_MASK) >> wire.TX_SHIFT
 
 
+@dataclass
+class ScriptedCall:
+    """One worker's allreduce of a chunk of 0.25s under way, against a socket the test
+    answers by hand (the switch)."""
+
+    switch: socket.socket
+    transport: Transport
+    worker: tuple[str, int]
+    caller: threading.Thread
+    outcome: dict
+
+
+@contextmanager
+def scripted_call(rto: float) -> Iterator[ScriptedCall]:
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
+                             slot_base=SLOT, slot_count=1, members=2, rto_initial=rto,
+                             rto_min=rto, seed=3)
+    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
+    outcome: dict = {}
+    caller = threading.Thread(target=lambda: outcome.update(
+        result=tr.allreduce("g", np.full(wire.LANES, 0.25, dtype=np.float32))))
+    caller.start()
+    try:
+        yield ScriptedCall(switch, tr, (config.bind_host, tr.address[1]), caller, outcome)
+    finally:
+        caller.join(10.0)
+        tr.close()
+        switch.close()
+
+
 def stale_round(tx: int, mode: Mode) -> bytes:
     return wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, mode=mode,
                        round=OPEN_ROUND, reason=ResyncReason.STALE_ROUND,
@@ -44,25 +80,14 @@ def stale_round(tx: int, mode: Mode) -> bytes:
 
 
 def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_elsewhere():
-    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    switch.bind(("127.0.0.1", 0))
-    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
-                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
-                             slot_base=SLOT, slot_count=1, members=2, rto_initial=0.02,
-                             rto_min=0.02, seed=3)
-    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
-    outcome: dict = {}
-    caller = threading.Thread(target=lambda: outcome.update(
-        result=tr.allreduce("g", np.full(wire.LANES, 0.25, dtype=np.float32))))
-    caller.start()
-    try:
+    with scripted_call(rto=0.02) as call:
+        switch, worker, caller = call.switch, call.worker, call.caller
         first = receive(switch, 2.0)
         assert first is not None and first.header.op == Op.CONTRIB
         seq = first.header.round  # first contact: the worker's own sequence number
         second = receive(switch, 2.0)  # its retransmission, after one RTO
         assert second is not None and second.header.flags & Flag.RETRANSMIT
         assert (second.header.round, tx_of(second)) == (seq, tx_of(first) + 1)
-        worker = (config.bind_host, tr.address[1])
         # The reply to transmission 1 arrives after transmission 2 left: ignored.
         switch.sendto(stale_round(tx_of(first), Mode.PARTIAL), worker)
         deadline = time.monotonic() + 0.3
@@ -90,11 +115,7 @@ def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_els
         switch.sendto(closed, worker)
         caller.join(5.0)
         assert not caller.is_alive()
-    finally:
-        caller.join(10.0)
-        tr.close()
-        switch.close()
-    result = outcome["result"]
+    result = call.outcome["result"]
     assert result.stats.included == 1 and result.stats.stray_replies >= 1
     np.testing.assert_allclose(result.output, 0.25, atol=1.0 / SCALE)
 
@@ -103,21 +124,10 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
     """Round 0 is no exception to "an ACK means counted" (docs/protocol.md §9): the slot
     turned async before the retransmission arrived and counted it with round 0 for a
     sequence number. Taken for "not counted", the gradient would be carried and sent again."""
-    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    switch.bind(("127.0.0.1", 0))
-    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
-                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
-                             slot_base=SLOT, slot_count=1, members=2, rto_initial=0.3,
-                             rto_min=0.3, seed=3)
-    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
-    outcome: dict = {}
-    caller = threading.Thread(target=lambda: outcome.update(
-        result=tr.allreduce("g", np.full(wire.LANES, 0.25, dtype=np.float32))))
-    caller.start()
-    try:
+    with scripted_call(rto=0.3) as call:
+        switch, worker, caller = call.switch, call.worker, call.caller
         probe = receive(switch, 2.0)
         assert probe is not None and probe.header.op == Op.CONTRIB
-        worker = (config.bind_host, tr.address[1])
         # First contact meets a partial slot whose open round is 0: sent again at round 0.
         switch.sendto(wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT,
                                   mode=Mode.PARTIAL, round=0, reason=ResyncReason.STALE_ROUND,
@@ -138,11 +148,7 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
                                   flags=tx_of(again) << wire.TX_SHIFT).pack(), worker)
         caller.join(5.0)
         assert not caller.is_alive()
-    finally:
-        caller.join(10.0)
-        tr.close()
-        switch.close()
-    result = outcome["result"]
+    result = call.outcome["result"]
     assert result.stats.included == 1 and result.stats.carried == 0
     # Round 0's result and my own async round's (my lanes / 1, the ACK's).
     np.testing.assert_allclose(result.output, 0.75, atol=1.0 / SCALE)
