@@ -183,15 +183,9 @@ def read_toml(path: str | Path, *, what: str, fix: str, limit: int | None = None
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise error(f"{path} is not valid TOML: {err}") from None
-    except ValueError:  # int() refuses an integer of more than sys.get_int_max_str_digits()
-        raise error(f"{path} has an integer too long to read (thousands of digits): "
-                    f"{what} takes none; {fix}") from None
-    except RecursionError:  # the scan above leaves none; kept as the last line of defence
-        raise error(f"{path} nests too deep to parse: {fix}") from None
-    problem = data_problem(data)
-    if problem:
-        raise error(f"{path} {problem}: {what} never does; {fix}")
-    return data
+    except (ValueError, RecursionError) as err:
+        raise _unparsable(path, err, what=what, fix=fix, error=error) from None
+    return _checked(path, data, what=what, fix=fix, error=error)
 
 
 def read_json(path: str | Path, *, what: str, fix: str, limit: int | None = None,
@@ -204,11 +198,23 @@ def read_json(path: str | Path, *, what: str, fix: str, limit: int | None = None
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise error(f"{path} is not JSON ({err}): {fix}") from None
-    except ValueError:  # int() refuses an integer of more than sys.get_int_max_str_digits()
-        raise error(f"{path} has an integer too long to read (thousands of digits): "
-                    f"{what} takes none; {fix}") from None
-    except RecursionError:
-        raise error(f"{path} nests too deep to parse: {fix}") from None
+    except (ValueError, RecursionError) as err:
+        raise _unparsable(path, err, what=what, fix=fix, error=error) from None
+    return _checked(path, data, what=what, fix=fix, error=error)
+
+
+def _unparsable(path: str | Path, err: Exception, *, what: str, fix: str,
+                error: ErrorType) -> Exception:
+    """What a parser's ValueError or RecursionError means for the user, past its own
+    syntax error (TOMLDecodeError and JSONDecodeError are caught before)."""
+    if isinstance(err, RecursionError):  # the nesting scan leaves none: a last defence
+        return error(f"{path} nests too deep to parse: {fix}")
+    # int() refuses an integer of more than sys.get_int_max_str_digits()
+    return error(f"{path} has an integer too long to read (thousands of digits): "
+                 f"{what} takes none; {fix}")
+
+
+def _checked(path: str | Path, data: Any, *, what: str, fix: str, error: ErrorType) -> Any:
     problem = data_problem(data)
     if problem:
         raise error(f"{path} {problem}: {what} never does; {fix}")
