@@ -28,7 +28,13 @@ import os
 import shutil
 import subprocess
 
-from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.topologies.addresses import (
+    SWITCH_IP,
+    SWITCH_MAC,
+    free_management_net,
+    host_ip,
+    host_mac,
+)
 
 
 def missing_netns_tools(why: str) -> str | None:
@@ -60,7 +66,7 @@ class NetnsStar:
         self.host_ifs = [f"{self.tag}h{p}" for p in range(1, hosts + 1)]
         self.switch_ifs = {p: f"{self.tag}s{p}" for p in range(1, hosts + 1)}
         self.mgmt_root, self.mgmt_switch = f"{self.tag}m", f"{self.tag}n"
-        net = net or f"169.254.{pid % 250 + 1}"
+        net = net or free_management_net()
         self.mgmt_root_ip, self.mgmt_switch_ip = f"{net}.1", f"{net}.2"
         self.grpc_addr = f"{self.mgmt_switch_ip}:9559"
         self._net, self._host_management = net, host_management

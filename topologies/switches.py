@@ -15,6 +15,7 @@ from pathlib import Path
 from mininet.node import Node, Switch
 
 from hysync.controlplane.switch import wait_for_server
+from hysync.topologies.addresses import free_management_net
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,16 +90,17 @@ class Bmv2Node(Switch):
     link-local addresses (mgmt_ip/30 inside, the next-lower address in the root namespace).
 
     json_path: the BMv2 JSON that `make p4` writes.
-    mgmt_ip: the switch's management address; gRPC listens on mgmt_ip:9559.
+    mgmt_ip: the switch's management address (default: a free link-local /30); gRPC
+    listens on mgmt_ip:9559.
     """
 
     def __init__(self, name: str, json_path: str | Path = REPO / "build/p4/hysync.json",
-                 mgmt_ip: str = "169.254.78.2", log_dir: str | Path = "/tmp",
+                 mgmt_ip: str | None = None, log_dir: str | Path = "/tmp",
                  **params) -> None:
         params["inNamespace"] = True  # Mininet passes its own default; BMv2 needs a netns
         super().__init__(name, **params)
         self.json_path = Path(json_path)
-        self.mgmt_ip = mgmt_ip
+        self.mgmt_ip = mgmt_ip or f"{free_management_net()}.2"
         self.grpc_addr = f"{mgmt_ip}:9559"
         self.log = Path(log_dir) / f"bmv2-{name}.log"
         self.proc: subprocess.Popen | None = None

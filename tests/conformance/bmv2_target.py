@@ -25,13 +25,11 @@ from pathlib import Path
 
 from hysync.controlplane import entities as ent
 from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.topologies.addresses import free_management_net
 
 from .targets import P4INFO, REPO, SoftswitchTarget, Write
 from .topology import PORTS
 
-# Link-local management /30, one per test process so that parallel runs never collide.
-_MGMT_NET = f"169.254.{os.getpid() % 250 + 1}"
-GRPC_ADDR = f"{_MGMT_NET}.2:9559"
 # BMv2 answers a frame in well under a millisecond when idle, but on a busy machine its
 # output can lag by seconds. The target waits for as many frames as the reference model
 # emits for the same input (its shadow), up to DEADLINE_S, then EXTRA_S longer for frames
@@ -63,6 +61,9 @@ class Bmv2Target:
         self.netns = f"hsc-{os.getpid()}"
         self.host_ifs = {p: f"{tag}h{p}" for p in PORTS}
         self.json = self._compile()
+        # a link-local management /30 no other switch of this machine uses
+        self.mgmt_net = free_management_net()
+        self.grpc_addr = f"{self.mgmt_net}.2:9559"
         self.proc: subprocess.Popen | None = None
         self.switch: Switch | None = None
         try:
@@ -78,7 +79,7 @@ class Bmv2Target:
         ports = [arg for p in PORTS for arg in ("-i", f"{p}@{tag}s{p}")]
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, "simple_switch_grpc", "--device-id", "1",
-             *ports, "--no-p4", "--", "--grpc-server-addr", GRPC_ADDR],
+             *ports, "--no-p4", "--", "--grpc-server-addr", self.grpc_addr],
             stdout=log, stderr=subprocess.STDOUT)
         self.switch = self._connect()
 
@@ -118,16 +119,16 @@ class Bmv2Target:
                 _sh(*where, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off",
                     "rx", "off")
                 _sh(*where, "ip", "link", "set", ifname, "up")
-        _sh("ip", "addr", "add", f"{_MGMT_NET}.1/30", "dev", f"{tag}m")
-        _sh("ip", "netns", "exec", self.netns, "ip", "addr", "add", f"{_MGMT_NET}.2/30", "dev",
+        _sh("ip", "addr", "add", f"{self.mgmt_net}.1/30", "dev", f"{tag}m")
+        _sh("ip", "netns", "exec", self.netns, "ip", "addr", "add", f"{self.mgmt_net}.2/30", "dev",
             f"{tag}n")
         _sh("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
 
     def _connect(self) -> Switch:
         proc = self.proc
-        wait_for_server(GRPC_ADDR, failed=lambda: None if proc is None or proc.poll() is None
+        wait_for_server(self.grpc_addr, failed=lambda: None if proc is None or proc.poll() is None
                         else "simple_switch_grpc exited; see build/bmv2-conformance.log")
-        return Switch(GRPC_ADDR, election_id=(0, 1), connect_timeout=5.0, timeout=10.0)
+        return Switch(self.grpc_addr, election_id=(0, 1), connect_timeout=5.0, timeout=10.0)
 
     @staticmethod
     def _raw_socket(ifname: str) -> socket.socket:
