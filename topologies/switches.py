@@ -101,7 +101,7 @@ class Bmv2Node(Switch):
         super().__init__(name, **params)
         self.json_path = Path(json_path)
         self.mgmt_ip = mgmt_ip or f"{free_management_net()}.2"
-        self.grpc_addr = f"{mgmt_ip}:9559"
+        self.grpc_addr = f"{self.mgmt_ip}:9559"
         self.log = Path(log_dir) / f"bmv2-{name}.log"
         self.proc: subprocess.Popen | None = None
         self.mgmt_root = f"{name}-mgmt"
