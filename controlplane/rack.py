@@ -28,13 +28,19 @@ from hysync import resources
 from hysync.controlplane.cli import UsageError, _Out
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.switch import wait_for_server
-from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.topologies.addresses import (
+    RACK_MANAGEMENT_NET,
+    SWITCH_IP,
+    SWITCH_MAC,
+    host_ip,
+    host_mac,
+)
 from hysync.topologies.netns import NetnsStar, missing_netns_tools, remove
 
 STATE_DIR = Path("/run/hysync")
 DEFAULT_TAG = "hyr"
 MAX_HOSTS = 16  # host management /30s: 169.254.X.(4p+1), p <= 62; 16 is plenty for one box
-MGMT_NET = "169.254.99"
+MGMT_NET = RACK_MANAGEMENT_NET
 MASTER_PORT = 29500
 
 

@@ -20,7 +20,10 @@ def host_mac(worker: int) -> str:
 
 
 _LINK_LOCAL = "169.254"
-_METADATA_NET = 169  # 169.254.169.254 is a cloud's metadata service: never a management link
+# `hysync rack up`'s management network, fixed so that its inventory and docs can name it
+RACK_MANAGEMENT_NET = f"{_LINK_LOCAL}.99"
+# never handed out: the rack's, and a cloud's metadata service (169.254.169.254)
+_RESERVED = {99, 169}
 _handed_out: set[int] = set()
 _handing_out = threading.Lock()
 
@@ -38,7 +41,7 @@ def free_management_net() -> str:
     with _handing_out:
         for i in range(254):
             x = (start + i) % 254 + 1
-            if x not in used and x not in _handed_out and x != _METADATA_NET:
+            if x not in used and x not in _handed_out and x not in _RESERVED:
                 _handed_out.add(x)
                 return f"{_LINK_LOCAL}.{x}"
     raise RuntimeError(f"every {_LINK_LOCAL}.X.0/24 is in use in this network namespace: "

@@ -177,5 +177,9 @@ def train(model: nn.Module, data: Dataset, worker: int, workers: int, cfg: Train
             rec.accuracy = accuracy(model, data.x_test, data.y_test)
         log.steps.append(rec)
         progress(rec)
+    if log.ended == "completed" and applied_total < cfg.steps - 1e-9:
+        # A replica that applied little per call (a fast one in partial mode behind a slow
+        # switch) stops at the bound, ahead of the job: its model is not the job's.
+        log.extra["stopped_at_step_bound"] = round(applied_total, 3)
     log.final_accuracy = accuracy(model, data.x_test, data.y_test)
     return log

@@ -39,9 +39,14 @@ def _check_run(out: Path, config: str, workers: int) -> None:
         assert log["final_accuracy"] > first + 0.3, "training did not improve the model"
     modes = {s["mode"] for s in logs[0]["steps"]}
     assert {"sync", "partial"} <= modes, f"the swap did not show in the results: {modes}"
-    # Before the final averaging the replicas are the same model up to drift (momentum
-    # applied to rounds a straggler combined in one step): close in accuracy.
-    before = [log["extra"]["accuracy_before_averaging"] for log in logs]
+    # Before the final averaging the replicas that trained to the end of the job clock are
+    # the same model up to drift (momentum applied to rounds a straggler combined in one
+    # step): close in accuracy. A fast replica in partial mode behind a switch slower than
+    # its compute (BMv2 on a busy machine) may run to its local-step bound first, with
+    # the job's later rounds not yet applied: the final averaging catches it up (below).
+    stayed = [log for log in logs if "stopped_at_step_bound" not in log["extra"]]
+    assert len(stayed) >= 2, [log["extra"] for log in logs]
+    before = [log["extra"]["accuracy_before_averaging"] for log in stayed]
     assert max(before) - min(before) < 0.1, f"replicas drifted apart: {before}"
     # After the final averaging round they are one model.
     params = [torch.load(out / config / f"worker-{w}.pt") for w in range(workers)]
