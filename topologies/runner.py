@@ -235,6 +235,22 @@ def _pump(worker: int, proc: subprocess.Popen, lines: queue.Queue) -> None:
     lines.put(worker)  # end of this worker's output: it has finished
 
 
+def _split_record(output: str) -> tuple[dict | None, str]:
+    """A worker's output line: (its progress record, the text beside it). A worker whose
+    stderr shares the pipe (Mininet) may have a warning land inside a record's line."""
+    if output.startswith("{"):
+        try:
+            rec, end = _RECORDS.raw_decode(output)
+        except json.JSONDecodeError:
+            return None, output.strip()
+        if isinstance(rec, dict) and "worker" in rec:
+            return rec, output[end:].strip()
+    return None, output.strip()
+
+
+_RECORDS = json.JSONDecoder()
+
+
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             controller: Controller, policy: PolicyRunner | None, line: RunLine,
             slots: tuple[int, int]) -> list[Swap]:
@@ -294,8 +310,10 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             if output not in finished:
                 finish(output, "exited", completed=False)
             continue
-        if output.startswith("{"):
-            rec = json.loads(output)
+        rec, text = _split_record(output)
+        if text:
+            say(text)
+        if rec is not None:
             w = rec["worker"]
             if rec.get("done"):
                 finish(w, "finished training", completed=True)
@@ -316,8 +334,6 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
                 say(f"controller: step {rec['step']} of worker 0 -> "
                     f"mode {label} for slots {slots[0]}-{slots[1]}")
-        elif output.strip():
-            say(output.rstrip())
         now = time.monotonic()
         if policy is not None and not finished and now >= next_policy_step:
             next_policy_step = max(next_policy_step + POLICY_INTERVAL_S, now)

@@ -144,6 +144,13 @@ def average_replicas_over_gloo(model: DistributedDataParallel, workers: int) -> 
             offset += p.numel()
 
 
+def tell_runner(record: dict) -> None:
+    """One JSON line on stdout, in one write: unbuffered, print() writes the newline
+    apart, and a warning on a shared stderr could land between the two."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)  # several workers share two cores
@@ -168,10 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     log = RunLog(args.config, args.worker, workers)
 
     def progress(rec: StepRecord) -> None:
-        print(json.dumps({"worker": args.worker, "step": rec.step, "t": round(rec.t, 3),
-                          "progress": rec.progress,
-                          "loss": round(rec.loss, 4), "accuracy": rec.accuracy,
-                          "mode": rec.mode}), flush=True)
+        tell_runner({"worker": args.worker, "step": rec.step, "t": round(rec.t, 3),
+                     "progress": rec.progress, "loss": round(rec.loss, 4),
+                     "accuracy": rec.accuracy, "mode": rec.mode})
 
     cfg = TrainConfig(steps=scenario.steps, compute_ms=scenario.compute_ms,
                       lr=args.lr if args.lr is not None else scenario.lr,
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         if log.ended == "completed":
             # Tell the runner first: it takes this worker out of the training job, so
             # the members still finishing their last steps never wait for it.
-            print(json.dumps({"worker": args.worker, "done": True}), flush=True)
+            tell_runner({"worker": args.worker, "done": True})
             log.extra["accuracy_before_averaging"] = log.final_accuracy
             if averager is not None:
                 # Waits for every member still in the averaging job (a dead one is
