@@ -97,10 +97,10 @@ def test_wrong_macs_a_missing_l2_entry_and_a_host_down_are_reported(rack,
                    check=True)
     code, lines = check_on(star, 0, "--from", "h1", str(inventory))
     assert code == 1, lines
-    assert lines["port map h2"] == (
+    assert lines["port map h2"].startswith(
         "FAIL  port map h2: no l2 entry for 02:00:00:00:01:02; run `hysync deploy` to fix; "
-        + lines["port map h2"].split("to fix; ")[1])
-    assert "answered ARP and a ping from h1 (by flooding)" in lines["port map h2"]
+    ), lines
+    assert "answered ARP and a ping from h1 (by flooding)" in lines["port map h2"], lines
     assert lines["port map h3"] == (
         "FAIL  port map h3: 02:00:00:00:01:03 -> port 3, flooded; no answer to ARP or a ping "
         "from h1: h3 is down, or its cable is not on port 3 (hosts.switch_port)")
