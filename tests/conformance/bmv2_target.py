@@ -204,8 +204,17 @@ class Bmv2Target:
         return out
 
     def counter(self, name: str, index: int) -> int:
+        """The cell's packet count. A packet that makes no frame (a drop) gives nothing to
+        wait for in send(), and a busy BMv2 may count it later: wait up to DEADLINE_S for
+        the count the reference model reached (counts only grow)."""
         assert self.switch is not None
-        return self.switch.read_counter_cells([(name, index)])[0].packets
+        expected = self.shadow.counter(name, index)
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            got = self.switch.read_counter_cells([(name, index)])[0].packets
+            if got >= expected or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Per test: nothing (the next test pushes the pipeline afresh)."""
