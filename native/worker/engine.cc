@@ -253,15 +253,17 @@ CallStatus Engine::step(double now) {
   }
   if (call_->remaining == 0) {  // residual-only packets may stay in flight into the next call
     end_call();
-    if (silent_too_long(now)) {
-      // Done, but only by carrying and parking: in partial mode a call settles a packet that
-      // meets silence as counted and carries the slot's chunks, so calls end at once against
-      // a switch that answers nothing at all (one restarted without the job). That switch
-      // must still be reported, not trained against with nothing aggregated.
+    // Done, but maybe only by carrying and parking: in partial mode a call settles a packet
+    // that meets silence as counted and carries the slot's chunks, so calls end within an RTO
+    // against a switch that answers nothing at all (one restarted without the job). That
+    // switch must still be reported, not trained against with nothing aggregated: once
+    // dead_after has passed, and at the end of every later call until it is heard again.
+    if (silent_too_long(now) || (gave_up_at_ >= 0 && last_rx_ < gave_up_at_)) {
       log(40, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
                   std::to_string(cfg_.dead_after) + " s: " + describe_flights());
       flag_resync("nothing heard from the switch while calls carried their chunks");
       unanswered_since_ = -1;
+      gave_up_at_ = now;
       return CallStatus::UNREACHABLE;
     }
     return CallStatus::DONE;
@@ -271,6 +273,7 @@ CallStatus Engine::step(double now) {
   if (silent_too_long(now)) {
     log(40, "worker " + std::to_string(cfg_.worker_id) +
                 " gives up waiting: " + describe_flights());
+    gave_up_at_ = now;
     abort_call();
     return CallStatus::UNREACHABLE;
   }
@@ -718,6 +721,9 @@ void Engine::expire(double now) {
       continue;
     }
     if (silent) probed_at_ = now;
+    // A call that found this slot held by a parked packet gave its answer one RTO (hurry);
+    // unanswered, the call's chunks here are carried now.
+    if (f->parked && mode_[i] == PARTIAL) carry_queue(i);
     if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
         !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
         now - f->launched >= cfg_.stall_after)
@@ -749,10 +755,12 @@ void Engine::park(uint32_t i) {
 }
 
 // A call starts while a parked packet holds slot i: retransmit it at once (its answer settles it
-// and reports the slot's mode). Carrying the slot's chunks meanwhile is for partial mode only:
-// in sync every round needs every member, so a slot left idle for a call deadlocks the job.
+// and reports the slot's mode). The call's chunks on the slot wait for that answer for one RTO
+// (the packet's timer), then are carried, in partial mode only (expire): in sync every round
+// needs every member, so a slot left idle for a call deadlocks the job. Carrying at once would
+// let a worker whose every slot is parked, behind a slow switch or slow members, run call after
+// call with no round applied, its gradients piling up in its residual.
 void Engine::hold_queue(uint32_t i, double now) {
-  if (mode_[i] == PARTIAL) carry_queue(i);  // pending again if a reply says otherwise
   hurry(i, now);
 }
 

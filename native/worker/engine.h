@@ -277,6 +277,7 @@ class Engine {
   bool silent_too_long(double now) const;
   double sim_now_ = 0, call_start_ = 0;
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
+  double gave_up_at_ = -1;        // the last call given up on a silent switch
   std::vector<std::vector<uint8_t>> outbox_;  // the in-memory backend's sent datagrams
   std::string reset_why_;  // set when a reply shows the switch's state is new; ends the call
 };
