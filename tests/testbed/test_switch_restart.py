@@ -151,7 +151,6 @@ class Training:
                 dead_after=dead_after, seed=w), FixedPointQuantizer(SCALE, N)))
             for w in range(N)]
         self.cond = threading.Condition()
-        self.killing = threading.Event()  # the test is about to kill the switch
         self.resumed = threading.Event()  # the job is installed again
         self.threads = [threading.Thread(target=self._run, args=(wk,), daemon=True)
                         for wk in self.workers]
@@ -194,7 +193,7 @@ class Training:
                 index += 1
                 if call.error is not None:
                     break
-                if resumed:
+                if resumed and self.readd:
                     break
                 if index > 100_000:
                     raise AssertionError("no call failed: was the switch killed?")
@@ -341,7 +340,8 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         sw.start()
         add_by_hand(sw, job if readd else None)
         readded_at = time.monotonic() if readd else None
-        training.resumed.set()
+        if readd:
+            training.resumed.set()
         training.join()
         errors = check_run(training, mode, quorum, sw.udp, dead_after, killed_at, readded_at)
     finally:
