@@ -125,6 +125,7 @@ class Call:
     output: np.ndarray | None = None
     error: BaseException | None = None
     counts: tuple[int, ...] = ()  # contributors of each result applied
+    duplicates: int = 0  # results dropped as already applied
 
 
 @dataclass
@@ -173,6 +174,7 @@ class Training:
             result = wk.tr.allreduce(KEY, values(wk.w, POST + index if post else index))
             call.output = result.output
             call.counts = tuple(int(c) for c in result.stats.results["count"])
+            call.duplicates = result.stats.duplicate_results
         except SwitchUnreachableError as err:  # SwitchRestartedError too
             call.error = err
         call.end = time.monotonic()
@@ -304,6 +306,16 @@ def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tup
             assert call.error is None, (wk.w, call.index, call.error)
             check_completed(call, mode, quorum)
         assert not wk.tr.needs_resync or mode != "sync", wk.w
+        if mode == "async":
+            # Async rounds hold one contribution and arrive once each: before the restart
+            # no result is a duplicate. After it, a replica that drops results of the new
+            # state's rounds as duplicates of the old state's loses others' gradients, and
+            # must at least be flagged for a resync.
+            assert sum(c.duplicates for c in wk.calls[:PRE_CALLS]) == 0, wk.w
+            dropped = sum(c.duplicates for c in post)
+            assert dropped == 0 or wk.tr.needs_resync, (
+                f"worker {wk.w} dropped {dropped} results of the restarted switch as "
+                f"duplicates and is not flagged for a resync")
     return errors
 
 
@@ -322,8 +334,18 @@ def ports() -> list[int]:
     return [free_port(socket.SOCK_DGRAM) for _ in range(N)]
 
 
-@pytest.mark.parametrize("readd", [True, False], ids=["job-added-again", "not-added-again"])
-@pytest.mark.parametrize(("mode", "quorum"), MODES, ids=MODE_IDS)
+ASYNC_READD = pytest.mark.xfail(strict=True, reason=(
+    "docs/protocol.md §9 'Not covered': an async job is not told that the switch lost its "
+    "state; results of the new state's rounds below a slot's old next_round are dropped as "
+    "duplicates (others' gradients never applied) and the replica is not flagged for a "
+    "resync. Telling the worker needs the switch's state to be visible on the wire."))
+CASES = [pytest.param(mode, quorum, readd, id=f"{mode_id}-{readd_id}",
+                      marks=ASYNC_READD if (mode, readd) == ("async", True) else ())
+         for (mode, quorum), mode_id in zip(MODES, MODE_IDS, strict=True)
+         for readd, readd_id in ((True, "job-added-again"), (False, "not-added-again"))]
+
+
+@pytest.mark.parametrize(("mode", "quorum", "readd"), CASES)
 def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
                                      quorum: int | None, readd: bool) -> None:
     sw = switch_process
