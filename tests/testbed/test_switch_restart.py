@@ -126,6 +126,7 @@ class Call:
     error: BaseException | None = None
     counts: tuple[int, ...] = ()  # contributors of each result applied
     duplicates: int = 0  # results dropped as already applied
+    relearn: bool = False  # the first call after the re-add of a worker that had timed out
 
 
 @dataclass
@@ -212,8 +213,18 @@ class Training:
             wk.flagged = wk.tr.needs_resync
             wk.tr.residual(KEY)[:] = 0
             wk.tr.clear_resync()
-            for j in range(POST_CALLS):
-                self._call(wk, j, post=True)
+            timed_out = type(call.error) is SwitchUnreachableError
+            j = 0
+            while j < POST_CALLS:
+                call = self._call(wk, j, post=True)
+                if j == 0 and timed_out and isinstance(call.error, SwitchRestartedError):
+                    # It gave up before the job was back (a restart slower than dead_after),
+                    # so it learns the new state now, at once: resynchronize, call again.
+                    call.relearn, timed_out = True, False
+                    wk.tr.residual(KEY)[:] = 0
+                    wk.tr.clear_resync()
+                    continue
+                j += 1
         except BaseException as err:  # reported by the test
             wk.crashed = err
             with self.cond:
@@ -300,7 +311,7 @@ def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tup
             assert wk.calls[first_error].end <= killed_at + dead_after + RTO_MAX + MARGIN
             continue
         # Added again: the job goes on, every later call completes correctly.
-        post = [c for c in wk.calls if c.post]
+        post = [c for c in wk.calls if c.post and not c.relearn]
         assert [c.index for c in post] == list(range(POST_CALLS)), wk.w
         for call in post:
             assert call.error is None, (wk.w, call.index, call.error)
@@ -380,6 +391,35 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         # Added again well within dead_after: the workers learn that the switch's state is
         # new from its STALE replies, not from silence.
         assert "SwitchRestartedError" in errors, errors
+
+
+def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess) -> None:
+    """Sync, the job added again only after every worker's call failed (a restart slower
+    than dead_after): each worker's next call learns the new state at once
+    (SwitchRestartedError), and after a resync the job goes on, bit-exact."""
+    sw = switch_process
+    member_ports = ports()
+    job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT, ports=member_ports)
+    add_by_hand(sw, job)
+    training = Training(sw.udp, member_ports, DEAD_AFTER_BARE, readd=True).start()
+    try:
+        training.wait_calls(PRE_CALLS)
+        killed_at = time.monotonic()
+        sw.kill()
+        training.wait_failed()
+        sw.start()
+        add_by_hand(sw, job)
+        readded_at = time.monotonic()
+        training.resumed.set()
+        training.join()
+        errors = check_run(training, "sync", None, sw.udp, DEAD_AFTER_BARE, killed_at,
+                           readded_at)
+    finally:
+        training.close()
+    assert errors.get("SwitchUnreachableError", 0) >= N, errors
+    for wk in training.workers:
+        relearned = [c for c in wk.calls if c.relearn]
+        assert len(relearned) == 1 and relearned[0].end - relearned[0].start < MARGIN, wk.w
 
 
 def _hysync(*args: str) -> tuple[int, str]:
