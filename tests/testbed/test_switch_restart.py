@@ -126,6 +126,7 @@ class Call:
     error: BaseException | None = None
     counts: tuple[int, ...] = ()  # contributors of each result applied
     duplicates: int = 0  # results dropped as already applied
+    needs_resync: bool = False  # the replica was flagged at the call's end
     relearn: bool = False  # the first call after the re-add of a worker that had timed out
 
 
@@ -176,6 +177,7 @@ class Training:
             call.output = result.output
             call.counts = tuple(int(c) for c in result.stats.results["count"])
             call.duplicates = result.stats.duplicate_results
+            call.needs_resync = result.stats.needs_resync
         except SwitchUnreachableError as err:  # SwitchRestartedError too
             call.error = err
         call.end = time.monotonic()
@@ -381,9 +383,10 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         training.close()
     if mode != "async":
         # Each worker learned that the switch lost the job's state: a call failed, or
-        # (partial, between calls) its replica was flagged for a resync.
+        # (partial, between calls) its replica was flagged for a resync, before the
+        # resynchronization or in a later call.
         for wk in training.workers:
-            assert wk.flagged or any(c.error for c in wk.calls), wk.w
+            assert wk.flagged or any(c.error or c.needs_resync for c in wk.calls), wk.w
     assert errors or (readd and mode in ("async", "partial")), "no call failed"
     if not readd:
         assert set(errors) == {"SwitchUnreachableError"}, errors
