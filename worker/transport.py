@@ -188,8 +188,10 @@ class Transport:
         if not done:
             if self._engine.reset_why:
                 cfg = self.config
+                host, port = cfg.switch_address
                 raise SwitchRestartedError(
-                    f"job {cfg.job_id}, worker {cfg.worker_id}: {self._engine.reset_why}. The "
+                    f"HySync switch at {host}:{port}, job {cfg.job_id}, worker "
+                    f"{cfg.worker_id}: {self._engine.reset_why}. The "
                     f"call's contributions in flight are kept as residual and the replica must "
                     f"be resynchronized; the next call goes on with the switch's new state.")
             raise self._unreachable()
