@@ -347,7 +347,9 @@ def ports() -> list[int]:
     return [free_port(socket.SOCK_DGRAM) for _ in range(N)]
 
 
-ASYNC_READD = pytest.mark.xfail(strict=True, reason=(
+# Not strict: whether a run shows the defect depends on where the slots' rounds stood at the
+# kill (a run whose new rounds all pass the old next_round shows none).
+ASYNC_READD = pytest.mark.xfail(strict=False, reason=(
     "docs/protocol.md §9 'Not covered': an async job is not told that the switch lost its "
     "state; results of the new state's rounds below a slot's old next_round are dropped as "
     "duplicates (others' gradients never applied) and the replica is not flagged for a "
