@@ -736,20 +736,48 @@ void Engine::expire(double now) {
     // probes; the others wait their next back-off (a lost window still goes out, later).
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
-    const bool silent = (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked &&
-                        last_rx_ < f->sent_at;
+    const bool silent = silent_flight(i);
     if (silent && now - probed_at_ < rto_) {
       f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
       timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
       continue;
     }
-    if (silent) probed_at_ = now;
+    if (silent) {
+      probed_at_ = now;
+      // The probe goes to the silent packet that has waited longest. Timers that wait their
+      // turn back off to rto_max, the probes' own period: the same slot's timer would win
+      // every probe and a lost packet on another slot would never go out again (seen: a
+      // sync round waiting for ever on a member whose contribution was lost).
+      const uint32_t j = longest_silent(i);
+      if (j != i) {
+        f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+        timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+        transmit(j, now, true);
+        continue;
+      }
+    }
     if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
         !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
         now - f->launched >= cfg_.stall_after)
       park(i);
     transmit(i, now, true);
   }
+}
+
+// Slot i's packet waits on a switch that has said nothing, on any slot, since it left (sync or
+// async; not parked, not in a STALE reply's grace period).
+bool Engine::silent_flight(uint32_t i) const {
+  const Flight* f = flight_[i].get();
+  return f && (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked && !f->stale &&
+         last_rx_ < f->sent_at;
+}
+
+// Of the silent packets, the one sent longest ago (slot i's if none is older).
+uint32_t Engine::longest_silent(uint32_t i) const {
+  uint32_t best = i;
+  for (uint32_t j = 0; j < w_; ++j)
+    if (j != i && silent_flight(j) && flight_[j]->sent_at < flight_[best]->sent_at) best = j;
+  return best;
 }
 
 // Partial mode: the flight met only silence for stall_after while its round is, as far as this

@@ -208,6 +208,8 @@ class Engine {
   uint32_t next_seq(uint32_t i);
   // timers
   void expire(double now);
+  bool silent_flight(uint32_t i) const;
+  uint32_t longest_silent(uint32_t i) const;
   void park(uint32_t i);
   void hold_queue(uint32_t i, double now);
   void hurry(uint32_t i, double now);
