@@ -901,7 +901,10 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
   rtt_sample(f, now);
   progress_at_ = now;
-  if (f.join && included && call_ && !cfg_.test_only_no_rejoin) rejoin_at_[i] = now + rto_;
+  // A JOIN counted in a sync round chains the next one (rejoin); a partial round never waits
+  // for one member beyond its quorum, and an async one for nobody.
+  if (f.join && included && call_ && mode_[i] == SYNC && !cfg_.test_only_no_rejoin)
+    rejoin_at_[i] = now + rto_;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);
   } else if (f.kind == Kind::OWN) {
