@@ -149,6 +149,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       known_(w_, false),
       mode_(w_, -1),
       tx_number_(w_, 0),
+      rejoin_at_(w_, std::numeric_limits<double>::infinity()),
       suspect_(w_),
       acked_(w_),
       flight_(w_),
@@ -269,6 +270,7 @@ CallStatus Engine::step(double now) {
     return CallStatus::DONE;
   }
   join_idle_slots(now);
+  rejoin(now);
   flush();
   if (silent_too_long(now)) {
     log(40, "worker " + std::to_string(cfg_.worker_id) +
@@ -292,7 +294,10 @@ double Engine::next_wake() const {
   double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
                                            : std::numeric_limits<double>::infinity();
   if (!timers_.empty()) at = std::min(at, timers_.top().at);
-  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+  if (call_) {
+    at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+    for (double r : rejoin_at_) at = std::min(at, r);
+  }
   return at;
 }
 
@@ -328,6 +333,7 @@ void Engine::end_call() {
   flush();
   finish();
   call_.reset();
+  std::fill(rejoin_at_.begin(), rejoin_at_.end(), std::numeric_limits<double>::infinity());
 }
 
 void Engine::tick(double now) {
@@ -456,6 +462,7 @@ void Engine::abort_call() {
     if (o == Outcome::PENDING) o = Outcome::CARRIED;
   finish();
   call_.reset();
+  std::fill(rejoin_at_.begin(), rejoin_at_.end(), std::numeric_limits<double>::infinity());
   flag_resync("a call was aborted with contributions in flight");
 }
 
@@ -570,17 +577,36 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
 void Engine::join_idle_slots(double now) {
   if (!call_ || now < std::max(progress_at_, joined_at_) + cfg_.join_after) return;
   joined_at_ = now;
+  for (uint32_t i = 0; i < w_; ++i)
+    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
+}
+
+// A JOIN for idle slot i at its next_round: the residual of the key's last chunk on that slot
+// (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
+void Engine::offer_join(uint32_t i, double now) {
   const Key& reg = key(call_->key);
+  const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
+  const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
+  const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
+  const bool owned = last < reg.chunks;
+  send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
+             next_round_[i], now, true);
+  ++stats_.joins;
+}
+
+// A JOIN of mine was counted on slot i: that slot's round waited for me while this call had
+// nothing there. Its members' next contribution on the slot (sent when they get the round's
+// result) waits for me just the same, so the slot is offered the next JOIN one RTO later -
+// time for that contribution to open its round - instead of after another join_after. The
+// chain ends where a JOIN is answered NOT_JOINED (no round waits for me) and with the call.
+// Without it a member a call or more behind the others realigns one round per slot per
+// join_after, far beyond the liveness bound (docs/protocol.md §9, "Swap storms").
+void Engine::rejoin(double now) {
+  if (!call_) return;
   for (uint32_t i = 0; i < w_; ++i) {
-    if (flight_[i] || !call_->queues[i].empty()) continue;
-    // The key's chunks on slot i are start, start + W, ...: join with the last one.
-    const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
-    const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
-    const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
-    const bool owned = last < reg.chunks;
-    send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
-               next_round_[i], now, true);
-    ++stats_.joins;
+    if (rejoin_at_[i] > now) continue;
+    rejoin_at_[i] = std::numeric_limits<double>::infinity();
+    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
   }
 }
 
@@ -713,14 +739,26 @@ void Engine::expire(double now) {
     // probes; the others wait their next back-off (a lost window still goes out, later).
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
-    const bool silent = (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked &&
-                        last_rx_ < f->sent_at;
+    const bool silent = silent_flight(i);
     if (silent && now - probed_at_ < rto_) {
       f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
       timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
       continue;
     }
-    if (silent) probed_at_ = now;
+    if (silent) {
+      probed_at_ = now;
+      // The probe goes to the silent packet that has waited longest. Timers that wait their
+      // turn back off to rto_max, the probes' own period: the same slot's timer would win
+      // every probe and a lost packet on another slot would never go out again (seen: a
+      // sync round waiting for ever on a member whose contribution was lost).
+      const uint32_t j = longest_silent(i);
+      if (j != i) {
+        f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+        timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+        transmit(j, now, true);
+        continue;
+      }
+    }
     // A call that found this slot held by a parked packet gave its answer one RTO (hurry);
     // unanswered, the call's chunks here are carried now.
     if (f->parked && mode_[i] == PARTIAL) carry_queue(i);
@@ -730,6 +768,22 @@ void Engine::expire(double now) {
       park(i);
     transmit(i, now, true);
   }
+}
+
+// Slot i's packet waits on a switch that has said nothing, on any slot, since it left (sync or
+// async; not parked, not in a STALE reply's grace period).
+bool Engine::silent_flight(uint32_t i) const {
+  const Flight* f = flight_[i].get();
+  return f && (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked && !f->stale &&
+         last_rx_ < f->sent_at;
+}
+
+// Of the silent packets, the one sent longest ago (slot i's if none is older).
+uint32_t Engine::longest_silent(uint32_t i) const {
+  uint32_t best = i;
+  for (uint32_t j = 0; j < w_; ++j)
+    if (j != i && silent_flight(j) && flight_[j]->sent_at < flight_[best]->sent_at) best = j;
+  return best;
 }
 
 // Partial mode: the flight met only silence for stall_after while its round is, as far as this
@@ -855,6 +909,10 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
   rtt_sample(f, now);
   progress_at_ = now;
+  // A JOIN counted in a sync round chains the next one (rejoin); a partial round never waits
+  // for one member beyond its quorum, and an async one for nobody.
+  if (f.join && included && call_ && mode_[i] == SYNC && !cfg_.test_only_no_rejoin)
+    rejoin_at_[i] = now + rto_;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);
   } else if (f.kind == Kind::OWN) {

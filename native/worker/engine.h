@@ -42,6 +42,7 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest
   // transmission, the protocol before the transmission-number echo (§9, "Swap storms").
   bool test_only_ignore_echo = false;
+  bool test_only_no_rejoin = false;  // tests/sim/test_races.py: JOINs never chain
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -199,12 +200,16 @@ class Engine {
   void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now,
                   bool join = false);
   void join_idle_slots(double now);
+  void offer_join(uint32_t i, double now);
+  void rejoin(double now);
   void launch(uint32_t i, const uint32_t* rnd, double now);
   void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
   void flush();
   uint32_t next_seq(uint32_t i);
   // timers
   void expire(double now);
+  bool silent_flight(uint32_t i) const;
+  uint32_t longest_silent(uint32_t i) const;
   void park(uint32_t i);
   void hold_queue(uint32_t i, double now);
   void hurry(uint32_t i, double now);
@@ -246,6 +251,8 @@ class Engine {
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
+  // Per slot: when to offer it the next JOIN of a chain (a JOIN there was counted), or +inf.
+  std::vector<double> rejoin_at_;
   std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
   std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
   std::vector<uint32_t> suspect_slots_;

@@ -25,8 +25,8 @@ from .run import simulate
 TARGETS = ("native", "python", "tna-model")
 
 
-def violations(plan: Plan, target: str) -> tuple[list[str], object]:
-    rec, sim = simulate(plan, target)
+def violations(plan: Plan, target: str, **options: object) -> tuple[list[str], object]:
+    rec, sim = simulate(plan, target, **options)
     return check(rec, sim), rec
 
 
@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fault kinds the seeds may draw")
     ap.add_argument("--out", default="bench/results/simulate.json")
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--trace", metavar="FILE",
+                    help="write every packet, swap, pause and call of the runs to FILE "
+                         "(one line each, simulated time first; '-' for stdout)")
     args = ap.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     for t in targets:
@@ -95,10 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     by_kind: dict[str, int] = {}
     failures = []
     cpu0 = time.process_time()
+    options: dict[str, object] = {}
+    if args.trace:
+        sink = sys.stdout if args.trace == "-" else open(args.trace, "w")  # noqa: SIM115
+        options["trace"] = lambda line: print(line, file=sink)
     for plan in plans:
         for target in targets:
+            if args.trace:
+                options["trace"](f"# seed {plan.seed} on {target}")
             try:
-                found, rec = violations(plan, target)
+                found, rec = violations(plan, target, **options)
             except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
                 found, rec = [f"crash: {type(err).__name__}: {err}"], None
             totals["runs"] += 1

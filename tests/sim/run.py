@@ -150,8 +150,10 @@ class Sim:
     to the workers' engines: how tests/sim/test_races.py takes a rule out."""
 
     def __init__(self, plan: Plan, target: str, make_pipeline: Callable[[], Pipeline] | None
-                 = None, engine: dict[str, Any] | None = None) -> None:
+                 = None, engine: dict[str, Any] | None = None,
+                 trace: Callable[[str], None] | None = None) -> None:
         self.plan, self.target = plan, target
+        self.trace = trace  # given: one line per packet, swap, pause and call (--trace)
         self.make_pipeline = make_pipeline or (lambda: _pipeline(target))
         self.engine_options = {"join_after": JOIN_AFTER, **(engine or {})}
         self.rng = random.Random(plan.seed * 1_000_003 + 17)
@@ -172,6 +174,29 @@ class Sim:
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
         self.grad_rng = np.random.default_rng(plan.seed)
+
+    # ------------------------------------------------------------ the trace
+    def _say(self, text: str) -> None:
+        if self.trace is not None:
+            self.trace(f"{self.now:10.6f} {text}")
+
+    @staticmethod
+    def describe(data: bytes) -> str:
+        """One packet's header, for the trace."""
+        (_v, op, flags, mode, _job, w, count, slot, reason, quorum, rnd, chunk,
+         bitmap) = _HEAD.unpack_from(data)
+        ops = {1: "CONTRIB", 2: "RESULT", 3: "RESYNC", 4: "ACK"}
+        names = [f.name for f in wire.Flag if f.value and f.value & flags]
+        tx = (flags & wire.TX_MASK) >> wire.TX_SHIFT
+        out = (f"{ops.get(op, op)} w{w} slot {slot} round {rnd} chunk {chunk} "
+               f"mode {mode}/q{quorum} tx {tx}")
+        if names:
+            out += " " + "|".join(names)
+        if op == wire.Op.RESYNC:
+            out += f" reason {reason}"
+        if op in (wire.Op.RESULT, wire.Op.RESYNC):
+            out += f" count {count} bitmap {bitmap:#x}"
+        return out
 
     # ------------------------------------------------------------ the scheduler
     def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
@@ -233,6 +258,7 @@ class Sim:
         wk.grads[k][:n] += fixed
         wk.values = (fixed / SCALE).astype(np.float32)
         wk.calls.append(Call(index, k, self.now))
+        self._say(f"w{wk.w} call {index} (key {k}) starts")
         e = wk.engine
         e.set_time(self.now)
         for d in wk.inbox:  # allreduce drains the socket first
@@ -257,6 +283,7 @@ class Sim:
             return
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
+        self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         wk.values = None
         raw = e.stats()["results"]
@@ -300,6 +327,9 @@ class Sim:
     def _deliver(self, wk: Worker, data: bytes) -> None:
         if wk.dead:
             return
+        if self.trace is not None:
+            held = not wk.in_call or self.now < wk.paused_until
+            self._say(f"w{wk.w} <- {self.describe(data)}{' (queued)' if held else ''}")
         if not wk.in_call or self.now < wk.paused_until:
             if len(wk.inbox) < 4096:  # a socket buffer
                 wk.inbox.append(data)
@@ -325,6 +355,8 @@ class Sim:
         lossy = self.now < self.plan.lossy_until
         copies = 1
         if lossy and self.rng.random() < link.loss:
+            if self.trace is not None:
+                self._say(f"lost {'up' if up else 'down'} (w{who}): {self.describe(data)}")
             return
         if lossy and self.rng.random() < link.dup:
             copies = 2
@@ -344,6 +376,8 @@ class Sim:
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():
             self.rec.packets += 1
+            if self.trace is not None:
+                self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
 
     # ------------------------------------------------------------ the switch
@@ -354,6 +388,10 @@ class Sim:
         before = sw.counted(w)
         m = self.workers[w].member
         out = sw.pipeline.process_datagram(m.ip, m.udp_port, data)
+        if self.trace is not None:
+            self._say(f"switch <- {self.describe(data)}"
+                      f"{' (counted)' if sw.counted(w) != before else ''}"
+                      f"{'' if out else ' (absorbed/dropped)'}")
         if sw.counted(w) != before:
             self._counted(w, data)
         closed = False
@@ -363,6 +401,8 @@ class Sim:
                     reply[_OFF_FLAGS] & wire.Flag.RESEND):
                 closed = True
                 self._closed(reply)
+            if self.trace is not None:
+                self._say(f"switch -> w{self.by_addr[(ip, port)]} {self.describe(reply)}")
             self._link(False, self.by_addr[(ip, port)], reply)
 
     def _counted(self, w: int, data: bytes) -> None:
@@ -409,6 +449,8 @@ class Sim:
     # ------------------------------------------------------------ faults
     def _fault(self, f: Any) -> None:
         sw = self.switch
+        self._say(f"fault {f.kind} mode {f.mode} quorum {f.quorum} worker {f.worker} "
+                  f"length {f.length:g}")
         if f.kind == "swap":
             self.rec.swaps += 1
             self.plan_mode = (f.mode, f.quorum)

@@ -76,14 +76,28 @@ def test_round0_ack_after_swap_to_async(target: str) -> None:
     _run(Plan.from_json(SHRUNK_100740), target)
 
 
-# A seed that once hung after one swap async -> sync with a lossy way down: a JOIN sent at
-# the round number of the slot's last async round (whose result, for an earlier contribution
-# of the same chunk, was lost) met that round's RESEND with the sender's bit and other lanes,
-# for ever.
-LIVENESS_REGRESSIONS = (100545,)
+# Seeds that once hung or went over the liveness bound after swaps (kinds swap, storm, pause).
+# 100545: after one swap async -> sync with a lossy way down, a JOIN sent at the round number
+# of the slot's last async round (whose result, for an earlier contribution of the same chunk,
+# was lost) met that round's RESEND with the sender's bit and other lanes, for ever.
+# 100648: two members paused across a storm that ended in sync left one of them a call behind
+# the others' rounds; each of its slots realigned one round per join_after (a call took 11 s
+# after the faults stopped) until a counted JOIN chained the next one an RTO later.
+# 100282: into a silent switch one packet per RTO probes; the probe went to whichever timer
+# fired, always the same slot's, and a member's contribution lost on another slot never went
+# out again: its sync round waited until the member's call failed by dead_after.
+LIVENESS_REGRESSIONS = (100282, 100545, 100648)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
 @pytest.mark.parametrize("seed", LIVENESS_REGRESSIONS)
 def test_swap_liveness_regressions(seed: int, target: str) -> None:
     _run(draw(seed, SWAP_KINDS), target)
+
+
+def test_without_the_join_chain_realignment_is_too_slow() -> None:
+    """Seed 100648 needs the chain: without it, a call is still under way past the bound."""
+    rec, sim = simulate(draw(100648, SWAP_KINDS), "native",
+                        engine={"test_only_no_rejoin": True})
+    found = check(rec, sim)
+    assert found and found[0].startswith("liveness"), found
