@@ -45,9 +45,16 @@ def wait_until(condition, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _ctrl_c_reaches_it() -> None:
+    """A Ctrl-C at a terminal reaches the run; a shell starts a background job with SIGINT
+    ignored, and a test run in the background would pass that on to the process it sends
+    SIGINT to."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv: list[str], mark: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *argv], env=dict(os.environ, **{MARK: mark}),
-                            cwd=ROOT, **popen)
+                            cwd=ROOT, preexec_fn=_ctrl_c_reaches_it, **popen)
 
 
 def assert_none_left(mark: str, timeout: float = 20.0) -> None:
