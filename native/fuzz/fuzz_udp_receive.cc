@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/udp_batch.h"
+#include "fuzz/loopback_socket.h"
 
 namespace {
 
@@ -75,21 +76,11 @@ void check_split(const uint8_t* data, size_t size) {
     fail("one datagram of the wrong length");
 }
 
-int udp_socket(sockaddr_in* bound) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (bound) *bound = a;
-  return fd;
-}
+using hysync::fuzz::loopback_udp_socket;
 
 struct Loopback {
   sockaddr_in to{}, from{};
-  int receiver = udp_socket(&to), sender = udp_socket(&from);
+  int receiver = loopback_udp_socket(&to), sender = loopback_udp_socket(&from);
   hysync::DatagramBatch batch{8, 512};
   bool coalescing = batch.set_coalescing(receiver);
   Loopback() { batch.set_segmenting(true); }

@@ -13,27 +13,19 @@
 #include <vector>
 
 #include "worker/engine.h"
+#include "fuzz/loopback_socket.h"
 
 namespace hw = hysync::worker;
 
 namespace {
 
-int udp_socket(sockaddr_in* bound) {
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (bound) *bound = a;
-  return fd;
-}
+using hysync::fuzz::loopback_udp_socket;
 
 struct Harness {
   sockaddr_in sink_addr{};
-  int sink = udp_socket(&sink_addr);  // the "switch": what the engine sends lands here, unread
-  int fd = udp_socket(nullptr);
+  // the "switch": what the engine sends lands here, unread
+  int sink = loopback_udp_socket(&sink_addr);
+  int fd = loopback_udp_socket(nullptr);
   hw::Engine engine;
   int keys[2];
   std::vector<float> values[2];
