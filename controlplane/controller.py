@@ -187,6 +187,27 @@ class Controller:
         log.info("job %d %s: %d updates", job.job_id, outcome, written)
         return AddReport(job.job_id, outcome, written)
 
+    def restore_job(self, job: InstalledJob) -> AddReport:
+        """Install `job` again as it was read from a switch that has since lost it (a
+        restart): its members, the active ones admitted, every modes entry, under a new
+        install epoch. A job installed now is left as it is ("unchanged")."""
+        state = self._read()
+        if job.job_id in self.jobs:
+            return AddReport(job.job_id, "unchanged", 0)
+        active = [m for m in job.members if m.worker in job.active]
+        phase1 = self._forwarding_steps(state, job.members, job.job_id)
+        phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
+        phase1 += steps_insert([replication.job_group(job.job_id, active)])
+        phase1 += steps_insert(r.entry() for r in job.modes)
+        row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(active),
+                               job.mcast_grp, admission.new_epoch())
+        phase2 = steps_insert([row.entry()])
+        phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in active)
+        written = execute(self.switch, [phase1, phase2, phase3])
+        self._read()
+        log.info("job %d restored: %d updates", job.job_id, written)
+        return AddReport(job.job_id, "restored", written)
+
     def _check_overlap(self, job: JobConfig) -> None:
         lo, hi = job.slots
         for other in self.jobs.values():

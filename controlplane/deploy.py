@@ -130,19 +130,25 @@ def deploy(inv: Inventory, *, dry_run: bool = False, replace_pipeline: bool = Fa
            timeout: float = 5.0) -> DeployReport:
     """Push the pipeline if the switch has none, and the hosts' forwarding it lacks."""
     with connect(inv, read_only=dry_run, timeout=timeout) as switch:
-        pipeline = compare_pipeline(switch, inv)
-        if pipeline.state == "other" and not replace_pipeline:
-            raise DeployError(f"{pipeline.detail}: deploy would clear every entry of it; pass "
-                              "--replace-pipeline if that is what you want, or fix "
-                              "switch.p4info / switch.device_config in the inventory")
-        push = pipeline.state != "same"
-        l2, flood = ({}, None) if push else _forwarding_state(switch)
-        report = DeployReport(push, forwarding_updates(inv, l2, flood), pipeline)
-        if dry_run:
-            return report
-        if push:
-            switch.push_pipeline(inv.switch.p4info, inv.switch.device_config)
-        switch.write(report.updates)
+        return deploy_on(switch, inv, dry_run=dry_run, replace_pipeline=replace_pipeline)
+
+
+def deploy_on(switch: Switch, inv: Inventory, *, dry_run: bool = False,
+              replace_pipeline: bool = False) -> DeployReport:
+    """`deploy` through a session already open (the primary's, unless `dry_run`)."""
+    pipeline = compare_pipeline(switch, inv)
+    if pipeline.state == "other" and not replace_pipeline:
+        raise DeployError(f"{pipeline.detail}: deploy would clear every entry of it; pass "
+                          "--replace-pipeline if that is what you want, or fix "
+                          "switch.p4info / switch.device_config in the inventory")
+    push = pipeline.state != "same"
+    l2, flood = ({}, None) if push else _forwarding_state(switch)
+    report = DeployReport(push, forwarding_updates(inv, l2, flood), pipeline)
+    if dry_run:
+        return report
+    if push:
+        switch.push_pipeline(inv.switch.p4info, inv.switch.device_config)
+    switch.write(report.updates)
     return report
 
 

@@ -29,6 +29,13 @@ A restarted serve reads the switch's tables back (`Controller.attach`): the jobs
 finds on the inventory's hosts are kept for `claim_grace` seconds for their scripts
 to reconnect and claim them, then removed; slots are given after the last one in use,
 so a restart never hands out a live job's slots.
+
+A restarted *switch* ends serve's P4Runtime session. Serve then connects again, every
+policy interval until the switch answers, and gives it back what serve holds: the
+inventory's pipeline and forwarding where the switch has none (what `hysync deploy`
+writes), then every job of a lease, as it was installed (members, exclusions, modes)
+under a new install epoch. The workers learn of the new state from the switch's
+replies and resynchronize (docs/protocol.md §9, "A switch that lost the job's state").
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from typing import Any
 
 from hysync import logs, wire
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.deploy import compare_pipeline, held, inventory_jobs
+from hysync.controlplane.deploy import compare_pipeline, connect, deploy_on, held, inventory_jobs
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.inventory import Inventory, parse_listen
 from hysync.controlplane.job import JobConfig
@@ -91,6 +98,9 @@ class Server:
         self.policy_name, self.policy_interval = policy, policy_interval
         self.policy_config = PolicyConfig().scaled(policy_scale)
         self.policy_log, self.claim_grace, self.say = policy_log, claim_grace, say
+        self.timeout = timeout
+        self._lost_since: float | None = None  # the switch's session ended; not back yet
+        self._reconnect_error = ""  # why the last attempt to connect again failed
         self.lock = threading.RLock()  # one controller call at a time
         self.leases: dict[int, Lease] = {}
         self._ids = itertools.count(1)
@@ -183,8 +193,11 @@ class Server:
         self.switch.close()
 
     def _tick(self) -> None:
-        """Every policy interval: step the policies, drop unclaimed adopted jobs."""
+        """Every policy interval: reconnect to a switch whose session ended, step the
+        policies, drop unclaimed adopted jobs."""
         while not self._stop.wait(self.policy_interval):
+            if self.switch.lost and not self._reconnect():
+                continue
             with self.lock:
                 now = time.monotonic()
                 for job_id, lease in list(self.leases.items()):
@@ -196,6 +209,61 @@ class Server:
                         except ControlPlaneError as err:
                             logs.event(log, "policy_error", f"policy of job {job_id}: {err}",
                                        job=job_id, level=logging.WARNING, error=str(err))
+
+    def _reconnect(self) -> bool:
+        """Open a new session with a switch whose session ended and give it back what
+        serve holds; False while the switch does not answer or refuses (tried again at the
+        next tick). Requests meanwhile fail with SwitchUnreachableError."""
+        addr = self.inv.switch.grpc_addr
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            self._event("switch_lost", f"the P4Runtime session with the switch at {addr} "
+                        "ended (a restart, or the connection broke); connecting again",
+                        level=logging.WARNING)
+        try:
+            switch = connect(self.inv, timeout=self.timeout)
+        except ControlPlaneError as err:
+            return self._not_back(err)
+        try:
+            report = deploy_on(switch, self.inv)
+        except ControlPlaneError as err:
+            switch.close()
+            return self._not_back(err)
+        with self.lock:
+            old, self.switch = self.switch, switch
+            switch.on_write = old.on_write
+            self.controller.switch = switch
+            old.close()
+            # What serve held before the session ended: the controller's last reading.
+            held_jobs = [self.controller.jobs[j] for j in sorted(self.leases)
+                         if j in self.controller.jobs]
+            restored = []
+            for job in held_jobs:
+                try:
+                    if self.controller.restore_job(job).outcome == "restored":
+                        restored.append(job.job_id)
+                except ControlPlaneError as err:
+                    self._event("job_restore_failed", f"job {job.job_id}: installing it "
+                                f"again failed ({err})", job=job.job_id,
+                                level=logging.WARNING, error=str(err))
+            down = time.monotonic() - self._lost_since
+            self._lost_since, self._reconnect_error = None, ""
+            what = ("it had no pipeline: pipeline and forwarding pushed" if report.push
+                    else "its pipeline is the inventory's")
+            jobs = (f"jobs {', '.join(map(str, restored))} installed again (new install "
+                    "epochs; their workers resynchronize)" if restored else "no job to install")
+            self._event("switch_reconnected", f"the switch at {addr} is back after "
+                        f"{down:.1f} s; {what}; {jobs}", jobs=restored, pushed=report.push)
+        return True
+
+    def _not_back(self, err: ControlPlaneError) -> bool:
+        """Log why the switch is not back yet, each new reason once (not every tick)."""
+        if str(err) != self._reconnect_error:
+            self._reconnect_error = str(err)
+            self._event("switch_reconnect_failed", f"the switch at "
+                        f"{self.inv.switch.grpc_addr}: {err}", level=logging.WARNING,
+                        error=str(err))
+        return False
 
     # ---------------------------------------------------------- requests
     def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:

@@ -96,6 +96,10 @@ class Switch:
         self.timeout = timeout
         self.pipeline_timeout = pipeline_timeout
         self.is_primary = False
+        # The stream of an arbitrated session ended without close(): the switch restarted
+        # or the path to it broke. The channel would reach a restarted switch again, whose
+        # tables are not the ones this session knew: every later call raises instead.
+        self.lost = False
         self.primary_election_id: ElectionId | None = None
         # (updates, seconds, ok) of every Write: hysync serve's metrics time them.
         self.on_write: Callable[[int, float, bool], None] | None = None
@@ -150,7 +154,14 @@ class Switch:
                 self._arbitration.put(err)
         finally:
             self.is_primary = False
+            self.lost = not self._closed
             self._arbitration.put(None)
+
+    def _check_session(self) -> None:
+        if self.lost:
+            raise SwitchUnreachableError(
+                self.grpc_addr, "the P4Runtime session ended: the switch restarted or the "
+                "connection broke; open a new session")
 
     def _note_arbitration(self, update: p4r.MasterArbitrationUpdate) -> None:
         self.primary_election_id = (update.election_id.high, update.election_id.low)
@@ -225,6 +236,7 @@ class Switch:
 
     def fetch_pipeline(self) -> tuple[Schema | None, int]:
         """(P4Info, cookie) of the switch's pipeline; (None, 0) when it has none."""
+        self._check_session()
         request = p4r.GetForwardingPipelineConfigRequest(
             device_id=self.device_id,
             response_type=p4r.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
@@ -244,6 +256,7 @@ class Switch:
         """Install a pipeline (VERIFY_AND_COMMIT): the P4Info (a text file, or its Schema)
         and, for BMv2 or a Tofino (`target`), the compiler output it packs into the device
         config (controlplane/device_config.py). The switch clears every entry and register."""
+        self._check_session()
         schema = p4info if isinstance(p4info, Schema) else Schema.from_file(p4info)
         device_config = b""
         if device_config_path is not None:
@@ -265,6 +278,7 @@ class Switch:
     def write(self, updates: Iterable[ent.Update]) -> None:
         """Send the updates in one WriteRequest; raise the first failure's typed error,
         listing every failed update (`error.failures` holds their indexes)."""
+        self._check_session()
         updates = list(updates)
         if not updates:
             return
@@ -313,6 +327,7 @@ class Switch:
     # ------------------------------------------------------------ reads
     def read(self, queries: Iterable[p4r.Entity]) -> list[p4r.Entity]:
         """One ReadRequest with every query entity; the entities the switch returns."""
+        self._check_session()
         request = p4r.ReadRequest(device_id=self.device_id)
         request.entities.extend(queries)
         found: list[p4r.Entity] = []

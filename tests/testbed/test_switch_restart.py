@@ -9,9 +9,10 @@ and is started again on the same ports with the pipeline pushed.
   job goes on and its calls complete (bit-exact in sync).
 * Job not added again: every worker fails with SwitchUnreachableError within dead_after;
   none hangs.
-* Job admitted through `hysync serve`: serve does not add it again after the switch
-  restarted (it re-adds nothing on its own; its adoption only reads back what the switch
-  holds), so after `hysync deploy` the switch has no job and the workers fail as above.
+* Job admitted through `hysync serve`: serve's session with the switch ends at the kill;
+  serve connects again, pushes the pipeline and installs its job again (new install
+  epoch), with nobody running `hysync deploy` or `hysync job add`; the workers go on as
+  after a re-add by hand.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 
 from hysync.controlplane.cli import main as hysync_main
 from hysync.controlplane.controller import Controller
+from hysync.controlplane.errors import SwitchUnreachableError as ControlSwitchUnreachableError
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
@@ -260,13 +262,14 @@ class Training:
 
 
 # ------------------------------------------------------------------ the checks
-def check_error(call: Call, switch_udp: tuple[str, int], dead_after: float) -> None:
+def check_error(call: Call, switch_udp: tuple[str, int], dead_after: float,
+                job_id: int = JOB) -> None:
     err = call.error
     assert isinstance(err, SwitchUnreachableError), err
     text = str(err)
     assert f"{switch_udp[0]}:{switch_udp[1]}" in text, text  # it names the switch
     if isinstance(err, SwitchRestartedError):
-        assert "restarted" in text and f"job {JOB}" in text, text
+        assert "restarted" in text and f"job {job_id}" in text, text
     else:
         assert f"for {dead_after:g} s" in text, text
     # A call fails within dead_after of the last reply it heard (its start at the latest).
@@ -287,7 +290,8 @@ def check_completed(call: Call, mode: str, quorum: int | None) -> None:
 
 
 def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tuple[str, int],
-              dead_after: float, killed_at: float, readded_at: float | None) -> dict[str, int]:
+              dead_after: float, killed_at: float, readded_at: float | None,
+              job_id: int = JOB) -> dict[str, int]:
     """Every call completed correctly or failed with a clear error within its bound;
     returns how many calls failed with which error."""
     errors: dict[str, int] = {}
@@ -298,7 +302,7 @@ def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tup
             check_completed(call, mode, quorum)
         failed = [c for c in wk.calls if c.error is not None]
         for call in failed:
-            check_error(call, switch_udp, dead_after)
+            check_error(call, switch_udp, dead_after, job_id)
             errors[type(call.error).__name__] = errors.get(type(call.error).__name__, 0) + 1
             # Nothing fails before the switch was killed.
             assert call.end >= killed_at, (wk.w, call)
@@ -440,42 +444,84 @@ def _hysync(*args: str) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-def test_serve_does_not_add_a_job_again_after_a_switch_restart(
-        switch_process: SwitchProcess, tmp_path: Path) -> None:
-    """A job admitted through `hysync serve`: after the switch restarted and `hysync
-    deploy` pushed its pipeline again, serve has not added the job (it writes only on
-    requests; its adoption reads the switch's tables when serve itself starts), so the
-    workers fail within dead_after, as after a restart without re-add."""
+@pytest.mark.parametrize(("mode", "quorum"),
+                         [pytest.param(m, q, id=i, marks=ASYNC_READD if m == "async" else ())
+                          for (m, q), i in zip(MODES, MODE_IDS, strict=True)])
+def test_serve_installs_its_job_again_after_a_switch_restart(
+        switch_process: SwitchProcess, tmp_path: Path, mode: str, quorum: int | None) -> None:
+    """A job admitted through `hysync serve`, the switch killed and started bare (no
+    pipeline): serve connects again, pushes the pipeline and the forwarding, installs the
+    job again as it was (same slots and members, a new install epoch), and the workers go
+    on; nobody runs `hysync deploy` or `hysync job add`."""
     sw = switch_process
     data = loopback_inventory(sw.grpc_addr, sw.udp[1], f"unix:{tmp_path / 'serve.sock'}",
                               hosts=N)
     path = write_inventory(tmp_path / "testbed.toml", data)
     code, text = _hysync("deploy", str(path))
     assert code == 0, text
-    server = Server(Inventory.load(path), policy=None, say=lambda _: None).start()
+    said: list[str] = []
+    back = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "is back" in line:
+            back.set()
+
+    server = Server(Inventory.load(path), policy=None, policy_interval=0.2, say=say).start()
     client = ServeClient(server.address)
     training: Training | None = None
     try:
         member_ports = ports()
-        reply = client.request({"op": "admit", "members": [
+        reply = client.request({"op": "admit", "mode": mode, "quorum": quorum, "members": [
             {"worker": w, "host": f"h{w + 1}", "udp_port": member_ports[w]} for w in range(N)]})
         (job,) = reply["jobs"]
-        training = Training(sw.udp, member_ports, DEAD_AFTER_BARE, readd=False,
+        with Switch(sw.grpc_addr, arbitrate=False) as session:
+            (before,) = Controller(session).list_jobs()
+        training = Training(sw.udp, member_ports, DEAD_AFTER, readd=True,
                             job_id=job["job_id"], slot_base=job["slot_base"],
                             slot_count=job["slot_count"]).start()
         training.wait_calls(PRE_CALLS)
         killed_at = time.monotonic()
         sw.kill()
         sw.start()
-        code, text = _hysync("deploy", str(path))
-        assert code == 0, text
+        assert back.wait(WAIT), f"serve did not connect again: {said}"
+        readded_at = time.monotonic()
+        training.resumed.set()
         training.join()
         with Switch(sw.grpc_addr, arbitrate=False) as session:
-            assert Controller(session).list_jobs() == []  # serve added nothing
-        errors = check_run(training, "sync", None, sw.udp, DEAD_AFTER_BARE, killed_at, None)
-        assert set(errors) == {"SwitchUnreachableError"}, errors
+            (after,) = Controller(session).list_jobs()
+        errors = check_run(training, mode, quorum, sw.udp, DEAD_AFTER, killed_at, readded_at,
+                           job["job_id"])
     finally:
         if training is not None:
             training.close()
         client.close()
         server.close()
+    # The same job, installed again: a new epoch, nothing else changed.
+    assert after.epoch != before.epoch
+    assert (after.slots, after.members, after.active, after.modes) == \
+        (before.slots, before.members, before.active, before.modes)
+    assert any("is back" in line and f"jobs {job['job_id']} installed again" in line
+               for line in said), said
+    if mode == "sync":
+        assert "SwitchRestartedError" in errors or "SwitchUnreachableError" in errors, errors
+
+
+def test_a_session_outlived_by_its_switch_refuses_every_call(
+        switch_process: SwitchProcess) -> None:
+    """A primary session whose switch restarted raises on every call, though its channel
+    would reach the new switch: what it read and wrote belongs to the old one."""
+    sw = switch_process
+    add_by_hand(sw, make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT))
+    with Switch(sw.grpc_addr) as session:
+        assert Controller(session).list_jobs()
+        sw.kill()
+        sw.start()
+        deadline = time.monotonic() + WAIT
+        while not session.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.lost
+        for call in (lambda: Controller(session).list_jobs(), session.fetch_schema,
+                     lambda: session.write([]), lambda: session.push_pipeline(P4INFO)):
+            with pytest.raises(ControlSwitchUnreachableError, match="session ended"):
+                call()
