@@ -78,6 +78,17 @@ std::string decode_error(const uint8_t* d, std::size_t size) {
 
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
+// FNV-1a of a RESULT's round, chunk and lanes: tells a copy of a result from another one.
+uint64_t result_digest(const uint8_t* d) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](const uint8_t* p, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k) h = (h ^ p[k]) * 1099511628211ull;
+  };
+  mix(d + wire::OFF_ROUND, 8);  // round and chunk
+  mix(d + H, 4 * LANES);
+  return h | 1;  // never 0, which means none
+}
+
 }  // namespace
 
 double monotonic_now() {
@@ -147,6 +158,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       next_round_(w_, 0),
       seq_(w_),
       known_(w_, false),
+      last_own_result_(w_, 0),
       mode_(w_, -1),
       tx_number_(w_, 0),
       rejoin_at_(w_, std::numeric_limits<double>::infinity()),
@@ -656,6 +668,8 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
   store_be16(d + wire::OFF_SLOT, uint16_t(cfg_.slot_base + i));
   store_be32(d + wire::OFF_ROUND, f.round);
   store_be32(d + wire::OFF_CHUNK, f.chunk);
+  f.floor_known = known_[i];
+  f.floor = next_round_[i];
   f.tries = 0;
   f.stale = false;
   f.closed = false;
@@ -1144,12 +1158,35 @@ void Engine::on_full(const uint8_t* d, double now) {
   last_rx_ = now;
   mode_[i] = h.mode;
   const bool mine = h.bitmap & bit_;
-  const bool fresh = is_new(i, h.round);
+  bool fresh = is_new(i, h.round);
   Flight* f = flight_[i].get();
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
-  if (counted) {
+  if (counted && h.mode == ASYNC && acked_entry(i, d) == acked_[i].end() &&
+      result_digest(d) != last_own_result_[i] &&
+      (f->floor_known ? !ahead(h.round, f->floor) : !fresh)) {
+    // My async contribution, counted, closed a round that cannot be of the state that taught
+    // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
+    // never step back), or - sent before I knew the slot - one whose number I applied already
+    // (an async round holds one contribution, and a copy of a result of mine finds its flight
+    // settled). The state that counted it is new, and results of its rounds that I took for
+    // duplicates of the old state's were never applied (an async contribution is counted
+    // whatever its sequence number, so nothing else tells): the replica must be resynchronized.
+    // (Not a late copy of my last result, nor the result of an ACKed twin: same chunk, same
+    // lanes.)
+    const uint32_t floor = f->floor;
+    const bool floor_known = f->floor_known;
+    done(i, true, now);  // counted, by the new state
+    switch_reset("the switch counted my async contribution on slot " +
+                 std::to_string(cfg_.slot_base + i) + " in round " + std::to_string(h.round) +
+                 (floor_known ? ", behind round " + std::to_string(floor) +
+                                    " that it had reached before"
+                              : ", a round I had applied already"));
+    fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
+    last_own_result_[i] = result_digest(d);
+  } else if (counted) {
+    if (h.mode == ASYNC) last_own_result_[i] = result_digest(d);
     done(i, true, now);
   } else if (f && h.round == f->round && !f->async_style) {
     // (My bit with another chunk, or in an async round my chunk with other lanes: another
@@ -1174,16 +1211,23 @@ void Engine::on_full(const uint8_t* d, double now) {
     ++stats_.duplicate_results;
     return;
   }
-  if (mine && h.mode == ASYNC && h.count == 1 && !acked_[i].empty()) {
-    auto& acked = acked_[i];
-    for (auto it = acked.begin(); it != acked.end(); ++it) {
-      if (it->first == h.chunk && std::memcmp(it->second.data(), d + H, 4 * LANES) == 0) {
-        acked.erase(it);  // its ACK applied it already
-        return;
-      }
+  if (mine && h.mode == ASYNC && h.count == 1) {
+    const auto it = acked_entry(i, d);
+    if (it != acked_[i].end()) {
+      acked_[i].erase(it);  // its ACK applied it already
+      return;
     }
   }
   apply(d);
+}
+
+std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
+    uint32_t i, const uint8_t* d) {
+  const uint32_t chunk = load_be32(d + wire::OFF_CHUNK);
+  auto& acked = acked_[i];
+  return std::find_if(acked.begin(), acked.end(), [&](const auto& a) {
+    return a.first == chunk && std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
+  });
 }
 
 // A header-only datagram: RESYNC or ACK, or garbage.
@@ -1276,7 +1320,9 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     // the round I learned from this switch is ahead of it, or just closed with no result kept.
     // Rounds never step back and a result is kept until the next close, so the switch's state
     // for the job is new: it restarted, or the job was installed again (docs/protocol.md §9).
-    switch_reset(i, rnd, f->round);
+    switch_reset("the switch answered slot " + std::to_string(cfg_.slot_base + i) +
+                 " with open round " + std::to_string(rnd) + " for a contribution at round " +
+                 std::to_string(f->round));
     return;
   }
   if (f->probe) {  // first contact: no older packet of mine exists to confuse it with
@@ -1301,15 +1347,14 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
 // replica must be resynchronized, as after any abort. Every slot forgets its rounds, so the
 // next call learns the new ones (a probe, as at the start) instead of sending rounds that the
 // switch answers STALE forever.
-void Engine::switch_reset(uint32_t i, uint32_t rnd, uint32_t mine) {
+void Engine::switch_reset(const std::string& what) {
   if (reset_why_.empty())
-    reset_why_ = "the switch answered slot " + std::to_string(cfg_.slot_base + i) +
-                 " with open round " + std::to_string(rnd) + " for a contribution at round " +
-                 std::to_string(mine) + ": its state for job " + std::to_string(cfg_.job_id) +
+    reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
   for (uint32_t j = 0; j < w_; ++j) {
     next_round_[j] = 0;
     known_[j] = false;
+    last_own_result_[j] = 0;
     suspect_[j].clear();
     acked_[j].clear();
   }

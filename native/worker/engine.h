@@ -80,6 +80,10 @@ struct Flight {
   std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
   bool has_amount = false;
   uint32_t round = 0;
+  // The slot's next round when it was launched, if known: the switch, in the state that
+  // taught it, counts the flight in that round or a later one (rounds never step back).
+  bool floor_known = false;
+  uint32_t floor = 0;
   bool async_style = false, probe = false, parked = false;
   bool join = false;  // flag JOIN: counted only into an open round that lacks me
   uint8_t tx = 0;     // the number of its latest transmission, which replies echo
@@ -248,6 +252,10 @@ class Engine {
   uint32_t w_, bit_;
   std::vector<uint32_t> next_round_, seq_;
   std::vector<bool> known_;
+  // Per slot: a digest of the last async result of mine that settled a flight (round, chunk
+  // and lanes; 0: none since the slot's rounds were learned), so that a late copy of it is
+  // not taken for a sign of new switch state.
+  std::vector<uint64_t> last_own_result_;
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
@@ -255,6 +263,9 @@ class Engine {
   std::vector<double> rejoin_at_;
   std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
   std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
+  // The entry of acked_[i] that an async RESULT d (count 1, my bit) answers, or end().
+  std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator acked_entry(
+      uint32_t i, const uint8_t* d);
   std::vector<uint32_t> suspect_slots_;
   std::vector<std::unique_ptr<Flight>> flight_;
   int inflight_ = 0;
@@ -280,7 +291,7 @@ class Engine {
   double checked_at_ = 0;
   bool interrupted(double now);
   double now() const { return fd_ < 0 ? sim_now_ : monotonic_now(); }
-  void switch_reset(uint32_t i, uint32_t rnd, uint32_t mine);
+  void switch_reset(const std::string& what);
   bool silent_too_long(double now) const;
   double sim_now_ = 0, call_start_ = 0;
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)

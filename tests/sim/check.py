@@ -10,6 +10,11 @@ at its end:
   residual and the switch has not counted. Nothing lost, nothing counted twice.
 * agreement (RULE A): a worker applies a round's result at most once, and only a result
   the switch emitted, header for header.
+* nothing lost silently: a result a worker drops as a duplicate (of a round it applied, it
+  believes) is one it applied, or its replica is flagged for a resync. Across a switch
+  restart or re-install a worker may take a new round for an old one of the same number
+  and not learn of the new state (docs/protocol.md §9, "Not covered"): those drops are
+  counted (`unflagged_drops`), not held as violations.
 * failures: a call may fail only where a fault explains it (a restart, a re-install, a
   dead member) or where every other member finished the job before it (a worker whose
   rounds fell behind its peers' in partial or async mode, then waits for them in sync:
@@ -59,6 +64,14 @@ def check(rec: Record, sim: Sim) -> list[str]:
             out += _exactly_once(rec, wk)
         if rec.state_resets == 0:
             out += _agreement(rec, wk)
+        if wk.dropped and not wk.dead and not wk.engine.needs_resync:
+            if rec.state_resets == 0:
+                state, slot, rnd = wk.dropped[0]
+                out.append(f"silent loss: worker {wk.w} dropped the result of slot {slot} "
+                           f"round {rnd} as a duplicate, applied none such, and its replica "
+                           f"is not flagged for a resync ({len(wk.dropped)} such)")
+            else:  # the limit docs/protocol.md §9 states: counted, not a violation
+                rec.unflagged_drops += len(wk.dropped)
     return out
 
 

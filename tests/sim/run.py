@@ -48,7 +48,7 @@ STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
-_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_CHUNK = 2, 1, 8, 16
+_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_ROUND, _OFF_CHUNK = 2, 1, 8, 12, 16
 H = wire.HEADER_BYTES
 
 
@@ -126,6 +126,10 @@ class Worker:
     finished: bool = False
     gen: int = 0                      # the latest wake event; older ones are void
     results: list[bytes] = field(default_factory=list)  # headers of the results applied
+    # (switch state, slot, round) of every result applied; those dropped as duplicates of
+    # none of them (the checker wants the replica flagged for a resync then)
+    applied: set[tuple[int, int, int]] = field(default_factory=set)
+    dropped: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +147,9 @@ class Record:
     state_resets: int = 0
     modes: list[tuple[float, int, int]] = field(default_factory=list)  # swaps: (t, mode, q)
     end_behind: int = 0  # calls that failed because their peers had finished the job
+    # results dropped as duplicates of none applied, by replicas never flagged, after a
+    # switch state reset (docs/protocol.md §9, "Not covered")
+    unflagged_drops: int = 0
 
 
 class Sim:
@@ -161,6 +168,9 @@ class Sim:
         self.seq = 0
         self.now = 0.0
         self.rec = Record(plan, target)
+        # id -> (the switch state that emitted it, the RESULT itself, kept alive so that
+        # its id stays its own): the state a result came from, when a worker gets it
+        self.state_of: dict[int, tuple[int, bytes]] = {}
         members = tuple(Member(w, w + 1) for w in range(plan.workers))
         job = Job(1, plan.slot_base, plan.slots, members, self._epoch())
         self.switch = Switch(self.make_pipeline, job)
@@ -262,7 +272,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         for d in wk.inbox:  # allreduce drains the socket first
-            e.on_datagram(d, self.now)
+            self._hand(wk, d)
         wk.inbox.clear()
         e.begin_call(wk.keys[k], wk.values)
         wk.in_call = True
@@ -335,7 +345,7 @@ class Sim:
                 wk.inbox.append(data)
             return
         wk.engine.set_time(self.now)
-        wk.engine.on_datagram(data, self.now)
+        self._hand(wk, data)
         self._turn(wk)
 
     def _resume(self, wk: Worker) -> None:
@@ -345,11 +355,33 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                e.on_datagram(d, self.now)
+                self._hand(wk, d)
             wk.inbox.clear()
             self._turn(wk)
 
     # ------------------------------------------------------------ the network
+    def _hand(self, wk: Worker, data: bytes) -> None:
+        """The worker's engine takes a datagram; a RESULT it drops as a duplicate of none
+        it applied is noted (a result lost to the replica unless it is flagged)."""
+        e = wk.engine
+        tag = self.state_of.get(id(data))
+        if tag is None:
+            e.on_datagram(data, self.now)
+            return
+        before = e.stats()
+        e.on_datagram(data, self.now)
+        after = e.stats()
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        key = (tag[0], slot, struct.unpack_from("!I", data, _OFF_ROUND)[0])
+        if after["duplicate_results"] == before["duplicate_results"]:
+            wk.applied.add(key)  # applied now, or by the ACK of my own contribution before
+        elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
+            wk.dropped.append(key)
+
+    def _made_every_call(self, wk: Worker) -> bool:
+        p = self.plan
+        return not wk.in_call and len(wk.calls) == p.calls * len(p.sizes)
+
     def _link(self, up: bool, who: int, data: bytes) -> None:
         link = self.plan.up if up else self.plan.down
         lossy = self.now < self.plan.lossy_until
@@ -397,6 +429,8 @@ class Sim:
         closed = False
         for ip, port, reply in out:
             self.rec.packets += 1
+            if reply[_OFF_OP] == wire.Op.RESULT:
+                self.state_of[id(reply)] = (self.rec.state_resets, reply)  # (kept alive)
             if reply[_OFF_OP] == wire.Op.RESULT and not closed and not (
                     reply[_OFF_FLAGS] & wire.Flag.RESEND):
                 closed = True
@@ -500,7 +534,7 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                e.on_datagram(d, self.now)
+                self._hand(wk, d)
             wk.inbox.clear()
             e.tick(self.now)
             self._sent(wk)
