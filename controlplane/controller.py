@@ -114,6 +114,9 @@ class Controller:
         self._swaps: dict[tuple[int, int, int], _Swap] = {}
         # Quorums lowered by exclude(), restored by readmit() in the same process.
         self._lowered: dict[tuple[int, int, int, int], int] = {}
+        # The epoch of each job's last install that this process removed: the next install
+        # gets another install tag (admission.new_epoch).
+        self._removed_epochs: dict[int, int] = {}
 
     # ---------------------------------------------------------- state
     def attach(self) -> Controller:
@@ -179,7 +182,8 @@ class Controller:
         phase1 += steps_insert([replication.job_group(job.job_id, job.members)])
         phase1 += steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(job.members),
-                               job.job_id, admission.new_epoch())
+                               job.job_id,
+                               admission.new_epoch(self._removed_epochs.get(job.job_id)))
         phase2 = steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
         written = execute(self.switch, [phase1, phase2, phase3])
@@ -200,7 +204,7 @@ class Controller:
         phase1 += steps_insert([replication.job_group(job.job_id, active)])
         phase1 += steps_insert(r.entry() for r in job.modes)
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(active),
-                               job.mcast_grp, admission.new_epoch())
+                               job.mcast_grp, admission.new_epoch(job.epoch))
         phase2 = steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in active)
         written = execute(self.switch, [phase1, phase2, phase3])
@@ -261,6 +265,8 @@ class Controller:
                 f"no job {job_id} on the switch at {self.switch.grpc_addr} (installed jobs: "
                 f"{known}); `hysync job list` shows them")
         job = self.jobs[job_id]
+        if job.epoch:
+            self._removed_epochs[job_id] = job.epoch
         others = [j for j in self.jobs.values() if j.job_id != job_id]
         phase1 = steps_delete(a.entry() for a in state.admitted if a.job_id == job_id)
         row = state.jobs.get(job_id)

@@ -95,6 +95,14 @@ class ResyncReason(enum.IntEnum):
     NOT_JOINED = 4  # a JOIN was not counted: no round open (or async); the slot's state
 
 
+def install_tag(epoch: int) -> int:
+    """What a RESULT or an ACK carries in its ``reason`` byte: the low byte of the install
+    epoch of the job that the switch's state for the slot belongs to. A worker that hears
+    another tag than the one it knew learns that the switch's state for its job is new (a
+    restart, or the job installed again: docs/protocol.md §9)."""
+    return epoch & 0xFF
+
+
 # ------------------------------------------------------------- the header
 # (name, width in bits): the order is the wire order. headers.p4 must agree.
 HEADER_FIELDS: tuple[tuple[str, int], ...] = (
@@ -106,7 +114,7 @@ HEADER_FIELDS: tuple[tuple[str, int], ...] = (
     ("worker_id", 8),  # CONTRIB: sender; RESULT/RESYNC/ACK: the worker whose packet triggered it
     ("count", 8),  # RESULT: number of contributors in the sum
     ("slot", 16),
-    ("reason", 8),  # RESYNC: ResyncReason
+    ("reason", 8),  # RESYNC: ResyncReason; RESULT and ACK: install_tag(the job's epoch)
     ("quorum", 8),  # RESULT: quorum the round closed at (0 = every member)
     ("round", 32),  # CONTRIB: round (sync/partial) or sender sequence (async); RESULT: round
     ("chunk", 32),  # worker's chunk id, echoed in the result so the worker places it

@@ -267,8 +267,8 @@ class Pipeline:
             if seq_valid and self.member_seq[seq_index] == r:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
-                return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s, 0,
-                                           self.quorum[s], r, chunk, 0)
+                return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s,
+                                           wire.install_tag(epoch), self.quorum[s], r, chunk, 0)
             if join:  # a JOIN never makes a round of its own
                 return self._not_joined(s, version, job, w, echo, nbytes)
             self.member_seq[seq_index] = r
@@ -318,8 +318,8 @@ class Pipeline:
             res_bitmap = self.res_bitmap[s]
             (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
             head = _HDR.pack(version, Op.RESULT, Flag.RESEND | echo, self.res_mode[s], job, w,
-                             self.res_count[s], s, 0, self.res_quorum[s], r, self.res_chunk[s],
-                             res_bitmap)
+                             self.res_count[s], s, wire.install_tag(epoch), self.res_quorum[s],
+                             r, self.res_chunk[s], res_bitmap)
             return REPLY, 0, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
 
         self._drop(job, DropReason.STALE, nbytes)
@@ -344,8 +344,8 @@ class Pipeline:
         self.round[s] = (cur + 1) & _U32
         self.count[s] = 0
         self.bitmap[s] = 0
-        head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s, 0, quorum, cur, chunk,
-                         bitmap)
+        head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s,
+                         wire.install_tag(self.slot_epoch[s]), quorum, cur, chunk, bitmap)
         return MULTICAST, group, head + self.lanes[bank].astype(_BE).tobytes()
 
     def _not_joined(self, s: int, version: int, job: int, w: int, echo: int,

@@ -81,6 +81,10 @@ void Pipeline::reset_registers() {
 }
 
 // ------------------------------------------------------------------ helpers
+// What a RESULT or an ACK carries in `reason` (hysync/wire.py install_tag): the low byte of
+// the install epoch its slot's state belongs to.
+uint8_t install_tag(uint32_t epoch) { return uint8_t(epoch & 0xFF); }
+
 void put_header(uint8_t* o, uint8_t version, uint8_t op, uint8_t flags, uint32_t mode,
                 uint16_t job, uint8_t worker, uint32_t count, uint16_t slot, uint8_t reason,
                 uint32_t quorum, uint32_t round, uint32_t chunk, uint32_t bitmap) {
@@ -197,8 +201,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     if (seq_valid && seq == r) {
       drop(c, job, DropReason::DUPLICATE, nbytes);
       c.count(DUPLICATES, member, nbytes);
-      put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s, 0, slot.quorum,
-                 r, chunk, 0);
+      put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,
+                 install_tag(slot.epoch), slot.quorum, r, chunk, 0);
       return {Emit::REPLY, 0, w::HEADER_BYTES};
     }
     if (join)  // a JOIN never makes a round of its own
@@ -253,8 +257,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   if (r == cur - 1 && slot.res_valid) {  // 9. the round that closed last: resend it
     c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
     put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo, slot.res_mode,
-               job, wk, slot.res_count, s, 0, slot.res_quorum, r, slot.res_chunk,
-               slot.res_bitmap);
+               job, wk, slot.res_count, s, install_tag(slot.epoch), slot.res_quorum, r,
+               slot.res_chunk, slot.res_bitmap);
     put_lanes(2 * s + (r & 1), out);
     return {Emit::REPLY, 0, w::PACKET_BYTES};
   }
@@ -280,8 +284,8 @@ Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, u
   slot.round = cur + 1;
   slot.count = 0;
   slot.bitmap = 0;
-  put_header(out, version, uint8_t(Op::RESULT), 0, slot.mode, job, wk, count, uint16_t(s), 0,
-             slot.quorum, cur, chunk, bitmap);
+  put_header(out, version, uint8_t(Op::RESULT), 0, slot.mode, job, wk, count, uint16_t(s),
+             install_tag(slot.epoch), slot.quorum, cur, chunk, bitmap);
   put_lanes(bank, out);
   return {Emit::MULTICAST, group, w::PACKET_BYTES};
 }

@@ -1156,6 +1156,7 @@ void Engine::on_full(const uint8_t* d, double now) {
     return;
   }
   last_rx_ = now;
+  if (!current_state(h.reason, i, "RESULT", now)) return;
   mode_[i] = h.mode;
   const bool mine = h.bitmap & bit_;
   bool fresh = is_new(i, h.round);
@@ -1261,6 +1262,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     last_rx_ = now;
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
   mode_[i] = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
@@ -1351,6 +1353,9 @@ void Engine::switch_reset(const std::string& what) {
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
+  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
+  tag_ = -1;
+  tag_changed_at_ = now();
   for (uint32_t j = 0; j < w_; ++j) {
     next_round_[j] = 0;
     known_[j] = false;
@@ -1365,6 +1370,32 @@ void Engine::switch_reset(const std::string& what) {
     drop_flights();
     reset_why_.clear();
   }
+}
+
+// A tag that is neither the one known nor, shortly after a change, the one left is a new state
+// of the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
+// than two rto_max after a change the one left is taken for a new state too: packets are not
+// delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
+// predecessor's, not unlike every older one's).
+bool Engine::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
+  if (tag == tag_) return true;
+  if (tag == left_tag_ && now - tag_changed_at_ < 2 * cfg_.rto_max) {
+    // a late packet of the state before: the replica misses it
+    flag_resync("a " + std::string(what) + " of the switch's state before its last restart or "
+                "re-install of the job arrived late");
+    ++stats_.stray_replies;
+    return false;
+  }
+  if (tag_ < 0) {  // the first tag heard, or the first since a reset
+    tag_ = tag;
+    return true;
+  }
+  const int was = tag_;
+  switch_reset("the switch's " + std::string(what) + " on slot " +
+               std::to_string(cfg_.slot_base + i) + " carries install tag " +
+               std::to_string(tag) + ", not " + std::to_string(was));
+  tag_ = tag;
+  return true;
 }
 
 // Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).

@@ -281,6 +281,10 @@ class Engine {
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
   uint64_t bad_datagrams_ = 0;
+  int tag_ = -1;       // the install tag of the switch's state this worker knows (-1: none yet)
+  int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
+  // (-1 in tag_ after a reset: the next tag heard is learned)
+  double tag_changed_at_ = 0;
   std::string resync_why_;  // what cannot heal: aborts, huge gaps
   std::unique_ptr<Call> call_;
   EngineStats stats_;
@@ -292,6 +296,9 @@ class Engine {
   bool interrupted(double now);
   double now() const { return fd_ < 0 ? sim_now_ : monotonic_now(); }
   void switch_reset(const std::string& what);
+  // RESULT and ACK carry the install tag of the switch's state for the job: false for a
+  // packet of a state this worker has left (a new tag resets, see switch_reset).
+  bool current_state(uint8_t tag, uint32_t i, const char* what, double now);
   bool silent_too_long(double now) const;
   double sim_now_ = 0, call_start_ = 0;
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)

@@ -20,6 +20,7 @@ from .conftest import install, uninstall
 from .topology import (
     Job,
     Member,
+    ack,
     contribution,
     lanes_of,
     multicast,
@@ -72,9 +73,8 @@ def test_a_reused_slot_starts_clean(bare_target, old_mode, new_mode):
         out = send(t, NEW, 0, COUNTED)
         assert out == multicast(NEW, result(NEW, 0, SLOT, 0, CHUNK, 0b001, lanes_of(0),
                                             mode=Mode.ASYNC))
-        ack = wire.Header(op=wire.Op.ACK, job_id=NEW.job_id, worker_id=0, slot=SLOT,
-                          round=COUNTED, chunk=CHUNK, mode=Mode.ASYNC).pack()
-        assert send(t, NEW, 0, COUNTED, flags=Flag.RETRANSMIT) == reply_to(0, ack)
+        assert send(t, NEW, 0, COUNTED, flags=Flag.RETRANSMIT) == reply_to(
+            0, ack(NEW, 0, SLOT, COUNTED, CHUNK))
         return
 
     def fresh(reason: int) -> bytes:

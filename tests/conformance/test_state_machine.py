@@ -17,6 +17,7 @@ from .topology import (
     JOB1,
     JOB2,
     PORTS,
+    ack,
     contribution,
     lanes_of,
     multicast,
@@ -181,9 +182,8 @@ def test_async_closes_a_round_per_contribution_and_acks_retransmissions(bare_tar
     assert out == multicast(JOB1, result(JOB1, 0, 9, 1, 3, 0b0001, lanes_of(0),
                                          mode=Mode.ASYNC))
     again = send(t, JOB1, 2, 9, 0xDEAD0001, chunk=3, flags=Flag.RETRANSMIT)
-    ack = wire.Header(op=wire.Op.ACK, job_id=1, worker_id=2, slot=9, round=0xDEAD0001,
-                      chunk=3, mode=Mode.ASYNC).pack()
-    assert again == [(JOB1.member(2).port, to_member(JOB1.member(2), ack))]
+    assert again == [(JOB1.member(2).port,
+                      to_member(JOB1.member(2), ack(JOB1, 2, 9, 0xDEAD0001, 3)))]
     assert t.counter(p4names.STATS_DUPLICATES, member(JOB1, 2)) == 1
     assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 2)) == 1
 

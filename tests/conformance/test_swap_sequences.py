@@ -120,7 +120,7 @@ def test_every_reply_echoes_the_transmission_it_answers(job):
     # Transmission 3 of S instead learns the truth, whatever the mode: an ACK in async ...
     out = send(t, 3, seq, tx=3, flags=Flag.RETRANSMIT)
     assert out == reply(3, op=wire.Op.ACK, flags=3 << wire.TX_SHIFT, mode=Mode.ASYNC,
-                        round=seq, chunk=CHUNK)
+                        round=seq, chunk=CHUNK, reason=wire.install_tag(JOB1.epoch))
     # ... STALE_COUNTED in partial ...
     swap(t, Mode.PARTIAL, 3)
     out = send(t, 3, seq, tx=4, flags=Flag.RETRANSMIT)

@@ -186,7 +186,8 @@ class TnaModelPipeline(Pipeline):
                 self.t_count[s] = _int32(stored_count + 1)
 
         # 6. The verdict.
-        head = [version, Op.RESULT, 0, mode, job, w, 0, s, 0, quorum, cur, chunk, 0]
+        tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
+        head = [version, Op.RESULT, 0, mode, job, w, 0, s, tag, quorum, cur, chunk, 0]
         if not_joined:
             return self._not_joined_tna(head, echo, stored_chunk, nbytes)
         if async_path:
@@ -236,7 +237,8 @@ class TnaModelPipeline(Pipeline):
             res_bitmap, res_packed, res_chunk = self.t_res[2 * s + (r & 1)]
             (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
             head = [version, Op.RESULT, Flag.RESEND | echo, res_packed >> 8 & 0xFF, job, w,
-                    res_packed >> 16 & 0xFF, s, 0, res_packed & 0xFF, r, res_chunk, res_bitmap]
+                    res_packed >> 16 & 0xFF, s, tag, res_packed & 0xFF, r, res_chunk,
+                    res_bitmap]
             lanes = self.t_lanes[2 * s + (r & 1)].copy()
             return self._recirculate(SecondPass("resend", s, head, lanes, group, True,
                                                 self._frame))

@@ -96,8 +96,17 @@ def result(job: Job, closer: int, slot: int, rnd: int, chunk: int, bitmap: int,
            flags: int = 0) -> bytes:
     return wire.Packet(Header(op=Op.RESULT, job_id=job.job_id, worker_id=closer, slot=slot,
                               round=rnd, chunk=chunk, flags=flags, mode=mode,
-                              count=bin(bitmap).count("1"), quorum=quorum, bitmap=bitmap),
+                              count=bin(bitmap).count("1"), quorum=quorum, bitmap=bitmap,
+                              reason=wire.install_tag(job.epoch)),
                        lanes.astype(np.int32)).encode()
+
+
+def ack(job: Job, worker: int, slot: int, seq: int, chunk: int, *, mode: int = wire.Mode.ASYNC,
+        quorum: int = 0, flags: int = 0) -> bytes:
+    """The ACK of a retransmitted async contribution (docs/protocol.md §4 step 10)."""
+    return Header(op=Op.ACK, job_id=job.job_id, worker_id=worker, slot=slot, round=seq,
+                  chunk=chunk, mode=mode, quorum=quorum, flags=flags,
+                  reason=wire.install_tag(job.epoch)).pack()
 
 
 def multicast(job: Job, datagram: bytes, *, members: tuple[int, ...] | None = None,

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         plans = [draw(s, kinds) for s in range(args.start, args.start + args.seeds)]
 
     totals = {"runs": 0, "packets": 0, "swaps": 0, "sim_seconds": 0.0, "state_resets": 0,
-              "end_behind": 0, "unflagged_drops": 0}
+              "end_behind": 0, "blind": 0}
     by_kind: dict[str, int] = {}
     failures = []
     cpu0 = time.process_time()
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals["sim_seconds"] += rec.sim_seconds
                 totals["state_resets"] += rec.state_resets
                 totals["end_behind"] += rec.end_behind
-                totals["unflagged_drops"] += rec.unflagged_drops
+                totals["blind"] += rec.blind
             if found:
                 some = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
                 repro = (f"make simulate SEED={plan.seed} TARGETS={target}{some}"

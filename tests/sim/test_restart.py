@@ -87,4 +87,3 @@ def test_an_async_worker_learns_of_new_state_from_its_own_contribution(
         wk = sim.workers[w]
         assert any(c.status == "reset" for c in wk.calls), [c.status for c in wk.calls]
         assert wk.engine.needs_resync
-    assert rec.unflagged_drops == 0

@@ -351,15 +351,7 @@ def ports() -> list[int]:
     return [free_port(socket.SOCK_DGRAM) for _ in range(N)]
 
 
-# Not strict: whether a run shows the defect depends on where the slots' rounds stood at the
-# kill (a run whose new rounds all pass the old next_round shows none).
-ASYNC_READD = pytest.mark.xfail(strict=False, reason=(
-    "docs/protocol.md §9 'Not covered': an async job is not told that the switch lost its "
-    "state; results of the new state's rounds below a slot's old next_round are dropped as "
-    "duplicates (others' gradients never applied) and the replica is not flagged for a "
-    "resync. Telling the worker needs the switch's state to be visible on the wire."))
-CASES = [pytest.param(mode, quorum, readd, id=f"{mode_id}-{readd_id}",
-                      marks=ASYNC_READD if (mode, readd) == ("async", True) else ())
+CASES = [pytest.param(mode, quorum, readd, id=f"{mode_id}-{readd_id}")
          for (mode, quorum), mode_id in zip(MODES, MODE_IDS, strict=True)
          for readd, readd_id in ((True, "job-added-again"), (False, "not-added-again"))]
 
@@ -387,20 +379,13 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         errors = check_run(training, mode, quorum, sw.udp, dead_after, killed_at, readded_at)
     finally:
         training.close()
-    if mode != "async":
-        # Each worker learned that the switch lost the job's state: a call failed, or
-        # (partial, between calls) its replica was flagged for a resync, before the
-        # resynchronization or in a later call.
-        untold = [wk.w for wk in training.workers
-                  if not (wk.flagged or any(c.error or c.needs_resync for c in wk.calls))]
-        assert not untold or mode == "partial", untold
+    # Each worker learned that the switch lost the job's state: a call failed, or (between
+    # calls) its replica was flagged for a resync, before the resynchronization or in a
+    # later call. In every mode: the results of the new state carry another install tag.
+    untold = [wk.w for wk in training.workers
+              if not (wk.flagged or any(c.error or c.needs_resync for c in wk.calls))]
+    assert not untold, f"workers {untold} were not told that the switch lost the job's state"
     assert errors or (readd and mode in ("async", "partial")), "no call failed"
-    if mode != "async" and readd and untold:
-        # Seen in about 1 of 5 runs on a loaded machine, partial mode only; every other
-        # check above held. Not strict: it does not happen on every run.
-        pytest.xfail(f"partial: workers {untold} neither failed a call nor were flagged for "
-                     "a resync after the switch lost the job's state (their contributions "
-                     "in flight at the restart may be lost unflagged)")
     if not readd:
         assert set(errors) == {"SwitchUnreachableError"}, errors
     elif mode == "sync" and readded_at - killed_at < dead_after - MARGIN:
@@ -444,9 +429,7 @@ def _hysync(*args: str) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-@pytest.mark.parametrize(("mode", "quorum"),
-                         [pytest.param(m, q, id=i, marks=ASYNC_READD if m == "async" else ())
-                          for (m, q), i in zip(MODES, MODE_IDS, strict=True)])
+@pytest.mark.parametrize(("mode", "quorum"), MODES, ids=MODE_IDS)
 def test_serve_installs_its_job_again_after_a_switch_restart(
         switch_process: SwitchProcess, tmp_path: Path, mode: str, quorum: int | None) -> None:
     """A job admitted through `hysync serve`, the switch killed and started bare (no

@@ -278,7 +278,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.count_drop = true;
         meta.hs.drop_reason = DROP_DUPLICATE;
         meta.hs.member_counter = member_counter_t.DUPLICATES;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
         hdr.hysync.count = 0;
         hdr.hysync.bitmap = 0;
     }
@@ -290,7 +290,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.verdict = verdict_t.CLOSE;
         meta.hs.count_drop = false;
         meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
         hdr.hysync.count = 1;
         hdr.hysync.bitmap = meta.tf.me;
     }
@@ -303,7 +303,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.count_drop = false;
         meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
         meta.bridge.lane_op = tna_lane_op_t.WRITE;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
         hdr.hysync.count = meta.tf.count_out[7:0];
         hdr.hysync.bitmap = meta.tf.me;
     }
@@ -315,7 +315,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.count_drop = false;
         meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
         meta.bridge.lane_op = tna_lane_op_t.ADD;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
         hdr.hysync.count = meta.tf.count_out[7:0];
         hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
     }
@@ -329,7 +329,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.drop_reason = DROP_DUPLICATE;
         meta.hs.member_counter = member_counter_t.DUPLICATES;
         meta.bridge.lane_op = op;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
         hdr.hysync.count = meta.tf.count_out[7:0];
         hdr.hysync.bitmap = meta.tf.stored_bits;
     }
@@ -351,7 +351,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.tf.result_op = result_op_t.READ;
         meta.hs.count_drop = false;
         meta.bridge.lane_op = tna_lane_op_t.READ;
-        hdr.hysync.reason = RESYNC_NONE;
+        hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
     }
 
     // protocol.md §4 steps 9-10, one row per outcome, first match wins. count_out is the

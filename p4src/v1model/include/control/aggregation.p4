@@ -132,8 +132,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             q = qr;
         }
 
-        // Defaults: a RESYNC carrying the slot's state; no lanes touched.
-        meta.out_reason = RESYNC_NONE;
+        // Defaults: a RESYNC carrying the slot's state; no lanes touched. A RESULT or an
+        // ACK carries the install tag (the epoch's low byte, §2) where a RESYNC its reason.
+        meta.out_reason = meta.epoch[7:0];
         meta.lane_op = lane_op_t.NONE;
         meta.lane_cell = 2 * s + (cell_index_t) (cur & 1);
         meta.lane_keep = 0xFFFFFFFF;
