@@ -10,7 +10,8 @@ process can recompute everything every worker contributed.
 Phases of `member_worker`:
 
 1. train: sleep (compute), all-reduce `gradient(spec, w, t)`, until `stop_train`. The
-   straggler sleeps `straggler_s` instead of `compute_s` until `recover` is set.
+   straggler computes `straggler_factor` times as long as a whole healthy iteration
+   would take it (see `straggler_pause`) until `recover` is set.
 2. release: zero-gradient calls until every slot reports async (so no partial round
    stays open), and on until `stop_serve`.
 3. flush: `flush_calls` zero-gradient calls in sync, a barrier, a final drain: only
@@ -73,7 +74,10 @@ class Spec:
     scale: float = 2.0**20
     straggler: int = 3
     compute_s: float = 0.03  # a healthy worker's compute time per call
-    straggler_s: float = 0.3  # the straggler's, until it recovers
+    # The straggler's compute time per call, until it recovers: `straggler_pause`.
+    straggler_factor: float = 10.0
+    straggler_s: float = 0.3  # at least this
+    straggler_max_s: float = 1.5  # at most: well below the detector's gone_after_s
     flush_calls: int = 3
     max_train_s: float = 150.0  # bound of the training loop (stop_train never came)
     dead_after: float = 120.0  # an excluded worker's call waits until it is readmitted
@@ -83,6 +87,21 @@ class Spec:
 def gradient(spec: Spec, worker: int, call: int) -> np.ndarray:
     rng = np.random.default_rng((spec.seed, worker, call))
     return rng.standard_normal(spec.size).astype(np.float32)
+
+
+def straggler_pause(spec: Spec, overhead: float) -> float:
+    """The straggler's compute time per call: `straggler_factor` times a healthy
+    iteration, which is `compute_s` plus `overhead`, what the rest of an iteration costs
+    on this machine now (the all-reduce's round trips through the relay and the
+    softswitch, and the time a loaded machine adds to every sleep).
+
+    A fixed compute time is not a fixed slowdown: the policy measures paces, whole
+    iterations, and on a loaded machine the overhead grows to several times `compute_s`,
+    so a fixed 10x compute time shrinks to a slowdown near 1. Bounded by
+    `straggler_max_s`: a worker that sends nothing for the detector's `gone_after_s`
+    is gone, not slow."""
+    pause = spec.straggler_factor * (spec.compute_s + overhead)
+    return min(spec.straggler_max_s, max(spec.straggler_s, pause))
 
 
 def _config(spec: Spec, worker: int, job: int, base: int, slots: int,
@@ -113,6 +132,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         model = np.zeros(spec.size)  # the replica: every training output applied
         totals = defaultdict(int)
         recovered_at: int | None = None
+        overhead = 0.0  # smoothed: an iteration's time besides the compute asked for
 
         def call(values: np.ndarray) -> tuple[int, ...]:
             nonlocal model
@@ -137,10 +157,13 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
             slow = worker == spec.straggler and not events["recover"].is_set()
             if worker == spec.straggler and not slow and recovered_at is None:
                 recovered_at = calls
+            pause = straggler_pause(spec, overhead) if slow else spec.compute_s
+            began = time.monotonic()
             # "Compute" while the transport serves: see the module docstring.
-            train.poll_results(spec.straggler_s if slow else spec.compute_s)
+            train.poll_results(pause)
             call(gradient(spec, worker, calls))
             calls += 1
+            overhead += 0.5 * (time.monotonic() - began - pause - overhead)
         out.put((worker, "trained", {"calls": calls, "recovered_at": recovered_at}))
         # 2. release: async closes every open partial round
         seen_async = False
