@@ -35,7 +35,8 @@ help:
 	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
-	@echo "              TARGETS=$(TARGETS), faults KINDS=... (SEED=n replays one); numbers in"
+	@echo "              TARGETS=$(TARGETS), faults KINDS=..., JOBS=processes (0: every CPU; SEED=n"
+	@echo "              replays one); numbers in"
 	@echo "              bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
@@ -132,8 +133,9 @@ SEEDS ?= 2000
 START ?= 0
 TARGETS ?= native,python
 KINDS ?= swap,storm,pause,readd,restart,restart_bare,death
+JOBS ?= 0
 simulate: setup
-	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START))
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .check import check
@@ -65,6 +67,71 @@ def shrink(plan: Plan, target: str, budget: int = 60) -> Plan:
     return plan
 
 
+@dataclass
+class Sweep:
+    """What a batch of runs added up to."""
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("runs", "packets", "swaps", "sim_seconds", "state_resets", "end_behind", "blind"), 0))
+    by_kind: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, object]] = field(default_factory=list)
+    cpu_seconds: float = 0.0
+
+    def add(self, other: Sweep) -> None:
+        for k, v in other.totals.items():
+            self.totals[k] += v
+        for k, v in other.by_kind.items():
+            self.by_kind[k] = self.by_kind.get(k, 0) + v
+        self.failures += other.failures
+        self.cpu_seconds += other.cpu_seconds
+
+
+def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: bool,
+          some_kinds: str = "", options: dict[str, object] | None = None) -> Sweep:
+    """Run every plan on every target; print each violation with its reproduction."""
+    out = Sweep()
+    options = options or {}
+    cpu0 = time.process_time()
+    for plan in plans:
+        for target in targets:
+            if "trace" in options:
+                options["trace"](f"# seed {plan.seed} on {target}")  # type: ignore[operator]
+            try:
+                found, rec = violations(plan, target, **options)
+            except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
+                found, rec = [f"crash: {type(err).__name__}: {err}"], None
+            out.totals["runs"] += 1
+            for k in plan.kinds():
+                out.by_kind[k] = out.by_kind.get(k, 0) + 1
+            if rec is not None:
+                for k in ("packets", "swaps", "sim_seconds", "state_resets", "end_behind",
+                          "blind"):
+                    out.totals[k] += getattr(rec, k)
+            if not found:
+                continue
+            repro = (f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'"
+                     if replaying else f"make simulate SEED={plan.seed} TARGETS={target}"
+                     f"{some_kinds}")
+            print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}\n  reproduce: {repro}",
+                  flush=True)
+            entry: dict[str, object] = {"seed": plan.seed, "target": target,
+                                        "violations": found[:5]}
+            if shrinking:
+                small = shrink(plan, target)
+                entry["shrunk"] = small.to_json()
+                print(f"  shrunk ({len(small.faults)} of {len(plan.faults)} faults, "
+                      f"{small.calls} calls): python -m tests.sim --targets {target} "
+                      f"--plan '{small.to_json()}'", flush=True)
+            out.failures.append(entry)
+    out.cpu_seconds = time.process_time() - cpu0
+    return out
+
+
+def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str]) -> Sweep:
+    start, count, kinds, targets, shrinking, some_kinds = job
+    plans = [draw(s, kinds) for s in range(start, start + count)]
+    return sweep(plans, targets, shrinking=shrinking, replaying=False, some_kinds=some_kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=200, help="how many seeds (default 200)")
@@ -77,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="fault kinds the seeds may draw")
     ap.add_argument("--out", default="bench/results/simulate.json")
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes that run seeds side by side (default 1; 0: one per CPU)")
     ap.add_argument("--trace", metavar="FILE",
                     help="write every packet, swap, pause and call of the runs to FILE "
                          "(one line each, simulated time first; '-' for stdout)")
@@ -86,61 +155,48 @@ def main(argv: list[str] | None = None) -> int:
         if t not in TARGETS:
             ap.error(f"unknown target {t!r}: one of {', '.join(TARGETS)}")
     kinds = tuple(k for k in args.kinds.split(",") if k)
+    jobs = args.jobs or os.cpu_count() or 1
+    parallel = jobs > 1 and not (args.plan or args.seed is not None or args.trace)
     if args.plan:
         plans = [Plan.from_json(args.plan)]
     elif args.seed is not None:
         plans = [draw(args.seed, kinds)]
+    elif parallel:
+        plans = []  # each process draws its own
     else:
         plans = [draw(s, kinds) for s in range(args.start, args.start + args.seeds)]
 
-    totals = {"runs": 0, "packets": 0, "swaps": 0, "sim_seconds": 0.0, "state_resets": 0,
-              "end_behind": 0, "blind": 0}
-    by_kind: dict[str, int] = {}
-    failures = []
-    cpu0 = time.process_time()
-    options: dict[str, object] = {}
-    if args.trace:
-        sink = sys.stdout if args.trace == "-" else open(args.trace, "w")  # noqa: SIM115
-        options["trace"] = lambda line: print(line, file=sink)
-    for plan in plans:
-        for target in targets:
-            if args.trace:
-                options["trace"](f"# seed {plan.seed} on {target}")
-            try:
-                found, rec = violations(plan, target, **options)
-            except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
-                found, rec = [f"crash: {type(err).__name__}: {err}"], None
-            totals["runs"] += 1
-            for k in plan.kinds():
-                by_kind[k] = by_kind.get(k, 0) + 1
-            if rec is not None:
-                totals["packets"] += rec.packets
-                totals["swaps"] += rec.swaps
-                totals["sim_seconds"] += rec.sim_seconds
-                totals["state_resets"] += rec.state_resets
-                totals["end_behind"] += rec.end_behind
-                totals["blind"] += rec.blind
-            if found:
-                some = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
-                repro = (f"make simulate SEED={plan.seed} TARGETS={target}{some}"
-                         if not args.plan else
-                         f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'")
-                print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}\n  reproduce: "
-                      f"{repro}", flush=True)
-                entry = {"seed": plan.seed, "target": target, "violations": found[:5]}
-                if not args.no_shrink and not args.plan:
-                    small = shrink(plan, target)
-                    entry["shrunk"] = small.to_json()
-                    print(f"  shrunk ({len(small.faults)} of {len(plan.faults)} faults, "
-                          f"{small.calls} calls): python -m tests.sim --targets {target} "
-                          f"--plan '{small.to_json()}'", flush=True)
-                failures.append(entry)
-    cpu = time.process_time() - cpu0
+    some_kinds = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
+    wall0 = time.monotonic()
+    if parallel:
+        chunk = max(1, min(250, args.seeds // (jobs * 4)))
+        work = [(s, min(chunk, args.start + args.seeds - s), kinds, targets,
+                 not args.no_shrink, some_kinds)
+                for s in range(args.start, args.start + args.seeds, chunk)]
+        result = Sweep()
+        with multiprocessing.Pool(jobs) as pool:
+            for done, part in enumerate(pool.imap_unordered(_sweep_chunk, work), 1):
+                result.add(part)
+                if done % max(1, len(work) // 20) == 0 or done == len(work):
+                    print(f"{sum(w[1] for w in work[:done])} of {args.seeds} seeds, "
+                          f"{len(result.failures)} violations, "
+                          f"{time.monotonic() - wall0:.0f} s", file=sys.stderr, flush=True)
+    else:
+        options: dict[str, object] = {}
+        if args.trace:
+            sink = sys.stdout if args.trace == "-" else open(args.trace, "w")  # noqa: SIM115
+            options["trace"] = lambda line: print(line, file=sink)
+        result = sweep(plans, targets, shrinking=not args.no_shrink and not args.plan
+                       and args.seed is None, replaying=bool(args.plan), some_kinds=some_kinds,
+                       options=options)
+    totals, by_kind, failures = result.totals, result.by_kind, result.failures
+    cpu = result.cpu_seconds
     summary = {
-        "seeds": len(plans), "first_seed": plans[0].seed if plans else None,
+        "seeds": len(plans) or args.seeds, "first_seed": plans[0].seed if plans else args.start,
         "targets": targets, "kinds": list(kinds), **totals,
         "runs_by_fault_kind": by_kind, "violations": len(failures), "failures": failures,
-        "cpu_seconds": round(cpu, 3),
+        "cpu_seconds": round(cpu, 3), "jobs": jobs if parallel else 1,
+        "wall_seconds": round(time.monotonic() - wall0, 1),
         "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
