@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+#include <system_error>
 
 namespace hysync {
 

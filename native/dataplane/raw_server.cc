@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 #include "common/udp_batch.h"
 #include "dataplane/sockets.h"

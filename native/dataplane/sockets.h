@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include <system_error>
 
 namespace hysync::dataplane {
 
