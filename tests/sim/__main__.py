@@ -75,8 +75,10 @@ class Sweep:
     by_kind: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, object]] = field(default_factory=list)
     cpu_seconds: float = 0.0
+    seeds: int = 0
 
     def add(self, other: Sweep) -> None:
+        self.seeds += other.seeds
         for k, v in other.totals.items():
             self.totals[k] += v
         for k, v in other.by_kind.items():
@@ -123,11 +125,14 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
                       f"--plan '{small.to_json()}'", flush=True)
             out.failures.append(entry)
     out.cpu_seconds = time.process_time() - cpu0
+    out.seeds = len(plans)
     return out
 
 
-def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str]) -> Sweep:
-    start, count, kinds, targets, shrinking, some_kinds = job
+def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str, float]) -> Sweep:
+    start, count, kinds, targets, shrinking, some_kinds, deadline = job
+    if time.time() > deadline:  # --time-limit: the seeds left are not run
+        return Sweep()
     plans = [draw(s, kinds) for s in range(start, start + count)]
     return sweep(plans, targets, shrinking=shrinking, replaying=False, some_kinds=some_kinds)
 
@@ -144,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fault kinds the seeds may draw")
     ap.add_argument("--out", default="bench/results/simulate.json")
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=float("inf"), metavar="SECONDS",
+                    help="with --jobs: start no more seeds after this long; the summary "
+                         "counts the seeds that ran")
     ap.add_argument("--jobs", type=int, default=1,
                     help="processes that run seeds side by side (default 1; 0: one per CPU)")
     ap.add_argument("--trace", metavar="FILE",
@@ -170,15 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     wall0 = time.monotonic()
     if parallel:
         chunk = max(1, min(250, args.seeds // (jobs * 4)))
+        deadline = time.time() + args.time_limit
         work = [(s, min(chunk, args.start + args.seeds - s), kinds, targets,
-                 not args.no_shrink, some_kinds)
+                 not args.no_shrink, some_kinds, deadline)
                 for s in range(args.start, args.start + args.seeds, chunk)]
         result = Sweep()
         with multiprocessing.Pool(jobs) as pool:
             for done, part in enumerate(pool.imap_unordered(_sweep_chunk, work), 1):
                 result.add(part)
                 if done % max(1, len(work) // 20) == 0 or done == len(work):
-                    print(f"{sum(w[1] for w in work[:done])} of {args.seeds} seeds, "
+                    print(f"{result.seeds} of {args.seeds} seeds, "
                           f"{len(result.failures)} violations, "
                           f"{time.monotonic() - wall0:.0f} s", file=sys.stderr, flush=True)
     else:
@@ -192,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     totals, by_kind, failures = result.totals, result.by_kind, result.failures
     cpu = result.cpu_seconds
     summary = {
-        "seeds": len(plans) or args.seeds, "first_seed": plans[0].seed if plans else args.start,
+        "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
+        "first_seed": plans[0].seed if plans else args.start,
         "targets": targets, "kinds": list(kinds), **totals,
         "runs_by_fault_kind": by_kind, "violations": len(failures), "failures": failures,
         "cpu_seconds": round(cpu, 3), "jobs": jobs if parallel else 1,
