@@ -1,14 +1,16 @@
-"""The checker finds each of the three latest races when its rule is taken out.
+"""The checker finds each of the latest races when its rule is taken out.
 
-Each rule closed a race that a timing-dependent test found first (docs/protocol.md §9,
-"Swap storms"; §4 step 8): the transmission-number echo, the JOIN and the install epoch.
-With the rule taken out (a test-only engine option, a longer `join_after` than any run,
-a pipeline that never sees a new install), some seed of a fixed, small budget must
-violate an invariant; with the rule in, the same seeds pass.
+Each rule closed a race that a timing-dependent test or the simulation found first
+(docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
+the transmission-number echo, the JOIN, the install epoch and the install tag. With the
+rule taken out (a test-only engine option, a longer `join_after` than any run, a pipeline
+that never sees a new install or never tags its replies), some seed of a fixed, small
+budget must violate an invariant; with the rule in, the same seeds pass.
 """
 
 from __future__ import annotations
 
+from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
 
 from .check import check
@@ -25,6 +27,22 @@ class NoEpochPipeline(Pipeline):
     def _admit(self, payload, src_ip, src_port, nbytes):  # type: ignore[no-untyped-def]
         admitted = super()._admit(payload, src_ip, src_port, nbytes)
         return None if admitted is None else (*admitted[:-1], 1)
+
+
+class NoTagPipeline(Pipeline):
+    """The reference model with the install tag taken out: every RESULT and ACK carries
+    tag 0, so a worker learns of a new install from rounds alone."""
+
+    def process_datagram(self, src_ip, src_port, payload):  # type: ignore[no-untyped-def]
+        return [(ip, port, _untagged(d)) for ip, port, d in
+                super().process_datagram(src_ip, src_port, payload)]
+
+
+def _untagged(datagram: bytes) -> bytes:
+    if datagram[wire.FIELD_OFFSET["op"]] not in (wire.Op.RESULT, wire.Op.ACK):
+        return datagram
+    at = wire.FIELD_OFFSET["reason"]
+    return datagram[:at] + b"\0" + datagram[at + 1:]
 
 
 def _first_violation(kinds: tuple[str, ...], start: int, **options: object) -> tuple[int, str]:
@@ -57,3 +75,10 @@ def test_without_the_install_epoch_a_readd_inherits_rounds() -> None:
     assert seed >= 0, f"no violation in {BUDGET} re-install seeds without the epoch"
     rec, sim = simulate(draw(seed, ("readd",)), "python")
     assert not check(rec, sim), f"seed {seed} fails with the install epoch too"
+
+
+def test_without_the_install_tag_a_restart_goes_unnoticed() -> None:
+    seed, why = _first_violation(("restart", "readd"), 50_000, make_pipeline=NoTagPipeline)
+    assert seed >= 0, f"no violation in {BUDGET} restart seeds without the install tag"
+    rec, sim = simulate(draw(seed, ("restart", "readd")), "python")
+    assert not check(rec, sim), f"seed {seed} fails with the install tag too"
