@@ -149,6 +149,9 @@ class Bmv2Target:
         self.write_group("INSERT", 1024, [(p, 0) for p in PORTS], shadow=False)
         self._drain()
 
+    def restart(self) -> None:
+        self.reset()  # a new simple_switch_grpc process: its registers start at zero
+
     def write(self, update: str, w: Write) -> None:
         assert self.switch is not None
         info = self.switch.schema.table(w.table)

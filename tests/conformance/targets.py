@@ -72,6 +72,11 @@ class SoftswitchTarget:
         self.pipeline = self.engine()
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
+    def restart(self) -> None:
+        """A power cycle: every register, entry and group is gone; the pipeline and the flood
+        group come back (what `hysync deploy` gives a restarted switch), no job."""
+        self.__init__()  # type: ignore[misc]
+
     def write(self, update: str, w: Write) -> None:
         self.pipeline.write_entry(update, Entry(w.table, w.match, w.action, w.params, w.priority))
 

@@ -330,6 +330,9 @@ class TnaModelTarget(SoftswitchTarget):
         self.pipeline.hold = hold
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
+    def restart(self) -> None:
+        self.__init__(hold=self.pipeline.hold)  # type: ignore[misc]
+
     def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         return sorted(self.pipeline.process_frame(port, frame))
 
