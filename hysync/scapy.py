@@ -88,7 +88,9 @@ def describe(pkt: Packet) -> str:
         line += f" flags {h.flags}"
     if h.op == Op.RESULT:
         line += (f" mode {_ENUMS['mode'].get(h.mode, h.mode)} quorum {h.quorum} "
-                 f"count {h.count} bitmap 0x{h.bitmap:08x}")
+                 f"count {h.count} bitmap 0x{h.bitmap:08x} tag {h.reason}")
+    elif h.op == Op.ACK:
+        line += f" tag {h.reason}"
     elif h.op == Op.RESYNC:
         line += (f" reason {_ENUMS['reason'].get(h.reason, h.reason)} count {h.count} "
                  f"bitmap 0x{h.bitmap:08x}")

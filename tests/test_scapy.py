@@ -48,7 +48,7 @@ def test_a_crafted_packet_is_the_wire_encoding(h: Header, seed: int) -> None:
 
 def test_frames_to_and_from_the_port_dissect_as_hysync() -> None:
     h = Header(op=Op.RESULT, job_id=3, worker_id=1, slot=9, round=41, chunk=7, mode=1,
-               count=3, quorum=3, bitmap=0b1011)
+               count=3, reason=0x5C, quorum=3, bitmap=0b1011)
     lanes = np.arange(wire.LANES, dtype=np.int32) - 20
     payload = wire.Packet(h, lanes).encode()
     addr = FrameAddress(b"\x02" * 6, b"\x04" * 6, wire.ip_to_int("10.0.0.254"),
@@ -60,7 +60,7 @@ def test_frames_to_and_from_the_port_dissect_as_hysync() -> None:
     assert frame[HySync].lanes == lanes.tolist()
     assert describe(frame) == ("10.0.0.254:48620 > 10.0.0.2:40002 RESULT job 3 worker 1 slot 9 "
                                "round 41 chunk 7 mode PARTIAL quorum 3 count 3 "
-                               "bitmap 0x0000000b")
+                               "bitmap 0x0000000b tag 92")
     crafted = Ether() / IP() / UDP(sport=40001) / HySync(op="ACK")
     assert Ether(bytes(crafted))[UDP].dport == wire.HYSYNC_UDP_PORT
     assert not Ether(bytes(Ether() / IP() / UDP(sport=1, dport=2) / (b"x" * 24))).haslayer(HySync)
@@ -93,7 +93,7 @@ def test_hysync_sniff_prints_the_headers_crossing_an_interface() -> None:
     ours = [line.split(" > ")[1] for line in out.getvalue().splitlines()
             if f"ACK job {job} " in line]
     rounds = [int(line.split(" round ")[1].split()[0]) for line in ours]
-    assert ours == [f"127.0.0.1:48620 ACK job {job} worker 2 slot 5 round {r} chunk 0"
+    assert ours == [f"127.0.0.1:48620 ACK job {job} worker 2 slot 5 round {r} chunk 0 tag 0"
                     for r in rounds]
     # once each (lo shows a packet twice: sent and received), in order; a capture on a
     # loaded machine may miss one, so not necessarily every one of the ~30 sent
