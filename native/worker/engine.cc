@@ -78,15 +78,15 @@ std::string decode_error(const uint8_t* d, std::size_t size) {
 
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
-// FNV-1a of a RESULT's round, chunk and lanes: tells a copy of a result from another one.
-uint64_t result_digest(const uint8_t* d) {
-  uint64_t h = 14695981039346656037ull;
-  auto mix = [&h](const uint8_t* p, std::size_t n) {
-    for (std::size_t k = 0; k < n; ++k) h = (h ^ p[k]) * 1099511628211ull;
-  };
-  mix(d + wire::OFF_ROUND, 8);  // round and chunk
-  mix(d + H, 4 * LANES);
-  return h | 1;  // never 0, which means none
+// A RESULT's round, chunk (contiguous in the header) and lanes, as last_own_result_ keeps them.
+bool same_result(const std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
+  return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
+         std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
+}
+
+void keep_result(std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
+  std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
+  std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
 
 }  // namespace
@@ -158,7 +158,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       next_round_(w_, 0),
       seq_(w_),
       known_(w_, false),
-      last_own_result_(w_, 0),
+      last_own_result_(w_),
       mode_(w_, -1),
       tx_number_(w_, 0),
       rejoin_at_(w_, std::numeric_limits<double>::infinity()),
@@ -1164,9 +1164,8 @@ void Engine::on_full(const uint8_t* d, double now) {
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
-  if (counted && h.mode == ASYNC && acked_entry(i, d) == acked_[i].end() &&
-      result_digest(d) != last_own_result_[i] &&
-      (f->floor_known ? !ahead(h.round, f->floor) : !fresh)) {
+  if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
+      acked_entry(i, d) == acked_[i].end() && !same_result(last_own_result_[i], d)) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
     // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
     // never step back), or - sent before I knew the slot - one whose number I applied already
@@ -1185,9 +1184,9 @@ void Engine::on_full(const uint8_t* d, double now) {
                                     " that it had reached before"
                               : ", a round I had applied already"));
     fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
-    last_own_result_[i] = result_digest(d);
+    keep_result(last_own_result_[i], d);
   } else if (counted) {
-    if (h.mode == ASYNC) last_own_result_[i] = result_digest(d);
+    if (h.mode == ASYNC) keep_result(last_own_result_[i], d);
     done(i, true, now);
   } else if (f && h.round == f->round && !f->async_style) {
     // (My bit with another chunk, or in an async round my chunk with other lanes: another
@@ -1359,7 +1358,7 @@ void Engine::switch_reset(const std::string& what) {
   for (uint32_t j = 0; j < w_; ++j) {
     next_round_[j] = 0;
     known_[j] = false;
-    last_own_result_[j] = 0;
+    last_own_result_[j].fill(0);
     suspect_[j].clear();
     acked_[j].clear();
   }

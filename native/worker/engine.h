@@ -252,10 +252,10 @@ class Engine {
   uint32_t w_, bit_;
   std::vector<uint32_t> next_round_, seq_;
   std::vector<bool> known_;
-  // Per slot: a digest of the last async result of mine that settled a flight (round, chunk
-  // and lanes; 0: none since the slot's rounds were learned), so that a late copy of it is
-  // not taken for a sign of new switch state.
-  std::vector<uint64_t> last_own_result_;
+  // Per slot: round, chunk and lanes of the last async result of mine that settled a flight
+  // (all zero: none since the slot's rounds were learned), so that a late copy of it is not
+  // taken for a sign of new switch state. A copy, not a digest: the receive loop only copies.
+  std::vector<std::array<uint8_t, 8 + 4 * LANES>> last_own_result_;
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
