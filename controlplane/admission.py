@@ -70,14 +70,14 @@ class JobRow:
 
 
 def new_epoch(after: int | None = None) -> int:
-    """A fresh install's epoch: random, non-zero. The switch cannot tell the controller the
+    """A fresh install's epoch: random, 1..wire.MAX_EPOCH. The switch cannot tell the controller the
     epoch a slot holds (registers are not readable over P4Runtime), and the CLI keeps no
     state between runs, so a reused slot meets its previous epoch again with probability
     2^-32 per install. `after`: the epoch of the job's install before this one, when the
     controller knows it: the new one gets another install tag (its low byte, which RESULTs
     and ACKs carry: hysync/wire.py), so that the job's workers surely see the change."""
     while True:
-        epoch = 1 + secrets.randbelow(0xFFFFFFFF)
+        epoch = 1 + secrets.randbelow(wire.MAX_EPOCH)
         if after is None or wire.install_tag(epoch) != wire.install_tag(after):
             return epoch
 

@@ -95,6 +95,17 @@ class ResyncReason(enum.IntEnum):
     NOT_JOINED = 4  # a JOIN was not counted: no round open (or async); the slot's state
 
 
+# An install epoch is 1..MAX_EPOCH: its complement, which marks a refused contribution in
+# member_epoch (docs/protocol.md §4 step 8), is then never 0, the registers' power-on value.
+MAX_EPOCH = 0xFFFFFFFE
+
+
+def refused_mark(epoch: int) -> int:
+    """What member_epoch holds for a contribution the switch answered "not counted" in the
+    install `epoch`: it is never counted later (docs/protocol.md §4 step 8)."""
+    return epoch ^ 0xFFFFFFFF
+
+
 def install_tag(epoch: int) -> int:
     """What a RESULT or an ACK carries in its ``reason`` byte: the low byte of the install
     epoch of the job that the switch's state for the slot belongs to. A worker that hears

@@ -262,15 +262,19 @@ class Pipeline:
         cur = self.round[s]
         seq_index = s * wire.MAX_WORKERS + w
         seq_valid = self.member_epoch[seq_index] == epoch
+        counted = seq_valid and self.member_seq[seq_index] == r
 
         if mode == Mode.ASYNC:  # 10.
-            if seq_valid and self.member_seq[seq_index] == r:
+            if counted:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
                 return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s,
                                            wire.install_tag(epoch), self.quorum[s], r, chunk, 0)
             if join:  # a JOIN never makes a round of its own
                 return self._not_joined(s, version, job, w, echo, nbytes)
+            if (self.member_epoch[seq_index] == wire.refused_mark(epoch)
+                    and self.member_seq[seq_index] == r):  # answered "not counted" before
+                return self._stale_reply(s, version, job, w, echo, member, nbytes, counted)
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
             self._contributions.count(member, nbytes)
@@ -293,6 +297,7 @@ class Pipeline:
                 return self._not_joined(s, version, job, w, echo, nbytes)
             if count and chunk != self.chunk[s]:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
+                self._refuse(seq_index, r, epoch, counted)
                 return REPLY, 0, self._resync(s, version, job, w, echo,
                                               ResyncReason.CHUNK_MISMATCH)
             self._contributions.count(member, nbytes)
@@ -317,14 +322,27 @@ class Pipeline:
         if r == (cur - 1) & _U32 and self.res_valid[s]:  # 9. the round that closed last
             res_bitmap = self.res_bitmap[s]
             (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
+            if not res_bitmap & bit:
+                self._refuse(seq_index, r, epoch, counted)
             head = _HDR.pack(version, Op.RESULT, Flag.RESEND | echo, self.res_mode[s], job, w,
                              self.res_count[s], s, wire.install_tag(epoch), self.res_quorum[s],
                              r, self.res_chunk[s], res_bitmap)
             return REPLY, 0, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
 
+        self._refuse(seq_index, r, epoch, counted)
+        return self._stale_reply(s, version, job, w, echo, member, nbytes, counted)
+
+    def _refuse(self, seq_index: int, r: int, epoch: int, counted: bool) -> None:
+        """Step 8's refusal mark: `r` was answered "not counted" and never will be, should a
+        copy of it meet the slot in another mode (a duplicate behind a swap into async)."""
+        if not counted:
+            self.member_seq[seq_index] = r
+            self.member_epoch[seq_index] = wire.refused_mark(epoch)
+
+    def _stale_reply(self, s: int, version: int, job: int, w: int, echo: int, member: int,
+               nbytes: int, counted: bool) -> tuple[int, int, bytes]:
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
-        counted = seq_valid and self.member_seq[seq_index] == r
         return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.STALE_COUNTED
                                       if counted else ResyncReason.STALE_ROUND)
 

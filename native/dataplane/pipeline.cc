@@ -193,12 +193,22 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   const uint32_t cur = slot.round;
   const std::size_t seq_index = std::size_t(s) * w::MAX_WORKERS + wk;
   uint32_t& seq = member_seq_[seq_index];
-  const bool seq_valid = member_epoch_[seq_index] == cfg.epoch;
+  uint32_t& seq_epoch = member_epoch_[seq_index];
+  const bool counted = seq_epoch == cfg.epoch && seq == r;
+  // Step 8's refusal mark: r was answered "not counted" and never will be, should a copy of it
+  // meet the slot in another mode (a duplicate behind a swap into async).
+  const uint32_t refused_mark = ~cfg.epoch;
+  const auto refuse = [&] {
+    if (!counted) {
+      seq = r;
+      seq_epoch = refused_mark;
+    }
+  };
   const uint8_t* lanes_in = p + w::HEADER_BYTES;
   int32_t* bank_lanes = &lanes_[(2 * std::size_t(s) + (cur & 1)) * w::LANES];
 
   if (slot.mode == uint32_t(w::Mode::ASYNC)) {  // 10.
-    if (seq_valid && seq == r) {
+    if (counted) {
       drop(c, job, DropReason::DUPLICATE, nbytes);
       c.count(DUPLICATES, member, nbytes);
       put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,
@@ -207,8 +217,10 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     }
     if (join)  // a JOIN never makes a round of its own
       return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
+    if (seq_epoch == refused_mark && seq == r)  // answered "not counted" before
+      return stale(c, slot, s, version, job, wk, echo, member, nbytes, counted, out);
     seq = r;
-    member_epoch_[seq_index] = cfg.epoch;
+    seq_epoch = cfg.epoch;
     c.count(CONTRIBUTIONS, member, nbytes);
     for (std::size_t i = 0; i < w::LANES; ++i) bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
     return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), chunk, 1, bit, version,
@@ -230,12 +242,13 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
     if (count && chunk != slot.chunk) {
       drop(c, job, DropReason::CHUNK_MISMATCH, nbytes);
+      refuse();
       return {Emit::REPLY, 0,
               resync(slot, s, version, job, wk, echo, w::ResyncReason::CHUNK_MISMATCH, out)};
     }
     c.count(CONTRIBUTIONS, member, nbytes);
     seq = r;
-    member_epoch_[seq_index] = cfg.epoch;
+    seq_epoch = cfg.epoch;
     if (count == 0) {
       for (std::size_t i = 0; i < w::LANES; ++i)
         bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
@@ -256,6 +269,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
 
   if (r == cur - 1 && slot.res_valid) {  // 9. the round that closed last: resend it
     c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
+    if (!(slot.res_bitmap & bit)) refuse();
     put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo, slot.res_mode,
                job, wk, slot.res_count, s, install_tag(slot.epoch), slot.res_quorum, r,
                slot.res_chunk, slot.res_bitmap);
@@ -263,10 +277,16 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     return {Emit::REPLY, 0, w::PACKET_BYTES};
   }
 
+  refuse();
+  return stale(c, slot, s, version, job, wk, echo, member, nbytes, counted, out);
+}
+
+Verdict Pipeline::stale(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version,
+                        uint16_t job, uint8_t wk, uint8_t echo, uint32_t member, uint64_t nbytes,
+                        bool counted, uint8_t* out) {
   drop(c, job, DropReason::STALE, nbytes);
   c.count(STALE, member, nbytes);
-  const auto reason =
-      seq_valid && seq == r ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
+  const auto reason = counted ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
   return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, reason, out)};
 }
 

@@ -96,6 +96,10 @@ class Pipeline {
   // A JOIN that found no round to join: counted as a drop, answered with the slot's state.
   Verdict not_joined(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
                      uint8_t w, uint8_t echo, uint64_t nbytes, uint8_t* out);
+  // Not counted in this mode (or refused before): STALE_ROUND, or STALE_COUNTED if `counted`.
+  Verdict stale(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
+                uint8_t w, uint8_t echo, uint32_t member, uint64_t nbytes, bool counted,
+                uint8_t* out);
   void put_lanes(uint32_t bank, uint8_t* out) const;
   // Count a RESULT for each replica of `group` that has a rewrite; visit(replica) for each.
   template <class Visit>
@@ -106,7 +110,7 @@ class Pipeline {
   std::vector<Slot> slots_;
   std::vector<int32_t> lanes_;        // 2 banks x LANES per slot, host order
   std::vector<uint32_t> member_seq_;    // slot * MAX_WORKERS + worker
-  std::vector<uint32_t> member_epoch_;  // the epoch member_seq_ is valid in
+  std::vector<uint32_t> member_epoch_;  // the epoch member_seq_ counted in, or its complement: refused
   Counters counters_;
   std::unique_lock<std::shared_mutex> exclusive();
   mutable std::shared_mutex guard_;

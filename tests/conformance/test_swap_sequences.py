@@ -5,10 +5,11 @@ traffic), and the rules that settle them (docs/protocol.md §4 step 9 "JOIN", §
 1. Cross-slot deadlock: members had chunk c counted in async rounds of a slot, then the slot
    latched sync for c; the round waits for them while they wait elsewhere. A JOIN from each
    of them completes it, and a JOIN never opens a round or makes an async round of its own.
-2. Double count: a worker's STALE reply answered an older transmission while a later one
-   was counted by an async round; relaunching at the open round counts the gradient again.
-   Every reply echoes the transmission number it answers, so the worker acts on "not
-   counted" only when it answers its latest transmission.
+2. Double count: a worker's contribution was answered "not counted" (STALE, a RESEND
+   without its bit, CHUNK_MISMATCH) while a copy of it was still on its way (a retransmission,
+   a duplicate); the slot turned async and counted the copy, and the worker relaunched the
+   same lanes at the open round. The switch marks what it refused and never counts it later
+   (§4 step 8), and every reply echoes the transmission number it answers (§9).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def reply(w: int, **header: int) -> list[tuple[int, bytes]]:
 
 def swap(target, mode: Mode, quorum: int = 0) -> None:
     target.write("MODIFY", mode_write(JOB1, mode, quorum))
+
+
+def refusal_marked(target) -> None:
+    if target.name == "tna-model":
+        pytest.skip("the TNA program keeps no refusal mark (docs/tofino.md, difference 14)")
 
 
 def drops(target, reason: DropReason) -> int:
@@ -98,8 +104,9 @@ def test_a_join_never_makes_an_async_round_of_its_own(job):
                                                         lanes_of(2), mode=Mode.ASYNC))
 
 
-def test_every_reply_echoes_the_transmission_it_answers(job):
+def test_a_refused_contribution_stays_refused_in_every_mode(job):
     t = job
+    refusal_marked(t)
     swap(t, Mode.PARTIAL, 3)
     for w in (0, 1, 2):  # partial round 0 closes at quorum
         send(t, w, 0, tx=1)
@@ -109,26 +116,64 @@ def test_every_reply_echoes_the_transmission_it_answers(job):
     out = send(t, 3, seq, tx=1)
     assert out == reply(3, op=wire.Op.RESYNC, flags=1 << wire.TX_SHIFT, mode=Mode.PARTIAL,
                         quorum=3, round=1, chunk=CHUNK, reason=ResyncReason.STALE_ROUND)
-    # Its retransmission (2) crossed that reply and meets the slot after a swap to async: it
-    # is counted. The multicast RESULT answers nobody's transmission: no echo.
+    # A copy of S (its retransmission 2 crossed that reply, or the network duplicated 1)
+    # meets the slot after a swap to async, which counts any new sequence number: S stays
+    # refused (§4 step 8). Counting it would count the lanes twice once the worker relaunches
+    # them after the reply to 1, as it may (§9).
     swap(t, Mode.ASYNC)
     out = send(t, 3, seq, tx=2, flags=Flag.RETRANSMIT)
+    assert out == reply(3, op=wire.Op.RESYNC, flags=2 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=1, chunk=CHUNK, reason=ResyncReason.STALE_ROUND)
+    assert drops(t, DropReason.STALE) == 2
+    # The relaunch, under its next sequence number, is counted once ...
+    out = send(t, 3, seq + 1, tx=3)
     assert out == multicast(JOB1, result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3),
                                          mode=Mode.ASYNC))
-    # Relaunching at the open round after the reply to transmission 1 would count the same
-    # lanes again: the switch cannot tell, which is why the worker must not (§9).
-    # Transmission 3 of S instead learns the truth, whatever the mode: an ACK in async ...
-    out = send(t, 3, seq, tx=3, flags=Flag.RETRANSMIT)
-    assert out == reply(3, op=wire.Op.ACK, flags=3 << wire.TX_SHIFT, mode=Mode.ASYNC,
-                        round=seq, chunk=CHUNK, reason=wire.install_tag(JOB1.epoch))
+    # ... and every later reply says so, whatever the mode: an ACK in async ...
+    out = send(t, 3, seq + 1, tx=4, flags=Flag.RETRANSMIT)
+    assert out == reply(3, op=wire.Op.ACK, flags=4 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=seq + 1, chunk=CHUNK, reason=wire.install_tag(JOB1.epoch))
     # ... STALE_COUNTED in partial ...
     swap(t, Mode.PARTIAL, 3)
-    out = send(t, 3, seq, tx=4, flags=Flag.RETRANSMIT)
-    assert out == reply(3, op=wire.Op.RESYNC, flags=4 << wire.TX_SHIFT, mode=Mode.PARTIAL,
+    out = send(t, 3, seq + 1, tx=5, flags=Flag.RETRANSMIT)
+    assert out == reply(3, op=wire.Op.RESYNC, flags=5 << wire.TX_SHIFT, mode=Mode.PARTIAL,
                         quorum=3, round=2, chunk=CHUNK, reason=ResyncReason.STALE_COUNTED)
     # ... and a RESEND of the round that closed last keeps its RESEND flag beside the echo.
-    out = send(t, 3, 1, tx=5, flags=Flag.RETRANSMIT)
+    out = send(t, 3, 1, tx=6, flags=Flag.RETRANSMIT)
     resent = result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3), mode=Mode.ASYNC,
-                    flags=Flag.RESEND | 5 << wire.TX_SHIFT)
+                    flags=Flag.RESEND | 6 << wire.TX_SHIFT)
     assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
     assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 3)) == 1
+
+
+def test_a_late_contribution_resent_the_round_stays_refused_in_async(job):
+    t = job
+    refusal_marked(t)
+    swap(t, Mode.PARTIAL, 3)
+    for w in (0, 1, 2):  # partial round 0 closes at quorum, without worker 3
+        send(t, w, 0)
+    # Worker 3 arrives late: the round's result without its bit (it keeps its lanes).
+    out = send(t, 3, 0, tx=1)
+    late = result(JOB1, 3, SLOT, 0, CHUNK, 0b0111, wrap_sum(*map(lanes_of, (0, 1, 2))),
+                  mode=Mode.PARTIAL,
+                  quorum=3, flags=Flag.RESEND | 1 << wire.TX_SHIFT)
+    assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), late))]
+    # A duplicate of it behind a swap to async is not counted either.
+    swap(t, Mode.ASYNC)
+    out = send(t, 3, 0, tx=1)
+    assert out == reply(3, op=wire.Op.RESYNC, flags=1 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=1, chunk=CHUNK, reason=ResyncReason.STALE_ROUND)
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 3)) == 0
+
+
+def test_a_chunk_mismatch_refuses_the_chunk_not_the_round(job):
+    t = job
+    swap(t, Mode.SYNC)
+    send(t, 0, 0, OTHER_CHUNK)  # sync round 0 aggregates OTHER_CHUNK
+    out = send(t, 1, 0, tx=1)
+    assert out == reply(1, op=wire.Op.RESYNC, flags=1 << wire.TX_SHIFT, round=0,
+                        chunk=OTHER_CHUNK, count=1, bitmap=0b0001,
+                        reason=ResyncReason.CHUNK_MISMATCH)
+    # The worker contributes to the round's chunk at the same round: counted.
+    assert send(t, 1, 0, OTHER_CHUNK, seed=5, tx=2) == []
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 1)) == 1

@@ -48,7 +48,8 @@ STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
-_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_ROUND, _OFF_CHUNK = 2, 1, 8, 12, 16
+_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK = 2, 1, 8, 10, 12, 16
+_PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
 H = wire.HEADER_BYTES
 
 
@@ -177,6 +178,7 @@ class Sim:
         self.switch = Switch(self.make_pipeline, job)
         self.switch.install(job.epoch, plan.mode, plan.quorum)
         self.switch_up_at = 0.0
+        self.last_progress = 0.0  # the last reply a worker's dead timer counts (_deliver)
         self.baseline = [0] * plan.workers
         self.by_addr = {(m.ip, m.udp_port): m.worker for m in members}
         self.last_arrival: dict[tuple[str, int], float] = {}
@@ -238,7 +240,7 @@ class Sim:
         docs/protocol.md §9, not drawn here."""
         used = self.__dict__.setdefault("tags_used", set())
         while True:
-            epoch = self.rng.randrange(1, 1 << 32)
+            epoch = self.rng.randrange(1, wire.MAX_EPOCH + 1)
             if wire.install_tag(epoch) not in used or len(used) == 256:
                 used.add(wire.install_tag(epoch))
                 return epoch
@@ -326,10 +328,11 @@ class Sim:
             return
         # With members gone (finished or dead), a round latched in sync (or in a partial
         # quorum they were needed for) waits for ever and its calls fail by the dead timer;
-        # while another member's calls still end, results keep arriving and the timer waits
-        # on: the bound counts from the last call that ended anywhere in the job.
+        # while another member's calls still end, or results of other rounds still arrive,
+        # the timer waits on: the bound counts from the last call that ended anywhere in the
+        # job, or the last reply a worker in a call heard that its dead timer counts.
         if call.end < 0 and self._gone():
-            last = max(c.end for x in self.workers for c in x.calls)
+            last = max(max(c.end for x in self.workers for c in x.calls), self.last_progress)
             if last + LIVENESS_BOUND > self.now:
                 self.at(last + LIVENESS_BOUND, self._deadline, wk, index)
                 return
@@ -354,6 +357,8 @@ class Sim:
             if len(wk.inbox) < 4096:  # a socket buffer
                 wk.inbox.append(data)
             return
+        if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] in _PROGRESS_REASONS:
+            self.last_progress = self.now  # what a worker's dead timer hears (§9 Failures)
         wk.engine.set_time(self.now)
         self._hand(wk, data)
         self._turn(wk)

@@ -2,19 +2,25 @@
 
 Each rule closed a race that a timing-dependent test or the simulation found first
 (docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
-the transmission-number echo, the JOIN, the install epoch and the install tag. With the
-rule taken out (a test-only engine option, a longer `join_after` than any run, a pipeline
-that never sees a new install or never tags its replies), some seed of a fixed, small
-budget must violate an invariant; with the rule in, the same seeds pass.
+the transmission-number echo, the JOIN, the install epoch, the install tag and the refusal
+mark. With the rule taken out (a test-only engine option, a longer `join_after` than any
+run, a pipeline that never sees a new install, never tags its replies or never marks what
+it refused), some seed of a fixed, small budget must violate an invariant; with the rule
+in, the same seeds pass. The refusal mark's race is rarer (2 seeds in 60,000): its test
+replays the two schedules that found it, as the shrinker left them (tests/sim/plans/).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
 
 from .check import check
-from .plan import draw
+from .plan import Plan, draw
 from .run import simulate
 
 BUDGET = 40  # seeds tried per race, at most
@@ -36,6 +42,14 @@ class NoTagPipeline(Pipeline):
     def process_datagram(self, src_ip, src_port, payload):  # type: ignore[no-untyped-def]
         return [(ip, port, _untagged(d)) for ip, port, d in
                 super().process_datagram(src_ip, src_port, payload)]
+
+
+class NoRefusalPipeline(Pipeline):
+    """The reference model with the refusal mark taken out: an async slot counts a copy of
+    a contribution the switch answered "not counted"."""
+
+    def _refuse(self, seq_index, r, epoch, counted):  # type: ignore[no-untyped-def]
+        pass
 
 
 def _untagged(datagram: bytes) -> bytes:
@@ -82,3 +96,13 @@ def test_without_the_install_tag_a_restart_goes_unnoticed() -> None:
     assert seed >= 0, f"no violation in {BUDGET} restart seeds without the install tag"
     rec, sim = simulate(draw(seed, ("restart", "readd")), "python")
     assert not check(rec, sim), f"seed {seed} fails with the install tag too"
+
+
+@pytest.mark.parametrize("name", ["probe_relaunched", "late_resent"])
+def test_without_the_refusal_mark_a_duplicate_counts_twice(name: str) -> None:
+    plan = Plan.from_json((Path(__file__).parent / "plans" / f"{name}.json").read_text())
+    rec, sim = simulate(plan, "python", make_pipeline=NoRefusalPipeline)
+    found = check(rec, sim)
+    assert found and "exactly-once" in found[0], found
+    rec, sim = simulate(plan, "python")
+    assert not check(rec, sim), f"{name} fails with the refusal mark too"

@@ -65,9 +65,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
     register<mode_t>(SLOT_CELLS) res_mode;
     register<quorum_t>(SLOT_CELLS) res_quorum;
     // Per (slot, worker): the last round (sync/partial) or sequence number (async) in
-    // which the worker was counted.
+    // which the worker was counted, or that the switch answered "not counted"...
     register<round_t>(MEMBER_SEQ_CELLS) member_seq;
-    // ...and the epoch it was counted in: a member_seq of another epoch means nothing.
+    // ...and the epoch it was counted in, or its complement if it was refused: a
+    // member_seq of another epoch means nothing.
     register<epoch_t>(MEMBER_SEQ_CELLS) member_epoch;
 
 #define LANE_INSTANCE(i) Lane() lanes_##i;
@@ -95,6 +96,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         epoch_t ep;
         bit<1> has_result;
         epoch_t seq_ep;
+        bitmap_t res_bmp;
         slot_epoch.read(ep, s);
         res_valid.read(has_result, s);
         round.read(cur, s);
@@ -105,6 +107,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         quorum.read(qr, s);
         member_seq.read(seq, seq_cell);
         member_epoch.read(seq_ep, seq_cell);
+        res_bitmap.read(res_bmp, s);
 
         // 8. A slot that another install of a job used last starts afresh: round 0,
         // nothing open, nothing to resend. The lanes need no clearing (the first
@@ -118,7 +121,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             bmp = 0;
             chk = 0;
         }
-        bool seq_valid = seq_ep == meta.epoch;
+        // Counted in this install as r; or answered "not counted" as r, and so never to be
+        // counted, should a copy of r meet the slot in another mode (a duplicate behind a
+        // swap into async). A refusal is marked where r was not counted.
+        bool counted = seq_ep == meta.epoch && seq == r;
+        bool refused = seq_ep == ~meta.epoch && seq == r;
+        epoch_t refuse_ep = seq_ep;
+        if (!counted) {
+            refuse_ep = ~meta.epoch;
+        }
 
         // 8. Latch the desired mode only when no round is under way...
         if (cnt == 0) {
@@ -143,7 +154,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
 
         if (md == MODE_ASYNC) {
             // 10. Async: r is the sender's own sequence number for this slot.
-            if (seq_valid && r == seq) {
+            if (counted) {
                 // A retransmission of a counted contribution.
                 meta.verdict = verdict_t.ACK;
                 meta.count_drop = true;
@@ -159,6 +170,12 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                 meta.count_drop = true;
                 meta.drop_reason = DROP_NOT_JOINED;
                 meta.out_reason = RESYNC_NOT_JOINED;
+            } else if (refused) {
+                meta.verdict = verdict_t.STALE;
+                meta.count_drop = true;
+                meta.drop_reason = DROP_STALE;
+                meta.member_counter = member_counter_t.STALE;
+                meta.out_reason = RESYNC_STALE_ROUND;
             } else {
                 // A round of its own: write the bank, multicast, move on.
                 seq = r;
@@ -207,6 +224,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                 meta.count_drop = true;
                 meta.drop_reason = DROP_CHUNK_MISMATCH;
                 meta.out_reason = RESYNC_CHUNK_MISMATCH;
+                seq = r;
+                seq_ep = refuse_ep;
             } else {
                 // Accept: the first contribution writes the bank and latches the chunk.
                 seq = r;
@@ -241,6 +260,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.lane_op = lane_op_t.READ;
             meta.lane_cell = 2 * s + (cell_index_t) (r & 1);
             meta.out_round = r;
+            if ((res_bmp & me) == 0) {
+                seq = r;            // late: not counted
+                seq_ep = refuse_ep;
+            }
         } else {
             // 9. Older, or ahead of the switch.
             meta.verdict = verdict_t.STALE;
@@ -248,7 +271,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.drop_reason = DROP_STALE;
             meta.member_counter = member_counter_t.STALE;
             meta.out_reason = RESYNC_STALE_ROUND;
-            if (seq_valid && seq == r) {
+            seq = r;
+            seq_ep = refuse_ep;
+            if (counted) {
                 meta.out_reason = RESYNC_STALE_COUNTED;   // counted, but its result is gone
             }
         }
