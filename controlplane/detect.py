@@ -16,7 +16,7 @@ that closed a round). Which of them shows a straggler depends on the mode:
 
 *Pace* is `contributions + late` per second: every gradient a worker sends ends as
 exactly one of them, because a `stale` contribution is sent again at the open round
-(docs/protocol.md §9, native/worker/engine.cc) and duplicates are retransmissions. The
+(docs/protocol.md §9, native/worker/results.cc) and duplicates are retransmissions. The
 *slowdown* of a worker is the pace of the fast members (the mean of those within 20%
 of the fastest) over its own. (A worker that moves on after a RESYNC instead of
 sending its gradient again shows a pace near zero while it is always behind: a larger

@@ -1,0 +1,79 @@
+// What the worker engine's sources (engine.cc, io.cc, flights.cc, results.cc, residuals.cc)
+// share: wire constants, a datagram's decoded header and the call in progress (Engine::Call).
+// Internal to the engine: bind.cc and the rest of the core include worker/engine.h only.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/bytes.h"
+#include "worker/engine.h"
+
+namespace hysync::worker {
+
+constexpr std::size_t H = wire::HEADER_BYTES;
+constexpr std::size_t RECV_BATCH = 256;     // messages read per wake-up (a coalesced one: a run)
+constexpr uint32_t HALF32 = 1u << 31;
+constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode::PARTIAL),
+                  ASYNC = uint8_t(wire::Mode::ASYNC);
+
+struct Header {
+  uint8_t version, op, flags, mode, worker_id, count, reason;
+  uint16_t job_id, slot;
+  uint32_t round, chunk, bitmap;
+  explicit Header(const uint8_t* d)
+      : version(d[wire::OFF_VERSION]), op(d[wire::OFF_OP]), flags(d[wire::OFF_FLAGS]),
+        mode(d[wire::OFF_MODE]), worker_id(d[wire::OFF_WORKER_ID]), count(d[wire::OFF_COUNT]),
+        reason(d[wire::OFF_REASON]), job_id(load_be16(d + wire::OFF_JOB_ID)),
+        slot(load_be16(d + wire::OFF_SLOT)), round(load_be32(d + wire::OFF_ROUND)),
+        chunk(load_be32(d + wire::OFF_CHUNK)), bitmap(load_be32(d + wire::OFF_BITMAP)) {}
+};
+
+// Decoding a datagram (io.cc).
+const char* op_name(uint8_t op);
+std::string decode_error(const uint8_t* d, std::size_t size);
+
+// ------------------------------------------------------------------ the call
+struct Engine::Call {
+  int key;
+  float* values;  // the gradient; a chunk's rows become its output once it is prepared
+  int64_t numel;
+  std::vector<Outcome> outcome;
+  std::vector<uint8_t> prepared;  // quantized: residual holds its error, values its output
+  std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
+  int64_t remaining;
+  std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
+  // Prepared chunks sent back to their queue (sync CHUNK_MISMATCH): their lanes and error.
+  std::unordered_map<int64_t, std::pair<std::array<int32_t, LANES>, std::array<float, LANES>>>
+      requeued;
+
+  Call(int k, const Key& reg, float* v, int64_t n, uint32_t window)
+      : key(k), values(v), numel(n), outcome(std::size_t(reg.chunks), Outcome::PENDING),
+        prepared(std::size_t(reg.chunks), 0), queues(window), remaining(reg.chunks),
+        held(window) {
+    for (uint32_t i = 0; i < window; ++i) {
+      // Local chunk l goes to slot (first + l) % W: every W-th chunk from its start.
+      int64_t start = (int64_t(i) - int64_t(reg.first % window) + window) % window;
+      for (int64_t l = start; l < reg.chunks; l += window) queues[i].push_back(l);
+    }
+  }
+  // Local index of global `chunk` if it waits in slot i's queue, else -1.
+  int64_t pending(const Key& reg, uint32_t chunk, uint32_t i) const {
+    int64_t local = int64_t(chunk) - int64_t(reg.first);
+    if (local < 0 || local >= reg.chunks || outcome[std::size_t(local)] != Outcome::PENDING)
+      return -1;
+    const auto& q = queues[i];
+    return std::find(q.begin(), q.end(), local) != q.end() ? local : -1;
+  }
+  std::size_t lanes_of(int64_t local) const {  // elements of `values` in this chunk
+    return std::size_t(std::clamp<int64_t>(numel - local * int64_t(LANES), 0, LANES));
+  }
+};
+
+}  // namespace hysync::worker

@@ -1,0 +1,417 @@
+// The worker engine's flights (engine_internal.h; the engine is described in engine.cc): the one
+// packet in flight per slot, from launch to its outcome - sending, retransmission timers, RTO
+// estimation, parking in partial mode, and the JOINs offered to idle slots.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "worker/engine_internal.h"
+
+namespace hysync::worker {
+
+namespace {
+
+constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
+
+}  // namespace
+
+int32_t Flight::lane(std::size_t j) const { return int32_t(load_be32(&data[H + 4 * j])); }
+
+// ------------------------------------------------------------------ sending
+void Engine::send_next(uint32_t i, double now) {
+  if (!call_) return;
+  auto& queue = call_->queues[i];
+  while (!queue.empty()) {
+    int64_t local = queue.front();
+    queue.pop_front();
+    if (call_->outcome[std::size_t(local)] == Outcome::PENDING) {
+      send_own(i, local, nullptr, now);
+      return;
+    }
+  }
+}
+
+void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {
+  Call& c = *call_;
+  const Key& reg = key(c.key);
+  auto f = std::make_unique<Flight>();
+  f->kind = Kind::OWN;
+  f->key = c.key;
+  f->local = local;
+  f->chunk = uint32_t(reg.first + uint32_t(local));
+  int32_t fixed[LANES];
+  auto it = c.requeued.find(local);
+  if (it != c.requeued.end()) {
+    std::copy(it->second.first.begin(), it->second.first.end(), fixed);
+    f->err = it->second.second;
+    c.requeued.erase(it);
+  } else {
+    prepare_chunk(local, fixed, f->err.data());
+  }
+  for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
+  flight_[i] = std::move(f);
+  ++inflight_;
+  launch(i, rnd, now);
+}
+
+// A residual-only (or, with no key, zero) contribution for `chunk` at round `rnd`.
+void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now,
+                        bool join) {
+  auto f = std::make_unique<Flight>();
+  f->kind = kind;
+  f->key = k;
+  f->chunk = chunk;
+  f->join = join;
+  if (k >= 0) {
+    f->local = int64_t(chunk) - int64_t(key(k).first);
+    take_residual(k, f->local, f->amount.data());
+    f->has_amount = true;
+    int32_t fixed[LANES];
+    QuantStats unused;
+    quantizer_.quantize_lanes(f->amount.data(), fixed, f->err.data(), LANES, unused);
+    for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
+    ++stats_.residual_contribs;
+  } else {
+    ++stats_.null_contribs;
+  }
+  flight_[i] = std::move(f);
+  ++inflight_;
+  launch(i, &rnd, now);
+}
+
+// The call made no progress for join_after: offer every idle slot (nothing in flight, nothing
+// left to send there in this call) a JOIN - a residual-only contribution for the key's last chunk
+// on that slot, which the switch counts only into an open round that lacks me. Such a round is
+// the other half of a cross-slot deadlock after an async -> sync swap (§9): its members wait
+// for me on this slot, where an async round already counted my chunk, while I wait for them on
+// another slot. A round with another chunk answers CHUNK_MISMATCH (retarget joins that chunk),
+// a slot with no round open answers NOT_JOINED (the residual stays mine).
+void Engine::join_idle_slots(double now) {
+  if (!call_ || now < std::max(progress_at_, joined_at_) + cfg_.join_after) return;
+  joined_at_ = now;
+  for (uint32_t i = 0; i < w_; ++i)
+    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
+}
+
+// A JOIN for idle slot i at its next_round: the residual of the key's last chunk on that slot
+// (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
+void Engine::offer_join(uint32_t i, double now) {
+  const Key& reg = key(call_->key);
+  const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
+  const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
+  const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
+  const bool owned = last < reg.chunks;
+  send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
+             next_round_[i], now, true);
+  ++stats_.joins;
+}
+
+// A JOIN of mine was counted on slot i: that slot's round waited for me while this call had
+// nothing there. Its members' next contribution on the slot (sent when they get the round's
+// result) waits for me just the same, so the slot is offered the next JOIN one RTO later -
+// time for that contribution to open its round - instead of after another join_after. The
+// chain ends where a JOIN is answered NOT_JOINED (no round waits for me) and with the call.
+// Without it a member a call or more behind the others realigns one round per slot per
+// join_after, far beyond the liveness bound (docs/protocol.md §9, "Swap storms").
+void Engine::rejoin(double now) {
+  if (!call_) return;
+  for (uint32_t i = 0; i < w_; ++i) {
+    if (rejoin_at_[i] > now) continue;
+    rejoin_at_[i] = std::numeric_limits<double>::infinity();
+    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
+  }
+}
+
+// First transmission of the slot's flight at round *rnd (null: the slot's next round or seq).
+void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
+  Flight& f = *flight_[i];
+  f.probe = !known_[i];
+  if (rnd == nullptr && (f.probe || mode_[i] == ASYNC)) {
+    f.round = next_seq(i);
+    f.async_style = true;
+  } else {
+    f.round = rnd == nullptr ? next_round_[i] : *rnd;
+    f.async_style = false;
+  }
+  uint8_t* d = f.data.data();
+  d[wire::OFF_VERSION] = uint8_t(wire::VERSION);
+  d[wire::OFF_OP] = uint8_t(wire::Op::CONTRIB);
+  store_be16(d + wire::OFF_JOB_ID, uint16_t(cfg_.job_id));
+  d[wire::OFF_WORKER_ID] = uint8_t(cfg_.worker_id);
+  store_be16(d + wire::OFF_SLOT, uint16_t(cfg_.slot_base + i));
+  store_be32(d + wire::OFF_ROUND, f.round);
+  store_be32(d + wire::OFF_CHUNK, f.chunk);
+  f.floor_known = known_[i];
+  f.floor = next_round_[i];
+  f.tries = 0;
+  f.stale = false;
+  f.closed = false;
+  f.launched = now;
+  f.backoff = rto_;
+  transmit(i, now, false);
+}
+
+void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
+  Flight& f = *flight_[i];
+  tx_number_[i] = (tx_number_[i] + 1) & TX_NUMBERS;
+  f.tx = tx_number_[i];
+  f.data[wire::OFF_FLAGS] = uint8_t((retransmit ? uint8_t(wire::Flag::RETRANSMIT) : 0) |
+                                    (f.join ? uint8_t(wire::Flag::JOIN) : 0) |
+                                    f.tx << wire::TX_SHIFT);
+  if (retransmit) ++stats_.retransmits;
+  if (retransmit && timeout) {
+    f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
+    if (now - backed_off_ >= rto_) {
+      // Back the timer off too (at most once per RTO, as TCP does): replies that only
+      // retransmitted packets get carry no RTT sample (Karn), so without this a queue longer
+      // than the RTO would keep every packet retransmitting.
+      rto_ = std::min(2.0 * rto_, cfg_.rto_max);
+      backed_off_ = now;
+    }
+  }
+  ++f.tries;
+  f.sent_at = now;
+  if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
+  if (fd_ < 0) {
+    outbox_.emplace_back(f.data.begin(), f.data.end());
+    f.gen = ++gen_;
+    timers_.push({now + f.backoff, f.gen, i});
+    return;
+  }
+  uint8_t* out = tx_.append(cfg_.switch_addr, P);
+  if (out == nullptr) {
+    flush();
+    out = tx_.append(cfg_.switch_addr, P);
+  }
+  std::memcpy(out, f.data.data(), P);
+  f.gen = ++gen_;
+  timers_.push({now + f.backoff, f.gen, i});
+}
+
+uint32_t Engine::next_seq(uint32_t i) {
+  uint32_t seq = seq_[i] + 1;
+  if (seq == 0) seq = 1;
+  seq_[i] = seq;
+  return seq;
+}
+
+// ------------------------------------------------------------------ timers
+void Engine::expire(double now) {
+  while (!timers_.empty() && timers_.top().at <= now) {
+    const Timer t = timers_.top();
+    timers_.pop();
+    Flight* f = flight_[t.slot].get();
+    if (!f || f->gen != t.gen) continue;
+    const uint32_t i = t.slot;
+    if (f->stale) {
+      decide_stale(i, now);
+      continue;
+    }
+    // A timer that fires late because this process waited for a core after its wait for the
+    // timer ended (woke_late_; the socket was read first, read_before_timeouts): the switch
+    // and the other workers share the machine and wait alike, so the reply may be as late.
+    // It gets that long again, once, before the packet counts as lost.
+    const double late = std::min(now - t.at, woke_late_);
+    if (!t.extended && late >= cfg_.rto_min) {
+      timers_.push({now + std::min(late, cfg_.rto_max), t.gen, t.slot, true});
+      continue;
+    }
+    // The switch has said nothing, on any slot, since this packet left, so the whole window
+    // waits on one slow process (a member that has not contributed yet, the switch waiting
+    // for a core), which retransmitting every packet only adds to. One packet per RTO
+    // probes; the others wait their next back-off (a lost window still goes out, later).
+    // Not in partial mode, where silence is the switch's answer and retransmissions lead to
+    // parking (stall_after), nor before a slot's mode is known.
+    const bool silent = silent_flight(i);
+    if (silent && now - probed_at_ < rto_) {
+      f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+      timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+      continue;
+    }
+    if (silent) {
+      probed_at_ = now;
+      // The probe goes to the silent packet that has waited longest. Timers that wait their
+      // turn back off to rto_max, the probes' own period: the same slot's timer would win
+      // every probe and a lost packet on another slot would never go out again (seen: a
+      // sync round waiting for ever on a member whose contribution was lost).
+      const uint32_t j = longest_silent(i);
+      if (j != i) {
+        f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+        timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+        transmit(j, now, true);
+        continue;
+      }
+    }
+    // A call that found this slot held by a parked packet gave its answer one RTO (hurry);
+    // unanswered, the call's chunks here are carried now.
+    if (f->parked && mode_[i] == PARTIAL) carry_queue(i);
+    if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
+        !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
+        now - f->launched >= cfg_.stall_after)
+      park(i);
+    transmit(i, now, true);
+  }
+}
+
+// Slot i's packet waits on a switch that has said nothing, on any slot, since it left (sync or
+// async; not parked, not in a STALE reply's grace period).
+bool Engine::silent_flight(uint32_t i) const {
+  const Flight* f = flight_[i].get();
+  return f && (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked && !f->stale &&
+         last_rx_ < f->sent_at;
+}
+
+// Of the silent packets, the one sent longest ago (slot i's if none is older).
+uint32_t Engine::longest_silent(uint32_t i) const {
+  uint32_t best = i;
+  for (uint32_t j = 0; j < w_; ++j)
+    if (j != i && silent_flight(j) && flight_[j]->sent_at < flight_[best]->sent_at) best = j;
+  return best;
+}
+
+// Partial mode: the flight met only silence for stall_after while its round is, as far as this
+// worker knows, the slot's open round. The switch is silent about a contribution it holds in an
+// open round, so it is most likely counted in a round that waits for the others' next call. The
+// call settles it as included and carries its remaining chunks on this slot, so that no call of
+// mine waits for another worker's next call (across slots, that could wait forever). The packet
+// stays in flight until the switch says for certain; if it was not counted, its amount goes
+// back into the residual (done()).
+void Engine::park(uint32_t i) {
+  Flight& f = *flight_[i];
+  f.parked = true;
+  ++stats_.parked;
+  if (f.kind == Kind::OWN && call_ && f.key == call_->key &&
+      call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
+    const float s = quantizer_.scale_f32();
+    for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = float(f.lane(j)) / s;
+    f.has_amount = true;
+    settle(f.local, Outcome::INCLUDED, &f);
+    --call_->remaining;
+  }
+  carry_queue(i);
+}
+
+// A call starts while a parked packet holds slot i: retransmit it at once (its answer settles it
+// and reports the slot's mode). The call's chunks on the slot wait for that answer for one RTO
+// (the packet's timer), then are carried, in partial mode only (expire): in sync every round
+// needs every member, so a slot left idle for a call deadlocks the job. Carrying at once would
+// let a worker whose every slot is parked, behind a slow switch or slow members, run call after
+// call with no round applied, its gradients piling up in its residual.
+void Engine::hold_queue(uint32_t i, double now) {
+  hurry(i, now);
+}
+
+// Retransmit a parked packet now; not a timeout: neither its backoff nor the RTO grows.
+void Engine::hurry(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  if (!f.stale) {  // else its grace timer decides it within one RTO anyway
+    f.backoff = rto_;
+    transmit(i, now, true, false);
+  }
+}
+
+// A reply reported slot i's mode. If it is no longer partial while this call's chunks there were
+// carried because a parked packet held the slot, they are pending again.
+void Engine::follow_mode(uint32_t i, double now) {
+  if (!call_ || call_->held[i].empty() || mode_[i] == PARTIAL) return;
+  Call& c = *call_;
+  for (int64_t local : c.held[i]) {
+    if (c.outcome[std::size_t(local)] == Outcome::CARRIED) {  // not SETTLED meanwhile
+      c.outcome[std::size_t(local)] = Outcome::PENDING;
+      ++c.remaining;
+      c.queues[i].push_back(local);
+    }
+  }
+  c.held[i].clear();
+  Flight* f = flight_[i].get();
+  if (!f)
+    send_next(i, now);
+  else if (f->parked)
+    hurry(i, now);
+}
+
+// The slot is held by a parked packet: this call's chunks there are carried (unsent).
+void Engine::carry_queue(uint32_t i) {
+  if (!call_) return;
+  Call& c = *call_;
+  for (int64_t local : c.queues[i]) {
+    if (c.outcome[std::size_t(local)] == Outcome::PENDING) {
+      c.outcome[std::size_t(local)] = Outcome::CARRIED;
+      c.held[i].push_back(local);
+      --c.remaining;
+    }
+  }
+  c.queues[i].clear();
+}
+
+void Engine::rtt_sample(const Flight& f, double now) {
+  if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
+  const double sample = now - f.sent_at;
+  if (srtt_ < 0) {
+    srtt_ = sample;
+    rttvar_ = sample / 2;
+  } else {
+    rttvar_ = 0.75 * rttvar_ + 0.25 * std::fabs(sample - srtt_);
+    srtt_ = 0.875 * srtt_ + 0.125 * sample;
+  }
+  // 4 x srtt, or srtt + 4 x rttvar (Jacobson) when the RTT jitters more than that: on a
+  // loaded host spurious retransmissions otherwise feed back.
+  const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
+  rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
+}
+
+// ------------------------------------------------------------------ outcomes
+void Engine::end_flight(uint32_t i) {
+  flight_[i].reset();
+  --inflight_;
+}
+
+// The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
+void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
+  Flight& f = *flight_[i];
+  rtt_sample(f, now);
+  progress_at_ = now;
+  // A JOIN counted in a sync round chains the next one (rejoin); a partial round never waits
+  // for one member beyond its quorum, and an async one for nobody.
+  if (f.join && included && call_ && mode_[i] == SYNC && !cfg_.test_only_no_rejoin)
+    rejoin_at_[i] = now + rto_;
+  if (f.kind == Kind::OWN && f.parked) {
+    if (!included) restore(f);
+  } else if (f.kind == Kind::OWN) {
+    if (call_ && call_->key == f.key &&
+        call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
+      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f);
+      --call_->remaining;
+    }
+  } else if (f.kind == Kind::RESIDUAL) {
+    return_residual(f, included);
+  }
+  end_flight(i);
+  if (send_next_chunk) send_next(i, now);
+}
+
+std::string Engine::describe_flights() const {
+  std::string out;
+  int shown = 0, total = 0;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = flight_[i].get();
+    if (!f) continue;
+    if (++total > 8) continue;
+    ++shown;
+    if (!out.empty()) out += "; ";
+    out += "slot " + std::to_string(cfg_.slot_base + i) + ": " +
+           (f->kind == Kind::OWN ? "own" : f->kind == Kind::RESIDUAL ? "residual" : "null") +
+           " chunk " + std::to_string(f->chunk) + (f->async_style ? " seq " : " round ") +
+           std::to_string(f->round) + " tries " + std::to_string(f->tries) +
+           (f->stale ? " stale" : "") + (f->closed ? " closed" : "") +
+           (f->parked ? " parked" : "") + (f->join ? " join" : "") + " (next_round " +
+           std::to_string(next_round_[i]) + ", mode " + std::to_string(mode_[i]) + ")";
+  }
+  if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
+  return out.empty() ? "nothing in flight" : out;
+}
+
+}  // namespace hysync::worker

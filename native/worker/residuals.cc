@@ -1,0 +1,231 @@
+// The worker engine's keys and residuals (engine_internal.h; the engine is described in
+// engine.cc): registered keys and their chunk ranges, what was applied for them, and RULE B -
+// what each chunk of a call keeps as residual once its fate is known.
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "worker/engine_internal.h"
+
+namespace hysync::worker {
+
+// ------------------------------------------------------------------ keys
+int Engine::register_key(int64_t numel) {
+  auto reg = std::make_unique<Key>();
+  reg->numel = numel;
+  reg->chunks = std::max<int64_t>(1, (numel + int64_t(LANES) - 1) / int64_t(LANES));
+  reg->first = uint32_t(next_chunk_);
+  reg->residual.assign(std::size_t(reg->chunks) * LANES, 0.0f);
+  next_chunk_ += reg->chunks;
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    if (it->first >= reg->first && int64_t(it->first) < next_chunk_) {
+      if (reg->acc.empty()) reg->acc.assign(reg->residual.size(), 0.0f);
+      float* row = &reg->acc[std::size_t(it->first - reg->first) * LANES];
+      for (std::size_t j = 0; j < LANES; ++j) row[j] += float(it->second[j] / cfg_.scale);
+      it = orphans_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  starts_.push_back(reg->first);
+  keys_.push_back(std::move(reg));
+  return int(keys_.size()) - 1;
+}
+
+void Engine::retire_key(int index) { key(index).alive = false; }
+
+int Engine::key_of(uint32_t chunk) const {
+  auto it = std::upper_bound(starts_.begin(), starts_.end(), chunk);
+  if (it == starts_.begin()) return -1;
+  int pos = int(it - starts_.begin()) - 1;
+  const Key& reg = *keys_[std::size_t(pos)];
+  if (int64_t(chunk) >= int64_t(reg.first) + reg.chunks) return -1;
+  return pos;
+}
+
+void Engine::take(int index, float* out) {
+  Key& reg = key(index);
+  if (reg.acc.empty()) {
+    std::fill(out, out + reg.numel, 0.0f);
+    return;
+  }
+  std::copy(reg.acc.begin(), reg.acc.begin() + reg.numel, out);
+  std::vector<float>().swap(reg.acc);
+}
+
+// The padding lanes past numel hold zeros by construction (zeros are quantized there), so only
+// numel floats cross.
+void Engine::give_residual(int index, const float* in) {
+  Key& reg = key(index);
+  for (int64_t j = 0; j < reg.numel; ++j) reg.residual[std::size_t(j)] += in[j];
+}
+
+void Engine::export_residual(int index, float* out) {
+  Key& reg = key(index);
+  std::copy(reg.residual.begin(), reg.residual.begin() + reg.numel, out);
+  std::fill(reg.residual.begin(), reg.residual.begin() + reg.numel, 0.0f);
+}
+
+// ------------------------------------------------------------------ residuals (RULE B)
+// Gradient + residual of a local chunk of the call's key (zeros past the tensor's end).
+void Engine::chunk_value(int64_t local, float* value) {
+  const Call& c = *call_;
+  const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
+  const float* res = &key(c.key).residual[off];
+  for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
+}
+
+// The chunk's gradient is no longer needed: its rows of `values` become its output, starting
+// with what was buffered for it so far.
+void Engine::open_output(int64_t local) {
+  Call& c = *call_;
+  Key& reg = key(c.key);
+  const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
+  float* out = c.values + off;
+  if (reg.acc.empty()) {
+    std::fill(out, out + n, 0.0f);
+  } else {
+    std::copy(&reg.acc[off], &reg.acc[off] + n, out);
+    std::fill(&reg.acc[off], &reg.acc[off] + LANES, 0.0f);
+  }
+  c.prepared[std::size_t(local)] = 1;
+}
+
+// Prepare a chunk of the call's key for its first transmission: quantize gradient + residual;
+// the residual becomes the error (RULE B: right if the round includes me, see settle()).
+void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
+  float value[LANES];
+  chunk_value(local, value);
+  quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
+  std::copy(err, err + LANES, &key(call_->key).residual[std::size_t(local) * LANES]);
+  open_output(local);
+}
+
+// A chunk carried without ever being sent: its whole value stays as residual (RULE B).
+void Engine::carry_unsent(int64_t local) {
+  float value[LANES], fixed[LANES], err[LANES];
+  chunk_value(local, value);
+  quantizer_.quantize(value, fixed, err, LANES, stats_.quant);  // its stats, as if sent
+  float* res = &key(call_->key).residual[std::size_t(local) * LANES];
+  for (std::size_t j = 0; j < LANES; ++j) res[j] = value[j] * cfg_.staleness_decay;
+  open_output(local);
+}
+
+// The fate of a chunk of this call is known. A prepared chunk's residual already holds its
+// error (included); carried, it gets back the quantized amount too (staleness-weighted). An
+// unprepared carried chunk is settled at the end of the call (it may still be sent, see
+// follow_mode), or now by take_residual.
+void Engine::settle(int64_t local, Outcome outcome, const Flight* f) {
+  Call& c = *call_;
+  c.outcome[std::size_t(local)] = outcome;
+  if (outcome != Outcome::CARRIED || !c.prepared[std::size_t(local)] || f == nullptr) return;
+  float* res = &key(c.key).residual[std::size_t(local) * LANES];
+  const float s = quantizer_.scale_f32(), d = cfg_.staleness_decay;
+  for (std::size_t j = 0; j < LANES; ++j) {
+    const float q = float(f->lane(j)) / s;
+    res[j] += d == 1.0f ? q : (q + f->err[j]) * d - f->err[j];
+  }
+}
+
+// RULE B for the chunks whose fate was decided without a packet.
+void Engine::finish() {
+  Key& reg = key(call_->key);
+  for (int64_t l = 0; l < reg.chunks; ++l) close_chunk(l);
+  std::vector<float>().swap(reg.acc);  // every row went to the output
+}
+
+// Count a chunk's outcome and pay what RULE B still owes it: a carried chunk whose packet went
+// back to its queue, or one never sent. SETTLED chunks were closed by take_residual.
+void Engine::close_chunk(int64_t local) {
+  Call& c = *call_;
+  const std::size_t l = std::size_t(local);
+  if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
+  if (c.outcome[l] == Outcome::CARRIED) {
+    ++stats_.carried;
+    settle_requeued(local);
+  }
+  if (!c.prepared[l]) carry_unsent(local);
+}
+
+// The call failed: forget what is in flight. Its outcome is unknown, so the chunks keep their
+// full value as residual and the replica must resynchronize.
+void Engine::abort_call() {
+  Call& c = *call_;
+  unanswered_since_ = -1;  // the next call gives the switch dead_after afresh
+  drop_flights();
+  for (auto& o : c.outcome)
+    if (o == Outcome::PENDING) o = Outcome::CARRIED;
+  finish();
+  call_.reset();
+  std::fill(rejoin_at_.begin(), rejoin_at_.end(), std::numeric_limits<double>::infinity());
+  flag_resync("a call was aborted with contributions in flight");
+}
+
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
+void Engine::drop_flights() {
+  for (uint32_t i = 0; i < w_; ++i) {
+    Flight* f = flight_[i].get();
+    if (!f) continue;
+    if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
+      settle(f->local, Outcome::CARRIED, f);
+    } else if (f->kind == Kind::RESIDUAL) {
+      return_residual(*f, false);
+    } else if (f->parked) {
+      restore(*f);
+    }
+    flight_[i].reset();
+  }
+  inflight_ = 0;
+  timers_ = decltype(timers_)();
+}
+
+// Move one chunk's residual into a residual-only packet (settling the current call's outcome
+// for it first); return_residual adds back what stays due.
+void Engine::take_residual(int k, int64_t local, float* amount) {
+  Key& reg = key(k);
+  float* res = &reg.residual[std::size_t(local) * LANES];
+  if (call_ && call_->key == k) {
+    Call& c = *call_;
+    const std::size_t l = std::size_t(local);
+    if (c.outcome[l] == Outcome::PENDING) {  // its residual rides on its own contribution
+      std::fill(amount, amount + LANES, 0.0f);
+      return;
+    }
+    close_chunk(local);
+    c.outcome[l] = Outcome::SETTLED;
+  }
+  std::copy(res, res + LANES, amount);
+  std::fill(res, res + LANES, 0.0f);
+}
+
+// RULE B for a residual-only packet: its quantization error, or all of it.
+void Engine::return_residual(const Flight& f, bool included) {
+  if (f.key < 0 || !f.has_amount) return;
+  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  const float* part = included ? f.err.data() : f.amount.data();
+  for (std::size_t j = 0; j < LANES; ++j) res[j] += part[j];
+}
+
+// A carried chunk that was prepared, sent and then sent back to its queue: its packet's amount
+// goes back into the residual (RULE B), as if its flight had been carried.
+void Engine::settle_requeued(int64_t local) {
+  auto it = call_->requeued.find(local);
+  if (it == call_->requeued.end()) return;
+  Flight tmp;
+  for (std::size_t j = 0; j < LANES; ++j)
+    store_be32(&tmp.data[H + 4 * j], uint32_t(it->second.first[j]));
+  tmp.err = it->second.second;
+  call_->requeued.erase(it);
+  settle(local, Outcome::CARRIED, &tmp);
+}
+
+// A parked contribution was not counted after all: back into the residual.
+void Engine::restore(const Flight& f) {
+  if (f.key < 0 || !f.has_amount) return;
+  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  for (std::size_t j = 0; j < LANES; ++j) res[j] += f.amount[j];
+  ++stats_.parked_missed;
+}
+
+}  // namespace hysync::worker

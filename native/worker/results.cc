@@ -1,0 +1,526 @@
+// The worker engine's rounds and results (engine_internal.h; the engine is described in
+// engine.cc): what the switch's replies (RESULT, RESYNC, ACK) mean for a flight and for the
+// replica, results applied to the keys' output, rounds tracked (RULE A) and the install tag.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "worker/engine_internal.h"
+
+namespace hysync::worker {
+
+namespace {
+
+constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
+constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
+constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
+// Results held for chunk ids no key owns yet (a peer registered a key first): at most this
+// many chunks (32 MiB); beyond, garbage could grow them without bound.
+constexpr std::size_t MAX_ORPHANS = 65536;
+constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
+                  CHUNK_MISMATCH = uint8_t(wire::ResyncReason::CHUNK_MISMATCH),
+                  STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED),
+                  NOT_JOINED = uint8_t(wire::ResyncReason::NOT_JOINED);
+
+bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
+
+// A RESULT's round, chunk (contiguous in the header) and lanes, as last_own_result_ keeps them.
+bool same_result(const std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
+  return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
+         std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
+}
+
+void keep_result(std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
+  std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
+  std::memcpy(kept.data() + 8, d + H, 4 * LANES);
+}
+
+}  // namespace
+
+// ACK: counted, result lost; an async round's result is exactly my lanes / 1.
+void Engine::apply_own(uint32_t i) {
+  const Flight& f = *flight_[i];
+  double lanes[LANES];
+  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j));
+  add(f.chunk, lanes);
+  auto& acked = acked_[i];
+  if (acked.size() == ACK_MEMORY) acked.pop_front();
+  std::array<uint8_t, 4 * LANES> raw;
+  std::memcpy(raw.data(), &f.data[H], raw.size());
+  acked.emplace_back(f.chunk, raw);
+  ++stats_.own_applied;
+}
+
+float* Engine::acc_row(uint32_t chunk) {
+  const int k = key_of(chunk);
+  if (k < 0) return nullptr;
+  Key& reg = key(k);
+  if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
+  const int64_t local = int64_t(chunk) - int64_t(reg.first);
+  if (call_ && call_->key == k && call_->prepared[std::size_t(local)]) {
+    return call_->values + std::size_t(local) * LANES;  // straight into the call's output
+  }
+  if (reg.acc.empty()) reg.acc.assign(reg.residual.size(), 0.0f);
+  return &reg.acc[std::size_t(local) * LANES];
+}
+
+void Engine::add(uint32_t chunk, const double* avg) {
+  if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
+    if (orphans_.size() >= MAX_ORPHANS && !orphans_.count(chunk)) {
+      bad("result for chunk " + std::to_string(chunk) + ", which no key owns, beyond the " +
+          std::to_string(MAX_ORPHANS) + " such chunks held");
+      return;
+    }
+    auto& held = orphans_[chunk];
+    for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
+    return;
+  }
+  float* row = acc_row(chunk);
+  if (!row) return;
+  std::size_t n = LANES;
+  if (call_ && row >= call_->values && row < call_->values + call_->numel)
+    n = std::size_t(std::min<int64_t>(LANES, call_->values + call_->numel - row));
+  for (std::size_t j = 0; j < n; ++j) row[j] += float(avg[j] / cfg_.scale);
+}
+
+void Engine::apply(const uint8_t* d) {
+  stats_.results.insert(stats_.results.end(), d, d + H);
+  const double count = double(d[wire::OFF_COUNT]);
+  double avg[LANES];
+  for (std::size_t j = 0; j < LANES; ++j)
+    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / count;
+  add(load_be32(d + wire::OFF_CHUNK), avg);
+}
+
+// ------------------------------------------------------------------ rounds (RULE A)
+// The slot's rounds before `upto` are closed: suspect those not seen yet.
+void Engine::advance(uint32_t i, uint32_t upto) {
+  const uint32_t nr = next_round_[i];
+  known_[i] = true;
+  const uint32_t gap = upto - nr;
+  if (gap == 0 || gap >= HALF32) return;
+  if (gap > MAX_SUSPECT_GAP) {
+    flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
+                std::to_string(gap) + " rounds ahead");
+  } else {
+    auto& suspect = suspect_[i];
+    const double t = now();
+    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = t;
+    if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
+      suspect_slots_.push_back(i);
+  }
+  next_round_[i] = upto;
+}
+
+bool Engine::is_new(uint32_t i, uint32_t rnd) {
+  if (ahead(rnd, next_round_[i])) {
+    advance(i, rnd);
+    next_round_[i] = rnd + 1;
+    return true;
+  }
+  auto& suspect = suspect_[i];
+  auto it = suspect.find(rnd);
+  if (it != suspect.end()) {
+    suspect.erase(it);
+    return true;
+  }
+  return false;
+}
+
+// Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
+// round is unknown); forget those older than SUSPECT_MEMORY.
+void Engine::check_suspects() {
+  const double t = now();
+  const double judge = t - cfg_.missed_after, forget = t - SUSPECT_MEMORY;
+  uint64_t missed = 0;
+  std::vector<uint32_t> keep;
+  for (uint32_t i : suspect_slots_) {
+    auto& suspect = suspect_[i];
+    auto& acked = acked_[i];
+    std::size_t gone = 0;
+    for (auto it = suspect.begin(); it != suspect.end();) {
+      if (it->second < forget) {
+        it = suspect.erase(it);
+        ++gone;
+      } else {
+        ++it;
+      }
+    }
+    if (gone > acked.size())
+      flag_resync("results of slot " + std::to_string(cfg_.slot_base + i) + " never arrived");
+    for (std::size_t n = std::min(gone, acked.size()); n > 0; --n) acked.pop_front();
+    if (!suspect.empty()) keep.push_back(i);
+    std::size_t old = 0;
+    for (const auto& [r, since] : suspect) old += since < judge;
+    missed += old > acked.size() ? old - acked.size() : 0;
+  }
+  suspect_slots_.swap(keep);
+  const bool was = needs_resync();
+  missed_results_ = missed;
+  if (missed && !was)
+    log_resync(std::to_string(missed) + " result(s) did not arrive within " +
+               std::to_string(cfg_.missed_after) + " s");
+}
+
+void Engine::flag_resync(const std::string& why) {
+  if (!needs_resync()) log_resync(why);
+  if (resync_why_.empty()) resync_why_ = why;
+  resync_flagged_ = true;
+}
+
+void Engine::log_resync(const std::string& why) {
+  log(30, "worker " + std::to_string(cfg_.worker_id) +
+              " fell out of the switch's retransmission window (" + why +
+              "): its replica missed updates and must be resynchronized at the next "
+              "averaging round");
+}
+
+// The replica was re-synchronized: forget missed and suspected rounds (results of those rounds
+// that still arrive are dropped as duplicates).
+void Engine::clear_resync() {
+  resync_why_.clear();
+  resync_flagged_ = false;
+  missed_results_ = 0;
+  for (uint32_t i : suspect_slots_) {
+    suspect_[i].clear();
+    acked_[i].clear();
+  }
+  suspect_slots_.clear();
+}
+
+// ------------------------------------------------------------------ replies
+// A full-size datagram: a RESULT, or garbage.
+void Engine::on_full(const uint8_t* d, double now) {
+  const Header h(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  if (h.version != wire::VERSION || h.op != uint8_t(wire::Op::RESULT) || h.job_id != cfg_.job_id ||
+      h.slot < cfg_.slot_base || i >= w_ || h.count == 0) {
+    std::string reason = decode_error(d, P);
+    if (reason.empty())
+      reason = "op " + std::to_string(h.op) + " job " + std::to_string(h.job_id) + " slot " +
+               std::to_string(h.slot) + " count " + std::to_string(h.count) +
+               ": not a RESULT of job " + std::to_string(cfg_.job_id) + " slots " +
+               std::to_string(cfg_.slot_base) + ".." + std::to_string(cfg_.slot_base + w_ - 1);
+    bad(reason);
+    return;
+  }
+  last_rx_ = now;
+  if (!current_state(h.reason, i, "RESULT", now)) return;
+  mode_[i] = h.mode;
+  const bool mine = h.bitmap & bit_;
+  bool fresh = is_new(i, h.round);
+  Flight* f = flight_[i].get();
+  const bool counted = f && mine && f->chunk == h.chunk &&
+      (h.mode != ASYNC ? h.round == f->round
+                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
+      acked_entry(i, d) == acked_[i].end() && !same_result(last_own_result_[i], d)) {
+    // My async contribution, counted, closed a round that cannot be of the state that taught
+    // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
+    // never step back), or - sent before I knew the slot - one whose number I applied already
+    // (an async round holds one contribution, and a copy of a result of mine finds its flight
+    // settled). The state that counted it is new, and results of its rounds that I took for
+    // duplicates of the old state's were never applied (an async contribution is counted
+    // whatever its sequence number, so nothing else tells): the replica must be resynchronized.
+    // (Not a late copy of my last result, nor the result of an ACKed twin: same chunk, same
+    // lanes.)
+    const uint32_t floor = f->floor;
+    const bool floor_known = f->floor_known;
+    done(i, true, now);  // counted, by the new state
+    switch_reset("the switch counted my async contribution on slot " +
+                 std::to_string(cfg_.slot_base + i) + " in round " + std::to_string(h.round) +
+                 (floor_known ? ", behind round " + std::to_string(floor) +
+                                    " that it had reached before"
+                              : ", a round I had applied already"));
+    fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
+    keep_result(last_own_result_[i], d);
+  } else if (counted) {
+    if (h.mode == ASYNC) keep_result(last_own_result_[i], d);
+    done(i, true, now);
+  } else if (f && h.round == f->round && !f->async_style) {
+    // (My bit with another chunk, or in an async round my chunk with other lanes: another
+    // contribution of mine holds my place in the round - one an aborted call forgot, or an
+    // async one of an earlier call whose round number this flight, a JOIN above all, was sent
+    // to; this packet is not in it.)
+    // The round I sent to closed without me. Only the switch's answer to my own packet (a
+    // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
+    // switch counts it in an async round instead. A RESEND settles it whatever mode that
+    // round had: a round that closed async (a swap between my sends) is resent for my
+    // round number as long as it is the slot's last (docs/protocol.md, swap storms).
+    if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id &&
+        answers_latest(i, h.flags)) {
+      done(i, false, now);  // carried as residual (whatever chunk or mode it had)
+    } else if (h.mode != ASYNC) {
+      f->closed = true;
+      f->closed_chunk = h.chunk;
+    }
+  }
+  if (h.mode != PARTIAL) follow_mode(i, now);
+  if (!fresh) {
+    ++stats_.duplicate_results;
+    return;
+  }
+  if (mine && h.mode == ASYNC && h.count == 1) {
+    const auto it = acked_entry(i, d);
+    if (it != acked_[i].end()) {
+      acked_[i].erase(it);  // its ACK applied it already
+      return;
+    }
+  }
+  apply(d);
+}
+
+std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
+    uint32_t i, const uint8_t* d) {
+  const uint32_t chunk = load_be32(d + wire::OFF_CHUNK);
+  auto& acked = acked_[i];
+  return std::find_if(acked.begin(), acked.end(), [&](const auto& a) {
+    return a.first == chunk && std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
+  });
+}
+
+// A header-only datagram: RESYNC or ACK, or garbage.
+void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
+  if (size != H) {
+    bad(size > P ? "datagram longer than a " + std::to_string(P) + "-byte HySync packet"
+                 : decode_error(d, size));
+    return;
+  }
+  std::string err = decode_error(d, size);
+  if (!err.empty()) {
+    bad(err);
+    return;
+  }
+  const Header h(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  const bool reply = h.op == uint8_t(wire::Op::RESYNC) || h.op == uint8_t(wire::Op::ACK);
+  if (h.job_id != cfg_.job_id || h.slot < cfg_.slot_base || i >= w_ ||
+      h.worker_id != cfg_.worker_id || !reply) {
+    bad(std::string(op_name(h.op)) + " for job " + std::to_string(h.job_id) + " worker " +
+        std::to_string(h.worker_id) + " slot " + std::to_string(h.slot) +
+        " is not a reply to worker " + std::to_string(cfg_.worker_id) + " of job " +
+        std::to_string(cfg_.job_id));
+    return;
+  }
+  // The dead timer hears only replies that show the switch moving this worker's work along:
+  // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
+  // state or from a job that waits for a dead member, and must not keep a dead call alive;
+  // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
+  const Flight* f = i < w_ ? flight_[i].get() : nullptr;
+  if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
+      (h.reason == CHUNK_MISMATCH && !(f && f->join)))
+    last_rx_ = now;
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
+  mode_[i] = h.mode;
+  if (h.op == uint8_t(wire::Op::ACK))
+    on_ack(i, h.round, h.chunk, now);
+  else
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.flags, now);
+  if (h.mode != PARTIAL) follow_mode(i, now);
+}
+
+void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
+  ++stats_.acks;
+  Flight* f = flight_[i].get();
+  if (!f || rnd != f->round || chunk != f->chunk) {
+    ++stats_.stray_replies;
+    return;
+  }
+  counted_without_result(i, now);
+}
+
+void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
+                       uint8_t flags, double now) {
+  if (reason > NOT_JOINED) {
+    bad("RESYNC with unknown reason " + std::to_string(reason));
+    return;
+  }
+  ++stats_.resyncs[reason];
+  advance(i, rnd);
+  Flight* f = flight_[i].get();
+  if (!answers_latest(i, flags)) {
+    // It answers an earlier transmission; a later one may still be counted (the slot may turn
+    // async meanwhile, which counts any new sequence number), so only the answer to the latest
+    // may settle the flight as not counted or send it again under another round.
+    ++stats_.stray_replies;
+    return;
+  }
+  if (reason == NOT_JOINED) {
+    if (!f->join) {
+      ++stats_.stray_replies;
+      return;
+    }
+    done(i, false, now);  // no round to join: the residual stays mine
+    return;
+  }
+  if (reason == CHUNK_MISMATCH) {
+    // Only a contribution for the open round (rnd) with another chunk gets this.
+    if (f->async_style || rnd != f->round || chunk == f->chunk) {
+      ++stats_.stray_replies;
+      return;
+    }
+    retarget(i, chunk, rnd, mode, now);
+    return;
+  }
+  // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
+  // least two ahead of a sync-style round in flight.
+  if (!f->async_style &&
+      !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
+    // The answer to my latest transmission says my round is not stale behind the open one:
+    // the round I learned from this switch is ahead of it, or just closed with no result kept.
+    // Rounds never step back and a result is kept until the next close, so the switch's state
+    // for the job is new: it restarted, or the job was installed again (docs/protocol.md §9).
+    switch_reset("the switch answered slot " + std::to_string(cfg_.slot_base + i) +
+                 " with open round " + std::to_string(rnd) + " for a contribution at round " +
+                 std::to_string(f->round));
+    return;
+  }
+  if (f->probe) {  // first contact: no older packet of mine exists to confuse it with
+    f->stale = true;
+    f->stale_reason = reason;
+    f->stale_mode = mode;
+    decide_stale(i, now);
+    return;
+  }
+  if (!f->stale) {
+    f->gen = ++gen_;
+    timers_.push({now + rto_, f->gen, i});
+  }
+  f->stale = true;  // the latest plausible reply wins
+  f->stale_reason = reason;
+  f->stale_mode = mode;
+}
+
+// The switch's state for the job is new. What the old state counted of the packets in flight
+// is unknown (counted in a round that closed, whose result this worker missed; or wiped in an
+// open round), so the call aborts: its chunks keep their full value as residual and the
+// replica must be resynchronized, as after any abort. Every slot forgets its rounds, so the
+// next call learns the new ones (a probe, as at the start) instead of sending rounds that the
+// switch answers STALE forever.
+void Engine::switch_reset(const std::string& what) {
+  if (reset_why_.empty())
+    reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
+                 " is new (the switch restarted, or the job was removed and added again)";
+  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
+  tag_ = -1;
+  tag_changed_at_ = now();
+  for (uint32_t j = 0; j < w_; ++j) {
+    next_round_[j] = 0;
+    known_[j] = false;
+    last_own_result_[j].fill(0);
+    suspect_[j].clear();
+    acked_[j].clear();
+  }
+  suspect_slots_.clear();
+  flag_resync(reset_why_);
+  if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
+    log(30, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
+    drop_flights();
+    reset_why_.clear();
+  }
+}
+
+// A tag that is neither the one known nor, shortly after a change, the one left is a new state
+// of the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
+// than two rto_max after a change the one left is taken for a new state too: packets are not
+// delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
+// predecessor's, not unlike every older one's).
+bool Engine::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
+  if (tag == tag_) return true;
+  if (tag == left_tag_ && now - tag_changed_at_ < 2 * cfg_.rto_max) {
+    // a late packet of the state before: the replica misses it
+    flag_resync("a " + std::string(what) + " of the switch's state before its last restart or "
+                "re-install of the job arrived late");
+    ++stats_.stray_replies;
+    return false;
+  }
+  if (tag_ < 0) {  // the first tag heard, or the first since a reset
+    tag_ = tag;
+    return true;
+  }
+  const int was = tag_;
+  switch_reset("the switch's " + std::string(what) + " on slot " +
+               std::to_string(cfg_.slot_base + i) + " carries install tag " +
+               std::to_string(tag) + ", not " + std::to_string(was));
+  tag_ = tag;
+  return true;
+}
+
+// Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
+bool Engine::answers_latest(uint32_t i, uint8_t flags) const {
+  const Flight* f = flight_[i].get();
+  if (f != nullptr && cfg_.test_only_ignore_echo) return true;
+  return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
+}
+
+// A STALE reply stood for a grace period without the round's result arriving.
+void Engine::decide_stale(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  f.stale = false;
+  if (f.stale_reason == STALE_COUNTED)
+    counted_without_result(i, now);
+  else if (f.async_style || f.stale_mode == SYNC)
+    launch(i, nullptr, now);  // not counted: again at the open round
+  else
+    done(i, false, now);  // partial: its round is gone, carried (not chased)
+}
+
+// ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
+// counted, and its result did not reach me.
+void Engine::counted_without_result(uint32_t i, double now) {
+  Flight& f = *flight_[i];
+  // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
+  // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
+  // switch counted it - after a swap to async, with the round field as its sequence number.
+  // Taking that for "not counted" sent the same amount again with the chunk's next value.
+  if (f.async_style || f.closed) {
+    // Counted in an async round (a sync-style packet whose round closed without me can only
+    // have been counted after the slot turned async): its result is exactly my lanes / 1.
+    apply_own(i);
+  } else {
+    advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
+  }
+  done(i, true, now);
+}
+
+// CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it: my own `chunk` if
+// it is pending in this call, else its residual (zeros if no key owns it and the round is
+// sync). The flight's chunk waits for a later round in sync; in partial mode it is carried
+// (RULE B) rather than chased into a round of its own, which would wait for the others' next
+// call (and, across slots, could wait forever).
+void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now) {
+  const int64_t local = call_ ? call_->pending(key(call_->key), chunk, i) : -1;
+  int k = -1;
+  if (local < 0) {
+    k = key_of(chunk);
+    if (k >= 0 && !key(k).alive) k = -1;
+  }
+  if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
+  Flight& f = *flight_[i];
+  const bool join = f.join;
+  if (mode != SYNC || f.parked) {
+    done(i, false, now, false);
+  } else {
+    if (f.kind == Kind::OWN && call_ && f.key == call_->key) {
+      std::array<int32_t, LANES> lanes;
+      for (std::size_t j = 0; j < LANES; ++j) lanes[j] = f.lane(j);
+      call_->requeued[f.local] = {lanes, f.err};
+      call_->queues[i].push_front(f.local);
+    } else if (f.kind == Kind::RESIDUAL) {
+      return_residual(f, false);
+    }
+    end_flight(i);
+  }
+  if (local >= 0) {
+    auto& q = call_->queues[i];
+    q.erase(std::find(q.begin(), q.end(), local));
+    send_own(i, local, &rnd, now);
+  } else if (k >= 0) {
+    send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now, join);
+  } else {
+    send_extra(i, Kind::NULLS, -1, chunk, rnd, now, join);
+  }
+}
+
+}  // namespace hysync::worker
