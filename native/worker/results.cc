@@ -364,8 +364,9 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     return;
   }
   // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
-  // least two ahead of a sync-style round in flight.
-  if (!f->async_style &&
+  // least two ahead of a sync-style round in flight. (Not in async, which ignores rounds: there
+  // a STALE_ROUND says the switch refused this round field before, §4 step 8.)
+  if (!f->async_style && mode != ASYNC &&
       !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
     // The answer to my latest transmission says my round is not stale behind the open one:
     // the round I learned from this switch is ahead of it, or just closed with no result kept.
@@ -463,7 +464,7 @@ void Engine::decide_stale(uint32_t i, double now) {
   else if (f.async_style || f.stale_mode == SYNC)
     launch(i, nullptr, now);  // not counted: again at the open round
   else
-    done(i, false, now);  // partial: its round is gone, carried (not chased)
+    done(i, false, now);  // partial (its round is gone) or refused in async: carried, not chased
 }
 
 // ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
