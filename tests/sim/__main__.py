@@ -71,7 +71,8 @@ def shrink(plan: Plan, target: str, budget: int = 60) -> Plan:
 class Sweep:
     """What a batch of runs added up to."""
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("runs", "packets", "swaps", "sim_seconds", "state_resets", "end_behind", "blind"), 0))
+        ("runs", "packets", "swaps", "sim_seconds", "state_resets", "end_behind",
+         "straggler_aborts", "blind"), 0))
     by_kind: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, object]] = field(default_factory=list)
     cpu_seconds: float = 0.0
@@ -106,7 +107,7 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
                 out.by_kind[k] = out.by_kind.get(k, 0) + 1
             if rec is not None:
                 for k in ("packets", "swaps", "sim_seconds", "state_resets", "end_behind",
-                          "blind"):
+                          "straggler_aborts", "blind"):
                     out.totals[k] += getattr(rec, k)
             if not found:
                 continue

@@ -16,7 +16,9 @@ at its end:
 * failures: a call may fail only where a fault explains it (a restart, a re-install, a
   dead member) or where every other member finished the job before it (a worker whose
   rounds fell behind its peers' in partial or async mode, then waits for them in sync:
-  docs/protocol.md §10, "Not survived"), and then with the error the spec names.
+  docs/protocol.md §10, "Not survived"), or where a member held back by the network's
+  loss was a straggler slower than `dead_after` (counted as `straggler_aborts`), and then
+  with the error the spec names.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 from hysync import wire
 
-from .plan import SCALE
+from .plan import DEAD_AFTER, SCALE
 from .run import Record, Sim
 
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
@@ -48,6 +50,9 @@ def check(rec: Record, sim: Sim) -> list[str]:
             # (rounds a drifted member holds open): any mode desired so far counts.
             if c.status == "unreachable" and _members_gone(rec, sim, c.end):
                 rec.end_behind += 1  # too few members left in the job to close its rounds
+                continue
+            if c.status == "unreachable" and _lossy_straggler(rec, sim, wk, c):
+                rec.straggler_aborts += 1
                 continue
             if not excuses:
                 out.append(f"failure: worker {wk.w} call {c.index} ended {c.status!r} at "
@@ -94,6 +99,19 @@ def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0) -> bool:
             modes.append((m, q))
     return any(mode != wire.Mode.ASYNC and left < (n if quorum == 0 else min(quorum, n))
                for mode, quorum in modes)
+
+
+def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
+    """Did the call's dead timer start while the network still lost packets, with a live
+    member still in an earlier call? A sync round waits for every member, and a member
+    whose replies the network lost time after time is a straggler: one slower than
+    `dead_after` fails its peers' calls, as any straggler that slow does (docs/protocol.md
+    §9 Failures). Loss makes that a matter of chance (k losses in a row), never of a rule."""
+    plan = rec.plan
+    if call.end - DEAD_AFTER >= plan.lossy_until or not (plan.up.loss or plan.down.loss):
+        return False
+    return any(sum(1 for c in x.calls if c.status == "done" and c.end <= call.end) < call.index
+               for x in sim.workers if x is not wk and not x.dead)
 
 
 def _exactly_once(rec: Record, wk) -> list[str]:

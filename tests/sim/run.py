@@ -149,6 +149,7 @@ class Record:
     state_resets: int = 0
     modes: list[tuple[float, int, int]] = field(default_factory=list)  # swaps: (t, mode, q)
     end_behind: int = 0  # calls that failed because their peers had finished the job
+    straggler_aborts: int = 0  # calls failed by a peer that the network's loss held back
     # workers whose books do not balance after a restart or a re-install, but who heard one
     # switch state only: nothing could tell them the state changed (docs/protocol.md §9)
     blind: int = 0

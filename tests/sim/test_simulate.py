@@ -101,3 +101,26 @@ def test_without_the_join_chain_realignment_is_too_slow() -> None:
                         engine={"test_only_no_rejoin": True})
     found = check(rec, sim)
     assert found and found[0].startswith("liveness"), found
+
+
+# Seeds of long sweeps (every fault kind). 650081, 636429: a sync-style retransmission that
+# the switch had answered with a RESEND without the sender's bit met the slot after a swap
+# into async and was refused (§4 step 8): STALE_ROUND for a round just behind the switch's,
+# which the worker took for a restart. 522472: a member died in sync; the survivors' calls
+# failed by dead_after counted from the last result they heard, past a bound the checker
+# counted from the last fault.
+SWEEP_REGRESSIONS = (522472, 636429, 650081)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", SWEEP_REGRESSIONS)
+def test_sweep_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
+def test_a_straggler_that_loss_held_back_is_counted() -> None:
+    """Seed 635814: a member lost a result and five RESENDs of it in a row; its peers' calls
+    failed by dead_after while it caught up. Allowed, and counted (docs/protocol.md §10)."""
+    rec, sim = simulate(draw(635814), "native")
+    assert not check(rec, sim)
+    assert rec.straggler_aborts > 0
