@@ -261,8 +261,7 @@ class Pipeline:
         bit = 1 << w
         cur = self.round[s]
         seq_index = s * wire.MAX_WORKERS + w
-        seq_valid = self.member_epoch[seq_index] == epoch
-        counted = seq_valid and self.member_seq[seq_index] == r
+        counted = self.member_epoch[seq_index] == epoch and self.member_seq[seq_index] == r
 
         if mode == Mode.ASYNC:  # 10.
             if counted:
@@ -340,7 +339,7 @@ class Pipeline:
             self.member_epoch[seq_index] = wire.refused_mark(epoch)
 
     def _stale_reply(self, s: int, version: int, job: int, w: int, echo: int, member: int,
-               nbytes: int, counted: bool) -> tuple[int, int, bytes]:
+                     nbytes: int, counted: bool) -> tuple[int, int, bytes]:
         self._drop(job, DropReason.STALE, nbytes)
         self._stale.count(member, nbytes)
         return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.STALE_COUNTED
