@@ -48,7 +48,8 @@ STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _HEAD = struct.Struct("!BBBBHBBHBBIII")
-_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK = 2, 1, 8, 10, 12, 16
+_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK = (
+    wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk"))
 _PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
 H = wire.HEADER_BYTES
 
