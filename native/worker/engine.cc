@@ -36,7 +36,6 @@ Engine::Engine(const EngineConfig& config, int fd)
       last_own_result_(w_),
       mode_(w_, -1),
       tx_number_(w_, 0),
-      rejoin_at_(w_, std::numeric_limits<double>::infinity()),
       suspect_(w_),
       acked_(w_),
       flight_(w_),
@@ -113,7 +112,6 @@ CallStatus Engine::step(double now) {
     return CallStatus::DONE;
   }
   join_idle_slots(now);
-  rejoin(now);
   flush();
   if (silent_too_long(now)) {
     log(40, "worker " + std::to_string(cfg_.worker_id) +
@@ -151,7 +149,6 @@ void Engine::end_call() {
   flush();
   finish();
   call_.reset();
-  std::fill(rejoin_at_.begin(), rejoin_at_.end(), std::numeric_limits<double>::infinity());
 }
 
 void Engine::tick(double now) {

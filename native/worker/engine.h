@@ -42,7 +42,6 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest
   // transmission, the protocol before the transmission-number echo (§9, "Swap storms").
   bool test_only_ignore_echo = false;
-  bool test_only_no_rejoin = false;  // tests/sim/test_races.py: JOINs never chain
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -205,7 +204,6 @@ class Engine {
                   bool join = false);
   void join_idle_slots(double now);
   void offer_join(uint32_t i, double now);
-  void rejoin(double now);
   void launch(uint32_t i, const uint32_t* rnd, double now);
   void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
   void flush();
@@ -219,7 +217,6 @@ class Engine {
   void hurry(uint32_t i, double now);
   void follow_mode(uint32_t i, double now);
   void carry_queue(uint32_t i);
-  void settle_requeued(int64_t local);
   void restore(const Flight& f);
   void rtt_sample(const Flight& f, double now);
   // outcomes (RULE B)
@@ -259,8 +256,6 @@ class Engine {
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
-  // Per slot: when to offer it the next JOIN of a chain (a JOIN there was counted), or +inf.
-  std::vector<double> rejoin_at_;
   std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
   std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
   // The entry of acked_[i] that an async RESULT d (count 1, my bit) answers, or end().

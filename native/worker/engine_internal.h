@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -49,9 +48,6 @@ struct Engine::Call {
   std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
   int64_t remaining;
   std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
-  // Prepared chunks sent back to their queue (sync CHUNK_MISMATCH): their lanes and error.
-  std::unordered_map<int64_t, std::pair<std::array<int32_t, LANES>, std::array<float, LANES>>>
-      requeued;
 
   Call(int k, const Key& reg, float* v, int64_t n, uint32_t window)
       : key(k), values(v), numel(n), outcome(std::size_t(reg.chunks), Outcome::PENDING),

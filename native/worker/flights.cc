@@ -43,14 +43,7 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
   f->local = local;
   f->chunk = uint32_t(reg.first + uint32_t(local));
   int32_t fixed[LANES];
-  auto it = c.requeued.find(local);
-  if (it != c.requeued.end()) {
-    std::copy(it->second.first.begin(), it->second.first.end(), fixed);
-    f->err = it->second.second;
-    c.requeued.erase(it);
-  } else {
-    prepare_chunk(local, fixed, f->err.data());
-  }
+  prepare_chunk(local, fixed, f->err.data());
   for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
   flight_[i] = std::move(f);
   ++inflight_;
@@ -107,22 +100,6 @@ void Engine::offer_join(uint32_t i, double now) {
   send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
              next_round_[i], now, true);
   ++stats_.joins;
-}
-
-// A JOIN of mine was counted on slot i: that slot's round waited for me while this call had
-// nothing there. Its members' next contribution on the slot (sent when they get the round's
-// result) waits for me just the same, so the slot is offered the next JOIN one RTO later -
-// time for that contribution to open its round - instead of after another join_after. The
-// chain ends where a JOIN is answered NOT_JOINED (no round waits for me) and with the call.
-// Without it a member a call or more behind the others realigns one round per slot per
-// join_after, far beyond the liveness bound (docs/protocol.md §9, "Swap storms").
-void Engine::rejoin(double now) {
-  if (!call_) return;
-  for (uint32_t i = 0; i < w_; ++i) {
-    if (rejoin_at_[i] > now) continue;
-    rejoin_at_[i] = std::numeric_limits<double>::infinity();
-    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
-  }
 }
 
 // First transmission of the slot's flight at round *rnd (null: the slot's next round or seq).
@@ -374,10 +351,6 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
   rtt_sample(f, now);
   progress_at_ = now;
-  // A JOIN counted in a sync round chains the next one (rejoin); a partial round never waits
-  // for one member beyond its quorum, and an async one for nobody.
-  if (f.join && included && call_ && mode_[i] == SYNC && !cfg_.test_only_no_rejoin)
-    rejoin_at_[i] = now + rto_;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);
   } else if (f.kind == Kind::OWN) {

@@ -60,10 +60,7 @@ double Engine::next_wake() const {
   double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
                                            : std::numeric_limits<double>::infinity();
   if (!timers_.empty()) at = std::min(at, timers_.top().at);
-  if (call_) {
-    at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
-    for (double r : rejoin_at_) at = std::min(at, r);
-  }
+  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
   return at;
 }
 

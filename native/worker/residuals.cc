@@ -135,16 +135,13 @@ void Engine::finish() {
   std::vector<float>().swap(reg.acc);  // every row went to the output
 }
 
-// Count a chunk's outcome and pay what RULE B still owes it: a carried chunk whose packet went
-// back to its queue, or one never sent. SETTLED chunks were closed by take_residual.
+// Count a chunk's outcome and pay what RULE B still owes it: a chunk never sent. SETTLED
+// chunks were closed by take_residual.
 void Engine::close_chunk(int64_t local) {
   Call& c = *call_;
   const std::size_t l = std::size_t(local);
   if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
-  if (c.outcome[l] == Outcome::CARRIED) {
-    ++stats_.carried;
-    settle_requeued(local);
-  }
+  if (c.outcome[l] == Outcome::CARRIED) ++stats_.carried;
   if (!c.prepared[l]) carry_unsent(local);
 }
 
@@ -158,7 +155,6 @@ void Engine::abort_call() {
     if (o == Outcome::PENDING) o = Outcome::CARRIED;
   finish();
   call_.reset();
-  std::fill(rejoin_at_.begin(), rejoin_at_.end(), std::numeric_limits<double>::infinity());
   flag_resync("a call was aborted with contributions in flight");
 }
 
@@ -205,19 +201,6 @@ void Engine::return_residual(const Flight& f, bool included) {
   float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
   const float* part = included ? f.err.data() : f.amount.data();
   for (std::size_t j = 0; j < LANES; ++j) res[j] += part[j];
-}
-
-// A carried chunk that was prepared, sent and then sent back to its queue: its packet's amount
-// goes back into the residual (RULE B), as if its flight had been carried.
-void Engine::settle_requeued(int64_t local) {
-  auto it = call_->requeued.find(local);
-  if (it == call_->requeued.end()) return;
-  Flight tmp;
-  for (std::size_t j = 0; j < LANES; ++j)
-    store_be32(&tmp.data[H + 4 * j], uint32_t(it->second.first[j]));
-  tmp.err = it->second.second;
-  call_->requeued.erase(it);
-  settle(local, Outcome::CARRIED, &tmp);
 }
 
 // A parked contribution was not counted after all: back into the residual.

@@ -487,9 +487,11 @@ void Engine::counted_without_result(uint32_t i, double now) {
 
 // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it: my own `chunk` if
 // it is pending in this call, else its residual (zeros if no key owns it and the round is
-// sync). The flight's chunk waits for a later round in sync; in partial mode it is carried
-// (RULE B) rather than chased into a round of its own, which would wait for the others' next
-// call (and, across slots, could wait forever).
+// sync). The flight's own chunk is carried (RULE B), in every mode, rather than chased into a
+// round of its own: the members' calls do not pair on this slot (where they pair, every member
+// sends a slot's chunks in the same order), so such a round waits for the others to come back
+// to this key, which can be calls away, never at the job's end, and across slots forever.
+// A residual or a JOIN in flight gives its amount back and joins the round instead.
 void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now) {
   const int64_t local = call_ ? call_->pending(key(call_->key), chunk, i) : -1;
   int k = -1;
@@ -500,17 +502,10 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
   if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
   Flight& f = *flight_[i];
   const bool join = f.join;
-  if (mode != SYNC || f.parked) {
+  if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
     done(i, false, now, false);
   } else {
-    if (f.kind == Kind::OWN && call_ && f.key == call_->key) {
-      std::array<int32_t, LANES> lanes;
-      for (std::size_t j = 0; j < LANES; ++j) lanes[j] = f.lane(j);
-      call_->requeued[f.local] = {lanes, f.err};
-      call_->queues[i].push_front(f.local);
-    } else if (f.kind == Kind::RESIDUAL) {
-      return_residual(f, false);
-    }
+    if (f.kind == Kind::RESIDUAL) return_residual(f, false);
     end_flight(i);
   }
   if (local >= 0) {
