@@ -173,10 +173,12 @@ def lanes_of(value: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("peer_chunk", ["other-key", "pending-in-call", "unknown"])
-def test_chunk_mismatch_realigns_with_a_peer_that_is_ahead(switch, peer_chunk):
-    """The peer opens round 0 with a chunk the worker does not send first. The worker
-    contributes to that round (its own chunk if pending, else the chunk's residual, or
-    zeros if no key owns it: the round is sync), then aggregates its own chunks."""
+def test_a_chunk_that_meets_a_sync_round_of_another_chunk_is_carried(switch, peer_chunk):
+    """The peer's calls do not pair with the worker's: it opens round 0 with a chunk the worker
+    does not send first. The worker contributes to that round (its own chunk if pending, else
+    the chunk's residual, or zeros if no key owns it: the round is sync) and carries its own
+    chunk (RULE B: kept as residual, not chased into a round of its own, which the peer would
+    open only on coming back to that key); its next chunk meets the peer's next round."""
     tr = make_transport(switch.address[1], members=2, slots=1)
     peer = Peer()
     try:
@@ -184,11 +186,11 @@ def test_chunk_mismatch_realigns_with_a_peer_that_is_ahead(switch, peer_chunk):
         tr.register("a", 64)  # chunk 0
         tr.register("b", 128)  # chunks 1 and 2, both on the one slot
         first = {"other-key": 0, "pending-in-call": 2, "unknown": 99}[peer_chunk]
-        order = [first] + [c for c in (1, 2) if c != first]
-        peer_values = {0: 0.25, 1: 1.0, 2: 2.0, 99: 4.0}
+        rounds = [first] if first == 2 else [first, 2]
+        peer_values = {0: 0.25, 2: 2.0, 99: 4.0}
 
         def play() -> None:
-            for rnd, chunk in enumerate(order):
+            for rnd, chunk in enumerate(rounds):
                 peer.contribute(switch.address, rnd, chunk, lanes_of(peer_values[chunk]))
                 peer.result()
 
@@ -199,9 +201,11 @@ def test_chunk_mismatch_realigns_with_a_peer_that_is_ahead(switch, peer_chunk):
         result = tr.allreduce("b", mine)
         thread.join(5)
         assert not thread.is_alive()
-        np.testing.assert_allclose(result.output[:64], (1.0 + 3.0) / 2, atol=1e-6)
-        np.testing.assert_allclose(result.output[64:], (2.0 + 5.0) / 2, atol=1e-6)
         assert result.stats.resyncs["CHUNK_MISMATCH"] == 1
+        assert result.stats.carried == 1
+        np.testing.assert_allclose(result.output[:64], 0.0)  # chunk 1 carried ...
+        np.testing.assert_allclose(tr.residual("b")[:64], 3.0, atol=1e-6)  # ... and kept
+        np.testing.assert_allclose(result.output[64:], (2.0 + 5.0) / 2, atol=1e-6)
         if peer_chunk == "other-key":
             assert result.stats.residual_contribs == 1
             np.testing.assert_allclose(tr.take("a"), 0.25 / 2, atol=1e-6)  # applied, kept
