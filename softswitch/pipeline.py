@@ -292,7 +292,10 @@ class Pipeline:
                     return self._close(s, job, w, group, cur, 2 * s + (cur & 1), self.chunk[s],
                                        count, self.bitmap[s], version, nbytes)
                 return None
-            if count == 0 and join:  # a JOIN never opens a round
+            if join and (count == 0 or self._join_marked(seq_index, r, epoch)):
+                # A JOIN never opens a round, and a copy of one answered so is not counted
+                # in the round opened since (step 9's JOIN mark).
+                self._mark_join(seq_index, r, epoch, counted, spent=count > 0)
                 return self._not_joined(s, version, job, w, echo, nbytes)
             if count and chunk != self.chunk[s]:
                 self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
@@ -336,6 +339,21 @@ class Pipeline:
         copy of it meet the slot in another mode (a duplicate behind a swap into async)."""
         if not counted:
             self.member_seq[seq_index] = r
+            self.member_epoch[seq_index] = wire.refused_mark(epoch)
+
+    def _join_marked(self, seq_index: int, r: int, epoch: int) -> bool:
+        return (self.member_epoch[seq_index] == wire.refused_mark(epoch)
+                and self.member_seq[seq_index] == ~r & _U32)
+
+    def _mark_join(self, seq_index: int, r: int, epoch: int, counted: bool, spent: bool) -> None:
+        """Step 9's JOIN mark: a JOIN at `r` answered NOT_JOINED with no round open leaves
+        `~r` under the refusal mark, so that a copy of it (a duplicate the network made) that
+        meets round `r` once it opened is answered NOT_JOINED too; the first JOIN that meets
+        the mark spends it, so the worker's next JOIN, sent `join_after` later, counts."""
+        if spent:
+            self.member_epoch[seq_index] = 0
+        elif not counted:
+            self.member_seq[seq_index] = ~r & _U32
             self.member_epoch[seq_index] = wire.refused_mark(epoch)
 
     def _stale_reply(self, s: int, version: int, job: int, w: int, echo: int, member: int,

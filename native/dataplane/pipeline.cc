@@ -238,8 +238,19 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                      slot.bitmap, version, nbytes, out);
       return none;
     }
-    if (count == 0 && join)  // a JOIN never opens a round
+    // A JOIN never opens a round; one answered so leaves the JOIN mark (~r under the refusal
+    // mark), so that a copy of it that meets the round opened since is refused too. The first
+    // JOIN that meets the mark spends it: the worker's next JOIN counts.
+    const bool join_marked = seq_epoch == refused_mark && seq == ~r;
+    if (join && (count == 0 || join_marked)) {
+      if (count) {
+        seq_epoch = 0;
+      } else if (!counted) {
+        seq = ~r;
+        seq_epoch = refused_mark;
+      }
       return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
+    }
     if (count && chunk != slot.chunk) {
       drop(c, job, DropReason::CHUNK_MISMATCH, nbytes);
       refuse();

@@ -189,7 +189,7 @@ class Engine {
   void on_short(const uint8_t* d, std::size_t size, double now);
   void on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now);
   void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                 uint8_t flags, double now);
+                 uint32_t count, uint8_t flags, double now);
   bool answers_latest(uint32_t i, uint8_t flags) const;
   void decide_stale(uint32_t i, double now);
   void counted_without_result(uint32_t i, double now);

@@ -316,7 +316,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
   else
-    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.flags, now);
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.count, h.flags, now);
   if (h.mode != PARTIAL) follow_mode(i, now);
 }
 
@@ -331,7 +331,7 @@ void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
 }
 
 void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                       uint8_t flags, double now) {
+                       uint32_t count, uint8_t flags, double now) {
   if (reason > NOT_JOINED) {
     bad("RESYNC with unknown reason " + std::to_string(reason));
     return;
@@ -351,7 +351,12 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
       ++stats_.stray_replies;
       return;
     }
-    done(i, false, now);  // no round to join: the residual stays mine
+    done(i, false, now);  // not counted: the residual stays mine
+    // A round is open, yet my JOIN was refused: it met the mark an earlier JOIN of mine at
+    // this round left when no round was open, and spent it (docs/protocol.md §4 step 9, the
+    // JOIN mark): offer the JOIN again now rather than after another join_after.
+    if (mode != ASYNC && count > 0 && call_ && !flight_[i] && call_->queues[i].empty())
+      offer_join(i, now);
     return;
   }
   if (reason == CHUNK_MISMATCH) {

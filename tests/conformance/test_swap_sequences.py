@@ -9,7 +9,9 @@ traffic), and the rules that settle them (docs/protocol.md §4 step 9 "JOIN", §
    without its bit, CHUNK_MISMATCH) while a copy of it was still on its way (a retransmission,
    a duplicate); the slot turned async and counted the copy, and the worker relaunched the
    same lanes at the open round. The switch marks what it refused and never counts it later
-   (§4 step 8), and every reply echoes the transmission number it answers (§9).
+   (§4 step 8), and every reply echoes the transmission number it answers (§9). A JOIN
+   answered NOT_JOINED leaves a mark of its own, which refuses a copy of it in the round
+   opened since (§4 step 9).
 """
 
 from __future__ import annotations
@@ -85,12 +87,40 @@ def test_a_join_never_opens_a_round(job):
                         reason=ResyncReason.NOT_JOINED)
     assert drops(t, DropReason.NOT_JOINED) == 1
     assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 0
-    # Nothing was opened: worker 1 opens round 0 as on a fresh slot, and the JOIN that now
-    # meets it with another chunk learns which chunk the round aggregates.
+    # Nothing was opened: worker 1 opens round 0 as on a fresh slot.
+    assert send(t, 1, 0) == []
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 1)) == 1
+
+
+def test_a_join_learns_the_chunk_of_the_open_round(job):
+    t = job
+    swap(t, Mode.SYNC)
     assert send(t, 1, 0) == []
     out = send(t, 0, 0, OTHER_CHUNK, flags=Flag.JOIN, tx=6)
     assert out == reply(0, op=wire.Op.RESYNC, flags=6 << wire.TX_SHIFT, round=0, chunk=CHUNK,
                         count=1, bitmap=0b0010, reason=ResyncReason.CHUNK_MISMATCH)
+    assert send(t, 0, 0, CHUNK, flags=Flag.JOIN, tx=7) == []  # joined: the round waits on
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 1
+
+
+def test_a_copy_of_a_join_refused_with_no_round_open_is_refused_in_the_round_opened_since(job):
+    """A JOIN answered NOT_JOINED had a duplicate on its way that met the round opened since:
+    counting it would count the residual the worker took back (§4 step 9, the JOIN mark)."""
+    t = job
+    refusal_marked(t)
+    swap(t, Mode.SYNC)
+    assert send(t, 0, 0, seed=10, flags=Flag.JOIN, tx=5) == reply(
+        0, op=wire.Op.RESYNC, flags=5 << wire.TX_SHIFT, round=0, chunk=0,
+        reason=ResyncReason.NOT_JOINED)
+    assert send(t, 1, 0) == []  # round 0 opens
+    out = send(t, 0, 0, seed=10, flags=Flag.JOIN, tx=5)  # the copy
+    assert out == reply(0, op=wire.Op.RESYNC, flags=5 << wire.TX_SHIFT, round=0, chunk=CHUNK,
+                        count=1, bitmap=0b0010, reason=ResyncReason.NOT_JOINED)
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 0
+    # The copy spent the mark: the worker's next JOIN is counted.
+    assert send(t, 0, 0, seed=11, flags=Flag.JOIN, tx=6) == []
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 0)) == 1
+    assert drops(t, DropReason.NOT_JOINED) == 2
 
 
 def test_a_join_never_makes_an_async_round_of_its_own(job):

@@ -2,12 +2,13 @@
 
 Each rule closed a race that a timing-dependent test or the simulation found first
 (docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
-the transmission-number echo, the JOIN, the install epoch, the install tag and the refusal
-mark. With the rule taken out (a test-only engine option, a longer `join_after` than any
-run, a pipeline that never sees a new install, never tags its replies or never marks what
-it refused), some seed of a fixed, small budget must violate an invariant; with the rule
-in, the same seeds pass. The refusal mark's race is rarer (2 seeds in 60,000): its test
-replays the two schedules that found it, as the shrinker left them (tests/sim/plans/).
+the transmission-number echo, the JOIN, the install epoch, the install tag, the refusal
+mark and the JOIN mark. With the rule taken out (a test-only engine option, a longer
+`join_after` than any run, a pipeline that never sees a new install, never tags its replies
+or never marks what it refused), some seed of a fixed, small budget must violate an
+invariant; with the rule in, the same seeds pass. The marks' races are rarer (a seed in
+tens of thousands): their tests replay the schedules that found them, as the shrinker left
+them (tests/sim/plans/).
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ class NoRefusalPipeline(Pipeline):
     a contribution the switch answered "not counted"."""
 
     def _refuse(self, seq_index, r, epoch, counted):  # type: ignore[no-untyped-def]
+        pass
+
+
+class NoJoinMarkPipeline(Pipeline):
+    """The reference model with the JOIN mark taken out: a copy of a JOIN answered
+    NOT_JOINED is counted in the round opened since."""
+
+    def _join_marked(self, seq_index, r, epoch):  # type: ignore[no-untyped-def]
+        return False
+
+    def _mark_join(self, seq_index, r, epoch, counted, spent):  # type: ignore[no-untyped-def]
         pass
 
 
@@ -98,11 +110,13 @@ def test_without_the_install_tag_a_restart_goes_unnoticed() -> None:
     assert not check(rec, sim), f"seed {seed} fails with the install tag too"
 
 
-@pytest.mark.parametrize("name", ["probe_relaunched", "late_resent"])
-def test_without_the_refusal_mark_a_duplicate_counts_twice(name: str) -> None:
+@pytest.mark.parametrize(("name", "pipeline"), [("probe_relaunched", NoRefusalPipeline),
+                                              ("late_resent", NoRefusalPipeline),
+                                              ("join_copied", NoJoinMarkPipeline)])
+def test_without_the_refusal_marks_a_duplicate_counts_twice(name: str, pipeline: type) -> None:
     plan = Plan.from_json((Path(__file__).parent / "plans" / f"{name}.json").read_text())
-    rec, sim = simulate(plan, "python", make_pipeline=NoRefusalPipeline)
+    rec, sim = simulate(plan, "python", make_pipeline=pipeline)
     found = check(rec, sim)
     assert found and "exactly-once" in found[0], found
     rec, sim = simulate(plan, "python")
-    assert not check(rec, sim), f"{name} fails with the refusal mark too"
+    assert not check(rec, sim), f"{name} fails with the marks too"

@@ -126,6 +126,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         // swap into async). A refusal is marked where r was not counted.
         bool counted = seq_ep == meta.epoch && seq == r;
         bool refused = seq_ep == ~meta.epoch && seq == r;
+        // A JOIN at r answered NOT_JOINED with no round open leaves ~r under the refusal
+        // mark (the JOIN mark, step 9), so that a copy of it that meets round r once it
+        // opened is refused too; the first JOIN that meets the mark spends it.
+        bool join_marked = seq_ep == ~meta.epoch && seq == ~r;
         epoch_t refuse_ep = seq_ep;
         if (!counted) {
             refuse_ep = ~meta.epoch;
@@ -213,12 +217,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                     bmp = 0;
                     has_result = 1;
                 }
-            } else if (cnt == 0 && join) {
-                // A JOIN never opens a round.
+            } else if (join && (cnt == 0 || join_marked)) {
+                // A JOIN never opens a round; a copy of one refused so is refused too.
                 meta.verdict = verdict_t.NOT_JOINED;
                 meta.count_drop = true;
                 meta.drop_reason = DROP_NOT_JOINED;
                 meta.out_reason = RESYNC_NOT_JOINED;
+                if (cnt != 0) {
+                    seq_ep = 0;             // the mark is spent
+                } else if (!counted) {
+                    seq = ~r;
+                    seq_ep = ~meta.epoch;
+                }
             } else if (cnt != 0 && hdr.hysync.chunk != chk) {
                 meta.verdict = verdict_t.CHUNK_MISMATCH;
                 meta.count_drop = true;
