@@ -5,7 +5,16 @@ The parts: `hysync.controlplane` (the `hysync` command, P4Runtime), `hysync.soft
 `hysync.torch` (`attach`, for training scripts) and `hysync.topologies` (emulation).
 """
 
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+# HySync processes start child processes (switches, workers) while their P4Runtime channels
+# are open. grpcio's fork handlers then restart its poller in the forked child, whose fds
+# subprocess closes before exec: the child (or, with the handlers racing, the parent) aborts
+# with "epoll_wait error: Bad file descriptor" (grpc/grpc#43055). No HySync process uses gRPC
+# in a forked child without exec, so the handlers are off unless the user says otherwise.
+# grpcio reads this when it is first imported, which every HySync module does after this.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 try:
     __version__ = version("hysync")

@@ -132,8 +132,10 @@ class Bmv2Target:
 
     @staticmethod
     def _raw_socket(ifname: str) -> socket.socket:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        sock.bind((ifname, 0))
+        # Protocol 0 until the bind: a socket opened for ETH_P_ALL takes every interface's
+        # frames (the loopback's HySync traffic of other processes too) until it is bound.
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        sock.bind((ifname, ETH_P_ALL))
         sock.setblocking(False)
         return sock
 
