@@ -241,8 +241,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     // A JOIN never opens a round; one answered so leaves the JOIN mark (~r under the refusal
     // mark), so that a copy of it that meets the round opened since is refused too. The first
     // JOIN that meets the mark spends it: the worker's next JOIN counts.
-    const bool join_marked = seq_epoch == refused_mark && seq == ~r;
-    if (join && (count == 0 || join_marked)) {
+    if (join && (count == 0 || (seq_epoch == refused_mark && seq == ~r))) {
       if (count) {
         seq_epoch = 0;
       } else if (!counted) {
