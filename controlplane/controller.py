@@ -119,6 +119,17 @@ class Controller:
         self._removed_epochs: dict[int, int] = {}
 
     # ---------------------------------------------------------- state
+    @property
+    def arch(self) -> str:
+        """The architecture the switch's P4Info names (`v1model`, `tna`, `t2na`)."""
+        return self.switch.schema.p4info.pkg_info.arch
+
+    @property
+    def hot_swaps_async(self) -> bool:
+        """Whether a slot can enter or leave async by a hot swap on this switch
+        (`sync_mode.async_swap_refusal`)."""
+        return self.arch not in sync_mode.NO_ASYNC_SWAP_ARCHS
+
     def attach(self) -> Controller:
         """Build the job registry from the switch's tables and groups (restart, new CLI)."""
         state = self._read()
@@ -312,6 +323,9 @@ class Controller:
             raise ValidationError(f"{mode.name.lower()} mode takes no quorum (it closes a round "
                                   "on every member / every contribution); leave it out")
         q = quorum if mode == Mode.PARTIAL and quorum is not None else 0
+        refusal = sync_mode.async_swap_refusal(self.arch, job.modes, job_id, low, high, mode)
+        if refusal is not None:
+            raise ValidationError(refusal)
         first, then = sync_mode.plan_set_mode(job.modes, job_id, low, high, mode, q)
         self.switch.write(first)
         self.switch.write(then)

@@ -14,6 +14,7 @@ import math
 import threading
 import time as _time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
@@ -51,6 +52,12 @@ class PolicyRunner:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         self.controller, self.job_id, self.policy = controller, job_id, policy
+        if policy.config.allow_async and not controller.hot_swaps_async:
+            # The Tofino program cannot hot-swap async (sync_mode.async_swap_refusal): the
+            # policy probes and adapts with partial instead.
+            policy.config = replace(policy.config, allow_async=False)
+            log.info("job %d: %s switch, the policy runs without async", job_id,
+                     controller.arch)
         self.interval, self.dry_run = interval, dry_run
         self.echo = echo
         self._log: IO[str] | None = log_path.open("a") if log_path is not None else None

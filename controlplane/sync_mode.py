@@ -16,6 +16,13 @@ Range strategy of a hot swap of slots [a, b] (`plan_set_mode`), "newest wins":
 So every entry left decides at least one slot: a job never holds more entries than
 it has distinct runs of swapped slots. Priorities only grow; 2^31 swaps would be
 needed to exhaust them.
+
+**What a pipeline can hot-swap** (`async_swap_refusal`). The Tofino program numbers an
+async round in a later pass than the one that decides it, so a swap away from async
+inside that pass's window could let a round opened after the swap take the same number
+and count a contribution twice (docs/tofino.md, difference 3). On a pipeline whose P4Info
+says it is the TNA program, a slot therefore never enters or leaves async by a hot swap:
+async is a job's install-time mode there, and hot swaps move between sync and partial.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from hysync.wire import Mode
 
 BASE_PRIORITY = 1
 DEFAULT = (Mode.SYNC, 0)  # what a miss in the modes table means
+# P4Info architectures (pkg_info.arch) that cannot hot-swap a slot into or out of async:
+# the TNA program for Tofino 1 and Tofino 2 (see the module doc).
+NO_ASYNC_SWAP_ARCHS = frozenset({"tna", "t2na"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +134,27 @@ def effective(ranges: Iterable[ModeRange], low: int, high: int) -> list[Segment]
         else:
             segments.append(Segment(start, stop - 1, Mode(mode), quorum))
     return segments
+
+
+def async_swap_refusal(arch: str, ranges: Iterable[ModeRange], job_id: int, low: int,
+                       high: int, mode: Mode) -> str | None:
+    """Why a pipeline of P4Info architecture `arch` cannot set slots [low, high] to `mode`,
+    or None when it can: on the TNA program, a swap that moves a slot into or out of async
+    (see the module doc). Slots already in `mode` do not count: setting async on slots that
+    are async changes nothing."""
+    if arch not in NO_ASYNC_SWAP_ARCHS:
+        return None
+    moved = [s for s in effective(ranges, low, high)
+             if s.mode != mode and Mode.ASYNC in (s.mode, mode)]
+    if not moved:
+        return None
+    s = moved[0]
+    way = "into" if mode == Mode.ASYNC else "out of"
+    return (f"slots {s.low}-{s.high} of job {job_id} are {format_mode(s.mode, s.quorum)} and "
+            f"this switch runs the Tofino program ({arch}), which cannot hot-swap a slot {way} "
+            "async (an async round is numbered in a later pass, so a round opened right after "
+            "the swap could take its number: docs/tofino.md, difference 3); swap between sync "
+            "and partial, or remove the job and add it again with the mode you want")
 
 
 def format_mode(mode: Mode, quorum: int) -> str:

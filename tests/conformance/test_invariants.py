@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hysync import p4names, wire
+from hysync.controlplane import sync_mode
+from hysync.controlplane.sync_mode import ModeRange
 from hysync.wire import Mode, Op, ResyncReason
 
 from .conftest import install
@@ -70,6 +72,7 @@ class World:
         self.to_workers: list[tuple[int, bytes]] = []
         self.results: dict[tuple[int, int], tuple[int, bytes]] = {}  # (slot, round) -> ...
         self.modes_seen: dict[int, set[int]] = {s: {Mode.SYNC} for s in SLOTS}
+        self.desired = (Mode.SYNC, 0)  # JOB1's modes entry
         self.junk_frames: set[bytes] = set()
 
     # ------------------------------------------------------------ events
@@ -111,11 +114,16 @@ class World:
             del worker.outstanding[h.slot]
 
     def swap(self, slot_mode: int, quorum: int) -> None:
-        # The TNA design's second passes complete before a swap lands: the one race left
-        # open there (a swap inside an async contribution's two passes, docs/tofino.md,
-        # difference 3) is pinned by test_tna_model.py instead of being found again here.
-        self.recirculate()
+        # On the TNA design a swap lands with later passes still held, as on a Tofino; a
+        # swap into or out of async is refused there, as the controller refuses it
+        # (docs/tofino.md, difference 3; test_tna_model.py shows the race it would open).
+        if isinstance(self.target, TnaModelTarget) and sync_mode.async_swap_refusal(
+                "tna", [ModeRange(JOB1.job_id, min(SLOTS), max(SLOTS), self.desired[0],
+                                  self.desired[1])], JOB1.job_id, min(SLOTS), max(SLOTS),
+                Mode(slot_mode)):
+            return
         self.target.write("MODIFY", mode_write(JOB1, slot_mode, quorum))
+        self.desired = (Mode(slot_mode), quorum)
         for s in SLOTS:
             self.modes_seen[s].add(slot_mode)
 

@@ -3,8 +3,6 @@ and 3), which the shared suite cannot see: there, a second pass runs at once."""
 
 from __future__ import annotations
 
-import pytest
-
 from hysync import p4names, wire
 from hysync.wire import DropReason, Flag, Mode
 
@@ -52,14 +50,14 @@ def test_async_rounds_in_flight_together_take_distinct_round_numbers():
     assert rounds == [0, 0, 0, 0, 1, 1, 1, 1]   # 4 replicas of each of the two rounds
 
 
-@pytest.mark.xfail(strict=True, reason="open defect of the TNA design (docs/tofino.md, "
-                   "difference 3): a swap away from async inside an async contribution's two "
-                   "passes lets a sync round open on the round number the async one then takes")
-def test_a_swap_inside_an_async_window_does_not_count_a_contribution_twice():
-    """Found by the invariants test: worker 0's sync-style contribution arrives while its
-    slot is async (an async round of its own, second pass pending); the slot is swapped to
-    partial(2); worker 0's retransmission opens round 0 again and worker 1 closes it. Two
-    different results for round 0 follow, and worker 0 is in both."""
+def test_a_swap_out_of_async_inside_an_async_window_would_count_twice_so_tofino_refuses_it():
+    """Why the controller never swaps a slot out of async on the Tofino program
+    (docs/tofino.md, difference 3; tests/controlplane/test_tofino_swaps.py): worker 0's
+    sync-style contribution arrives while its slot is async (an async round of its own,
+    its ASYNC pass pending); a swap to partial(2) lands inside that window; worker 0's
+    retransmission opens round 0 again and worker 1 closes it. Two different results for
+    round 0 follow, and worker 0 is in both. If this test fails, the TNA design has closed
+    the window and `sync_mode.NO_ASYNC_SWAP_ARCHS` can let async swaps through again."""
     t = TnaModelTarget(hold=True)
     install(t, JOB1, Mode.ASYNC)
     held = [(JOB1.member(0).port, contribution(JOB1, 0, 1, 0, 0))]
@@ -69,11 +67,11 @@ def test_a_swap_inside_an_async_window_does_not_count_a_contribution_twice():
     t.write("MODIFY", mode_write(JOB1, Mode.PARTIAL, 2))
     for w in (0, 1):                                  # sync-style, round 0
         assert t.send(JOB1.member(w).port, contribution(JOB1, w, 1, 0, 0)) == []
-    results = {}
+    results: dict[int, set[int]] = {}
     for _, frame in t.release():
         h = wire.Header.unpack(frame, wire.HYSYNC_OFFSET)
         results.setdefault(h.round, set()).add(h.bitmap)
-    assert all(len(bitmaps) == 1 for bitmaps in results.values()), results
+    assert results[0] == {0b01, 0b11}, results        # round 0 twice; worker 0 in both
 
 
 def test_a_new_install_resets_a_used_slot_once_with_its_packets_in_flight():

@@ -25,8 +25,8 @@ decided (a contribution that arrives while a close is under way meets the CLOSIN
 the bank's next round cannot open before the advance). The result header is stored per
 bank, like the lanes, when the close is decided: a resend of round r reads bank r & 1,
 which only round r + 2's close writes again. The one case where the passes are not the
-same (an async bank write between a resend's lane passes, after a swap away from async)
-is in docs/tofino.md, difference 3.
+same (an async bank write between a resend's lane passes, after a swap away from async,
+which the controller never makes on Tofino) is in docs/tofino.md, difference 3.
 
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and
