@@ -37,6 +37,8 @@ def render() -> str:
         "#include <cstddef>",
         "#include <cstdint>",
         "",
+        '#include "common/bytes.h"',
+        "",
         "namespace hysync::wire {",
         "",
     ]
@@ -46,12 +48,42 @@ def render() -> str:
         out += [f"  {name} = {int(member.value)},"
                 for name, member in enum_type.__members__.items()]
         out += ["};"]
+        if not issubclass(enum_type, enum.IntFlag):  # a flags byte has no one name
+            out += ["", f"inline const char* name({enum_type.__name__} v) {{", "  switch (v) {"]
+            out += [f"    case {enum_type.__name__}::{name}: return \"{name}\";"
+                    for name in enum_type.__members__]
+            out += ["  }", '  return "?";', "}"]
     out += ["", "// Header fields: byte offset in the HySync header, and C type (network order)."]
     for name, offset, width in field_offsets():
         out += [f"inline constexpr std::size_t OFF_{name.upper()} = {offset};"
                 f"  // {_CTYPE[width]}"]
+    out += header_codec()
     out += ["", "}  // namespace hysync::wire", ""]
     return "\n".join(out)
+
+
+_LOAD = {8: "{p}[{off}]", 16: "load_be16({p} + {off})", 32: "load_be32({p} + {off})"}
+_STORE = {8: "{p}[{off}] = h.{name};", 16: "store_be16({p} + {off}, h.{name});",
+          32: "store_be32({p} + {off}, h.{name});"}
+
+
+def header_codec() -> list[str]:
+    """The header as a struct of host-order fields, read from and written to the wire: the
+    one C++ codec, which the worker engine and the data plane both use."""
+    fields = field_offsets()
+    out = ["", "// The HySync header, fields in host byte order (wire order as declared).",
+           "struct Header {"]
+    out += [f"  {_CTYPE[width]} {name} = 0;" for name, _, width in fields]
+    out += ["};", "", "// The header at d (HEADER_BYTES, network order).",
+            "inline Header load_header(const uint8_t* d) {", "  Header h;"]
+    out += [f"  h.{name} = " + _LOAD[width].format(p="d", off=f"OFF_{name.upper()}") + ";"
+            for name, _, width in fields]
+    out += ["  return h;", "}", "", "// Writes h at o (HEADER_BYTES, network order).",
+            "inline void store_header(uint8_t* o, const Header& h) {"]
+    out += ["  " + _STORE[width].format(p="o", off=f"OFF_{name.upper()}", name=name)
+            for name, _, width in fields]
+    out += ["}"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

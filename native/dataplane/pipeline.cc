@@ -88,19 +88,21 @@ uint8_t install_tag(uint32_t epoch) { return uint8_t(epoch & 0xFF); }
 void put_header(uint8_t* o, uint8_t version, uint8_t op, uint8_t flags, uint32_t mode,
                 uint16_t job, uint8_t worker, uint32_t count, uint16_t slot, uint8_t reason,
                 uint32_t quorum, uint32_t round, uint32_t chunk, uint32_t bitmap) {
-  o[w::OFF_VERSION] = version;
-  o[w::OFF_OP] = op;
-  o[w::OFF_FLAGS] = flags;
-  o[w::OFF_MODE] = uint8_t(mode);
-  store_be16(o + w::OFF_JOB_ID, job);
-  o[w::OFF_WORKER_ID] = worker;
-  o[w::OFF_COUNT] = uint8_t(count);
-  store_be16(o + w::OFF_SLOT, slot);
-  o[w::OFF_REASON] = reason;
-  o[w::OFF_QUORUM] = uint8_t(quorum);
-  store_be32(o + w::OFF_ROUND, round);
-  store_be32(o + w::OFF_CHUNK, chunk);
-  store_be32(o + w::OFF_BITMAP, bitmap);
+  w::Header h;
+  h.version = version;
+  h.op = op;
+  h.flags = flags;
+  h.mode = uint8_t(mode);
+  h.job_id = job;
+  h.worker_id = worker;
+  h.count = uint8_t(count);
+  h.slot = slot;
+  h.reason = reason;
+  h.quorum = uint8_t(quorum);
+  h.round = round;
+  h.chunk = chunk;
+  h.bitmap = bitmap;
+  w::store_header(o, h);
 }
 
 uint16_t ipv4_checksum(const uint8_t* header) {
@@ -157,12 +159,12 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                             uint32_t src_ip, uint16_t src_port, uint64_t nbytes, uint8_t* out) {
   constexpr Verdict none{Emit::NONE, 0, 0};
   if (size < w::HEADER_BYTES) return drop(c, 0, DropReason::MALFORMED, nbytes), none;
-  const uint8_t version = p[w::OFF_VERSION], op = p[w::OFF_OP];
-  const uint16_t job = load_be16(p + w::OFF_JOB_ID), s = load_be16(p + w::OFF_SLOT);
-  const uint8_t wk = p[w::OFF_WORKER_ID];
-  const uint32_t r = load_be32(p + w::OFF_ROUND), chunk = load_be32(p + w::OFF_CHUNK);
-  const bool join = p[w::OFF_FLAGS] & uint8_t(w::Flag::JOIN);
-  const uint8_t echo = p[w::OFF_FLAGS] & w::TX_MASK;  // every reply echoes the transmission
+  const w::Header h = w::load_header(p);
+  const uint8_t version = h.version, op = h.op, wk = h.worker_id;
+  const uint16_t job = h.job_id, s = h.slot;
+  const uint32_t r = h.round, chunk = h.chunk;
+  const bool join = h.flags & uint8_t(w::Flag::JOIN);
+  const uint8_t echo = h.flags & w::TX_MASK;  // every reply echoes the transmission
   if ((op == uint8_t(Op::CONTRIB) || op == uint8_t(Op::RESULT)) && size < w::PACKET_BYTES)
     return drop(c, job, DropReason::MALFORMED, nbytes), none;
   if (version != w::VERSION) return drop(c, job, DropReason::BAD_VERSION, nbytes), none;

@@ -22,17 +22,7 @@ constexpr uint32_t HALF32 = 1u << 31;
 constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode::PARTIAL),
                   ASYNC = uint8_t(wire::Mode::ASYNC);
 
-struct Header {
-  uint8_t version, op, flags, mode, worker_id, count, reason;
-  uint16_t job_id, slot;
-  uint32_t round, chunk, bitmap;
-  explicit Header(const uint8_t* d)
-      : version(d[wire::OFF_VERSION]), op(d[wire::OFF_OP]), flags(d[wire::OFF_FLAGS]),
-        mode(d[wire::OFF_MODE]), worker_id(d[wire::OFF_WORKER_ID]), count(d[wire::OFF_COUNT]),
-        reason(d[wire::OFF_REASON]), job_id(load_be16(d + wire::OFF_JOB_ID)),
-        slot(load_be16(d + wire::OFF_SLOT)), round(load_be32(d + wire::OFF_ROUND)),
-        chunk(load_be32(d + wire::OFF_CHUNK)), bitmap(load_be32(d + wire::OFF_BITMAP)) {}
-};
+using wire::Header;  // the generated codec (hysync_wire.h)
 
 // Decoding a datagram (io.cc).
 const char* op_name(uint8_t op);

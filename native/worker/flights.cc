@@ -113,14 +113,15 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
     f.round = rnd == nullptr ? next_round_[i] : *rnd;
     f.async_style = false;
   }
-  uint8_t* d = f.data.data();
-  d[wire::OFF_VERSION] = uint8_t(wire::VERSION);
-  d[wire::OFF_OP] = uint8_t(wire::Op::CONTRIB);
-  store_be16(d + wire::OFF_JOB_ID, uint16_t(cfg_.job_id));
-  d[wire::OFF_WORKER_ID] = uint8_t(cfg_.worker_id);
-  store_be16(d + wire::OFF_SLOT, uint16_t(cfg_.slot_base + i));
-  store_be32(d + wire::OFF_ROUND, f.round);
-  store_be32(d + wire::OFF_CHUNK, f.chunk);
+  Header h;  // flags: transmit() writes them, per transmission
+  h.version = uint8_t(wire::VERSION);
+  h.op = uint8_t(wire::Op::CONTRIB);
+  h.job_id = uint16_t(cfg_.job_id);
+  h.worker_id = uint8_t(cfg_.worker_id);
+  h.slot = uint16_t(cfg_.slot_base + i);
+  h.round = f.round;
+  h.chunk = f.chunk;
+  wire::store_header(f.data.data(), h);
   f.floor_known = known_[i];
   f.floor = next_round_[i];
   f.tries = 0;

@@ -21,15 +21,7 @@ constexpr uint64_t LOG_EVERY = 1000;  // after the first few, log one bad datagr
 
 }  // namespace
 
-const char* op_name(uint8_t op) {
-  switch (op) {
-    case 1: return "CONTRIB";
-    case 2: return "RESULT";
-    case 3: return "RESYNC";
-    case 4: return "ACK";
-    default: return "?";
-  }
-}
+const char* op_name(uint8_t op) { return wire::name(wire::Op(op)); }
 
 // Why a datagram does not decode (hysync.wire.Packet.decode's messages), or "" if it does.
 std::string decode_error(const uint8_t* d, std::size_t size) {
@@ -39,8 +31,9 @@ std::string decode_error(const uint8_t* d, std::size_t size) {
   if (version != wire::VERSION)
     return "HySync version " + std::to_string(version) + ", this build speaks " +
            std::to_string(wire::VERSION);
-  const bool full = op == 1 || op == 2;
-  if (!full && op != 3 && op != 4) return "unknown HySync op " + std::to_string(op);
+  const bool full = op == uint8_t(wire::Op::CONTRIB) || op == uint8_t(wire::Op::RESULT);
+  if (!full && op != uint8_t(wire::Op::RESYNC) && op != uint8_t(wire::Op::ACK))
+    return "unknown HySync op " + std::to_string(op);
   const std::size_t want = full ? P : H;
   if (size != want)
     return std::string(op_name(op)) + " must be " + std::to_string(want) + " bytes, got " +

@@ -192,7 +192,7 @@ void Engine::clear_resync() {
 // ------------------------------------------------------------------ replies
 // A full-size datagram: a RESULT, or garbage.
 void Engine::on_full(const uint8_t* d, double now) {
-  const Header h(d);
+  const Header h = wire::load_header(d);
   const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
   if (h.version != wire::VERSION || h.op != uint8_t(wire::Op::RESULT) || h.job_id != cfg_.job_id ||
       h.slot < cfg_.slot_base || i >= w_ || h.count == 0) {
@@ -292,7 +292,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
     bad(err);
     return;
   }
-  const Header h(d);
+  const Header h = wire::load_header(d);
   const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
   const bool reply = h.op == uint8_t(wire::Op::RESYNC) || h.op == uint8_t(wire::Op::ACK);
   if (h.job_id != cfg_.job_id || h.slot < cfg_.slot_base || i >= w_ ||

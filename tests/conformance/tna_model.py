@@ -50,11 +50,15 @@ from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
 from .targets import SoftswitchTarget
 from .topology import PORTS
 
-_HDR = struct.Struct("!BBBBHBBHBBIII")
 _BE = np.dtype(">i4")
 _U32 = 0xFFFFFFFF
 CLOSING = -(1 << 31)
 LATCHED = 0x10000
+
+
+def _pack(head: dict[str, int]) -> bytes:
+    """The header fields by name, in wire order (hysync/wire.py owns the layout)."""
+    return wire.HEADER_STRUCT.pack(*(head[name] for name, _ in wire.HEADER_FIELDS))
 
 
 def _int32(value: int) -> int:
@@ -74,7 +78,7 @@ class SecondPass:
     """A recirculated packet: what its next pass does (pass_t) and the RESULT it carries."""
     kind: str           # "close", "async", "resend", "reset" (then "retry": a first pass)
     s: int
-    head: list[int]     # the HySync header fields, _HDR order
+    head: dict[str, int]  # the HySync header, by field name
     lanes: np.ndarray
     group: int
     port_back: bool     # resend: unicast back to the sender
@@ -187,20 +191,22 @@ class TnaModelPipeline(Pipeline):
 
         # 6. The verdict.
         tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
-        head = [version, Op.RESULT, 0, mode, job, w, 0, s, tag, quorum, cur, chunk, 0]
+        head = dict(version=version, op=Op.RESULT, flags=0, mode=mode, job_id=job, worker_id=w,
+                    count=0, slot=s, reason=tag, quorum=quorum, round=cur, chunk=chunk,
+                    bitmap=0)
         if not_joined:
             return self._not_joined_tna(head, echo, stored_chunk, nbytes)
         if async_path:
             if duplicate:
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
-                head[1], head[2], head[6], head[10], head[12] = Op.ACK, echo, 0, r, 0
-                return REPLY, 0, _HDR.pack(*head)
+                head.update(op=Op.ACK, flags=echo, count=0, round=r, bitmap=0)
+                return REPLY, 0, _pack(head)
             if join:   # a JOIN never makes an async round of its own
                 return self._not_joined_tna(head, echo, stored_chunk, nbytes)
             self._contributions.count(member, nbytes)
             self._closes.count(member, nbytes)
-            head[6], head[12] = 1, me
+            head["count"], head["bitmap"] = 1, me
             return self._recirculate(SecondPass("async", s, head, lanes, group, False,
                                                 self._frame))
         if open_sync:
@@ -212,7 +218,7 @@ class TnaModelPipeline(Pipeline):
             if fresh:
                 self._contributions.count(member, nbytes)
                 self.t_lanes[bank] = lanes
-                head[6], head[12] = 1, me
+                head["count"], head["bitmap"] = 1, me
                 if q == 1:
                     return self._close_first_pass(s, head, bank, group, member, nbytes)
                 return None
@@ -220,7 +226,7 @@ class TnaModelPipeline(Pipeline):
                 self._drop(job, DropReason.DUPLICATE, nbytes)
                 self._duplicates.count(member, nbytes)
                 if stored_count > q - 1:
-                    head[6], head[12] = stored_count & 0xFF, stored_bits
+                    head["count"], head["bitmap"] = stored_count & 0xFF, stored_bits
                     return self._close_first_pass(s, head, bank, group, member, nbytes)
                 return None
             if stored_count < 0:   # the round's close is under way: refused
@@ -229,16 +235,17 @@ class TnaModelPipeline(Pipeline):
                 return None
             self._contributions.count(member, nbytes)
             self.t_lanes[bank] += lanes
-            head[6], head[12] = (stored_count + 1) & 0xFF, stored_bits | me
+            head["count"], head["bitmap"] = (stored_count + 1) & 0xFF, stored_bits | me
             if stored_count >= q - 1:
                 return self._close_first_pass(s, head, bank, group, member, nbytes)
             return None
         if prev:
             res_bitmap, res_packed, res_chunk = self.t_res[2 * s + (r & 1)]
             (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
-            head = [version, Op.RESULT, Flag.RESEND | echo, res_packed >> 8 & 0xFF, job, w,
-                    res_packed >> 16 & 0xFF, s, tag, res_packed & 0xFF, r, res_chunk,
-                    res_bitmap]
+            head = dict(version=version, op=Op.RESULT, flags=Flag.RESEND | echo,
+                        mode=res_packed >> 8 & 0xFF, job_id=job, worker_id=w,
+                        count=res_packed >> 16 & 0xFF, slot=s, reason=tag,
+                        quorum=res_packed & 0xFF, round=r, chunk=res_chunk, bitmap=res_bitmap)
             lanes = self.t_lanes[2 * s + (r & 1)].copy()
             return self._recirculate(SecondPass("resend", s, head, lanes, group, True,
                                                 self._frame))
@@ -250,28 +257,30 @@ class TnaModelPipeline(Pipeline):
                                           stored_bits if under_way else 0,
                                           stored_count if under_way else 0)
 
-    def _resync_tna(self, head: list[int], reason: int, echo: int, chunk: int, bits: int,
+    def _resync_tna(self, head: dict[str, int], reason: int, echo: int, chunk: int, bits: int,
                     count: int) -> bytes:
-        """A RESYNC of the open round head[10] = cur, echoing the transmission number."""
-        head[1], head[2], head[8], head[11], head[12] = Op.RESYNC, echo, reason, chunk, bits
-        head[6] = count & 0xFF
-        return _HDR.pack(*head)
+        """A RESYNC of the open round head["round"] = cur, echoing the transmission number."""
+        head.update(op=Op.RESYNC, flags=echo, reason=reason, chunk=chunk, bitmap=bits,
+                    count=count & 0xFF)
+        return _pack(head)
 
-    def _not_joined_tna(self, head: list[int], echo: int, chunk: int,
+    def _not_joined_tna(self, head: dict[str, int], echo: int, chunk: int,
                         nbytes: int) -> tuple[int, int, bytes]:
-        self._drop(head[4], DropReason.NOT_JOINED, nbytes)
+        self._drop(head["job_id"], DropReason.NOT_JOINED, nbytes)
         return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, echo, chunk, 0, 0)
 
-    def _close_first_pass(self, s: int, head: list[int], bank: int, group: int, member: int,
+    def _close_first_pass(self, s: int, head: dict[str, int], bank: int, group: int, member: int,
                           nbytes: int) -> tuple[int, int, bytes] | None:
         self._closes.count(member, nbytes)
         self._store_result(bank, head)
         return self._recirculate(SecondPass("close", s, head, self.t_lanes[bank].copy(),
                                             group, False, self._frame))
 
-    def _store_result(self, bank: int, head: list[int]) -> None:
+    def _store_result(self, bank: int, head: dict[str, int]) -> None:
         """ResultHeader's write: the RESULT header of the round that closes in this bank."""
-        self.t_res[bank] = (head[12], head[6] << 16 | head[3] << 8 | head[9], head[11])
+        self.t_res[bank] = (head["bitmap"],
+                            head["count"] << 16 | head["mode"] << 8 | head["quorum"],
+                            head["chunk"])
 
     def _recirculate(self, second: SecondPass) -> tuple[int, int, bytes] | None:
         if self.hold:
@@ -307,14 +316,14 @@ class TnaModelPipeline(Pipeline):
             self.t_slot_epoch[s] = second.epoch
             return self._recirculate(SecondPass("retry", s, [], second.lanes, second.group,
                                                 False, second.frame))
-        if second.kind == "close" and cur == head[10]:
-            self.t_round[s] = ((head[10] + 1) & _U32, round_epoch)
+        if second.kind == "close" and cur == head["round"]:
+            self.t_round[s] = ((head["round"] + 1) & _U32, round_epoch)
         elif second.kind == "async":
-            head[10] = cur
+            head["round"] = cur
             self.t_round[s] = ((cur + 1) & _U32, round_epoch)
             self.t_lanes[2 * s + (cur & 1)] = second.lanes
             self._store_result(2 * s + (cur & 1), head)
-        datagram = _HDR.pack(*head) + second.lanes.astype(_BE).tobytes()
+        datagram = _pack(head) + second.lanes.astype(_BE).tobytes()
         return (REPLY, 0, datagram) if second.port_back else (MULTICAST, second.group, datagram)
 
 

@@ -23,8 +23,6 @@ at its end:
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from hysync import wire
@@ -32,8 +30,8 @@ from hysync import wire
 from .plan import DEAD_AFTER, SCALE
 from .run import Record, Sim
 
-_HEAD = struct.Struct("!BBBBHBBHBBIII")
 H = wire.HEADER_BYTES
+_CHUNK = slice(wire.FIELD_OFFSET["chunk"], wire.FIELD_OFFSET["chunk"] + 4)  # its bytes
 
 
 def check(rec: Record, sim: Sim) -> list[str]:
@@ -121,9 +119,9 @@ def _exactly_once(rec: Record, wk) -> list[str]:
         if amount is None:
             continue
         s = rec.plan.slot_base + slot
-        if rec.last_counted.get((wk.w, s)) == data[16:20] + data[H:]:
+        if rec.last_counted.get((wk.w, s)) == data[_CHUNK] + data[H:]:
             continue  # counted: the worker's books already say so
-        chunk = struct.unpack_from("!I", data, 16)[0]
+        chunk = int.from_bytes(data[_CHUNK], "big")
         acc = pending.setdefault(chunk, np.zeros(wire.LANES, np.int64))
         acc += np.rint(np.asarray(amount, np.float64) * SCALE).astype(np.int64)
     out = []
@@ -156,7 +154,7 @@ def _agreement(rec: Record, wk) -> list[str]:
     out = []
     for head in wk.results:
         (_v, _op, _fl, _mode, _job, _w, count, slot, _r, _q, rnd, chunk,
-         bitmap) = _HEAD.unpack_from(head)
+         bitmap) = wire.HEADER_STRUCT.unpack_from(head)
         if (slot, rnd) in seen:
             out.append(f"agreement: worker {wk.w} applied slot {slot} round {rnd} twice")
         seen.add((slot, rnd))

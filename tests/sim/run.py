@@ -47,7 +47,6 @@ DONE, UNREACHABLE, PENDING, RESET = 0, 1, 3, 4
 STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
-_HEAD = struct.Struct("!BBBBHBBHBBIII")
 _OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK = (
     wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk"))
 _PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
@@ -199,7 +198,7 @@ class Sim:
     def describe(data: bytes) -> str:
         """One packet's header, for the trace."""
         (_v, op, flags, mode, _job, w, count, slot, reason, quorum, rnd, chunk,
-         bitmap) = _HEAD.unpack_from(data)
+         bitmap) = wire.HEADER_STRUCT.unpack_from(data)
         ops = {1: "CONTRIB", 2: "RESULT", 3: "RESYNC", 4: "ACK"}
         names = [f.name for f in wire.Flag if f.value and f.value & flags]
         tx = (flags & wire.TX_MASK) >> wire.TX_SHIFT
@@ -471,7 +470,7 @@ class Sim:
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""
         (_v, _op, _fl, mode, _job, _w, count, slot, _r, _q, rnd, chunk,
-         bitmap) = _HEAD.unpack_from(result)
+         bitmap) = wire.HEADER_STRUCT.unpack_from(result)
         self.rec.emitted.add((slot, rnd, chunk, count, bitmap))
         parts = self.open.pop(slot, [])
         want = np.zeros(wire.LANES, np.int64)
