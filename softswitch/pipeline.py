@@ -24,7 +24,9 @@ import numpy as np
 
 from hysync import p4names, wire
 from hysync.softswitch.tables import Counter, Entry, EntryError, Replica, Table
-from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
+from hysync.spec.decision import Counter as MemberCounter
+from hysync.spec.decision import Emit, LaneOp, SeqOp, decide, facts_of
+from hysync.wire import DropReason, Flag, Mode, Op
 
 # The counters in the order _contributions.._results unpack them (docs/protocol.md §8).
 COUNTER_NAMES = (
@@ -77,6 +79,10 @@ class Pipeline:
         self._contributions, self._late, self._duplicates, self._stale, self._closes, \
             self._drops, self._switch_drops, self._results = (self.counters[n]
                                                               for n in COUNTER_NAMES)
+        self._member_counters = {MemberCounter.CONTRIBUTIONS: self._contributions,
+                                 MemberCounter.LATE: self._late,
+                                 MemberCounter.DUPLICATES: self._duplicates,
+                                 MemberCounter.STALE: self._stale}
         self.reset_registers()
         for name in self.tables:
             self._rebuild_index(name)
@@ -246,93 +252,77 @@ class Pipeline:
 
     def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
                      nbytes: int) -> tuple[int, int, bytes] | None:
-        """Steps 8-10 for an admitted contribution (the v1model slot_update_action)."""
+        """Steps 8-10 for an admitted contribution: step 8 here, then the outcome of the
+        decision table (hysync/spec/decision.py) for the facts it reads, applied."""
         version, job, w, s, r, chunk, members, group, epoch = admitted
-        join = payload[_FLAGS] & Flag.JOIN
-        echo = payload[_FLAGS] & wire.TX_MASK  # every reply echoes the transmission number
+        flags = payload[_FLAGS]
+        echo = flags & wire.TX_MASK  # every reply echoes the transmission number
         # 8. a slot another install of a job used last starts afresh; then latch the
         # desired mode when no round is under way.
         if self.slot_epoch[s] != epoch:
             self._start_afresh(s, epoch)
-        if self.count[s] == 0:
+        count = self.count[s]
+        if count == 0:
             self.mode[s], self.quorum[s] = self._desired_mode(job, s)
-        mode = self.mode[s]
+        mode, quorum = self.mode[s], self.quorum[s]
         member = job * wire.MAX_WORKERS + w
         bit = 1 << w
         cur = self.round[s]
         seq_index = s * wire.MAX_WORKERS + w
-        counted = self.member_epoch[seq_index] == epoch and self.member_seq[seq_index] == r
+        cell_seq, cell_epoch = self.member_seq[seq_index], self.member_epoch[seq_index]
+        counted = cell_epoch == epoch and cell_seq == r
+        o = decide(facts_of(
+            asynchronous=mode == Mode.ASYNC, counted=counted,
+            refused=cell_epoch == wire.refused_mark(epoch) and cell_seq == r,
+            join_marked=self._join_marked(seq_index, r, epoch), join=bool(flags & Flag.JOIN),
+            open_round=r == cur, prev=r == (cur - 1) & _U32 and self.res_valid[s],
+            count=count, has_bit=bool(self.bitmap[s] & bit),
+            q=members if quorum == 0 else min(quorum, members),
+            chunk_differs=chunk != self.chunk[s], res_has_bit=bool(self.res_bitmap[s] & bit)))
 
-        if mode == Mode.ASYNC:  # 10.
-            if counted:
-                self._drop(job, DropReason.DUPLICATE, nbytes)
-                self._duplicates.count(member, nbytes)
-                return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s,
-                                           wire.install_tag(epoch), self.quorum[s], r, chunk, 0)
-            if join:  # a JOIN never makes a round of its own
-                return self._not_joined(s, version, job, w, echo, nbytes)
-            if (self.member_epoch[seq_index] == wire.refused_mark(epoch)
-                    and self.member_seq[seq_index] == r):  # answered "not counted" before
-                return self._stale_reply(s, version, job, w, echo, member, nbytes, counted)
+        if o.seq == SeqOp.RECORD:
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
-            self._contributions.count(member, nbytes)
-            bank = 2 * s + (cur & 1)
-            self.lanes[bank] = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
-            return self._close(s, job, w, group, cur, bank, chunk, 1, bit, version, nbytes)
-
-        if r == cur:  # 9. the open round
-            count = self.count[s]
-            quorum = self.quorum[s]
-            needed = members if quorum == 0 else min(quorum, members)
-            if self.bitmap[s] & bit:
-                self._drop(job, DropReason.DUPLICATE, nbytes)
-                self._duplicates.count(member, nbytes)
-                if count >= needed:  # membership shrank under the round: close it as it is
-                    return self._close(s, job, w, group, cur, 2 * s + (cur & 1), self.chunk[s],
-                                       count, self.bitmap[s], version, nbytes)
-                return None
-            if join and (count == 0 or self._join_marked(seq_index, r, epoch)):
-                # A JOIN never opens a round, and a copy of one answered so is not counted
-                # in the round opened since (step 9's JOIN mark).
-                self._mark_join(seq_index, r, epoch, counted, spent=count > 0)
-                return self._not_joined(s, version, job, w, echo, nbytes)
-            if count and chunk != self.chunk[s]:
-                self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
-                self._refuse(seq_index, r, epoch, counted)
-                return REPLY, 0, self._resync(s, version, job, w, echo,
-                                              ResyncReason.CHUNK_MISMATCH)
-            self._contributions.count(member, nbytes)
-            self.member_seq[seq_index] = r
-            self.member_epoch[seq_index] = epoch
-            bank = 2 * s + (cur & 1)
+        elif o.seq == SeqOp.REFUSE:
+            self._refuse(seq_index, r, epoch, counted)
+        elif o.seq in (SeqOp.JOIN_MARK, SeqOp.JOIN_SPEND):
+            self._mark_join(seq_index, r, epoch, counted, spent=o.seq == SeqOp.JOIN_SPEND)
+        if o.drop is not None:
+            self._drop(job, o.drop, nbytes)
+        if o.counter:
+            self._member_counters[o.counter].count(member, nbytes)
+        bank = 2 * s + (cur & 1)
+        if o.lanes:
             lanes = np.frombuffer(payload, ">i4", wire.LANES, wire.HEADER_BYTES)
-            if count == 0:
-                self.lanes[bank] = lanes
-                self.chunk[s] = chunk
-            else:
+            if o.lanes == LaneOp.ADD:
                 self.lanes[bank] += lanes
-            count += 1
-            bitmap = self.bitmap[s] | bit
-            if count >= needed:
-                return self._close(s, job, w, group, cur, bank, self.chunk[s], count, bitmap,
-                                   version, nbytes)
-            self.count[s] = count
-            self.bitmap[s] = bitmap
-            return None
+            else:
+                self.lanes[bank] = lanes
+                if o.lanes == LaneOp.WRITE_OPEN:
+                    self.chunk[s] = chunk
 
-        if r == (cur - 1) & _U32 and self.res_valid[s]:  # 9. the round that closed last
-            res_bitmap = self.res_bitmap[s]
-            (self._duplicates if res_bitmap & bit else self._late).count(member, nbytes)
-            if not res_bitmap & bit:
-                self._refuse(seq_index, r, epoch, counted)
+        emit = o.emit
+        if emit == Emit.CLOSE:
+            return self._close(s, job, w, group, cur, bank, chunk, count + 1,
+                               self.bitmap[s] | bit, version, nbytes)
+        if emit == Emit.ABSORB:
+            self.count[s] = count + 1
+            self.bitmap[s] |= bit
+            return None
+        if emit == Emit.RESYNC:
+            return REPLY, 0, self._resync(s, version, job, w, echo, o.reason)
+        if emit == Emit.ACK:
+            return REPLY, 0, _HDR.pack(version, Op.ACK, echo, mode, job, w, 0, s,
+                                       wire.install_tag(epoch), quorum, r, chunk, 0)
+        if emit == Emit.RESEND:
             head = _HDR.pack(version, Op.RESULT, Flag.RESEND | echo, self.res_mode[s], job, w,
                              self.res_count[s], s, wire.install_tag(epoch), self.res_quorum[s],
-                             r, self.res_chunk[s], res_bitmap)
+                             r, self.res_chunk[s], self.res_bitmap[s])
             return REPLY, 0, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
-
-        self._refuse(seq_index, r, epoch, counted)
-        return self._stale_reply(s, version, job, w, echo, member, nbytes, counted)
+        if emit == Emit.CLOSE_AS_IS:
+            return self._close(s, job, w, group, cur, bank, self.chunk[s], count,
+                               self.bitmap[s], version, nbytes)
+        return None
 
     def _refuse(self, seq_index: int, r: int, epoch: int, counted: bool) -> None:
         """Step 8's refusal mark: `r` was answered "not counted" and never will be, should a
@@ -356,13 +346,6 @@ class Pipeline:
             self.member_seq[seq_index] = ~r & _U32
             self.member_epoch[seq_index] = wire.refused_mark(epoch)
 
-    def _stale_reply(self, s: int, version: int, job: int, w: int, echo: int, member: int,
-                     nbytes: int, counted: bool) -> tuple[int, int, bytes]:
-        self._drop(job, DropReason.STALE, nbytes)
-        self._stale.count(member, nbytes)
-        return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.STALE_COUNTED
-                                      if counted else ResyncReason.STALE_ROUND)
-
     def _start_afresh(self, s: int, epoch: int) -> None:
         """A fresh slot (protocol.md §4 step 8): round 0, nothing open, nothing to resend."""
         self.slot_epoch[s] = epoch
@@ -382,11 +365,6 @@ class Pipeline:
         head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s,
                          wire.install_tag(self.slot_epoch[s]), quorum, cur, chunk, bitmap)
         return MULTICAST, group, head + self.lanes[bank].astype(_BE).tobytes()
-
-    def _not_joined(self, s: int, version: int, job: int, w: int, echo: int,
-                    nbytes: int) -> tuple[int, int, bytes]:
-        self._drop(job, DropReason.NOT_JOINED, nbytes)
-        return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.NOT_JOINED)
 
     def _resync(self, s: int, version: int, job: int, w: int, echo: int, reason: int) -> bytes:
         return _HDR.pack(version, Op.RESYNC, echo, self.mode[s], job, w, self.count[s], s, reason,

@@ -1,5 +1,7 @@
 #include "dataplane/pipeline.h"
 
+#include "hysync_decision.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -192,114 +194,89 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   }
   const uint32_t member = uint32_t(job) * w::MAX_WORKERS + wk;
   const uint32_t bit = wk < 32 ? 1u << wk : 0;
-  const uint32_t cur = slot.round;
+  const uint32_t cur = slot.round, count = slot.count;
+  const uint32_t q = slot.quorum == 0 ? cfg.members : std::min(slot.quorum, cfg.members);
   const std::size_t seq_index = std::size_t(s) * w::MAX_WORKERS + wk;
   uint32_t& seq = member_seq_[seq_index];
   uint32_t& seq_epoch = member_epoch_[seq_index];
+  const uint32_t refused_mark = ~cfg.epoch;  // protocol.md §4 step 8
   const bool counted = seq_epoch == cfg.epoch && seq == r;
-  // Step 8's refusal mark: r was answered "not counted" and never will be, should a copy of it
-  // meet the slot in another mode (a duplicate behind a swap into async).
-  const uint32_t refused_mark = ~cfg.epoch;
-  const auto refuse = [&] {
-    if (!counted) {
+
+  // The decision table (hysync/spec/decision.py, generated into hysync_decision.h).
+  namespace f = decision::fact;
+  const uint32_t facts =
+      (slot.mode == uint32_t(w::Mode::ASYNC) ? f::ASYNC : 0) | (counted ? f::COUNTED : 0) |
+      (seq_epoch == refused_mark && seq == r ? f::REFUSED : 0) |
+      (seq_epoch == refused_mark && seq == ~r ? f::JOIN_MARKED : 0) | (join ? f::JOIN : 0) |
+      (r == cur ? f::OPEN : 0) | (r == cur - 1 && slot.res_valid ? f::PREV : 0) |
+      (count == 0 ? f::EMPTY : 0) | (slot.bitmap & bit ? f::HAS_BIT : 0) |
+      (count >= q ? f::FULL : 0) | (count + 1 >= q ? f::CLOSES : 0) |
+      (chunk != slot.chunk ? f::CHUNK_DIFFERS : 0) | (slot.res_bitmap & bit ? f::RES_HAS_BIT : 0);
+  const decision::Outcome& o = decision::decide(facts);
+
+  switch (o.seq) {
+    case decision::SeqOp::NONE: break;
+    case decision::SeqOp::RECORD:
       seq = r;
-      seq_epoch = refused_mark;
-    }
-  };
-  const uint8_t* lanes_in = p + w::HEADER_BYTES;
-  int32_t* bank_lanes = &lanes_[(2 * std::size_t(s) + (cur & 1)) * w::LANES];
-
-  if (slot.mode == uint32_t(w::Mode::ASYNC)) {  // 10.
-    if (counted) {
-      drop(c, job, DropReason::DUPLICATE, nbytes);
-      c.count(DUPLICATES, member, nbytes);
-      put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,
-                 install_tag(slot.epoch), slot.quorum, r, chunk, 0);
-      return {Emit::REPLY, 0, w::HEADER_BYTES};
-    }
-    if (join)  // a JOIN never makes a round of its own
-      return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
-    if (seq_epoch == refused_mark && seq == r)  // answered "not counted" before
-      return stale(c, slot, s, version, job, wk, echo, member, nbytes, counted, out);
-    seq = r;
-    seq_epoch = cfg.epoch;
-    c.count(CONTRIBUTIONS, member, nbytes);
-    for (std::size_t i = 0; i < w::LANES; ++i) bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
-    return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), chunk, 1, bit, version,
-                 nbytes, out);
+      seq_epoch = cfg.epoch;
+      break;
+    case decision::SeqOp::REFUSE:  // r answered "not counted": never counted later
+      if (!counted) seq = r, seq_epoch = refused_mark;
+      break;
+    case decision::SeqOp::JOIN_MARK:  // a copy of this JOIN must not count in a later round r
+      if (!counted) seq = ~r, seq_epoch = refused_mark;
+      break;
+    case decision::SeqOp::JOIN_SPEND: seq_epoch = 0; break;
   }
-
-  if (r == cur) {  // 9. the open round
-    const uint32_t count = slot.count;
-    const uint32_t needed = slot.quorum == 0 ? cfg.members : std::min(slot.quorum, cfg.members);
-    if (slot.bitmap & bit) {
-      drop(c, job, DropReason::DUPLICATE, nbytes);
-      c.count(DUPLICATES, member, nbytes);
-      if (count >= needed)  // membership shrank under the round: close it as it is
-        return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), slot.chunk, count,
-                     slot.bitmap, version, nbytes, out);
-      return none;
-    }
-    // A JOIN never opens a round; one answered so leaves the JOIN mark (~r under the refusal
-    // mark), so that a copy of it that meets the round opened since is refused too. The first
-    // JOIN that meets the mark spends it: the worker's next JOIN counts.
-    if (join && (count == 0 || (seq_epoch == refused_mark && seq == ~r))) {
-      if (count) {
-        seq_epoch = 0;
-      } else if (!counted) {
-        seq = ~r;
-        seq_epoch = refused_mark;
-      }
-      return not_joined(c, slot, s, version, job, wk, echo, nbytes, out);
-    }
-    if (count && chunk != slot.chunk) {
-      drop(c, job, DropReason::CHUNK_MISMATCH, nbytes);
-      refuse();
-      return {Emit::REPLY, 0,
-              resync(slot, s, version, job, wk, echo, w::ResyncReason::CHUNK_MISMATCH, out)};
-    }
-    c.count(CONTRIBUTIONS, member, nbytes);
-    seq = r;
-    seq_epoch = cfg.epoch;
-    if (count == 0) {
-      for (std::size_t i = 0; i < w::LANES; ++i)
-        bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
+  if (o.drop != decision::NO_DROP) drop(c, job, DropReason(o.drop), nbytes);
+  static constexpr CounterId MEMBER_COUNTER[] = {NUM_COUNTERS, CONTRIBUTIONS, LATE, DUPLICATES,
+                                                 STALE};
+  if (o.counter != decision::Counter::NONE)
+    c.count(MEMBER_COUNTER[std::size_t(o.counter)], member, nbytes);
+  const uint32_t bank = 2 * s + (cur & 1);
+  int32_t* bank_lanes = &lanes_[std::size_t(bank) * w::LANES];
+  const uint8_t* lanes_in = p + w::HEADER_BYTES;
+  switch (o.lanes) {
+    case decision::LaneOp::NONE: break;
+    case decision::LaneOp::WRITE_OPEN:
       slot.chunk = chunk;
-    } else {
+      [[fallthrough]];
+    case decision::LaneOp::WRITE:
+      for (std::size_t i = 0; i < w::LANES; ++i) bank_lanes[i] = int32_t(load_be32(lanes_in + 4 * i));
+      break;
+    case decision::LaneOp::ADD:
       // Wrapping int32 adds, as the reference model's int32 numpy array and P4's bit<32>.
       for (std::size_t i = 0; i < w::LANES; ++i)
         bank_lanes[i] = int32_t(uint32_t(bank_lanes[i]) + load_be32(lanes_in + 4 * i));
-    }
-    const uint32_t new_count = count + 1, bitmap = slot.bitmap | bit;
-    if (new_count >= needed)
-      return close(c, slot, s, job, wk, cfg.group, cur, 2 * s + (cur & 1), slot.chunk,
-                   new_count, bitmap, version, nbytes, out);
-    slot.count = new_count;
-    slot.bitmap = bitmap;
-    return none;
+      break;
   }
 
-  if (r == cur - 1 && slot.res_valid) {  // 9. the round that closed last: resend it
-    c.count(slot.res_bitmap & bit ? DUPLICATES : LATE, member, nbytes);
-    if (!(slot.res_bitmap & bit)) refuse();
-    put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo, slot.res_mode,
-               job, wk, slot.res_count, s, install_tag(slot.epoch), slot.res_quorum, r,
-               slot.res_chunk, slot.res_bitmap);
-    put_lanes(2 * s + (r & 1), out);
-    return {Emit::REPLY, 0, w::PACKET_BYTES};
+  switch (o.emit) {
+    case decision::Emit::NONE: return none;
+    case decision::Emit::ABSORB:
+      slot.count = count + 1;
+      slot.bitmap |= bit;
+      return none;
+    case decision::Emit::CLOSE:
+      return close(c, slot, s, job, wk, cfg.group, cur, bank, chunk, count + 1,
+                   slot.bitmap | bit, version, nbytes, out);
+    case decision::Emit::CLOSE_AS_IS:
+      return close(c, slot, s, job, wk, cfg.group, cur, bank, slot.chunk, count, slot.bitmap,
+                   version, nbytes, out);
+    case decision::Emit::RESEND:
+      put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo,
+                 slot.res_mode, job, wk, slot.res_count, s, install_tag(slot.epoch),
+                 slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
+      put_lanes(2 * s + (r & 1), out);
+      return {Emit::REPLY, 0, w::PACKET_BYTES};
+    case decision::Emit::ACK:
+      put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,
+                 install_tag(slot.epoch), slot.quorum, r, chunk, 0);
+      return {Emit::REPLY, 0, w::HEADER_BYTES};
+    case decision::Emit::RESYNC:
+      return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, o.reason, out)};
   }
-
-  refuse();
-  return stale(c, slot, s, version, job, wk, echo, member, nbytes, counted, out);
-}
-
-Verdict Pipeline::stale(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version,
-                        uint16_t job, uint8_t wk, uint8_t echo, uint32_t member, uint64_t nbytes,
-                        bool counted, uint8_t* out) {
-  drop(c, job, DropReason::STALE, nbytes);
-  c.count(STALE, member, nbytes);
-  const auto reason = counted ? w::ResyncReason::STALE_COUNTED : w::ResyncReason::STALE_ROUND;
-  return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, reason, out)};
+  return none;
 }
 
 Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, uint8_t wk,
@@ -320,14 +297,6 @@ Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, u
              install_tag(slot.epoch), slot.quorum, cur, chunk, bitmap);
   put_lanes(bank, out);
   return {Emit::MULTICAST, group, w::PACKET_BYTES};
-}
-
-Verdict Pipeline::not_joined(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version,
-                             uint16_t job, uint8_t wk, uint8_t echo, uint64_t nbytes,
-                             uint8_t* out) {
-  drop(c, job, DropReason::NOT_JOINED, nbytes);
-  return {Emit::REPLY, 0,
-          resync(slot, s, version, job, wk, echo, w::ResyncReason::NOT_JOINED, out)};
 }
 
 std::size_t Pipeline::resync(const Slot& slot, uint32_t s, uint8_t version, uint16_t job,

@@ -93,13 +93,6 @@ class Pipeline {
   // Replies echo the contribution's transmission number (echo = its flags & TX_MASK).
   std::size_t resync(const Slot& slot, uint32_t s, uint8_t version, uint16_t job, uint8_t w,
                      uint8_t echo, wire::ResyncReason reason, uint8_t* out) const;
-  // A JOIN that found no round to join: counted as a drop, answered with the slot's state.
-  Verdict not_joined(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
-                     uint8_t w, uint8_t echo, uint64_t nbytes, uint8_t* out);
-  // Not counted in this mode (or refused before): STALE_ROUND, or STALE_COUNTED if `counted`.
-  Verdict stale(CounterShard& c, const Slot& slot, uint32_t s, uint8_t version, uint16_t job,
-                uint8_t w, uint8_t echo, uint32_t member, uint64_t nbytes, bool counted,
-                uint8_t* out);
   void put_lanes(uint32_t bank, uint8_t* out) const;
   // Count a RESULT for each replica of `group` that has a rewrite; visit(replica) for each.
   template <class Visit>
