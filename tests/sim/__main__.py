@@ -177,6 +177,25 @@ def main(argv: list[str] | None = None) -> int:
 
     some_kinds = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
     wall0 = time.monotonic()
+    write_out = bool(args.out) and not args.plan and args.seed is None
+
+    def summary_of(result: Sweep, complete: bool) -> dict[str, object]:
+        totals, cpu = result.totals, result.cpu_seconds
+        return {
+            "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
+            "first_seed": plans[0].seed if plans else args.start, "complete": complete,
+            "targets": targets, "kinds": list(kinds), **totals,
+            "runs_by_fault_kind": result.by_kind, "violations": len(result.failures),
+            "failures": result.failures, "cpu_seconds": round(cpu, 3),
+            "jobs": jobs if parallel else 1, "wall_seconds": round(time.monotonic() - wall0, 1),
+            "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
+        }
+
+    def write(summary: dict[str, object]) -> None:
+        if write_out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
+
     if parallel:
         chunk = max(1, min(250, args.seeds // (jobs * 4)))
         deadline = time.time() + args.time_limit
@@ -187,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         with multiprocessing.Pool(jobs) as pool:
             for done, part in enumerate(pool.imap_unordered(_sweep_chunk, work), 1):
                 result.add(part)
+                # The summary so far, after every chunk: a sweep stopped from outside (a
+                # machine's time limit) keeps what it ran, marked "complete": false.
+                write(summary_of(result, complete=False))
                 if done % max(1, len(work) // 20) == 0 or done == len(work):
                     print(f"{result.seeds} of {args.seeds} seeds, "
                           f"{len(result.failures)} violations, "
@@ -199,22 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         result = sweep(plans, targets, shrinking=not args.no_shrink and not args.plan
                        and args.seed is None, replaying=bool(args.plan), some_kinds=some_kinds,
                        options=options)
-    totals, by_kind, failures = result.totals, result.by_kind, result.failures
-    cpu = result.cpu_seconds
-    summary = {
-        "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
-        "first_seed": plans[0].seed if plans else args.start,
-        "targets": targets, "kinds": list(kinds), **totals,
-        "runs_by_fault_kind": by_kind, "violations": len(failures), "failures": failures,
-        "cpu_seconds": round(cpu, 3), "jobs": jobs if parallel else 1,
-        "wall_seconds": round(time.monotonic() - wall0, 1),
-        "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
-    }
+    summary = summary_of(result, complete=True)
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
-    if args.out and not args.plan and args.seed is None:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
-    return 1 if failures else 0
+    write(summary)
+    return 1 if result.failures else 0
 
 
 if __name__ == "__main__":
