@@ -326,3 +326,17 @@ def test_stats_switch_shows_every_drop_whatever_job_its_bytes_name(
     code, out, _ = pushed("stats", "--switch")
     assert code == 0 and out.startswith("switch drops: MALFORMED 1, BAD_VERSION 1")
     one_line_error(pushed("stats", "1", "--switch"), "stats needs JOB or --switch")
+
+
+def test_a_swap_into_async_on_a_tofino_is_one_line_and_changes_nothing(hysync: Run) -> None:
+    """docs/tofino.md, difference 3: the TNA program's P4Info on the switch, a sync job."""
+    tna = ROOT / "p4src" / "tna" / "hysync.tofino.p4info.txtpb"
+    assert hysync("pipeline", "push", "--p4info", str(tna))[0] == 0
+    assert hysync("job", "add", str(EXAMPLE_JOB))[0] == 0
+    before = hysync("job", "show", "1", "--json")
+    assert before[0] == 0 and '"sync"' in before[1], before
+    one_line_error(hysync("mode", "set", "1", "--slots", "0-7", "async"),
+                   "cannot hot-swap a slot into async", "Tofino program (tna)")
+    assert hysync("job", "show", "1", "--json") == before
+    code, _, err = hysync("mode", "set", "1", "--slots", "0-7", "partial", "--quorum", "3")
+    assert (code, err) == (0, "")
