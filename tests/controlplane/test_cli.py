@@ -333,10 +333,10 @@ def test_a_swap_into_async_on_a_tofino_is_one_line_and_changes_nothing(hysync: R
     tna = ROOT / "p4src" / "tna" / "hysync.tofino.p4info.txtpb"
     assert hysync("pipeline", "push", "--p4info", str(tna))[0] == 0
     assert hysync("job", "add", str(EXAMPLE_JOB))[0] == 0
-    before = hysync("job", "show", "1", "--json")
+    before = hysync("job", "list", "--json")
     assert before[0] == 0 and '"sync"' in before[1], before
     one_line_error(hysync("mode", "set", "1", "--slots", "0-7", "async"),
                    "cannot hot-swap a slot into async", "Tofino program (tna)")
-    assert hysync("job", "show", "1", "--json") == before
+    assert hysync("job", "list", "--json") == before
     code, _, err = hysync("mode", "set", "1", "--slots", "0-7", "partial", "--quorum", "3")
     assert (code, err) == (0, "")
