@@ -23,7 +23,7 @@ from hysync.wire import Mode
 EXACT = "exact"
 RANGE = "range"
 _KINDS = {p4info_pb2.MatchField.EXACT: EXACT, p4info_pb2.MatchField.RANGE: RANGE}
-MODE_ENUM = "sync_mode_t"  # the modes table's `mode` parameter (p4src/shared/defines.p4)
+MODE_ENUM = "sync_mode_t"  # the modes table's `mode` parameter (p4src/shared/wire.p4)
 TABLE_ONLY = p4info_pb2.ActionRef.TABLE_ONLY
 DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
 # The program is p4names' TABLE_KEYS, TABLE_ACTIONS and ACTION_PARAMS: key fields and

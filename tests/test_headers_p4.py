@@ -1,10 +1,12 @@
 """The P4 program mirrors hysync/wire.py: header layout, lanes and constants.
 
-p4src/shared/headers.p4 and defines.p4 are read with a small parser (regexes over the
-declarations this project writes, not a general P4 parser) and compared with the wire
-format owner. When p4c is on PATH the program is compiled and the P4Info it produces
-must equal the committed p4src/v1model/hysync.p4info.txtpb, which the softswitch and
-the controller load.
+The wire format's P4 side is generated (p4src/shared/wire.p4, `python -m hysync.gen_p4`);
+these tests read the generated and the hand-written P4 with a small parser (regexes over
+the declarations this project writes, not a general P4 parser) and compare them with the
+wire format owner, so a generator that writes something else fails here, and
+tests/test_generated_p4.py fails when a committed file is not what the generator writes.
+When p4c is on PATH the program is compiled and the P4Info it produces must equal the
+committed p4src/v1model/hysync.p4info.txtpb, which the softswitch and the controller load.
 """
 
 from __future__ import annotations
@@ -109,12 +111,13 @@ def parse_stack(text: str, header: str) -> tuple[str, str]:
 # --------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def defines_text() -> str:
-    return (SHARED / "defines.p4").read_text()
+    return "\n".join((SHARED / name).read_text()
+                     for name in ("wire.p4", "decision.p4", "defines.p4"))
 
 
 @pytest.fixture(scope="module")
 def headers_text() -> str:
-    return (SHARED / "headers.p4").read_text()
+    return (SHARED / "wire.p4").read_text() + (SHARED / "headers.p4").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +185,7 @@ def test_parser_sees_a_reordered_or_resized_field(typedefs):
     ("TX_MASK", wire.TX_MASK),
 ])
 def test_constant_matches_wire(constants, p4_name, value):
-    assert constants.get(p4_name) == value, f"{p4_name} in defines.p4"
+    assert constants.get(p4_name) == value, f"{p4_name} in wire.p4"
 
 
 @pytest.mark.parametrize(("prefix", "enum", "skip"), [
@@ -207,7 +210,7 @@ def test_drop_reasons_fit_a_jobs_block_of_the_drops_counter(constants):
 
 def test_for_each_lane_lists_every_lane_once(defines_text, constants):
     m = re.search(r"#define\s+FOR_EACH_LANE\(X\)((?:[^\n]*\\\n)*[^\n]*)", defines_text)
-    assert m is not None, "FOR_EACH_LANE(X) is not defined in defines.p4"
+    assert m is not None, "FOR_EACH_LANE(X) is not defined in wire.p4"
     indices = [int(i) for i in re.findall(r"\bX\((\d+)\)", m.group(1))]
     assert indices == list(range(constants["LANES"]))
 

@@ -47,7 +47,7 @@ ALL_FACTS = functools.reduce(lambda a, b: a | b, Fact)
 
 
 class Verdict(enum.IntEnum):
-    """What the packet was (p4src/shared/defines.p4 verdict_t)."""
+    """What the packet was (verdict_t in the generated p4src/shared/decision.p4)."""
 
     NONE = 0
     ABSORB = 1

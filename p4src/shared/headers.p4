@@ -1,8 +1,5 @@
-// Headers and metadata shared by every target.
-//
-// hysync_h mirrors hysync.wire.HEADER_FIELDS field for field (name, width, order);
-// tests/test_headers_p4.py fails when they disagree. Widths are written as bit<N> on
-// purpose, so the header reads like the table in docs/protocol.md §2.
+// Headers and metadata shared by every target. The HySync header itself, hysync_h, is
+// generated from hysync/wire.py into wire.p4.
 
 #ifndef __HYSYNC_HEADERS__
 #define __HYSYNC_HEADERS__
@@ -36,23 +33,6 @@ header udp_h {
     bit<16>   checksum;
 }
 
-// docs/protocol.md §2: 24 bytes, network byte order.
-header hysync_h {
-    bit<8>  version;
-    bit<8>  op;
-    bit<8>  flags;
-    bit<8>  mode;
-    bit<16> job_id;
-    bit<8>  worker_id;
-    bit<8>  count;
-    bit<16> slot;
-    bit<8>  reason;
-    bit<8>  quorum;
-    bit<32> round;
-    bit<32> chunk;
-    bit<32> bitmap;
-}
-
 // One signed 32-bit lane, big-endian two's complement; a CONTRIB or RESULT carries
 // LANES of them.
 header lane_h {
@@ -72,6 +52,21 @@ struct headers_t {
 }
 #endif
 
+// A slot's registers as the aggregation read them (v1model), after step 8.
+struct slot_state_t {
+    epoch_t  epoch;        // slot_epoch
+    bit<1>   has_result;   // res_valid
+    round_t  cur;          // round: the open round
+    count_t  count;
+    bitmap_t bitmap;
+    chunk_t  chunk;
+    mode_t   mode;         // latched
+    quorum_t quorum;       // latched
+    count_t  q;            // the effective quorum
+    round_t  seq;          // member_seq of (slot, sender)
+    epoch_t  seq_epoch;    // member_epoch of (slot, sender)
+}
+
 // Per-packet metadata: each group is written by one control and read by later ones.
 struct metadata_t {
     // Admission (steps 5-7): the job's configuration.
@@ -87,9 +82,17 @@ struct metadata_t {
     mode_t           desired_mode;
     quorum_t         desired_quorum;
 
-    // Aggregation (steps 8-10): the decision and the HySync header of the packet the
-    // switch sends for it (fields not listed are copied from the contribution).
-    verdict_t        verdict;
+    // Aggregation (steps 8-10): the slot as read, the facts the decision table is keyed
+    // on, and the outcome it decides (hysync/spec/decision.py).
+    slot_state_t     slot;
+    facts_t          facts;
+    emit_t           emit;
+    member_cell_op_t cell_op;
+    lane_write_t     lane_write;
+    reason_t         resync_reason;
+
+    // The HySync header of the packet the switch sends for it (fields not listed are
+    // copied from the contribution).
     round_t          out_round;
     count_t          out_count;
     bitmap_t         out_bitmap;

@@ -65,7 +65,7 @@ control HySyncIngress(inout headers_t hdr,
                 // 8-10. Latch it if no round is under way; open, join, close or miss
                 // the slot's round; accumulate or read the lanes.
                 aggregation.apply(hdr, meta);
-                // Make the RESULT / RESYNC / ACK the verdict calls for, or nothing.
+                // Make the RESULT / RESYNC / ACK the outcome calls for, or nothing.
                 replies.apply(hdr, meta, standard_metadata);
             }
         }

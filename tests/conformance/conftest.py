@@ -11,13 +11,15 @@ from .tna_model import TnaModelTarget
 from .topology import JOB1, JOB2
 
 
-def _make(kind: str):
+def make_target(kind: str, num_slots: int = wire.NUM_SLOTS):
+    """A fresh target of `kind` with the pipeline loaded and the flood group; BMv2 (one
+    process per session, restarted) always has the program's NUM_SLOTS."""
     if kind == "softswitch":
-        return SoftswitchTarget()
+        return SoftswitchTarget(num_slots)
     if kind == "native":
-        return NativeTarget()
+        return NativeTarget(num_slots)
     if kind == "tna-model":
-        return TnaModelTarget()
+        return TnaModelTarget(num_slots)
     reason = bmv2_unavailable()
     if reason:
         pytest.skip(f"BMv2 target skipped: {reason}")
@@ -26,10 +28,20 @@ def _make(kind: str):
     return Bmv2Target.shared()
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """How many random sequences the differential harness ran on each target."""
+    from .test_differential import RAN, SEQUENCES
+
+    if RAN:
+        counts = ", ".join(f"{kind} {RAN[kind]}" for kind in SEQUENCES if kind in RAN)
+        terminalreporter.write_line(
+            f"differential harness (tests/conformance): random sequences per target: {counts}")
+
+
 @pytest.fixture(params=["softswitch", "native", "bmv2", "tna-model"])
 def bare_target(request):
     """A target with the pipeline loaded and the flood group, but no job."""
-    target = _make(request.param)
+    target = make_target(request.param)
     yield target
     target.close()
 

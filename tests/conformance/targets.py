@@ -68,14 +68,14 @@ class SoftswitchTarget:
     name = "softswitch"
     engine: type[Pipeline] = Pipeline
 
-    def __init__(self) -> None:
-        self.pipeline = self.engine()
+    def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
+        self.pipeline = self.engine(num_slots)
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
     def restart(self) -> None:
         """A power cycle: every register, entry and group is gone; the pipeline and the flood
         group come back (what `hysync deploy` gives a restarted switch), no job."""
-        self.__init__()  # type: ignore[misc]
+        self.__init__(self.pipeline.num_slots)  # type: ignore[misc]
 
     def write(self, update: str, w: Write) -> None:
         self.pipeline.write_entry(update, Entry(w.table, w.match, w.action, w.params, w.priority))

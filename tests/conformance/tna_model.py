@@ -334,13 +334,13 @@ class TnaModelTarget(SoftswitchTarget):
 
     name = "tna-model"
 
-    def __init__(self, *, hold: bool = False) -> None:
-        self.pipeline: TnaModelPipeline = TnaModelPipeline()
+    def __init__(self, num_slots: int = wire.NUM_SLOTS, *, hold: bool = False) -> None:
+        self.pipeline: TnaModelPipeline = TnaModelPipeline(num_slots)
         self.pipeline.hold = hold
         self.write_group("INSERT", wire.FLOOD_MCAST_GROUP, [(p, 0) for p in PORTS])
 
     def restart(self) -> None:
-        self.__init__(hold=self.pipeline.hold)  # type: ignore[misc]
+        self.__init__(self.pipeline.num_slots, hold=self.pipeline.hold)  # type: ignore[misc]
 
     def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         return sorted(self.pipeline.process_frame(port, frame))

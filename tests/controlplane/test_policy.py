@@ -42,6 +42,7 @@ from hysync.controlplane.policy import (
 )
 from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
 from hysync.controlplane.stats import JobStats, WorkerStats
+from hysync.spec.decision import Emit, decide, facts_of
 from hysync.wire import Mode, Op
 
 from .conftest import P4INFO, Softswitch
@@ -183,39 +184,35 @@ class Simulation:
 
     # ---------------------------------------------------------- the switch (§4)
     def _packet(self, w: int, rnd: int) -> str:
+        """The switch's decision table (hysync/spec/decision.py) for one slot, without the
+        member cells (no JOINs, one chunk a round: those facts never hold here)."""
         if w not in self.active:
             self.not_member += 1
             return "dropped"
-        c = self.counters[w]
         if self._count == 0:
             self._latched = (self.mode, self.quorum)
         mode, quorum = self._latched
-        if mode == Mode.ASYNC:
-            c["contributions"] += 1
-            c["closes"] += 1
+        n = len(self.active)
+        o = decide(facts_of(
+            asynchronous=mode == Mode.ASYNC, counted=False, refused=False, join_marked=False,
+            join=False, open_round=rnd == self._round, prev=rnd == self._round - 1 >= 0,
+            count=self._count, has_bit=w in self._bitmap,
+            q=n if quorum == 0 else min(quorum, n), chunk_differs=False,
+            res_has_bit=w in self._res_bitmap))
+        if o.counter:
+            self.counters[w][o.counter.name.lower()] += 1
+        if o.emit == Emit.CLOSE and mode == Mode.ASYNC:  # a round of its own
+            self.counters[w]["closes"] += 1
             self._round += 1
             return "async"
-        n = len(self.active)
-        q = n if quorum == 0 else min(quorum, n)
-        if rnd == self._round:
-            if w in self._bitmap:
-                c["duplicates"] += 1
-                if self._count >= q:  # an exclusion completed the round (§4 step 9)
-                    self._close(w)
-                    return "closed"
-                return "duplicate"
-            c["contributions"] += 1
+        if o.emit in (Emit.ABSORB, Emit.CLOSE):
             self._bitmap.add(w)
             self._count += 1
-            if self._count >= q:
-                self._close(w)
-                return "closed"
-            return "absorbed"
-        if rnd == self._round - 1:
-            c["duplicates" if w in self._res_bitmap else "late"] += 1
-            return "late"
-        c["stale"] += 1
-        return "stale"
+        if o.emit in (Emit.CLOSE, Emit.CLOSE_AS_IS):
+            self._close(w)
+            return "closed"
+        return {Emit.ABSORB: "absorbed", Emit.NONE: "duplicate", Emit.RESEND: "late",
+                Emit.RESYNC: "stale"}[o.emit]
 
     def _close(self, closer: int) -> None:
         self.counters[closer]["closes"] += 1

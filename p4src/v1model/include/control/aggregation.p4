@@ -2,16 +2,20 @@
 // machine that decides, for one admitted contribution, whether it opens, joins, closes,
 // duplicates or misses a round.
 //
-// Register discipline (docs/design.md): every read-modify-write of a register happens inside
-// one action, and each register is touched by at most one action per packet:
-//   slot_update_action    slot_epoch, res_valid, round, count, bitmap, chunk, mode,
-//                         quorum, member_seq, member_epoch
-//   result_write_action   res_* (on a close)         } never both
-//   result_read_action    res_* (on a resend)        } on one packet
-//   Lane.accumulate_action / Lane.read_action        one bank cell per lane
-// The slot's header state is one action because its parts depend on each other in a
-// cycle: the latch needs count, count's update needs the latched quorum, the round's
-// update needs count and member_seq (async), and a new epoch resets them all.
+// The decision is the decision table of hysync/spec/decision.py, generated into the
+// const entries of `decide` (decide.p4). Around it, per packet:
+//   slot_read_action    reads the slot's registers and the sender's member cell, runs
+//                       step 8 (a new install's fresh slot, the mode latch), and computes
+//                       the facts the table is keyed on
+//   decide              the outcome: what goes out, the member cell, the lanes, counters
+//   slot_write_action   applies the outcome and writes the registers it read
+//   result_write_action res_* (on a close)         } never both
+//   result_read_action  res_* (on a resend)        } on one packet
+//   Lane.accumulate_action / Lane.read_action      one bank cell per lane
+// A register is read in slot_read_action and written in slot_write_action of the same
+// packet: BMv2's simple_switch runs its ingress pipeline on one thread, one packet at a
+// time, so no other packet's update falls between the two. (A pipelined target needs
+// every read-modify-write in one stage: p4src/tna.)
 
 #ifndef __HYSYNC_AGGREGATION__
 #define __HYSYNC_AGGREGATION__
@@ -75,241 +79,171 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
     FOR_EACH_LANE(LANE_INSTANCE)
 #undef LANE_INSTANCE
 
-    // Steps 8-10 for slot s = hdr.hysync.slot, worker w, round (or sequence) r: reads
-    // the slot's state, decides, writes it back. Only assignments are conditional; every
-    // register is read once at the top and written once at the bottom.
-    @hidden action slot_update_action() {
+    // Step 8, then the facts, for slot s = hdr.hysync.slot, worker w, round (or
+    // sequence) r.
+    @hidden action slot_read_action() {
         cell_index_t s = (cell_index_t) hdr.hysync.slot;
         cell_index_t seq_cell = s * MAX_WORKERS + (cell_index_t) hdr.hysync.worker_id;
         round_t r = hdr.hysync.round;
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
-        // A JOIN is counted only into a round that is open and lacks the sender (§4 step 9).
-        bool join = (hdr.hysync.flags & FLAG_JOIN) != 0;
-
-        round_t cur;
-        count_t cnt;
-        bitmap_t bmp;
-        chunk_t chk;
-        mode_t md;
-        quorum_t qr;
-        round_t seq;
-        epoch_t ep;
-        bit<1> has_result;
-        epoch_t seq_ep;
         bitmap_t res_bmp;
-        slot_epoch.read(ep, s);
-        res_valid.read(has_result, s);
-        round.read(cur, s);
-        count.read(cnt, s);
-        bitmap.read(bmp, s);
-        chunk.read(chk, s);
-        mode.read(md, s);
-        quorum.read(qr, s);
-        member_seq.read(seq, seq_cell);
-        member_epoch.read(seq_ep, seq_cell);
+        slot_epoch.read(meta.slot.epoch, s);
+        res_valid.read(meta.slot.has_result, s);
+        round.read(meta.slot.cur, s);
+        count.read(meta.slot.count, s);
+        bitmap.read(meta.slot.bitmap, s);
+        chunk.read(meta.slot.chunk, s);
+        mode.read(meta.slot.mode, s);
+        quorum.read(meta.slot.quorum, s);
+        member_seq.read(meta.slot.seq, seq_cell);
+        member_epoch.read(meta.slot.seq_epoch, seq_cell);
         res_bitmap.read(res_bmp, s);
 
         // 8. A slot that another install of a job used last starts afresh: round 0,
         // nothing open, nothing to resend. The lanes need no clearing (the first
         // contribution of a round writes its bank) and member_seq is ignored until
         // rewritten in this epoch.
-        if (ep != meta.epoch) {
-            ep = meta.epoch;
-            has_result = 0;
-            cur = 0;
-            cnt = 0;
-            bmp = 0;
-            chk = 0;
+        if (meta.slot.epoch != meta.epoch) {
+            meta.slot.epoch = meta.epoch;
+            meta.slot.has_result = 0;
+            meta.slot.cur = 0;
+            meta.slot.count = 0;
+            meta.slot.bitmap = 0;
+            meta.slot.chunk = 0;
         }
-        // Counted in this install as r; or answered "not counted" as r, and so never to be
-        // counted, should a copy of r meet the slot in another mode (a duplicate behind a
-        // swap into async). A refusal is marked where r was not counted.
-        bool counted = seq_ep == meta.epoch && seq == r;
-        bool refused = seq_ep == ~meta.epoch && seq == r;
-        // A JOIN at r answered NOT_JOINED with no round open leaves ~r under the refusal
-        // mark (the JOIN mark, step 9), so that a copy of it that meets round r once it
-        // opened is refused too; the first JOIN that meets the mark spends it.
-        bool join_marked = seq_ep == ~meta.epoch && seq == ~r;
-        epoch_t refuse_ep = seq_ep;
-        if (!counted) {
-            refuse_ep = ~meta.epoch;
-        }
-
         // 8. Latch the desired mode only when no round is under way...
-        if (cnt == 0) {
-            md = meta.desired_mode;
-            qr = meta.desired_quorum;
+        if (meta.slot.count == 0) {
+            meta.slot.mode = meta.desired_mode;
+            meta.slot.quorum = meta.desired_quorum;
         }
         // ...but re-evaluate the effective quorum on every packet, so that excluding a
         // member never leaves a round waiting for a worker who is gone.
-        count_t q = meta.members;
-        if (qr != 0 && qr < meta.members) {
-            q = qr;
+        meta.slot.q = meta.members;
+        if (meta.slot.quorum != 0 && meta.slot.quorum < meta.members) {
+            meta.slot.q = meta.slot.quorum;
         }
 
-        // Defaults: a RESYNC carrying the slot's state; no lanes touched. A RESULT or an
-        // ACK carries the install tag (the epoch's low byte, §2) where a RESYNC its reason.
-        meta.out_reason = meta.epoch[7:0];
-        meta.lane_op = lane_op_t.NONE;
-        meta.lane_cell = 2 * s + (cell_index_t) (cur & 1);
-        meta.lane_keep = 0xFFFFFFFF;
-        meta.member_counter = member_counter_t.NONE;
-        meta.count_drop = false;
+        // The facts (hysync/spec/decision.py, Fact). The member cell holds r counted in
+        // this install (epoch), or r answered "not counted" (~epoch, the refusal mark), or
+        // ~r under the refusal mark (a JOIN's mark).
+        facts_t f = 0;
+        if (meta.slot.mode == MODE_ASYNC) { f = f | FACT_ASYNC; }
+        if (meta.slot.seq_epoch == meta.epoch && meta.slot.seq == r) { f = f | FACT_COUNTED; }
+        if (meta.slot.seq_epoch == ~meta.epoch && meta.slot.seq == r) { f = f | FACT_REFUSED; }
+        if (meta.slot.seq_epoch == ~meta.epoch && meta.slot.seq == ~r) {
+            f = f | FACT_JOIN_MARKED;
+        }
+        if ((hdr.hysync.flags & FLAG_JOIN) != 0) { f = f | FACT_JOIN; }
+        if (r == meta.slot.cur) { f = f | FACT_OPEN; }
+        if (r == meta.slot.cur - 1 && meta.slot.has_result == 1) { f = f | FACT_PREV; }
+        if (meta.slot.count == 0) { f = f | FACT_EMPTY; }
+        if ((meta.slot.bitmap & me) != 0) { f = f | FACT_HAS_BIT; }
+        if (meta.slot.count >= meta.slot.q) { f = f | FACT_FULL; }
+        if (meta.slot.count + 1 >= meta.slot.q) { f = f | FACT_CLOSES; }
+        if (hdr.hysync.chunk != meta.slot.chunk) { f = f | FACT_CHUNK_DIFFERS; }
+        if ((res_bmp & me) != 0) { f = f | FACT_RES_HAS_BIT; }
+        meta.facts = f;
+    }
 
-        if (md == MODE_ASYNC) {
-            // 10. Async: r is the sender's own sequence number for this slot.
-            if (counted) {
-                // A retransmission of a counted contribution.
-                meta.verdict = verdict_t.ACK;
-                meta.count_drop = true;
-                meta.drop_reason = DROP_DUPLICATE;
-                meta.member_counter = member_counter_t.DUPLICATES;
-                meta.out_round = r;
-                meta.out_count = 0;
-                meta.out_bitmap = 0;
+#include "decide.p4"
+
+    // The outcome `decide` chose, applied in the order of hysync/spec/decision.py: the
+    // member cell, the lanes, then the slot and the packet out; then every register
+    // slot_read_action read is written back.
+    @hidden action slot_write_action() {
+        cell_index_t s = (cell_index_t) hdr.hysync.slot;
+        cell_index_t seq_cell = s * MAX_WORKERS + (cell_index_t) hdr.hysync.worker_id;
+        round_t r = hdr.hysync.round;
+        bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
+        bool counted = (meta.facts & FACT_COUNTED) != 0;
+
+        // The member cell. A mark is never written over r counted in this install.
+        if (meta.cell_op == member_cell_op_t.RECORD) {
+            meta.slot.seq = r;
+            meta.slot.seq_epoch = meta.epoch;
+        } else if (meta.cell_op == member_cell_op_t.REFUSE && !counted) {
+            meta.slot.seq = r;
+            meta.slot.seq_epoch = ~meta.epoch;
+        } else if (meta.cell_op == member_cell_op_t.JOIN_MARK && !counted) {
+            meta.slot.seq = ~r;
+            meta.slot.seq_epoch = ~meta.epoch;
+        } else if (meta.cell_op == member_cell_op_t.JOIN_SPEND) {
+            meta.slot.seq_epoch = 0;
+        }
+
+        // The lanes of the open bank. There is no clearing pass: keep = 0 makes a write
+        // overwrite the bank, keep = ~0 makes an add.
+        meta.lane_op = lane_op_t.NONE;
+        meta.lane_cell = 2 * s + (cell_index_t) (meta.slot.cur & 1);
+        meta.lane_keep = 0xFFFFFFFF;
+        if (meta.lane_write == lane_write_t.WRITE || meta.lane_write == lane_write_t.WRITE_OPEN) {
+            meta.lane_op = lane_op_t.ACCUMULATE;
+            meta.lane_keep = 0;
+        } else if (meta.lane_write == lane_write_t.ADD) {
+            meta.lane_op = lane_op_t.ACCUMULATE;
+        }
+        if (meta.lane_write == lane_write_t.WRITE_OPEN) {
+            meta.slot.chunk = hdr.hysync.chunk;
+        }
+
+        // The slot and the packet out. A RESULT or an ACK carries the install tag (the
+        // epoch's low byte, §2) where a RESYNC its reason; every switch packet but a
+        // resend carries the latched mode and quorum (result_read_action gives a resend
+        // the stored ones).
+        meta.out_reason = meta.epoch[7:0];
+        meta.out_mode = meta.slot.mode;
+        meta.out_quorum = meta.slot.quorum;
+        if (meta.emit == emit_t.ABSORB) {
+            meta.slot.count = meta.slot.count + 1;
+            meta.slot.bitmap = meta.slot.bitmap | me;
+        } else if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
+            // The round closes, with w counted now or (as is) before: its header goes out
+            // and into res_*; the lanes are the sums (as is: read back).
+            meta.out_round = meta.slot.cur;
+            meta.out_count = meta.slot.count;
+            meta.out_bitmap = meta.slot.bitmap;
+            meta.out_chunk = meta.slot.chunk;
+            if (meta.emit == emit_t.CLOSE) {
+                meta.out_count = meta.slot.count + 1;
+                meta.out_bitmap = meta.slot.bitmap | me;
                 meta.out_chunk = hdr.hysync.chunk;
-            } else if (join) {
-                // A JOIN never makes a round of its own.
-                meta.verdict = verdict_t.NOT_JOINED;
-                meta.count_drop = true;
-                meta.drop_reason = DROP_NOT_JOINED;
-                meta.out_reason = RESYNC_NOT_JOINED;
-            } else if (refused) {
-                meta.verdict = verdict_t.STALE;
-                meta.count_drop = true;
-                meta.drop_reason = DROP_STALE;
-                meta.member_counter = member_counter_t.STALE;
-                meta.out_reason = RESYNC_STALE_ROUND;
             } else {
-                // A round of its own: write the bank, multicast, move on.
-                seq = r;
-                seq_ep = meta.epoch;
-                has_result = 1;
-                meta.verdict = verdict_t.CLOSE;
-                meta.member_counter = member_counter_t.CONTRIBUTIONS;
-                meta.lane_op = lane_op_t.ACCUMULATE;
-                meta.lane_keep = 0;
-                meta.out_round = cur;
-                meta.out_count = 1;
-                meta.out_bitmap = me;
-                meta.out_chunk = hdr.hysync.chunk;
-                cur = cur + 1;
+                meta.lane_op = lane_op_t.READ;
             }
-        } else if (r == cur) {
-            // 9. The open round.
-            if ((bmp & me) != 0) {
-                meta.count_drop = true;
-                meta.drop_reason = DROP_DUPLICATE;
-                meta.member_counter = member_counter_t.DUPLICATES;
-                meta.verdict = verdict_t.DUPLICATE;
-                if (cnt >= q) {
-                    // The membership shrank under this round (an exclusion): it already
-                    // holds every remaining member, so the retransmission closes it with
-                    // the lanes it has instead of leaving it to wait for a worker who is gone.
-                    meta.verdict = verdict_t.CLOSE;
-                    meta.lane_op = lane_op_t.READ;
-                    meta.out_round = cur;
-                    meta.out_count = cnt;
-                    meta.out_bitmap = bmp;
-                    meta.out_chunk = chk;
-                    cur = cur + 1;
-                    cnt = 0;
-                    bmp = 0;
-                    has_result = 1;
-                }
-            } else if (join && (cnt == 0 || join_marked)) {
-                // A JOIN never opens a round; a copy of one refused so is refused too.
-                meta.verdict = verdict_t.NOT_JOINED;
-                meta.count_drop = true;
-                meta.drop_reason = DROP_NOT_JOINED;
-                meta.out_reason = RESYNC_NOT_JOINED;
-                if (cnt != 0) {
-                    seq_ep = 0;             // the mark is spent
-                } else if (!counted) {
-                    seq = ~r;
-                    seq_ep = ~meta.epoch;
-                }
-            } else if (cnt != 0 && hdr.hysync.chunk != chk) {
-                meta.verdict = verdict_t.CHUNK_MISMATCH;
-                meta.count_drop = true;
-                meta.drop_reason = DROP_CHUNK_MISMATCH;
-                meta.out_reason = RESYNC_CHUNK_MISMATCH;
-                seq = r;
-                seq_ep = refuse_ep;
-            } else {
-                // Accept: the first contribution writes the bank and latches the chunk.
-                seq = r;
-                seq_ep = meta.epoch;
-                meta.member_counter = member_counter_t.CONTRIBUTIONS;
-                meta.lane_op = lane_op_t.ACCUMULATE;
-                if (cnt == 0) {
-                    chk = hdr.hysync.chunk;
-                    meta.lane_keep = 0;
-                }
-                cnt = cnt + 1;
-                bmp = bmp | me;
-                if (cnt >= q) {
-                    // The round closes: its header goes out and into res_*.
-                    meta.verdict = verdict_t.CLOSE;
-                    meta.out_round = cur;
-                    meta.out_count = cnt;
-                    meta.out_bitmap = bmp;
-                    meta.out_chunk = chk;
-                    cur = cur + 1;
-                    cnt = 0;
-                    bmp = 0;
-                    has_result = 1;
-                } else {
-                    meta.verdict = verdict_t.ABSORB;
-                }
-            }
-        } else if (r == cur - 1 && has_result == 1) {
-            // 9. The round that closed last: its stored result, to the sender alone.
-            // result_read_action fills the header and picks the counter.
-            meta.verdict = verdict_t.RESEND;
+            meta.slot.cur = meta.slot.cur + 1;
+            meta.slot.count = 0;
+            meta.slot.bitmap = 0;
+            meta.slot.has_result = 1;
+        } else if (meta.emit == emit_t.RESEND) {
+            // The round that closed last, to the sender alone: result_read_action fills
+            // the header, the lanes are read from r's bank.
             meta.lane_op = lane_op_t.READ;
             meta.lane_cell = 2 * s + (cell_index_t) (r & 1);
             meta.out_round = r;
-            if ((res_bmp & me) == 0) {
-                seq = r;            // late: not counted
-                seq_ep = refuse_ep;
-            }
-        } else {
-            // 9. Older, or ahead of the switch.
-            meta.verdict = verdict_t.STALE;
-            meta.count_drop = true;
-            meta.drop_reason = DROP_STALE;
-            meta.member_counter = member_counter_t.STALE;
-            meta.out_reason = RESYNC_STALE_ROUND;
-            seq = r;
-            seq_ep = refuse_ep;
-            if (counted) {
-                meta.out_reason = RESYNC_STALE_COUNTED;   // counted, but its result is gone
-            }
+        } else if (meta.emit == emit_t.ACK) {
+            meta.out_round = r;
+            meta.out_count = 0;
+            meta.out_bitmap = 0;
+            meta.out_chunk = hdr.hysync.chunk;
+        } else if (meta.emit == emit_t.RESYNC) {
+            // The slot's open round as it stands now.
+            meta.out_reason = meta.resync_reason;
+            meta.out_round = meta.slot.cur;
+            meta.out_count = meta.slot.count;
+            meta.out_bitmap = meta.slot.bitmap;
+            meta.out_chunk = meta.slot.chunk;
         }
 
-        // A RESYNC tells the worker the slot's open round as it stands now.
-        if (meta.verdict == verdict_t.CHUNK_MISMATCH || meta.verdict == verdict_t.STALE
-                || meta.verdict == verdict_t.NOT_JOINED) {
-            meta.out_round = cur;
-            meta.out_count = cnt;
-            meta.out_bitmap = bmp;
-            meta.out_chunk = chk;
-        }
-        // Every switch packet but a resend carries the latched mode and quorum.
-        meta.out_mode = md;
-        meta.out_quorum = qr;
-
-        slot_epoch.write(s, ep);
-        res_valid.write(s, has_result);
-        round.write(s, cur);
-        count.write(s, cnt);
-        bitmap.write(s, bmp);
-        chunk.write(s, chk);
-        mode.write(s, md);
-        quorum.write(s, qr);
-        member_seq.write(seq_cell, seq);
-        member_epoch.write(seq_cell, seq_ep);
+        slot_epoch.write(s, meta.slot.epoch);
+        res_valid.write(s, meta.slot.has_result);
+        round.write(s, meta.slot.cur);
+        count.write(s, meta.slot.count);
+        bitmap.write(s, meta.slot.bitmap);
+        chunk.write(s, meta.slot.chunk);
+        mode.write(s, meta.slot.mode);
+        quorum.write(s, meta.slot.quorum);
+        member_seq.write(seq_cell, meta.slot.seq);
+        member_epoch.write(seq_cell, meta.slot.seq_epoch);
     }
 
     // The closed round's header stays readable until the next round closes.
@@ -322,8 +256,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         res_quorum.write(s, meta.out_quorum);
     }
 
-    // A resend carries the stored header; the bitmap says whether the sender is in the
-    // sum (it retransmitted: a duplicate) or not (it arrived after the quorum: late).
+    // A resend carries the stored header.
     @hidden action result_read_action() {
         cell_index_t s = (cell_index_t) hdr.hysync.slot;
         res_bitmap.read(meta.out_bitmap, s);
@@ -331,23 +264,20 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         res_chunk.read(meta.out_chunk, s);
         res_mode.read(meta.out_mode, s);
         res_quorum.read(meta.out_quorum, s);
-        bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
-        meta.member_counter = member_counter_t.LATE;
-        if ((meta.out_bitmap & me) != 0) {
-            meta.member_counter = member_counter_t.DUPLICATES;
-        }
     }
 
 #define LANE_APPLY(i) lanes_##i.apply(hdr.lanes[i].value, meta.lane_cell, meta.lane_op, meta.lane_keep);
 
     apply {
-        // 8-10. Latch, classify, update the slot's round state.
-        slot_update_action();
+        // 8-10. Read and latch the slot, decide, apply the outcome.
+        slot_read_action();
+        decide.apply();
+        slot_write_action();
 
         // The closing round's header is kept for resends; a resend reads it back.
-        if (meta.verdict == verdict_t.CLOSE) {
+        if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             result_write_action();
-        } else if (meta.verdict == verdict_t.RESEND) {
+        } else if (meta.emit == emit_t.RESEND) {
             result_read_action();
         }
 

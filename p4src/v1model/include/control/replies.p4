@@ -1,13 +1,11 @@
 // Replies (protocol.md §4 "Replies", §5, §6): turns a contribution into the packet the
-// switch sends for the aggregation's verdict, or into nothing.
+// switch sends for the aggregation's outcome (meta.emit), or into nothing.
 //
-//   CLOSE            RESULT, multicast to the job's group (egress sets destinations)
-//   RESEND           RESULT with flag RESEND, back to the sender, lanes of the stored round
-//   CHUNK_MISMATCH,  RESYNC, back to the sender, header only
-//   STALE,
-//   NOT_JOINED
-//   ACK              ACK, back to the sender, header only
-//   anything else    absorbed or dropped: nothing goes out
+//   CLOSE, CLOSE_AS_IS  RESULT, multicast to the job's group (egress sets destinations)
+//   RESEND              RESULT with flag RESEND, back to the sender, lanes of the stored round
+//   RESYNC              RESYNC, back to the sender, header only
+//   ACK                 ACK, back to the sender, header only
+//   anything else       absorbed or dropped: nothing goes out
 
 #ifndef __HYSYNC_REPLIES__
 #define __HYSYNC_REPLIES__
@@ -69,19 +67,17 @@ control Replies(inout headers_t hdr,
     }
 
     apply {
-        if (meta.verdict == verdict_t.CLOSE) {
+        if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             write_hysync(OP_RESULT, 0, 0);
             to_group();
-        } else if (meta.verdict == verdict_t.RESEND) {
+        } else if (meta.emit == emit_t.RESEND) {
             write_hysync(OP_RESULT, FLAG_RESEND, TX_MASK);
             to_sender();
-        } else if (meta.verdict == verdict_t.CHUNK_MISMATCH
-                   || meta.verdict == verdict_t.STALE
-                   || meta.verdict == verdict_t.NOT_JOINED) {
+        } else if (meta.emit == emit_t.RESYNC) {
             write_hysync(OP_RESYNC, 0, TX_MASK);
             strip_lanes();
             to_sender();
-        } else if (meta.verdict == verdict_t.ACK) {
+        } else if (meta.emit == emit_t.ACK) {
             write_hysync(OP_ACK, 0, TX_MASK);
             strip_lanes();
             to_sender();

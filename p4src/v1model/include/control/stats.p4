@@ -42,7 +42,7 @@ control Stats(in headers_t hdr, in metadata_t meta) {
         } else if (meta.member_counter == member_counter_t.STALE) {
             stale.count(member);
         }
-        if (meta.verdict == verdict_t.CLOSE) {
+        if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             closes.count(member);
         }
     }
