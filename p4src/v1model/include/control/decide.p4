@@ -7,12 +7,12 @@
 // Each entry is commented with its row's verdict (the table's name for the outcome)
 // and why; the program acts on the rest of the outcome.
 @hidden action decided(emit_t emit, bit<1> count_drop, drop_reason_t drop_reason,
-                       member_counter_t counter, member_cell_op_t cell_op,
+                       member_counter_t member_counter, member_cell_op_t cell_op,
                        lane_write_t lanes, reason_t resync_reason) {
     meta.emit = emit;
     meta.count_drop = count_drop == 1;
     meta.drop_reason = drop_reason;
-    meta.member_counter = counter;
+    meta.member_counter = member_counter;
     meta.cell_op = cell_op;
     meta.lane_write = lanes;
     meta.resync_reason = resync_reason;
@@ -111,5 +111,4 @@
     const default_action = decided(emit_t.RESYNC, 1, DROP_STALE,
                     member_counter_t.STALE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_STALE_ROUND);
-    size = 16;
 }
