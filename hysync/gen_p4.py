@@ -160,7 +160,8 @@ def _ternary(row: decision.Row) -> str:
 def _decided(o: decision.Outcome) -> str:
     drop = f"DROP_{o.drop.name}" if o.drop is not None else "0"
     indent = "\n" + " " * 20
-    return (f"decided(emit_t.{o.emit.name}, {0 if o.drop is None else 1}, {drop},{indent}"
+    return (f"decided(verdict_t.{o.verdict.name}, emit_t.{o.emit.name}, "
+            f"{0 if o.drop is None else 1}, {drop},{indent}"
             f"member_counter_t.{o.counter.name}, member_cell_op_t.{o.seq.name},{indent}"
             f"lane_write_t.{o.lanes.name}, RESYNC_{o.reason.name})")
 
@@ -175,11 +176,11 @@ def v1model_decide_p4() -> str:
         "// between the action that reads the slot and the one that writes it.",
         f"// {_DO_NOT_EDIT.format(source='hysync/spec/decision.py')}",
         "",
-        "// Each entry is commented with its row's verdict (the table's name for the outcome)",
-        "// and why; the program acts on the rest of the outcome.",
-        "@hidden action decided(emit_t emit, bit<1> count_drop, drop_reason_t drop_reason,",
-        "                       member_counter_t member_counter, member_cell_op_t cell_op,",
-        "                       lane_write_t lanes, reason_t resync_reason) {",
+        "@hidden action decided(verdict_t verdict, emit_t emit, bit<1> count_drop,",
+        "                       drop_reason_t drop_reason, member_counter_t member_counter,",
+        "                       member_cell_op_t cell_op, lane_write_t lanes,",
+        "                       reason_t resync_reason) {",
+        "    meta.verdict = verdict;",
         "    meta.emit = emit;",
         "    meta.count_drop = count_drop == 1;",
         "    meta.drop_reason = drop_reason;",
@@ -199,11 +200,11 @@ def v1model_decide_p4() -> str:
         "    const entries = {",
     ]
     for row in rows:
-        out += [f"        // {row.outcome.verdict.name}: {row.why}", f"        {_ternary(row)} :",
+        out += [f"        // {row.why}", f"        {_ternary(row)} :",
                 f"            {_decided(row.outcome)};"]
     out += [
         "    }",
-        f"    // {last.outcome.verdict.name}: {last.why}",
+        f"    // {last.why}",
         f"    const default_action = {_decided(last.outcome)};",
         "}",
         "",

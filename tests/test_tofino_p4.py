@@ -33,8 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 V1MODEL_P4INFO = ROOT / "p4src" / "v1model" / "hysync.p4info.txtpb"
 CHIPS = {"tofino": "tna", "tofino2": "t2na"}   # chip: architecture
 TNA_P4INFOS = {chip: ROOT / "p4src" / "tna" / f"hysync.{chip}.p4info.txtpb" for chip in CHIPS}
-TNA_SOURCES = sorted((ROOT / "p4src" / "tna").rglob("*.p4")) + sorted(
-    (ROOT / "p4src" / "shared").rglob("*.p4"))
+# The generated wire.p4 first: the other files' constants are expressions over its names.
+_SHARED = ROOT / "p4src" / "shared"
+TNA_SOURCES = [_SHARED / "wire.p4"] + sorted(
+    p for p in [*(ROOT / "p4src" / "tna").rglob("*.p4"), *_SHARED.rglob("*.p4")]
+    if p != _SHARED / "wire.p4")
 BF_P4C = os.environ.get("BF_P4C", "bf-p4c")
 TNA_TYPEDEFS = {"PortId_t": 9}   # tna.p4 and t2na.p4: bit<9> on Tofino 1 and 2
 

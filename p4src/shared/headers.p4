@@ -86,6 +86,7 @@ struct metadata_t {
     // on, and the outcome it decides (hysync/spec/decision.py).
     slot_state_t     slot;
     facts_t          facts;
+    verdict_t        verdict;
     emit_t           emit;
     member_cell_op_t cell_op;
     lane_write_t     lane_write;

@@ -4,11 +4,11 @@
 // between the action that reads the slot and the one that writes it.
 // Do not edit: change hysync/spec/decision.py and run `python -m hysync.gen_p4`.
 
-// Each entry is commented with its row's verdict (the table's name for the outcome)
-// and why; the program acts on the rest of the outcome.
-@hidden action decided(emit_t emit, bit<1> count_drop, drop_reason_t drop_reason,
-                       member_counter_t member_counter, member_cell_op_t cell_op,
-                       lane_write_t lanes, reason_t resync_reason) {
+@hidden action decided(verdict_t verdict, emit_t emit, bit<1> count_drop,
+                       drop_reason_t drop_reason, member_counter_t member_counter,
+                       member_cell_op_t cell_op, lane_write_t lanes,
+                       reason_t resync_reason) {
+    meta.verdict = verdict;
     meta.emit = emit;
     meta.count_drop = count_drop == 1;
     meta.drop_reason = drop_reason;
@@ -26,89 +26,89 @@
         decided;
     }
     const entries = {
-        // ACK: async: a copy of a counted contribution is acknowledged, not counted again
+        // async: a copy of a counted contribution is acknowledged, not counted again
         (FACT_ASYNC | FACT_COUNTED) &&& (FACT_ASYNC | FACT_COUNTED) :
-            decided(emit_t.ACK, 1, DROP_DUPLICATE,
+            decided(verdict_t.ACK, emit_t.ACK, 1, DROP_DUPLICATE,
                     member_counter_t.DUPLICATES, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // NOT_JOINED: async: a JOIN never makes a round of its own
+        // async: a JOIN never makes a round of its own
         (FACT_ASYNC | FACT_JOIN) &&& (FACT_ASYNC | FACT_JOIN) :
-            decided(emit_t.RESYNC, 1, DROP_NOT_JOINED,
+            decided(verdict_t.NOT_JOINED, emit_t.RESYNC, 1, DROP_NOT_JOINED,
                     member_counter_t.NONE, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_NOT_JOINED);
-        // STALE: async: r was answered 'not counted' before (a copy behind a swap into async)
+        // async: r was answered 'not counted' before (a copy behind a swap into async)
         (FACT_ASYNC | FACT_REFUSED) &&& (FACT_ASYNC | FACT_REFUSED) :
-            decided(emit_t.RESYNC, 1, DROP_STALE,
+            decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
                     member_counter_t.STALE, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_STALE_ROUND);
-        // CLOSE: async: counted, and closes a round of its own
+        // async: counted, and closes a round of its own
         (FACT_ASYNC) &&& (FACT_ASYNC) :
-            decided(emit_t.CLOSE, 0, 0,
+            decided(verdict_t.CLOSE, emit_t.CLOSE, 0, 0,
                     member_counter_t.CONTRIBUTIONS, member_cell_op_t.RECORD,
                     lane_write_t.WRITE, RESYNC_NONE);
-        // DUPLICATE: a duplicate closes a round the shrunk membership has filled
+        // a duplicate closes a round the shrunk membership has filled
         (FACT_OPEN | FACT_HAS_BIT | FACT_FULL) &&& (FACT_OPEN | FACT_HAS_BIT | FACT_FULL) :
-            decided(emit_t.CLOSE_AS_IS, 1, DROP_DUPLICATE,
+            decided(verdict_t.DUPLICATE, emit_t.CLOSE_AS_IS, 1, DROP_DUPLICATE,
                     member_counter_t.DUPLICATES, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // DUPLICATE: a duplicate: the round's result will answer it
+        // a duplicate: the round's result will answer it
         (FACT_OPEN | FACT_HAS_BIT) &&& (FACT_OPEN | FACT_HAS_BIT) :
-            decided(emit_t.NONE, 1, DROP_DUPLICATE,
+            decided(verdict_t.DUPLICATE, emit_t.NONE, 1, DROP_DUPLICATE,
                     member_counter_t.DUPLICATES, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // NOT_JOINED: a JOIN never opens a round; it leaves the JOIN mark
+        // a JOIN never opens a round; it leaves the JOIN mark
         (FACT_JOIN | FACT_OPEN | FACT_EMPTY) &&& (FACT_JOIN | FACT_OPEN | FACT_EMPTY) :
-            decided(emit_t.RESYNC, 1, DROP_NOT_JOINED,
+            decided(verdict_t.NOT_JOINED, emit_t.RESYNC, 1, DROP_NOT_JOINED,
                     member_counter_t.NONE, member_cell_op_t.JOIN_MARK,
                     lane_write_t.NONE, RESYNC_NOT_JOINED);
-        // NOT_JOINED: a JOIN that meets the JOIN mark (a copy of one refused) is refused and spends it
+        // a JOIN that meets the JOIN mark (a copy of one refused) is refused and spends it
         (FACT_JOIN_MARKED | FACT_JOIN | FACT_OPEN) &&& (FACT_JOIN_MARKED | FACT_JOIN | FACT_OPEN) :
-            decided(emit_t.RESYNC, 1, DROP_NOT_JOINED,
+            decided(verdict_t.NOT_JOINED, emit_t.RESYNC, 1, DROP_NOT_JOINED,
                     member_counter_t.NONE, member_cell_op_t.JOIN_SPEND,
                     lane_write_t.NONE, RESYNC_NOT_JOINED);
-        // CHUNK_MISMATCH: the open round aggregates another chunk
+        // the open round aggregates another chunk
         (FACT_OPEN | FACT_CHUNK_DIFFERS) &&& (FACT_OPEN | FACT_EMPTY | FACT_CHUNK_DIFFERS) :
-            decided(emit_t.RESYNC, 1, DROP_CHUNK_MISMATCH,
+            decided(verdict_t.CHUNK_MISMATCH, emit_t.RESYNC, 1, DROP_CHUNK_MISMATCH,
                     member_counter_t.NONE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_CHUNK_MISMATCH);
-        // CLOSE: opens the round and closes it (a quorum of one)
+        // opens the round and closes it (a quorum of one)
         (FACT_OPEN | FACT_EMPTY | FACT_CLOSES) &&& (FACT_OPEN | FACT_EMPTY | FACT_CLOSES) :
-            decided(emit_t.CLOSE, 0, 0,
+            decided(verdict_t.CLOSE, emit_t.CLOSE, 0, 0,
                     member_counter_t.CONTRIBUTIONS, member_cell_op_t.RECORD,
                     lane_write_t.WRITE_OPEN, RESYNC_NONE);
-        // ABSORB: opens the round
+        // opens the round
         (FACT_OPEN | FACT_EMPTY) &&& (FACT_OPEN | FACT_EMPTY) :
-            decided(emit_t.ABSORB, 0, 0,
+            decided(verdict_t.ABSORB, emit_t.ABSORB, 0, 0,
                     member_counter_t.CONTRIBUTIONS, member_cell_op_t.RECORD,
                     lane_write_t.WRITE_OPEN, RESYNC_NONE);
-        // CLOSE: counted, and the quorum is reached: the round closes
+        // counted, and the quorum is reached: the round closes
         (FACT_OPEN | FACT_CLOSES) &&& (FACT_OPEN | FACT_CLOSES) :
-            decided(emit_t.CLOSE, 0, 0,
+            decided(verdict_t.CLOSE, emit_t.CLOSE, 0, 0,
                     member_counter_t.CONTRIBUTIONS, member_cell_op_t.RECORD,
                     lane_write_t.ADD, RESYNC_NONE);
-        // ABSORB: counted; the round stays open
+        // counted; the round stays open
         (FACT_OPEN) &&& (FACT_OPEN) :
-            decided(emit_t.ABSORB, 0, 0,
+            decided(verdict_t.ABSORB, emit_t.ABSORB, 0, 0,
                     member_counter_t.CONTRIBUTIONS, member_cell_op_t.RECORD,
                     lane_write_t.ADD, RESYNC_NONE);
-        // RESEND: the sender's result was lost: the stored result again
+        // the sender's result was lost: the stored result again
         (FACT_PREV | FACT_RES_HAS_BIT) &&& (FACT_PREV | FACT_RES_HAS_BIT) :
-            decided(emit_t.RESEND, 0, 0,
+            decided(verdict_t.RESEND, emit_t.RESEND, 0, 0,
                     member_counter_t.DUPLICATES, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // RESEND: the sender came after the quorum: the stored result, without its bit
+        // the sender came after the quorum: the stored result, without its bit
         (FACT_PREV) &&& (FACT_PREV) :
-            decided(emit_t.RESEND, 0, 0,
+            decided(verdict_t.RESEND, emit_t.RESEND, 0, 0,
                     member_counter_t.LATE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // STALE: stale, but r was counted: its result is gone
+        // stale, but r was counted: its result is gone
         (FACT_COUNTED) &&& (FACT_COUNTED) :
-            decided(emit_t.RESYNC, 1, DROP_STALE,
+            decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
                     member_counter_t.STALE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_STALE_COUNTED);
     }
-    // STALE: stale: r was not counted
-    const default_action = decided(emit_t.RESYNC, 1, DROP_STALE,
+    // stale: r was not counted
+    const default_action = decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
                     member_counter_t.STALE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_STALE_ROUND);
 }
