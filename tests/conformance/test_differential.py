@@ -262,6 +262,11 @@ def counters_of(target) -> dict:
     return {cell: target.counter(*cell) for cell in counter_cells()}
 
 
+def describe(out: list[tuple]) -> str:
+    """Outputs, short: (port or kind, length, the first 48 bytes in hex) each."""
+    return repr([(o[0], len(o[-1]), bytes(o[-1][:48]).hex()) for o in out])
+
+
 def run_sequence(kind: str, state, group_state, sequence) -> None:
     in_process = kind != "bmv2"
     num_slots = SMALL_SLOTS if in_process else wire.NUM_SLOTS
@@ -283,7 +288,8 @@ def run_sequence(kind: str, state, group_state, sequence) -> None:
             else:
                 group_both(reference, target, *arg)
                 continue
-            assert got == want, f"event {i} ({event_kind}) gave different outputs"
+            assert got == want, (f"event {i} ({event_kind}): {kind} sent {describe(got)}, "
+                                 f"the reference model {describe(want)}")
         if in_process:
             assert counters_of(target) == counters_of(reference)
         else:

@@ -51,7 +51,12 @@ control Replication(inout headers_t hdr,
     }
 
     apply {
-        if (eg_intr_md.egress_rid != 0) {
+        if (meta.bridge.flooded == 1) {
+            // An L2 flood, never rewritten (as v1model): not back where it came in.
+            if (eg_intr_md.egress_port == meta.bridge.ingress_port) {
+                eg_dprsr_md.drop_ctl = 1;
+            }
+        } else if (eg_intr_md.egress_rid != 0) {
             // A replica of a job's RESULT; without its rewrite entry it is dropped.
             if (rewrite.apply().hit) {
                 recipient.apply();
@@ -62,9 +67,6 @@ control Replication(inout headers_t hdr,
         } else if (hdr.hysync.isValid() && hdr.hysync.op == OP_RESULT) {
             // A resend, unicast to its sender.
             results.count(hdr.hysync.job_id[7:0] ++ hdr.hysync.worker_id[4:0]);
-        } else if (meta.bridge.flooded == 1
-                   && eg_intr_md.egress_port == meta.bridge.ingress_port) {
-            eg_dprsr_md.drop_ctl = 1;
         }
     }
 }

@@ -33,7 +33,13 @@ control Replication(inout headers_t hdr,
     }
 
     apply {
-        if (standard_metadata.egress_rid != 0) {
+        if (meta.flooded) {
+            // An L2 flood (the flood group's replicas have rid 0, §7; a replica with
+            // another rid is flooded as it is, never rewritten): not back where it came in.
+            if (standard_metadata.egress_port == standard_metadata.ingress_port) {
+                mark_to_drop(standard_metadata);
+            }
+        } else if (standard_metadata.egress_rid != 0) {
             // A replica of a job's RESULT. Without its rewrite it would reach the member
             // addressed to the switch: the controller installs both together, so a
             // replica without one is dropped.
@@ -46,9 +52,6 @@ control Replication(inout headers_t hdr,
             // A resend, unicast to its sender.
             results.count((cell_index_t) hdr.hysync.job_id * MAX_WORKERS
                           + (cell_index_t) hdr.hysync.worker_id);
-        } else if (meta.flooded
-                   && standard_metadata.egress_port == standard_metadata.ingress_port) {
-            mark_to_drop(standard_metadata);
         }
     }
 }
