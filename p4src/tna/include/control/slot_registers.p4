@@ -1,7 +1,8 @@
 // The per-slot registers of protocol.md §3 on Tofino: one control per register, each
 // register touched by one RegisterAction per pass, each RegisterAction within one
 // stateful ALU (Tofino 1: two comparisons, two updates per 32-bit half, one 32-bit
-// output). v1model's slot_update_action reads and writes all of them in one action; here
+// output). v1model reads all of them in one action and writes them in another (simple_switch
+// runs one packet at a time through ingress); here
 // the decision is spread over the stages in order (docs/tofino.md, "Stages"):
 //
 //   Round        {round[s], epoch}              first pass: read; a close's last lane
