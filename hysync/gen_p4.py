@@ -24,6 +24,7 @@ from pathlib import Path
 from hysync import wire
 from hysync.spec import decision
 from hysync.spec.decision import ROWS, Fact
+from hysync.spec.render import fact_expression
 
 ROOT = Path(__file__).resolve().parents[1]
 _DO_NOT_EDIT = "Do not edit: change {source} and run `python -m hysync.gen_p4`."
@@ -35,6 +36,7 @@ _FIELD_TYPES = {"op": "op_t", "flags": "flags_t", "mode": "mode_t", "count": "co
 _WIDTH = dict(wire.HEADER_FIELDS)
 _LANES_PER_LINE = 8
 FACT_BITS = 16
+_FACT_PREFIX = "FACT_"
 
 
 def _const(p4_type: str, name: str, value: int, comment: str = "") -> str:
@@ -121,7 +123,7 @@ def wire_p4() -> str:
 
 
 def _fact_name(fact: Fact) -> str:
-    return f"FACT_{fact.name}"
+    return f"{_FACT_PREFIX}{fact.name}"
 
 
 def decision_p4() -> str:
@@ -152,9 +154,8 @@ def decision_p4() -> str:
 
 
 def _ternary(row: decision.Row) -> str:
-    def facts(value: int) -> str:
-        return " | ".join(_fact_name(f) for f in Fact if f & value) or "0"
-    return f"({facts(row.when)}) &&& ({facts(row.when | row.unless)})"
+    return (f"({fact_expression(row.when, _FACT_PREFIX)}) &&& "
+            f"({fact_expression(row.when | row.unless, _FACT_PREFIX)})")
 
 
 def _decided(o: decision.Outcome) -> str:

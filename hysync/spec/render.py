@@ -19,7 +19,8 @@ _ENUMS: tuple[type[enum.IntEnum], ...] = (Verdict, Counter, SeqOp, LaneOp, Emit)
 NO_DROP = 0xFF  # an outcome's drop byte when it drops nothing
 
 
-def _facts(value: Fact, prefix: str) -> str:
+def fact_expression(value: int, prefix: str) -> str:
+    """The facts set in `value` as `PREFIX_A | PREFIX_B`, or 0 (C++ and P4 alike)."""
     names = [f"{prefix}{f.name}" for f in Fact if f & value]
     return " | ".join(names) or "0"
 
@@ -71,7 +72,8 @@ def cpp() -> str:
         o = row.outcome
         drop = f"uint8_t(wire::DropReason::{o.drop.name})" if o.drop is not None else "NO_DROP"
         out += [f"    // {row.why}",
-                f"    {{{_facts(row.when, 'fact::')}, {_facts(row.unless, 'fact::')},",
+                f"    {{{fact_expression(row.when, 'fact::')}, "
+                f"{fact_expression(row.unless, 'fact::')},",
                 f"     {{Verdict::{o.verdict.name}, Emit::{o.emit.name}, {drop}, "
                 f"Counter::{o.counter.name}, SeqOp::{o.seq.name}, LaneOp::{o.lanes.name}, "
                 f"wire::ResyncReason::{o.reason.name}}}}},"]
