@@ -152,10 +152,16 @@ def find_host(inv: Inventory, name: str | None = None) -> Host:
     return local[0]
 
 
-def _reserve_port(ipv4: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((ipv4, 0))
-        return s.getsockname()[1]
+def port_of(sock: socket.socket) -> int:
+    return sock.getsockname()[1]
+
+
+def _reserve_socket(ipv4: str) -> socket.socket:
+    """A UDP socket bound to a free port of `ipv4`, kept until the worker takes it over: the
+    port is the member's address, announced before the job exists."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((ipv4, 0))
+    return sock
 
 
 def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
@@ -178,8 +184,10 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         raise AttachError(str(err)) from None
     rank, world = dist.get_rank(), dist.get_world_size()
     me = find_host(inv, host)
-    port = _reserve_port(me.ipv4)
-    avg_port = _reserve_port(me.ipv4) if average_every else None
+    sock = _reserve_socket(me.ipv4)
+    avg_sock = _reserve_socket(me.ipv4) if average_every else None
+    port = port_of(sock)
+    avg_port = port_of(avg_sock) if avg_sock else None
     # The process group's store (private in torch, stable since 1.x): the rendezvous
     # every rank already shares, whatever launched it.
     store = dist.distributed_c10d._get_default_store()
@@ -209,20 +217,22 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
     switch = reply["switch"]
 
-    def worker(job: dict, bind_port: int) -> HySyncWorker:
-        return HySyncWorker(TransportConfig(
+    def worker(job: dict, sock: socket.socket) -> HySyncWorker:
+        config = TransportConfig(
             job_id=job["job_id"], worker_id=rank, switch_host=switch["ipv4"],
-            switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=bind_port,
-            slot_base=job["slot_base"], slot_count=job["slot_count"], members=world,
-            dead_after=timeout), scale=scale)
+            switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port_of(sock),
+            bind_fd=sock.fileno(), slot_base=job["slot_base"], slot_count=job["slot_count"],
+            members=world, dead_after=timeout)
+        sock.detach()  # the transport owns the descriptor from here
+        return HySyncWorker(config, scale=scale)
 
-    training = worker(reply["jobs"][0], port)
+    training = worker(reply["jobs"][0], sock)
     state = HySyncHookState(training)
     model.register_comm_hook(state, hysync_hook)
     averaging = None
     if average_every:
-        assert avg_port is not None
-        averaging = (worker(reply["jobs"][1], avg_port), list(model.module.parameters()),
+        assert avg_sock is not None
+        averaging = (worker(reply["jobs"][1], avg_sock), list(model.module.parameters()),
                      average_every)
     return HySyncJob(rank, world, dict(reply["jobs"][0], key=reply.get("key")), training, state,
                      serve, averaging)

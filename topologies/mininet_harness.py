@@ -104,6 +104,9 @@ class MininetHarness:
         return [Member(worker=w, ipv4=host_ip(w), mac=host_mac(w), udp_port=base + w,
                        switch_port=w + 1) for w in range(workers)]
 
+    def bind_argv(self, flag: str, member: Member) -> list[str]:
+        return [flag, f"{member.ipv4}:{member.udp_port}"]  # the host's own address and port
+
     def switch_data_addr(self) -> str:
         return f"{SWITCH_IP}:{wire.HYSYNC_UDP_PORT}"
 

@@ -70,6 +70,7 @@ class Harness(Protocol):
     window: int  # the job's slot count: what the switch can take in flight without loss
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]: ...
+    def bind_argv(self, flag: str, member: Member) -> list[str]: ...
     def switch_data_addr(self) -> str: ...
     def rendezvous(self) -> str: ...
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen: ...
@@ -90,6 +91,9 @@ class LocalHarness:
         self.window = WINDOW
         self.data_port = free_port(socket.SOCK_DGRAM)
         self._ports: dict[bool, list[int]] = {}
+        # The members' UDP sockets, bound here and held for the harness's life: each worker
+        # inherits its own, so no other process can take a port between its choice and use.
+        self._reserved: dict[int, socket.socket] = {}
         self.log = log_dir / "softswitch.log"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.children = Children()  # the switch and the workers: none outlives the harness
@@ -103,10 +107,28 @@ class LocalHarness:
         # Ports picked free once per harness (and job), so that runs side by side on one
         # machine do not collide; the same ports for every configuration of the harness.
         if averaging not in self._ports:
-            self._ports[averaging] = [free_port(socket.SOCK_DGRAM) for _ in range(workers)]
+            self._ports[averaging] = [self._reserve() for _ in range(workers)]
         ports = self._ports[averaging]
         return [Member(worker=w, ipv4="127.0.0.1", mac=f"02:00:00:00:01:{w + 1:02x}",
                        udp_port=ports[w], switch_port=1) for w in range(workers)]
+
+    def _reserve(self) -> int:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        self._reserved[port] = sock
+        return port
+
+    def bind_argv(self, flag: str, member: Member) -> list[str]:
+        sock = self._reserved[member.udp_port]
+        # What a previous configuration's worker left unread is not this one's to read.
+        while True:
+            try:
+                sock.recv(65536)
+            except BlockingIOError:
+                break
+        return [flag, f"{member.ipv4}:{member.udp_port}", f"{flag}-fd", str(sock.fileno())]
 
     def switch_data_addr(self) -> str:
         return f"127.0.0.1:{self.data_port}"
@@ -116,11 +138,15 @@ class LocalHarness:
 
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen:
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+        # Every reserved socket goes along (a worker uses the two its argv names).
         return self.children.start([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
-                                   cwd=REPO, env=env)
+                                   cwd=REPO, env=env,
+                                   pass_fds=[s.fileno() for s in self._reserved.values()])
 
     def close(self) -> None:
         self.children.close()
+        for sock in self._reserved.values():
+            sock.close()
 
 
 def connect(harness: Harness, timeout: float = 30.0) -> Switch:
@@ -183,10 +209,10 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
         if jobs:
             job, avg = jobs
             m, a = job.member(w), avg.member(w)
-            argv += ["--switch", harness.switch_data_addr(), "--bind",
-                     f"{m.ipv4}:{m.udp_port}", "--job-id", str(job.job_id),
+            argv += ["--switch", harness.switch_data_addr(), *harness.bind_argv("--bind", m),
+                     "--job-id", str(job.job_id),
                      "--slot-base", str(job.slot_base), "--slot-count", str(job.slot_count),
-                     "--avg-bind", f"{a.ipv4}:{a.udp_port}", "--avg-job-id", str(avg.job_id),
+                     *harness.bind_argv("--avg-bind", a), "--avg-job-id", str(avg.job_id),
                      "--avg-slot-base", str(avg.slot_base),
                      "--avg-slot-count", str(avg.slot_count),
                      "--average-every", str(AVERAGE_EVERY_S), "--scale", str(2.0 ** 20)]

@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path, help="the run log file (JSON)")
     p.add_argument("--switch", metavar="HOST:PORT", help="HySync switch data-plane address")
     p.add_argument("--bind", metavar="HOST:PORT", help="this worker's HySync UDP address")
+    p.add_argument("--bind-fd", type=ranged(int, 0, 2**31 - 1, "--bind-fd"), metavar="FD",
+                   help="an inherited UDP socket already bound to --bind (the launcher "
+                        "reserved the port)")
     p.add_argument("--job-id", type=JOB_ID, default=1)
     p.add_argument("--slot-base", type=SLOT, default=0)
     p.add_argument("--slot-count", type=SLOTS, default=256)
@@ -61,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=2.0 ** 20)
     p.add_argument("--avg-bind", metavar="HOST:PORT",
                    help="this worker's UDP address in the model-averaging job (hysync)")
+    p.add_argument("--avg-bind-fd", type=ranged(int, 0, 2**31 - 1, "--avg-bind-fd"),
+                   metavar="FD", help="an inherited UDP socket already bound to --avg-bind")
     p.add_argument("--avg-job-id", type=JOB_ID, default=2)
     p.add_argument("--avg-slot-base", type=SLOT, default=256)
     p.add_argument("--avg-slot-count", type=SLOTS, default=64)
@@ -82,7 +87,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bind: str,
-                      slot_base: int, slot_count: int):
+                      bind_fd: int | None, slot_base: int, slot_count: int):
     from hysync.worker.transport import TransportConfig
 
     switch_host, switch_port = _host_port(args.switch)
@@ -90,8 +95,8 @@ def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bi
     # dead_after: an excluded member waits, retransmitting, until it is readmitted.
     return TransportConfig(job_id=job_id, worker_id=args.worker, switch_host=switch_host,
                            switch_port=switch_port, bind_host=bind_host, bind_port=bind_port,
-                           slot_base=slot_base, slot_count=slot_count, members=workers,
-                           dead_after=120.0)
+                           bind_fd=bind_fd, slot_base=slot_base, slot_count=slot_count,
+                           members=workers, dead_after=120.0)
 
 
 def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int,
@@ -104,13 +109,14 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
     from hysync.worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
 
     training = HySyncWorker(_transport_config(args, workers, job_id=args.job_id,
-                                              bind=args.bind, slot_base=args.slot_base,
+                                              bind=args.bind, bind_fd=args.bind_fd,
+                                              slot_base=args.slot_base,
                                               slot_count=args.slot_count), scale=args.scale)
     state = HySyncHookState(training)
     split = StepSplit(waited=lambda index: training.last_stats(bucket_key(index)).waited_s)
     model.register_comm_hook(state, split.wrap(hysync_hook))
     averaging = HySyncWorker(_transport_config(args, workers, job_id=args.avg_job_id,
-                                               bind=args.avg_bind,
+                                               bind=args.avg_bind, bind_fd=args.avg_bind_fd,
                                                slot_base=args.avg_slot_base,
                                                slot_count=args.avg_slot_count),
                              scale=args.scale)

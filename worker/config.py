@@ -15,6 +15,10 @@ class TransportConfig:
     switch_port: int = wire.HYSYNC_UDP_PORT
     bind_host: str = "0.0.0.0"
     bind_port: int = 0
+    # A UDP socket already bound to bind_host:bind_port, passed by whoever reserved the
+    # address (a launcher's inherited descriptor): the transport takes it over instead of
+    # binding, so no other process can take the port between its choice and the bind.
+    bind_fd: int | None = None
     slot_base: int = 0
     slot_count: int = 64  # the window W: slots this job owns, all in flight at once
     members: int = 1  # n: sizes the quantizer's clipping bound

@@ -258,9 +258,9 @@ class Transport:
 
 
 def _bound_socket(cfg: TransportConfig) -> socket.socket:
+    if cfg.bind_fd is not None:
+        return _inherited_socket(cfg)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, cfg.recv_buffer)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.recv_buffer)
     try:
         sock.bind((cfg.bind_host, cfg.bind_port))
     except OSError as err:
@@ -269,5 +269,30 @@ def _bound_socket(cfg: TransportConfig) -> socket.socket:
                       f"{cfg.bind_host}:{cfg.bind_port}: {err}. The switch admits members "
                       "by source address and port: pick the port the job file lists for "
                       "this worker, and make sure no other process holds it.") from err
+    return _tuned(sock, cfg)
+
+
+def _inherited_socket(cfg: TransportConfig) -> socket.socket:
+    """The socket of `cfg.bind_fd`, taken over (closing the transport closes it), once it is
+    known to be a UDP socket bound to the configured address."""
+    try:
+        sock = socket.socket(fileno=cfg.bind_fd)
+    except OSError as err:
+        raise OSError(f"worker {cfg.worker_id}: bind_fd {cfg.bind_fd} is not an open socket "
+                      f"({err}): pass the descriptor of a UDP socket bound to "
+                      f"{cfg.bind_host}:{cfg.bind_port}, inherited by this process") from err
+    address = sock.getsockname() if sock.family == socket.AF_INET else None
+    if sock.type != socket.SOCK_DGRAM or address != (cfg.bind_host, cfg.bind_port):
+        sock.detach()  # not ours to close
+        raise OSError(f"worker {cfg.worker_id}: bind_fd {cfg.bind_fd} is a {sock.type.name} "
+                      f"socket bound to {address}, not UDP on "
+                      f"{cfg.bind_host}:{cfg.bind_port}: pass the descriptor reserved for "
+                      "this worker's address")
+    return _tuned(sock, cfg)
+
+
+def _tuned(sock: socket.socket, cfg: TransportConfig) -> socket.socket:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, cfg.recv_buffer)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.recv_buffer)
     sock.setblocking(False)
     return sock

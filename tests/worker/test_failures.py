@@ -146,6 +146,50 @@ def test_garbage_datagrams_are_logged_counted_and_ignored(switch, caplog):
         tr.close()
 
 
+def test_a_transport_takes_over_a_socket_reserved_before_it(switch):
+    """The launcher binds the member's port when it picks it and hands the descriptor over:
+    the transport uses that socket (its address, its datagrams), binding nothing."""
+    reserved = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    reserved.bind(("127.0.0.1", 0))
+    port = reserved.getsockname()[1]
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.address[1], bind_host="127.0.0.1",
+                             bind_port=port, bind_fd=reserved.detach(), slot_base=BASE,
+                             slot_count=4)
+    tr = Transport(config, FixedPointQuantizer(SCALE, 1))
+    try:
+        assert tr.address == ("127.0.0.1", port)
+        switch.install(Job(JOB, BASE, 4, [(0, "127.0.0.1", port)]))
+        values = np.arange(300, dtype=np.float32) / 7
+        np.testing.assert_allclose(tr.allreduce("g", values).output, values,
+                                   atol=0.5 / SCALE + 1e-7)
+    finally:
+        tr.close()
+    with pytest.raises(OSError):  # closing the transport closed the descriptor
+        os.fstat(config.bind_fd)
+
+
+def test_a_reserved_socket_of_another_address_or_kind_is_refused_and_left_open():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, \
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+        udp.bind(("127.0.0.1", 0))
+        tcp.bind(("127.0.0.1", 0))
+        port = udp.getsockname()[1]
+        for fd, bound_port, what in [(udp.fileno(), port + 1, "SOCK_DGRAM socket bound to"),
+                                     (tcp.fileno(), tcp.getsockname()[1], "SOCK_STREAM")]:
+            config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                                     bind_host="127.0.0.1", bind_port=bound_port, bind_fd=fd)
+            with pytest.raises(OSError, match=f"bind_fd {fd} is a {what}.*pass the descriptor"):
+                Transport(config, FixedPointQuantizer(SCALE, 1))
+            os.fstat(fd)  # still open: not the transport's to close
+        closed = os.dup(udp.fileno())
+        os.close(closed)
+        config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                                 bind_host="127.0.0.1", bind_port=port, bind_fd=closed)
+        with pytest.raises(OSError, match=f"bind_fd {closed} is not an open socket"):
+            Transport(config, FixedPointQuantizer(SCALE, 1))
+
+
 class Peer:
     """Worker 1 of a two-member job, played with raw packets."""
 
