@@ -385,6 +385,12 @@ def _print_table(rows: list[dict], python: dict[tuple[str, int], float], packets
     print(f"softswitch handled {packets:,} datagrams")
 
 
+def _machine(load_before: tuple[float, float, float]) -> dict:
+    return {"case": "machine", "cores": os.cpu_count(),
+            "load_1_5_15_before": [round(x, 2) for x in load_before],
+            "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=256, help="slots in flight per worker")
@@ -394,12 +400,22 @@ def main(argv: list[str] | None = None) -> None:
                         help="the pure-Python engine's worker.json (read before it is rewritten)")
     parser.add_argument("--sizes", type=int, nargs="+", metavar="ELEMENTS",
                         help="only sync all-reduces of these sizes (no reflector section, no "
-                        "async run); prints the table and writes no results")
+                        "async run; the smallest --reps times); prints the table and writes "
+                        "only --out")
+    parser.add_argument("--out", type=Path,
+                        help="with --sizes: write the rows and the load average to this JSON")
     args = parser.parse_args(argv)
+    if args.out and not args.sizes:
+        parser.error("--out goes with --sizes (the full bench writes bench/results/worker.json)")
     if args.sizes:
+        load_before = os.getloadavg()
         rows, packets = run(args.window, args.reps, tuple(args.sizes), async_size=None)
         _print_table(rows, {}, packets)
-        print(f"load average {os.getloadavg()[0]:.2f}; nothing written (--sizes)")
+        machine = _machine(load_before)
+        print(f"load average {machine['load_1_5_15_after'][0]:.2f}")
+        if args.out:
+            args.out.write_text(json.dumps([machine, *rows], indent=2) + "\n")
+            print(f"wrote {args.out}")
         return
     started, load_before = time.perf_counter(), os.getloadavg()
     baseline = python_engine_rows(args.python_baseline)
@@ -414,10 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     _print_table(rows, {(r["mode"], r["elements"]): r["hysync_s"] for r in baseline}, packets)
     print(f"bench took {time.perf_counter() - started:.0f} s")
     RESULTS.mkdir(exist_ok=True)
-    machine = {"case": "machine", "cores": os.cpu_count(),
-               "load_1_5_15_before": [round(x, 2) for x in load_before],
-               "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()]}
-    every = [machine, refl, *rows, *baseline]
+    every = [_machine(load_before), refl, *rows, *baseline]
     (RESULTS / "worker.json").write_text(json.dumps(every, indent=2) + "\n")
     plot(every, RESULTS / "worker.png")
     print(f"wrote {RESULTS / 'worker.json'} and {RESULTS / 'worker.png'}")
