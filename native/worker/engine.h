@@ -42,6 +42,9 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest
   // transmission, the protocol before the transmission-number echo (§9, "Swap storms").
   bool test_only_ignore_echo = false;
+  // Test only (tests/sim/test_races.py): never send a displaced chunk again in its call
+  // (send_chased), the protocol before it.
+  bool test_only_no_chase = false;
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -85,6 +88,7 @@ struct Flight {
   uint32_t floor = 0;
   bool async_style = false, probe = false, parked = false;
   bool join = false;  // flag JOIN: counted only into an open round that lacks me
+  bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
   uint8_t tx = 0;     // the number of its latest transmission, which replies echo
   double launched = 0, sent_at = 0, backoff = 0;
   int tries = 0;
@@ -199,6 +203,8 @@ class Engine {
   float* acc_row(uint32_t chunk);
   // sending
   void send_next(uint32_t i, double now);
+  void send_chased(uint32_t i, double now);
+  void chase(uint32_t i, uint32_t chunk);
   void send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now);
   void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now,
                   bool join = false);
@@ -249,6 +255,9 @@ class Engine {
   uint32_t w_, bit_;
   std::vector<uint32_t> next_round_, seq_;
   std::vector<bool> known_;
+  // Per slot: chunks (global ids) a sync round of another chunk displaced, to send again as
+  // residual when the slot has nothing else to send in a call (send_chased).
+  std::vector<std::deque<uint32_t>> chased_;
   // Per slot: round, chunk and lanes of the last async result of mine that settled a flight
   // (all zero: none since the slot's rounds were learned), so that a late copy of it is not
   // taken for a sign of new switch state. A copy, not a digest: the receive loop only copies.

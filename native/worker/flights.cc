@@ -32,6 +32,34 @@ void Engine::send_next(uint32_t i, double now) {
       return;
     }
   }
+  send_chased(i, now);
+}
+
+// The slot's queue is empty: send a chunk a sync round of another chunk displaced (retarget)
+// again, as residual at the slot's next round, until it reaches a round of its own. Without
+// this, members whose calls pair one chunk (or one key) apart on a slot - one ahead after a
+// partial or async phase, then a straggler in sync - displace each other's first chunk there
+// at every call, and that chunk's gradient never reaches a round (docs/protocol.md §9,
+// "Displaced chunks"). Sync only: a partial round closes without me, and an async one needs no
+// partner; the chunk waits in the list meanwhile, its value in the residual.
+void Engine::send_chased(uint32_t i, double now) {
+  auto& chased = chased_[i];
+  if (chased.empty() || !known_[i] || mode_[i] != SYNC || cfg_.test_only_no_chase) return;
+  const uint32_t chunk = chased.front();
+  chased.pop_front();
+  const int k = key_of(chunk);
+  // Gone with its key, or sent again as this call's own chunk (a round took it, or will).
+  const bool own = call_ && k == call_->key &&
+                   call_->outcome[std::size_t(chunk - key(k).first)] != Outcome::CARRIED;
+  if (k < 0 || !key(k).alive || own) return send_chased(i, now);
+  send_extra(i, Kind::RESIDUAL, k, chunk, next_round_[i], now, false);
+  flight_[i]->chase = true;
+}
+
+// A sync round of another chunk displaced slot i's flight of `chunk`: remember to send it again.
+void Engine::chase(uint32_t i, uint32_t chunk) {
+  auto& chased = chased_[i];
+  if (std::find(chased.begin(), chased.end(), chunk) == chased.end()) chased.push_back(chunk);
 }
 
 void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {

@@ -493,9 +493,13 @@ void Engine::counted_without_result(uint32_t i, double now) {
 // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it: my own `chunk` if
 // it is pending in this call, else its residual (zeros if no key owns it and the round is
 // sync). The flight's own chunk is carried (RULE B), in every mode, rather than chased into a
-// round of its own: the members' calls do not pair on this slot (where they pair, every member
-// sends a slot's chunks in the same order), so such a round waits for the others to come back
-// to this key, which can be calls away, never at the job's end, and across slots forever.
+// round of its own at once: the members' calls do not pair on this slot (where they pair,
+// every member sends a slot's chunks in the same order), so such a round would wait for the
+// others to come back to this key, which can be calls away, and would hold back the rest of
+// this call's chunks on the slot. In sync, once the slot's queue is empty, the carried chunk
+// goes out again as residual (send_chased), until it reaches a round: a member that meets that
+// round with another chunk joins it the same way, so it closes, and no chunk is displaced at
+// every call.
 // A residual or a JOIN in flight gives its amount back and joins the round instead.
 void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now) {
   const int64_t local = call_ ? call_->pending(key(call_->key), chunk, i) : -1;
@@ -507,6 +511,7 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
   if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
   Flight& f = *flight_[i];
   const bool join = f.join;
+  if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
   if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
     done(i, false, now, false);
   } else {

@@ -1,6 +1,7 @@
 """`make simulate`: run seeds through the deterministic simulation, shrink what fails.
 
     python -m tests.sim --seeds 1000 [--start 0] [--targets native,python] [--kinds ...]
+    python -m tests.sim --seeds 1000 --kinds straggler     # the straggler plans instead
     python -m tests.sim --seed 1234 --targets python          # replay one seed
     python -m tests.sim --plan '<json>' --targets native      # replay a shrunk plan
 
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default="native,python",
                     help=f"comma-separated, of {', '.join(TARGETS)}")
     ap.add_argument("--kinds", default=",".join(FAULT_KINDS),
-                    help="fault kinds the seeds may draw")
+                    help="fault kinds the seeds may draw; 'straggler' alone: the straggler "
+                         "plans (a slow member, the adaptive policy's swaps)")
     ap.add_argument("--out", default="bench/results/simulate.json")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--time-limit", type=float, default=float("inf"), metavar="SECONDS",

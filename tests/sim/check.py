@@ -13,6 +13,9 @@ at its end:
 * nothing lost silently: a result a worker drops as a duplicate (of a round it applied, it
   believes) is one it applied, from the same switch state, or its replica is flagged for
   a resync; and a worker never told of a restart or a re-install balances its books.
+* every chunk reaches a round: once faults stop and the job stays in sync, every chunk of a
+  key a worker keeps calling gets a result, in its calls since or between them (a chunk
+  displaced at every call would pile up in the residual for ever).
 * failures: a call may fail only where a fault explains it (a restart, a re-install, a
   dead member) or where every other member finished the job before it (a worker whose
   rounds fell behind its peers' in partial or async mode, then waits for them in sync:
@@ -27,7 +30,7 @@ import numpy as np
 
 from hysync import wire
 
-from .plan import DEAD_AFTER, SCALE
+from .plan import DEAD_AFTER, JOIN_AFTER, SCALE, SYNC, Plan
 from .run import Record, Sim
 
 H = wire.HEADER_BYTES
@@ -74,12 +77,50 @@ def check(rec: Record, sim: Sim) -> list[str]:
                 out += broken
         if rec.state_resets == 0:
             out += _agreement(rec, wk)
+        if not wk.dead and not failed and not excuses:
+            out += _starved(rec, sim, wk)
         if wk.dropped and not wk.dead and not wk.engine.needs_resync:
             state, slot, rnd = wk.dropped[0]
             out.append(f"silent loss: worker {wk.w} dropped the result of slot {slot} round "
                        f"{rnd} (switch state {state}) as a duplicate, applied none such, and "
                        f"its replica is not flagged for a resync ({len(wk.dropped)} such)")
     return out
+
+
+# Calls of a key since the faults stopped after which each of its chunks must have reached a
+# round: the first may still carry what the faults displaced.
+STARVE_CALLS = 3
+
+
+def _starved(rec: Record, sim: Sim, wk) -> list[str]:
+    """Every chunk reaches a round (docs/protocol.md §10, invariant 6): judged on the calls a
+    worker made while every other member was still calling (a member left alone at the
+    job's end has no partner for a round)."""
+    plan = rec.plan
+    if _final_mode(plan) != SYNC:
+        return []
+    settle = max(plan.faults_end, plan.lossy_until) + JOIN_AFTER
+    others = [o.calls[-1].end for o in sim.workers if o is not wk and not o.dead and o.calls]
+    together = min(others, default=-1.0)
+    reached = {chunk for t, chunk in wk.got if t > settle}
+    out = []
+    for k, n in enumerate(plan.sizes):
+        calls = [c for c in wk.calls if c.key == k and settle < c.start and c.end <= together
+                 and c.status == "done"]
+        if len(calls) < STARVE_CALLS:
+            continue
+        first = wk.firsts[k]
+        starved = [c for c in range(first, first + -(-n // wire.LANES)) if c not in reached]
+        if starved:
+            out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
+                       f"no round in its {len(calls)} sync calls after {settle:.3f} s (their "
+                       "gradient piles up in its residual)")
+    return out
+
+
+def _final_mode(plan: Plan) -> int:
+    swaps = [f for f in plan.faults if f.kind == "swap"]
+    return swaps[-1].mode if swaps else plan.mode
 
 
 def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0) -> bool:

@@ -58,6 +58,8 @@ class Plan:
     faults: tuple[Fault, ...] = ()
     faults_end: float = 0.0      # no swap, pause or restart after this
     lossy_until: float = 0.0     # no loss, duplication or jitter after this
+    slow_worker: int = -1        # this worker computes `slow_factor` times longer (a straggler)
+    slow_factor: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -78,6 +80,8 @@ class Plan:
 
 
 FAULT_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "death")
+# Not a fault kind: `--kinds straggler` draws the straggler plans (draw_straggler) instead.
+STRAGGLER = "straggler"
 
 
 @dataclass
@@ -95,7 +99,10 @@ def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
 
 def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
     """The plan of `seed`: 2-8 workers, 1-8 slots, 1-3 keys, 2-12 calls, a lossy,
-    duplicating, jittery network per direction, and 0-12 faults."""
+    duplicating, jittery network per direction, and 0-12 faults of `kinds`; or, with kinds
+    `("straggler",)`, the straggler plan of `seed` (draw_straggler)."""
+    if kinds == (STRAGGLER,):
+        return draw_straggler(seed)
     rng = random.Random(seed)
     workers = rng.randint(2, 8)
     slots = rng.randint(1, 8)
@@ -141,3 +148,31 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
     return Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum, up, down,
                 rng.choice((0.0005, 0.002, 0.01)), tuple(faults), end,
                 rng.uniform(0, 2 * horizon))
+
+
+def draw_straggler(seed: int) -> Plan:
+    """The plan of straggler seed `seed`: 3-6 workers, one 4-10x slower than the others,
+    1-8 slots, a key of 2-6 chunks per slot (and sometimes a second, smaller key), 30-40
+    calls, and the adaptive policy's swaps: async, partial without the straggler, then sync
+    for good. The partial and async phases let the fast members' calls run ahead of the
+    straggler's; back in sync, their rounds on a slot pair different calls."""
+    rng = random.Random(seed)
+    workers = rng.randint(3, 6)
+    slots = rng.randint(1, 8)
+    sizes = (wire.LANES * slots * rng.randint(2, 6) - rng.randrange(wire.LANES),)
+    if rng.random() < 0.3:
+        sizes += (rng.randint(1, wire.LANES * slots),)
+    calls = rng.randint(30, 40)
+    compute = rng.choice((0.002, 0.005, 0.01))
+    horizon = calls * compute * 3
+    t_async = rng.uniform(0.05, 0.3) * horizon
+    t_partial = t_async + rng.uniform(0.0, 0.2) * horizon
+    t_sync = t_partial + rng.uniform(0.05, 0.3) * horizon
+    faults = (Fault(t_async, "swap", ASYNC), Fault(t_partial, "swap", PARTIAL, workers - 1),
+              Fault(t_sync, "swap", SYNC))
+    lossy = rng.random() < 0.5
+    link = Link(loss=0.02 if lossy else 0.0, delay=rng.uniform(0.0001, 0.001),
+                jitter=rng.choice((0.0, 0.0005)))
+    return Plan(seed, workers, slots, rng.randrange(0, 64), sizes, calls, SYNC, 0, link, link,
+                compute, faults, t_sync, t_sync if lossy else 0.0,
+                slow_worker=rng.randrange(workers), slow_factor=rng.uniform(4.0, 10.0))

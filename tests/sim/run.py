@@ -131,6 +131,7 @@ class Worker:
     # none of them (the checker wants the replica flagged for a resync then)
     applied: set[tuple[int, int, int]] = field(default_factory=set)
     dropped: list[tuple[int, int, int]] = field(default_factory=list)
+    got: list[tuple[float, int]] = field(default_factory=list)  # (when, chunk) of each applied
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
 
 
@@ -219,7 +220,7 @@ class Sim:
 
     def run(self) -> Record:
         for w in self.workers:
-            self.at(self.rng.uniform(0, self.plan.compute), self._next_call, w)
+            self.at(self.rng.uniform(0, self._compute(w.w)), self._next_call, w)
         for f in self.plan.faults:
             self.at(f.at, self._fault, f)
         events = 0
@@ -311,7 +312,12 @@ class Sim:
         wk.values = None
         raw = e.stats()["results"]
         wk.results += [bytes(raw[i:i + H]) for i in range(0, len(raw), H)]
-        self.at(self.now + self.rng.uniform(0, self.plan.compute), self._next_call, wk)
+        self.at(self.now + self.rng.uniform(0, self._compute(wk.w)), self._next_call, wk)
+
+    def _compute(self, w: int) -> float:
+        """The longest a worker computes between two calls (the straggler: that many times)."""
+        p = self.plan
+        return p.compute * (p.slow_factor if w == p.slow_worker else 1.0)
 
     def _wake(self, wk: Worker, gen: int) -> None:
         if gen != wk.gen or not wk.in_call or wk.dead or self.now < wk.paused_until:
@@ -394,6 +400,7 @@ class Sim:
         key = (tag[0], slot, struct.unpack_from("!I", data, _OFF_ROUND)[0])
         if after["duplicate_results"] == before["duplicate_results"]:
             wk.applied.add(key)  # applied now, or by the ACK of my own contribution before
+            wk.got.append((self.now, struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
 

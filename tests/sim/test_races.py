@@ -3,12 +3,12 @@
 Each rule closed a race that a timing-dependent test or the simulation found first
 (docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
 the transmission-number echo, the JOIN, the install epoch, the install tag, the refusal
-mark and the JOIN mark. With the rule taken out (a test-only engine option, a longer
-`join_after` than any run, a pipeline that never sees a new install, never tags its replies
-or never marks what it refused), some seed of a fixed, small budget must violate an
-invariant; with the rule in, the same seeds pass. The marks' races are rarer (a seed in
-tens of thousands): their tests replay the schedules that found them, as the shrinker left
-them (tests/sim/plans/).
+mark, the JOIN mark and the chase of displaced chunks. With the rule taken out (a test-only
+engine option, a longer `join_after` than any run, a pipeline that never sees a new
+install, never tags its replies or never marks what it refused), some seed of a fixed,
+small budget must violate an invariant; with the rule in, the same seeds pass. The marks'
+races are rarer (a seed in tens of thousands): their tests replay the schedules that found
+them, as the shrinker left them (tests/sim/plans/).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
 
 from .check import check
-from .plan import Plan, draw
+from .plan import STRAGGLER, Plan, draw
 from .run import simulate
 
 BUDGET = 40  # seeds tried per race, at most
@@ -94,6 +94,14 @@ def test_without_join_a_swap_deadlocks() -> None:
     assert "liveness" in why or "failure" in why, why
     rec, sim = simulate(draw(seed, ("swap", "storm")), "python")
     assert not check(rec, sim), f"seed {seed} fails with JOIN too"
+
+
+def test_without_the_chase_a_displaced_chunk_never_reaches_a_round() -> None:
+    seed, why = _first_violation((STRAGGLER,), 0, engine={"test_only_no_chase": True})
+    assert seed >= 0, f"no violation in {BUDGET} straggler seeds without the chase"
+    assert "starvation" in why, why
+    rec, sim = simulate(draw(seed, (STRAGGLER,)), "python")
+    assert not check(rec, sim), f"seed {seed} fails with the chase too"
 
 
 def test_without_the_install_epoch_a_readd_inherits_rounds() -> None:

@@ -9,13 +9,16 @@ from __future__ import annotations
 import pytest
 
 from .check import check
-from .plan import FAULT_KINDS, Plan, draw
+from .plan import FAULT_KINDS, STRAGGLER, Plan, draw
 from .run import simulate
 
 # About 1.5 minutes on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
 # kinds drawn freely (tests/sim/plan.py), plus a few seeds per kind on its own.
 CI_SEEDS = 100
 PER_KIND = 5
+# The straggler plans (plan.draw_straggler): a slow member through the adaptive policy's
+# async probe and partial phase, then sync; every chunk must keep reaching rounds.
+STRAGGLER_SEEDS = 30
 
 
 def _run(plan: Plan, target: str) -> None:
@@ -35,6 +38,12 @@ def test_seeds(target: str) -> None:
 def test_each_fault_kind(kind: str) -> None:
     for seed in range(PER_KIND):
         _run(draw(10_000 + seed, (kind,)), "native")
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_straggler_seeds(target: str) -> None:
+    for seed in range(STRAGGLER_SEEDS):
+        _run(draw(seed, (STRAGGLER,)), target)
 
 
 def test_replay_is_exact() -> None:

@@ -221,8 +221,11 @@ def test_a_chunk_that_meets_a_sync_round_of_another_chunk_is_carried(switch, pee
     """The peer's calls do not pair with the worker's: it opens round 0 with a chunk the worker
     does not send first. The worker contributes to that round (its own chunk if pending, else
     the chunk's residual, or zeros if no key owns it: the round is sync) and carries its own
-    chunk (RULE B: kept as residual, not chased into a round of its own, which the peer would
-    open only on coming back to that key); its next chunk meets the peer's next round."""
+    chunk (RULE B: kept as residual, not chased into a round of its own at once, which the
+    peer would open only on coming back to that key); its next chunk meets the peer's next
+    round. Once the slot has nothing else to send, the carried chunk goes out again as
+    residual (docs/protocol.md §9, "Displaced chunks"), and the peer's contribution to that
+    round brings its sum back."""
     tr = make_transport(switch.address[1], members=2, slots=1)
     peer = Peer()
     try:
@@ -248,13 +251,20 @@ def test_a_chunk_that_meets_a_sync_round_of_another_chunk_is_carried(switch, pee
         assert result.stats.resyncs["CHUNK_MISMATCH"] == 1
         assert result.stats.carried == 1
         np.testing.assert_allclose(result.output[:64], 0.0)  # chunk 1 carried ...
-        np.testing.assert_allclose(tr.residual("b")[:64], 3.0, atol=1e-6)  # ... and kept
         np.testing.assert_allclose(result.output[64:], (2.0 + 5.0) / 2, atol=1e-6)
         if peer_chunk == "other-key":
-            assert result.stats.residual_contribs == 1
             np.testing.assert_allclose(tr.take("a"), 0.25 / 2, atol=1e-6)  # applied, kept
         if peer_chunk == "unknown":
             assert result.stats.null_contribs == 1
+        # ... and chased: its residual (3.0) went out at the slot's next round, which the
+        # peer's chunk 1 closes.
+        assert result.stats.residual_contribs == (2 if peer_chunk == "other-key" else 1)
+        np.testing.assert_allclose(tr.residual("b")[:64], 0.0, atol=1e-6)  # in flight
+        peer.contribute(switch.address, len(rounds), 1, lanes_of(1.0))
+        assert peer.result().header.chunk == 1
+        tr.poll_results(0.2)
+        np.testing.assert_allclose(tr.take("b")[:64], (3.0 + 1.0) / 2, atol=1e-6)
+        np.testing.assert_allclose(tr.residual("b")[:64], 0.0, atol=1e-6)
         assert not tr.needs_resync
     finally:
         tr.close()
