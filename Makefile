@@ -36,7 +36,7 @@ help:
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
 	@echo "              TARGETS=$(TARGETS), faults KINDS=..., JOBS=processes (0: every CPU; SEED=n"
-	@echo "              replays one); numbers in"
+	@echo "              replays one; KINDS=straggler: the straggler plans); numbers in"
 	@echo "              bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
