@@ -42,8 +42,8 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest
   // transmission, the protocol before the transmission-number echo (§9, "Swap storms").
   bool test_only_ignore_echo = false;
-  // Test only (tests/sim/test_races.py): never send a displaced chunk again in its call
-  // (send_chased), the protocol before it.
+  // Test only (tests/sim/test_races.py): never send a displaced chunk again (send_chased),
+  // the protocol before it.
   bool test_only_no_chase = false;
 };
 

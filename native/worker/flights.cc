@@ -48,10 +48,11 @@ void Engine::send_chased(uint32_t i, double now) {
   const uint32_t chunk = chased.front();
   chased.pop_front();
   const int k = key_of(chunk);
-  // Gone with its key, or sent again as this call's own chunk (a round took it, or will).
-  const bool own = call_ && k == call_->key &&
+  const bool gone = k < 0 || !key(k).alive;
+  // Sent again as this call's own chunk: a round took it, or will.
+  const bool own = !gone && call_ && k == call_->key &&
                    call_->outcome[std::size_t(chunk - key(k).first)] != Outcome::CARRIED;
-  if (k < 0 || !key(k).alive || own) return send_chased(i, now);
+  if (gone || own) return send_chased(i, now);
   send_extra(i, Kind::RESIDUAL, k, chunk, next_round_[i], now, false);
   flight_[i]->chase = true;
 }
