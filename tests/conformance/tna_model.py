@@ -5,8 +5,10 @@ No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program
 (include/control/slot_registers.p4 and aggregation.p4): the same registers with the same
 encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
 one-action-per-register-per-pass rule, and the close (and an async round) finished in a
-later pass. It checks the state machine, not the P4 code: only a Tofino (or its model)
-runs that.
+later pass. It decides by the rows the program's `verdict` table is generated from
+(hysync/spec/tna_verdict.py), on the flags and register answers it computes the program's
+way. It checks the state machine and those rows, not the rest of the P4 code: only a
+Tofino (or its model) runs that.
 
 `recirculate` decides when a later pass runs: at once (the default, as if the
 recirculation took no time), or later, so that a test can put packets between a close's
@@ -45,7 +47,10 @@ import numpy as np
 
 from hysync import wire
 from hysync.softswitch.pipeline import MULTICAST, REPLY, Pipeline
-from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
+from hysync.spec import tna_verdict
+from hysync.spec.decision import Counter, Verdict
+from hysync.spec.tna_verdict import Action
+from hysync.wire import DropReason, Flag, Mode, Op
 
 from .targets import SoftswitchTarget
 from .topology import PORTS
@@ -176,86 +181,87 @@ class TnaModelPipeline(Pipeline):
         if (async_path and not join) or (open_sync and chunk_ok):
             self.t_member_seq[seq_cell] = key
         duplicate = stored_seq == key
-        # 4. Count, with the close guard.
+        # 4. Count, with the close guard (slot_registers.p4, Count): the count after this
+        # packet (CLOSING set: it closes the round), or 0 where the guard refused it.
         stored_count = self.t_count[s]
-        if open_sync and chunk_ok:
-            if fresh:
-                self.t_count[s], stored_count = (CLOSING + 1 if q == 1 else 1), 0
-            elif duplicate:
-                if stored_count > q - 1:
-                    self.t_count[s] = _int32(stored_count + CLOSING)
-            elif stored_count >= q - 1:
-                self.t_count[s] = _int32(stored_count + CLOSING + 1)
-            else:
-                self.t_count[s] = _int32(stored_count + 1)
+        if open_sync and fresh:
+            count_out = CLOSING + 1 if q == 1 else 1
+            self.t_count[s] = count_out
+        elif open_sync and chunk_ok and duplicate:
+            count_out = _int32(stored_count + CLOSING) if stored_count >= q else 0
+            if count_out:
+                self.t_count[s] = count_out
+        elif open_sync and chunk_ok:
+            count_out = 0
+            if stored_count >= 0:
+                count_out = _int32(stored_count + (CLOSING + 1 if stored_count + 1 >= q else 1))
+                self.t_count[s] = count_out
+        else:
+            count_out = stored_count
 
-        # 6. The verdict.
+        # 6. The verdict: the program's generated rows, then what their action does.
+        o = tna_verdict.decide(dict(
+            not_joined=int(not_joined), async_path=int(async_path), join=int(bool(join)),
+            open_sync=int(open_sync), fresh=int(fresh), chunk_ok=int(chunk_ok), prev=int(prev),
+            latched=int(latched != 0), counted=int(duplicate), count_out=count_out & _U32,
+            closes=int(count_out < 0)))
         tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
         head = dict(version=version, op=Op.RESULT, flags=0, mode=mode, job_id=job, worker_id=w,
-                    count=0, slot=s, reason=tag, quorum=quorum, round=cur, chunk=chunk,
-                    bitmap=0)
-        if not_joined:
-            return self._not_joined_tna(head, echo, stored_chunk, nbytes)
-        if async_path:
-            if duplicate:
-                self._drop(job, DropReason.DUPLICATE, nbytes)
-                self._duplicates.count(member, nbytes)
-                head.update(op=Op.ACK, flags=echo, count=0, round=r, bitmap=0)
-                return REPLY, 0, _pack(head)
-            if join:   # a JOIN never makes an async round of its own
-                return self._not_joined_tna(head, echo, stored_chunk, nbytes)
+                    count=count_out & 0xFF, slot=s, reason=tag, quorum=quorum, round=cur,
+                    chunk=chunk, bitmap=0)
+        bank = 2 * s + (cur & 1)
+        closes = o.verdict == Verdict.CLOSE
+        if o.action in (Action.RESYNC, Action.RESYNC_ROUND):
+            self._drop(job, o.drop, nbytes)
+            if o.counter == Counter.STALE:
+                self._stale.count(member, nbytes)
+            with_round = o.action == Action.RESYNC_ROUND
+            return REPLY, 0, self._resync_tna(head, o.reason, echo, stored_chunk,
+                                              stored_bits if with_round else 0,
+                                              count_out if with_round else 0)
+        if o.action == Action.ACK:
+            self._drop(job, DropReason.DUPLICATE, nbytes)
+            self._duplicates.count(member, nbytes)
+            head.update(op=Op.ACK, flags=echo, count=0, round=r, bitmap=0)
+            return REPLY, 0, _pack(head)
+        if o.action == Action.ASYNC_ROUND:
             self._contributions.count(member, nbytes)
             self._closes.count(member, nbytes)
             head["count"], head["bitmap"] = 1, me
             return self._recirculate(SecondPass("async", s, head, lanes, group, False,
                                                 self._frame))
-        if open_sync:
-            if not chunk_ok:
-                self._drop(job, DropReason.CHUNK_MISMATCH, nbytes)
-                return REPLY, 0, self._resync_tna(head, ResyncReason.CHUNK_MISMATCH, echo,
-                                                  stored_chunk, stored_bits, stored_count)
-            bank = 2 * s + (cur & 1)
-            if fresh:
-                self._contributions.count(member, nbytes)
-                self.t_lanes[bank] = lanes
-                head["count"], head["bitmap"] = 1, me
-                if q == 1:
-                    return self._close_first_pass(s, head, bank, group, member, nbytes)
-                return None
-            if duplicate:
-                self._drop(job, DropReason.DUPLICATE, nbytes)
-                self._duplicates.count(member, nbytes)
-                if stored_count > q - 1:
-                    head["count"], head["bitmap"] = stored_count & 0xFF, stored_bits
-                    return self._close_first_pass(s, head, bank, group, member, nbytes)
-                return None
-            if stored_count < 0:   # the round's close is under way: refused
-                self._drop(job, DropReason.STALE, nbytes)
-                self._late.count(member, nbytes)
-                return None
+        if o.action == Action.OPEN_ROUND:
+            self._contributions.count(member, nbytes)
+            self.t_lanes[bank] = lanes
+            head["bitmap"] = me
+            return self._close_first_pass(s, head, bank, group, member, nbytes) if closes \
+                else None
+        if o.action == Action.JOIN_ROUND:
             self._contributions.count(member, nbytes)
             self.t_lanes[bank] += lanes
-            head["count"], head["bitmap"] = (stored_count + 1) & 0xFF, stored_bits | me
-            if stored_count >= q - 1:
-                return self._close_first_pass(s, head, bank, group, member, nbytes)
+            head["bitmap"] = stored_bits | me
+            return self._close_first_pass(s, head, bank, group, member, nbytes) if closes \
+                else None
+        if o.action == Action.DUPLICATE:
+            self._drop(job, DropReason.DUPLICATE, nbytes)
+            self._duplicates.count(member, nbytes)
+            head["bitmap"] = stored_bits
+            return self._close_first_pass(s, head, bank, group, member, nbytes) if closes \
+                else None
+        if o.action == Action.CLOSING:   # the round's close is under way: refused
+            self._drop(job, DropReason.STALE, nbytes)
+            self._late.count(member, nbytes)
             return None
-        if prev:
-            res_bitmap, res_packed, res_chunk = self.t_res[2 * s + (r & 1)]
-            (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
-            head = dict(version=version, op=Op.RESULT, flags=Flag.RESEND | echo,
-                        mode=res_packed >> 8 & 0xFF, job_id=job, worker_id=w,
-                        count=res_packed >> 16 & 0xFF, slot=s, reason=tag,
-                        quorum=res_packed & 0xFF, round=r, chunk=res_chunk, bitmap=res_bitmap)
-            lanes = self.t_lanes[2 * s + (r & 1)].copy()
-            return self._recirculate(SecondPass("resend", s, head, lanes, group, True,
-                                                self._frame))
-        self._drop(job, DropReason.STALE, nbytes)
-        self._stale.count(member, nbytes)
-        reason = (ResyncReason.STALE_COUNTED if duplicate else ResyncReason.STALE_ROUND)
-        under_way = latched != 0
-        return REPLY, 0, self._resync_tna(head, reason, echo, stored_chunk,
-                                          stored_bits if under_way else 0,
-                                          stored_count if under_way else 0)
+        assert o.action == Action.RESEND, o
+        res_bitmap, res_packed, res_chunk = self.t_res[2 * s + (r & 1)]
+        (self._duplicates if res_bitmap & me else self._late).count(member, nbytes)
+        head = dict(version=version, op=Op.RESULT, flags=Flag.RESEND | echo,
+                    mode=res_packed >> 8 & 0xFF, job_id=job, worker_id=w,
+                    count=res_packed >> 16 & 0xFF, slot=s, reason=tag,
+                    quorum=res_packed & 0xFF, round=r, chunk=res_chunk, bitmap=res_bitmap)
+        lanes = self.t_lanes[2 * s + (r & 1)].copy()
+        return self._recirculate(SecondPass("resend", s, head, lanes, group, True,
+                                            self._frame))
 
     def _resync_tna(self, head: dict[str, int], reason: int, echo: int, chunk: int, bits: int,
                     count: int) -> bytes:
@@ -263,11 +269,6 @@ class TnaModelPipeline(Pipeline):
         head.update(op=Op.RESYNC, flags=echo, reason=reason, chunk=chunk, bitmap=bits,
                     count=count & 0xFF)
         return _pack(head)
-
-    def _not_joined_tna(self, head: dict[str, int], echo: int, chunk: int,
-                        nbytes: int) -> tuple[int, int, bytes]:
-        self._drop(head["job_id"], DropReason.NOT_JOINED, nbytes)
-        return REPLY, 0, self._resync_tna(head, ResyncReason.NOT_JOINED, echo, chunk, 0, 0)
 
     def _close_first_pass(self, s: int, head: dict[str, int], bank: int, group: int, member: int,
                           nbytes: int) -> tuple[int, int, bytes] | None:

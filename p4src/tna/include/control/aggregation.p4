@@ -354,80 +354,10 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
     }
 
-    // protocol.md §4 steps 9-10, one row per outcome, first match wins. count_out is the
-    // count after this packet (bit 31, CLOSING, set: it closes the round), or 0 when Count
-    // refused it.
-    @hidden table verdict {
-        key = {
-            meta.bridge.not_joined : ternary;
-            meta.bridge.async_path : ternary;
-            meta.bridge.join       : ternary;
-            meta.bridge.open_sync  : ternary;
-            meta.bridge.fresh      : ternary;
-            meta.bridge.chunk_ok   : ternary;
-            meta.bridge.prev       : ternary;
-            meta.bridge.latched    : ternary;
-            meta.tf.counted        : ternary;
-            meta.tf.count_out      : ternary;   // 0: refused
-            meta.tf.count_out[31:31] : ternary; // 1: closes the round
-        }
-        actions = {
-            resync;
-            resync_round;
-            ack;
-            async_round;
-            open_round;
-            join_round;
-            duplicate;
-            closing;
-            resend;
-        }
-        const entries = {
-            // a JOIN with no round to join
-            (1, _, _, _, _, _, _, _, _, _, _) :
-                resync(verdict_t.NOT_JOINED, DROP_NOT_JOINED, RESYNC_NOT_JOINED,
-                       member_counter_t.NONE);
-            // async: a counted one is acknowledged; a JOIN never makes a round of its own
-            (_, 1, _, _, _, _, _, _, 1, _, _) : ack();
-            (_, 1, 1, _, _, _, _, _, _, _, _) :
-                resync(verdict_t.NOT_JOINED, DROP_NOT_JOINED, RESYNC_NOT_JOINED,
-                       member_counter_t.NONE);
-            (_, 1, _, _, _, _, _, _, _, _, _) : async_round();
-            // the open round: its chunk, then opening, duplicate, closing, joining
-            (_, _, _, 1, 0, 0, _, _, _, _, _) :
-                resync_round(verdict_t.CHUNK_MISMATCH, DROP_CHUNK_MISMATCH,
-                             RESYNC_CHUNK_MISMATCH, member_counter_t.NONE);
-            (_, _, _, 1, 1, _, _, _, _, _, 1) :
-                open_round(verdict_t.CLOSE, result_op_t.WRITE);
-            (_, _, _, 1, 1, _, _, _, _, _, _) :
-                open_round(verdict_t.ABSORB, result_op_t.NONE);
-            (_, _, _, 1, _, _, _, _, 1, _, 1) :
-                duplicate(verdict_t.CLOSE, tna_lane_op_t.READ, result_op_t.WRITE);
-            (_, _, _, 1, _, _, _, _, 1, _, _) :
-                duplicate(verdict_t.DUPLICATE, tna_lane_op_t.NONE,
-                          result_op_t.NONE);
-            (_, _, _, 1, _, _, _, _, _, 0, _) : closing();
-            (_, _, _, 1, _, _, _, _, _, _, 1) :
-                join_round(verdict_t.CLOSE, result_op_t.WRITE);
-            (_, _, _, 1, _, _, _, _, _, _, _) :
-                join_round(verdict_t.ABSORB, result_op_t.NONE);
-            // the round that closed last
-            (_, _, _, _, _, _, 1, _, _, _, _) : resend();
-            // older, or ahead of the switch: counted, but its result is gone, or not
-            (_, _, _, _, _, _, _, 1, 1, _, _) :
-                resync_round(verdict_t.STALE, DROP_STALE, RESYNC_STALE_COUNTED,
-                             member_counter_t.STALE);
-            (_, _, _, _, _, _, _, 1, _, _, _) :
-                resync_round(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND,
-                             member_counter_t.STALE);
-            (_, _, _, _, _, _, _, _, 1, _, _) :
-                resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_COUNTED,
-                       member_counter_t.STALE);
-        }
-        const default_action = resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND,
-                                      member_counter_t.STALE);
-        size = 20;
-    }
+    // protocol.md §4 steps 9-10, one row per outcome, first match wins (generated from
+    // hysync/spec/tna_verdict.py). count_out is the count after this packet (bit 31,
+    // CLOSING, set: it closes the round), or 0 when Count refused it.
+#include "verdict.p4"
 
     apply {
         widen_quorum();
