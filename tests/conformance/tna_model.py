@@ -5,9 +5,9 @@ No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program
 (include/control/slot_registers.p4 and aggregation.p4): the same registers with the same
 encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
 one-action-per-register-per-pass rule, and the close (and an async round) finished in a
-later pass. It decides by the rows the program's `verdict` table is generated from
-(hysync/spec/tna_verdict.py), on the flags and register answers it computes the program's
-way. It checks the state machine and those rows, not the rest of the P4 code: only a
+later pass. It decides by the rows the program's decision tables are generated from
+(hysync/spec/tna_tables.py: classify and verdict), on the register answers it computes the
+program's way. It checks the state machine and those rows, not the rest of the P4 code: only a
 Tofino (or its model) runs that.
 
 `recirculate` decides when a later pass runs: at once (the default, as if the
@@ -47,9 +47,9 @@ import numpy as np
 
 from hysync import wire
 from hysync.softswitch.pipeline import MULTICAST, REPLY, Pipeline
-from hysync.spec import tna_verdict
+from hysync.spec import tna_tables
 from hysync.spec.decision import Counter, Verdict
-from hysync.spec.tna_verdict import Action
+from hysync.spec.tna_tables import Action
 from hysync.wire import DropReason, Flag, Mode, Op
 
 from .targets import SoftswitchTarget
@@ -159,18 +159,20 @@ class TnaModelPipeline(Pipeline):
                 self.t_chunk[s] = ((r + 1) & _U32, chunk)
         else:
             latched = packed if tag == cur and packed else 0
-        if stale_epoch:   # another install's slot: nothing counts until it is reset
+        # 3. classify: the program's generated rows.
+        f = tna_tables.classify(dict(epoch_differs=int(stale_epoch), latched=latched,
+                                     desired_mode=desired_mode, diff=(r - cur) & _U32,
+                                     flags=flags))
+        if f.stale:   # another install's slot: nothing counts until it is reset
             return self._recirculate(SecondPass("reset", s, [], lanes, group, False,
                                                 self._frame, epoch))
-        async_path = latched == 0 and desired_async
-        not_joined = join and latched == 0 and is_open and not desired_async
-        fresh = latched == 0 and is_open and not desired_async and not join
-        open_sync = is_open and not async_path and not not_joined
+        async_path, not_joined = bool(f.async_path), bool(f.not_joined)
+        fresh, open_sync = bool(f.fresh), bool(f.open_sync)
         mode, quorum = ((desired_mode, desired_quorum) if latched == 0
                         else (latched >> 8 & 0xFF, latched & 0xFF))
         q = members if quorum == 0 or quorum > members else quorum
         chunk_ok = fresh or stored_chunk == chunk
-        # 3. Bitmap and MemberSeq.
+        # 4. Bitmap and MemberSeq.
         if fresh:
             self.t_bitmap[s], stored_bits = me, 0
         else:
@@ -181,7 +183,7 @@ class TnaModelPipeline(Pipeline):
         if (async_path and not join) or (open_sync and chunk_ok):
             self.t_member_seq[seq_cell] = key
         duplicate = stored_seq == key
-        # 4. Count, with the close guard (slot_registers.p4, Count): the count after this
+        # 5. Count, with the close guard (slot_registers.p4, Count): the count after this
         # packet (CLOSING set: it closes the round), or 0 where the guard refused it.
         stored_count = self.t_count[s]
         if open_sync and fresh:
@@ -200,7 +202,7 @@ class TnaModelPipeline(Pipeline):
             count_out = stored_count
 
         # 6. The verdict: the program's generated rows, then what their action does.
-        o = tna_verdict.decide(dict(
+        o = tna_tables.decide(dict(
             not_joined=int(not_joined), async_path=int(async_path), join=int(bool(join)),
             open_sync=int(open_sync), fresh=int(fresh), chunk_ok=int(chunk_ok), prev=int(prev),
             latched=int(latched != 0), counted=int(duplicate), count_out=count_out & _U32,

@@ -126,29 +126,8 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
     // Else, with nothing latched for the open round (the mode latch answered 0), the
     // desired mode decides: async is a round of its own; a contribution to the open round
     // opens it, but a JOIN never does. With a round latched, a contribution to it counts.
-    @hidden table classify {
-        key = {
-            meta.tf.epoch_differs : ternary;
-            meta.tf.latched       : ternary;
-            meta.hs.desired_mode  : ternary;
-            meta.tf.diff          : ternary;
-            hdr.hysync.flags      : ternary;   // bit 2: FLAG_JOIN
-        }
-        actions = {
-            stale;
-            flags;
-        }
-        const entries = {
-            (1, _, _, _, _) : stale();
-            (_, 0, MODE_ASYNC, _, _) : flags(0, 0, 1, 0, 0);
-            (_, 0, _, 0, FLAG_JOIN &&& FLAG_JOIN) : flags(0, 0, 0, 1, 0);
-            (_, 0, _, 0, _) : flags(1, 1, 0, 0, 0);
-            (_, 0, _, _, _) : flags(0, 0, 0, 0, 0);
-            (_, _, _, 0, _) : flags(0, 1, 0, 0, 1);
-        }
-        const default_action = flags(0, 0, 0, 0, 1);
-        size = 8;
-    }
+    // (Generated from hysync/spec/tna_tables.py.)
+#include "classify.p4"
 
     // ---- the latched mode and the effective quorum (protocol.md §4 step 8): q = n if the
     // quorum is 0, else min(quorum, n), re-evaluated on every packet; the mode and quorum
@@ -355,7 +334,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     // protocol.md §4 steps 9-10, one row per outcome, first match wins (generated from
-    // hysync/spec/tna_verdict.py). count_out is the count after this packet (bit 31,
+    // hysync/spec/tna_tables.py). count_out is the count after this packet (bit 31,
     // CLOSING, set: it closes the round), or 0 when Count refused it.
 #include "verdict.p4"
 

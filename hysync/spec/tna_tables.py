@@ -1,14 +1,17 @@
-"""The TNA program's verdict (p4src/tna, `Counting`): what an admitted contribution of the
-slot's install is, as rows over the flags the TNA registers answer, first match wins.
+"""The TNA program's decision tables (p4src/tna, aggregation.p4): `classify` (Latching: what
+the latches' answers make of a contribution) and `verdict` (Counting: what an admitted
+contribution of the slot's install is), each as rows over what the TNA registers answer,
+first match wins.
 
 The TNA program cannot evaluate the decision table (`decision.py`) as v1model does: its
 registers are split over stages, each touched once per pass, so what it knows when it
 decides is the answers of those registers (the latches, `member_seq`, `Count` with its close
 guard), and its register updates happen before the verdict rather than after it
-(docs/tofino.md, "Differences from v1model"). This table is its decision, written once:
-`python -m hysync.gen_p4` writes it as the const entries of the `verdict` table
-(p4src/tna/include/control/verdict.p4), and the TNA model (tests/conformance/tna_model.py)
-evaluates these rows to decide, so the conformance suite checks the rows the program runs.
+(docs/tofino.md, "Differences from v1model"). These tables are its decision, written once:
+`python -m hysync.gen_p4` writes them as the const entries of `classify` and `verdict`
+(p4src/tna/include/control/classify.p4, verdict.p4), and the TNA model
+(tests/conformance/tna_model.py) evaluates these rows, so the conformance suite checks the
+rows the program runs.
 """
 
 from __future__ import annotations
@@ -17,9 +20,86 @@ import enum
 from dataclasses import dataclass, field
 
 from hysync.spec.decision import Counter, Verdict
-from hysync.wire import DropReason, ResyncReason
+from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
-# The table's keys, in order: (name, the P4 expression). `count_out` is Count's answer (the
+# ------------------------------------------------------------------ classify (Latching)
+# Keys: (name, the P4 expression). `latched` is the mode latch's answer for the open round
+# (0: nothing latched), `diff` the contribution's round minus the open one (32 bits).
+CLASSIFY_KEYS: tuple[tuple[str, str], ...] = (
+    ("epoch_differs", "meta.tf.epoch_differs"),
+    ("latched", "meta.tf.latched"),
+    ("desired_mode", "meta.hs.desired_mode"),
+    ("diff", "meta.tf.diff"),
+    ("flags", "hdr.hysync.flags"),
+)
+
+
+@dataclass(frozen=True)
+class Flags:
+    """`flags`: what Counting is told (the bridge header); `stale`: another install's slot
+    (nothing counts: Replies takes the reset pass)."""
+
+    stale: bool = False
+    fresh: int = 0       # opens its round
+    open_sync: int = 0   # to the open round, not async, not a refused JOIN
+    async_path: int = 0  # async desired and no round latched: a round of its own
+    not_joined: int = 0  # a JOIN that found no round latched
+    latched: int = 0     # a round is latched (under way)
+
+    def p4_call(self) -> str:
+        if self.stale:
+            return "stale()"
+        return (f"flags({self.fresh}, {self.open_sync}, {self.async_path}, {self.not_joined}, "
+                f"{self.latched})")
+
+
+@dataclass(frozen=True)
+class ClassifyRow:
+    match: dict[str, int | tuple[int, int]]  # key -> value, or (value, mask); others: any
+    flags: Flags
+    why: str
+
+    def matches(self, keys: dict[str, int]) -> bool:
+        for name, want in self.match.items():
+            value, mask = want if isinstance(want, tuple) else (want, -1)
+            if keys[name] & mask != value:
+                return False
+        return True
+
+    def p4_value(self, name: str) -> str:
+        """The key's pattern as the P4 program spells it."""
+        if name not in self.match:
+            return "_"
+        want = self.match[name]
+        spell = {"desired_mode": lambda v: f"MODE_{Mode(v).name}",
+                 "flags": lambda v: f"FLAG_{Flag(v).name}"}.get(name, str)
+        if isinstance(want, tuple):
+            return f"{spell(want[0])} &&& {spell(want[1])}"
+        return spell(want)
+
+
+CLASSIFY_ROWS: tuple[ClassifyRow, ...] = (
+    ClassifyRow({"epoch_differs": 1}, Flags(stale=True),
+                "another install used the slot last: nothing counts, the reset pass follows"),
+    ClassifyRow({"latched": 0, "desired_mode": int(Mode.ASYNC)}, Flags(async_path=1),
+                "nothing latched and async desired: a round of its own"),
+    ClassifyRow({"latched": 0, "diff": 0, "flags": (int(Flag.JOIN), int(Flag.JOIN))},
+                Flags(not_joined=1), "a JOIN never opens a round"),
+    ClassifyRow({"latched": 0, "diff": 0}, Flags(fresh=1, open_sync=1), "opens the open round"),
+    ClassifyRow({"latched": 0}, Flags(), "nothing latched, not the open round: stale"),
+    ClassifyRow({"diff": 0}, Flags(open_sync=1, latched=1), "counts in the latched open round"),
+    ClassifyRow({}, Flags(latched=1), "not the open round, which is latched"),
+)
+
+
+def classify(keys: dict[str, int]) -> Flags:
+    """The flags of the first row whose keys match (the last row matches every packet)."""
+    return next(row.flags for row in CLASSIFY_ROWS if row.matches(keys))
+
+
+# ------------------------------------------------------------------ verdict (Counting)
+
+# Keys, in order: (name, the P4 expression). `count_out` is Count's answer (the
 # count after this packet, bit 31 CLOSING set if it closes the round; 0 if the close guard
 # refused it); `closes` is its bit 31.
 KEYS: tuple[tuple[str, str], ...] = (
