@@ -11,7 +11,9 @@ guard), and its register updates happen before the verdict rather than after it
 `python -m hysync.gen_p4` writes them as the const entries of `classify` and `verdict`
 (p4src/tna/include/control/classify.p4, verdict.p4), and the TNA model
 (tests/conformance/tna_model.py) evaluates these rows, so the conformance suite checks the
-rows the program runs.
+rows the program runs. tests/test_tna_tables.py holds `verdict` to the decision table on
+every combination of flags and register answers the TNA passes can produce: a rule changed
+there fails it until these rows follow, or the difference is listed in docs/tofino.md.
 """
 
 from __future__ import annotations
