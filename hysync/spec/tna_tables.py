@@ -19,7 +19,7 @@ there fails it until these rows follow, or the difference is listed in docs/tofi
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hysync.spec.decision import Counter, Verdict
 from hysync.wire import DropReason, Flag, Mode, ResyncReason
@@ -178,9 +178,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Row:
-    match: dict[str, int] = field(default_factory=dict)  # key -> value; the others: any
-    outcome: Outcome = Outcome(Action.RESYNC)
-    why: str = ""
+    match: dict[str, int]  # key -> value; the others: any
+    outcome: Outcome
+    why: str
 
     def matches(self, keys: dict[str, int]) -> bool:
         return all(keys[name] == value for name, value in self.match.items())
