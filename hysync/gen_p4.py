@@ -230,6 +230,13 @@ def _tna_keys(keys: tuple[tuple[str, str], ...]) -> list[str]:
     return ["    key = {", *(f"        {expr:<{width}} : ternary;" for _, expr in keys), "    }"]
 
 
+def _close_table(out: list[str], why: str, default: str, size: int) -> str:
+    """The end of a generated table: its last row as the default action, then its size."""
+    out += ["    }", f"    // {why}", f"    const default_action = {default};",
+            f"    size = {size};", "}", ""]
+    return "\n".join(out)
+
+
 def tna_classify_p4() -> str:
     *rows, last = tna_tables.CLASSIFY_ROWS
     assert not last.match, "the last row must match every contribution"
@@ -241,9 +248,7 @@ def tna_classify_p4() -> str:
     for row in rows:
         values = ", ".join(row.p4_value(name) for name in names)
         out += [f"        // {row.why}", f"        ({values}) : {row.flags.p4_call()};"]
-    out += ["    }", f"    // {last.why}", f"    const default_action = {last.flags.p4_call()};",
-            f"    size = {len(tna_tables.CLASSIFY_ROWS) + 1};", "}", ""]
-    return "\n".join(out)
+    return _close_table(out, last.why, last.flags.p4_call(), len(tna_tables.CLASSIFY_ROWS) + 1)
 
 
 def _tna_call(o: tna_tables.Outcome, indent: int = 12) -> str:
@@ -266,15 +271,7 @@ def tna_verdict_p4() -> str:
                            for name in tna_tables.KEY_NAMES)
         out += [f"        // {row.why}", f"        ({values}) :",
                 f"            {_tna_call(row.outcome)};"]
-    out += [
-        "    }",
-        f"    // {last.why}",
-        f"    const default_action = {_tna_call(last.outcome, 27)};",
-        f"    size = {len(tna_tables.ROWS) + 4};",
-        "}",
-        "",
-    ]
-    return "\n".join(out)
+    return _close_table(out, last.why, _tna_call(last.outcome, 27), len(tna_tables.ROWS) + 4)
 
 
 OUTPUTS: dict[str, Callable[[], str]] = {
