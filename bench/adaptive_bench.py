@@ -14,7 +14,7 @@ the default set: minutes per HySync run on 2 cores).
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the time per step split into compute, waiting for
 the switch and communication, the speed-ups of adaptive over sync and gloo, the
-policy's decisions) with the goals checked, bench/results/adaptive.png (time to target
+policy's decisions; the rows of the scenarios not run are kept) with the goals checked, bench/results/adaptive.png (time to target
 per cell), and per scenario bench/results/adaptive-<scenario>.png (accuracy over time,
 iteration times, mode timeline with the policy's exclusions and readmissions); the
 workers' logs and the policy's decision log (policy.jsonl) under runs/adaptive-bench/.
@@ -136,6 +136,19 @@ def speedups(rows: list[dict]) -> None:
             r[f"speedup_vs_{base}"] = round(other / mine, 2) if other and mine else None
 
 
+def kept_rows(path: Path, rerun: list[str]) -> list[dict]:
+    """The rows of `path` for the scenarios not run again. A scenario's rows all come
+    from one run: its ratios compare configurations measured side by side."""
+    if not path.exists():
+        return []
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"{path} is not a results file of this bench ({err}): move it "
+                         "away to start a new one") from None
+    return [r for r in rows if r.get("scenario") not in rerun]
+
+
 def goals(rows: list[dict]) -> list[dict]:
     by = {(r["scenario"], r["config"]): r for r in rows}
     checks = []
@@ -214,8 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.scenarios:
         rows += run_scenario(name, args.configs, args.out, args.repeat)
     speedups(rows)
-    checks = goals(rows)
     RESULTS.mkdir(exist_ok=True)
+    rows = kept_rows(RESULTS / "adaptive.json", args.scenarios) + rows
+    checks = goals(rows)
     (RESULTS / "adaptive.json").write_text(json.dumps(
         {"rows": rows, "goals": checks}, indent=2) + "\n")
     plot(rows, RESULTS / "adaptive.png")

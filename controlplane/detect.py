@@ -147,8 +147,8 @@ class DetectorConfig:
     window_s: float = 2.0  # pace window (partial/async intervals)
     closes_window_s: float = 4.0  # closes window (sync): noisier, so longer
     min_evidence_s: float = 1.0  # a window spanning less says nothing yet
-    slow_enter: float = 1.4  # slowdown to become slow ...
-    slow_exit: float = 1.2  # ... and below which a slow worker is healthy again
+    slow_enter: float = 1.3  # slowdown to become slow (partial(n-1) pays from ~1.3x) ...
+    slow_exit: float = 1.15  # ... and below which a slow worker is healthy again
     # Closes share to become slow / to leave slow, as a fraction of the way from 1/n (a
     # homogeneous job: every member closes its share) to 1 (one member closes them all):
     # n = 4 enters at 0.7 and leaves below 0.4375.
@@ -350,10 +350,7 @@ class Detector:
         top = max(paces.values(), default=0)
         if top < self.config.min_packets:
             return None
-        # The reference is the mean pace of the fast cluster (within 20% of the fastest),
-        # not the fastest alone: the maximum of several noisy paces is biased upwards.
-        fast = [p for p in paces.values() if p >= 0.8 * top]
-        reference = sum(fast) / len(fast)
+        reference = fast_pace(paces)
         # A worker with no accepted or late contribution at all is at least `reference`
         # times slower: count it as one packet so the estimate stays finite (a bound).
         track.slowdown = max(reference / max(paces.get(w, 0), 1), 1.0)
@@ -406,6 +403,21 @@ class Detector:
     def _sync_window(self, seconds: float, w: int, track: _Track) -> list[Interval]:
         return [iv for iv in self._recent(seconds, w, track.joined)
                 if iv.stable and iv.mode == Mode.SYNC]
+
+
+def fast_pace(paces: Mapping[int, int]) -> float:
+    """The mean pace of the fast cluster (within 20% of the fastest): not the fastest
+    alone, because the maximum of several noisy paces is biased upwards."""
+    top = max(paces.values(), default=0)
+    fast = [p for p in paces.values() if p >= 0.8 * top]
+    return sum(fast) / len(fast) if fast else 0.0
+
+
+def fast_rate(window: Iterable[Interval]) -> tuple[float, float]:
+    """(the fast cluster's pace per second, the seconds it spans) over `window`."""
+    window = list(window)
+    seconds = sum(iv.duration for iv in window)
+    return fast_pace(_sums(window, lambda d: d.pace)) / max(seconds, 1e-9), seconds
 
 
 def _sums(window: Iterable[Interval], key: Callable[[Delta], int]) -> dict[int, int]:

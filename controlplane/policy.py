@@ -35,6 +35,27 @@ sync shows as members that never close a round). Without async (`allow_async=Fal
 the probe is partial with the smallest allowed quorum; and whenever partial(q) has more
 slow members than it leaves out, the policy measures again in async.
 
+**Exploration.** The closes show a straggler only when it arrives last at most rounds.
+A step of many rounds (a model of more chunks than the job has slots: the CNN's 1,847
+packets on 256 slots are ~7 rounds a slot a step) waits for the straggler in its first
+round only; the later rounds are paced by the network, their closes fall to whoever
+answers last, and the straggler's share stays near the others' (35% against 20-30% on
+the CNN, docs/performance.md). So sync is never taken as proof that nobody is slow:
+after `explore_after_s` of sync with traffic and no measurement, the policy probes as
+above with nobody flagged. The gap doubles after each exploration (up to
+`explore_max_s`). The first probe calibrates the job at its start; a homogeneous job
+spends about probe_s / explore_max_s of its time in probes once the gap has grown.
+
+**Measured, not modelled, gain.** The cost model assumes a member's slowdown is the same
+in every mode. It is not when the workers share the CPU (faster members then compete for
+it) or when a step is many rounds (in partial, a straggler a few chunks behind opens
+rounds of its own chunks, which the others must fill: on the CNN a slot closed about two
+rounds a step instead of one, docs/performance.md). So a mode the cost model chose must
+show it: once it has held `min_dwell_s`, the fast members' pace (contributions and late
+ones per second, the mean of those within 20% of the fastest) must beat their pace in
+the last sync window by `switch_margin`. If not, the job goes back to sync, and the cost
+model may leave sync again only after the next exploration (the gap doubles).
+
 **Exclusion** (Dynamic Partial All-Reduce). A member left out of partial rounds
 contributes `rho / s` and costs `kappa`: once `rho / s < kappa`, i.e. its slowdown is at
 least `rho / kappa` (3.0 by default), its compute is worth less than it costs. It is
@@ -73,12 +94,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from hysync.controlplane import sync_mode
 from hysync.controlplane.detect import (
+    RATE_MODES,
     Detector,
     DetectorConfig,
     Health,
     Interval,
     JobView,
     WorkerHealth,
+    fast_rate,
 )
 from hysync.wire import Mode
 
@@ -86,6 +109,8 @@ log = logging.getLogger(__name__)
 
 POLICIES = ("adaptive",)
 SET_MODE, EXCLUDE, READMIT = "set_mode", "exclude", "readmit"
+# How a probe's reason starts: a flagged member to measure, or an exploration of sync.
+PROBE, EXPLORE = "probe", "explore"
 
 
 # ------------------------------------------------------------------ configuration
@@ -100,6 +125,8 @@ class PolicyConfig:
     min_dwell_s: float = 2.0  # between mode changes the policy chooses
     probe_s: float = 3.0  # a probe lasts at least this long (a full pace window)
     probe_ttl_s: float = 20.0  # a closer's measured slowdown is trusted this long
+    explore_after_s: float = 2.0  # busy sync without a measurement: probe (inf: never)
+    explore_max_s: float = 120.0  # the gap doubles up to this while probes find nobody
     exclude_slowdown: float | None = None  # default rho / kappa
     exclude_after_s: float = 5.0
     exclude_max_included: float = 0.5  # in fewer than this share of the rounds
@@ -127,6 +154,11 @@ class PolicyConfig:
                              f"max_excluded_s ({self.max_excluded_s})")
         if self.min_members < 1:
             raise ValueError(f"min_members must be >= 1, got {self.min_members}")
+        if not (0 < self.explore_after_s <= self.explore_max_s
+                or self.explore_after_s == math.inf):
+            raise ValueError(f"exploration needs 0 < explore_after_s <= explore_max_s (or "
+                             f"explore_after_s = inf: never), got {self.explore_after_s} and "
+                             f"{self.explore_max_s}")
 
     def scaled(self, factor: float) -> PolicyConfig:
         """The same policy on a faster (factor < 1) or slower clock: every duration,
@@ -240,6 +272,11 @@ class AdaptivePolicy:
         self._included_at: dict[int, float] = {}
         self._refresh_until: float | None = None
         self._probe_until = -math.inf
+        self._busy_sync_s = 0.0  # sync with traffic since the last pace measurement
+        self._explore_gap = self.config.explore_after_s
+        self._unproven = False  # the mode in force was chosen by the cost model, not checked
+        self._refuted = False  # the cost model's last choice was no faster: sync stays
+        self._recent: deque[Interval] = deque()  # stable intervals, probe_ttl_s of them
         self._heard: deque[tuple[float, float, int]] = deque()  # (start, end, NOT_MEMBER)
         self._activity: dict[int, float] = {}  # last time a member sent anything
         self._admitted: frozenset[int] = frozenset()  # active on the switch, last interval
@@ -284,6 +321,16 @@ class AdaptivePolicy:
 
     def _record(self, interval: Interval) -> None:
         self._admitted = interval.active
+        if interval.stable:
+            self._recent.append(interval)
+        while self._recent and self._recent[0].end < interval.end - self.config.probe_ttl_s:
+            self._recent.popleft()
+        if interval.stable and interval.mode in RATE_MODES:
+            self._busy_sync_s = 0.0  # every member's pace is measured in these modes
+        elif interval.stable and interval.mode == Mode.SYNC and max(
+                (d.contributions for d in interval.workers.values()), default=0
+        ) >= self.config.detector.min_packets:
+            self._busy_sync_s += interval.duration
         self._heard.append((interval.start, interval.end, interval.not_member))
         while self._heard and self._heard[0][1] < interval.end - self.config.heartbeat_window_s:
             self._heard.popleft()
@@ -433,9 +480,22 @@ class AdaptivePolicy:
         dwelt = not valid or self._dwelt(t)
         if unknown:
             if self.mode == Mode.SYNC and dwelt:
-                self._probe(t, out, n, slow, unknown)
+                self._probe(t, out, n, slow,
+                            ", ".join(self.health[w].describe() for w in unknown), kind=PROBE)
             return
         if self._starving(t, out, dwelt):
+            return
+        if self._no_faster(t, out, dwelt):
+            return
+        if (self.mode == Mode.SYNC and (not slow or self._refuted) and dwelt
+                and self._can_probe(n) and self._busy_sync_s >= self._explore_gap - 1e-9):
+            why = (f"{self._busy_sync_s:.1f} s of sync since the cost model's last choice "
+                   "measured no faster" if self._refuted else
+                   f"{self._busy_sync_s:.1f} s of sync with nobody measured slow (sync hides "
+                   "a straggler when a step is many rounds)")
+            self._refuted = False
+            self._explore_gap = min(2 * self._explore_gap, self.config.explore_max_s)
+            self._probe(t, out, n, slow, why, kind=EXPLORE)
             return
         if (self.mode == Mode.PARTIAL and len(slow) > n - self.quorum and dwelt
                 and self.config.allow_async):
@@ -447,8 +507,12 @@ class AdaptivePolicy:
                 f"probe: {who}: {len(slow)} slow, partial({self.quorum}) leaves out "
                 f"{n - self.quorum}; async to measure"))
             return
+        options = candidates(n, len(slow), self.config)
+        if self._refuted:  # until the next exploration
+            options = [(m, q) for m, q in options if (m, q) == (Mode.SYNC, 0)
+                       or (m, q) == (self.mode, self.quorum)]
         values = {(m, q): value(m, q, list(estimates.values()), self.config)
-                  for m, q in candidates(n, len(slow), self.config)}
+                  for m, q in options}
         best = max(values, key=lambda k: values[k])
         sync = (Mode.SYNC, 0)
         if not slow or values[best] < values[sync] * (1 + self.config.switch_margin):
@@ -469,6 +533,34 @@ class AdaptivePolicy:
             reason = f"{who}; cost model: {table}"
         self._set_mode(t, out, *best, reason, values={mode_text(m, q): round(v, 3)
                                                       for (m, q), v in values.items()})
+        self._unproven = best != (Mode.SYNC, 0)
+
+    def _no_faster(self, t: float, out: list[Decision], dwelt: bool) -> bool:
+        """Back to sync when the mode the cost model chose has not made the fast members
+        faster than they were in sync (see the module doc)."""
+        if not (self._unproven and dwelt) or self._probation or self.mode in (None, Mode.SYNC):
+            return False
+        c = self.config
+        window = c.detector.window_s
+        now, seconds = fast_rate(iv for iv in self._recent if iv.end > t - window + 1e-9
+                                 and iv.start >= self._mode_since - 1e-9
+                                 and (iv.mode, iv.quorum) == (self.mode, self.quorum))
+        synced = [iv for iv in self._recent if iv.mode == Mode.SYNC]
+        if seconds < c.detector.min_evidence_s - 1e-9:
+            return False
+        self._unproven = False
+        if not synced:
+            return False  # nothing to compare with: the cost model stands
+        last = synced[-1].end
+        before, _ = fast_rate(iv for iv in synced if iv.end > last - window + 1e-9)
+        if now >= before * (1 + c.switch_margin):
+            return False
+        self._refuted = True
+        self._set_mode(t, out, Mode.SYNC, 0, (
+            f"{mode_text(self.mode, self.quorum)} measured no faster than sync: the fast "
+            f"members' pace {now:.0f}/s against {before:.0f}/s in sync; sync until the next "
+            "exploration"))
+        return True
 
     def _dwelt(self, t: float) -> bool:
         """The mode has been in force for min_dwell_s, and the detector has settled on it
@@ -501,19 +593,21 @@ class AdaptivePolicy:
                 unknown.append(w)
         return estimates, unknown
 
-    def _probe(self, t: float, out: list[Decision], n: int, slow: list[int],
-               unknown: list[int]) -> None:
+    def _can_probe(self, n: int) -> bool:
+        return n > 1 and (self.config.allow_async or self.config.quorum_floor(n) < n)
+
+    def _probe(self, t: float, out: list[Decision], n: int, slow: list[int], why: str, *,
+               kind: str) -> None:
         """Measure the slowdowns sync hides. Async measures every member's own pace. A
         partial probe (without async) uses the smallest allowed quorum, so that the
         stragglers are left out and show their pace: one inside the quorum would set
         everyone's pace and hide itself."""
-        who = ", ".join(self.health[w].describe() for w in unknown)
         q = self.config.quorum_floor(n)
         self._probe_until = t + self.config.probe_s
         if self.config.allow_async and n > 1:
-            self._set_mode(t, out, Mode.ASYNC, 0, f"probe: {who}; async to measure")
+            self._set_mode(t, out, Mode.ASYNC, 0, f"{kind}: {why}; async to measure")
         elif len(slow) <= n - q and q < n:
-            self._set_mode(t, out, Mode.PARTIAL, q, f"probe: {who}; partial({q}) to measure")
+            self._set_mode(t, out, Mode.PARTIAL, q, f"{kind}: {why}; partial({q}) to measure")
 
     def _probation_mode(self, t: float, out: list[Decision], n: int) -> None:
         q = max(1, n - len(self._probation))
@@ -544,6 +638,7 @@ class AdaptivePolicy:
                   **extra: object) -> None:
         self.mode, self.quorum = mode, quorum if mode == Mode.PARTIAL else 0
         self._mode_since = t
+        self._unproven = False  # the cost model's choice sets it after this
         self._emit(out, t, SET_MODE, None, reason, **extra)
 
     def _emit(self, out: list[Decision], t: float, action: str, worker: int | None,

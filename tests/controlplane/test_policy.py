@@ -2,8 +2,9 @@
 
 Most tests run the policy on counter traces of a simulated job: `Simulation` is the
 switch state machine of docs/protocol.md §4 for one slot, reduced to what the counters
-see, with workers that compute for `base * slowdown * jitter` seconds and behave as
-the worker engine does (docs/protocol.md §9: wait for the round's result, send a stale
+see, with workers that compute for `base * slowdown * jitter` seconds (a step of
+`waves` rounds: the rounds after the first follow the network's pace, `comm`) and behave
+as the worker engine does (docs/protocol.md §9: wait for the round's result, send a stale
 contribution again at the open round, retransmit on a timer). It is deterministic
 (seeded) and reacts to the policy's decisions, so every JobStats sequence it produces
 is a reproducible recorded trace. One test runs the PolicyRunner against a real
@@ -32,6 +33,7 @@ from hysync.controlplane.controller import Controller
 from hysync.controlplane.detect import Detector, DetectorConfig, Health, Interval, JobView
 from hysync.controlplane.policy import (
     EXCLUDE,
+    EXPLORE,
     READMIT,
     SET_MODE,
     AdaptivePolicy,
@@ -80,6 +82,7 @@ class SimWorker:
     dies_at: float = math.inf
     resends: bool = True  # a stale contribution is sent again at the open round
     target: int = 0  # the round it computes for / waits on
+    wave: int = -1  # the round of its step it is at (0: the one after the compute)
     waiting: bool = False
     epoch: int = 0  # invalidates retransmission timers of an earlier wait
 
@@ -93,6 +96,8 @@ class Simulation:
     base: float = 0.02  # a healthy worker's compute time per round
     jitter: float = 0.2  # per round, uniform +-
     wobble: float = 0.0  # per worker and interval, uniform +- (slow drifts)
+    waves: int = 1  # rounds a step: a model of more chunks than the job has slots
+    comm: float = 0.001  # between the rounds of a step: the network's pace
     rto: float = 0.2
     now: float = 0.0
     mode: Mode = Mode.SYNC  # desired (the modes table)
@@ -152,11 +157,16 @@ class Simulation:
         heapq.heappush(self._events, (at, self._seq, kind, w.worker, w.epoch))
 
     def _compute(self, w: SimWorker) -> None:
+        """The worker's next round: a compute at the start of a step, else the network."""
         w.waiting, w.target = False, self._round
         w.epoch += 1
+        w.wave = (w.wave + 1) % self.waves
+        jitter = self._rng[w.worker].uniform(-1, 1) * self.jitter
+        if w.wave:
+            self._push(self.now + self.comm * (1 + jitter), "done", w)
+            return
         k = int(self.now // INTERVAL)
         drift = random.Random(hash((self.seed, w.worker, k))).uniform(-1, 1) * self.wobble
-        jitter = self._rng[w.worker].uniform(-1, 1) * self.jitter
         self._push(self.now + self.base * w.slowdown(self.now) * (1 + drift) * (1 + jitter),
                    "done", w)
 
@@ -237,7 +247,27 @@ class Run:
                 if d.action == action and (worker is None or d.worker == worker)]
 
     def mode_changes(self) -> list[Decision]:
-        return self.actions(SET_MODE)
+        """The mode changes, less the explorations that found nobody slow (the probe and
+        the return to sync it ended with)."""
+        found_nobody = self.explorations()
+        return [d for d in self.actions(SET_MODE)
+                if not any(d in pair for pair in found_nobody)]
+
+    def explorations(self) -> list[tuple[Decision, Decision | None]]:
+        """(the exploration, the return to sync after it: None while it lasts) for each
+        exploration of sync that found nobody slow."""
+        changes = self.actions(SET_MODE)
+        out: list[tuple[Decision, Decision | None]] = []
+        for i, d in enumerate(changes):
+            if d.reason.startswith(EXPLORE):
+                after = changes[i + 1] if i + 1 < len(changes) else None
+                if after is None or after.mode == "sync":
+                    out.append((d, after))
+        return out
+
+    def exploring(self, t: float) -> bool:
+        return any(d.time <= t and (end is None or t < end.time)
+                   for d, end in self.explorations())
 
     def first(self, action: str, mode: str | None = None, quorum: int | None = None,
               worker: int | None = None) -> Decision:
@@ -383,8 +413,108 @@ def test_a_silent_member_of_a_stalled_sync_job_is_gone_and_the_waiting_ones_are_
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_a_homogeneous_job_stays_sync_under_noise(seed: int) -> None:
     run = simulate(four(), 120, seed=seed, jitter=0.2, wobble=0.2)
-    assert run.policy.decisions == [], [d.describe() for d in run.policy.decisions]
-    assert all(mode == Mode.SYNC and len(active) == 4 for _, mode, _, active in run.timeline)
+    # Only explorations, each back to sync; nothing else decided.
+    assert run.mode_changes() == [] and run.actions(EXCLUDE) == []
+    assert all(mode == Mode.SYNC and len(active) == 4 for t, mode, _, active in run.timeline
+               if not run.exploring(t))
+    # The gap between explorations doubles while they find nobody: few of them, and the
+    # job spends most of its time in sync.
+    c = run.policy.config
+    starts = [d.time for d, _ in run.explorations()]
+    assert starts and starts[0] <= c.explore_after_s + 2 * INTERVAL
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert all(later > 1.5 * earlier for earlier, later in zip(gaps, gaps[1:], strict=False))
+    assert len(starts) <= math.log2(120 / c.explore_after_s) + 1
+    in_sync = sum(1 for _, mode, _, _ in run.timeline if mode == Mode.SYNC)
+    assert in_sync >= 0.85 * len(run.timeline)
+
+
+def test_a_straggler_hidden_by_a_step_of_many_rounds_is_found_by_exploring() -> None:
+    # Seven rounds a step: the straggler is last only in the first, so its closes share
+    # stays near the others' and sync alone never flags it ...
+    hidden = simulate(four(slowdown=constant(2.0)), 30, PolicyConfig(explore_after_s=math.inf),
+                      seed=3, wobble=0.2, waves=7)
+    assert hidden.policy.decisions == []
+    share = hidden.policy.health[3].closes_share
+    assert share is not None and share < PolicyConfig().detector.closes_threshold(4,
+                                                                                  leaving=False)
+    # ... exploring measures every member's pace in async and finds it.
+    run = simulate(four(slowdown=constant(2.0)), 30, seed=3, wobble=0.2, waves=7)
+    first = run.policy.decisions[0]
+    assert (first.action, first.mode) == (SET_MODE, "async")
+    assert first.reason.startswith(EXPLORE) and first.time <= 3.0
+    partial = run.first(SET_MODE, "partial", 3)
+    assert partial.time <= first.time + 4.0 and "worker 3 slow" in partial.reason
+    assert all(mode == Mode.PARTIAL for t, mode, _, _ in run.timeline if t >= partial.time)
+
+
+class ModalJob:
+    """A job whose members' paces (contributions a second) depend on the mode alone, as
+    the counters of a job show them when the cost model's premise fails: the CNN on two
+    shared cores, where partial(3) is no faster than sync. In sync every member keeps the
+    sync pace and worker 3 closes 35% of the rounds (hidden: the others close 22% each)."""
+
+    def __init__(self, paces: dict[tuple[Mode, int], list[float]]) -> None:
+        self.paces = paces
+        self.cum = [[0, 0, 0, 0, 0] for _ in range(4)]  # contributions .. closes
+
+    def run(self, seconds: float) -> AdaptivePolicy:
+        policy = AdaptivePolicy()
+        view = JobView(Mode.SYNC, 0, frozenset(range(4)))
+        policy.start(view, 0.0)
+        before = self.stats(0.0)
+        for k in range(1, int(round(seconds / INTERVAL)) + 1):
+            mode = (policy.mode or Mode.SYNC, policy.quorum)
+            for w, pace in enumerate(self.paces[mode]):
+                n = round(pace * INTERVAL)
+                self.cum[w][0] += n
+                share = (0.35 if w == 3 else 0.65 / 3) if mode[0] == Mode.SYNC else (
+                    1.0 if mode[0] == Mode.ASYNC else (0.0 if w == 3 else 1 / 3))
+                self.cum[w][4] += round(share * n) if mode[0] != Mode.ASYNC else n
+            now = JobView(*mode, frozenset(range(4)))
+            after = self.stats(k * INTERVAL)
+            policy.observe(Interval.between(before, after, now, now))
+            before = after
+        return policy
+
+    def stats(self, t: float) -> JobStats:
+        return stats_at(t, **{f"w{w}": tuple(c) for w, c in enumerate(self.cum)})
+
+
+def test_a_mode_the_cost_model_chose_goes_back_to_sync_if_it_is_no_faster() -> None:
+    # Async measures worker 3 1.7x slower, so the cost model picks partial(3); but in
+    # partial the fast members make 90 contributions a second against 100 in sync.
+    policy = ModalJob({(Mode.SYNC, 0): [100.0] * 4, (Mode.ASYNC, 0): [150, 150, 150, 90],
+                       (Mode.PARTIAL, 3): [90, 90, 90, 70]}).run(60)
+    changes = [(d.time, d.mode, d.reason) for d in policy.decisions]
+    partial = [c for c in changes if c[1] == "partial"]
+    assert partial, changes
+    for when, _, _ in partial:  # each partial spell ends, refuted, within a few intervals
+        back = next(c for c in changes if c[0] > when)
+        assert back[1] == "sync" and "measured no faster than sync" in back[2], changes
+        assert back[0] - when <= policy.config.min_dwell_s + 4 * INTERVAL
+    # After a refutation only the next exploration may leave sync: explorations are
+    # spaced by the doubling gap, so the job is in sync most of the time.
+    starts = [c[0] for c in changes if c[2].startswith(EXPLORE)]
+    assert len(partial) <= len(starts) <= math.log2(60 / policy.config.explore_after_s) + 1
+    assert all(c[2].startswith(EXPLORE) for c in changes if c[1] == "async"), changes
+
+
+def test_a_mode_the_cost_model_chose_stays_when_it_is_faster() -> None:
+    policy = ModalJob({(Mode.SYNC, 0): [50.0] * 4, (Mode.ASYNC, 0): [100, 100, 100, 50],
+                       (Mode.PARTIAL, 3): [100, 100, 100, 50]}).run(30)
+    assert [d.mode for d in policy.decisions] == ["async", "partial"], \
+        [d.describe() for d in policy.decisions]
+    assert policy.mode == Mode.PARTIAL
+
+
+def test_exploring_is_off_with_an_infinite_gap_and_a_bad_gap_is_refused() -> None:
+    run = simulate(four(), 60, PolicyConfig(explore_after_s=math.inf), seed=1, wobble=0.2)
+    assert run.policy.decisions == []
+    with pytest.raises(ValueError, match="explore_after_s <= explore_max_s"):
+        PolicyConfig(explore_after_s=10.0, explore_max_s=5.0)
+    with pytest.raises(ValueError, match="0 < explore_after_s"):
+        PolicyConfig(explore_after_s=0.0)
 
 
 @pytest.mark.parametrize("slowdown", [2.0, 4.0])
@@ -392,9 +522,11 @@ def test_a_constant_straggler_makes_the_job_partial_within_a_few_intervals(
         slowdown: float) -> None:
     run = simulate(four(slowdown=constant(slowdown)), 60, seed=7, wobble=0.2)
     # Sync shows only who closes the rounds: probe in async to measure...
+    # (or the exploration at the start finds it first: the same probe).
     probe = run.policy.decisions[0]
     assert (probe.action, probe.mode) == (SET_MODE, "async")
-    assert "probe: worker 3 slow" in probe.reason and probe.time <= 3.0
+    assert ("probe: worker 3 slow" in probe.reason or probe.reason.startswith(EXPLORE))
+    assert probe.time <= 3.0
     # ... then partial(n-1) around it, 12 intervals after the start at most.
     partial = run.first(SET_MODE, "partial", 3)
     assert partial.time <= 6.0 and "cost model" in partial.reason
@@ -471,7 +603,8 @@ def test_a_recovering_straggler_goes_partial_then_back_to_sync() -> None:
     back = run.first(SET_MODE, "sync")
     assert 20.0 < back.time <= 20.0 + 6.0
     assert run.actions(EXCLUDE) == []
-    assert all(mode == Mode.SYNC for t, mode, _, _ in run.timeline if t > back.time)
+    assert all(mode == Mode.SYNC for t, mode, _, _ in run.timeline
+               if t > back.time and not run.exploring(t))
 
 
 def test_an_excluded_straggler_is_readmitted_on_probation_when_it_recovers() -> None:
