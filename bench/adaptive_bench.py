@@ -14,9 +14,10 @@ the default set: minutes per HySync run on 2 cores).
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the time per step split into compute, waiting for
 the switch and communication, the speed-ups of adaptive over sync and gloo, the
-policy's decisions; the rows of the scenarios not run are kept) with the goals checked, bench/results/adaptive.png (time to target
-per cell), and per scenario bench/results/adaptive-<scenario>.png (accuracy over time,
-iteration times, mode timeline with the policy's exclusions and readmissions); the
+policy's decisions; the rows of the scenarios not run are kept) with the goals checked,
+bench/results/adaptive.png (time to target per cell), and per scenario
+bench/results/adaptive-<scenario>.png (accuracy over time, iteration times, mode
+timeline with the policy's exclusions and readmissions); the
 workers' logs and the policy's decision log (policy.jsonl) under runs/adaptive-bench/.
 A configuration that fails (gloo cannot go on when a worker dies) is a row with its
 error, not a missing one.
