@@ -65,7 +65,7 @@ DECISION_TIMEOUT = 60.0  # for each expected decision; normally a few seconds
 
 def policy_config() -> PolicyConfig:
     """The defaults' time constants mostly scaled down ~3x (thresholds unchanged:
-    exclusion at rho / kappa = 3.0x, detection at 1.4x, ...). gone_after_s stays
+    exclusion at rho / kappa = 3.0x, detection at 1.3x, ...). gone_after_s stays
     generous: a healthy worker descheduled on a loaded machine must not look dead.
 
     probation_s and min_dwell_s keep their defaults: a readmitted worker first settles
