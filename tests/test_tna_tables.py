@@ -1,74 +1,49 @@
-"""The TNA program's verdict rows (hysync/spec/tna_tables.py) against the decision table
-(hysync/spec/decision.py): on every combination of flags and register answers the TNA
-passes can produce, what the TNA row sends, drops and answers (its emit, drop reason and
-RESYNC reason) is the decision table's for the facts that combination stands for, except
-where docs/tofino.md lists a difference. A rule changed in decision.py fails here until
-the TNA rows follow it or the difference is listed (and documented)."""
+"""The TNA program's `verdict` rows, generated from the decision table
+(hysync/spec/tna_tables.py, hysync/spec/decision.py).
+
+On every combination of flags and register answers the TNA passes can produce, the
+generated rows give the action the generator derived, and what that action sends, drops and
+answers (its emit, drop reason and RESYNC reason, read back from the action as the Replies
+control carries it out) is the decision table's for the facts the combination stands for,
+except where docs/tofino.md lists a difference. A rule changed in decision.py changes the
+generated rows with it; one the TNA program cannot carry out is a one-line error.
+"""
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 
 import pytest
 
+from hysync import gen_p4
 from hysync.spec import decision, tna_tables
 from hysync.spec.decision import Emit, Fact, Verdict
 from hysync.spec.tna_tables import Action
-from hysync.wire import DropReason
+from hysync.wire import DropReason, ResyncReason
 
-CLOSING = 1 << 31
-
-# What classify can tell Counting (its rows' flags), with the round's relation it implies:
-# (fresh, open_sync, async_path, not_joined, latched), open round?
-CLASSIFIED = sorted({(r.flags.fresh, r.flags.open_sync, r.flags.async_path, r.flags.not_joined,
-                      r.flags.latched) for r in tna_tables.CLASSIFY_ROWS if not r.flags.stale})
+ANSWERS = list(tna_tables.answers())
 
 
-def _count_outs(fresh: int, open_sync: int, chunk_ok: int, counted: int) -> list[tuple[str, int]]:
-    """What Count can answer on that path (slot_registers.p4): (what it means, count_out)."""
-    if open_sync and fresh:
-        return [("opens", 1), ("opens and closes", CLOSING | 1)]
-    if open_sync and chunk_ok and counted:
-        return [("duplicate, not full", 0), ("duplicate, full", CLOSING | 2)]
-    if open_sync and chunk_ok:
-        return [("close under way", 0), ("joins", 2), ("joins and closes", CLOSING | 2)]
-    return [("read, idle", 0), ("read", 2), ("read, close under way", CLOSING | 2)]
+def _ids(value):
+    return ",".join(f"{k}={x}" for k, x in value.items()) if isinstance(value, dict) else value
 
 
 def _facts(keys: dict[str, int], meaning: str) -> int:
-    """The decision table's facts for a TNA combination (docs/tofino.md, differences 4 and
-    14: duplicates by member_seq, no refusal or JOIN marks)."""
+    """The facts a combination means, as v1model would know them (no difference applied;
+    RES_HAS_BIT left out: the two RESEND rows send the same)."""
     is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
-    empty = keys["fresh"] or keys["not_joined"]
     facts = 0
     for fact, holds in [
         (Fact.ASYNC, keys["async_path"]), (Fact.COUNTED, keys["counted"]),
         (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
-        (Fact.EMPTY, empty), (Fact.HAS_BIT, is_open and keys["counted"]),
-        (Fact.FULL, meaning == "duplicate, full"),
-        (Fact.CLOSES, "closes" in meaning),
+        (Fact.EMPTY, keys["fresh"] or keys["not_joined"]),
+        (Fact.HAS_BIT, is_open and keys["counted"]),
+        (Fact.FULL, meaning == "duplicate, full"), (Fact.CLOSES, "closes" in meaning),
         (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),
     ]:
         if holds:
             facts |= fact
     return facts
-
-
-def combinations():
-    for (fresh, open_sync, async_path, not_joined, latched), join, prev, chunk_ok, counted in \
-            itertools.product(CLASSIFIED, (0, 1), (0, 1), (0, 1), (0, 1)):
-        if (fresh and (join or not chunk_ok)) or (not_joined and not join):
-            continue  # a JOIN never opens a round; the opener latched its own chunk
-        if prev and (fresh or open_sync or not_joined):
-            continue  # the round before the open one is not the open one
-        if (fresh or not_joined) and counted:
-            continue  # nobody counted in a round nothing latched (a 2^-32 hash collision)
-        for meaning, count_out in _count_outs(fresh, open_sync, chunk_ok, counted):
-            keys = dict(not_joined=not_joined, async_path=async_path, join=join,
-                        open_sync=open_sync, fresh=fresh, chunk_ok=chunk_ok, prev=prev,
-                        latched=latched, counted=counted, count_out=count_out,
-                        closes=count_out >> 31)
-            yield keys, meaning
 
 
 def _emit(o: tna_tables.Outcome) -> Emit:
@@ -89,8 +64,7 @@ def _drop(o: tna_tables.Outcome):
     return DropReason.STALE if o.action == Action.CLOSING else o.drop
 
 
-def _difference(keys: dict[str, int], meaning: str, tna: tna_tables.Outcome,
-                spec: decision.Outcome) -> str | None:
+def _difference(meaning: str, tna: tna_tables.Outcome, spec: decision.Outcome) -> str | None:
     """The docs/tofino.md difference that explains a disagreement, or None."""
     if tna.action == Action.CLOSING and meaning == "close under way":
         return "2: refused while its round's close is under way"
@@ -99,21 +73,76 @@ def _difference(keys: dict[str, int], meaning: str, tna: tna_tables.Outcome,
     return None
 
 
-@pytest.mark.parametrize(("keys", "meaning"), list(combinations()),
-                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items())
-                         if isinstance(v, dict) else v)
+@pytest.mark.parametrize(("keys", "meaning"), ANSWERS, ids=_ids)
 def test_a_tna_verdict_is_the_decision_tables(keys: dict[str, int], meaning: str) -> None:
     tna = tna_tables.decide(keys)
+    assert tna == tna_tables.outcome(keys, meaning)[0], "the rows lost a combination's action"
     spec = decision.decide(_facts(keys, meaning))
     # (A resend's member counter, DUPLICATES or LATE as in the spec's two RESEND rows, is
     # the Resent pass's; the RESYNC reason of an outcome that sends none is not compared.)
     same = (_emit(tna) == spec.emit and _drop(tna) == spec.drop
             and (spec.emit != Emit.RESYNC or tna.reason == spec.reason))
-    assert same or _difference(keys, meaning, tna, spec), (
+    assert same or _difference(meaning, tna, spec), (
         f"{meaning}: TNA {tna} where the decision table says {spec}")
 
 
-def test_every_tna_verdict_row_is_reached() -> None:
-    reached = {next(i for i, row in enumerate(tna_tables.ROWS) if row.matches(keys))
-               for keys, _ in combinations()}
-    assert reached == set(range(len(tna_tables.ROWS)))
+def test_every_tna_verdict_row_is_reached_and_the_last_is_the_default() -> None:
+    rows = tna_tables.verdict_rows()
+    reached = {next(i for i, row in enumerate(rows) if row.matches(keys)) for keys, _ in ANSWERS}
+    assert reached == set(range(len(rows)))
+    assert rows[-1].match == {}
+    assert rows[-1].outcome.reason == ResyncReason.STALE_ROUND, (
+        "a combination the passes were thought unable to produce must meet a stale answer")
+
+
+def test_rows_follow_the_decision_tables_order() -> None:
+    """Each row cites the decision table's rows it stands for, in the table's order (the
+    refusal of difference 2 sits before the row that would have counted it)."""
+    whys = [row.why for row in decision.ROWS]
+    cited = [min(whys.index(part) for part in row.why.split(" / "))
+             for row in tna_tables.verdict_rows() if row.why != tna_tables.CLOSE_UNDER_WAY]
+    assert cited == sorted(cited)
+
+
+@pytest.fixture
+def spec_rows(monkeypatch):
+    """Replace decision rows by index for one test; the generated rows are recomputed."""
+    tna_tables.verdict_rows.cache_clear()
+
+    def change(index: int, **outcome) -> None:
+        rows = list(decision.ROWS)
+        rows[index] = dataclasses.replace(
+            rows[index], outcome=dataclasses.replace(rows[index].outcome, **outcome))
+        monkeypatch.setattr(decision, "ROWS", tuple(rows))
+        tna_tables.verdict_rows.cache_clear()
+
+    yield change
+    tna_tables.verdict_rows.cache_clear()
+
+
+def _row_index(why_start: str) -> int:
+    return next(i for i, row in enumerate(decision.ROWS) if row.why.startswith(why_start))
+
+
+def test_a_rule_changed_in_the_decision_table_changes_the_tna_verdict(spec_rows) -> None:
+    before = gen_p4.tna_verdict_p4()
+    stale_counted = dict(not_joined=0, async_path=0, join=0, open_sync=0, fresh=0, chunk_ok=1,
+                         prev=0, latched=1, counted=1, count_out=2, closes=0)
+    assert tna_tables.decide(stale_counted).reason == ResyncReason.STALE_COUNTED
+    spec_rows(_row_index("stale, but r was counted"), reason=ResyncReason.STALE_ROUND)
+    assert tna_tables.decide(stale_counted).reason == ResyncReason.STALE_ROUND
+    assert gen_p4.tna_verdict_p4() != before
+
+
+def test_an_outcome_no_counting_action_carries_out_is_a_clear_error(spec_rows) -> None:
+    spec_rows(_row_index("counted; the round stays open"), emit=Emit.NONE)
+    with pytest.raises(ValueError, match="no Counting action carries out"):
+        tna_tables.verdict_rows()
+
+
+def test_a_fact_the_tna_verdict_cannot_see_is_a_clear_error(spec_rows) -> None:
+    """The verdict does not know w's bit in the resent round: the two RESEND rows must send
+    the same, or the generator says which rows it cannot tell apart."""
+    spec_rows(_row_index("the sender's result was lost"), emit=Emit.ACK)
+    with pytest.raises(ValueError, match="cannot tell apart"):
+        tna_tables.verdict_rows()

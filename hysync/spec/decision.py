@@ -186,10 +186,15 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def first_row(facts: int) -> Row:
+    """The first row that `facts` match (the last row matches every one)."""
+    return next(row for row in ROWS if row.matches(facts))
+
+
 @functools.cache
 def decide(facts: int) -> Outcome:
-    """The outcome of the first row that `facts` match (the last row matches every one)."""
-    return next(row.outcome for row in ROWS if row.matches(facts))
+    """The outcome of the first row that `facts` match."""
+    return first_row(facts).outcome
 
 
 def facts_of(*, asynchronous: bool, counted: bool, refused: bool, join_marked: bool,

@@ -1,5 +1,5 @@
-"""The TNA program's decision tables (p4src/tna, aggregation.p4): `classify` (Latching: what
-the latches' answers make of a contribution) and `verdict` (Counting: what an admitted
+"""The TNA program's decision tables (p4src/tna, aggregation.p4): `classify` (Latching: the
+facts its latches' answers give a contribution) and `verdict` (Counting: what an admitted
 contribution of the slot's install is), each as rows over what the TNA registers answer,
 first match wins.
 
@@ -7,21 +7,33 @@ The TNA program cannot evaluate the decision table (`decision.py`) as v1model do
 registers are split over stages, each touched once per pass, so what it knows when it
 decides is the answers of those registers (the latches, `member_seq`, `Count` with its close
 guard), and its register updates happen before the verdict rather than after it
-(docs/tofino.md, "Differences from v1model"). These tables are its decision, written once:
-`python -m hysync.gen_p4` writes them as the const entries of `classify` and `verdict`
-(p4src/tna/include/control/classify.p4, verdict.p4), and the TNA model
-(tests/conformance/tna_model.py) evaluates these rows, so the conformance suite checks the
-rows the program runs. tests/test_tna_tables.py holds `verdict` to the decision table on
-every combination of flags and register answers the TNA passes can produce: a rule changed
-there fails it until these rows follow, or the difference is listed in docs/tofino.md.
+(docs/tofino.md, "Differences from v1model"). So `verdict` is generated: `answers` lists
+every combination of keys the passes can produce, `facts` says which of the decision
+table's facts each stands for, the decision table decides, `_action` names the Counting
+action that carries the outcome out, and `_first_match_rows` writes the fewest ternary rows
+a greedy search finds that give every combination its action, in the decision table's
+order, each citing the decision table's rows. A rule changed in decision.py is a changed
+`verdict` after `python -m hysync.gen_p4`; an outcome no action carries out, or facts the
+keys cannot tell apart, is an error that says so. `classify` is the TNA's own (how its
+latches become facts, as each target computes its facts its own way) and written here.
+
+`python -m hysync.gen_p4` writes both as const entries (p4src/tna/include/control/
+classify.p4, verdict.p4), and the TNA model (tests/conformance/tna_model.py) evaluates
+these rows, so the conformance suite checks the rows the program runs.
+tests/test_tna_tables.py reads every action back as the Replies control carries it out
+and holds it to the decision table, allowing only the differences docs/tofino.md lists.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hysync.spec.decision import Counter, Verdict
+from hysync.spec import decision
+from hysync.spec.decision import Counter, Emit, Fact, Verdict
 from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
 # ------------------------------------------------------------------ classify (Latching)
@@ -186,64 +198,186 @@ class Row:
         return all(keys[name] == value for name, value in self.match.items())
 
 
-def _resync(verdict: Verdict, drop: DropReason, reason: ResyncReason, counter: Counter, *,
-            with_round: bool = False) -> Outcome:
-    return Outcome(Action.RESYNC_ROUND if with_round else Action.RESYNC, verdict, drop, reason,
-                   counter)
+# What the TNA passes can give `verdict`: classify's flags, the header's JOIN flag, the
+# chunk and resend latches, member_seq's answer, and what Count answers on that path.
+CLOSING = 1 << 31
 
 
-_NOT_JOINED = _resync(Verdict.NOT_JOINED, DropReason.NOT_JOINED, ResyncReason.NOT_JOINED,
-                      Counter.NONE)
+def _count_answers(fresh: int, open_sync: int, chunk_ok: int,
+                   counted: int) -> list[tuple[str, int]]:
+    """What Count can answer on that path (slot_registers.p4): (what it means, count_out)."""
+    if open_sync and fresh:
+        return [("opens", 1), ("opens and closes", CLOSING | 1)]
+    if open_sync and chunk_ok and counted:
+        return [("duplicate, not full", 0), ("duplicate, full", CLOSING | 2)]
+    if open_sync and chunk_ok:
+        return [("close under way", 0), ("joins", 2), ("joins and closes", CLOSING | 2)]
+    return [("read, idle", 0), ("read", 2), ("read, close under way", CLOSING | 2)]
 
-ROWS: tuple[Row, ...] = (
-    Row({"not_joined": 1}, _NOT_JOINED, "a JOIN with no round to join"),
-    Row({"async_path": 1, "counted": 1}, Outcome(Action.ACK),
-        "async: a copy of a counted contribution is acknowledged"),
-    Row({"async_path": 1, "join": 1}, _NOT_JOINED,
-        "async: a JOIN never makes a round of its own"),
-    Row({"async_path": 1}, Outcome(Action.ASYNC_ROUND), "async: a round of its own"),
-    Row({"open_sync": 1, "fresh": 0, "chunk_ok": 0},
-        _resync(Verdict.CHUNK_MISMATCH, DropReason.CHUNK_MISMATCH,
-                ResyncReason.CHUNK_MISMATCH, Counter.NONE, with_round=True),
-        "the open round aggregates another chunk"),
-    Row({"open_sync": 1, "fresh": 1, "closes": 1},
-        Outcome(Action.OPEN_ROUND, Verdict.CLOSE, result_op=ResultOp.WRITE),
-        "opens the round and closes it (a quorum of one)"),
-    Row({"open_sync": 1, "fresh": 1}, Outcome(Action.OPEN_ROUND, Verdict.ABSORB,
-                                              result_op=ResultOp.NONE),
-        "opens the round"),
-    Row({"open_sync": 1, "counted": 1, "closes": 1},
-        Outcome(Action.DUPLICATE, Verdict.CLOSE, result_op=ResultOp.WRITE,
-                lane_op=LaneOp.READ),
-        "a duplicate closes a round the shrunk membership has filled"),
-    Row({"open_sync": 1, "counted": 1},
-        Outcome(Action.DUPLICATE, Verdict.DUPLICATE, result_op=ResultOp.NONE,
-                lane_op=LaneOp.NONE),
-        "a duplicate: the round's result will answer it"),
-    Row({"open_sync": 1, "count_out": 0}, Outcome(Action.CLOSING),
-        "the round's close is under way (Count refused it)"),
-    Row({"open_sync": 1, "closes": 1}, Outcome(Action.JOIN_ROUND, Verdict.CLOSE,
-                                               result_op=ResultOp.WRITE),
-        "counted, and the quorum is reached: the round closes"),
-    Row({"open_sync": 1}, Outcome(Action.JOIN_ROUND, Verdict.ABSORB, result_op=ResultOp.NONE),
-        "counted; the round stays open"),
-    Row({"prev": 1}, Outcome(Action.RESEND), "the round that closed last: its stored result"),
-    Row({"latched": 1, "counted": 1},
-        _resync(Verdict.STALE, DropReason.STALE, ResyncReason.STALE_COUNTED, Counter.STALE,
-                with_round=True),
-        "stale, but r was counted: its result is gone (a round is under way)"),
-    Row({"latched": 1},
-        _resync(Verdict.STALE, DropReason.STALE, ResyncReason.STALE_ROUND, Counter.STALE,
-                with_round=True),
-        "stale: r was not counted (a round is under way)"),
-    Row({"counted": 1},
-        _resync(Verdict.STALE, DropReason.STALE, ResyncReason.STALE_COUNTED, Counter.STALE),
-        "stale, but r was counted: its result is gone"),
-    Row({}, _resync(Verdict.STALE, DropReason.STALE, ResyncReason.STALE_ROUND, Counter.STALE),
-        "stale: r was not counted"),
-)
+
+def answers() -> Iterator[tuple[dict[str, int], str]]:
+    """Every combination of keys the passes can produce, with what Count's answer means."""
+    classified = sorted({(r.flags.fresh, r.flags.open_sync, r.flags.async_path,
+                          r.flags.not_joined, r.flags.latched)
+                         for r in CLASSIFY_ROWS if not r.flags.stale})
+    for (fresh, open_sync, async_path, not_joined, latched), join, prev, chunk_ok, counted in \
+            itertools.product(classified, (0, 1), (0, 1), (0, 1), (0, 1)):
+        if (fresh and (join or not chunk_ok)) or (not_joined and not join):
+            continue  # a JOIN never opens a round; the opener latched its own chunk
+        if prev and (fresh or open_sync or not_joined):
+            continue  # the round before the open one is not the open one
+        if (fresh or not_joined) and counted:
+            continue  # nobody counted in a round nothing latched (a 2^-32 hash collision)
+        for meaning, count_out in _count_answers(fresh, open_sync, chunk_ok, counted):
+            yield dict(not_joined=not_joined, async_path=async_path, join=join,
+                       open_sync=open_sync, fresh=fresh, chunk_ok=chunk_ok, prev=prev,
+                       latched=latched, counted=counted, count_out=count_out,
+                       closes=count_out >> 31), meaning
+
+
+def facts(keys: dict[str, int], meaning: str) -> list[int]:
+    """The decision table's facts a combination stands for. Every fact set it may stand
+    for: the verdict does not know w's bit in the resent round's bitmap (the Resent pass
+    reads it), so a resend stands for both. The program has no refusal or JOIN marks
+    (docs/tofino.md, difference 14), tells duplicates by member_seq (difference 4), and
+    checks the chunk before the duplicate test (difference 5: on another chunk it does
+    not ask whether w was counted)."""
+    is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
+    known = 0
+    for fact, holds in [
+        (Fact.ASYNC, keys["async_path"]), (Fact.COUNTED, keys["counted"]),
+        (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
+        (Fact.EMPTY, keys["fresh"] or keys["not_joined"]),
+        (Fact.HAS_BIT, is_open and keys["counted"] and keys["chunk_ok"]),
+        (Fact.FULL, meaning == "duplicate, full"),
+        (Fact.CLOSES, "closes" in meaning),
+        (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),
+    ]:
+        if holds:
+            known |= fact
+    return [known, known | Fact.RES_HAS_BIT] if keys["prev"] else [known]
+
+
+def _action(o: decision.Outcome, latched: int) -> Outcome:
+    """The Counting action that carries out a decision table outcome (the member cell, the
+    counters and the RESEND's member counter are other passes' work)."""
+    result = ResultOp.WRITE if o.emit == Emit.CLOSE else ResultOp.NONE
+    if o.emit == Emit.RESYNC:
+        return Outcome(Action.RESYNC_ROUND if latched else Action.RESYNC, o.verdict, o.drop,
+                       o.reason, o.counter)
+    if o.emit == Emit.ACK:
+        return Outcome(Action.ACK)
+    if o.emit == Emit.RESEND:
+        return Outcome(Action.RESEND)
+    if o.emit == Emit.CLOSE_AS_IS:
+        return Outcome(Action.DUPLICATE, Verdict.CLOSE, result_op=ResultOp.WRITE,
+                       lane_op=LaneOp.READ)
+    if o.emit == Emit.NONE and o.verdict == Verdict.DUPLICATE:
+        return Outcome(Action.DUPLICATE, Verdict.DUPLICATE, result_op=ResultOp.NONE,
+                       lane_op=LaneOp.NONE)
+    if o.emit == Emit.CLOSE and o.lanes == decision.LaneOp.WRITE:
+        return Outcome(Action.ASYNC_ROUND)
+    if o.emit in (Emit.ABSORB, Emit.CLOSE) and o.lanes == decision.LaneOp.WRITE_OPEN:
+        return Outcome(Action.OPEN_ROUND, o.verdict, result_op=result)
+    if o.emit in (Emit.ABSORB, Emit.CLOSE) and o.lanes == decision.LaneOp.ADD:
+        return Outcome(Action.JOIN_ROUND, o.verdict, result_op=result)
+    raise ValueError(f"no Counting action carries out {o}: add one to aggregation.p4 and here")
+
+
+CLOSE_UNDER_WAY = ("the round's close is under way: Count refused it, no reply "
+                   "(docs/tofino.md, difference 2)")
+
+
+def _spec_order(keys: dict[str, int], meaning: str) -> float:
+    """Where a combination's outcome stands in the decision table: the index of its row
+    (a refusal of difference 2 just before the row that would have counted it), so that
+    `verdict` lists its rows in the decision table's order and ends with its last row."""
+    index = min(decision.ROWS.index(decision.first_row(f)) for f in facts(keys, meaning))
+    return index - 0.5 if meaning == "close under way" else index
+
+
+def outcome(keys: dict[str, int], meaning: str) -> tuple[Outcome, str]:
+    """What `verdict` must do with a combination, and why (the decision table's rows)."""
+    if meaning == "close under way":
+        return Outcome(Action.CLOSING), CLOSE_UNDER_WAY
+    rows = list(dict.fromkeys(decision.first_row(f) for f in facts(keys, meaning)))
+    actions = {_action(row.outcome, keys["latched"]) for row in rows}
+    if len(actions) > 1:
+        raise ValueError(f"the TNA verdict cannot tell apart {[r.why for r in rows]} on "
+                         f"{keys}: give it a key that does, or list the difference")
+    return actions.pop(), " / ".join(row.why for row in rows)
+
+
+# Each key's patterns a row may use besides "any": count_out is matched only as 0 (Count
+# refused or found nobody); every other key is a bit.
+_PATTERNS = {name: (0,) if name == "count_out" else (0, 1) for name in KEY_NAMES}
+
+
+def _widest_pattern(todo: int, later: int, matching: dict[tuple[int, int], int],
+                    everything: int) -> dict[int, int]:
+    """The pattern (key index -> value) that matches the most points of `todo` and none of
+    `later` (point sets as bit masks; the fewest keys on a tie): a depth-first search that
+    fixes keys in order and stops narrowing a pattern once it matches nothing of `later`."""
+    best: tuple[int, int, dict[int, int]] = (0, 0, {})
+
+    def search(pattern: dict[int, int], covered: int, after: int) -> None:
+        nonlocal best
+        if not covered & todo:
+            return
+        if not covered & later:
+            score = ((covered & todo).bit_count(), -len(pattern))
+            if score > best[:2]:
+                best = (*score, dict(pattern))
+            return  # a narrower pattern matches no more
+        for k in range(after, len(KEY_NAMES)):
+            for v in _PATTERNS[KEY_NAMES[k]]:
+                search({**pattern, k: v}, covered & matching[k, v], k + 1)
+
+    search({}, everything, 0)
+    return best[2]
+
+
+def _first_match_rows(points: list[tuple[tuple[int, ...], tuple[Outcome, str]]]) -> list[Row]:
+    """Rows, first match wins, that give every point (key values, in KEY_NAMES order) its
+    label, one label after another in the order of `points`' first appearances: each row
+    is the pattern that matches the most points of its label no earlier row took, and none
+    of a later label's (the fewest keys on a tie). The last label's row matches everything:
+    the default. Combinations the passes cannot produce may match any row."""
+    labels = list(dict.fromkeys(label for _, label in points))
+    of_label = [sum(1 << i for i, (_, lab) in enumerate(points) if lab == label)
+                for label in labels]
+    matching = {(k, v): sum(1 << i for i, (values, _) in enumerate(points) if values[k] == v)
+                for k, name in enumerate(KEY_NAMES) for v in _PATTERNS[name]}
+    everything = (1 << len(points)) - 1
+    rows: list[Row] = []
+    for n, (out, why) in enumerate(labels):
+        todo, later = of_label[n], sum(of_label[n + 1:])
+        while todo:
+            pattern = _widest_pattern(todo, later, matching, everything)
+            covered = todo
+            for k, v in pattern.items():
+                covered &= matching[k, v]
+            todo &= ~covered
+            rows.append(Row({KEY_NAMES[k]: v for k, v in sorted(pattern.items())}, out, why))
+    return rows
+
+
+@functools.cache
+def verdict_rows() -> tuple[Row, ...]:
+    """`verdict`, generated from the decision table: every combination the passes can
+    produce gets the action of the decision table's outcome for the facts it stands for."""
+    points: dict[tuple[int, ...], tuple[Outcome, str]] = {}
+    order: dict[tuple[Outcome, str], float] = {}
+    for keys, meaning in answers():
+        values = tuple(keys[name] for name in KEY_NAMES)
+        label = outcome(keys, meaning)
+        if points.setdefault(values, label) != label:
+            raise ValueError(f"{keys} stands for both {points[values]} and {label}")
+        order[label] = min(order.get(label, len(decision.ROWS)), _spec_order(keys, meaning))
+    ranked = sorted(points.items(), key=lambda point: order[point[1]])
+    return tuple(_first_match_rows(ranked))
 
 
 def decide(keys: dict[str, int]) -> Outcome:
     """The outcome of the first row whose keys match (the last row matches every packet)."""
-    return next(row.outcome for row in ROWS if row.matches(keys))
+    return next(row.outcome for row in verdict_rows() if row.matches(keys))

@@ -5,10 +5,10 @@ No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program
 (include/control/slot_registers.p4 and aggregation.p4): the same registers with the same
 encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
 one-action-per-register-per-pass rule, and the close (and an async round) finished in a
-later pass. It decides by the rows the program's decision tables are generated from
-(hysync/spec/tna_tables.py: classify and verdict), on the register answers it computes the
-program's way. It checks the state machine and those rows, not the rest of the P4 code: only a
-Tofino (or its model) runs that.
+later pass. It decides by the rows of the program's decision tables
+(hysync/spec/tna_tables.py: classify, and verdict as generated from the decision table),
+on the register answers it computes the program's way. It checks the state machine and
+those rows, not the rest of the P4 code: only a Tofino (or its model) runs that.
 
 `recirculate` decides when a later pass runs: at once (the default, as if the
 recirculation took no time), or later, so that a test can put packets between a close's
