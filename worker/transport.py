@@ -135,9 +135,10 @@ class Transport:
     def allreduce(self, key: Hashable, values: np.ndarray, *, in_place: bool = False,
                   residual: np.ndarray | None = None) -> CallResult:
         """Contribute `values` under `key`; return what was applied for it: float32 per
-        element, the sum of `sum / count` of every result applied for the key's chunks
-        since its last call, divided by the quantizer's scale. With `in_place`, `values`
-        (float32, contiguous) receives the output: no copy of a large tensor.
+        element, the sum of `sum / count` (an async result's `sum / members`) of every result
+        applied for the key's chunks since its last call, divided by the quantizer's scale.
+        With `in_place`, `values` (float32, contiguous) receives the output: no copy of a
+        large tensor.
 
         With `residual` (float32, contiguous, one element per value) the caller owns the key's
         residual between calls: it is added into the engine's before the call and what the

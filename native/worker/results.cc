@@ -38,11 +38,12 @@ void keep_result(std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
 
 }  // namespace
 
-// ACK: counted, result lost; an async round's result is exactly my lanes / 1.
+// ACK: counted, result lost; an async round's result is exactly my lanes (its share:
+// divided by the members, as `apply` does).
 void Engine::apply_own(uint32_t i) {
   const Flight& f = *flight_[i];
   double lanes[LANES];
-  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j));
+  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j)) / cfg_.members;
   add(f.chunk, lanes);
   auto& acked = acked_[i];
   if (acked.size() == ACK_MEMORY) acked.pop_front();
@@ -84,12 +85,18 @@ void Engine::add(uint32_t chunk, const double* avg) {
   for (std::size_t j = 0; j < n; ++j) row[j] += float(avg[j] / cfg_.scale);
 }
 
+// A sync or partial round's result is the mean of its contributions (sum / count). An async
+// round holds one member's contribution, applied as its share of the mean (sum / members):
+// over the members' rounds a replica then moves as far as one sync round takes it, so a
+// swap into or out of async does not change the step size n-fold (eager-SGD's solo
+// all-reduce divides by the process count likewise).
 void Engine::apply(const uint8_t* d) {
   stats_.results.insert(stats_.results.end(), d, d + H);
-  const double count = double(d[wire::OFF_COUNT]);
+  const double divisor = d[wire::OFF_MODE] == uint8_t(wire::Mode::ASYNC)
+                             ? double(cfg_.members) : double(d[wire::OFF_COUNT]);
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
-    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / count;
+    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / divisor;
   add(load_be32(d + wire::OFF_CHUNK), avg);
 }
 

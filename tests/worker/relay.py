@@ -66,7 +66,8 @@ class LossyRelay(ServingThread):
         self._worker_of: dict[int, tuple[str, int]] = {}  # upstream fileno -> worker addr
         self._delayed: list[tuple[float, int, socket.socket, bytes, tuple[str, int]]] = []
         self._tiebreak = 0
-        self.results: dict[tuple[int, int], tuple[int, int, np.ndarray]] = {}
+        # (slot, round) -> (chunk, count, mode, lanes), every distinct result sent
+        self.results: dict[tuple[int, int], tuple[int, int, wire.Mode, np.ndarray]] = {}
         self.counters = RelayCounters()
         self._lock = threading.Lock()
 
@@ -92,22 +93,23 @@ class LossyRelay(ServingThread):
     def ground_truth(self, slots: range | None = None) -> dict[int, np.ndarray]:
         """Sum of every distinct result's lanes (of `slots`' results), per chunk id (int64)."""
         totals: dict[int, np.ndarray] = {}
-        for (slot, _), (chunk, _, lanes) in self.results.items():
+        for (slot, _), (chunk, _, _, lanes) in self.results.items():
             if slots is not None and slot not in slots:
                 continue
             totals.setdefault(chunk, np.zeros(wire.LANES, dtype=np.int64))
             totals[chunk] += lanes
         return totals
 
-    def averages(self, slots: range | None = None) -> dict[int, np.ndarray]:
-        """Sum of every distinct result's lanes / its count, per chunk id (float64): what a
-        replica that applied every result exactly once outputs, in fixed-point units."""
+    def averages(self, members: int, slots: range | None = None) -> dict[int, np.ndarray]:
+        """Sum of every distinct result's lanes / its count (an async result's / `members`,
+        docs/protocol.md §9), per chunk id (float64): what a replica that applied every
+        result exactly once outputs, in fixed-point units."""
         totals: dict[int, np.ndarray] = {}
-        for (slot, _), (chunk, count, lanes) in self.results.items():
+        for (slot, _), (chunk, count, mode, lanes) in self.results.items():
             if slots is not None and slot not in slots:
                 continue
             totals.setdefault(chunk, np.zeros(wire.LANES))
-            totals[chunk] += lanes / count
+            totals[chunk] += lanes / (members if mode == wire.Mode.ASYNC else count)
         return totals
 
     # ------------------------------------------------------------ the loop
@@ -151,7 +153,8 @@ class LossyRelay(ServingThread):
         h = packet.header
         if h.op == wire.Op.RESULT and packet.lanes is not None:
             self.results.setdefault((h.slot, h.round),
-                                    (h.chunk, h.count, packet.lanes.astype(np.int64)))
+                                    (h.chunk, h.count, wire.Mode(h.mode),
+                                     packet.lanes.astype(np.int64)))
 
     def _impair(self, imp: Impairment, sock: socket.socket, data: bytes,
                 dst: tuple[str, int]) -> None:

@@ -43,7 +43,8 @@ def check_exactly_once(spec: procs.Spec, results: dict, relay: LossyRelay,
     """What the switch aggregated (the relay records every result it sent) is everything
     contributed minus what the workers still hold as residual (only quantization errors
     after the sync flush); replicas that did not miss a result applied every one of those
-    results exactly once (their output is the sum of sum / count), and agree."""
+    results exactly once (their output is the sum of sum / count, an async round's
+    sum / members), and agree."""
     residual = sum(r["residual"] for r in results.values())
     for w, r in results.items():
         assert r["in_flight"] == 0, f"worker {w} still has packets in flight"
@@ -55,7 +56,7 @@ def check_exactly_once(spec: procs.Spec, results: dict, relay: LossyRelay,
     whole = [w for w, r in results.items() if not r["needs_resync"]]
     if every_replica_whole:
         assert whole == list(results), "a replica missed results it could not get back"
-    applied = per_element(relay.averages(), first, spec)
+    applied = per_element(relay.averages(spec.members), first, spec)
     for w in whole:
         np.testing.assert_allclose(results[w]["output"], applied, atol=1e-4, err_msg=str(w))
     for w in whole[1:]:

@@ -150,5 +150,6 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
         assert not caller.is_alive()
     result = call.outcome["result"]
     assert result.stats.included == 1 and result.stats.carried == 0
-    # Round 0's result and my own async round's (my lanes / 1, the ACK's).
-    np.testing.assert_allclose(result.output, 0.75, atol=1.0 / SCALE)
+    # Round 0's result (partial: its sum / count) and my own async round's, the ACK's: my
+    # lanes as their share of the mean, / members (2).
+    np.testing.assert_allclose(result.output, 0.5 + 0.25 / 2, atol=1.0 / SCALE)
