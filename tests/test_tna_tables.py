@@ -29,15 +29,16 @@ def _ids(value):
 
 
 def _facts(keys: dict[str, int], meaning: str) -> int:
-    """The facts a combination means, as v1model would know them (no difference applied;
-    RES_HAS_BIT left out: the two RESEND rows send the same)."""
+    """The facts a combination means, as v1model would know them (w's bit by member_seq,
+    difference 4, but no other difference applied; RES_HAS_BIT left out: the two RESEND
+    rows send the same)."""
     is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
+    empty = keys["fresh"] or keys["not_joined"]  # nobody's bit is in an empty round
     facts = 0
     for fact, holds in [
         (Fact.ASYNC, keys["async_path"]), (Fact.COUNTED, keys["counted"]),
         (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
-        (Fact.EMPTY, keys["fresh"] or keys["not_joined"]),
-        (Fact.HAS_BIT, is_open and keys["counted"]),
+        (Fact.EMPTY, empty), (Fact.HAS_BIT, is_open and keys["counted"] and not empty),
         (Fact.FULL, meaning == "duplicate, full"), (Fact.CLOSES, "closes" in meaning),
         (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),
     ]:
@@ -146,3 +147,13 @@ def test_a_fact_the_tna_verdict_cannot_see_is_a_clear_error(spec_rows) -> None:
     spec_rows(_row_index("the sender's result was lost"), emit=Emit.ACK)
     with pytest.raises(ValueError, match="cannot tell apart"):
         tna_tables.verdict_rows()
+
+
+def test_a_combination_the_passes_cannot_produce_is_not_an_answer() -> None:
+    """The TNA model asserts `is_answer` of what it decides; count_out counts only as zero
+    or not, as the rows see it."""
+    keys = dict(ANSWERS[0][0])
+    assert tna_tables.is_answer(keys)
+    assert tna_tables.is_answer({**keys, "count_out": keys["count_out"] + 7 if keys["count_out"]
+                                 else 0})
+    assert not tna_tables.is_answer({**keys, "fresh": 1, "prev": 1})

@@ -226,13 +226,30 @@ def answers() -> Iterator[tuple[dict[str, int], str]]:
             continue  # a JOIN never opens a round; the opener latched its own chunk
         if prev and (fresh or open_sync or not_joined):
             continue  # the round before the open one is not the open one
-        if (fresh or not_joined) and counted:
-            continue  # nobody counted in a round nothing latched (a 2^-32 hash collision)
         for meaning, count_out in _count_answers(fresh, open_sync, chunk_ok, counted):
             yield dict(not_joined=not_joined, async_path=async_path, join=join,
                        open_sync=open_sync, fresh=fresh, chunk_ok=chunk_ok, prev=prev,
                        latched=latched, counted=counted, count_out=count_out,
                        closes=count_out >> 31), meaning
+
+
+def _what_rows_see(keys: dict[str, int]) -> tuple[int, ...]:
+    """The keys as the rows can tell them apart (count_out: zero or not)."""
+    return tuple(int(keys[name] != 0) if name == "count_out" else keys[name]
+                 for name in KEY_NAMES)
+
+
+@functools.cache
+def _answer_set() -> frozenset[tuple[int, ...]]:
+    return frozenset(_what_rows_see(keys) for keys, _ in answers())
+
+
+def is_answer(keys: dict[str, int]) -> bool:
+    """Whether `answers` lists the combination (count_out as the rows see it): the TNA
+    model asserts it of every contribution it decides, so that a combination the generator
+    left out (whose action no test derived) fails the conformance suite and the
+    simulation."""
+    return _what_rows_see(keys) in _answer_set()
 
 
 def facts(keys: dict[str, int], meaning: str) -> list[int]:
@@ -241,14 +258,17 @@ def facts(keys: dict[str, int], meaning: str) -> list[int]:
     reads it), so a resend stands for both. The program has no refusal or JOIN marks
     (docs/tofino.md, difference 14), tells duplicates by member_seq (difference 4), and
     checks the chunk before the duplicate test (difference 5: on another chunk it does
-    not ask whether w was counted)."""
+    not ask whether w was counted). member_seq may say "counted" in a round nobody has
+    joined yet (an async sequence number equal to the sync round that follows,
+    difference 4): the round is empty, so w's bit is not in it."""
     is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
+    empty = keys["fresh"] or keys["not_joined"]
     known = 0
     for fact, holds in [
         (Fact.ASYNC, keys["async_path"]), (Fact.COUNTED, keys["counted"]),
         (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
-        (Fact.EMPTY, keys["fresh"] or keys["not_joined"]),
-        (Fact.HAS_BIT, is_open and keys["counted"] and keys["chunk_ok"]),
+        (Fact.EMPTY, empty),
+        (Fact.HAS_BIT, is_open and keys["counted"] and keys["chunk_ok"] and not empty),
         (Fact.FULL, meaning == "duplicate, full"),
         (Fact.CLOSES, "closes" in meaning),
         (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),

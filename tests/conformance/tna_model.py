@@ -202,11 +202,15 @@ class TnaModelPipeline(Pipeline):
             count_out = stored_count
 
         # 6. The verdict: the program's generated rows, then what their action does.
-        o = tna_tables.decide(dict(
+        keys = dict(
             not_joined=int(not_joined), async_path=int(async_path), join=int(bool(join)),
             open_sync=int(open_sync), fresh=int(fresh), chunk_ok=int(chunk_ok), prev=int(prev),
             latched=int(latched != 0), counted=int(duplicate), count_out=count_out & _U32,
-            closes=int(count_out < 0)))
+            closes=int(count_out < 0))
+        assert tna_tables.is_answer(keys), (
+            f"the TNA passes produced {keys}, which hysync/spec/tna_tables.py answers() leaves "
+            "out: the generated verdict rows were not derived for it")
+        o = tna_tables.decide(keys)
         tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
         head = dict(version=version, op=Op.RESULT, flags=0, mode=mode, job_id=job, worker_id=w,
                     count=count_out & 0xFF, slot=s, reason=tag, quorum=quorum, round=cur,
