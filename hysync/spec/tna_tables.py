@@ -259,7 +259,7 @@ def facts(keys: dict[str, int], meaning: str) -> list[int]:
     (docs/tofino.md, difference 14), tells duplicates by member_seq (difference 4), and
     checks the chunk before the duplicate test (difference 5: on another chunk it does
     not ask whether w was counted). member_seq may say "counted" in a round nobody has
-    joined yet (an async sequence number equal to the sync round that follows,
+    joined yet (a number an async round recorded that the next sync round takes,
     difference 4): the round is empty, so w's bit is not in it."""
     is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
     empty = keys["fresh"] or keys["not_joined"]
