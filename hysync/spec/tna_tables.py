@@ -308,24 +308,26 @@ CLOSE_UNDER_WAY = ("the round's close is under way: Count refused it, no reply "
                    "(docs/tofino.md, difference 2)")
 
 
-def _spec_order(keys: dict[str, int], meaning: str) -> float:
-    """Where a combination's outcome stands in the decision table: the index of its row
-    (a refusal of difference 2 just before the row that would have counted it), so that
-    `verdict` lists its rows in the decision table's order and ends with its last row."""
-    index = min(decision.ROWS.index(decision.first_row(f)) for f in facts(keys, meaning))
-    return index - 0.5 if meaning == "close under way" else index
-
-
-def outcome(keys: dict[str, int], meaning: str) -> tuple[Outcome, str]:
-    """What `verdict` must do with a combination, and why (the decision table's rows)."""
-    if meaning == "close under way":
-        return Outcome(Action.CLOSING), CLOSE_UNDER_WAY
+def _derive(keys: dict[str, int], meaning: str) -> tuple[Outcome, str, float]:
+    """What `verdict` must do with a combination, why (the decision table's rows), and
+    where that stands in the decision table: the index of its first row, a refusal of
+    difference 2 just before the row that would have counted it (so that `verdict` lists
+    its rows in the decision table's order and ends with its last row)."""
     rows = list(dict.fromkeys(decision.first_row(f) for f in facts(keys, meaning)))
+    index = min(decision.ROWS.index(row) for row in rows)
+    if meaning == "close under way":
+        return Outcome(Action.CLOSING), CLOSE_UNDER_WAY, index - 0.5
     actions = {_action(row.outcome, keys["latched"]) for row in rows}
     if len(actions) > 1:
         raise ValueError(f"the TNA verdict cannot tell apart {[r.why for r in rows]} on "
                          f"{keys}: give it a key that does, or list the difference")
-    return actions.pop(), " / ".join(row.why for row in rows)
+    return actions.pop(), " / ".join(row.why for row in rows), index
+
+
+def outcome(keys: dict[str, int], meaning: str) -> tuple[Outcome, str]:
+    """What `verdict` must do with a combination, and why (the decision table's rows)."""
+    action, why, _ = _derive(keys, meaning)
+    return action, why
 
 
 # Each key's patterns a row may use besides "any": count_out is matched only as 0 (Count
@@ -334,11 +336,12 @@ _PATTERNS = {name: (0,) if name == "count_out" else (0, 1) for name in KEY_NAMES
 
 
 def _widest_pattern(todo: int, later: int, matching: dict[tuple[int, int], int],
-                    everything: int) -> dict[int, int]:
+                    everything: int) -> tuple[dict[int, int], int]:
     """The pattern (key index -> value) that matches the most points of `todo` and none of
-    `later` (point sets as bit masks; the fewest keys on a tie): a depth-first search that
-    fixes keys in order and stops narrowing a pattern once it matches nothing of `later`."""
-    best: tuple[int, int, dict[int, int]] = (0, 0, {})
+    `later`, and those points (point sets as bit masks; the fewest keys on a tie): a
+    depth-first search that fixes keys in order and stops narrowing a pattern once it
+    matches nothing of `later`."""
+    best: tuple[int, int, dict[int, int], int] = (0, 0, {}, 0)
 
     def search(pattern: dict[int, int], covered: int, after: int) -> None:
         nonlocal best
@@ -347,18 +350,21 @@ def _widest_pattern(todo: int, later: int, matching: dict[tuple[int, int], int],
         if not covered & later:
             score = ((covered & todo).bit_count(), -len(pattern))
             if score > best[:2]:
-                best = (*score, dict(pattern))
+                best = (*score, dict(pattern), covered & todo)
             return  # a narrower pattern matches no more
         for k in range(after, len(KEY_NAMES)):
             for v in _PATTERNS[KEY_NAMES[k]]:
                 search({**pattern, k: v}, covered & matching[k, v], k + 1)
 
     search({}, everything, 0)
-    return best[2]
+    if not best[3]:
+        raise ValueError("no pattern over the keys separates a combination from those of a "
+                         "later action: the rows cannot be written")
+    return best[2], best[3]
 
 
 def _first_match_rows(points: list[tuple[tuple[int, ...], tuple[Outcome, str]]]) -> list[Row]:
-    """Rows, first match wins, that give every point (key values, in KEY_NAMES order) its
+    """Rows, first match wins, that give every point (key values as the rows see them) its
     label, one label after another in the order of `points`' first appearances: each row
     is the pattern that matches the most points of its label no earlier row took, and none
     of a later label's (the fewest keys on a tie). The last label's row matches everything:
@@ -373,10 +379,7 @@ def _first_match_rows(points: list[tuple[tuple[int, ...], tuple[Outcome, str]]])
     for n, (out, why) in enumerate(labels):
         todo, later = of_label[n], sum(of_label[n + 1:])
         while todo:
-            pattern = _widest_pattern(todo, later, matching, everything)
-            covered = todo
-            for k, v in pattern.items():
-                covered &= matching[k, v]
+            pattern, covered = _widest_pattern(todo, later, matching, everything)
             todo &= ~covered
             rows.append(Row({KEY_NAMES[k]: v for k, v in sorted(pattern.items())}, out, why))
     return rows
@@ -389,11 +392,13 @@ def verdict_rows() -> tuple[Row, ...]:
     points: dict[tuple[int, ...], tuple[Outcome, str]] = {}
     order: dict[tuple[Outcome, str], float] = {}
     for keys, meaning in answers():
-        values = tuple(keys[name] for name in KEY_NAMES)
-        label = outcome(keys, meaning)
+        values = _what_rows_see(keys)
+        action, why, index = _derive(keys, meaning)
+        label = (action, why)
         if points.setdefault(values, label) != label:
-            raise ValueError(f"{keys} stands for both {points[values]} and {label}")
-        order[label] = min(order.get(label, len(decision.ROWS)), _spec_order(keys, meaning))
+            raise ValueError(f"{keys} stands for both {points[values]} and {label}: the "
+                             "rows cannot tell them apart")
+        order[label] = min(order.get(label, index), index)
     ranked = sorted(points.items(), key=lambda point: order[point[1]])
     return tuple(_first_match_rows(ranked))
 

@@ -199,6 +199,7 @@ class Engine {
   void counted_without_result(uint32_t i, double now);
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void apply(const uint8_t* d);
+  double divisor(uint8_t mode, uint8_t count) const;
   void add(uint32_t chunk, const double* avg);
   float* acc_row(uint32_t chunk);
   // sending

@@ -38,12 +38,13 @@ void keep_result(std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
 
 }  // namespace
 
-// ACK: counted, result lost; an async round's result is exactly my lanes (its share:
-// divided by the members, as `apply` does).
+// ACK: counted, result lost; an async round's result is exactly my lanes, applied as
+// `apply` would have applied it.
 void Engine::apply_own(uint32_t i) {
   const Flight& f = *flight_[i];
+  const double share = divisor(uint8_t(wire::Mode::ASYNC), 1);
   double lanes[LANES];
-  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j)) / cfg_.members;
+  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j)) / share;
   add(f.chunk, lanes);
   auto& acked = acked_[i];
   if (acked.size() == ACK_MEMORY) acked.pop_front();
@@ -90,13 +91,16 @@ void Engine::add(uint32_t chunk, const double* avg) {
 // over the members' rounds a replica then moves as far as one sync round takes it, so a
 // swap into or out of async does not change the step size n-fold (eager-SGD's solo
 // all-reduce divides by the process count likewise).
+double Engine::divisor(uint8_t mode, uint8_t count) const {
+  return mode == uint8_t(wire::Mode::ASYNC) ? double(cfg_.members) : double(count);
+}
+
 void Engine::apply(const uint8_t* d) {
   stats_.results.insert(stats_.results.end(), d, d + H);
-  const double divisor = d[wire::OFF_MODE] == uint8_t(wire::Mode::ASYNC)
-                             ? double(cfg_.members) : double(d[wire::OFF_COUNT]);
+  const double share = divisor(d[wire::OFF_MODE], d[wire::OFF_COUNT]);
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
-    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / divisor;
+    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / share;
   add(load_be32(d + wire::OFF_CHUNK), avg);
 }
 
