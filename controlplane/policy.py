@@ -37,14 +37,15 @@ slow members than it leaves out, the policy measures again in async.
 
 **Exploration.** The closes show a straggler only when it arrives last at most rounds.
 A step of many rounds (a model of more chunks than the job has slots: the CNN's 1,847
-packets on 256 slots are ~7 rounds a slot a step) waits for the straggler in its first
-round only; the later rounds are paced by the network, their closes fall to whoever
+packets on a 256-slot window are ~7 rounds a slot a step) waits for the straggler in its
+first round only; the later rounds are paced by the network, their closes fall to whoever
 answers last, and the straggler's share stays near the others' (35% against 20-30% on
-the CNN, docs/performance.md). So sync is never taken as proof that nobody is slow:
-after `explore_after_s` of sync with traffic and no measurement, the policy probes as
-above with nobody flagged. The gap doubles after each exploration (up to
-`explore_max_s`). The first probe calibrates the job at its start; a homogeneous job
-spends about probe_s / explore_max_s of its time in probes once the gap has grown.
+the CNN, docs/performance.md; on a 2,048-slot window it closes ~90%). So sync is never
+taken as proof that nobody is slow: after `explore_after_s` of sync with traffic and no
+measurement, the policy probes as above with nobody flagged. The gap doubles after each
+exploration (up to `explore_max_s`). The first probe calibrates the job at its start; a
+homogeneous job spends about probe_s / explore_max_s of its time in probes once the gap
+has grown.
 
 **Measured, not modelled, gain.** The cost model assumes a member's slowdown is the same
 in every mode. It is not when the workers share the CPU (faster members then compete for

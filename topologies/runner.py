@@ -37,7 +37,12 @@ from hysync.wire import Mode
 REPO = Path(__file__).resolve().parents[1]
 P4INFO = resources.path(resources.V1MODEL_P4INFO)
 JOB_ID = 1
-WINDOW = 256  # slots of the job: contributions in flight per worker (a harness may lower it)
+# Slots of the job: contributions in flight per worker (a harness may lower it). Enough
+# for a whole step of the CNN scenario (1,847 chunks): each slot then carries one round a
+# step, so a sync round waits for a straggler once a step and its closes show who that is
+# (docs/performance.md); with fewer slots than chunks, every slot runs several rounds a step
+# and the later ones are paced by the network, whoever computes slowest.
+WINDOW = 2048
 # The model-averaging job (worker/averaging.py): always sync, on slots of its own after the
 # training job's, each worker on a second UDP port. 64 slots: a 57-chunk model per round.
 AVG_JOB_ID = 2
