@@ -36,7 +36,7 @@ struct EngineConfig {
   int members = 1;
   double scale = 1 << 20;
   double rto_initial = 0.02, rto_min = 0.002, rto_max = 0.5;
-  double dead_after = 5.0, stall_after = 0.05, missed_after = 0.25, join_after = 0.2;
+  double dead_after = 5.0, stall_after = 0.005, missed_after = 0.25, join_after = 0.2;
   float staleness_decay = 1.0f;
   uint64_t seed = 0;
   // Test only (tests/sim/test_races.py): act on every reply as if it answered the latest

@@ -255,10 +255,16 @@ void Engine::expire(double now) {
     // A call that found this slot held by a parked packet gave its answer one RTO (hurry);
     // unanswered, the call's chunks here are carried now.
     if (f->parked && mode_[i] == PARTIAL) carry_queue(i);
+    // Partial: silence until the first timeout is the switch holding the packet in an open
+    // round (or a loss, which the retransmission below covers): a second timeout would only
+    // meet the same silence (the switch drops the duplicate without a word).
+    // Parking is that answer, not a sign of a short RTO: the timer does not back off for it.
     if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
-        !f->closed && next_round_[i] == f->round && f->tries >= 2 &&
-        now - f->launched >= cfg_.stall_after)
+        !f->closed && next_round_[i] == f->round && now - f->launched >= cfg_.stall_after) {
       park(i);
+      transmit(i, now, true, false);
+      continue;
+    }
     transmit(i, now, true);
   }
 }
@@ -279,8 +285,8 @@ uint32_t Engine::longest_silent(uint32_t i) const {
   return best;
 }
 
-// Partial mode: the flight met only silence for stall_after while its round is, as far as this
-// worker knows, the slot's open round. The switch is silent about a contribution it holds in an
+// Partial mode: the flight met only silence until its timer fired (one RTO, at least stall_after)
+// while its round is, as far as this worker knows, the slot's open round. The switch is silent about a contribution it holds in an
 // open round, so it is most likely counted in a round that waits for the others' next call. The
 // call settles it as included and carries its remaining chunks on this slot, so that no call of
 // mine waits for another worker's next call (across slots, that could wait forever). The packet
@@ -289,6 +295,9 @@ uint32_t Engine::longest_silent(uint32_t i) const {
 void Engine::park(uint32_t i) {
   Flight& f = *flight_[i];
   f.parked = true;
+  // The retransmission at parking covers a loss; until an answer (or a call's hurry), the
+  // packet waits in an open round, where each retransmission meets silence again.
+  f.backoff = cfg_.rto_max;
   ++stats_.parked;
   if (f.kind == Kind::OWN && call_ && f.key == call_->key &&
       call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {

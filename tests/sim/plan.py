@@ -17,7 +17,7 @@ SYNC, PARTIAL, ASYNC = int(wire.Mode.SYNC), int(wire.Mode.PARTIAL), int(wire.Mod
 # Engine timing of the simulated workers (seconds). dead_after bounds every failure; the
 # liveness bound of a call once faults stop is LIVENESS_BOUND simulated seconds.
 RTO_INITIAL, RTO_MIN, RTO_MAX = 0.02, 0.002, 0.5
-DEAD_AFTER, STALL_AFTER, MISSED_AFTER, JOIN_AFTER = 3.0, 0.05, 0.25, 1.0
+DEAD_AFTER, STALL_AFTER, MISSED_AFTER, JOIN_AFTER = 3.0, 0.005, 0.25, 1.0
 LIVENESS_BOUND = DEAD_AFTER + 2 * JOIN_AFTER + 2 * RTO_MAX
 SCALE = float(1 << 20)
 
