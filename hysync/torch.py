@@ -77,10 +77,12 @@ class HySyncJob:
         (from one yield to the next) holds the averager off the parameters."""
         if self._averaging is not None and self.averager is None:
             worker, params, period = self._averaging
-            training = self.worker.transport
+            training = self.worker
             self.averager = BackgroundAverager(
                 worker, params, period_s=period, steps=n,
-                needs_resync=lambda: training.needs_resync, clear_resync=training.clear_resync)
+                needs_resync=lambda: training.needs_resync,
+                clear_resync=training.transport.clear_resync,
+                uneven_calls=lambda: training.uneven_calls)
         step_lock = self.averager.step_lock if self.averager else contextlib.nullcontext()
         while True:
             if self.averager is not None:

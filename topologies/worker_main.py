@@ -124,7 +124,8 @@ def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, work
         averaging, list(model.module.parameters()),
         period_s=args.average_every, steps=steps,
         needs_resync=lambda: training.needs_resync,
-        clear_resync=training.transport.clear_resync)
+        clear_resync=training.transport.clear_resync,
+        uneven_calls=lambda: training.uneven_calls)
 
     def step_info() -> tuple[str | None, float | None, float]:
         stats = state.last_stats()

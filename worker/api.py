@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from hysync import _core
+from hysync.wire import Mode
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.stats import CallStats
@@ -57,6 +58,7 @@ class HySyncWorker:
                                             thread_name_prefix=f"hysync-w{config.worker_id}")
         self._stats_lock = threading.Lock()
         self._last: dict[Hashable, CallStats] = {}
+        self._uneven_calls = 0  # see uneven_calls
         # the CUDA path: a copy stream per device, pinned staging buffers per key
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._staging: dict[tuple[Hashable, torch.device], list[torch.Tensor]] = {}
@@ -69,6 +71,16 @@ class HySyncWorker:
     @property
     def needs_resync(self) -> bool:
         return self.transport.needs_resync
+
+    @property
+    def uneven_calls(self) -> int:
+        """Calls so far after which this replica's model may differ from the others': one
+        that applied anything but one full sync round per chunk (a partial or async round,
+        a round without every member, an own contribution applied for a lost result, a
+        chunk carried). 0 for as long as a job runs sync with every member: every replica
+        then applies the same sums, step by step (worker/averaging.py skips its rounds)."""
+        with self._stats_lock:
+            return self._uneven_calls
 
     def allreduce(self, tensor: torch.Tensor, key: Hashable = "default", *,
                   in_place: bool = False, residual: np.ndarray | None = None) -> torch.Tensor:
@@ -175,9 +187,11 @@ class HySyncWorker:
     def _reduce(self, key: Hashable, values: np.ndarray, residual: np.ndarray | None) -> None:
         """One transport call on `values`, in place (the worker's thread)."""
         result = self.transport.allreduce(key, values, in_place=True, residual=residual)
+        even = _even(result.stats, self.config.members)
         with self._stats_lock:
             self._last.pop(key, None)  # keep insertion order = finishing order
             self._last[key] = result.stats
+            self._uneven_calls += not even
         if log.isEnabledFor(logging.DEBUG):  # summary() walks every result's header
             log.debug("allreduce %s", result.stats.summary())
 
@@ -208,3 +222,10 @@ class HySyncWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _even(stats: CallStats, members: int) -> bool:
+    """The call applied exactly one sync round of every member per chunk, and nothing else."""
+    r = stats.results
+    return (len(r) == stats.chunks and not (stats.own_applied or stats.carried)
+            and bool(np.all(r["mode"] == Mode.SYNC)) and bool(np.all(r["count"] == members)))

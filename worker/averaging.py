@@ -21,14 +21,23 @@ A round, on the averaging thread, every `period_s` seconds:
   local progress made since the snapshot. A training thread blocked in a call (an
   excluded member waits until it is readmitted) applies the moves when it resumes.
 
-The averaged vector is the flat parameters plus three entries: `clock / steps *
+A round is two all-reduces. The first, of four numbers, decides: `clock / steps *
 healthy`, `healthy` (1 for a replica whose training transport did not need
-resynchronizing) and `done` (1 once this replica has finished training). A replica
-behind the mean clock of the healthy ones, `mean(clock * healthy) / mean(healthy)`
-(it missed results, or was excluded), adopts it, so the run ends together; a replica
-that needed resync has its transport's flag cleared. The first round whose
-average says every active member is done (`mean(done) == 1`) is the *final* round:
-every replica sees the same result, stops there and adopts the average itself, so all
+resynchronizing), `done` (1 once this replica has finished training) and `uneven` (1 if
+the training transport made an uneven call since this replica's last parameter round,
+`HySyncWorker.uneven_calls`: a partial or async round, a round without every member...).
+The second, of the parameters, runs only if some replica is uneven or unhealthy, or in
+the final round. While a job runs sync with every member, every replica applies the same
+sums step by step, so averaging would move nothing - and, its snapshots taken a step
+apart, would shift replicas that were one model - at the cost of a gradient all-reduce
+a period. Every replica sees the same first sums, so all make the same choice and the
+rounds stay paired. (`uneven_calls` not given: every round averages.)
+
+A replica behind the mean clock of the healthy ones, `mean(clock * healthy) /
+mean(healthy)` (it missed results, or was excluded), adopts it, so the run ends
+together; a replica that needed resync has its transport's flag cleared. The first
+round whose first sums say every active member is done (`mean(done) == 1`) is the
+*final* round: every replica sees the same average, stops there and adopts it, so all
 replicas end bit-identical (they apply the same integer results). A member that dies
 must be excluded from the averaging job (the runner does it when its process ends).
 """
@@ -48,7 +57,7 @@ from hysync.worker.api import HySyncWorker
 log = logging.getLogger(__name__)
 
 KEY = "model-average"
-CLOCK, HEALTHY, DONE = range(3)  # the extra entries after the parameters
+KEY_HEADER = "model-average-header"  # the round's first all-reduce: whether to average
 
 _running: weakref.WeakSet[BackgroundAverager] = weakref.WeakSet()
 
@@ -70,7 +79,8 @@ class BackgroundAverager:
 
     def __init__(self, worker: HySyncWorker, params: Sequence[torch.Tensor], *,
                  period_s: float, steps: int, needs_resync: Callable[[], bool] = lambda: False,
-                 clear_resync: Callable[[], None] = lambda: None) -> None:
+                 clear_resync: Callable[[], None] = lambda: None,
+                 uneven_calls: Callable[[], int] | None = None) -> None:
         if not period_s > 0:
             raise ValueError(f"the averaging period must be > 0 s, got {period_s}")
         self.worker = worker
@@ -78,6 +88,9 @@ class BackgroundAverager:
         self.period_s = period_s
         self.steps = steps  # the clock travels as clock / steps: within the quantizer's range
         self._needs_resync, self._clear_resync = needs_resync, clear_resync
+        # The training transport's HySyncWorker.uneven_calls; None: every round averages.
+        self._uneven_calls = uneven_calls
+        self._even_since: int | None = None  # its value at the last parameter round
         self.step_lock = threading.Lock()  # held by the training loop around optimizer.step
         self._lock = threading.Lock()  # the fields below
         # The averaging state lives where the parameters do (a CUDA model: on its GPU).
@@ -153,20 +166,25 @@ class BackgroundAverager:
             snapshot = self._flat() + self._pending
             healthy = not self._needs_resync()
             clock, done = self._clock, self._done
-        extra = torch.tensor([clock / self.steps * healthy, float(healthy), float(done)],
-                             device=self.device)
-        average = self.worker.allreduce(torch.cat([snapshot, extra]), key=KEY)
-        n = snapshot.numel()
-        params, (clock_sum, healthy_share, done_share) = average[:n], average[n:].tolist()
+            uneven_calls = self._uneven_calls() if self._uneven_calls is not None else None
+        uneven = uneven_calls is None or uneven_calls != self._even_since
+        header = torch.tensor([clock / self.steps * healthy, float(healthy), float(done),
+                               float(uneven)])
+        clock_sum, healthy_share, done_share, uneven_share = self.worker.allreduce(
+            header, key=KEY_HEADER).tolist()
         members = self.worker.config.members
         final = done_share > 1 - 0.5 / members  # every active member is done
-        move = params - snapshot
+        full = final or uneven_share > 0.5 / members or healthy_share < 1 - 0.5 / members
+        if full:
+            params = self.worker.allreduce(snapshot, key=KEY)
+            self._even_since = uneven_calls
+            move = params - snapshot
         with self._lock:
             if final:
                 # the training loop has stopped: nobody else writes
                 self._write(params, add=False)
                 self._pending.zero_()
-            else:
+            elif full:
                 self._pending += move
             if healthy_share > 0.5 / members:
                 # A replica behind the job clock (it missed results, or was excluded)
@@ -176,9 +194,10 @@ class BackgroundAverager:
                 log.warning("worker %d resynchronized by model averaging (moved by up to "
                             "%.3g)", self.worker.config.worker_id, float(move.abs().max()))
                 self._resynced = True
-        self.history.append({"round": len(self.history), "final": final, "healthy": healthy,
-                             "clock": round(clock, 3), "done_share": round(done_share, 3),
-                             "max_move": float(move.abs().max())})
+        self.history.append({"round": len(self.history), "final": final, "full": full,
+                             "healthy": healthy, "clock": round(clock, 3),
+                             "done_share": round(done_share, 3),
+                             "max_move": float(move.abs().max()) if full else 0.0})
         if final:
             self._final.set()
 

@@ -33,7 +33,10 @@ class FakeResync:
         self.cleared += 1
 
 
-def replicas(switch, flags: list[bool], period_s: float = 0.05):
+def replicas(switch, flags: list[bool], period_s: float = 0.05,
+             uneven: list[list[int]] | None = None):
+    """N replicas; `uneven[w][0]`, when given, is replica w's training transport's count
+    of uneven calls (HySyncWorker.uneven_calls), which the test moves."""
     params = [[torch.full((3, 5), float(w)), torch.arange(4, dtype=torch.float32) * (w + 1)]
               for w in range(N)]
     workers = [HySyncWorker(TransportConfig(job_id=JOB, worker_id=w, switch_host="127.0.0.1",
@@ -45,7 +48,9 @@ def replicas(switch, flags: list[bool], period_s: float = 0.05):
     resync = [FakeResync(f) for f in flags]
     averagers = [BackgroundAverager(workers[w], params[w], period_s=period_s, steps=STEPS,
                                     needs_resync=lambda r=resync[w]: r.flagged,
-                                    clear_resync=resync[w].clear) for w in range(N)]
+                                    clear_resync=resync[w].clear,
+                                    uneven_calls=None if uneven is None else
+                                    (lambda u=uneven[w]: u[0])) for w in range(N)]
     return params, averagers, resync
 
 
@@ -94,6 +99,46 @@ def test_replicas_converge_keep_local_progress_and_end_identical(switch):
         assert torch.allclose(finals[0], expected, atol=1e-5)
         assert all(sum(r["final"] for r in a.history) == 1 for a in averagers)
         assert len({len(a.history) for a in averagers}) == 1, "the rounds did not pair up"
+    finally:
+        for a in averagers:
+            a.close()
+
+
+def test_even_replicas_skip_the_parameter_round_until_one_is_uneven(switch):
+    """While every replica's training calls are even (sync with every member), a round
+    averages only its four numbers; one replica's uneven call makes the next round average
+    the parameters on every replica, and the rounds stay paired."""
+    uneven = [[0] for _ in range(N)]
+    params, averagers, _ = replicas(switch, [False] * N, uneven=uneven)
+    try:
+        mean = torch.stack([flat(p) for p in params]).mean(dim=0)
+        wait_for(lambda: all(len(a.history) >= 4 for a in averagers))
+        for a in averagers:
+            a.at_step(1.0)
+        # The first round averages (nothing is known yet); the even ones after it do not.
+        assert all(a.history[0]["full"] for a in averagers)
+        assert not any(r["full"] for a in averagers for r in a.history[1:4])
+        for p in params:
+            assert torch.allclose(flat(p), mean, atol=1e-5)
+        with averagers[0].step_lock:
+            params[0][0].add_(10.0)  # replica 0 drifts ...
+        # (a round under way may hold a snapshot from before: let it end, skipped)
+        after = [len(a.history) + 2 for a in averagers]
+        wait_for(lambda: all(len(a.history) >= n for a, n in zip(averagers, after, strict=True)))
+        assert not any(r["full"] for a in averagers for r in a.history[1:])
+        seen = [len(a.history) for a in averagers]
+        uneven[1][0] += 1  # ... and replica 1 (not 0) reports an uneven call
+        wait_for(lambda: all(any(r["full"] for r in a.history[n:])
+                             for a, n in zip(averagers, seen, strict=True)))
+        wait_for(lambda: all(len(a.history) >= max(seen) + 4 for a in averagers))
+        fulls = [[r["round"] for r in a.history if r["full"]] for a in averagers]
+        assert fulls[0][:2] == fulls[1][:2] == fulls[2][:2] and len(fulls[0]) >= 2, fulls
+        for a in averagers:
+            a.at_step(2.0)
+        expected = mean.clone()
+        expected[:15] += 10.0 / N
+        for w, p in enumerate(params):
+            assert torch.allclose(flat(p), expected, atol=1e-4), w
     finally:
         for a in averagers:
             a.close()
