@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from hysync import _core
-from hysync.wire import Mode
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.stats import CallStats
@@ -187,7 +186,7 @@ class HySyncWorker:
     def _reduce(self, key: Hashable, values: np.ndarray, residual: np.ndarray | None) -> None:
         """One transport call on `values`, in place (the worker's thread)."""
         result = self.transport.allreduce(key, values, in_place=True, residual=residual)
-        even = _even(result.stats, self.config.members)
+        even = _even(result.stats)
         with self._stats_lock:
             self._last.pop(key, None)  # keep insertion order = finishing order
             self._last[key] = result.stats
@@ -224,8 +223,7 @@ class HySyncWorker:
         self.close()
 
 
-def _even(stats: CallStats, members: int) -> bool:
+def _even(stats: CallStats) -> bool:
     """The call applied exactly one sync round of every member per chunk, and nothing else."""
-    r = stats.results
-    return (len(r) == stats.chunks and not (stats.own_applied or stats.carried)
-            and bool(np.all(r["mode"] == Mode.SYNC)) and bool(np.all(r["count"] == members)))
+    return (len(stats.results) == stats.chunks
+            and not (stats.uneven_results or stats.own_applied or stats.carried))

@@ -30,6 +30,7 @@ class CallStats:
     residual_contribs: int = 0  # residual-only contributions made to re-align a slot
     null_contribs: int = 0  # zero contributions for a sync round of a chunk no key of mine owns
     own_applied: int = 0  # own contributions applied locally because their result was lost (ACK)
+    uneven_results: int = 0  # results applied that were not a sync round of every member
     retransmits: int = 0
     parked: int = 0  # partial: silent contributions settled as counted (see Transport._park)
     parked_missed: int = 0  # ... whose round then closed without them: back to residual

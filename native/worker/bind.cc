@@ -116,6 +116,7 @@ nb::dict stats_of(Engine& e) {
   d["stray_replies"] = s.stray_replies;
   d["bad_datagrams"] = s.bad_datagrams;
   d["joins"] = s.joins;
+  d["uneven_results"] = s.uneven_results;
   d["waited_s"] = s.waited_s;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,

@@ -52,6 +52,7 @@ struct EngineStats {
   uint64_t included = 0, carried = 0, residual_contribs = 0, null_contribs = 0, own_applied = 0,
            retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
            stray_replies = 0, bad_datagrams = 0, joins = 0;
+  uint64_t uneven_results = 0;  // results applied that are not a sync round of every member
   uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;

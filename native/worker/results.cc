@@ -97,6 +97,8 @@ double Engine::divisor(uint8_t mode, uint8_t count) const {
 
 void Engine::apply(const uint8_t* d) {
   stats_.results.insert(stats_.results.end(), d, d + H);
+  if (d[wire::OFF_MODE] != SYNC || int(d[wire::OFF_COUNT]) != cfg_.members)
+    ++stats_.uneven_results;
   const double share = divisor(d[wire::OFF_MODE], d[wire::OFF_COUNT]);
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
