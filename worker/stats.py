@@ -31,7 +31,8 @@ class CallStats:
     null_contribs: int = 0  # zero contributions for a sync round of a chunk no key of mine owns
     own_applied: int = 0  # own contributions applied locally because their result was lost (ACK)
     uneven_results: int = 0  # results applied that were not a sync round of every member
-    retransmits: int = 0
+    retransmits: int = 0  # sent again because a timer ran out: lost, or late
+    resent: int = 0  # parked packets sent again without a timeout (a call's hurry, parking)
     parked: int = 0  # partial: silent contributions settled as counted (see Transport._park)
     parked_missed: int = 0  # ... whose round then closed without them: back to residual
     resyncs: Counter = field(default_factory=Counter)  # ResyncReason name -> replies
@@ -66,8 +67,8 @@ class CallStats:
         return (f"key={self.key!r} elements={self.elements} chunks={self.chunks} "
                 f"time={self.elapsed_s * 1e3:.1f}ms rounds={len(self.results)} modes={modes} "
                 f"contributors={counts} included={self.included} carried={self.carried} "
-                f"retransmits={self.retransmits} resyncs={resyncs} acks={self.acks} "
-                f"parked={self.parked} "
+                f"retransmits={self.retransmits} resent={self.resent} resyncs={resyncs} "
+                f"acks={self.acks} parked={self.parked} "
                 f"dup_results={self.duplicate_results} stray={self.stray_replies} "
                 f"bad={self.bad_datagrams} clipped={self.quant.clipped} "
                 f"max_err={self.quant.max_abs_error:.3g} needs_resync={self.needs_resync}")

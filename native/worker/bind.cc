@@ -117,6 +117,7 @@ nb::dict stats_of(Engine& e) {
   d["bad_datagrams"] = s.bad_datagrams;
   d["joins"] = s.joins;
   d["uneven_results"] = s.uneven_results;
+  d["resent"] = s.resent;
   d["waited_s"] = s.waited_s;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,

@@ -53,6 +53,7 @@ struct EngineStats {
            retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
            stray_replies = 0, bad_datagrams = 0, joins = 0;
   uint64_t uneven_results = 0;  // results applied that are not a sync round of every member
+  uint64_t resent = 0;  // parked packets sent again without a timeout (hurry, parking)
   uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;
@@ -96,6 +97,7 @@ struct Flight {
   uint64_t gen = 0;
   bool stale = false;  // a STALE reply under its grace period
   uint8_t stale_reason = 0, stale_mode = 0;
+  bool early_look = false;  // partial: its first timer is stall_after's look (expire)
   bool closed = false;  // its round was seen closed without me
   uint32_t closed_chunk = 0;
   int32_t lane(std::size_t j) const;
@@ -214,6 +216,7 @@ class Engine {
   void offer_join(uint32_t i, double now);
   void launch(uint32_t i, const uint32_t* rnd, double now);
   void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
+  bool holdable(uint32_t i) const;
   void flush();
   uint32_t next_seq(uint32_t i);
   // timers

@@ -158,7 +158,11 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
   f.closed = false;
   f.launched = now;
   f.backoff = rto_;
+  // Partial: look early (stall_after) for the switch holding it in an open round (holdable).
+  f.early_look = holdable(i) && cfg_.stall_after < rto_;
+  if (f.early_look) f.backoff = cfg_.stall_after;
   transmit(i, now, false);
+  f.backoff = rto_;
 }
 
 void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
@@ -168,7 +172,9 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   f.data[wire::OFF_FLAGS] = uint8_t((retransmit ? uint8_t(wire::Flag::RETRANSMIT) : 0) |
                                     (f.join ? uint8_t(wire::Flag::JOIN) : 0) |
                                     f.tx << wire::TX_SHIFT);
-  if (retransmit) ++stats_.retransmits;
+  // A timeout's retransmission says a packet may be lost; a parked packet sent again without
+  // one (a call's hurry, the copy at parking) is the protocol asking, counted apart.
+  if (retransmit) ++(timeout ? stats_.retransmits : stats_.resent);
   if (retransmit && timeout) {
     f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
     if (now - backed_off_ >= rto_) {
@@ -217,6 +223,22 @@ void Engine::expire(double now) {
       decide_stale(i, now);
       continue;
     }
+    // Partial, stall_after after the first transmission: if the switch has answered since it
+    // left, the switch is at work and silent about this one, so it holds it in an open round
+    // that waits for the others' next call: park it now, not an RTO later (the RTO, learned
+    // from replies that waited for such rounds, runs to tens of milliseconds). No answer
+    // since: nothing is learned; its timer runs out the RTO. Never a retransmission here.
+    if (f->early_look) {
+      f->early_look = false;
+      if (holdable(i) && last_rx_ > f->sent_at) {
+        park(i);
+        f->gen = ++gen_;
+        timers_.push({now + f->backoff, f->gen, i});
+      } else {
+        timers_.push({f->sent_at + rto_, f->gen, i, t.extended});
+      }
+      continue;
+    }
     // A timer that fires late because this process waited for a core after its wait for the
     // timer ended (woke_late_; the socket was read first, read_before_timeouts): the switch
     // and the other workers share the machine and wait alike, so the reply may be as late.
@@ -259,14 +281,21 @@ void Engine::expire(double now) {
     // round (or a loss, which the retransmission below covers): a second timeout would only
     // meet the same silence (the switch drops the duplicate without a word).
     // Parking is that answer, not a sign of a short RTO: the timer does not back off for it.
-    if (!f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
-        !f->closed && next_round_[i] == f->round && now - f->launched >= cfg_.stall_after) {
+    if (holdable(i) && now - f->launched >= cfg_.stall_after) {
       park(i);
       transmit(i, now, true, false);
       continue;
     }
     transmit(i, now, true);
   }
+}
+
+// Partial: slot i's packet is a contribution of mine to what is, as far as I know, the slot's
+// open round, and not parked: the switch may hold it there without a word.
+bool Engine::holdable(uint32_t i) const {
+  const Flight* f = flight_[i].get();
+  return f && !f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
+         known_[i] && !f->closed && next_round_[i] == f->round;
 }
 
 // Slot i's packet waits on a switch that has said nothing, on any slot, since it left (sync or
