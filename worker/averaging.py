@@ -175,10 +175,13 @@ class BackgroundAverager:
         members = self.worker.config.members
         final = done_share > 1 - 0.5 / members  # every active member is done
         full = final or uneven_share > 0.5 / members or healthy_share < 1 - 0.5 / members
+        # (an unhealthy replica makes the round full: its move is what resynchronizes it)
+        moved = 0.0
         if full:
             params = self.worker.allreduce(snapshot, key=KEY)
             self._even_since = uneven_calls
             move = params - snapshot
+            moved = float(move.abs().max())
         with self._lock:
             if final:
                 # the training loop has stopped: nobody else writes
@@ -192,12 +195,12 @@ class BackgroundAverager:
                 self._adopt = clock_sum / healthy_share * self.steps
             if not healthy:
                 log.warning("worker %d resynchronized by model averaging (moved by up to "
-                            "%.3g)", self.worker.config.worker_id, float(move.abs().max()))
+                            "%.3g)", self.worker.config.worker_id, moved)
                 self._resynced = True
         self.history.append({"round": len(self.history), "final": final, "full": full,
                              "healthy": healthy, "clock": round(clock, 3),
                              "done_share": round(done_share, 3),
-                             "max_move": float(move.abs().max()) if full else 0.0})
+                             "max_move": moved})
         if final:
             self._final.set()
 

@@ -26,7 +26,9 @@ class TransportConfig:
     rto_min: float = 0.002
     rto_max: float = 0.5
     dead_after: float = 5.0
-    stall_after: float = 0.005  # partial: park a contribution silent for an RTO, and this
+    # partial: park a silent contribution this long after it left if the switch answered
+    # others meanwhile (else at its first timeout); docs/protocol.md, partial liveness
+    stall_after: float = 0.005
     missed_after: float = 0.25  # a skipped round not here after this long was missed
     # A call stuck this long offers its idle slots' rounds a JOIN. Longer than rto_max: a call
     # waiting out a retransmission back-off is repairing a loss, not deadlocked, and a JOIN

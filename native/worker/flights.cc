@@ -314,9 +314,10 @@ uint32_t Engine::longest_silent(uint32_t i) const {
   return best;
 }
 
-// Partial mode: the flight met only silence until its timer fired (one RTO, at least stall_after)
-// while its round is, as far as this worker knows, the slot's open round. The switch is silent about a contribution it holds in an
-// open round, so it is most likely counted in a round that waits for the others' next call. The
+// Partial mode: the flight met only silence (stall_after while the switch answered others, or
+// until its first timeout) while its round is, as far as this worker knows, the slot's open
+// round. The switch is silent about a contribution it holds in an open round, so it is most
+// likely counted in a round that waits for the others' next call. The
 // call settles it as included and carries its remaining chunks on this slot, so that no call of
 // mine waits for another worker's next call (across slots, that could wait forever). The packet
 // stays in flight until the switch says for certain; if it was not counted, its amount goes
