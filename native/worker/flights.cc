@@ -230,13 +230,9 @@ void Engine::expire(double now) {
     // since: nothing is learned; its timer runs out the RTO. Never a retransmission here.
     if (f->early_look) {
       f->early_look = false;
-      if (holdable(i) && last_rx_ > f->sent_at) {
-        park(i);
-        f->gen = ++gen_;
-        timers_.push({now + f->backoff, f->gen, i});
-      } else {
-        timers_.push({f->sent_at + rto_, f->gen, i, t.extended});
-      }
+      const bool held = holdable(i) && last_rx_ > f->sent_at;
+      if (held) park(i);  // its timer: rto_max (park)
+      timers_.push({held ? now + f->backoff : f->sent_at + rto_, f->gen, i, t.extended});
       continue;
     }
     // A timer that fires late because this process waited for a core after its wait for the
