@@ -127,7 +127,12 @@ CallStatus Engine::step(double now) {
 void Engine::begin_call(int index, float* values, int64_t numel) {
   check_suspects();
   reset_why_.clear();
-  call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  if (spare_call_) {
+    call_ = std::move(spare_call_);
+    call_->start(index, key(index), values, numel, w_);
+  } else {
+    call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
+  }
   const double t = now();
   progress_at_ = call_start_ = t;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
@@ -149,8 +154,10 @@ bool Engine::call_done() const { return !call_ || call_->remaining == 0; }
 void Engine::end_call() {
   flush();
   finish();
-  call_.reset();
+  retire_call();
 }
+
+void Engine::retire_call() { spare_call_ = std::move(call_); }
 
 void Engine::tick(double now) {
   expire(now);

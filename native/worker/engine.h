@@ -73,15 +73,13 @@ struct Key {
 enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
 enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
 
-// The one packet in flight on a slot; it owns its bytes.
-struct Flight {
+// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights: it resets
+// this part and leaves the bytes to launch and the sender, which write each one it reads.
+struct FlightState {
   Kind kind = Kind::OWN;
   int key = -1;  // index into keys_, -1 for NULLS
   int64_t local = -1;
   uint32_t chunk = 0;
-  std::array<uint8_t, P> data{};  // the datagram, header and big-endian lanes
-  std::array<float, LANES> err{};   // quantization error of what it carries
-  std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
   bool has_amount = false;
   uint32_t round = 0;
   // The slot's next round when it was launched, if known: the switch, in the state that
@@ -100,6 +98,13 @@ struct Flight {
   bool early_look = false;  // partial: its first timer is stall_after's look (expire)
   bool closed = false;  // its round was seen closed without me
   uint32_t closed_chunk = 0;
+};
+
+// The one packet in flight on a slot; it owns its bytes.
+struct Flight : FlightState {
+  std::array<uint8_t, P> data{};  // the datagram, header and big-endian lanes
+  std::array<float, LANES> err{};   // quantization error of what it carries
+  std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
   int32_t lane(std::size_t j) const;
 };
 
@@ -232,6 +237,7 @@ class Engine {
   void rtt_sample(const Flight& f, double now);
   // outcomes (RULE B)
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true);
+  std::unique_ptr<Flight> new_flight();
   void end_flight(uint32_t i);
   void settle(int64_t local, Outcome outcome, const Flight* f);
   void chunk_value(int64_t local, float* value);
@@ -244,6 +250,7 @@ class Engine {
   void finish();
   void close_chunk(int64_t local);
   void abort_call();
+  void retire_call();
   void drop_flights();
   // rounds (RULE A)
   void advance(uint32_t i, uint32_t upto);
@@ -277,6 +284,10 @@ class Engine {
       uint32_t i, const uint8_t* d);
   std::vector<uint32_t> suspect_slots_;
   std::vector<std::unique_ptr<Flight>> flight_;
+  // Ended flights, reused by new_flight(): a call launches one per chunk, and allocating each
+  // (most of a kilobyte, freed in bursts of a window) cost a sixth of the engine's CPU in
+  // malloc's bins.
+  std::vector<std::unique_ptr<Flight>> spare_flights_;
   int inflight_ = 0;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   uint64_t gen_ = 0;
@@ -296,6 +307,7 @@ class Engine {
   double tag_changed_at_ = 0;
   std::string resync_why_;  // what cannot heal: aborts, huge gaps
   std::unique_ptr<Call> call_;
+  std::unique_ptr<Call> spare_call_;  // the last call's, reused by the next (Call::start)
   EngineStats stats_;
   double last_rx_;
   DatagramBatch rx_, tx_;

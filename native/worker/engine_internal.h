@@ -30,23 +30,35 @@ std::string decode_error(const uint8_t* d, std::size_t size);
 
 // ------------------------------------------------------------------ the call
 struct Engine::Call {
-  int key;
-  float* values;  // the gradient; a chunk's rows become its output once it is prepared
-  int64_t numel;
+  int key = -1;
+  float* values = nullptr;  // the gradient; a chunk's rows become its output once prepared
+  int64_t numel = 0;
   std::vector<Outcome> outcome;
   std::vector<uint8_t> prepared;  // quantized: residual holds its error, values its output
   std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
-  int64_t remaining;
+  int64_t remaining = 0;
   std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
 
-  Call(int k, const Key& reg, float* v, int64_t n, uint32_t window)
-      : key(k), values(v), numel(n), outcome(std::size_t(reg.chunks), Outcome::PENDING),
-        prepared(std::size_t(reg.chunks), 0), queues(window), remaining(reg.chunks),
-        held(window) {
+  Call(int k, const Key& reg, float* v, int64_t n, uint32_t window) {
+    start(k, reg, v, n, window);
+  }
+  // (Re)starts the call. The engine keeps one Call across calls: the per-slot queues keep
+  // their memory, where building W deques afresh took two allocations a slot every call.
+  void start(int k, const Key& reg, float* v, int64_t n, uint32_t window) {
+    key = k;
+    values = v;
+    numel = n;
+    outcome.assign(std::size_t(reg.chunks), Outcome::PENDING);
+    prepared.assign(std::size_t(reg.chunks), 0);
+    remaining = reg.chunks;
+    queues.resize(window);
+    held.resize(window);
     for (uint32_t i = 0; i < window; ++i) {
+      queues[i].clear();
+      held[i].clear();
       // Local chunk l goes to slot (first + l) % W: every W-th chunk from its start.
-      int64_t start = (int64_t(i) - int64_t(reg.first % window) + window) % window;
-      for (int64_t l = start; l < reg.chunks; l += window) queues[i].push_back(l);
+      const int64_t first = (int64_t(i) - int64_t(reg.first % window) + window) % window;
+      for (int64_t l = first; l < reg.chunks; l += window) queues[i].push_back(l);
     }
   }
   // Local index of global `chunk` if it waits in slot i's queue, else -1.

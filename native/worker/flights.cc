@@ -66,7 +66,7 @@ void Engine::chase(uint32_t i, uint32_t chunk) {
 void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {
   Call& c = *call_;
   const Key& reg = key(c.key);
-  auto f = std::make_unique<Flight>();
+  auto f = new_flight();
   f->kind = Kind::OWN;
   f->key = c.key;
   f->local = local;
@@ -82,7 +82,7 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
 // A residual-only (or, with no key, zero) contribution for `chunk` at round `rnd`.
 void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now,
                         bool join) {
-  auto f = std::make_unique<Flight>();
+  auto f = new_flight();
   f->kind = kind;
   f->key = k;
   f->chunk = chunk;
@@ -97,6 +97,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
     for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
     ++stats_.residual_contribs;
   } else {
+    std::fill(f->data.begin() + H, f->data.end(), uint8_t(0));  // (a reused flight's bytes)
     ++stats_.null_contribs;
   }
   flight_[i] = std::move(f);
@@ -406,8 +407,16 @@ void Engine::rtt_sample(const Flight& f, double now) {
 }
 
 // ------------------------------------------------------------------ outcomes
+std::unique_ptr<Flight> Engine::new_flight() {
+  if (spare_flights_.empty()) return std::make_unique<Flight>();
+  std::unique_ptr<Flight> f = std::move(spare_flights_.back());
+  spare_flights_.pop_back();
+  static_cast<FlightState&>(*f) = FlightState{};
+  return f;
+}
+
 void Engine::end_flight(uint32_t i) {
-  flight_[i].reset();
+  spare_flights_.push_back(std::move(flight_[i]));
   --inflight_;
 }
 

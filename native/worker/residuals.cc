@@ -154,7 +154,7 @@ void Engine::abort_call() {
   for (auto& o : c.outcome)
     if (o == Outcome::PENDING) o = Outcome::CARRIED;
   finish();
-  call_.reset();
+  retire_call();
   flag_resync("a call was aborted with contributions in flight");
 }
 
@@ -170,7 +170,7 @@ void Engine::drop_flights() {
     } else if (f->parked) {
       restore(*f);
     }
-    flight_[i].reset();
+    spare_flights_.push_back(std::move(flight_[i]));
   }
   inflight_ = 0;
   timers_ = decltype(timers_)();
