@@ -34,7 +34,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       seq_(w_),
       known_(w_, false),
       chased_(w_),
-      last_own_result_(w_),
+      own_results_(w_),
       mode_(w_, -1),
       tx_number_(w_, 0),
       suspect_(w_),

@@ -73,8 +73,9 @@ struct Key {
 enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
 enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
 
-// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights: it resets
-// this part and leaves the bytes to launch and the sender, which write each one it reads.
+// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights and resets
+// only this part: launch writes the header, the sender the lanes and what err and amount hold
+// for its kind (a NULLS flight's zero lanes included).
 struct FlightState {
   Kind kind = Kind::OWN;
   int key = -1;  // index into keys_, -1 for NULLS
@@ -203,6 +204,8 @@ class Engine {
   void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
                  uint32_t count, uint8_t flags, double now);
   bool answers_latest(uint32_t i, uint8_t flags) const;
+  bool seen_own_result(uint32_t i, const uint8_t* d) const;
+  void keep_own_result(uint32_t i, const uint8_t* d);
   void decide_stale(uint32_t i, double now);
   void counted_without_result(uint32_t i, double now);
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
@@ -270,10 +273,12 @@ class Engine {
   // Per slot: chunks (global ids) a sync round of another chunk displaced, to send again as
   // residual when the slot has nothing else to send in a call (send_chased).
   std::vector<std::deque<uint32_t>> chased_;
-  // Per slot: round, chunk and lanes of the last async result of mine that settled a flight
-  // (all zero: none since the slot's rounds were learned), so that a late copy of it is not
-  // taken for a sign of new switch state. A copy, not a digest: the receive loop only copies.
-  std::vector<std::array<uint8_t, 8 + 4 * LANES>> last_own_result_;
+  // Per slot: round, chunk and lanes of the last async results of mine that settled a flight
+  // (none since the slot's rounds were learned), so that a late copy of one is not taken for a
+  // sign of new switch state. Several, not the last one only: calls of zero gradients send a
+  // chunk's flights with the same lanes, and a copy the network delayed can arrive after two
+  // newer results. A copy, not a digest: the receive loop only copies.
+  std::vector<std::deque<std::array<uint8_t, 8 + 4 * LANES>>> own_results_;
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined

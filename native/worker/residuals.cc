@@ -170,9 +170,8 @@ void Engine::drop_flights() {
     } else if (f->parked) {
       restore(*f);
     }
-    spare_flights_.push_back(std::move(flight_[i]));
+    end_flight(i);
   }
-  inflight_ = 0;
   timers_ = decltype(timers_)();
 }
 

@@ -15,6 +15,7 @@ namespace {
 constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
 constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
 constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
+constexpr std::size_t OWN_RESULT_MEMORY = 8;  // own async results remembered per slot
 // Results held for chunk ids no key owns yet (a peer registered a key first): at most this
 // many chunks (32 MiB); beyond, garbage could grow them without bound.
 constexpr std::size_t MAX_ORPHANS = 65536;
@@ -25,15 +26,10 @@ constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
 
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
-// A RESULT's round, chunk (contiguous in the header) and lanes, as last_own_result_ keeps them.
+// A RESULT's round, chunk (contiguous in the header) and lanes, as own_results_ keeps them.
 bool same_result(const std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
   return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
          std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
-}
-
-void keep_result(std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
-  std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
-  std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
 
 }  // namespace
@@ -228,7 +224,7 @@ void Engine::on_full(const uint8_t* d, double now) {
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
   if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
-      acked_entry(i, d) == acked_[i].end() && !same_result(last_own_result_[i], d)) {
+      acked_entry(i, d) == acked_[i].end() && !seen_own_result(i, d)) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
     // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
     // never step back), or - sent before I knew the slot - one whose number I applied already
@@ -236,8 +232,8 @@ void Engine::on_full(const uint8_t* d, double now) {
     // settled). The state that counted it is new, and results of its rounds that I took for
     // duplicates of the old state's were never applied (an async contribution is counted
     // whatever its sequence number, so nothing else tells): the replica must be resynchronized.
-    // (Not a late copy of my last result, nor the result of an ACKed twin: same chunk, same
-    // lanes.)
+    // (Not a late copy of one of my last results, nor the result of an ACKed twin: same
+    // chunk, same lanes.)
     const uint32_t floor = f->floor;
     const bool floor_known = f->floor_known;
     done(i, true, now);  // counted, by the new state
@@ -247,9 +243,9 @@ void Engine::on_full(const uint8_t* d, double now) {
                                     " that it had reached before"
                               : ", a round I had applied already"));
     fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
-    keep_result(last_own_result_[i], d);
+    keep_own_result(i, d);
   } else if (counted) {
-    if (h.mode == ASYNC) keep_result(last_own_result_[i], d);
+    if (h.mode == ASYNC) keep_own_result(i, d);
     done(i, true, now);
   } else if (f && h.round == f->round && !f->async_style) {
     // (My bit with another chunk, or in an async round my chunk with other lanes: another
@@ -282,6 +278,19 @@ void Engine::on_full(const uint8_t* d, double now) {
     }
   }
   apply(d);
+}
+
+bool Engine::seen_own_result(uint32_t i, const uint8_t* d) const {
+  const auto& kept = own_results_[i];
+  return std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return same_result(k, d); });
+}
+
+void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
+  auto& kept = own_results_[i];
+  if (kept.size() == OWN_RESULT_MEMORY) kept.pop_front();
+  kept.emplace_back();
+  std::memcpy(kept.back().data(), d + wire::OFF_ROUND, 8);
+  std::memcpy(kept.back().data() + 8, d + H, 4 * LANES);
 }
 
 std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
@@ -427,7 +436,7 @@ void Engine::switch_reset(const std::string& what) {
   for (uint32_t j = 0; j < w_; ++j) {
     next_round_[j] = 0;
     known_[j] = false;
-    last_own_result_[j].fill(0);
+    own_results_[j].clear();
     suspect_[j].clear();
     acked_[j].clear();
   }
