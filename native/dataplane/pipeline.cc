@@ -134,12 +134,10 @@ void build_frame(uint8_t* out, const uint8_t* src_mac, uint64_t dst_mac, const u
   store_be16(udp + 6, 0);
 }
 
-static inline uint32_t bswap(uint32_t v) { return __builtin_bswap32(v); }
-
 void Pipeline::put_lanes(uint32_t bank, uint8_t* out) const {
   const int32_t* src = &lanes_[std::size_t(bank) * w::LANES];
   uint32_t tmp[w::LANES];
-  for (std::size_t i = 0; i < w::LANES; ++i) tmp[i] = bswap(uint32_t(src[i]));
+  for (std::size_t i = 0; i < w::LANES; ++i) tmp[i] = host_be32(uint32_t(src[i]));
   std::memcpy(out + w::HEADER_BYTES, tmp, sizeof(tmp));
 }
 

@@ -183,6 +183,9 @@ class Engine {
   // Log lines since the last call: (level, message), level 30 = warning, 20 = info.
   std::vector<std::pair<int, std::string>> take_logs();
 
+ public:
+  using KeptResult = std::array<uint8_t, 8 + 4 * LANES>;  // a RESULT's round, chunk and lanes
+
  private:
   struct Call;
   struct Timer {
@@ -278,7 +281,11 @@ class Engine {
   // sign of new switch state. Several, not the last one only: calls of zero gradients send a
   // chunk's flights with the same lanes, and a copy the network delayed can arrive after two
   // newer results. A copy, not a digest: the receive loop only copies.
-  std::vector<std::deque<std::array<uint8_t, 8 + 4 * LANES>>> own_results_;
+  struct OwnResults {
+    std::vector<KeptResult> kept;  // at most OWN_RESULT_MEMORY (results.cc), filled lazily
+    std::size_t oldest = 0;        // once full: the entry the next one replaces
+  };
+  std::vector<OwnResults> own_results_;
   std::vector<int> mode_;
   std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined

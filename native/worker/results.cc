@@ -27,9 +27,14 @@ constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
 // A RESULT's round, chunk (contiguous in the header) and lanes, as own_results_ keeps them.
-bool same_result(const std::array<uint8_t, 8 + 4 * LANES>& kept, const uint8_t* d) {
+bool same_result(const Engine::KeptResult& kept, const uint8_t* d) {
   return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
          std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
+}
+
+void keep_result(Engine::KeptResult& kept, const uint8_t* d) {
+  std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
+  std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
 
 }  // namespace
@@ -281,16 +286,21 @@ void Engine::on_full(const uint8_t* d, double now) {
 }
 
 bool Engine::seen_own_result(uint32_t i, const uint8_t* d) const {
-  const auto& kept = own_results_[i];
+  const auto& kept = own_results_[i].kept;
   return std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return same_result(k, d); });
 }
 
+// A ring, not a deque: one result of mine per async contribution passes here, and a deque of
+// entries this size allocates a node for each.
 void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
-  auto& kept = own_results_[i];
-  if (kept.size() == OWN_RESULT_MEMORY) kept.pop_front();
-  kept.emplace_back();
-  std::memcpy(kept.back().data(), d + wire::OFF_ROUND, 8);
-  std::memcpy(kept.back().data() + 8, d + H, 4 * LANES);
+  OwnResults& own = own_results_[i];
+  if (own.kept.size() < OWN_RESULT_MEMORY) {
+    own.kept.emplace_back();
+    keep_result(own.kept.back(), d);
+  } else {
+    keep_result(own.kept[own.oldest], d);
+    own.oldest = (own.oldest + 1) % OWN_RESULT_MEMORY;
+  }
 }
 
 std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
@@ -436,7 +446,7 @@ void Engine::switch_reset(const std::string& what) {
   for (uint32_t j = 0; j < w_; ++j) {
     next_round_[j] = 0;
     known_[j] = false;
-    own_results_[j].clear();
+    own_results_[j] = {};
     suspect_[j].clear();
     acked_[j].clear();
   }
