@@ -59,7 +59,14 @@ ACCURACY_POINTS = 0.01
 def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[dict]:
     """Every configuration `repeat` times, interleaved (A B C D A B C D ...) so that a
     change of the machine's load over time is shared out; one row per configuration
-    with the medians (time to target, throughput) and means (final accuracy)."""
+    with the medians (time to target, throughput) and means (final accuracy).
+
+    Run k trains from seed k - 1 (the model's initialization, the data split, the
+    batches), the same for every configuration of the run. Training is deterministic
+    per seed and backend, but a trajectory is chaotic: a float sum in another order, or
+    a quantized one, crosses the target up to 20 steps earlier or later on the same
+    seed, in either direction. Runs of one seed would time one trajectory again and
+    again; runs of several seeds measure the configuration."""
     scenario = load_scenario(REPO / "topologies" / "scenarios" / f"{name}.toml")
     stragglers = {s.worker for s in scenario.stragglers}
     harness = LocalHarness(out / name)
@@ -75,18 +82,18 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                         continue
                     config = CONFIGS[key]
                     started = time.monotonic()
-                    print(f"adaptive bench: {name} / {key} (run {r + 1} of {repeat}) ...",
+                    print(f"adaptive bench: {name} / {key} (run {r + 1} of {repeat}, seed {r}) ...",
                           flush=True)
                     try:
                         logs, swaps = run_config(harness, controller, scenario, config,
-                                                 out / name / f"run{r + 1}")
+                                                 out / name / f"run{r + 1}", seed=r)
                     except RunFailed as err:
                         errors[key] = str(err)
                         print(f"  failed after {time.monotonic() - started:.0f} s: {err}")
                         continue
                     s = report.summarize(key, logs, scenario.target_accuracy, stragglers)
                     results[key].append({
-                        "time_to_target_s": _round(s.time_to_target_s, 3),
+                        "seed": r, "time_to_target_s": _round(s.time_to_target_s, 3),
                         "final_accuracy": round(s.final_accuracy, 4),
                         "throughput": round(s.throughput, 2), "duration_s": round(s.duration_s, 2),
                         "compute_ms": round(s.compute_ms, 1), "wait_ms": _round(s.wait_ms, 1),

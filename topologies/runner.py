@@ -193,9 +193,11 @@ class Swap:
 
 
 def run_config(harness: Harness, controller: Controller, scenario: Scenario, config: RunConfig,
-               out_dir: Path, display: Display | None = None) -> tuple[list[dict], list[Swap]]:
+               out_dir: Path, display: Display | None = None, seed: int = 0,
+               ) -> tuple[list[dict], list[Swap]]:
     """Train one configuration to the end, its progress on a line of `display`; return the
-    workers' logs and the swaps made."""
+    workers' logs and the swaps made. `seed`: the model's initialization, the data split
+    and the batches (workload.py)."""
     jobs: list[JobConfig] = []
     if config.backend == "hysync":
         # Every run reuses slots 0..: a new install's epoch starts them afresh.
@@ -209,8 +211,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
         argv = ["-m", "hysync.topologies.worker_main", "--scenario",
                 str(Path(scenario.path).resolve()),
                 "--worker", str(w), "--config", config.name, "--backend", config.backend,
-                "--rendezvous", rendezvous, "--out", str(out_dir.resolve() / config.name /
-                                                          f"worker-{w}.json")]
+                "--rendezvous", rendezvous, "--seed", str(seed),
+                "--out", str(out_dir.resolve() / config.name / f"worker-{w}.json")]
         if jobs:
             job, avg = jobs
             m, a = job.member(w), avg.member(w)

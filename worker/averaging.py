@@ -35,7 +35,12 @@ rounds stay paired. (`uneven_calls` not given: every round averages.)
 
 A replica behind the mean clock of the healthy ones, `mean(clock * healthy) /
 mean(healthy)` (it missed results, or was excluded), adopts it, so the run ends
-together; a replica that needed resync has its transport's flag cleared. The first
+together; a replica that needed resync has its transport's flag cleared. Only the
+replicas that hold the job's model *vote* in the parameter average: a replica that
+missed results, or whose clock is more than LAG_UPDATES behind that mean (a member
+blocked while excluded, a straggler a call behind in partial), would pull every replica
+back towards a model the job is past, so it adds zeros and adopts the voters' average
+(the parameter all-reduce carries the vote as one more element, the divisor). The first
 round whose first sums say every active member is done (`mean(done) == 1`) is the
 *final* round: every replica sees the same average, stops there and adopts it, so all
 replicas end bit-identical (they apply the same integer results). A member that dies
@@ -58,6 +63,9 @@ log = logging.getLogger(__name__)
 
 KEY = "model-average"
 KEY_HEADER = "model-average-header"  # the round's first all-reduce: whether to average
+# A replica this many updates or fewer behind the job clock holds the job's model (replicas
+# a step apart); further behind, its parameters do not count in the average.
+LAG_UPDATES = 2.0
 
 _running: weakref.WeakSet[BackgroundAverager] = weakref.WeakSet()
 
@@ -176,9 +184,20 @@ class BackgroundAverager:
         final = done_share > 1 - 0.5 / members  # every active member is done
         full = final or uneven_share > 0.5 / members or healthy_share < 1 - 0.5 / members
         # (an unhealthy replica makes the round full: its move is what resynchronizes it)
+        some_healthy = healthy_share > 0.5 / members
+        job_clock = clock_sum / healthy_share * self.steps if some_healthy else clock
+        # Whether this replica's parameters count in the average: not when it missed results
+        # (unhealthy) or its clock is behind the healthy replicas' (an excluded member, a
+        # straggler catching up): its model is one the job is past, and would pull every
+        # replica back. It adopts the others' average. The healthy replica with the highest
+        # clock always votes, so the average is never empty.
+        votes = not some_healthy or (healthy and clock >= job_clock - LAG_UPDATES)
         moved = 0.0
         if full:
-            params = self.worker.allreduce(snapshot, key=KEY)
+            weighted = torch.cat([snapshot * float(votes), torch.tensor([float(votes)],
+                                                                        device=self.device)])
+            summed = self.worker.allreduce(weighted, key=KEY)  # means: sum / members
+            params = summed[:-1] / summed[-1]
             self._even_since = uneven_calls
             move = params - snapshot
             moved = float(move.abs().max())
@@ -189,16 +208,16 @@ class BackgroundAverager:
                 self._pending.zero_()
             elif full:
                 self._pending += move
-            if healthy_share > 0.5 / members:
+            if some_healthy:
                 # A replica behind the job clock (it missed results, or was excluded)
                 # goes on from the healthy replicas' clock.
-                self._adopt = clock_sum / healthy_share * self.steps
+                self._adopt = job_clock
             if not healthy:
                 log.warning("worker %d resynchronized by model averaging (moved by up to "
                             "%.3g)", self.worker.config.worker_id, moved)
                 self._resynced = True
         self.history.append({"round": len(self.history), "final": final, "full": full,
-                             "healthy": healthy, "clock": round(clock, 3),
+                             "healthy": healthy, "votes": votes, "clock": round(clock, 3),
                              "done_share": round(done_share, 3),
                              "max_move": moved})
         if final:
