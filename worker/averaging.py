@@ -36,11 +36,10 @@ rounds stay paired. (`uneven_calls` not given: every round averages.)
 A replica behind the mean clock of the healthy ones, `mean(clock * healthy) /
 mean(healthy)` (it missed results, or was excluded), adopts it, so the run ends
 together; a replica that needed resync has its transport's flag cleared. Only the
-replicas that hold the job's model *vote* in the parameter average: a replica that
-missed results, or whose clock is more than LAG_UPDATES behind that mean (a member
-blocked while excluded, a straggler a call behind in partial), would pull every replica
-back towards a model the job is past, so it adds zeros and adopts the voters' average
-(the parameter all-reduce carries the vote as one more element, the divisor). The first
+healthy replicas *vote* in the parameter average: one that missed results holds a model
+the job never had, which would pull every replica towards it, so it adds zeros and
+adopts the voters' average (the parameter all-reduce carries the vote as one more
+element, the divisor; with no healthy replica, all vote). The first
 round whose first sums say every active member is done (`mean(done) == 1`) is the
 *final* round: every replica sees the same average, stops there and adopts it, so all
 replicas end bit-identical (they apply the same integer results). A member that dies
@@ -63,9 +62,6 @@ log = logging.getLogger(__name__)
 
 KEY = "model-average"
 KEY_HEADER = "model-average-header"  # the round's first all-reduce: whether to average
-# A replica this many updates or fewer behind the job clock holds the job's model (replicas
-# a step apart); further behind, its parameters do not count in the average.
-LAG_UPDATES = 2.0
 
 _running: weakref.WeakSet[BackgroundAverager] = weakref.WeakSet()
 
@@ -185,13 +181,11 @@ class BackgroundAverager:
         full = final or uneven_share > 0.5 / members or healthy_share < 1 - 0.5 / members
         # (an unhealthy replica makes the round full: its move is what resynchronizes it)
         some_healthy = healthy_share > 0.5 / members
-        job_clock = clock_sum / healthy_share * self.steps if some_healthy else clock
         # Whether this replica's parameters count in the average: not when it missed results
-        # (unhealthy) or its clock is behind the healthy replicas' (an excluded member, a
-        # straggler catching up): its model is one the job is past, and would pull every
-        # replica back. It adopts the others' average. The healthy replica with the highest
-        # clock always votes, so the average is never empty.
-        votes = not some_healthy or (healthy and clock >= job_clock - LAG_UPDATES)
+        # (unhealthy): its model is one the job never had, and would pull every replica
+        # towards it. It adopts the healthy replicas' average. (Not the clock: healthy
+        # replicas in partial rounds are several updates apart, each a model of the job.)
+        votes = healthy or not some_healthy
         moved = 0.0
         if full:
             weighted = torch.cat([snapshot * float(votes), torch.tensor([float(votes)],
@@ -211,7 +205,7 @@ class BackgroundAverager:
             if some_healthy:
                 # A replica behind the job clock (it missed results, or was excluded)
                 # goes on from the healthy replicas' clock.
-                self._adopt = job_clock
+                self._adopt = clock_sum / healthy_share * self.steps
             if not healthy:
                 log.warning("worker %d resynchronized by model averaging (moved by up to "
                             "%.3g)", self.worker.config.worker_id, moved)

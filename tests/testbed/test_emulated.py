@@ -103,8 +103,11 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
     decisions = [json.loads(line) for line in policy_log.read_text().splitlines()]
     swaps = [(d["action"], d.get("mode"), d.get("quorum"), d.get("worker"))
              for d in decisions if d.get("applied")]
+    # On a failure: the policy's path, and each rank's last lines (its progress, the
+    # warnings of its transport and of model averaging).
+    tails = {w: out.splitlines()[-8:] for w, out in enumerate(outputs)}
     for r in results.values():
-        assert r["accuracy"] >= TARGET_ACCURACY, (results, swaps)  # the policy's path with it
+        assert r["accuracy"] >= TARGET_ACCURACY, (results, swaps, tails)
     # partial rounds let the replicas drift; the final averaging round makes them one model
     assert len({r["accuracy"] for r in results.values()}) == 1, results
     assert "admitted job 1 'torchrun': 3 members" in served
