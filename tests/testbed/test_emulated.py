@@ -84,7 +84,7 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
             # the printed line as it is, the test's pace after it (argparse: the last wins)
             slow = ["--slowdown", "4"] if w == STRAGGLER else []
             procs.append(subprocess.Popen(
-                [*shlex.split(line.removesuffix(" &")), "--steps", "200", "--compute-ms", "30",
+                [*shlex.split(line.removesuffix(" &")), "--compute-ms", "30",
                  *slow], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True))
         outputs = [p.communicate(timeout=240)[0] for p in procs]
