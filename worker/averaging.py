@@ -190,8 +190,8 @@ class BackgroundAverager:
         if full:
             weighted = torch.cat([snapshot * float(votes), torch.tensor([float(votes)],
                                                                         device=self.device)])
-            summed = self.worker.allreduce(weighted, key=KEY)  # means: sum / members
-            params = summed[:-1] / summed[-1]
+            summed = self.worker.allreduce(weighted, key=KEY)  # each element: sum / count
+            params = summed[:-1] / summed[-1]  # the voters' mean, whatever the count
             self._even_since = uneven_calls
             move = params - snapshot
             moved = float(move.abs().max())
