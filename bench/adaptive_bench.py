@@ -62,11 +62,9 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
     with the medians (time to target, throughput) and means (final accuracy).
 
     Run k trains from seed k - 1 (the model's initialization, the data split, the
-    batches), the same for every configuration of the run. Training is deterministic
-    per seed and backend, but a trajectory is chaotic: a float sum in another order, or
-    a quantized one, crosses the target up to 20 steps earlier or later on the same
-    seed, in either direction. Runs of one seed would time one trajectory again and
-    again; runs of several seeds measure the configuration."""
+    batches), the same for every configuration of the run: a trajectory is chaotic, so
+    runs of one seed would time one trajectory again and again (docs/performance.md,
+    "Why several seeds")."""
     scenario = load_scenario(REPO / "topologies" / "scenarios" / f"{name}.toml")
     stragglers = {s.worker for s in scenario.stragglers}
     harness = LocalHarness(out / name)

@@ -181,15 +181,14 @@ class BackgroundAverager:
         full = final or uneven_share > 0.5 / members or healthy_share < 1 - 0.5 / members
         # (an unhealthy replica makes the round full: its move is what resynchronizes it)
         some_healthy = healthy_share > 0.5 / members
-        # Whether this replica's parameters count in the average: not when it missed results
-        # (unhealthy): its model is one the job never had, and would pull every replica
-        # towards it. It adopts the healthy replicas' average. (Not the clock: healthy
-        # replicas in partial rounds are several updates apart, each a model of the job.)
+        # The vote (module doc). Not by clock: healthy replicas in partial rounds are several
+        # updates apart, each a model of the job.
         votes = healthy or not some_healthy
         moved = 0.0
         if full:
-            weighted = torch.cat([snapshot * float(votes), torch.tensor([float(votes)],
-                                                                        device=self.device)])
+            weighted = torch.cat([snapshot, snapshot.new_ones(1)])  # the vote: the divisor
+            if not votes:
+                weighted.zero_()
             summed = self.worker.allreduce(weighted, key=KEY)  # each element: sum / count
             params = summed[:-1] / summed[-1]  # the voters' mean, whatever the count
             self._even_since = uneven_calls
