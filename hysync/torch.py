@@ -73,8 +73,9 @@ class HySyncJob:
 
     def steps(self, n: int) -> Iterator[int]:
         """Yield local step numbers until the job has applied `n` updates, then finish.
-        With background averaging, its moves are applied between two steps, and a step
-        (from one yield to the next) holds the averager off the parameters."""
+        With background averaging, its moves are applied between two steps, and every
+        optimizer step holds the averager off the parameters (only those: a step blocked
+        in a gradient call must not stop the other replicas' averaging)."""
         if self._averaging is not None and self.averager is None:
             worker, params, period = self._averaging
             training = self.worker
@@ -83,18 +84,18 @@ class HySyncJob:
                 needs_resync=lambda: training.needs_resync,
                 clear_resync=training.transport.clear_resync,
                 uneven_calls=lambda: training.uneven_calls)
-        step_lock = self.averager.step_lock if self.averager else contextlib.nullcontext()
-        while True:
-            if self.averager is not None:
-                self.updates = self.averager.at_step(self.updates)
-            if self.updates >= n - 1e-9:
-                break
-            calls = self.state.stats.calls
-            with step_lock:
+        with (self.averager.optimizer_steps_hold_lock() if self.averager
+              else contextlib.nullcontext()):
+            while True:
+                if self.averager is not None:
+                    self.updates = self.averager.at_step(self.updates)
+                if self.updates >= n - 1e-9:
+                    break
+                calls = self.state.stats.calls
                 yield self.local_steps
-            self.local_steps += 1
-            if self.state.stats.calls > calls:  # a backward ran the hook: the clock moved
-                self.updates += self.state.updates_applied()
+                self.local_steps += 1
+                if self.state.stats.calls > calls:  # a backward ran the hook: the clock moved
+                    self.updates += self.state.updates_applied()
         self.finish()
 
     def finish(self) -> None:

@@ -13,7 +13,10 @@ A round, on the averaging thread, every `period_s` seconds:
 
 * snapshot = the parameters, plus the moves of earlier rounds not applied yet (taken
   under the step lock, which the training loop holds while the optimizer writes them,
-  so the snapshot is one consistent model); all-reduce it (sync: every active member's
+  so the snapshot is one consistent model; a loop the averager cannot see into holds
+  it through `optimizer_steps_hold_lock`, never across a whole step: a step blocked in
+  a gradient call, as an excluded member's is until readmission, must not hold every
+  replica's averaging up); all-reduce it (sync: every active member's
   round-k snapshot meets the others' round k - a collective, so the rounds pair up by
   themselves, whatever each replica's pace);
 * the move `average - snapshot` waits for the training loop, which applies it between
@@ -48,13 +51,18 @@ must be excluded from the averaging job (the runner does it when its process end
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from hysync.worker.api import HySyncWorker
 
@@ -96,6 +104,7 @@ class BackgroundAverager:
         self._uneven_calls = uneven_calls
         self._even_since: int | None = None  # its value at the last parameter round
         self.step_lock = threading.Lock()  # held by the training loop around optimizer.step
+        self._optimizer_depth = 0  # optimizer steps under way (optimizer_steps_hold_lock)
         self._lock = threading.Lock()  # the fields below
         # The averaging state lives where the parameters do (a CUDA model: on its GPU).
         self.device = self.params[0].device if self.params else torch.device("cpu")
@@ -134,6 +143,33 @@ class BackgroundAverager:
                 self._pending.zero_()
         return clock
 
+    @contextlib.contextmanager
+    def optimizer_steps_hold_lock(self) -> Iterator[None]:
+        """While inside, every optimizer step in this process holds the step lock (torch's
+        global step hooks), for a training loop whose optimizer the caller does not know
+        (hysync.torch). A step that wraps another (ZeroRedundancyOptimizer) takes it once;
+        one that raised leaves it held until the context ends."""
+        def before(*_: object) -> None:
+            if self._optimizer_depth == 0:
+                self.step_lock.acquire()
+            self._optimizer_depth += 1
+
+        def after(*_: object) -> None:
+            self._optimizer_depth -= 1
+            if self._optimizer_depth == 0:
+                self.step_lock.release()
+
+        hooks = [register_optimizer_step_pre_hook(before),
+                 register_optimizer_step_post_hook(after)]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+            if self._optimizer_depth:
+                self._optimizer_depth = 0
+                self.step_lock.release()
+
     def finish(self, clock: float, timeout: float = 600.0) -> None:
         """End of training: keep averaging until every active member is done; the final
         round's average replaces the parameters (every replica holds the same model)."""
@@ -166,11 +202,19 @@ class BackgroundAverager:
             self._final.set()
 
     def _round(self) -> None:
-        with self.step_lock, self._lock:
-            snapshot = self._flat() + self._pending
-            healthy = not self._needs_resync()
-            clock, done = self._clock, self._done
-            uneven_calls = self._uneven_calls() if self._uneven_calls is not None else None
+        # Not a plain acquire: a training loop that died inside an optimizer step holds
+        # the lock, and the interpreter's exit must still be able to stop this thread.
+        while not self.step_lock.acquire(timeout=0.1):
+            if self._final.is_set():
+                return
+        try:
+            with self._lock:
+                snapshot = self._flat() + self._pending
+                healthy = not self._needs_resync()
+                clock, done = self._clock, self._done
+                uneven_calls = self._uneven_calls() if self._uneven_calls is not None else None
+        finally:
+            self.step_lock.release()
         uneven = uneven_calls is None or uneven_calls != self._even_since
         header = torch.tensor([clock / self.steps * healthy, float(healthy), float(done),
                                float(uneven)])

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from hysync.torch import HySyncJob
 from hysync.wire import Mode
 from hysync.worker.api import HySyncWorker
 from hysync.worker.averaging import BackgroundAverager
@@ -33,18 +35,27 @@ class FakeResync:
         self.cleared += 1
 
 
-def replicas(switch, flags: list[bool], period_s: float = 0.05,
-             uneven: list[list[int]] | None = None):
-    """N replicas; `uneven[w][0]`, when given, is replica w's training transport's count
-    of uneven calls (HySyncWorker.uneven_calls), which the test moves."""
-    params = [[torch.full((3, 5), float(w)), torch.arange(4, dtype=torch.float32) * (w + 1)]
-              for w in range(N)]
+def averaging_workers(switch) -> list[HySyncWorker]:
+    """N averaging transports, members of one sync job on the switch."""
     workers = [HySyncWorker(TransportConfig(job_id=JOB, worker_id=w, switch_host="127.0.0.1",
                                             switch_port=switch.address[1],
                                             bind_host="127.0.0.1", slot_base=100,
                                             slot_count=4, members=N, dead_after=20.0),
                             scale=SCALE) for w in range(N)]
     switch.install(Job(JOB, 100, 4, [(w, *workers[w].address) for w in range(N)]), Mode.SYNC)
+    return workers
+
+
+def replica_params(w: int) -> list[torch.Tensor]:
+    return [torch.full((3, 5), float(w)), torch.arange(4, dtype=torch.float32) * (w + 1)]
+
+
+def replicas(switch, flags: list[bool], period_s: float = 0.05,
+             uneven: list[list[int]] | None = None):
+    """N replicas; `uneven[w][0]`, when given, is replica w's training transport's count
+    of uneven calls (HySyncWorker.uneven_calls), which the test moves."""
+    params = [replica_params(w) for w in range(N)]
+    workers = averaging_workers(switch)
     resync = [FakeResync(f) for f in flags]
     averagers = [BackgroundAverager(workers[w], params[w], period_s=period_s, steps=STEPS,
                                     needs_resync=lambda r=resync[w]: r.flagged,
@@ -164,6 +175,73 @@ def test_a_replica_that_missed_results_adopts_the_healthy_clock_and_is_cleared(s
         for w, p in enumerate(params):
             assert torch.allclose(flat(p), healthy_mean, atol=1e-5), w
     finally:
+        for a in averagers:
+            a.close()
+
+
+class GatedSGD(torch.optim.SGD):
+    """An optimizer whose step waits for the test: a step under way, seen from outside."""
+
+    def __init__(self, params, gate: threading.Event, fail: bool = False) -> None:
+        super().__init__(params, lr=1.0)
+        self.gate, self.fail, self.entered = gate, fail, threading.Event()
+
+    def step(self, closure=None):
+        self.entered.set()
+        assert self.gate.wait(20)
+        if self.fail:
+            raise RuntimeError("this step fails")
+        return super().step(closure)
+
+
+def rounds_advance(averagers, by: int = 3) -> bool:
+    """Whether every averager completes `by` more rounds within a second."""
+    seen = [len(a.history) for a in averagers]
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        if all(len(a.history) >= n + by for a, n in zip(averagers, seen, strict=True)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_step_blocked_outside_the_optimizer_does_not_hold_the_averaging_up(switch):
+    """hysync.torch's loop: a step blocked in its gradient call (an excluded member's waits
+    until it is readmitted) lets every replica's rounds go on; an optimizer step under way
+    holds them off (its snapshot waits) until it ends, and one that raised until the
+    loop ends."""
+    params = [replica_params(w) for w in range(N)]
+    workers = averaging_workers(switch)
+    averagers = [BackgroundAverager(workers[w], params[w], period_s=0.02, steps=STEPS)
+                 for w in range(1, N)]
+    training = SimpleNamespace(needs_resync=False, uneven_calls=0,
+                               transport=SimpleNamespace(clear_resync=lambda: None))
+    state = SimpleNamespace(stats=SimpleNamespace(calls=0), updates_applied=lambda: 1.0)
+    job = HySyncJob(0, N, {"job_id": 1, "slot_base": 0, "slot_count": 1}, training, state,
+                    serve=None, averaging=(workers[0], params[0], 0.02))
+    steps = job.steps(STEPS)
+    try:
+        next(steps)  # inside step 0, as a backward waiting on the switch is
+        averagers.insert(0, job.averager)
+        assert rounds_advance(averagers), "a step outside the optimizer held the rounds up"
+        gate = threading.Event()
+        optimizer = GatedSGD(params[0], gate)
+        params[0][0].grad = torch.ones(3, 5)
+        stepping = threading.Thread(target=optimizer.step)
+        stepping.start()
+        assert optimizer.entered.wait(5)
+        assert not rounds_advance(averagers), "a round ran during an optimizer step"
+        gate.set()
+        stepping.join(5)
+        assert rounds_advance(averagers)
+        failing = GatedSGD(params[0], gate, fail=True)
+        with pytest.raises(RuntimeError, match="this step fails"):
+            failing.step()
+        assert not rounds_advance(averagers), "a failed optimizer step let go of the lock"
+        steps.close()  # the training loop ends (its exception)
+        assert rounds_advance(averagers)
+    finally:
+        steps.close()
         for a in averagers:
             a.close()
 
