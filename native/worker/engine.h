@@ -21,6 +21,7 @@
 #include "common/udp_batch.h"
 #include "hysync_wire.h"
 #include "worker/quantize.h"
+#include "worker/recent_max.h"
 
 namespace hysync::worker {
 
@@ -92,6 +93,7 @@ struct FlightState {
   bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
   uint8_t tx = 0;     // the number of its latest transmission, which replies echo
   double launched = 0, sent_at = 0, backoff = 0;
+  uint64_t sent_seq = 0;  // the worker's transmissions counted at its latest one
   int tries = 0;
   uint64_t gen = 0;
   bool stale = false;  // a STALE reply under its grace period
@@ -240,7 +242,8 @@ class Engine {
   void follow_mode(uint32_t i, double now);
   void carry_queue(uint32_t i);
   void restore(const Flight& f);
-  void rtt_sample(const Flight& f, double now);
+  void rtt_sample(uint32_t i, const Flight& f, double now);
+  double silence_timeout(double now);
   // outcomes (RULE B)
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true);
   std::unique_ptr<Flight> new_flight();
@@ -310,6 +313,13 @@ class Engine {
   double srtt_ = -1, rttvar_ = 0, rto_, backed_off_ = 0;
   double woke_late_ = 0;  // how long past its timeout the call's or poll's last wait woke up
   double probed_at_ = 0;  // the last retransmission into a silent switch (expire())
+  // Transmissions counted, and the latest one whose flight's fate is known: the flights
+  // sent after it have been overtaken by no answer (silent_flight).
+  uint64_t sent_seq_ = 0, answered_seq_ = 0;
+  double answered_at_ = 0;  // when the latest flight's fate became known
+  // How long answers to first transmissions lately waited in silence: the job waiting on one
+  // process, not a loss (silence_timeout).
+  RecentMax silences_;
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
   uint64_t bad_datagrams_ = 0;

@@ -14,6 +14,9 @@ namespace hysync::worker {
 
 namespace {
 
+// A silent packet waits this many times the longest recent silence (silence_timeout).
+constexpr double SILENCE_MARGIN = 1.5;
+
 constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
 
 }  // namespace
@@ -188,6 +191,7 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   }
   ++f.tries;
   f.sent_at = now;
+  f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
   if (fd_ < 0) {
     outbox_.emplace_back(f.data.begin(), f.data.end());
@@ -245,14 +249,27 @@ void Engine::expire(double now) {
       timers_.push({now + std::min(late, cfg_.rto_max), t.gen, t.slot, true});
       continue;
     }
-    // The switch has said nothing, on any slot, since this packet left, so the whole window
-    // waits on one slow process (a member that has not contributed yet, the switch waiting
-    // for a core), which retransmitting every packet only adds to. One packet per RTO
+    // A first transmission's timer armed under an RTO the samples since have outgrown (the
+    // window of a call goes out at once, before its first answers teach the call's RTT)
+    // runs to the RTO in force, as TCP's one timer does, re-armed at every answer.
+    if (f->tries == 1 && f->sent_at + rto_ > now) {
+      timers_.push({f->sent_at + rto_, t.gen, t.slot, t.extended});
+      continue;
+    }
+    // The switch has answered nothing sent after this packet (silent_flight), so the whole
+    // window waits on one slow process (a member that has not contributed yet, the switch
+    // waiting for a core), which retransmitting every packet only adds to. Once it has waited
+    // longer than the job's recent silences (silence_timeout), one packet per that period
     // probes; the others wait their next back-off (a lost window still goes out, later).
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
     const bool silent = silent_flight(i);
-    if (silent && now - probed_at_ < rto_) {
+    const double silence = silent ? silence_timeout(now) : rto_;
+    if (silent && f->sent_at + silence > now) {
+      timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
+      continue;
+    }
+    if (silent && now - probed_at_ < silence) {
       f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
       timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
       continue;
@@ -295,12 +312,14 @@ bool Engine::holdable(uint32_t i) const {
          known_[i] && !f->closed && next_round_[i] == f->round;
 }
 
-// Slot i's packet waits on a switch that has said nothing, on any slot, since it left (sync or
-// async; not parked, not in a STALE reply's grace period).
+// Slot i's packet waits on a switch that has answered nothing sent after it (sync or async;
+// not parked, not in a STALE reply's grace period): the job waits on one slow process. Replies
+// may still come in, answers to packets sent before it, as the job's rounds run out. A lost
+// packet's timeout meets answers to later packets, as RACK (RFC 8985) tells a loss.
 bool Engine::silent_flight(uint32_t i) const {
   const Flight* f = flight_[i].get();
   return f && (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked && !f->stale &&
-         last_rx_ < f->sent_at;
+         answered_seq_ < f->sent_seq;
 }
 
 // Of the silent packets, the one sent longest ago (slot i's if none is older).
@@ -390,7 +409,7 @@ void Engine::carry_queue(uint32_t i) {
   c.queues[i].clear();
 }
 
-void Engine::rtt_sample(const Flight& f, double now) {
+void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
   const double sample = now - f.sent_at;
   if (srtt_ < 0) {
@@ -404,6 +423,21 @@ void Engine::rtt_sample(const Flight& f, double now) {
   // loaded host spurious retransmissions otherwise feed back.
   const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
   rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
+  // Sync and async answers are due once every member has sent (partial's may wait for the
+  // others' next call by design): the silence this one waited through, since it left or since
+  // the answer before it, was the job waiting on a process.
+  if (mode_[i] == SYNC || mode_[i] == ASYNC)
+    silences_.add(now - std::max(f.sent_at, answered_at_), now);
+}
+
+// A silent packet (silent_flight) counts as lost only once it has waited through more than
+// the job's recent silences that ended without a loss: on a host whose processes wait for
+// cores, the job waits milliseconds to tens of them on one process over and over, and the
+// RTO, learned from hundreds of answers a millisecond, forgets each wait at once. A lost
+// packet meets answers to later ones and keeps the RTO; a silent one, the last of a window,
+// waits at most this long.
+double Engine::silence_timeout(double now) {
+  return std::min(std::max(rto_, SILENCE_MARGIN * silences_.value(now)), cfg_.rto_max);
 }
 
 // ------------------------------------------------------------------ outcomes
@@ -423,7 +457,9 @@ void Engine::end_flight(uint32_t i) {
 // The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
 void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
-  rtt_sample(f, now);
+  rtt_sample(i, f, now);
+  answered_seq_ = std::max(answered_seq_, f.sent_seq);
+  answered_at_ = now;
   progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);

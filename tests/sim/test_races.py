@@ -7,8 +7,10 @@ mark, the JOIN mark and the chase of displaced chunks. With the rule taken out (
 engine option, a longer `join_after` than any run, a pipeline that never sees a new
 install, never tags its replies or never marks what it refused), some seed of a fixed,
 small budget must violate an invariant; with the rule in, the same seeds pass. The marks'
-races are rarer (a seed in tens of thousands): their tests replay the schedules that found
-them, as the shrinker left them (tests/sim/plans/).
+races are rarer (a seed in tens of thousands): their tests replay schedules that meet them
+(tests/sim/plans/), as the shrinker left them, or, for join_copied.json, that shrunk schedule
+on another draw of a network that duplicates 10% each way: the worker's timers decide which
+schedules meet a race, and a change to them calls for a new draw.
 """
 
 from __future__ import annotations
