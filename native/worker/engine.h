@@ -316,7 +316,7 @@ class Engine {
   // Transmissions counted, and the latest one whose flight's fate is known: the flights
   // sent after it have been overtaken by no answer (silent_flight).
   uint64_t sent_seq_ = 0, answered_seq_ = 0;
-  double answered_at_ = 0;  // when the latest flight's fate became known
+  double first_answered_at_ = 0;  // the latest answer to a first transmission
   // How long answers to first transmissions lately waited in silence: the job waiting on one
   // process, not a loss (silence_timeout).
   RecentMax silences_;

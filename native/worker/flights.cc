@@ -425,9 +425,11 @@ void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
   rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
   // Sync and async answers are due once every member has sent (partial's may wait for the
   // others' next call by design): the silence this one waited through, since it left or since
-  // the answer before it, was the job waiting on a process.
+  // the answer to a first transmission before it, was the job waiting on a process. (Not
+  // since any answer: a probe's, first after a wait, would hide the wait.)
   if (mode_[i] == SYNC || mode_[i] == ASYNC)
-    silences_.add(now - std::max(f.sent_at, answered_at_), now);
+    silences_.add(now - std::max(f.sent_at, first_answered_at_), now);
+  first_answered_at_ = now;
 }
 
 // A silent packet (silent_flight) counts as lost only once it has waited through more than
@@ -459,7 +461,6 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   Flight& f = *flight_[i];
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
-  answered_at_ = now;
   progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) restore(f);

@@ -31,10 +31,10 @@ def warm_pair(switch):
     return early, late
 
 
-def call_with_late_member(early, late, key: str, late_s: float):
+def call_with_late_member(early, late, key: str, late_s: float, chunks_per_slot: int = 1):
     """One call of both; the late member starts `late_s` after the early one. Returns the
     early member's result."""
-    values = np.arange(SLOTS * wire.LANES, dtype=np.float32)
+    values = np.arange(SLOTS * chunks_per_slot * wire.LANES, dtype=np.float32) % 1000
     results = {}
     thread = threading.Thread(target=lambda: results.update(early=early.allreduce(key, values)))
     thread.start()
@@ -60,12 +60,15 @@ def test_a_window_waiting_on_a_late_member_is_probed_not_resent(switch):
 
 
 def test_a_wait_the_job_has_just_been_through_is_not_probed_again(switch):
-    """The early member's answers after a wait tell it the job waited (no loss): the same
-    wait again, within the second, sends nothing again; a longer one is probed."""
+    """The early member's answers after a wait tell it the job waited (no loss). Hundreds of
+    prompt answers later, which bring its RTO back to a few milliseconds, the same wait
+    again within the second sends nothing; a longer one is probed."""
     early, late = warm_pair(switch)
     try:
         first = call_with_late_member(early, late, "g", 0.15).stats
         assert first.retransmits > 0  # the RTO was a few milliseconds: it probed
+        prompt = call_with_late_member(early, late, "p", 0.0, chunks_per_slot=40).stats
+        assert prompt.rto_s < 0.05, prompt.rto_s
         again = call_with_late_member(early, late, "g", 0.12).stats
         assert again.retransmits == 0, again.retransmits
         longer = call_with_late_member(early, late, "g", 0.6).stats
