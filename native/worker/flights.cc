@@ -14,8 +14,10 @@ namespace hysync::worker {
 
 namespace {
 
-// A silent packet waits this many times the longest recent silence (silence_timeout).
-constexpr double SILENCE_MARGIN = 1.5;
+// A silent packet waits this many times the longest recent silence (silence_timeout), and
+// at most SILENCE_CAP_S beyond the RTO: a loss at the end of a window (nothing after it to be
+// answered) is sent again within it, however long the job waited on a straggler lately.
+constexpr double SILENCE_MARGIN = 1.5, SILENCE_CAP_S = 0.1;
 
 constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
 
@@ -437,9 +439,10 @@ void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
 // cores, the job waits milliseconds to tens of them on one process over and over, and the
 // RTO, learned from hundreds of answers a millisecond, forgets each wait at once. A lost
 // packet meets answers to later ones and keeps the RTO; a silent one, the last of a window,
-// waits at most this long.
+// waits at most this long (SILENCE_CAP_S).
 double Engine::silence_timeout(double now) {
-  return std::min(std::max(rto_, SILENCE_MARGIN * silences_.value(now)), cfg_.rto_max);
+  const double waits = std::min(SILENCE_MARGIN * silences_.value(now), SILENCE_CAP_S);
+  return std::min(std::max(rto_, waits), cfg_.rto_max);
 }
 
 // ------------------------------------------------------------------ outcomes

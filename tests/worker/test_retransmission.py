@@ -65,13 +65,14 @@ def test_a_wait_the_job_has_just_been_through_is_not_probed_again(switch):
     again within the second sends nothing; a longer one is probed."""
     early, late = warm_pair(switch)
     try:
-        first = call_with_late_member(early, late, "g", 0.15).stats
+        first = call_with_late_member(early, late, "g", 0.08).stats
         assert first.retransmits > 0  # the RTO was a few milliseconds: it probed
         prompt = call_with_late_member(early, late, "p", 0.0, chunks_per_slot=40).stats
-        assert prompt.rto_s < 0.05, prompt.rto_s
-        again = call_with_late_member(early, late, "g", 0.12).stats
+        assert prompt.rto_s < 0.04, prompt.rto_s
+        again = call_with_late_member(early, late, "g", 0.05).stats
         assert again.retransmits == 0, again.retransmits
-        longer = call_with_late_member(early, late, "g", 0.6).stats
+        # 1.5 x the waits seen, but never over 0.1 s beyond the RTO (a lost last packet)
+        longer = call_with_late_member(early, late, "g", 0.4).stats
         assert longer.retransmits > 0, "a wait longer than any seen was never probed"
     finally:
         early.close()
