@@ -265,18 +265,17 @@ void Engine::expire(double now) {
     // probes; the others wait their next back-off (a lost window still goes out, later).
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
-    const bool silent = silent_flight(i);
-    const double silence = silent ? silence_timeout(now) : rto_;
-    if (silent && f->sent_at + silence > now) {
-      timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
-      continue;
-    }
-    if (silent && now - probed_at_ < silence) {
-      f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
-      timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
-      continue;
-    }
-    if (silent) {
+    if (silent_flight(i)) {
+      const double silence = silence_timeout(now);
+      if (f->sent_at + silence > now) {
+        timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
+        continue;
+      }
+      if (now - probed_at_ < silence) {
+        f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
+        timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
+        continue;
+      }
       probed_at_ = now;
       // The probe goes to the silent packet that has waited longest. Timers that wait their
       // turn back off to rto_max, the probes' own period: the same slot's timer would win
