@@ -9,7 +9,8 @@ as local processes - the harness of `make demo`), `--repeat` runs per cell:
                                              [--configs gloo adaptive ...] [--repeat 2]
 
 `--scenarios cnn` runs the 118k-parameter CNN (topologies/scenarios/cnn.toml; not in
-the default set: minutes per HySync run on 2 cores).
+the default set: minutes per HySync run on 2 cores). `--configs async` adds HySync in
+async from the first step (not in the default set either).
 
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the time per step split into compute, waiting for
@@ -46,7 +47,11 @@ CONFIGS = {
     "sync": RunConfig("hysync-sync", "hysync", "sync"),
     "partial(3)": RunConfig("hysync-partial(3)", "hysync", "partial", 3),
     "adaptive": RunConfig("hysync-adaptive", "hysync", "adaptive"),
+    # Not in the default set: async from the first step, beside partial(3), shows what
+    # stale gradients cost a run (docs/performance.md, "A model whose communication matters").
+    "async": RunConfig("hysync-async", "hysync", "async"),
 }
+DEFAULT_CONFIGS = ("gloo", "sync", "partial(3)", "adaptive")
 # The goals: adaptive >= 1.4x faster to the target than sync and gloo with one
 # persistent straggler of 2x or more; within 5% of sync when homogeneous; final accuracy
 # within 1 point of sync everywhere.
@@ -222,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS + MORE_SCENARIOS,
                         default=list(SCENARIOS))
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS),
+                        default=list(DEFAULT_CONFIGS))
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs per cell (interleaved); the table has their medians")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "adaptive-bench")
