@@ -17,6 +17,13 @@
 
     .venv/bin/python -m bench.worker_bench [--reps 3]
 
+`--late ELEMENTS` measures only a sync step's critical path when one member computes
+slower: workers 0-2 call at once, worker 3 `LATE_S` later, and its call is timed (the
+others' rounds wait for it, so what its call takes is what the step takes beyond its
+compute), for HySync and for gloo, with HySync's split: the engine's call, of it the
+time blocked until the switch answered, and the Python around the engine (the hand-off to
+the worker's thread and back). `--reps` calls each, interleaved.
+
 Writes bench/results/worker.json and bench/results/worker.png.
 """
 
@@ -45,6 +52,7 @@ SIZES = (1_000_000, 10_000_000, 100_000_000)
 RSS_SIZE = 100_000_000  # the call whose peak RSS is bounded (< 3x the tensor's bytes)
 REFLECT_ELEMENTS = 10_000_000
 TIMEOUT = 1800
+LATE_S = 0.03  # --late: how long after the others the last worker calls
 
 
 # ---------------------------------------------------------------- the switch
@@ -134,6 +142,8 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
         work = source(n)
         extra: dict[str, Any] = {}
         dist.barrier()
+        if key.startswith("late") and rank == WORKERS - 1:
+            time.sleep(LATE_S)  # the straggler: the others' calls are waiting for it
         if kind == "hysync" and n == RSS_SIZE:
             Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
             extra["rss_before"] = rss_bytes("VmRSS")
@@ -143,6 +153,7 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
             stats = hw.last_stats(key)
             after = os.times()
             extra.update(retransmits=stats.retransmits, rounds=len(stats.results),
+                         engine_s=stats.elapsed_s, waited_s=stats.waited_s,
                          cpu_user_s=after.user - cpu.user, cpu_sys_s=after.system - cpu.system)
             if n == RSS_SIZE:
                 extra["rss_peak"] = rss_bytes("VmHWM")
@@ -227,15 +238,18 @@ def free_port(kind: int) -> int:
 
 
 def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
-        async_size: int | None = SIZES[0]) -> tuple[list[dict], int]:
+        async_size: int | None = SIZES[0], late: int | None = None) -> tuple[list[dict], int]:
     """Sync all-reduces of `sizes` (the smallest `reps` times), then one of `async_size`
-    elements in async (none if None)."""
+    elements in async (none if None); with `late`, only `reps` late-member calls of that
+    many elements (module docstring)."""
     from hysync.wire import Mode
 
     plan: list[tuple[str, int, str]] = []
-    for n in sizes:
+    for n in sizes if late is None else ():
         for _ in range(reps if n == min(sizes) else 1):
             plan += [("hysync", n, f"sync-{n}"), ("gloo", n, "")]
+    if late is not None:
+        plan += [("hysync", late, f"late-{late}"), ("gloo", late, "late")] * reps
     if async_size is not None:
         plan += [("mode", 0, "async"), ("hysync", async_size, "async"),
                  ("gloo", async_size, "")]
@@ -294,11 +308,20 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
         if kind == "mode":
             mode = key
             continue
-        slowest = max(s for s, _ in timings[step])
-        case = by_case.setdefault((mode, n), {"hysync": [], "gloo": []})
-        case[kind].append(slowest)
+        late = key.startswith("late")
+        # A common start: the slowest worker's time. A late member: its own call's time.
+        timed = (next(s for s, e in timings[step] if e["rank"] == WORKERS - 1) if late
+                 else max(s for s, _ in timings[step]))
+        case_mode = "late" if late else mode
+        case = by_case.setdefault((case_mode, n), {"hysync": [], "gloo": []})
+        case[kind].append(timed)
         if kind == "hysync":
-            per_call = extras.setdefault((mode, n), {"retransmits_per_call": []})
+            per_call = extras.setdefault((case_mode, n), {"retransmits_per_call": []})
+            if late:
+                last = next(e for s, e in timings[step] if e["rank"] == WORKERS - 1)
+                for part, value in (("engine", last["engine_s"]), ("waited", last["waited_s"]),
+                                    ("python", timed - last["engine_s"])):
+                    per_call.setdefault(f"late_{part}_s", []).append(value)
             per_call["retransmits_per_call"].append(sum(e.get("retransmits", 0)
                                                         for _, e in timings[step]))
             per_call["retransmits"] = round(statistics.median(per_call["retransmits_per_call"]))
@@ -308,18 +331,24 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
                     sum(e[f"cpu_{part}_s"] for _, e in timings[step]), 3))
             rank0 = next(e for _, e in timings[step] if e["rank"] == 0)
             if "rss_peak" in rank0:
-                extras[(mode, n)].update(
+                extras[(case_mode, n)].update(
                     worker0_rss_peak_mb=round(rank0["rss_peak"] / 2**20),
                     worker0_rss_before_mb=round(rank0["rss_before"] / 2**20),
                     rss_peak_over_tensor=round(rank0["rss_peak"] / (4 * n), 2))
     rows = []
     for (mode, n), case in by_case.items():
+        extra = extras[(mode, n)]
+        for part in ("engine", "waited", "python"):  # late member: medians, in seconds
+            if f"late_{part}_s" in extra:
+                extra[f"late_{part}_s"] = round(statistics.median(extra[f"late_{part}_s"]), 5)
+        digits = 5 if mode == "late" else 3  # a late member's call is a few milliseconds
         rows.append({"case": "allreduce", "elements": n,
-                     "hysync_s": round(statistics.median(case["hysync"]), 3),
-                     "gloo_s": round(statistics.median(case["gloo"]), 4), "mode": mode,
-                     "workers": WORKERS, "window": window, "reps": len(case["hysync"]),
+                     "hysync_s": round(statistics.median(case["hysync"]), digits),
+                     "gloo_s": round(statistics.median(case["gloo"]), digits + 1),
+                     "mode": mode, "workers": WORKERS, "window": window,
+                     "reps": len(case["hysync"]),
                      "hysync_elements_per_s": round(n / statistics.median(case["hysync"])),
-                     **extras[(mode, n)]})
+                     **extra})
     return rows
 
 
@@ -376,6 +405,13 @@ def _print_table(rows: list[dict], python: dict[tuple[str, int], float], packets
             print(f"switch: {r['cpu_us_per_datagram_in']} CPU us per datagram in "
                   f"(user {r['cpu_user_s']} s, sys {r['cpu_sys_s']} s)")
             continue
+        if r["mode"] == "late":
+            print(f"worker {WORKERS - 1} calling {LATE_S * 1e3:.0f} ms after the others, "
+                  f"{r['elements']:,} elements, medians of {r['reps']}: HySync "
+                  f"{r['hysync_s'] * 1e3:.2f} ms (engine {r['late_engine_s'] * 1e3:.2f}, of it "
+                  f"waiting for the switch {r['late_waited_s'] * 1e3:.2f}; Python around it "
+                  f"{r['late_python_s'] * 1e3:.2f}), gloo {r['gloo_s'] * 1e3:.2f} ms")
+            continue
         before = python.get((r["mode"], r["elements"]))
         print(f"{r['mode']:>6} {r['elements']:>11,} {r['hysync_s']:>9.3f} "
               f"{before if before is not None else float('nan'):>9.2f} {r['gloo_s']:>8.4f} "
@@ -402,14 +438,24 @@ def main(argv: list[str] | None = None) -> None:
                         help="only sync all-reduces of these sizes (no reflector section, no "
                         "async run; the smallest --reps times); prints the table and writes "
                         "only --out")
+    parser.add_argument("--late", type=int, metavar="ELEMENTS",
+                        help="only the late-member case (module docstring): --reps calls of "
+                        "this many elements; prints the table and writes only --out")
     parser.add_argument("--out", type=Path,
-                        help="with --sizes: write the rows and the load average to this JSON")
+                        help="with --sizes or --late: write the rows and the load average to "
+                        "this JSON")
     args = parser.parse_args(argv)
-    if args.out and not args.sizes:
-        parser.error("--out goes with --sizes (the full bench writes bench/results/worker.json)")
-    if args.sizes:
+    if args.sizes and args.late:
+        parser.error("--sizes and --late are two separate runs: give one")
+    if args.late is not None and args.late < 1:
+        parser.error(f"--late needs a positive element count, got {args.late}")
+    if args.out and not (args.sizes or args.late):
+        parser.error("--out goes with --sizes or --late (the full bench writes "
+                     "bench/results/worker.json)")
+    if args.sizes or args.late:
         load_before = os.getloadavg()
-        rows, packets = run(args.window, args.reps, tuple(args.sizes), async_size=None)
+        rows, packets = run(args.window, args.reps, tuple(args.sizes or ()), async_size=None,
+                            late=args.late)
         _print_table(rows, {}, packets)
         machine = _machine(load_before)
         print(f"load average {machine['load_1_5_15_after'][0]:.2f}")

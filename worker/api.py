@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -56,6 +56,12 @@ class HySyncWorker:
         self._executor = ThreadPoolExecutor(max_workers=1,
                                             thread_name_prefix=f"hysync-w{config.worker_id}")
         self._stats_lock = threading.Lock()
+        # One transport call at a time, in the order they were made: the worker's thread
+        # runs them, or the caller's own thread when nothing is queued (allreduce_async's
+        # `blocking`). `_queued` (under _stats_lock): calls handed to the worker's thread
+        # that have not finished.
+        self._calling = threading.Lock()
+        self._queued = 0
         self._last: dict[Hashable, CallStats] = {}
         self._uneven_calls = 0  # see uneven_calls
         # the CUDA path: a copy stream per device, pinned staging buffers per key
@@ -85,11 +91,12 @@ class HySyncWorker:
                   in_place: bool = False, residual: np.ndarray | None = None) -> torch.Tensor:
         """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device),
         or with `in_place` the tensor itself, overwritten (see allreduce_async)."""
-        return self.allreduce_async(tensor, key, in_place=in_place, residual=residual).wait()
+        return self.allreduce_async(tensor, key, in_place=in_place, residual=residual,
+                                    blocking=True).wait()
 
     def allreduce_async(self, tensor: torch.Tensor, key: Hashable = "default", *,
-                        in_place: bool = False,
-                        residual: np.ndarray | None = None) -> torch.futures.Future:
+                        in_place: bool = False, residual: np.ndarray | None = None,
+                        blocking: bool = False) -> torch.futures.Future:
         """Start an all-reduce; the future holds the result tensor, on the tensor's device.
 
         The tensor is copied now, so the caller may reuse it at once. With `in_place` (a
@@ -101,7 +108,13 @@ class HySyncWorker:
         copy back too). With `residual`, the caller owns the key's residual (see
         Transport.allreduce): the call, on the worker's thread, adds it in and writes the
         new one over it, so the caller must not touch it until the future completes
-        either."""
+        either.
+
+        `blocking`: the caller waits for this result next (a synchronous call, the last
+        bucket of a backward pass). A CPU tensor's call then runs on the caller's thread
+        when no earlier call is queued, and the future comes back completed: the hand-off
+        to the worker's thread and the wake-up back cost 0.4 ms on idle cores and over
+        1 ms on busy ones, on a straggler's critical path (docs/performance.md)."""
         if in_place and (tensor.dtype != torch.float32 or not tensor.is_contiguous()
                          or tensor.device.type not in ("cpu", "cuda")):
             raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU or "
@@ -126,8 +139,35 @@ class HySyncWorker:
             except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
                 future.set_exception(err)
 
-        self._executor.submit(run)
+        if blocking and self._run_here(run):
+            return future
+        self._submit(run)
         return future
+
+    def _submit(self, call: Callable[[], None]) -> None:
+        """Queue `call` on the worker's thread, after the calls queued before it."""
+        def queued() -> None:
+            try:
+                with self._calling:
+                    call()
+            finally:
+                with self._stats_lock:
+                    self._queued -= 1
+
+        with self._stats_lock:
+            self._queued += 1
+        self._executor.submit(queued)
+
+    def _run_here(self, call: Callable[[], None]) -> bool:
+        """Run `call` on this thread if no call is queued or running; False if one is."""
+        with self._stats_lock:
+            if self._queued or not self._calling.acquire(blocking=False):
+                return False
+        try:
+            call()
+        finally:
+            self._calling.release()
+        return True
 
     def _allreduce_cuda(self, tensor: torch.Tensor, key: Hashable, in_place: bool,
                         residual: np.ndarray | None) -> torch.futures.Future:
@@ -165,7 +205,7 @@ class HySyncWorker:
                 # the next copy into it is on the same stream, so after this one
                 self._give_staging(key, device, staging)
 
-        self._executor.submit(run)
+        self._submit(run)
         return future
 
     def _take_staging(self, key: Hashable, device: torch.device, numel: int) -> torch.Tensor:

@@ -121,8 +121,10 @@ def hysync_hook(state: HySyncHookState,
         and buffer.is_contiguous()
     residual = state.lend(index, buffer.numel())
     try:
+        # The last bucket of the pass: DDP waits for it next, so it may run on this thread
+        # (HySyncWorker.allreduce_async, `blocking`).
         future = worker.allreduce_async(buffer, key=bucket_key(index), in_place=in_place,
-                                        residual=residual)
+                                        residual=residual, blocking=bucket.is_last())
     except BaseException:
         state.give_back(index, residual)
         raise

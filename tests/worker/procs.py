@@ -8,6 +8,7 @@ a seeded RNG, so the test process can recompute every worker's contributions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -166,9 +167,12 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
 
         def train(hook: bool) -> list[float]:
             torch.manual_seed(0)
-            model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                        torch.nn.Linear(32, 4))
-            # small buckets: several keys, and DDP rebuilds them after the first step
+            # Over 1 MB of parameters: DDP's first bucket holds 1 MB, and with a tiny cap
+            # every other parameter gets a bucket of its own - several keys (DDP rebuilds
+            # them after the first step).
+            model = torch.nn.Sequential(torch.nn.Linear(16, 4096), torch.nn.ReLU(),
+                                        torch.nn.Linear(4096, 64), torch.nn.ReLU(),
+                                        torch.nn.Linear(64, 4))
             ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)
             if hook:
                 ddp.register_comm_hook(state, hysync_hook)
@@ -184,9 +188,21 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
 
         state = HySyncHookState(hw)
         gloo = train(hook=False)
+        calls: list[tuple[int, bool, float, float]] = []  # bucket, on this thread, start, end
+        transport_call = hw.transport.allreduce
+
+        def recorded(key, *args, **kwargs):
+            start = time.monotonic()
+            try:
+                return transport_call(key, *args, **kwargs)
+            finally:
+                calls.append((key[1], threading.current_thread() is threading.main_thread(),
+                              start, time.monotonic()))
+
+        hw.transport.allreduce = recorded
         hysync = train(hook=True)
         residuals = state.residuals
-        out.put((rank, "result", {"gloo": gloo, "hysync": hysync,
+        out.put((rank, "result", {"gloo": gloo, "hysync": hysync, "calls": calls,
                                   "needs_resync": hw.needs_resync,
                                   "buckets": sorted(residuals),
                                   "max_residual": max(float(np.abs(r).max())

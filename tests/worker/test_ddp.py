@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 
 import numpy as np
@@ -37,3 +38,17 @@ def test_ddp_hook_matches_gloo_allreduce_over_20_steps(switch):
         # carried is the quantization error alone
         assert r["buckets"] and r["buckets"][0] == 0
         assert r["max_residual"] <= 0.5 / spec.scale * 1.001
+        # The last bucket of a pass may run on the training thread (nothing queued before
+        # it); every other bucket runs on the worker's thread, so backward goes on
+        # meanwhile; and the calls never overlap.
+        calls = sorted(r["calls"], key=lambda c: c[2])
+        assert all(b[2] >= a[3] for a, b in itertools.pairwise(calls))
+        passes: list[list[tuple[int, bool]]] = [[]]  # a pass calls each bucket once
+        for bucket, here, _, _ in calls:
+            if any(bucket == seen for seen, _ in passes[-1]):
+                passes.append([])
+            passes[-1].append((bucket, here))
+        assert len(passes) == spec.calls and max(len(p) for p in passes) > 1
+        for buckets in passes:
+            last = max(bucket for bucket, _ in buckets)  # DDP's last bucket: the highest index
+            assert all(bucket == last for bucket, here in buckets if here), buckets
