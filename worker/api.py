@@ -106,9 +106,8 @@ class HySyncWorker:
         stream of the worker's own, so backward goes on computing meanwhile. The future
         carries the tensor's device (a CUDA-aware future: who waits on it, waits on the
         copy back too). With `residual`, the caller owns the key's residual (see
-        Transport.allreduce): the call, on the worker's thread, adds it in and writes the
-        new one over it, so the caller must not touch it until the future completes
-        either.
+        Transport.allreduce): the call adds it in and writes the new one over it, so the
+        caller must not touch it until the future completes either.
 
         `blocking`: the caller waits for this result next (a synchronous call, the last
         bucket of a backward pass). A CPU tensor's call then runs on the caller's thread

@@ -144,6 +144,22 @@ def torch_sync_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         out.put((worker, "error", traceback.format_exc()))
 
 
+def record_calls(hw: Any) -> list[tuple[Any, threading.Thread, float, float]]:
+    """(key, thread, start, end) of every transport call the HySyncWorker `hw` makes."""
+    calls: list[tuple[Any, threading.Thread, float, float]] = []
+    transport_call = hw.transport.allreduce
+
+    def recorded(key: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return transport_call(key, *args, **kwargs)
+        finally:
+            calls.append((key, threading.current_thread(), start, time.monotonic()))
+
+    hw.transport.allreduce = recorded
+    return calls
+
+
 def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier: Any) -> None:
     """Train a tiny MLP with DDP twice from the same start: gloo's all-reduce, then the
     HySync hook (gloo only broadcasts); report both loss curves."""
@@ -188,21 +204,13 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
 
         state = HySyncHookState(hw)
         gloo = train(hook=False)
-        calls: list[tuple[int, bool, float, float]] = []  # bucket, on this thread, start, end
-        transport_call = hw.transport.allreduce
-
-        def recorded(key, *args, **kwargs):
-            start = time.monotonic()
-            try:
-                return transport_call(key, *args, **kwargs)
-            finally:
-                calls.append((key[1], threading.current_thread() is threading.main_thread(),
-                              start, time.monotonic()))
-
-        hw.transport.allreduce = recorded
+        calls = record_calls(hw)
         hysync = train(hook=True)
         residuals = state.residuals
-        out.put((rank, "result", {"gloo": gloo, "hysync": hysync, "calls": calls,
+        # (bucket, on the training thread, start, end) of each call
+        calls_made = [(key[1], thread is threading.main_thread(), start, end)
+                      for key, thread, start, end in calls]
+        out.put((rank, "result", {"gloo": gloo, "hysync": hysync, "calls": calls_made,
                                   "needs_resync": hw.needs_resync,
                                   "buckets": sorted(residuals),
                                   "max_residual": max(float(np.abs(r).max())

@@ -5,13 +5,13 @@ keep their order."""
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
 
 from hysync.worker.api import HySyncWorker
 from hysync.worker.config import TransportConfig
 from tests.worker.conftest import Job
+from tests.worker.procs import record_calls
 
 SCALE = 2.0**20
 JOB = 6
@@ -21,22 +21,6 @@ def config(switch_port: int, worker: int, members: int) -> TransportConfig:
     return TransportConfig(job_id=JOB, worker_id=worker, switch_host="127.0.0.1",
                            switch_port=switch_port, bind_host="127.0.0.1", slot_base=0,
                            slot_count=8, members=members, seed=worker, dead_after=20.0)
-
-
-def record_calls(hw: HySyncWorker) -> list[tuple[object, threading.Thread, float, float]]:
-    """(key, thread, start, end) of every transport call the worker makes."""
-    calls: list[tuple[object, threading.Thread, float, float]] = []
-    transport_call = hw.transport.allreduce
-
-    def recorded(key, *args, **kwargs):
-        start = time.monotonic()
-        try:
-            return transport_call(key, *args, **kwargs)
-        finally:
-            calls.append((key, threading.current_thread(), start, time.monotonic()))
-
-    hw.transport.allreduce = recorded  # type: ignore[method-assign]
-    return calls
 
 
 def test_a_blocking_call_with_nothing_queued_runs_on_the_callers_thread(switch):
