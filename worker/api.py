@@ -5,8 +5,9 @@
     grad = worker.allreduce(grad, key="layer1")          # blocks
     fut = worker.allreduce_async(grad, key="layer1")     # torch.futures.Future[Tensor]
 
-One background thread owns the transport's socket; calls run on it one at a time,
-in the order they were made. The result is the applied average: in sync mode the
+Calls run one at a time, in the order they were made, on a background thread of the
+worker's; a call its caller waits for at once (`allreduce`, `allreduce_async(blocking=True)`)
+runs on the caller's thread instead when nothing is queued before it. The result is the applied average: in sync mode the
 mean over the members (within the quantization bound), in partial/async mode
 the sum of `sum / count` of every round applied for the key (see
 docs/protocol.md §9 for what exactly that covers).
@@ -47,7 +48,7 @@ threading._register_atexit(_abandon_calls_at_exit)  # type: ignore[attr-defined]
 
 
 class HySyncWorker:
-    """Owns a fixed-point quantizer and a transport; serializes calls on one thread."""
+    """Owns a fixed-point quantizer and a transport; runs its calls one at a time, in order."""
 
     def __init__(self, config: TransportConfig, *, scale: float = DEFAULT_SCALE) -> None:
         self.config = config
@@ -223,7 +224,8 @@ class HySyncWorker:
             self._staging.setdefault((key, device), []).append(buffer)
 
     def _reduce(self, key: Hashable, values: np.ndarray, residual: np.ndarray | None) -> None:
-        """One transport call on `values`, in place (the worker's thread)."""
+        """One transport call on `values`, in place (the worker's thread, or a blocking
+        caller's)."""
         result = self.transport.allreduce(key, values, in_place=True, residual=residual)
         even = _even(result.stats)
         with self._stats_lock:
