@@ -7,10 +7,10 @@
 
 Calls run one at a time, in the order they were made, on a background thread of the
 worker's; a call its caller waits for at once (`allreduce`, `allreduce_async(blocking=True)`)
-runs on the caller's thread instead when nothing is queued before it. The result is the applied average: in sync mode the
-mean over the members (within the quantization bound), in partial/async mode
-the sum of `sum / count` of every round applied for the key (see
-docs/protocol.md §9 for what exactly that covers).
+runs on the caller's thread instead when nothing is queued before it. The result is
+the applied average: in sync mode the mean over the members (within the quantization
+bound), in partial/async mode the sum of `sum / count` of every round applied for the key
+(see docs/protocol.md §9 for what exactly that covers).
 """
 
 from __future__ import annotations
