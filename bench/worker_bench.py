@@ -245,11 +245,12 @@ def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
     from hysync.wire import Mode
 
     plan: list[tuple[str, int, str]] = []
-    for n in sizes if late is None else ():
-        for _ in range(reps if n == min(sizes) else 1):
-            plan += [("hysync", n, f"sync-{n}"), ("gloo", n, "")]
     if late is not None:
         plan += [("hysync", late, f"late-{late}"), ("gloo", late, "late")] * reps
+    else:
+        for n in sizes:
+            for _ in range(reps if n == min(sizes) else 1):
+                plan += [("hysync", n, f"sync-{n}"), ("gloo", n, "")]
     if async_size is not None:
         plan += [("mode", 0, "async"), ("hysync", async_size, "async"),
                  ("gloo", async_size, "")]
@@ -310,15 +311,14 @@ def summarize(plan: list, timings: dict, window: int) -> list[dict]:
             continue
         late = key.startswith("late")
         # A common start: the slowest worker's time. A late member: its own call's time.
-        timed = (next(s for s, e in timings[step] if e["rank"] == WORKERS - 1) if late
-                 else max(s for s, _ in timings[step]))
+        last_s, last = next((s, e) for s, e in timings[step] if e["rank"] == WORKERS - 1)
+        timed = last_s if late else max(s for s, _ in timings[step])
         case_mode = "late" if late else mode
         case = by_case.setdefault((case_mode, n), {"hysync": [], "gloo": []})
         case[kind].append(timed)
         if kind == "hysync":
             per_call = extras.setdefault((case_mode, n), {"retransmits_per_call": []})
             if late:
-                last = next(e for s, e in timings[step] if e["rank"] == WORKERS - 1)
                 for part, value in (("engine", last["engine_s"]), ("waited", last["waited_s"]),
                                     ("python", timed - last["engine_s"])):
                     per_call.setdefault(f"late_{part}_s", []).append(value)
