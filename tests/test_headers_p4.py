@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from hysync import wire
+from tests.p4tools import skip_unless_available
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / "p4src" / "shared"
@@ -295,9 +296,9 @@ def test_committed_p4info_is_the_control_plane_contract():
 
 
 def test_compiled_p4info_equals_the_committed_one(tmp_path):
-    if shutil.which("p4c") is None:
-        pytest.skip("p4c is not on PATH, so the committed P4Info was compared with nothing: "
-                    "install p4c (docs/bmv2.md) to check it")
+    skip_unless_available(
+        None if shutil.which("p4c") else "p4c is not on PATH, so the committed P4Info was "
+        "compared with nothing: install p4c (docs/bmv2.md) to check it")
     produced = tmp_path / "hysync.p4info.txtpb"
     result = subprocess.run(
         ["p4c", "--target", "bmv2", "--arch", "v1model", "--p4runtime-files", str(produced),

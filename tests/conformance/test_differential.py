@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from hysync import p4names, wire
 from hysync.softswitch.tables import EntryError
+from tests.p4tools import skip_unless_available
 
 from .conftest import make_target
 from .targets import SoftswitchTarget, Write, bmv2_unavailable
@@ -302,8 +303,8 @@ def run_sequence(kind: str, state, group_state, sequence) -> None:
 
 @pytest.mark.parametrize("kind", list(SEQUENCES))
 def test_target_matches_reference_byte_for_byte(kind: str) -> None:
-    if kind == "bmv2" and (reason := bmv2_unavailable()):
-        pytest.skip(f"BMv2 target skipped: {reason}")
+    if kind == "bmv2":
+        skip_unless_available(bmv2_unavailable())
     allow_async = kind != "tna-model"
     # BMv2 gets whole Ethernet headers: the kernel pads a shorter frame on a veth.
     shortest = 0 if kind != "bmv2" else wire.ETH_BYTES

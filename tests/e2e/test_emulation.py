@@ -14,6 +14,7 @@ import torch
 from hysync.topologies import run as run_cli
 from hysync.topologies.mininet_harness import HarnessError, check_mininet
 from hysync.topologies.switches import Bmv2Node
+from tests.p4tools import skip_unless_available
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -105,10 +106,11 @@ def test_mininet_run_over_the_softswitch_with_a_mode_swap(tmp_path):
 
 @pytest.mark.root
 def test_mininet_run_over_bmv2_with_a_mode_swap(tmp_path):
-    _mininet_or_skip()
-    reason = Bmv2Node.unavailable()
-    if reason:
-        pytest.skip(f"BMv2 run skipped: {reason}")
+    try:
+        check_mininet()
+    except HarnessError as err:
+        skip_unless_available(str(err))
+    skip_unless_available(Bmv2Node.unavailable())
     subprocess.run(["make", "-s", "p4"], cwd=REPO, check=True, capture_output=True)
     scenario = _scenario(tmp_path, 3, 60, SWAP_TO_ASYNC_AND_BACK)
     assert run_cli.main([str(scenario), "--switch", "bmv2", "--out",

@@ -20,6 +20,7 @@ from hysync.controlplane.switch import wait_for_server
 from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.topologies.netns import missing_netns_tools
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
+from tests.p4tools import skip_unless_available
 
 Data = dict[str, Any]
 RACK_HOSTS = 3  # host namespaces of the emulated rack
@@ -103,8 +104,8 @@ def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[objec
     from hysync.topologies.netns import NetnsStar
 
     kind = request.param
-    if kind == "bmv2" and (why := bmv2_unavailable()):
-        pytest.skip(why)
+    if kind == "bmv2":
+        skip_unless_available(bmv2_unavailable())
     star = NetnsStar(RACK_HOSTS, host_management=True)
     log = tmp_path / "switch.log"
     switch = _start_switch(star, kind, log)
