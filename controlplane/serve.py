@@ -27,8 +27,9 @@ policy adopts it and holds it for its minimum dwell before deciding again.
 
 A restarted serve reads the switch's tables back (`Controller.attach`): the jobs it
 finds on the inventory's hosts are kept for `claim_grace` seconds for their scripts
-to reconnect and claim them, then removed; slots are given after the last one in use,
-so a restart never hands out a live job's slots.
+to reconnect and claim them with their keys (controlplane/serve_keys.py keeps the keys'
+digests across the restart; the operator may claim any), then removed; slots are
+given after the last one in use, so a restart never hands out a live job's slots.
 
 A restarted *switch* ends serve's P4Runtime session. Serve then connects again, every
 policy interval until the switch answers, and gives it back what serve holds: the
@@ -64,8 +65,15 @@ from hysync.controlplane.inventory import Inventory, parse_listen
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.policy import PolicyConfig, make_policy
 from hysync.controlplane.policy_runner import PolicyRunner
-from hysync.controlplane.serve_auth import MAX_CONNECTIONS_PER_CLIENT, Gate, Peer
+from hysync.controlplane.serve_auth import (
+    MAX_CONNECTIONS_PER_CLIENT,
+    MAX_JOBS_PER_CLIENT,
+    Gate,
+    Lobby,
+    Peer,
+)
 from hysync.controlplane.serve_client import ServeError
+from hysync.controlplane.serve_keys import KeyStore, default_path, digest, key_matches
 from hysync.controlplane.serve_requests import LineTooLong, check, parse, read_line
 from hysync.controlplane.switch import Switch
 from hysync.wire import Mode
@@ -76,14 +84,25 @@ OPERATOR = -1  # owner of jobs added from the CLI: no lease, removed by hand
 SERVE = 0  # the connection id of requests made in-process (serve itself: the operator)
 
 
+class HelloRefused(ServeError):
+    """A hello that failed, or a connection one too many: answered after `delay` seconds,
+    then the connection is closed."""
+
+    def __init__(self, text: str, delay: float = 0.0) -> None:
+        super().__init__(text)
+        self.delay = delay
+
+
 @dataclass(slots=True)
 class Lease:
     owner: int | None  # connection id; None: adopted at a restart, waiting for a claim
     deadline: float = 0.0  # unclaimed adopted jobs are removed then
     policy: PolicyRunner | None = None
     left: set[int] = field(default_factory=set)  # workers that finished training
-    # Shown to the admitting connection only: the script's other ranks present it.
-    key: str = field(default_factory=lambda: secrets.token_hex(16))
+    # The SHA-256 of the key shown to the admitting connection only (the script's other
+    # ranks present the key); None: an adopted job whose key serve did not keep.
+    key_digest: str | None = None
+    client: tuple[str, object] | None = None  # who admitted it: the quota counts by it
 
 
 class Server:
@@ -93,7 +112,9 @@ class Server:
                  policy_interval: float = 0.5, policy_scale: float = 1.0,
                  policy_log: Path | None = None, claim_grace: float = 30.0,
                  timeout: float = 5.0, say: Callable[[str], None] | None = None,
-                 max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT) -> None:
+                 max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT,
+                 max_jobs_per_client: int = MAX_JOBS_PER_CLIENT,
+                 state_file: Path | None = None) -> None:
         self.inv = inv
         self.policy_name, self.policy_interval = policy, policy_interval
         self.policy_config = PolicyConfig().scaled(policy_scale)
@@ -109,12 +130,15 @@ class Server:
         self.connections: set[socket.socket] = set()  # closed by close(): clients learn it
         self.peers: dict[int, Peer] = {SERVE: Peer("serve", ("serve", 0), True, True, True)}
         self.max_connections_per_client = max_connections_per_client
-        self.clients: dict[tuple[str, object], int] = {}  # open connections per client
+        self.max_jobs_per_client = max_jobs_per_client
+        self.clients: dict[tuple[str, object], int] = {}  # authenticated connections per client
+        self.lobby = Lobby()  # connections not authenticated yet, failed hellos
         self._listener: socketserver.BaseServer | None = None
         # Who may connect is settled before the switch is touched: a serve that would
         # listen unprotected does not start at all.
         self.gate = Gate(inv.access, *parse_listen(inv.serve), inv.path)
         s = inv.switch
+        self.keys = KeyStore(state_file or default_path(s.grpc_addr, s.device_id))
         try:
             self.switch = Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
                                  timeout=timeout, tls=s.tls)
@@ -132,7 +156,9 @@ class Server:
             self.controller.attach()
             adopted = inventory_jobs(self.controller, inv)
             for job in adopted:
-                self.leases[job.job_id] = Lease(None, time.monotonic() + claim_grace)
+                self.leases[job.job_id] = Lease(None, time.monotonic() + claim_grace,
+                                                key_digest=self.keys.get(job.job_id, job.slots))
+            self.keys.drop([j for j in self.keys.keys if j not in self.leases])
             self._cursor = max((j.slots[1] + 1 for j in adopted), default=inv.pool.slot_base)
             if adopted:
                 self._event("adoption", f"adopted jobs {', '.join(str(j.job_id) for j in adopted)}"
@@ -271,7 +297,12 @@ class Server:
         op, args = check(request)
         peer = self.peers[conn]
         if op == "hello":
-            self.gate.hello(peer, args["token"], bool(args["operator"]))
+            try:
+                self.gate.hello(peer, args["token"], bool(args["operator"]))
+            except ServeError as err:
+                raise HelloRefused(str(err), self.lobby.failed(peer.client)) from None
+            self.lobby.leave(peer.client, conn)
+            self._count_in(conn, peer)
             return {"ok": True, "peer": peer.who, "operator": peer.operator}
         if not peer.authenticated:
             raise ServeError(self.gate.refusal())
@@ -284,8 +315,7 @@ class Server:
         lease = self.leases.get(job_id)
         if self.peers[conn].operator:
             return lease
-        if lease is not None and (lease.owner == conn or (
-                key is not None and secrets.compare_digest(key.encode(), lease.key.encode()))):
+        if lease is not None and (lease.owner == conn or key_matches(key, lease.key_digest)):
             return lease
         owner = ("not this serve's" if lease is None else "the operator's"
                  if lease.owner == OPERATOR else "unclaimed" if lease.owner is None
@@ -293,6 +323,28 @@ class Server:
         raise ServeError(f"job {job_id} is {owner}, not this connection's: only its owner or "
                          f"the operator may {what} it (the operator: hysync --serve, or "
                          "{\"op\": \"hello\", \"operator\": true})")
+
+    def _count_in(self, conn: int, peer: Peer) -> None:
+        """Count an authenticated connection against its client's limit; HelloRefused (the
+        connection is closed) past it."""
+        with self.lock:
+            if peer.counted:
+                return
+            count = self.clients.get(peer.client, 0) + 1
+            if count > self.max_connections_per_client:
+                raise HelloRefused(f"{peer.who} has {count - 1} connections open, the most one "
+                                   "client may: close one (each training script's rank holds "
+                                   "one)")
+            self.clients[peer.client] = count
+            peer.counted = True
+
+    def _count_out(self, peer: Peer) -> None:
+        with self.lock:
+            if peer.counted:
+                peer.counted = False
+                self.clients[peer.client] -= 1
+                if not self.clients[peer.client]:
+                    del self.clients[peer.client]
 
     def connection_closed(self, conn: int) -> None:
         if self._stop.is_set():  # serve is stopping, not the script: its jobs stay
@@ -303,9 +355,13 @@ class Server:
                 self._remove(owned, "its training script's connection closed")
 
     def op_status(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        """Every job for the operator; a client sees the jobs of its own connection."""
         jobs = []
+        operator = self.peers[conn].operator
         for job in self.controller.list_jobs():
             lease = self.leases.get(job.job_id)
+            if not operator and (lease is None or lease.owner != conn):
+                continue
             owner = ("operator" if lease and lease.owner == OPERATOR else
                      "unclaimed" if lease and lease.owner is None else
                      f"connection {lease.owner}" if lease else "not this serve's")
@@ -314,6 +370,13 @@ class Server:
         return {"jobs": jobs, "grpc_addr": self.inv.switch.grpc_addr}
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        peer = self.peers[conn]
+        if not peer.operator:
+            held = {lease.key_digest for lease in self.leases.values()
+                    if lease.client == peer.client and lease.owner is not None}
+            if len(held) >= self.max_jobs_per_client:
+                raise ServeError(f"{peer.who} holds {len(held)} jobs, the most one client may: "
+                                 "release one first (a script's job ends with its script)")
         members = request["members"]
         pool = self.inv.pool
         averaging = all(m["avg_udp_port"] for m in members)
@@ -340,7 +403,8 @@ class Server:
         policy = request["policy"] or self.policy_name
         key = secrets.token_hex(16)
         for job in jobs:
-            self.leases[job.job_id] = Lease(conn, key=key)
+            self.leases[job.job_id] = Lease(conn, key_digest=digest(key), client=peer.client)
+            self.keys.put(job.job_id, digest(key), job.slots)
         if policy and policy != "none":
             self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
         self._event("admission", f"admitted job {train.job_id} {train.name!r}: {len(members)} "
@@ -356,16 +420,26 @@ class Server:
                            "udp_port": self.inv.switch.data_udp_port}}
 
     def op_claim(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        ids = request["jobs"]
+        """After serve's restart: the jobs' owner (the key their admit gave) or the
+        operator takes their leases back; nobody else."""
+        ids, key, peer = request["jobs"], request["key"], self.peers[conn]
         for job_id in ids:
             lease = self.leases.get(job_id)
             if lease is None or lease.owner is not None:
                 raise ServeError(f"job {job_id} is not waiting for a claim (it is "
                                  f"{'unknown' if lease is None else 'owned'})")
+            if not peer.operator and not key_matches(key, lease.key_digest):
+                raise ServeError(
+                    f"job {job_id} is claimed with the key its admit gave, and this claim "
+                    + ("presents none" if key is None else "presents another") +
+                    (": only the operator may claim it (serve kept no key for it)"
+                     if lease.key_digest is None else ""))
         for job_id in ids:
-            self.leases[job_id].owner = conn
-            if request["key"] is not None:  # the admit's key, which a restart forgot
-                self.leases[job_id].key = request["key"]
+            lease = self.leases[job_id]
+            lease.owner, lease.client = conn, peer.client
+            if lease.key_digest is None and key is not None:  # the operator's claim
+                lease.key_digest = digest(key)
+                self.keys.put(job_id, lease.key_digest, self.controller.job(job_id).slots)
         self._event("claim", f"jobs {', '.join(map(str, ids))} claimed by connection {conn}",
                     jobs=ids, connection=conn)
         return {"jobs": ids}
@@ -476,6 +550,7 @@ class Server:
                             job=job_id, level=logging.WARNING, error=str(err))
 
     def _drop_lease(self, job_id: int) -> None:
+        self.keys.drop([job_id])
         lease = self.leases.pop(job_id, None)
         if lease is not None and lease.policy is not None:
             lease.policy.close()
@@ -556,26 +631,25 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
                 log.info("connection from %s refused: %s", self.client_address, err)
                 return
             with server.lock:
-                count = server.clients.get(peer.client, 0) + 1
-                server.clients[peer.client] = count
                 server.connections.add(self.connection)
                 server.peers[conn] = peer
             try:
-                if count > server.max_connections_per_client:
-                    self.send(_reply(ServeError(
-                        f"{peer.who} has {count - 1} connections open, the most one client "
-                        "may: close one (each training script's rank holds one)")))
-                    return
+                if peer.authenticated:  # by the socket itself: counted now
+                    server._count_in(conn, peer)
+                elif (evicted := server.lobby.enter(peer.client, conn, self.connection)):
+                    with contextlib.suppress(OSError):  # its thread sees the end and exits
+                        evicted.shutdown(socket.SHUT_RDWR)
                 self.serve_lines(conn)
+            except HelloRefused as err:
+                self.send(_reply(err))
             except OSError:
                 pass
             finally:
+                server.lobby.leave(peer.client, conn)
+                server._count_out(peer)
                 with server.lock:
                     server.connections.discard(self.connection)
                     server.peers.pop(conn, None)
-                    server.clients[peer.client] -= 1
-                    if not server.clients[peer.client]:
-                        del server.clients[peer.client]
                 server.connection_closed(conn)
 
         def serve_lines(self, conn: int) -> None:
@@ -599,6 +673,11 @@ def _handler(server: Server) -> type[socketserver.StreamRequestHandler]:
                     return
                 try:
                     reply = server.handle(conn, parse(line))
+                except HelloRefused as err:
+                    if err.delay:
+                        time.sleep(err.delay)
+                    self.send(_reply(err))
+                    return  # one hello a connection: a guess costs a connection
                 except (ControlPlaneError, KeyError, ValueError, TypeError) as err:
                     reply = _reply(err)
                 except Exception as err:  # a bug: the client still gets its one line

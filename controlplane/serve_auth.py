@@ -20,6 +20,11 @@ every job: the CLI's `--serve`). What decides:
 
 A token file must be readable by its owner only (mode 0600 or stricter), on the serve's
 machine and on every client's.
+
+Against abuse (the numbers below): a connection must say hello within HELLO_SECONDS;
+only authenticated connections count against a client's limit, and the `Lobby` keeps at
+most MAX_WAITING_PER_ADDRESS unauthenticated ones per address, closing the oldest; a wrong
+token closes its connection, and repeated ones from an address are answered ever later.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ import socket
 import ssl
 import stat
 import struct
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +49,26 @@ TOKEN_ENV = "HYSYNC_SERVE_TOKEN_FILE"  # the client side's token file, if not gi
 MIN_TOKEN = 16  # characters: `openssl rand -hex 32` gives 64
 DEFAULT_SOCKET_MODE = 0o600
 # Each rank of a training script holds one connection; 32 ranks per host at most
-# (a job has 32 members), plus room for the CLI.
+# (a job has 32 members), plus room for the CLI. Only authenticated connections count.
 MAX_CONNECTIONS_PER_CLIENT = 64
-# A connection that has not authenticated within this long is closed: it holds a thread
-# and one of its client's connections. An authenticated one (a script's lease) may idle.
-HELLO_SECONDS = 30.0
+# Training jobs one client (an address, a uid, a certificate) may hold at once; the
+# operator has no quota.
+MAX_JOBS_PER_CLIENT = 8
+# A connection that has not authenticated within this long is closed: it holds a thread.
+# A client sends its hello right after connecting; an authenticated one (a script's lease)
+# may idle.
+HELLO_SECONDS = 5.0
+# Connections from one address still waiting to authenticate: past this many, the oldest
+# is closed to make room, so connections that never authenticate cannot keep a client
+# with the token out.
+MAX_WAITING_PER_ADDRESS = 16
+# Failed hellos: each closes its connection; past FREE_FAILURES from one address within
+# FAILURE_WINDOW seconds, every further refusal is answered only after a delay growing to
+# MAX_FAILURE_DELAY, which caps how fast one address can guess (a right token is never
+# delayed).
+FREE_FAILURES = 5
+FAILURE_WINDOW = 60.0
+MAX_FAILURE_DELAY = 2.0
 _MAKE_TOKEN = "make one with `openssl rand -hex 32 > FILE && chmod 600 FILE`"
 
 
@@ -162,6 +185,7 @@ class Peer:
     authenticated: bool
     may_operate: bool
     operator: bool = False
+    counted: bool = False  # counted among its client's connections (authenticated ones)
 
 
 class Gate:
@@ -245,6 +269,51 @@ class Gate:
         return ("authenticate first: send {\"op\": \"hello\", \"token\": ...} with the token "
                 "of serve.token_file (the CLI: --token-file FILE or "
                 f"${TOKEN_ENV}; hysync.torch.attach reads the inventory's)")
+
+
+class Lobby:
+    """The connections of each address that have not authenticated yet, and its failed
+    hellos: what keeps traffic without the token from crowding out a client that has it."""
+
+    def __init__(self, max_waiting: int = MAX_WAITING_PER_ADDRESS) -> None:
+        self.max_waiting = max_waiting
+        self._lock = threading.Lock()
+        self._waiting: dict[object, dict[int, socket.socket]] = {}  # insertion order: age
+        self._failures: dict[object, deque[float]] = {}
+
+    def enter(self, address: object, conn: int, sock: socket.socket) -> socket.socket | None:
+        """Connection `conn` waits to authenticate; the oldest waiting one of its address
+        is returned, to be closed, when there are more than max_waiting."""
+        with self._lock:
+            waiting = self._waiting.setdefault(address, {})
+            waiting[conn] = sock
+            if len(waiting) <= self.max_waiting:
+                return None
+            oldest = next(iter(waiting))
+            return waiting.pop(oldest)
+
+    def leave(self, address: object, conn: int) -> None:
+        """`conn` authenticated or closed."""
+        with self._lock:
+            waiting = self._waiting.get(address)
+            if waiting is not None:
+                waiting.pop(conn, None)
+                if not waiting:
+                    del self._waiting[address]
+
+    def failed(self, address: object) -> float:
+        """Record a failed hello of `address`; the seconds to wait before refusing it."""
+        now = time.monotonic()
+        with self._lock:
+            recent = self._failures.setdefault(address, deque())
+            while recent and recent[0] < now - FAILURE_WINDOW:
+                recent.popleft()
+            recent.append(now)
+            excess = len(recent) - FREE_FAILURES
+            if len(self._failures) > 4096:  # many addresses: forget those quiet for a window
+                for quiet in [a for a, d in self._failures.items() if d[-1] < now - FAILURE_WINDOW]:
+                    del self._failures[quiet]
+        return 0.0 if excess <= 0 else min(MAX_FAILURE_DELAY, 0.25 * excess)
 
 
 def _common_name(cert: dict[str, object] | None) -> str:

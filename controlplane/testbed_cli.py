@@ -121,7 +121,8 @@ def _serve(args: argparse.Namespace, out: _Out, inv: Inventory) -> None:
     server = Server(inv, policy=None if args.policy == "none" else args.policy,
                     policy_interval=args.policy_interval, policy_scale=args.policy_scale,
                     policy_log=Path(args.policy_log) if args.policy_log else None,
-                    claim_grace=args.claim_grace, timeout=args.timeout).start()
+                    claim_grace=args.claim_grace, timeout=args.timeout,
+                    state_file=Path(args.state_file) if args.state_file else None).start()
     endpoint = None
     try:
         if args.metrics_addr:
@@ -244,6 +245,9 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
     p.add_argument("--claim-grace", type=_seconds, default=30.0, metavar="SECONDS",
                    help="after a restart, how long jobs found on the switch wait for a claim")
+    p.add_argument("--state-file", metavar="FILE",
+                   help="where serve keeps its jobs' key digests across its restart (default "
+                   "$XDG_STATE_HOME/hysync/serve-SWITCH.json, ~/.local/state without it)")
     p.add_argument("--metrics-addr", type=_host_port, metavar="HOST:PORT",
                    help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off; "
                    "127.0.0.1:PORT keeps them on this host)")

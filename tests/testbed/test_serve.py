@@ -142,15 +142,16 @@ def test_a_restarted_serve_adopts_the_jobs_and_removes_the_unclaimed(
         deployed: Inventory, start: Start) -> None:
     first = start(policy=None)
     a, b = ServeClient(first.address), ServeClient(first.address)
-    job_a = a.request({"op": "admit", "members": members(1, 2)})["jobs"][0]["job_id"]
+    admitted = a.request({"op": "admit", "members": members(1, 2)})
+    job_a = admitted["jobs"][0]["job_id"]
     b.request({"op": "admit", "members": members(3)})
     first.close()
     assert set(installed(deployed)) == {1, 2}  # stopping serve is not the scripts ending
     second = start(policy=None, claim_grace=1.5)
     with ServeClient(second.address) as client:
-        owners = {j["job_id"]: j["owner"] for j in client.request({"op": "status"})["jobs"]}
+        owners = {j["job_id"]: j["owner"] for j in second.handle(0, {"op": "status"})["jobs"]}
         assert owners == {1: "unclaimed", 2: "unclaimed"}
-        client.request({"op": "claim", "jobs": [job_a]})
+        client.request({"op": "claim", "jobs": [job_a], "key": admitted["key"]})
         wait_for(lambda: set(installed(deployed)) == {job_a})
         reply = client.request({"op": "admit", "members": members(2)})
         assert reply["jobs"][0]["slot_base"] >= 64  # after every slot the first serve gave
@@ -190,7 +191,7 @@ def test_a_held_lease_reclaims_its_jobs_from_a_restarted_serve(deployed: Invento
     client = ServeClient(first.address, timeout=10)
     reply = client.request({"op": "admit", "members": members(1, 2, avg=True)})
     ids = [j["job_id"] for j in reply["jobs"]]
-    client.hold(ids)
+    client.hold(ids, reply["key"])
     first.close()
     second = start(policy=None, claim_grace=2.0)
 

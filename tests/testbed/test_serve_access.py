@@ -21,6 +21,9 @@ from hysync.controlplane.controller import Controller
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.serve import Server
 from hysync.controlplane.serve_auth import (
+    FREE_FAILURES,
+    MAX_JOBS_PER_CLIENT,
+    MAX_WAITING_PER_ADDRESS,
     Gate,
     ServeAccess,
     client_context,
@@ -55,7 +58,8 @@ def start(tmp_path: Path, softswitch: Softswitch) -> Iterator[Start]:
     deployed = False
     servers: list[Server] = []
 
-    def make(listen: str | None = None, *, connections: int = 64, **serve: Any) -> Server:
+    def make(listen: str | None = None, *, connections: int = 64,
+             jobs: int = MAX_JOBS_PER_CLIENT, **serve: Any) -> Server:
         nonlocal deployed
         data = copy.deepcopy(base)
         data["serve"] = {"listen": listen or f"127.0.0.1:{free_port()}", **serve}
@@ -64,7 +68,8 @@ def start(tmp_path: Path, softswitch: Softswitch) -> Iterator[Start]:
             assert hysync("deploy", str(inv))[0] == 0
             deployed = True
         server = Server(Inventory.load(inv), policy=None, say=lambda _: None,
-                        max_connections_per_client=connections).start()
+                        max_connections_per_client=connections,
+                        max_jobs_per_client=jobs).start()
         servers.append(server)
         return server
     yield make
@@ -102,7 +107,10 @@ def test_a_second_client_cannot_touch_a_job_it_does_not_own(start: Start) -> Non
     with pytest.raises(ServeError, match="a training script asks for a job with admit"):
         other.request({"op": "job_add", "job": {"job_id": 9}})
     assert installed(server) == {job}
-    assert [j["owner"] for j in other.request({"op": "status"})["jobs"]] == ["connection 1"]
+    assert other.request({"op": "status"})["jobs"] == []  # a client sees its own jobs only
+    with ServeClient(server.address, operator=True) as operator:
+        assert [j["owner"] for j in operator.request({"op": "status"})["jobs"]] == \
+            ["connection 1"]
 
     # The owner may; another rank of its script may with the admit's key, and leave only
     # for a worker of the job.
@@ -309,3 +317,137 @@ def test_a_connection_that_never_authenticates_is_closed(start: Start, tmp_path:
     with ServeClient(server.address, token=TOKEN) as client:  # one that did may idle
         time.sleep(1.0)
         assert client.request({"op": "status"})["ok"]
+
+
+# ---------------------------------------------------------------- attacks on serve
+
+
+def test_after_serve_restarts_only_the_key_holder_claims_a_job(start: Start,
+                                                               tmp_path: Path) -> None:
+    """The takeover: B holds the scripts' token but not A's job key, and races A to the
+    claim after serve's restart. B is refused every claim, swap and release; A keeps it."""
+    tokens = secret(tmp_path / "serve.token", TOKEN)
+    first = start(token_file=str(tokens))
+    a = ServeClient(first.address, token=TOKEN, timeout=20)
+    reply = a.request({"op": "admit", "members": members(1, 2)})
+    job = reply["jobs"][0]["job_id"]
+    first.close()
+    second = start(first.address, token_file=str(tokens))  # A has not reconnected yet
+    with ServeClient(second.address, token=TOKEN) as b:
+        for key in (None, "0" * 32):
+            with pytest.raises(ServeError, match=f"job {job} is claimed with the key its "
+                                                 "admit gave"):
+                b.request({"op": "claim", "jobs": [job], "key": key})
+        with pytest.raises(ServeError, match="unclaimed, not this connection's"):
+            b.request({"op": "mode_set", "job": job, "mode": "async"})
+        assert b.request({"op": "release"})["jobs"] == []
+        assert b.request({"op": "status"})["jobs"] == []  # and it sees nothing of A's
+    a.hold([job], reply["key"])  # A's watcher reconnects and claims with the key
+    deadline = time.monotonic() + 20
+    while {j["owner"] for j in second.handle(0, {"op": "status"})["jobs"]} == {"unclaimed"}:
+        assert time.monotonic() < deadline, "A did not get its job back"
+        time.sleep(0.1)
+    # A's own status shows the job (a client sees only its connection's), as B left it
+    assert [(j["job_id"], [m["mode"] for m in j["modes"]])
+            for j in a.request({"op": "status"})["jobs"]] == [(job, ["sync"])]
+    assert installed(second) == {job}
+    a.close()
+
+
+def test_a_restarted_serve_without_its_key_file_leaves_the_claim_to_the_operator(
+        start: Start, tmp_path: Path) -> None:
+    first = start()
+    a = ServeClient(first.address)
+    reply = a.request({"op": "admit", "members": members(1)})
+    job = reply["jobs"][0]["job_id"]
+    first.close()
+    for kept in first.keys.path.parent.glob("serve-*.json"):
+        kept.unlink()
+    second = start(first.address)
+    with ServeClient(second.address) as b, pytest.raises(
+            ServeError, match="only the operator may claim it .serve kept no key for it."):
+        b.request({"op": "claim", "jobs": [job], "key": reply["key"]})
+    with ServeClient(second.address, operator=True) as operator:
+        assert operator.request({"op": "claim", "jobs": [job]})["jobs"] == [job]
+    a.close()
+
+
+def _idle_connections(server: Server, n: int) -> list[socket.socket]:
+    host, port = server.address.rsplit(":", 1)
+    return [socket.create_connection((host, int(port)), timeout=10) for _ in range(n)]
+
+
+def test_connections_that_never_authenticate_do_not_lock_a_client_out(
+        start: Start, tmp_path: Path) -> None:
+    server = start(token_file=str(secret(tmp_path / "serve.token", TOKEN)))
+    server.gate.hello_seconds = 600  # the lobby, not the hello deadline, makes the room
+    idle = _idle_connections(server, 64)
+    try:
+        with ServeClient(server.address, token=TOKEN) as client:  # the lobby made room
+            assert client.request({"op": "admit", "members": members(1)})["ok"]
+        # The oldest idle ones were closed to make room; the newest still wait their turn.
+        deadline = time.monotonic() + 20
+        while True:  # and none of them counts against the client's connections
+            alive = [s for s in idle if not _closed_by_serve(s)]
+            if len(alive) <= MAX_WAITING_PER_ADDRESS and not server.clients:
+                break
+            assert time.monotonic() < deadline, (f"{len(alive)} idle connections open, "
+                                                 f"{server.clients} counted")
+            time.sleep(0.1)
+        assert idle[-1] in alive and idle[0] not in alive  # the oldest made room
+    finally:
+        for s in idle:
+            s.close()
+
+
+def _closed_by_serve(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def test_a_wrong_token_ends_its_connection_and_repeated_ones_are_slowed(
+        start: Start, tmp_path: Path) -> None:
+    server = start(token_file=str(secret(tmp_path / "serve.token", TOKEN)))
+    host, port = server.address.rsplit(":", 1)
+
+    def guess() -> tuple[dict[str, Any], str, float]:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            reader = sock.makefile()
+            began = time.monotonic()
+            sock.sendall(b'{"op": "hello", "token": "00000000000000000000000000000000"}\n'
+                         b'{"op": "hello", "token": "11111111111111111111111111111111"}\n')
+            reply = json.loads(reader.readline())
+            waited = time.monotonic() - began
+            return reply, reader.readline(), waited
+
+    for n in range(1, FREE_FAILURES + 4):
+        reply, after, waited = guess()
+        assert reply == {"ok": False, "error": "wrong token: present the one in the "
+                         "inventory's serve.token_file (--token-file FILE, or "
+                         "$HYSYNC_SERVE_TOKEN_FILE)"}
+        assert after == ""  # closed: the second guess on it was never read
+        if n > FREE_FAILURES:  # answered only after the penalty (a lower bound holds on
+            assert waited >= 0.25 * (n - FREE_FAILURES) - 0.01  # any machine)
+    with ServeClient(server.address, token=TOKEN) as client:  # the token still works
+        assert client.request({"op": "status"})["ok"]
+
+
+def test_a_client_holds_at_most_its_quota_of_jobs(start: Start) -> None:
+    server = start(jobs=2)
+    client = ServeClient(server.address)
+    for h in (1, 2):
+        client.request({"op": "admit", "members": members(h)})
+    with pytest.raises(ServeError, match="127.0.0.1 holds 2 jobs, the most one client may: "
+                                         "release one first"):
+        client.request({"op": "admit", "members": members(3)})
+    with ServeClient(server.address, operator=True) as operator:  # the operator has none
+        assert operator.request({"op": "admit", "members": members(3)})["ok"]
+    client.request({"op": "release"})
+    with ServeClient(server.address) as again:  # released jobs free the quota
+        assert again.request({"op": "admit", "members": members(1)})["ok"]
+    client.close()
