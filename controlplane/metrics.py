@@ -64,6 +64,8 @@ class ServeCollector(Collector):
                       labels=["job", "action"])
         last = g("hysync_policy_last_decision_info", "the last decision of a job's policy and "
                  "its reason", labels=["job", "action", "mode", "worker", "reason"])
+        skipped = c("hysync_policy_skipped_reads", "counter reads of a job's policy that missed "
+                    "their deadline (each skipped a tick)", labels=["job"])
         last_time = g("hysync_policy_last_decision_timestamp_seconds", "when a job's policy "
                       "last decided (Unix time)", labels=["job"])
         switch_drops = c("hysync_switch_drops", "packets the switch dropped, by reason",
@@ -109,6 +111,7 @@ class ServeCollector(Collector):
             for name, n in counts.items():
                 members.add_metric([label, name], n)
             if policy is not None:
+                skipped.add_metric([label], policy.skipped_reads)
                 made: dict[str, int] = {}
                 for d in policy.decisions:
                     made[d.action] = made.get(d.action, 0) + 1
@@ -123,7 +126,7 @@ class ServeCollector(Collector):
         for reason, n in sw.drops.items():
             switch_drops.add_metric([reason.lower()], n)
         yield from (jobs, rounds, members, slot_mode, slot_value, quorum, job_drops,
-                    *per_worker.values(), state, slowdown, decisions, last, last_time,
+                    *per_worker.values(), state, slowdown, decisions, skipped, last, last_time,
                     switch_drops)
 
 
@@ -134,11 +137,12 @@ class _PolicyView:
     health: dict[int, WorkerHealth]
     on_probation: frozenset[int]
     decisions: list[Decision]
+    skipped_reads: int
 
     @classmethod
     def of(cls, runner: PolicyRunner) -> _PolicyView:
         p = runner.policy
-        return cls(dict(p.health), p.on_probation, list(p.decisions))
+        return cls(dict(p.health), p.on_probation, list(p.decisions), runner.skipped_reads)
 
 
 def serve_metrics(server: Server, addr: str) -> Endpoint:

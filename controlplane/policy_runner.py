@@ -21,7 +21,7 @@ from typing import IO
 from hysync import files, logs
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.detect import Interval, JobView
-from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.errors import ControlPlaneError, DeadlineExceededError
 from hysync.controlplane.policy import (
     EXCLUDE,
     READMIT,
@@ -62,6 +62,9 @@ class PolicyRunner:
         self.echo = echo
         self._log: IO[str] | None = log_path.open("a") if log_path is not None else None
         self._prev: tuple[JobStats, JobView] | None = None
+        # Counter reads that missed their deadline (a busy switch or controller host):
+        # each skipped one tick; the next interval spans the skipped one too.
+        self.skipped_reads = 0
 
     def close(self) -> None:
         if self._log is not None:
@@ -93,7 +96,14 @@ class PolicyRunner:
             self.start()
             return []
         assert self._prev is not None
-        stats, view = self._read()
+        try:
+            stats, view = self._read()
+        except DeadlineExceededError as err:
+            self.skipped_reads += 1
+            logs.event(log, "policy_read_skipped", f"job {self.job_id}: the counter read "
+                       f"missed its deadline, tick skipped ({' '.join(str(err).split())})",
+                       job=self.job_id, level=logging.WARNING, skipped=self.skipped_reads)
+            return []
         interval = Interval.between(self._prev[0], stats, self._prev[1], view)
         self._prev = (stats, view)
         p = self.policy

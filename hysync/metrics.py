@@ -39,6 +39,7 @@ EXPORTED: dict[str, str] = {
     "hysync_member_state": "gauge",
     "hysync_member_slowdown_ratio": "gauge",
     "hysync_policy_decisions": "counter",
+    "hysync_policy_skipped_reads": "counter",
     "hysync_policy_last_decision_info": "gauge",
     "hysync_policy_last_decision_timestamp_seconds": "gauge",
     # events logged (hysync serve: swaps, admissions, exclusions, readmissions, resyncs)

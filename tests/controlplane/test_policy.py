@@ -794,6 +794,26 @@ def test_the_runner_takes_a_slow_worker_out_and_back_in_on_a_real_switch(
     assert lines[0]["action"] == "start" and lines[1:] == records
 
 
+def test_a_counter_read_that_misses_its_deadline_skips_a_tick_and_the_policy_goes_on(
+        softswitch: Softswitch, controller: Controller,
+        sockets: list[socket.socket],  # noqa: F811 (the imported fixture)
+        caplog: pytest.LogCaptureFixture) -> None:
+    controller.add_job(job_for(sockets))
+    runner = PolicyRunner(controller, 1, AdaptivePolicy(integration_config()), interval=0.2)
+    runner.step()  # the start: the first reading
+    controller.switch.timeout = 0.5
+    # A busy switch: the softswitch snapshots counters under its pipeline's lock, so while
+    # the lock is held the read waits on the switch, past its gRPC deadline.
+    with softswitch.pipeline.lock, caplog.at_level("WARNING"):
+        assert runner.step() == []
+    assert runner.skipped_reads == 1
+    assert "job 1: the counter read missed its deadline, tick skipped" in caplog.text
+    controller.switch.timeout = 30.0
+    runner.step()  # the switch answers again: the policy reads and decides as before
+    assert runner.skipped_reads == 1 and runner.policy.active == {0, 1, 2, 3}
+    runner.close()
+
+
 # ------------------------------------------------------------------ the command line
 def test_policy_run_dry_run_and_stats_show_the_latest_decision(
         softswitch: Softswitch, tmp_path: Path) -> None:
