@@ -15,6 +15,10 @@ from importlib.metadata import PackageNotFoundError, version
 # in a forked child without exec, so the handlers are off unless the user says otherwise.
 # grpcio reads this when it is first imported, which every HySync module does after this.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# gRPC's C core logs each failed TLS handshake (and each retry of it) on stderr, lines a user
+# cannot act on, ahead of HySync's one-line error that says what to check. Its own logs come
+# back with GRPC_VERBOSITY=ERROR (or INFO, DEBUG) set by the user.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 try:
     __version__ = version("hysync")

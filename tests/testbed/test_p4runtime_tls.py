@@ -77,6 +77,22 @@ def test_other_clients_are_refused(certs: Certs, tls_switch: str, who: str) -> N
         Switch(tls_switch, tls=tls, arbitrate=False, connect_timeout=2.0)
 
 
+def test_a_failed_handshake_is_one_line_without_grpcs_own_logs(certs: Certs,
+                                                               tls_switch: str) -> None:
+    # A CA that did not sign the switch's certificate: gRPC's C core logs every failed
+    # handshake (and each retry) on stderr unless HySync keeps it quiet.
+    stranger_ca = sorted(certs.stranger_cert.parent.glob("other-ca*.pem"))[0]
+    done = subprocess.run(
+        [sys.executable, "-m", "hysync.controlplane.cli", "--grpc-addr", tls_switch,
+         "--timeout", "2", "--cacert", str(stranger_ca), "--cert", str(certs.client_cert),
+         "--private-key", str(certs.client_key), "job", "list"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"hysync: error: cannot reach the switch at {tls_switch}")
+    assert "over TLS: does the switch serve TLS with a certificate --cacert signed" in done.stderr
+
+
 def test_the_cli_and_deploy_drive_the_switch_over_tls(certs: Certs, tls_switch: str,
                                                       tmp_path: Path) -> None:
     tls = ["--cacert", str(certs.ca), "--cert", str(certs.client_cert), "--private-key",
