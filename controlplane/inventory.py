@@ -56,7 +56,8 @@ TARGETS = ("softswitch", "bmv2", "tofino")
 DEFAULT_SERVE = "127.0.0.1:9600"
 _TOP_KEYS = {"name", "switch", "pool", "serve", "hosts"}
 _SWITCH_KEYS = {"grpc_addr", "device_id", "election_id", "target", "p4info", "device_config",
-                "data_ipv4", "data_mac", "data_udp_port", "cacert", "cert", "private_key"}
+                "data_ipv4", "data_mac", "data_udp_port", "cacert", "cert", "private_key",
+                "insecure"}
 _POOL_KEYS = {"slot_base", "slot_count", "job_slots", "averaging_slots"}
 _SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode", "cacert", "cert",
                "private_key", "client_cert", "client_key", "operators"}
@@ -79,6 +80,24 @@ class SwitchInfo:
     data_mac: str
     data_udp_port: int
     tls: ClientTls | None = None  # P4Runtime in the clear without
+    insecure: bool = False  # in the clear off loopback, on purpose (`insecure = true`)
+
+    def exposed(self) -> str | None:
+        """Why deploy and serve should not run against this switch unless told to: it
+        speaks P4Runtime in the clear on an address other machines may reach, where any
+        of them can arbitrate and write past serve. None where that is not so."""
+        host = self.grpc_addr.rpartition(":")[0].strip("[]")
+        try:
+            local = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            local = host == "localhost"
+        if self.tls is not None or local or self.insecure:
+            return None
+        return (f"the switch at {self.grpc_addr} speaks P4Runtime in the clear: any machine "
+                "that reaches it can take the primary role and write past serve. Give [switch] "
+                "cacert, cert and private_key (mutual TLS; the softswitch's --writer then takes "
+                "writes from serve's certificate only), or accept it with --insecure (or "
+                "insecure = true in [switch])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +226,11 @@ def _switch(t: Mapping[str, Any], base: Path) -> SwitchInfo:
         raise InventoryError("switch.cert and switch.private_key go together (the controller's "
                              "certificate for mutual TLS): give both or neither")
     tls = ClientTls(**tls_files) if any(tls_files.values()) else None
+    insecure = t.get("insecure", False)
+    if not isinstance(insecure, bool):
+        raise InventoryError(f"switch.insecure = {insecure!r}: write true or false")
     return SwitchInfo(grpc_addr, device_id, election, target, p4info, device_config,
-                      data_ipv4, data_mac, udp, tls)
+                      data_ipv4, data_mac, udp, tls, insecure)
 
 
 def _pool(t: Mapping[str, Any]) -> Pool:

@@ -81,6 +81,7 @@ def inventory_text(hosts: int, tag: str = DEFAULT_TAG, *, net: str = MGMT_NET) -
         "",
         "[switch]",
         f'grpc_addr = "{net}.2:9559"         # over the management veth {tag}m <-> {tag}n',
+        "insecure = true                      # in the clear: that veth is inside this machine",
         'target = "softswitch"',
         'p4info = "hysync:p4src/v1model/hysync.p4info.txtpb"   # the P4Info HySync ships',
         "election_id = 10",

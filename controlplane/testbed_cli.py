@@ -59,6 +59,7 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
     unless --replace-pipeline.
     """
     inv = _inventory(args)
+    _refuse_exposed(inv, args)
     if args.probe_from is not None and not args.check:
         raise UsageError("--from HOST goes with --check (the host the probe starts on)")
     if args.check:
@@ -90,6 +91,11 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
               "dry_run": args.dry_run}, "\n".join(lines))
 
 
+def _refuse_exposed(inv: Inventory, args: argparse.Namespace) -> None:
+    if not args.insecure and (why := inv.switch.exposed()):
+        raise ControlPlaneError(why)
+
+
 def cmd_teardown(args: argparse.Namespace, out: _Out) -> None:
     """Remove what deploy and the INVENTORY's jobs wrote. Nothing else goes: the jobs
     whose members are its hosts, the hosts' l2 entries and flood ports.
@@ -113,6 +119,7 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
     back from the switch and keeps them for --claim-grace seconds for their scripts.
     """
     inv = _inventory(args)
+    _refuse_exposed(inv, args)
     with logs.configured(args.log_format or ("json" if args.json else "text")):
         _serve(args, out, inv)
 
@@ -227,6 +234,8 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="print the writes, make none")
     how.add_argument("--check", action="store_true", help="check the testbed, write nothing")
+    p.add_argument("--insecure", action="store_true",
+                   help="run against a switch that speaks P4Runtime in the clear off loopback")
     p.add_argument("--from", dest="probe_from", metavar="HOST",
                    help="--check runs on this host of the inventory: probe the others from it")
     p.add_argument("--replace-pipeline", action="store_true",
@@ -245,6 +254,8 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
     p.add_argument("--claim-grace", type=_seconds, default=30.0, metavar="SECONDS",
                    help="after a restart, how long jobs found on the switch wait for a claim")
+    p.add_argument("--insecure", action="store_true",
+                   help="own a switch that speaks P4Runtime in the clear off loopback")
     p.add_argument("--state-file", metavar="FILE",
                    help="where serve keeps its jobs' key digests across its restart (default "
                    "$XDG_STATE_HOME/hysync/serve-SWITCH.json, ~/.local/state without it)")

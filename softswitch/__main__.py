@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the private key of --server-cert-file")
     tls.add_argument("--ca-cert-file", type=Path, metavar="PEM",
                      help="require clients to present a certificate this CA signed")
+    tls.add_argument("--writer", dest="writers", action="append", metavar="NAME",
+                     help="only a client whose certificate's common name is NAME may "
+                     "arbitrate for primary and write (the switch's owner, hysync serve); "
+                     "others may read. Repeat for more names; needs --ca-cert-file")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="default %(default)s")
@@ -203,6 +207,9 @@ def _data_plane(args: argparse.Namespace) -> tuple[Pipeline, DataPlane, str]:
 
 
 def _credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    if args.writers and args.ca_cert_file is None:
+        raise ValueError("--writer names client certificates: give --ca-cert-file too, so "
+                         "that clients present one (mutual TLS)")
     if args.server_cert_file is None and args.server_key_file is None:
         if args.ca_cert_file is not None:
             raise ValueError("--ca-cert-file checks clients over TLS: give the server's "
@@ -238,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_free(host, port, grpc_addr)
         server, bound = serve(pipeline, grpc_addr, args.device_id, p4info=p4info,
-                              credentials=credentials, on_write=on_write)
+                              credentials=credentials, on_write=on_write,
+                              writers=frozenset(args.writers) if args.writers else None)
     except ConfigError as err:
         dataplane.stop()
         _fail(f"--p4info {args.p4info} does not describe the softswitch's program: {err}")
@@ -252,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     dataplane.start()
     config = f"P4Info {args.p4info}" if p4info else "no pipeline config yet"
     security = ("mutual TLS" if args.ca_cert_file else "TLS") if credentials else "no TLS"
+    if args.writers:
+        security += ", writes from " + ", ".join(sorted(args.writers))
     metrics_at = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
     print(f"softswitch: P4Runtime on {host}:{bound} ({security}, device {args.device_id}, "
           f"{config}), data plane {where}{metrics_at}", flush=True)

@@ -26,6 +26,9 @@ class Stream:
         self.device_id: int | None = None  # set by the first MasterArbitrationUpdate
         self.role = ""
         self.election_id: int | None = None
+        # Why this client may not be elected (the switch's --writer list leaves it out);
+        # it may still arbitrate without an election id, as an observer.
+        self.refusal: P4RuntimeError | None = None
 
 
 class Arbiter:
@@ -42,6 +45,8 @@ class Arbiter:
         """Apply one MasterArbitrationUpdate; an error means: terminate the stream with it."""
         role = msg.role.name
         election_id = uint128(msg.election_id) if msg.HasField("election_id") else None
+        if election_id is not None and stream.refusal is not None:
+            return stream.refusal
         if msg.role.HasField("config"):
             return P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                   "role.config is not supported by the softswitch: leave it unset "

@@ -53,10 +53,15 @@ _END = object()
 class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
     """P4Runtime for one `Pipeline` (one device)."""
 
-    def __init__(self, pipeline: Pipeline, device_id: int = 1) -> None:
+    def __init__(self, pipeline: Pipeline, device_id: int = 1,
+                 writers: frozenset[str] | None = None) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.arbiter = Arbiter(device_id)
+        # With mutual TLS: the certificate common names that may arbitrate for primary and
+        # write (the switch's owner, `hysync serve`); every other client may only read.
+        # None: every client may (the P4Runtime default: the election id decides).
+        self.writers = writers
         # Serializes writes, pipeline pushes and read snapshots (the data plane only reads
         # the tables, under pipeline.lock, which write_entry takes).
         self._lock = threading.Lock()
@@ -91,7 +96,7 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def SetForwardingPipelineConfig(self, request: p4r.SetForwardingPipelineConfigRequest,
                                     context: grpc.ServicerContext) -> Any:
-        return self._unary(context, self._set_pipeline, request)
+        return self._unary(context, self._set_pipeline, request, writes=True)
 
     def _set_pipeline(self, request: p4r.SetForwardingPipelineConfigRequest) -> Any:
         action = request.action
@@ -166,14 +171,30 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     # ---------------------------------------------------------- common
     def _unary(self, context: grpc.ServicerContext, handler: Callable[[Any], Any],
-               request: Any) -> Any:
-        """Run a unary handler; every failure becomes a status with a useful message."""
+               request: Any, writes: bool = False) -> Any:
+        """Run a unary handler; every failure becomes a status with a useful message.
+        `writes`: only a client --writer allows may send it."""
         try:
+            if writes:
+                self._check_writer(context)
             return handler(request)
         except (P4RuntimeError, BatchError) as err:
             abort(context, err)
         except Exception as err:
             abort(context, internal_error(err, handler.__name__))
+
+    def may_write(self, context: grpc.ServicerContext) -> bool:
+        return self.writers is None or _common_name(context) in self.writers
+
+    def _check_writer(self, context: grpc.ServicerContext) -> None:
+        if not self.may_write(context):
+            raise P4RuntimeError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"a client whose certificate names {_common_name(context) or 'nobody'!r} may "
+                "not arbitrate or write: this switch takes writes only from the certificates "
+                f"its --writer names ({', '.join(sorted(self.writers or ()))}), its owner's; "
+                "read without an election id, or send the write through the owner "
+                "(hysync --serve ADDR)")
 
     def _check_device(self, device_id: int) -> None:
         if device_id != self.device_id:
@@ -194,7 +215,7 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
     # ----------------------------------------------------------- Write
     def Write(self, request: bytes, context: grpc.ServicerContext) -> Any:
         """A serialized WriteRequest (registered with no deserializer: see _handlers)."""
-        return self._unary(context, self._write, request)
+        return self._unary(context, self._write, request, writes=True)
 
     def _write(self, data: bytes) -> p4r.WriteResponse:
         start, updates, ok = time.perf_counter(), [0], False
@@ -249,6 +270,11 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
                       context: grpc.ServicerContext) -> Iterator[p4r.StreamMessageResponse]:
         out: queue.Queue[Any] = queue.Queue()
         stream = Stream(out.put)
+        if not self.may_write(context):  # it may observe, never be elected
+            try:
+                self._check_writer(context)
+            except P4RuntimeError as err:
+                stream.refusal = err
         context.add_callback(lambda: out.put(_END))
         threading.Thread(target=self._stream_reader, args=(stream, request_iterator, out),
                          name="p4rt-stream", daemon=True).start()
@@ -345,15 +371,18 @@ def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
           p4info: p4info_pb2.P4Info | None = None, max_workers: int = 32,
           credentials: grpc.ServerCredentials | None = None,
           on_write: Callable[[int, float, bool], None] | None = None,
+          writers: frozenset[str] | None = None,
           ) -> tuple[grpc.Server, int]:
     """Start a P4Runtime server for `pipeline` on `grpc_addr` (port 0 picks a free port),
     over TLS with `credentials` (hysync.tls.server_credentials), else in the clear.
+    `writers` (mutual TLS only): the client certificate common names that may arbitrate and
+    write; every other client may read.
 
     Returns the running server and the port it is bound to. `p4info` preloads a
     pipeline config (raises ConfigError if it does not fit). Raises OSError if the
     address cannot be bound.
     """
-    servicer = SoftswitchP4Runtime(pipeline, device_id)
+    servicer = SoftswitchP4Runtime(pipeline, device_id, writers)
     servicer.on_write = on_write
     if p4info is not None:
         servicer.load_p4info(p4info)
@@ -380,3 +409,9 @@ def serve(pipeline: Pipeline, grpc_addr: str, device_id: int = 1, *,
              " (TLS)" if credentials is not None else "")
     return server, port
 
+
+
+def _common_name(context: grpc.ServicerContext) -> str | None:
+    """The common name of the client's certificate (mutual TLS), else None."""
+    names = context.auth_context().get("x509_common_name") or []
+    return names[0].decode(errors="replace") if names else None

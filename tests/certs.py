@@ -21,6 +21,8 @@ class Certs:
     client_key: Path
     stranger_cert: Path  # signed by another CA
     stranger_key: Path
+    intruder_cert: Path  # signed by the CA, but not the controller's name
+    intruder_key: Path
 
 
 def _openssl(*args: str | Path) -> None:
@@ -56,4 +58,5 @@ def make_certs(d: Path) -> Certs:
     client = _signed(d, "controller", ca, "extendedKeyUsage=clientAuth")
     other = _ca(d, "other-ca")
     stranger = _signed(d, "stranger", other, "extendedKeyUsage=clientAuth")
-    return Certs(ca[0], *server, *client, *stranger)
+    intruder = _signed(d, "intruder", ca, "extendedKeyUsage=clientAuth")
+    return Certs(ca[0], *server, *client, *stranger, *intruder)

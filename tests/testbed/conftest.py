@@ -114,8 +114,9 @@ def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[objec
                         f"the switch exited; see {log}")
         data = loopback_inventory(star.grpc_addr, listen=f"unix:/tmp/hysync-{os.getpid()}.sock")
         data["name"] = "emulated-rack"
+        # in the clear on a veth inside this machine, as `hysync rack up`'s switch
         data["switch"].update(data_ipv4=SWITCH_IP, data_mac=SWITCH_MAC, data_udp_port=48620,
-                              p4info=str(P4INFO))
+                              p4info=str(P4INFO), insecure=True)
         if kind == "bmv2":
             data["switch"].update(target="bmv2", device_config=str(BMV2_JSON))
         data["hosts"] = [{"name": f"h{w + 1}", "interface": star.host_ifs[w],

@@ -133,3 +133,24 @@ def test_nothing_is_pushed_from_an_invalid_inventory(tmp_path: Path,
     assert err.getvalue().count("\n") == 1 and "hosts[1].switch_port" in err.getvalue()
     with Switch(softswitch.grpc_addr, arbitrate=False) as switch:
         assert not switch.has_pipeline
+
+
+def test_deploy_and_serve_refuse_a_plaintext_switch_off_loopback(tmp_path: Path) -> None:
+    """Any machine that reaches such a switch can write past serve: refused before the
+    switch is contacted, unless the inventory or the command line says it is meant."""
+    data = loopback_inventory("192.0.2.10:9559")  # a documentation address: never dialled
+    path = write_inventory(tmp_path / "exposed.toml", data)
+    for command in (["deploy", str(path)], ["serve", str(path)]):
+        out, err = io.StringIO(), io.StringIO()
+        assert main(command, stdout=out, stderr=err) == 1
+        assert out.getvalue() == "" and err.getvalue().count("\n") == 1
+        assert ("the switch at 192.0.2.10:9559 speaks P4Runtime in the clear: any machine "
+                "that reaches it can take the primary role and write past serve") in err.getvalue()
+        assert "or accept it with --insecure (or insecure = true in [switch])" in err.getvalue()
+    assert Inventory.load(path).switch.exposed() is not None
+    data["switch"]["insecure"] = True
+    assert _load(tmp_path, data).switch.exposed() is None
+    assert _load(tmp_path, loopback_inventory("127.0.0.1:9559")).switch.exposed() is None
+    data["switch"]["insecure"] = "yes"
+    with pytest.raises(InventoryError, match="switch.insecure = 'yes': write true or false"):
+        _load(tmp_path, data)

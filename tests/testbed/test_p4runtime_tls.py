@@ -16,7 +16,8 @@ import pytest
 
 from hysync.controlplane.cli import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import SwitchUnreachableError
+from hysync.controlplane.errors import NotPrimaryError, SwitchUnreachableError
+from hysync.controlplane.job import JobConfig
 from hysync.controlplane.switch import Switch
 from hysync.tls import ClientTls
 
@@ -35,11 +36,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @pytest.fixture
 def tls_switch(certs: Certs) -> Iterator[str]:
     """A softswitch process serving P4Runtime over mutual TLS; its gRPC address."""
+    yield from _tls_switch(certs)
+
+
+def _tls_switch(certs: Certs, *options: str) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
          f"127.0.0.1:{free_port()}", "--engine", "python", "--log-level", "warning",
          "--server-cert-file", str(certs.server_cert), "--server-key-file",
-         str(certs.server_key), "--ca-cert-file", str(certs.ca)],
+         str(certs.server_key), "--ca-cert-file", str(certs.ca), *options],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -75,6 +80,41 @@ def test_other_clients_are_refused(certs: Certs, tls_switch: str, who: str) -> N
            "in the clear": None}[who]
     with pytest.raises(SwitchUnreachableError, match="no answer within"):
         Switch(tls_switch, tls=tls, arbitrate=False, connect_timeout=2.0)
+
+
+def test_with_writer_only_the_owners_certificate_arbitrates_and_writes(certs: Certs) -> None:
+    """The bypass: a client the CA signed, but not the switch's owner, takes the primary
+    role with a higher election id or writes with the owner's: refused; it may read."""
+    owner_tls = ClientTls(certs.ca, certs.client_cert, certs.client_key)  # CN controller
+    intruder_tls = ClientTls(certs.ca, certs.intruder_cert, certs.intruder_key)
+    switch = _tls_switch(certs, "--writer", "controller")
+    addr = next(switch)
+    try:
+        with Switch(addr, tls=owner_tls, election_id=(0, 10)) as owner:
+            owner.push_pipeline(P4INFO)
+            Controller(owner).attach().add_job(JobConfig.load(JOB))
+            for election in ((0, 20), (0, 10)):  # higher than the owner's, or the owner's own
+                with pytest.raises(NotPrimaryError, match="may not arbitrate or write: this "
+                                   "switch takes writes only from the certificates its "
+                                   "--writer names .controller."):
+                    Switch(addr, tls=intruder_tls, election_id=election)
+            with Switch(addr, tls=intruder_tls, election_id=(0, 10), arbitrate=False) as spy:
+                with pytest.raises(NotPrimaryError, match="may not arbitrate or write"):
+                    spy.push_pipeline(P4INFO)  # carrying the owner's election id
+                assert [j.job_id for j in Controller(spy).list_jobs()] == [1]  # reads are open
+            assert owner.is_primary
+            assert [j.job_id for j in Controller(owner).list_jobs()] == [1]
+    finally:
+        switch.close()
+
+
+def test_writer_needs_mutual_tls(certs: Certs) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
+         "127.0.0.1:0", "--writer", "controller"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1
+    assert "--writer names client certificates: give --ca-cert-file too" in done.stderr
 
 
 def test_a_failed_handshake_is_one_line_without_grpcs_own_logs(certs: Certs,
