@@ -287,7 +287,7 @@ _RECORDS = json.JSONDecoder()
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             controller: Controller, policy: PolicyRunner | None, line: RunLine,
             slots: tuple[int, int]) -> list[Swap]:
-    """Show progress on `line`; apply the manual schedule when worker 0 reaches a step, or
+    """Show progress on `line`; apply the manual schedule when the job's clock reaches a step, or
     step the adaptive policy every interval until the first worker finishes; exclude a
     finished worker from the training job while others still train, and a worker that
     exits without finishing from the averaging job too."""
@@ -358,14 +358,17 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
                 state.mode = rec["mode"] or state.mode
                 if rec["accuracy"] is not None:
                     state.accuracy = rec["accuracy"]
-            while schedule and w == 0 and rec["step"] >= schedule[0].at_step:
+            # On the job's clock (the updates every replica applied), not one worker's local
+            # steps: a worker the machine starves applies rounds the others closed without
+            # stepping itself, and may reach the job's end before its own step 40.
+            while schedule and w == ref and rec["progress"] >= schedule[0].at_step:
                 swap = schedule.pop(0)
                 controller.set_mode(JOB_ID, slots=slots,
                                     mode=Mode[swap.mode.upper()],
                                     quorum=swap.quorum if swap.mode == "partial" else None)
                 record("set_mode", swap.mode, swap.quorum)
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
-                say(f"controller: step {rec['step']} of worker 0 -> "
+                say(f"controller: job clock {rec['progress']:g} -> "
                     f"mode {label} for slots {slots[0]}-{slots[1]}")
         now = time.monotonic()
         if policy is not None and not finished and now >= next_policy_step:

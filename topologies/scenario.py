@@ -21,8 +21,8 @@
     bandwidth_mbit = 100.0      # tc htb on Mininet links
     delay_ms = 0.0              # emulated in the softswitch (no netem on this kernel)
 
-    [[schedule]]                # the manual-schedule policy: mode swaps by step
-    at_step = 100
+    [[schedule]]                # the manual-schedule policy: mode swaps on the job clock
+    at_step = 100               # when the job has applied this many updates
     mode = "partial"            # sync | partial | async
     quorum = 3                  # partial only
 """
