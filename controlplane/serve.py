@@ -529,6 +529,7 @@ class Server:
         lease.held = False
         lease.policy.note({"time": time.monotonic(), "action": "resume", "job_id": job_id,
                            "wall": time.time()})
+        lease.policy.step()  # it sees the job as the operator left it now, and adopts it
         self._event("policy_resumed", f"job {job_id}: the operator handed the job back to "
                     "its policy", job=job_id, by="operator")
         return {"job_id": job_id}
