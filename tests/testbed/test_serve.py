@@ -216,6 +216,9 @@ def test_the_cli_writes_through_serve_and_a_mode_set_holds_the_policy(
     assert f"hysync --serve {server.address} policy resume JOB" in err
     code, out, err = hysync(*grpc, "policy", "run", "1")
     assert code == 1 and err.count("\n") == 1 and "policy resume JOB" in err
+    code, out, err = hysync("--serve", server.address, "policy", "run", "1", "--dry-run",
+                            "--interval", "0.1", "--duration", "0.3")  # only reads: it runs
+    assert (code, err) == (0, "") and "policy adaptive on job 1 (dry run)" in out
     code, out, err = hysync("policy", "resume", "1")
     assert code == 2 and "give --serve ADDR" in err
     code, out, err = hysync("--serve", server.address, "policy", "resume", "1")
