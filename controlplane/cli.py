@@ -19,6 +19,7 @@ next to each other, and each handler is a few lines over the controller's API.)
 from __future__ import annotations
 
 import argparse
+import datetime
 import inspect
 import json
 import os
@@ -33,7 +34,7 @@ from hysync import wire
 from hysync.controlplane import limits
 from hysync.controlplane.controller import Controller, LatchTimeoutError
 from hysync.controlplane.device_config import TARGETS
-from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.installed import InstalledJob
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.policy import POLICIES, Decision, make_policy, mode_text
@@ -303,9 +304,24 @@ def cmd_policy_run(args: argparse.Namespace, out: _Out) -> None:
     (controlplane/policy.py says how). Each decision is printed on one line with its
     reason and, with --log FILE, appended to FILE as a JSON line (`hysync stats JOB
     --policy-log FILE` shows the latest). --dry-run only prints the decisions: nothing
-    is written to the switch, and no arbitration stream is opened.
+    is written to the switch, and no arbitration stream is opened. Each line starts with
+    its wall-clock time.
+
+    A switch that `hysync serve` holds runs the policy of each job it admitted itself:
+    there, `--dry-run` only reads, and `hysync --serve ADDR policy resume JOB` hands a job
+    back to serve's policy after an operator's `mode set`.
     """
-    with _connect(args, read_only=args.dry_run) as switch:
+    try:
+        switch = _connect(args, read_only=args.dry_run)
+    except NotPrimaryError as err:
+        if err.live is False:  # no serve holds it: the switch remembers a higher id
+            raise
+        raise ControlPlaneError(
+            f"not the primary controller of {args.grpc_addr}: another controller holds it. "
+            "If it is `hysync serve`, it runs the policy of every job it admitted (hysync serve "
+            "--policy); after an operator's mode set, hand the job back to it with `hysync "
+            "--serve ADDR policy resume JOB`; `policy run --dry-run` only reads") from None
+    with switch:
         controller = Controller(switch).attach()
         controller.job(args.job)  # fail now, in one line, if there is no such job
         policy = make_policy(args.policy)
@@ -313,7 +329,7 @@ def cmd_policy_run(args: argparse.Namespace, out: _Out) -> None:
 
         def echo(record: dict[str, object]) -> None:
             error = f" (FAILED: {record['error']})" if record.get("error") else ""
-            out.emit(record, f"t={record['time']:.1f} job {args.job}: "
+            out.emit(record, f"{_clock(record)} job {args.job}: "
                              f"{_decision_text(record)}{error}")
 
         try:
@@ -332,6 +348,23 @@ def cmd_policy_run(args: argparse.Namespace, out: _Out) -> None:
               "dry_run": args.dry_run, "mode": mode, "active": sorted(policy.active)},
              f"policy {args.policy} on job {args.job}{dry}: {made} decisions; mode {mode}, "
              f"active {', '.join(map(str, sorted(policy.active)))}")
+
+
+def _clock(record: dict[str, object]) -> str:
+    """A decision's wall-clock time, local, to the tenth of a second (its `time` is the
+    monotonic clock's, which only orders decisions)."""
+    wall = record.get("wall")
+    if not isinstance(wall, int | float):
+        wall = PolicyRunner.wall_time(float(record["time"]))  # type: ignore[arg-type]
+    stamp = datetime.datetime.fromtimestamp(wall)
+    return f"{stamp:%H:%M:%S}.{stamp.microsecond // 100000}"
+
+
+def cmd_policy_resume(args: argparse.Namespace, out: _Out) -> None:
+    """Hand a job back to the straggler policy of the `hysync serve` that holds it: an
+    operator's `mode set` through serve holds the job's policy until then. Needs --serve."""
+    raise UsageError("policy resume hands a job back to the policy of `hysync serve`: give "
+                     "--serve ADDR (or HYSYNC_SERVE=ADDR)")
 
 
 def _decision_text(record: dict[str, object]) -> str:
@@ -385,7 +418,7 @@ def _with_policy(args: argparse.Namespace, data: dict[str, object],
     if args.policy_log is None:
         return data, text
     record = latest_decision(Path(args.policy_log), args.job)
-    line = (f"policy: {_decision_text(record)} (t={record.get('time')})" if record
+    line = (f"policy: {_decision_text(record)} (at {_clock(record)})" if record
             else f"policy: no decision for job {args.job} in {args.policy_log}")
     return dict(data, policy=record), f"{text}\n{line}"
 
@@ -540,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("worker", type=_worker, metavar="WORKER",
                        help="the member's worker id in the job (0..31)")
 
-    policies = group("policy", "run a straggler policy on a job")
+    policies = group("policy", "run a straggler policy on a job, or hand one back to serve's")
     p = command(policies, "run", cmd_policy_run)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
     p.add_argument("--policy", choices=POLICIES, default="adaptive",
@@ -552,6 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the decisions, change nothing on the switch")
     p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
+    p = command(policies, "resume", cmd_policy_resume)
+    p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 
     p = command(groups, "stats", cmd_stats)
     p.add_argument("job", type=_job_id, metavar="JOB", nargs="?", help=JOB_HELP)

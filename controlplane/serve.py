@@ -6,12 +6,14 @@ it runs, so a second `serve` against the same switch is refused by the switch it
 Unix socket) for one JSON request per line (controlplane/serve_client.py):
 
 * `admit`: a training script's job (and its model-averaging job); members are
-  inventory hosts; job ids and slots come from the pool, disjoint from live jobs';
+  inventory hosts; job ids and slots come from the pool, disjoint from live jobs', each
+  after the last one given (wrapping), so an id names one job in logs for a long while;
 * `claim`: take over the lease of jobs after a reconnect (a restarted serve);
 * `leave`: a worker finished training (it is excluded, the policy stops);
 * `release`: remove the jobs this connection admitted;
 * `mode_set`, `exclude`, `readmit`, `job_add`, `job_remove`: the CLI's writes, routed
   here (`hysync --serve ADDR ...`);
+* `policy_resume`: hand a job the operator set a mode of back to its policy;
 * `status`: the jobs, their owners and policies;
 * `hello`: present a credential, and ask to act as the operator (controlplane/serve_auth.py).
 
@@ -22,8 +24,10 @@ to the operator; every request that changes a job checks that its sender is one 
 
 The connection that admitted a job is its lease: when it closes without `release`
 (the script crashed), the job is removed and its slots return to the pool. A mode set
-by the operator while a job's policy runs is applied and logged as an override; the
-policy adopts it and holds it for its minimum dwell before deciding again.
+by the operator while a job's policy runs is applied and logged as an override, and the
+policy is held: it decides nothing for the job until the operator hands it back
+(`policy_resume`, `hysync --serve ADDR policy resume JOB`); it then adopts the job as it
+finds it and keeps that for its minimum dwell before deciding again.
 
 A restarted serve reads the switch's tables back (`Controller.attach`): the jobs it
 finds on the inventory's hosts are kept for `claim_grace` seconds for their scripts
@@ -99,6 +103,7 @@ class Lease:
     deadline: float = 0.0  # unclaimed adopted jobs are removed then
     policy: PolicyRunner | None = None
     left: set[int] = field(default_factory=set)  # workers that finished training
+    held: bool = False  # an operator set the mode: the policy waits for policy_resume
     # The SHA-256 of the key shown to the admitting connection only (the script's other
     # ranks present the key); None: an adopted job whose key serve did not keep.
     key_digest: str | None = None
@@ -160,6 +165,7 @@ class Server:
                                                 key_digest=self.keys.get(job.job_id, job.slots))
             self.keys.drop([j for j in self.keys.keys if j not in self.leases])
             self._cursor = max((j.slots[1] + 1 for j in adopted), default=inv.pool.slot_base)
+            self._id_cursor = max((j.job_id + 1 for j in adopted), default=1)
             if adopted:
                 self._event("adoption", f"adopted jobs {', '.join(str(j.job_id) for j in adopted)}"
                             f" from the switch; their owners have {claim_grace:g} s to claim them",
@@ -190,8 +196,11 @@ class Server:
             raise ServeError(f"cannot listen on {self.inv.serve}: {err.strerror or err}; pick "
                              f"another serve.listen in {self.inv.path}") from None
         listener = self._listener
-        for target in (listener.serve_forever, self._tick):
-            t = threading.Thread(target=target, daemon=True, name=f"serve-{target.__name__}")
+        # shutdown() waits for serve_forever's next poll: a short one lets Ctrl-C end serve
+        # within a second.
+        accept = lambda: listener.serve_forever(poll_interval=0.1)
+        for target, name in ((accept, "accept"), (self._tick, "tick")):
+            t = threading.Thread(target=target, daemon=True, name=f"serve-{name}")
             t.start()
             self._threads.append(t)
         return self
@@ -207,6 +216,10 @@ class Server:
         if self._listener is not None:
             self._listener.shutdown()
             self._listener.server_close()
+            where = self._listener.server_address
+            if isinstance(where, str):  # a Unix socket's file outlives its listener
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(where)
         for t in self._threads:
             t.join(timeout=5)
         with self.lock:
@@ -229,7 +242,7 @@ class Server:
                 for job_id, lease in list(self.leases.items()):
                     if lease.owner is None and now >= lease.deadline:
                         self._remove([job_id], "nobody claimed it after the restart")
-                    elif lease.policy is not None:
+                    elif lease.policy is not None and not lease.held:
                         try:
                             lease.policy.step()
                         except ControlPlaneError as err:
@@ -366,7 +379,8 @@ class Server:
                      "unclaimed" if lease and lease.owner is None else
                      f"connection {lease.owner}" if lease else "not this serve's")
             jobs.append(dict(job.to_dict(), owner=owner,
-                             policy=bool(lease and lease.policy is not None)))
+                             policy=bool(lease and lease.policy is not None),
+                             held=bool(lease and lease.held)))
         return {"jobs": jobs, "grpc_addr": self.inv.switch.grpc_addr}
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -400,6 +414,7 @@ class Server:
                 self.controller.remove_job(job.job_id)
             raise
         self._cursor = base + need
+        self._id_cursor = ids[-1] + 1
         policy = request["policy"] or self.policy_name
         key = secrets.token_hex(16)
         for job in jobs:
@@ -484,20 +499,40 @@ class Server:
         report = self.controller.set_mode(job_id, slots=(slots[0], slots[1]),
                                           mode=mode, quorum=request["quorum"])
         if lease is not None and lease.policy is not None:
-            runner = lease.policy
-            runner.step()  # the policy sees the change now, adopts it, restarts its dwell
-            runner.note({"time": time.monotonic(), "action": "override", "job_id": job_id,
-                           "mode": mode.name.lower(), "quorum": report.quorum,
-                           "slots": list(report.slots), "wall": time.time()})
+            # The operator's mode stays until the operator says otherwise: a policy that
+            # adopted it would still decide again after its dwell and undo it.
+            lease.held = True
+            lease.policy.note({"time": time.monotonic(), "action": "override", "job_id": job_id,
+                               "mode": mode.name.lower(), "quorum": report.quorum,
+                               "slots": list(report.slots), "held": True, "wall": time.time()})
         if report.strategy != "unchanged":
             self._event("mode_swap", f"job {job_id} slots {report.slots[0]}-{report.slots[1]}: "
                         f"operator set {mode.name.lower()} (quorum {report.quorum})" +
-                        ("; the policy adopts it" if lease and lease.policy else ""),
+                        (f"; its policy holds until `hysync policy resume {job_id}`"
+                         if lease and lease.policy else ""),
                         job=job_id, by="operator", mode=mode.name.lower(),
                         quorum=report.quorum, slots=list(report.slots))
         return {"job_id": job_id, "slots": list(report.slots), "mode": mode.name.lower(),
                 "quorum": report.quorum, "strategy": report.strategy,
                 "deleted_entries": report.deleted, "override": bool(lease and lease.policy)}
+
+    def op_policy_resume(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        job_id = request["job"]
+        lease = self._owner(conn, job_id, "resume the policy of", request["key"])
+        if lease is None or lease.policy is None:
+            raise ServeError(f"job {job_id} has no policy under this serve (a job admitted "
+                             "with policy none, an operator's job, or one whose members "
+                             "finished)")
+        if not lease.held:
+            raise ServeError(f"job {job_id}'s policy is not held: it runs (an operator's "
+                             "mode set holds it)")
+        lease.held = False
+        lease.policy.note({"time": time.monotonic(), "action": "resume", "job_id": job_id,
+                           "wall": time.time()})
+        lease.policy.step()  # it sees the job as the operator left it now, and adopts it
+        self._event("policy_resumed", f"job {job_id}: the operator handed the job back to "
+                    "its policy", job=job_id, by="operator")
+        return {"job_id": job_id}
 
     def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         self._owner(conn, request["job"], "exclude a member of", request["key"])
@@ -590,8 +625,12 @@ class Server:
                          "lower pool.job_slots in the inventory")
 
     def _free_ids(self, n: int) -> list[int]:
+        """`n` ids no job on the switch has, from the one after the last given (wrapping
+        past 255 to 1): a finished job's id is not handed out again at once."""
         taken = set(self.controller.jobs)
-        free = [j for j in range(1, wire.MAX_JOBS) if j not in taken][:n]
+        start = self._id_cursor if 1 <= self._id_cursor < wire.MAX_JOBS else 1
+        order = [*range(start, wire.MAX_JOBS), *range(1, start)]
+        free = [j for j in order if j not in taken][:n]
         if len(free) < n:
             raise ServeError("every job id 1..255 is in use on the switch")
         return free

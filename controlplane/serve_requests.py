@@ -234,6 +234,7 @@ OPS: dict[str, dict[str, tuple[Check, bool]]] = {
                  "slots": (optional(items(SLOT, least=2, most=2, what="slots [first, last]")),
                            False),
                  "quorum": (optional(QUORUM), False), "key": (optional(text()), False)},
+    "policy_resume": {"job": (JOB, True), "key": (optional(text()), False)},
     "exclude": {"job": (JOB, True), "worker": (WORKER, True), "key": (optional(text()), False)},
     "readmit": {"job": (JOB, True), "worker": (WORKER, True), "key": (optional(text()), False)},
     "job_add": {"job": (table, True), "replace": (optional(boolean), False)},

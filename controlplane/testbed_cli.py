@@ -3,9 +3,10 @@ routed through a running serve (`hysync --serve ADDR mode set ...`).
 
 While `hysync serve` holds the switch it is the only primary: a CLI process that
 arbitrated itself would be refused (election ids only go up). With `--serve ADDR` (or
-HYSYNC_SERVE in the environment) `job add/remove`, `mode set` and `member
-exclude/readmit` are requests to the serve instead; reads need no routing (they open
-no arbitration stream).
+HYSYNC_SERVE in the environment) `job add/remove`, `mode set`, `member
+exclude/readmit` and `policy resume` are requests to the serve instead; reads need no
+routing (they open no arbitration stream). `policy run` is serve's own work: through a
+serve it runs only as a dry run, and otherwise says what to run instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import Any
 
 from hysync import logs
 from hysync.controlplane import deploy, probe
-from hysync.controlplane.cli import UsageError, _Out, _seconds, emit_latch, wait_for_latch
+from hysync.controlplane.cli import (
+    UsageError,
+    _Out,
+    _seconds,
+    cmd_policy_run,
+    emit_latch,
+    wait_for_latch,
+)
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.inventory import Inventory
@@ -199,9 +207,27 @@ def routed_mode_set(args: argparse.Namespace, out: _Out) -> None:
                     arbitrate=False) as switch:
             latched, pending = wait_for_latch(Controller(switch).attach(), args, mode)
     lo, hi = r["slots"]
-    note = "; an override of the job's policy" if r["override"] else ""
+    note = (f"; an override: the job's policy holds until `hysync --serve {args.serve} policy "
+            f"resume {args.job}`" if r["override"] else "")
     emit_latch(out, r, f"job {args.job} slots {lo}-{hi}: {format_mode(mode, r['quorum'])} "
                        f"({r['strategy']}) via {args.serve}{note}", args, latched, pending)
+
+
+def routed_policy_resume(args: argparse.Namespace, out: _Out) -> None:
+    _request(args, {"op": "policy_resume", "job": args.job})
+    out.emit({"job_id": args.job, "resumed": True},
+             f"job {args.job}: handed back to its policy (via {args.serve})")
+
+
+def routed_policy_run(args: argparse.Namespace, out: _Out) -> None:
+    """serve runs the policy of the jobs it admits: a second policy writing the same job
+    would fight it. A dry run only reads, from the switch serve names."""
+    if not args.dry_run:
+        raise UsageError(f"`hysync serve` at {args.serve} runs the policy of every job it "
+                         "admitted; to hand a job back to it after a mode set: hysync --serve "
+                         f"{args.serve} policy resume JOB (policy run --dry-run only reads)")
+    args.grpc_addr = _request(args, {"op": "status"})["grpc_addr"]
+    cmd_policy_run(args, out)
 
 
 def _routed_member(op: str, what: str) -> Handler:
@@ -215,7 +241,8 @@ def _routed_member(op: str, what: str) -> Handler:
 def routes() -> dict[str, Handler]:
     """Handler name in hysync.controlplane.cli -> its version through a serve."""
     return {"cmd_job_add": routed_job_add, "cmd_job_remove": routed_job_remove,
-            "cmd_mode_set": routed_mode_set,
+            "cmd_mode_set": routed_mode_set, "cmd_policy_resume": routed_policy_resume,
+            "cmd_policy_run": routed_policy_run,
             "cmd_member_exclude": _routed_member("exclude", "excluded"),
             "cmd_member_readmit": _routed_member("readmit", "readmitted")}
 

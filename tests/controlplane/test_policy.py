@@ -13,6 +13,7 @@ softswitch with real UDP senders, and one runs the `hysync policy` command.
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import io
 import json
@@ -840,13 +841,15 @@ def test_policy_run_dry_run_and_stats_show_the_latest_decision(
     assert json.loads(log_file.read_text().splitlines()[0])["action"] == "start"
     code, out, _ = hysync("stats", "1", "--policy-log", str(log_file))
     assert code == 0 and "policy: started (dry run), sync" in out
-    # A decision appended by a run shows up in stats, text and JSON.
+    # A decision appended by a run shows up in stats, text and JSON, at its wall-clock time
+    # (its `time`, 12.5, is the monotonic clock's: seconds since boot).
+    wall = datetime.datetime(2026, 3, 1, 14, 5, 9, 250000).timestamp()
     record = dict(Decision(12.5, SET_MODE, "partial", 3, None, "worker 3 slow (2.00x)").to_dict(),
-                  job_id=1, applied=True, error=None, dry_run=False, wall=0.0)
+                  job_id=1, applied=True, error=None, dry_run=False, wall=wall)
     with log_file.open("a") as f:
         f.write(json.dumps(record) + "\n")
     code, out, _ = hysync("stats", "1", "--policy-log", str(log_file))
-    assert "policy: mode partial(3): worker 3 slow (2.00x)" in out
+    assert "policy: mode partial(3): worker 3 slow (2.00x) (at 14:05:09.2)" in out
     code, out, _ = hysync("--json", "stats", "1", "--policy-log", str(log_file))
     assert json.loads(out)["policy"]["quorum"] == 3
     code, out, err = hysync("stats", "1", "--policy-log", str(tmp_path / "missing"))

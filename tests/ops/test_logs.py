@@ -61,6 +61,7 @@ def test_serve_logs_its_events_as_json_lines(deployed: Inventory) -> None:
             client.request({"op": "mode_set", "job": job, "mode": "async"})
             client.request({"op": "exclude", "job": job, "worker": 2})
             client.request({"op": "readmit", "job": job, "worker": 2})
+            client.request({"op": "policy_resume", "job": job})  # the policy finds async
             client.request({"op": "release"})
     finally:
         proc.terminate()
@@ -72,7 +73,7 @@ def test_serve_logs_its_events_as_json_lines(deployed: Inventory) -> None:
     events = {(line["component"], line["event"]) for line in lines}
     assert {("serve", "admission"), ("serve", "mode_swap"), ("serve", "exclusion"),
             ("serve", "readmission"), ("serve", "job_removed"),
-            ("policy", "policy_resync")} <= events, events
+            ("serve", "policy_resumed"), ("policy", "policy_resync")} <= events, events
     swap = next(line for line in lines if line["event"] == "mode_swap")
     assert swap["job"] == job and swap["fields"]["mode"] == "async"
     assert swap["fields"]["by"] == "operator"

@@ -83,8 +83,12 @@ def test_serve_metrics_follow_a_running_job_and_show_a_swap(
         wait_until(lambda: value(scrape(endpoint.address), "hysync_job_rounds_closed_total",
                                  job=str(job_id)) > value(after, "hysync_job_rounds_closed_total",
                                                           job=str(job_id)) + 10)
+        # The operator's mode holds until the operator hands the job back to the policy.
         # Every member is healthy: once its dwell is over the policy swaps back to sync, and
         # its decision shows with its reason.
+        assert scrape(endpoint.address).get(("hysync_job_mode_swaps_total", frozenset(
+            {("job", str(job_id)), ("by", "policy")})), 0) == 0
+        client.request({"op": "policy_resume", "job": job_id})
         policy_swaps = ("hysync_job_mode_swaps_total", frozenset({("job", str(job_id)),
                                                                   ("by", "policy")}))
         wait_until(lambda: scrape(endpoint.address).get(policy_swaps, 0) >= 1)

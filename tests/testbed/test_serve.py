@@ -89,6 +89,7 @@ def test_jobs_get_disjoint_slots_and_live_as_long_as_their_connection(
     wait_for(lambda: set(installed(deployed)) == {3})
     rc = a.__class__(server.address).request({"op": "admit", "members": members(1)})
     assert rc["jobs"][0]["slot_base"] == 72  # freed slots rest before they are reused
+    assert rc["jobs"][0]["job_id"] == 4  # and so do ids: job 1 is not the next job too
     b.request({"op": "release"})
     with Switch(deployed.switch.grpc_addr, arbitrate=False) as sw:  # deploy's entries stay
         l2 = dict(map(forwarding.l2_of, read_table(sw, p4names.FORWARDING_L2)))
@@ -159,10 +160,36 @@ def test_a_restarted_serve_adopts_the_jobs_and_removes_the_unclaimed(
             ServeClient(second.address).request({"op": "claim", "jobs": [1]})
 
 
-def test_the_cli_writes_through_serve_and_a_mode_set_overrides_the_policy(
+def test_job_ids_go_on_after_the_last_given_and_wrap(deployed: Inventory,
+                                                     start: Start) -> None:
+    server = start(policy=None)
+    server._id_cursor = 254  # as after 253 jobs
+    with ServeClient(server.address) as client:
+        ids = [j["job_id"] for j in client.request(
+            {"op": "admit", "members": members(1, avg=True)})["jobs"]]
+        assert ids == [254, 255]
+        client.request({"op": "release"})
+        assert client.request({"op": "admit", "members": members(2)})["jobs"][0]["job_id"] == 1
+
+
+def test_a_unix_socket_is_gone_when_serve_stops(tmp_path: Path, softswitch: Softswitch,
+                                                deployed: Inventory) -> None:
+    where = tmp_path / "serve.sock"
+    data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1], f"unix:{where}",
+                              hosts=3)
+    inv = Inventory.load(write_inventory(tmp_path / "unix.toml", data))
+    server = Server(inv, policy=None, say=lambda _: None).start()
+    assert where.is_socket()
+    server.close()
+    assert not where.exists()  # a user's `ls` shows no stale socket; a restart needs none
+
+
+def test_the_cli_writes_through_serve_and_a_mode_set_holds_the_policy(
         deployed: Inventory, start: Start, tmp_path: Path) -> None:
     log = tmp_path / "policy.jsonl"
-    server = start(policy="adaptive", policy_interval=0.1, policy_log=log)
+    # policy_scale: a dwell of 0.2 s, so that a policy that was not held would decide
+    # again within the wait below
+    server = start(policy="adaptive", policy_interval=0.1, policy_log=log, policy_scale=0.1)
     client = ServeClient(server.address)
     client.request({"op": "admit", "members": members(1, 2, 3)})
     grpc = ["--grpc-addr", deployed.switch.grpc_addr]
@@ -171,13 +198,37 @@ def test_the_cli_writes_through_serve_and_a_mode_set_overrides_the_policy(
     code, out, err = hysync("--serve", server.address, "mode", "set", "1", "--slots", "0-31",
                             "partial", "--quorum", "2")
     assert (code, err) == (0, "")
-    assert out == (f"job 1 slots 0-31: partial(2) (modify) via {server.address}; an override "
-                   "of the job's policy\n")
+    assert out == (f"job 1 slots 0-31: partial(2) (modify) via {server.address}; an override: "
+                   f"the job's policy holds until `hysync --serve {server.address} policy "
+                   "resume 1`\n")
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert {"action": "override", "mode": "partial", "quorum": 2}.items() <= records[-1].items()
-    time.sleep(0.5)  # a few policy intervals: it keeps the operator's mode
+    assert {"action": "override", "mode": "partial", "quorum": 2,
+            "held": True}.items() <= records[-1].items()
+    time.sleep(1.5)  # many policy intervals, past the dwell: the operator's mode stays
     code, out, _ = hysync(*grpc, "mode", "show", "1")
     assert "slots 0-31: partial(2)" in out
+    assert json.loads(log.read_text().splitlines()[-1])["action"] == "override"
+    [job] = server.handle(0, {"op": "status"})["jobs"]
+    assert (job["policy"], job["held"]) == (True, True)
+    # policy run is serve's work while serve holds the switch: one line says what to run
+    code, out, err = hysync("--serve", server.address, "policy", "run", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"hysync --serve {server.address} policy resume JOB" in err
+    code, out, err = hysync(*grpc, "policy", "run", "1")
+    assert code == 1 and err.count("\n") == 1 and "policy resume JOB" in err
+    code, out, err = hysync("--serve", server.address, "policy", "run", "1", "--dry-run",
+                            "--interval", "0.1", "--duration", "0.3")  # only reads: it runs
+    assert (code, err) == (0, "") and "policy adaptive on job 1 (dry run)" in out
+    code, out, err = hysync("policy", "resume", "1")
+    assert code == 2 and "give --serve ADDR" in err
+    code, out, err = hysync("--serve", server.address, "policy", "resume", "1")
+    assert (code, err) == (0, "")
+    assert out == f"job 1: handed back to its policy (via {server.address})\n"
+    actions = [json.loads(line)["action"] for line in log.read_text().splitlines()]
+    assert "resume" in actions[actions.index("override"):]
+    assert not server.handle(0, {"op": "status"})["jobs"][0]["held"]
+    code, out, err = hysync("--serve", server.address, "policy", "resume", "1")
+    assert code == 1 and "not held" in err
     code, out, _ = hysync("--serve", server.address, "member", "exclude", "1", "2")
     assert code == 0 and "worker 2 excluded; 2 active members" in out
     code, out, err = hysync("--serve", server.address, "job", "remove", "9")
