@@ -181,11 +181,14 @@ class Transport:
         stats = self._stats(key=key, elements=out.size, chunks=max(1, -(-out.size // wire.LANES)),
                             elapsed_s=time.monotonic() - start)
         self._log_events(stats)
-        if stats.quant.clipped or stats.quant.nonfinite:
+        if stats.quant.clipped:
+            # Sent as overflow (non-finite on every member, as fp16's): a loss scaler backs
+            # off; a job without one must lower the scale.
             q = stats.quant
-            log.warning("key %r: %d of %d elements clipped to the int32 bound, %d not finite "
-                        "(max error %.3g): lower the quantizer scale", key, q.clipped,
-                        q.elements, q.nonfinite, q.max_abs_error)
+            limit = self.quantizer.bound / self.quantizer.scale
+            log.warning("key %r: %d of %d elements beyond the quantizer's range (+-%.4g) were "
+                        "sent as overflow: every member gets them as NaN; lower the quantizer "
+                        "scale if no loss scaler backs off", key, q.clipped, q.elements, limit)
         if not done:
             if self._engine.reset_why:
                 cfg = self.config

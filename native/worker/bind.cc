@@ -139,6 +139,14 @@ void bind(nb::module_& m) {
   m.def("quantize", &quantize, "values"_a, "fixed"_a, "error"_a, "scale"_a, "members"_a,
         "float32 values -> fixed (integers in float32) and error, in place; returns "
         "(clipped, nonfinite, max_abs_error).");
+  m.def("quantizer_limits", [](int members) {
+          if (members < 1 || members > 32)
+            throw std::invalid_argument("quantizer_limits: members must be 1..32");
+          const hysync::worker::Quantizer q(1.0, members);
+          return std::make_tuple(q.sentinel(), q.bound());
+        }, "members"_a,
+        "(sentinel, bound) of the quantizer for `members` contributors: what a non-finite or "
+        "out-of-range element is sent as, and the largest magnitude sent as itself.");
   nb::class_<Engine>(m, "Engine")
       .def("__init__", &make_engine, "fd"_a, "job_id"_a, "worker_id"_a, "switch_ip"_a,
            "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,

@@ -216,6 +216,7 @@ class Engine {
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void apply(const uint8_t* d);
   double divisor(uint8_t mode, uint8_t count) const;
+  double lane_share(int32_t sum, double share) const;
   void add(uint32_t chunk, const double* avg);
   float* acc_row(uint32_t chunk);
   // sending
@@ -245,10 +246,13 @@ class Engine {
   void rtt_sample(uint32_t i, const Flight& f, double now);
   double silence_timeout(double now);
   // outcomes (RULE B)
-  void done(uint32_t i, bool included, double now, bool send_next_chunk = true);
+  // `round`: the RESULT of the very round a carried flight missed (same slot, round and
+  // chunk), whose lanes absorb the flight's sentinels where its sum is non-finite already.
+  void done(uint32_t i, bool included, double now, bool send_next_chunk = true,
+            const uint8_t* round = nullptr);
   std::unique_ptr<Flight> new_flight();
   void end_flight(uint32_t i);
-  void settle(int64_t local, Outcome outcome, const Flight* f);
+  void settle(int64_t local, Outcome outcome, const Flight* f, const uint8_t* round = nullptr);
   void chunk_value(int64_t local, float* value);
   void open_output(int64_t local);
   void prepare_chunk(int64_t local, int32_t* fixed, float* err);

@@ -348,8 +348,7 @@ void Engine::park(uint32_t i) {
   ++stats_.parked;
   if (f.kind == Kind::OWN && call_ && f.key == call_->key &&
       call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
-    const float s = quantizer_.scale_f32();
-    for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = float(f.lane(j)) / s;
+    for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = quantizer_.own_value(f.lane(j));
     f.has_amount = true;
     settle(f.local, Outcome::INCLUDED, &f);
     --call_->remaining;
@@ -459,7 +458,8 @@ void Engine::end_flight(uint32_t i) {
 }
 
 // The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
-void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
+void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
+                  const uint8_t* round) {
   Flight& f = *flight_[i];
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
@@ -469,7 +469,7 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk) {
   } else if (f.kind == Kind::OWN) {
     if (call_ && call_->key == f.key &&
         call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
-      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f);
+      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f, round);
       --call_->remaining;
     }
   } else if (f.kind == Kind::RESIDUAL) {

@@ -13,13 +13,22 @@ void QuantStats::merge(const QuantStats& o) {
   max_abs_error = std::max(max_abs_error, o.max_abs_error);
 }
 
+namespace {
+// The largest float32 not above `x`: a value in float32 must never round up past its int32 limit.
+float floor_f32(int64_t x) {
+  float f = float(x);
+  if (int64_t(f) > x) f = std::nextafter(f, 0.0f);
+  return f;
+}
+}  // namespace
+
 Quantizer::Quantizer(double scale, int members)
-    : scale_(scale), scale_f32_(float(scale)) {
-  const int64_t bound = std::numeric_limits<int32_t>::max() / members;
-  float b = float(bound);
-  // Clipping in float32 must never round up past the bound, or the int32 sum could wrap.
-  if (int64_t(b) > bound) b = std::nextafter(b, 0.0f);
-  bound_f32_ = b;
+    : scale_(scale), scale_f32_(float(scale)), nan_(std::numeric_limits<float>::quiet_NaN()) {
+  sentinel_f32_ = floor_f32(std::numeric_limits<int32_t>::max() / members);
+  sentinel_ = int32_t(sentinel_f32_);
+  bound_f32_ = floor_f32((int64_t(sentinel_) - 1) / (2 * int64_t(members) - 1));
+  bound_ = int32_t(bound_f32_);
+  max_sum_ = int32_t(int64_t(members) * bound_);
 }
 
 // Blocks of 256: a first loop without branches checks the range (the compiler vectorizes it),
@@ -54,20 +63,16 @@ void Quantizer::quantize(const float* values, float* fixed, float* error, std::s
       continue;
     }
     for (std::size_t i = 0; i < m; ++i) {
-      float x = f[i];
-      if (!(x >= -b && x <= b)) {  // NaN or beyond the bound (an overflow is an infinity)
-        if (!std::isfinite(v[i])) ++stats.nonfinite;
-        if (std::isnan(x)) {
-          x = 0.0f;
-        } else {
-          ++stats.clipped;
-          x = x > 0 ? b : -b;
-        }
+      const float x = f[i];
+      if (x >= -b && x <= b) {
+        f[i] = std::nearbyint(x);
+        e[i] = v[i] - f[i] / s;
+        max_err = std::max(max_err, std::fabs(e[i]));
+      } else {  // NaN, an infinity, or beyond the bound (x * scale may overflow to one)
+        ++(std::isfinite(v[i]) ? stats.clipped : stats.nonfinite);
+        f[i] = sentinel_f32_;
+        e[i] = 0.0f;  // spent: the sentinel carries it, once
       }
-      x = std::nearbyint(x);
-      f[i] = x;
-      e[i] = std::isfinite(v[i]) ? v[i] - x / s : 0.0f;
-      max_err = std::max(max_err, std::fabs(e[i]));
     }
   }
   stats.elements += n;

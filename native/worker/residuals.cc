@@ -116,14 +116,25 @@ void Engine::carry_unsent(int64_t local) {
 // error (included); carried, it gets back the quantized amount too (staleness-weighted). An
 // unprepared carried chunk is settled at the end of the call (it may still be sent, see
 // follow_mode), or now by take_residual.
-void Engine::settle(int64_t local, Outcome outcome, const Flight* f) {
+// A sentinel lane (the element was not finite, or beyond the range) comes back as NaN: the
+// next contribution sends the sentinel again, and once a round counts it its error, 0, is
+// the residual: carried until counted, never for ever. Unless `round`, the result of the
+// round that closed without this flight, is non-finite in that lane already: that sum is
+// what it would have been with mine (NaN absorbs), every member applies it, so mine is
+// delivered there and is not carried into a later round (which would make a second step
+// non-finite for every member, where gloo has one).
+void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8_t* round) {
   Call& c = *call_;
   c.outcome[std::size_t(local)] = outcome;
   if (outcome != Outcome::CARRIED || !c.prepared[std::size_t(local)] || f == nullptr) return;
   float* res = &key(c.key).residual[std::size_t(local) * LANES];
-  const float s = quantizer_.scale_f32(), d = cfg_.staleness_decay;
+  const float d = cfg_.staleness_decay;
   for (std::size_t j = 0; j < LANES; ++j) {
-    const float q = float(f->lane(j)) / s;
+    const int32_t lane = f->lane(j);
+    if (lane == quantizer_.sentinel() && round != nullptr &&
+        quantizer_.overflowed(int32_t(load_be32(round + H + 4 * j))))
+      continue;  // absorbed by the round's non-finite sum; its error, 0, stays
+    const float q = quantizer_.own_value(lane);
     res[j] += d == 1.0f ? q : (q + f->err[j]) * d - f->err[j];
   }
 }

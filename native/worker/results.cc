@@ -3,6 +3,7 @@
 // replica, results applied to the keys' output, rounds tracked (RULE A) and the install tag.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,7 @@ void Engine::apply_own(uint32_t i) {
   const Flight& f = *flight_[i];
   const double share = divisor(uint8_t(wire::Mode::ASYNC), 1);
   double lanes[LANES];
-  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = double(f.lane(j)) / share;
+  for (std::size_t j = 0; j < LANES; ++j) lanes[j] = lane_share(f.lane(j), share);
   add(f.chunk, lanes);
   auto& acked = acked_[i];
   if (acked.size() == ACK_MEMORY) acked.pop_front();
@@ -103,8 +104,16 @@ void Engine::apply(const uint8_t* d) {
   const double share = divisor(d[wire::OFF_MODE], d[wire::OFF_COUNT]);
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
-    avg[j] = double(int32_t(load_be32(d + H + 4 * j))) / share;
+    avg[j] = lane_share(int32_t(load_be32(d + H + 4 * j)), share);
   add(load_be32(d + wire::OFF_CHUNK), avg);
+}
+
+// A lane of a result (a sum of contributions) as its share of the output, in fixed point:
+// NaN if a contribution in it was the overflow sentinel (a NaN, an infinity or a value
+// beyond the quantizer's range), so every replica that applies the round sees it non-finite.
+double Engine::lane_share(int32_t sum, double share) const {
+  return quantizer_.overflowed(sum) ? std::numeric_limits<double>::quiet_NaN()
+                                    : double(sum) / share;
 }
 
 // ------------------------------------------------------------------ rounds (RULE A)
@@ -264,7 +273,9 @@ void Engine::on_full(const uint8_t* d, double now) {
     // round number as long as it is the slot's last (docs/protocol.md, swap storms).
     if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id &&
         answers_latest(i, h.flags)) {
-      done(i, false, now);  // carried as residual (whatever chunk or mode it had)
+      // Carried as residual (whatever chunk or mode it had); a sentinel of mine that the
+      // round's own sum holds non-finite already is absorbed there (round() of done()).
+      done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
     } else if (h.mode != ASYNC) {
       f->closed = true;
       f->closed_chunk = h.chunk;
