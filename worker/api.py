@@ -115,6 +115,12 @@ class HySyncWorker:
         when no earlier call is queued, and the future comes back completed: the hand-off
         to the worker's thread and the wake-up back cost 0.4 ms on idle cores and over
         1 ms on busy ones, on a straggler's critical path (docs/performance.md)."""
+        if not isinstance(tensor, torch.Tensor):
+            kind = type(tensor)
+            name = kind.__qualname__ if kind.__module__ == "builtins" else \
+                f"{kind.__module__}.{kind.__qualname__}"
+            raise TypeError(f"HySyncWorker.allreduce takes a torch.Tensor (CPU or CUDA), got "
+                            f"{name}: convert it first, e.g. torch.as_tensor(x)")
         if in_place and (tensor.dtype != torch.float32 or not tensor.is_contiguous()
                          or tensor.device.type not in ("cpu", "cuda")):
             raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU or "

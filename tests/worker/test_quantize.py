@@ -1,5 +1,6 @@
-"""FixedPointQuantizer: round trip within half a quantization step, clipping that keeps
-the sum of every member's payload inside int32, and honest statistics."""
+"""FixedPointQuantizer: round trip within half a quantization step; a non-finite or
+out-of-range element sent as the overflow sentinel, which no sum of up to `members`
+payloads loses or wraps; honest statistics."""
 
 from __future__ import annotations
 
@@ -39,24 +40,47 @@ def test_round_trip_error_is_at_most_half_a_step_unless_clipped(scale, n, x):
 def test_the_sum_of_every_members_payload_never_wraps(scale, n, x):
     q = FixedPointQuantizer(scale, n)
     payload, stats = q.quantize(x)
-    assert q.bound * n <= INT32_MAX
-    assert np.all(np.abs(payload.astype(np.int64)) <= q.bound)
-    worst = np.abs(payload.astype(np.int64)) * n  # every member sends this payload
+    assert q.sentinel * n <= INT32_MAX
+    sent = payload.astype(np.int64)
+    assert np.all((np.abs(sent) <= q.bound) | (sent == q.sentinel))
+    worst = np.abs(sent) * n  # every member sends this payload
     assert np.all(worst <= INT32_MAX)
     assert stats.nonfinite == int(np.count_nonzero(~np.isfinite(x)))
-    assert np.all(payload[np.isnan(x)] == 0)
+    assert np.all(payload[~np.isfinite(x)] == q.sentinel)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=members, data=st.data())
+def test_any_sum_holding_a_sentinel_decodes_as_nan_and_no_other_does(n, data):
+    """Up to `members` payloads, any of them sentinels, the rest anywhere in +-bound: the
+    sum (wrapping int32, as the switch adds) is NaN exactly when a sentinel is in it."""
+    q = FixedPointQuantizer(2.0**20, n)
+    count = data.draw(st.integers(1, n))
+    sentinels = data.draw(st.integers(0, count))
+    rest = data.draw(st.lists(st.sampled_from([-q.bound, q.bound, 0, -1, 1]) |
+                              st.integers(-q.bound, q.bound),
+                              min_size=count - sentinels, max_size=count - sentinels))
+    total = sentinels * q.sentinel + sum(rest)
+    wrapped = (total + 2**31) % 2**32 - 2**31
+    assert wrapped == total  # no wrap: the switch's int32 sum is the true sum
+    back = q.dequantize(np.array([wrapped], np.int32))[0]
+    assert np.isnan(back) == (sentinels > 0)
 
 
 @given(scale=scales, n=members)
-def test_clipping_is_counted_and_reported_as_error(scale, n):
+def test_a_value_beyond_the_range_is_overflow_not_a_pin_at_the_bound(scale, n):
+    """Beyond +-bound an element is sent as the sentinel, with error 0: it reaches the job
+    once, as overflow (NaN on every member), and nothing of it stays in the residual to
+    be sent again (a finite 1e30 once pinned its output at the bound for every call)."""
     q = FixedPointQuantizer(scale, n)
     limit = q.bound / scale
-    x = np.array([0.0, limit * 4, -limit * 4, limit * 0.25], dtype=np.float32)
-    payload, stats = q.quantize(x)
-    assert stats.clipped == 2
-    assert payload[1] == q.clip_limit and payload[2] == -q.clip_limit
-    assert 0 <= q.bound - q.clip_limit <= 128
-    assert stats.max_abs_error >= limit * 3 * 0.99
+    x = np.array([0.0, limit * 4, -limit * 4, limit * 0.25, 1e30], dtype=np.float32)
+    fixed, error, stats = q.quantize_with_error(x)
+    assert stats.clipped == 3 and stats.nonfinite == 0
+    assert list(fixed[[1, 2, 4]]) == [q.sentinel] * 3
+    assert list(error[[1, 2, 4]]) == [0.0] * 3
+    assert np.isnan(q.dequantize(fixed.astype(np.int32))[[1, 2, 4]]).all()
+    assert np.isfinite(q.dequantize(fixed.astype(np.int32))[[0, 3]]).all()
 
 
 def test_quantize_with_error_gives_the_residual_of_error_feedback():
@@ -85,14 +109,15 @@ def test_bad_parameters_are_refused_with_a_reason(scale, n):
 
 
 def numpy_reference(q: FixedPointQuantizer, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rule in numpy: x * scale in float32, NaN -> 0, clipped to +-clip_limit, rounded
-    half to even; the error is x - fixed / scale (0 where x is not finite)."""
+    """The rule in numpy: x * scale in float32, rounded half to even where it is within
+    +-bound; the sentinel where it is not (NaN, an infinity, beyond the bound). The error
+    is x - fixed / scale, 0 for a sentinel."""
     with np.errstate(over="ignore", invalid="ignore"):
         fixed = np.multiply(x, np.float32(q.scale), dtype=np.float32)
-        fixed[np.isnan(fixed)] = 0.0
-        fixed = np.rint(np.clip(fixed, -np.float32(q.clip_limit), np.float32(q.clip_limit)))
+        inside = np.abs(fixed) <= np.float32(q.bound)  # False for NaN
+        fixed = np.where(inside, np.rint(fixed), np.float32(q.sentinel)).astype(np.float32)
         error = np.subtract(x, fixed / np.float32(q.scale), dtype=np.float32)
-    error[~np.isfinite(x)] = 0.0
+    error[~inside] = 0.0
     return fixed, error
 
 
