@@ -51,7 +51,8 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
                     uint32_t slot_count, int members, double scale, double rto_initial,
                     double rto_min, double rto_max, double dead_after, double stall_after,
                     double missed_after, double join_after, float staleness_decay,
-                    uint64_t seed, bool test_only_ignore_echo, bool test_only_no_chase) {
+                    uint64_t seed, bool test_only_ignore_echo, bool test_only_no_chase,
+                    bool test_only_no_absorb, bool test_only_pin_overflow) {
   EngineConfig c;
   c.job_id = job_id;
   c.worker_id = worker_id;
@@ -74,6 +75,8 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.seed = seed;
   c.test_only_ignore_echo = test_only_ignore_echo;
   c.test_only_no_chase = test_only_no_chase;
+  c.test_only_no_absorb = test_only_no_absorb;
+  c.test_only_pin_overflow = test_only_pin_overflow;
   Engine* engine = new (self) Engine(c, fd);
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
     if (abandoning.load(std::memory_order_relaxed)) return true;  // no GIL: we may be exiting
@@ -152,7 +155,8 @@ void bind(nb::module_& m) {
            "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,
            "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
            "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a,
-           "test_only_ignore_echo"_a = false, "test_only_no_chase"_a = false)
+           "test_only_ignore_echo"_a = false, "test_only_no_chase"_a = false,
+           "test_only_no_absorb"_a = false, "test_only_pin_overflow"_a = false)
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })

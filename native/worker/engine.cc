@@ -26,7 +26,7 @@ double monotonic_now() {
 
 Engine::Engine(const EngineConfig& config, int fd)
     : cfg_(config),
-      quantizer_(config.scale, config.members),
+      quantizer_(config.scale, config.members, config.test_only_pin_overflow),
       fd_(fd),
       w_(config.slot_count),
       bit_(1u << config.worker_id),

@@ -46,6 +46,9 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): never send a displaced chunk again (send_chased),
   // the protocol before it.
   bool test_only_no_chase = false;
+  // Test only (tests/sim/test_races.py): a sentinel the missed round's sum holds non-finite is
+  // carried all the same (no absorption, settle()); the quantizer pins what overflows.
+  bool test_only_no_absorb = false, test_only_pin_overflow = false;
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -242,7 +245,7 @@ class Engine {
   void hurry(uint32_t i, double now);
   void follow_mode(uint32_t i, double now);
   void carry_queue(uint32_t i);
-  void restore(const Flight& f);
+  void restore(const Flight& f, const uint8_t* round = nullptr);
   void rtt_sample(uint32_t i, const Flight& f, double now);
   double silence_timeout(double now);
   // outcomes (RULE B)
@@ -258,7 +261,8 @@ class Engine {
   void prepare_chunk(int64_t local, int32_t* fixed, float* err);
   void carry_unsent(int64_t local);
   void take_residual(int key, int64_t local, float* amount);
-  void return_residual(const Flight& f, bool included);
+  void return_residual(const Flight& f, bool included, const uint8_t* round = nullptr);
+  bool absorbed(const Flight& f, const uint8_t* round, std::size_t j) const;
   void apply_own(uint32_t i);
   void finish();
   void close_chunk(int64_t local);

@@ -465,7 +465,7 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
   progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
-    if (!included) restore(f);
+    if (!included) restore(f, round);
   } else if (f.kind == Kind::OWN) {
     if (call_ && call_->key == f.key &&
         call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
@@ -473,7 +473,7 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
       --call_->remaining;
     }
   } else if (f.kind == Kind::RESIDUAL) {
-    return_residual(f, included);
+    return_residual(f, included, round);
   }
   end_flight(i);
   if (send_next_chunk) send_next(i, now);

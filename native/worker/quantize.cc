@@ -22,8 +22,9 @@ float floor_f32(int64_t x) {
 }
 }  // namespace
 
-Quantizer::Quantizer(double scale, int members)
-    : scale_(scale), scale_f32_(float(scale)), nan_(std::numeric_limits<float>::quiet_NaN()) {
+Quantizer::Quantizer(double scale, int members, bool test_only_pin_overflow)
+    : scale_(scale), scale_f32_(float(scale)), nan_(std::numeric_limits<float>::quiet_NaN()),
+      pin_overflow_(test_only_pin_overflow) {
   sentinel_f32_ = floor_f32(std::numeric_limits<int32_t>::max() / members);
   sentinel_ = int32_t(sentinel_f32_);
   bound_f32_ = floor_f32((int64_t(sentinel_) - 1) / (2 * int64_t(members) - 1));
@@ -68,6 +69,10 @@ void Quantizer::quantize(const float* values, float* fixed, float* error, std::s
         f[i] = std::nearbyint(x);
         e[i] = v[i] - f[i] / s;
         max_err = std::max(max_err, std::fabs(e[i]));
+      } else if (pin_overflow_) {
+        ++(std::isfinite(v[i]) ? stats.clipped : stats.nonfinite);
+        f[i] = std::isnan(x) ? 0.0f : x > 0 ? b : -b;
+        e[i] = std::isfinite(v[i]) ? v[i] - f[i] / s : 0.0f;
       } else {  // NaN, an infinity, or beyond the bound (x * scale may overflow to one)
         ++(std::isfinite(v[i]) ? stats.clipped : stats.nonfinite);
         f[i] = sentinel_f32_;

@@ -22,7 +22,9 @@ struct QuantStats {
 
 class Quantizer {
  public:
-  Quantizer(double scale, int members);
+  // test_only_pin_overflow: the rule before the sentinel (NaN sent as 0, anything beyond the
+  // bound pinned at +-bound, the rest kept as error), for tests/sim/test_races.py.
+  Quantizer(double scale, int members, bool test_only_pin_overflow = false);
   // values -> fixed (integers held in float32: within +-bound, or the sentinel) and
   // error = values - fixed/scale (0 for a sentinel: the element is spent as overflow).
   void quantize(const float* values, float* fixed, float* error, std::size_t n,
@@ -46,6 +48,7 @@ class Quantizer {
   double scale_;
   float scale_f32_, bound_f32_, sentinel_f32_, nan_;
   int32_t sentinel_, bound_, max_sum_;
+  bool pin_overflow_;
 };
 
 }  // namespace hysync::worker

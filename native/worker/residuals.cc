@@ -130,13 +130,17 @@ void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8
   float* res = &key(c.key).residual[std::size_t(local) * LANES];
   const float d = cfg_.staleness_decay;
   for (std::size_t j = 0; j < LANES; ++j) {
-    const int32_t lane = f->lane(j);
-    if (lane == quantizer_.sentinel() && round != nullptr &&
-        quantizer_.overflowed(int32_t(load_be32(round + H + 4 * j))))
-      continue;  // absorbed by the round's non-finite sum; its error, 0, stays
-    const float q = quantizer_.own_value(lane);
+    if (absorbed(*f, round, j)) continue;  // its error, 0, stays
+    const float q = quantizer_.own_value(f->lane(j));
     res[j] += d == 1.0f ? q : (q + f->err[j]) * d - f->err[j];
   }
+}
+
+// Lane j of flight f is a sentinel that `round` (the result of the round f missed, or null)
+// holds non-finite already: delivered there, not carried (settle()).
+bool Engine::absorbed(const Flight& f, const uint8_t* round, std::size_t j) const {
+  return round != nullptr && !cfg_.test_only_no_absorb && f.lane(j) == quantizer_.sentinel() &&
+         quantizer_.overflowed(int32_t(load_be32(round + H + 4 * j)));
 }
 
 // RULE B for the chunks whose fate was decided without a packet.
@@ -205,19 +209,22 @@ void Engine::take_residual(int k, int64_t local, float* amount) {
   std::fill(res, res + LANES, 0.0f);
 }
 
-// RULE B for a residual-only packet: its quantization error, or all of it.
-void Engine::return_residual(const Flight& f, bool included) {
+// RULE B for a residual-only packet: its quantization error, or all of it (a sentinel's
+// amount is NaN, unless the round it missed absorbed it: settle()).
+void Engine::return_residual(const Flight& f, bool included, const uint8_t* round) {
   if (f.key < 0 || !f.has_amount) return;
   float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
   const float* part = included ? f.err.data() : f.amount.data();
-  for (std::size_t j = 0; j < LANES; ++j) res[j] += part[j];
+  for (std::size_t j = 0; j < LANES; ++j)
+    if (included || !absorbed(f, round, j)) res[j] += part[j];
 }
 
-// A parked contribution was not counted after all: back into the residual.
-void Engine::restore(const Flight& f) {
+// A parked contribution was not counted after all: back into the residual (as above).
+void Engine::restore(const Flight& f, const uint8_t* round) {
   if (f.key < 0 || !f.has_amount) return;
   float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
-  for (std::size_t j = 0; j < LANES; ++j) res[j] += f.amount[j];
+  for (std::size_t j = 0; j < LANES; ++j)
+    if (!absorbed(f, round, j)) res[j] += f.amount[j];
   ++stats_.parked_missed;
 }
 

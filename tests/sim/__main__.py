@@ -73,7 +73,7 @@ class Sweep:
     """What a batch of runs added up to."""
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("runs", "packets", "swaps", "sim_seconds", "state_resets", "end_behind",
-         "straggler_aborts", "blind"), 0))
+         "straggler_aborts", "blind", "nonfinite_given", "nonfinite_rounds"), 0))
     by_kind: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, object]] = field(default_factory=list)
     cpu_seconds: float = 0.0
@@ -108,8 +108,9 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
                 out.by_kind[k] = out.by_kind.get(k, 0) + 1
             if rec is not None:
                 for k in ("packets", "swaps", "sim_seconds", "state_resets", "end_behind",
-                          "straggler_aborts", "blind"):
+                          "straggler_aborts", "blind", "nonfinite_rounds"):
                     out.totals[k] += getattr(rec, k)
+                out.totals["nonfinite_given"] += len(plan.nonfinite)
             if not found:
                 continue
             repro = (f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'"

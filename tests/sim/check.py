@@ -13,6 +13,14 @@ at its end:
 * nothing lost silently: a result a worker drops as a duplicate (of a round it applied, it
   believes) is one it applied, from the same switch state, or its replica is flagged for
   a resync; and a worker never told of a restart or a re-install balances its books.
+* non-finite values travel (docs/protocol.md §9, "Non-finite values"): a round's lane
+  decodes non-finite exactly when an overflow sentinel was counted into it (checked as it
+  closes); every element a worker's gradient held non-finite (or beyond the range) reached
+  the switch as a sentinel after it was given, or was absorbed by the non-finite sum of the
+  round it missed, or is still held (a NaN residual, a packet in flight) - and never more
+  often than it was given; no other element of the worker's ever did; and every result a
+  worker applied with a non-finite lane made that element of its output non-finite, in the
+  call it landed in, while no other element of an output was.
 * every chunk reaches a round: once faults stop and the job stays in sync, every chunk of a
   key a worker keeps calling gets a result, in its calls since or between them (a chunk
   displaced at every call would pile up in the residual for ever).
@@ -70,13 +78,15 @@ def check(rec: Record, sim: Sim) -> list[str]:
         # could tell it: docs/protocol.md §9).
         if not wk.dead and not failed and (rec.state_resets == 0 or
                                            not wk.engine.needs_resync):
-            broken = _exactly_once(rec, wk)
+            broken = _exactly_once(rec, wk) + _nonfinite_books(rec, sim, wk)
             if broken and rec.state_resets and len(wk.heard) < 2:
                 rec.blind += 1
             else:
                 out += broken
         if rec.state_resets == 0:
             out += _agreement(rec, wk)
+        if not wk.dead and not failed:
+            out += _nonfinite_seen(rec, sim, wk)
         if not wk.dead and not failed and not excuses:
             out += _starved(rec, sim, wk)
         if wk.dropped and not wk.dead and not wk.engine.needs_resync:
@@ -153,22 +163,35 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
                for x in sim.workers if x is not wk and not x.dead)
 
 
+def _uncounted_flights(rec: Record, wk):
+    """(chunk, datagram, amount) of every packet in flight the switch has not counted."""
+    for slot, data, amount in wk.engine.flights():
+        if rec.last_counted.get((wk.w, rec.plan.slot_base + slot)) == data[_CHUNK] + data[H:]:
+            continue  # counted: the worker's books already say so
+        yield int.from_bytes(data[_CHUNK], "big"), data, amount
+
+
 def _exactly_once(rec: Record, wk) -> list[str]:
+    """The fixed-point books of every element no non-finite value was given at (those
+    are _nonfinite_books': a NaN swallows the finite values beside it)."""
     e = wk.engine
     pending: dict[int, np.ndarray] = {}  # chunk -> not counted, out of the residual
-    for slot, data, amount in e.flights():
+    for chunk, _data, amount in _uncounted_flights(rec, wk):
         if amount is None:
             continue
-        s = rec.plan.slot_base + slot
-        if rec.last_counted.get((wk.w, s)) == data[_CHUNK] + data[H:]:
-            continue  # counted: the worker's books already say so
-        chunk = int.from_bytes(data[_CHUNK], "big")
         acc = pending.setdefault(chunk, np.zeros(wire.LANES, np.int64))
-        acc += np.rint(np.asarray(amount, np.float64) * SCALE).astype(np.int64)
+        amount = np.nan_to_num(np.asarray(amount, np.float64))  # (NaN: a non-finite element)
+        acc += np.rint(amount * SCALE).astype(np.int64)
     out = []
     for k, first in zip(wk.keys, wk.firsts, strict=True):
-        given = wk.grads[wk.keys.index(k)]
+        index = wk.keys.index(k)
+        given = wk.grads[index].copy()
         res = np.asarray(e.residual(k), np.float64) * SCALE
+        skip = np.zeros(len(given), bool)
+        for key, element in wk.injected:
+            if key == index:
+                skip[element] = True
+        res[skip] = 0.0
         if not np.array_equal(res, np.rint(res)):
             out.append(f"exactly-once: worker {wk.w} key {k}: residual not in fixed point")
             continue
@@ -178,7 +201,7 @@ def _exactly_once(rec: Record, wk) -> list[str]:
             rows = slice(local * wire.LANES, (local + 1) * wire.LANES)
             counted = rec.counted.get((wk.w, chunk), np.zeros(wire.LANES, np.int64))
             held = res[rows] + pending.get(chunk, 0)
-            diff = given[rows] - counted - held
+            diff = np.where(skip[rows], 0, given[rows] - counted - held)
             if diff.any():
                 j = int(np.flatnonzero(diff)[0])
                 out.append(
@@ -188,6 +211,85 @@ def _exactly_once(rec: Record, wk) -> list[str]:
                     f" {abs(int(diff[j]))})")
                 break
     return out
+
+
+def _nonfinite_books(rec: Record, sim: Sim, wk) -> list[str]:
+    """Every non-finite element given is delivered (a sentinel counted, or absorbed by the
+    round it missed) after it was given, or is still held; never more often than given; and
+    no sentinel of this worker's is at an element it was given none at."""
+    e = wk.engine
+    out = []
+    flying: set[tuple[int, int]] = set()  # (chunk, lane): a sentinel in an uncounted packet
+    for chunk, data, _amount in _uncounted_flights(rec, wk):
+        lanes = np.frombuffer(data, ">i4", wire.LANES, H)
+        flying.update((chunk, int(j)) for j in np.flatnonzero(lanes == sim.sentinel))
+    given: dict[tuple[int, int], list[float]] = {}  # (chunk, lane) -> times given
+    for (key, element), times in wk.injected.items():
+        given[(wk.firsts[key] + element // wire.LANES, element % wire.LANES)] = times
+    nan_held: set[tuple[int, int]] = set()
+    for k, first in zip(wk.keys, wk.firsts, strict=True):
+        res = np.asarray(e.residual(k))
+        for i in np.flatnonzero(~np.isfinite(res)):
+            nan_held.add((first + int(i) // wire.LANES, int(i) % wire.LANES))
+    cells = {(c, j) for (w, c, j) in rec.sentinels if w == wk.w}
+    for cell in sorted(cells | set(given) | nan_held | flying | set(wk.absorbed)):
+        times = given.get(cell, [])
+        delivered = rec.sentinels.get((wk.w, *cell), []) + wk.absorbed.get(cell, [])
+        held = (cell in nan_held) + (cell in flying)
+        chunk, lane = cell
+        where = f"non-finite: worker {wk.w} chunk {chunk} lane {lane}"
+        if not times:
+            out.append(f"{where}: sent as a sentinel, held or absorbed ({len(delivered)} "
+                       f"delivered, {held} held) where no non-finite value was given")
+        elif len(delivered) + held > len(times):
+            out.append(f"{where}: given non-finite {len(times)} times, delivered "
+                       f"{len(delivered)} times (sentinels counted or absorbed) and {held} "
+                       "still held: carried more than once")
+        elif not held and not any(t >= times[-1] for t in delivered):
+            out.append(f"{where}: given non-finite at {times[-1]:.6f} s, never delivered "
+                       f"after (deliveries at {[round(t, 6) for t in delivered]}) and not "
+                       "held: lost")
+        if out:
+            break
+    return out
+
+
+def _nonfinite_seen(rec: Record, sim: Sim, wk) -> list[str]:
+    """Every result a worker applied with a non-finite lane shows in its output: in the
+    first call of the chunk's key that ended at or after it was applied (a result lands in
+    the call under way, or is buffered for the key's next one), or, after the key's last
+    call, in what the engine still holds for it; and nothing else in an output is
+    non-finite."""
+    want: dict[int, set[int]] = {}  # call index -> elements of its output that must be NaN
+    late: dict[int, set[int]] = {}  # key -> elements of its buffered output that must be NaN
+    ends = {}  # key -> [(end, call index)]
+    for index, key, end, _bad in wk.outputs:
+        ends.setdefault(key, []).append((end, index))
+    for t, chunk, lanes in wk.applied_nonfinite:
+        key = next(i for i, first in reversed(list(enumerate(wk.firsts))) if chunk >= first)
+        elements = {(chunk - wk.firsts[key]) * wire.LANES + j for j in lanes}
+        elements = {x for x in elements if x < rec.plan.sizes[key]}
+        call = next((i for end, i in ends.get(key, []) if end >= t), None)
+        (want.setdefault(call, set()) if call is not None
+         else late.setdefault(key, set())).update(elements)
+    for index, key, _end, bad in wk.outputs:
+        expected = want.get(index, set())
+        if set(bad) != expected:
+            extra, missing = sorted(set(bad) - expected), sorted(expected - set(bad))
+            return [f"non-finite: worker {wk.w} call {index} (key {key}): output elements "
+                    f"{missing[:4]} are finite though a non-finite result was applied there"
+                    if missing else
+                    f"non-finite: worker {wk.w} call {index} (key {key}): output elements "
+                    f"{extra[:4]} are non-finite though no result applied there was"]
+    for key, elements in late.items():
+        held = np.empty(rec.plan.sizes[key], np.float32)
+        wk.engine.take(wk.keys[key], held)
+        missing = sorted(x for x in elements if np.isfinite(held[x]))
+        if missing:
+            return [f"non-finite: worker {wk.w} key {key}: elements {missing[:4]} of a "
+                    "non-finite result applied after its last call are finite in what the "
+                    "engine holds for it"]
+    return []
 
 
 def _agreement(rec: Record, wk) -> list[str]:

@@ -60,6 +60,9 @@ class Plan:
     lossy_until: float = 0.0     # no loss, duplication or jitter after this
     slow_worker: int = -1        # this worker computes `slow_factor` times longer (a straggler)
     slow_factor: float = 1.0
+    # Elements a worker's gradient holds that are not finite, or beyond the quantizer's range:
+    # (worker, call index, element of that call's key, one of NONFINITE_VALUES).
+    nonfinite: tuple[tuple[int, int, int, int], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -70,6 +73,7 @@ class Plan:
         d["sizes"] = tuple(d["sizes"])
         d["up"], d["down"] = Link(**d["up"]), Link(**d["down"])
         d["faults"] = tuple(Fault(**f) for f in d["faults"])
+        d["nonfinite"] = tuple(tuple(x) for x in d.get("nonfinite", ()))
         return Plan(**d)
 
     def kinds(self) -> set[str]:
@@ -77,6 +81,33 @@ class Plan:
 
     def without(self, index: int) -> Plan:
         return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
+
+
+# What an injected element is (docs/protocol.md §9, "Non-finite values"): NaN, an infinity,
+# or a finite value far beyond the quantizer's range (an overflow).
+NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"), 1e30)
+
+
+def _with_nonfinite(plan: Plan) -> Plan:
+    """Half the seeds give members' gradients 1-4 non-finite elements: at one member, or at
+    every member in the same call and element (an overflow that hits the whole job, as a
+    loss scale too high does; a round then holds several sentinels, and a member it closed
+    without has its own absorbed there). Drawn from a stream of their own, after the rest
+    of the plan: every other field of a seed's plan is what it was before these were drawn,
+    so earlier seeds replay as they did."""
+    rng = random.Random(plan.seed * 1_000_033 + 5)
+    if rng.random() < 0.5:
+        return plan
+    calls = plan.calls * len(plan.sizes)
+    out = set()
+    for _ in range(rng.randint(1, 4)):
+        call = rng.randrange(calls)
+        element = rng.randrange(plan.sizes[call % len(plan.sizes)])
+        kind = rng.randrange(len(NONFINITE_VALUES))
+        every = rng.random() < 0.5
+        for w in range(plan.workers) if every else (rng.randrange(plan.workers),):
+            out.add((w, call, element, kind))
+    return replace(plan, nonfinite=tuple(sorted(out)))
 
 
 FAULT_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "death")
@@ -99,7 +130,8 @@ def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
 
 def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
     """The plan of `seed`: 2-8 workers, 1-8 slots, 1-3 keys, 2-12 calls, a lossy,
-    duplicating, jittery network per direction, and 0-12 faults of `kinds`; or, with kinds
+    duplicating, jittery network per direction, 0-12 faults of `kinds` and, in half the
+    seeds, non-finite gradient elements (_with_nonfinite); or, with kinds
     `("straggler",)`, the straggler plan of `seed` (draw_straggler)."""
     if kinds == (STRAGGLER,):
         return draw_straggler(seed)
@@ -145,9 +177,9 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
             faults.append(Fault(at, "death", worker=rng.randrange(workers)))
     faults.sort(key=lambda f: f.at)
     end = max((f.at + f.length for f in faults), default=0.0)
-    return Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum, up, down,
-                rng.choice((0.0005, 0.002, 0.01)), tuple(faults), end,
-                rng.uniform(0, 2 * horizon))
+    return _with_nonfinite(Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum,
+                                up, down, rng.choice((0.0005, 0.002, 0.01)), tuple(faults),
+                                end, rng.uniform(0, 2 * horizon)))
 
 
 def draw_straggler(seed: int) -> Plan:
@@ -173,6 +205,7 @@ def draw_straggler(seed: int) -> Plan:
     lossy = rng.random() < 0.5
     link = Link(loss=0.02 if lossy else 0.0, delay=rng.uniform(0.0001, 0.001),
                 jitter=rng.choice((0.0, 0.0005)))
-    return Plan(seed, workers, slots, rng.randrange(0, 64), sizes, calls, SYNC, 0, link, link,
-                compute, faults, t_sync, t_sync if lossy else 0.0,
-                slow_worker=rng.randrange(workers), slow_factor=rng.uniform(4.0, 10.0))
+    return _with_nonfinite(Plan(seed, workers, slots, rng.randrange(0, 64), sizes, calls, SYNC,
+                                0, link, link, compute, faults, t_sync,
+                                t_sync if lossy else 0.0, slow_worker=rng.randrange(workers),
+                                slow_factor=rng.uniform(4.0, 10.0)))

@@ -8,7 +8,9 @@ simulation sets their clock, hands them datagrams and takes what they send.
 What the simulation records for the checker (check.py): every contribution the switch
 counted (its `contributions` counter moved), the result of every round it closed, the
 rounds a restart or a re-install wiped, what every worker contributed and holds, and how
-every call ended.
+every call ended; and for non-finite elements (docs/protocol.md §9, "Non-finite values"):
+where they were given, when the switch counted an overflow sentinel, which results a worker
+applied non-finite and which elements of its calls' outputs were.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .plan import (
     JOIN_AFTER,
     LIVENESS_BOUND,
     MISSED_AFTER,
+    NONFINITE_VALUES,
     RTO_INITIAL,
     RTO_MAX,
     RTO_MIN,
@@ -133,6 +136,15 @@ class Worker:
     dropped: list[tuple[int, int, int]] = field(default_factory=list)
     got: list[tuple[float, int]] = field(default_factory=list)  # (when, chunk) of each applied
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
+    # Non-finite elements: (key, element) -> start times of the calls that gave one there;
+    # (time, chunk, lanes) of every result applied with non-finite lanes (an ACK: its own
+    # lanes); per call that ended, (call index, key, end, elements of the output not
+    # finite); (chunk, lane) -> times a sentinel of its was absorbed by the non-finite sum
+    # of the round it missed (the engine's settle()).
+    injected: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    applied_nonfinite: list[tuple[float, int, frozenset[int]]] = field(default_factory=list)
+    outputs: list[tuple[int, int, float, frozenset[int]]] = field(default_factory=list)
+    absorbed: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +166,9 @@ class Record:
     # workers whose books do not balance after a restart or a re-install, but who heard one
     # switch state only: nothing could tell them the state changed (docs/protocol.md §9)
     blind: int = 0
+    # (w, chunk, lane) -> times the switch counted an overflow sentinel from w there
+    sentinels: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
+    nonfinite_rounds: int = 0  # rounds that closed with a non-finite lane
 
 
 class Sim:
@@ -189,6 +204,11 @@ class Sim:
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
         self.grad_rng = np.random.default_rng(plan.seed)
+        self.sentinel, self.bound = _core.worker.quantizer_limits(plan.workers)
+        self.max_sum = plan.workers * self.bound  # a sum beyond holds a sentinel
+        self.injections: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        for w, call, element, kind in plan.nonfinite:
+            self.injections.setdefault((w, call), []).append((element, NONFINITE_VALUES[kind]))
 
     # ------------------------------------------------------------ the trace
     def _say(self, text: str) -> None:
@@ -281,6 +301,9 @@ class Sim:
         fixed = self.grad_rng.integers(-1000, 1001, n)
         wk.grads[k][:n] += fixed
         wk.values = (fixed / SCALE).astype(np.float32)
+        for element, value in self.injections.get((wk.w, index), ()):
+            wk.values[element] = value
+            wk.injected.setdefault((k, element), []).append(self.now)
         wk.calls.append(Call(index, k, self.now))
         self._say(f"w{wk.w} call {index} (key {k}) starts")
         e = wk.engine
@@ -309,6 +332,9 @@ class Sim:
         call.end, call.status = self.now, STATUS[status]
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
+        if call.status == "done":
+            wk.outputs.append((call.index, call.key, self.now,
+                               frozenset(np.flatnonzero(~np.isfinite(wk.values)).tolist())))
         wk.values = None
         raw = e.stats()["results"]
         wk.results += [bytes(raw[i:i + H]) for i in range(0, len(raw), H)]
@@ -392,17 +418,56 @@ class Sim:
             return
         wk.heard.add(tag[0])
         before = e.stats()
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        flight = self._flight(wk, slot)
         e.on_datagram(data, self.now)
+        after = e.stats()
+        if data[_OFF_OP] == wire.Op.ACK:
+            if after["own_applied"] != before["own_applied"] and flight is not None:
+                self._applied_lanes(wk, flight)  # the ACK applied my own lanes
+            return
         if data[_OFF_OP] != wire.Op.RESULT:
             return
-        after = e.stats()
-        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         key = (tag[0], slot, struct.unpack_from("!I", data, _OFF_ROUND)[0])
+        if flight is not None and self._flight(wk, slot) != flight:
+            self._absorbed(wk, flight, data)
         if after["duplicate_results"] == before["duplicate_results"]:
             wk.applied.add(key)  # applied now, or by the ACK of my own contribution before
             wk.got.append((self.now, struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
+            self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _flight(self, wk: Worker, slot: int) -> bytes | None:
+        """The datagram of the worker's flight on `slot` (absolute), if any."""
+        for i, data, _amount in wk.engine.flights():
+            if i == slot - self.plan.slot_base:
+                return data
+        return None
+
+    def _lanes(self, data: bytes) -> np.ndarray:
+        return np.frombuffer(data, ">i4", wire.LANES, H).astype(np.int64)
+
+    def _applied_lanes(self, wk: Worker, data: bytes) -> None:
+        """A result (or my own lanes, for an ACK) applied: note its non-finite lanes."""
+        lanes = self._lanes(data)
+        bad = np.flatnonzero(np.abs(lanes) > self.max_sum)
+        if bad.size:
+            chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
+            wk.applied_nonfinite.append((self.now, chunk, frozenset(bad.tolist())))
+
+    def _absorbed(self, wk: Worker, flight: bytes, result: bytes) -> None:
+        """The RESULT settled my flight: if it resent the very round the flight missed (not
+        my bit, its round and chunk), the flight's sentinels in lanes where the round's sum
+        is non-finite are delivered there (absorbed), not carried."""
+        flags, bitmap = result[_OFF_FLAGS], struct.unpack_from("!I", result, 20)[0]
+        if not flags & wire.Flag.RESEND or bitmap & (1 << wk.w) or \
+                flight[_OFF_ROUND:_OFF_CHUNK + 4] != result[_OFF_ROUND:_OFF_CHUNK + 4]:
+            return
+        mine, round_sum = self._lanes(flight), self._lanes(result)
+        chunk = struct.unpack_from("!I", result, _OFF_CHUNK)[0]
+        for j in np.flatnonzero((mine == self.sentinel) & (np.abs(round_sum) > self.max_sum)):
+            wk.absorbed.setdefault((chunk, int(j)), []).append(self.now)
 
     def _made_every_call(self, wk: Worker) -> bool:
         p = self.plan
@@ -469,6 +534,8 @@ class Sim:
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
         lanes = np.frombuffer(data, ">i4", wire.LANES, H).astype(np.int64)
+        for j in np.flatnonzero(lanes == self.sentinel):
+            self.rec.sentinels.setdefault((w, chunk, int(j)), []).append(self.now)
         acc = self.rec.counted.setdefault((w, chunk), np.zeros(wire.LANES, np.int64))
         acc += lanes
         self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
@@ -490,6 +557,18 @@ class Sim:
                     f"exactly-once: slot {slot} round {rnd} (chunk {chunk}) closed with worker "
                     f"{w}'s contribution for chunk {c} in it")
         got = np.frombuffer(result, ">i4", wire.LANES, H).astype(np.int64)
+        # A round's lane decodes non-finite exactly when a sentinel was counted into it.
+        held = np.zeros(wire.LANES, bool)
+        for _w, _c, lanes in parts:
+            held |= lanes == self.sentinel
+        decoded = np.abs((got + (1 << 31)) % (1 << 32) - (1 << 31)) > self.max_sum
+        self.rec.nonfinite_rounds += bool(decoded.any())
+        if not np.array_equal(held, decoded):
+            j = int(np.flatnonzero(held != decoded)[0])
+            self.rec.violations.append(
+                f"non-finite: slot {slot} round {rnd} (chunk {chunk}) lane {j} decodes "
+                f"{'non-finite' if decoded[j] else 'finite'}, but {'no' if not held[j] else 'a'}"
+                f" sentinel was counted into it")
         if bits != bitmap or len(parts) != count or not np.array_equal(
                 (want - got) % (1 << 32), np.zeros(wire.LANES, np.int64)):
             self.rec.violations.append(

@@ -3,7 +3,9 @@
 Each rule closed a race that a timing-dependent test or the simulation found first
 (docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
 the transmission-number echo, the JOIN, the install epoch, the install tag, the refusal
-mark, the JOIN mark and the chase of displaced chunks. With the rule taken out (a test-only
+mark, the JOIN mark and the chase of displaced chunks; and the two rules of non-finite values
+(docs/protocol.md §9, "Non-finite values"): the overflow sentinel, and its absorption by the
+non-finite round a member missed. With the rule taken out (a test-only
 engine option, a longer `join_after` than any run, a pipeline that never sees a new
 install, never tags its replies or never marks what it refused), some seed of a fixed,
 small budget must violate an invariant; with the rule in, the same seeds pass. The marks'
@@ -23,7 +25,7 @@ from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
 
 from .check import check
-from .plan import STRAGGLER, Plan, draw
+from .plan import FAULT_KINDS, STRAGGLER, Plan, draw
 from .run import simulate
 
 BUDGET = 40  # seeds tried per race, at most
@@ -130,3 +132,23 @@ def test_without_the_refusal_marks_a_duplicate_counts_twice(name: str, pipeline:
     assert found and "exactly-once" in found[0], found
     rec, sim = simulate(plan, "python")
     assert not check(rec, sim), f"{name} fails with the marks too"
+
+
+def test_without_the_sentinel_a_non_finite_gradient_is_lost() -> None:
+    """The quantizer as it was: NaN sent as 0, an infinity or 1e30 pinned at the bound (and
+    the rest kept in the residual for ever): the non-finite value never reaches the job."""
+    seed, why = _first_violation(FAULT_KINDS, 0, engine={"test_only_pin_overflow": True})
+    assert seed >= 0, f"no violation in {BUDGET} seeds with overflow pinned at the bound"
+    assert "non-finite" in why and "lost" in why, why
+    rec, sim = simulate(draw(seed), "python")
+    assert not check(rec, sim), f"seed {seed} fails with the sentinel too"
+
+
+def test_without_absorption_a_non_finite_gradient_is_carried_twice() -> None:
+    """A member whose sentinel missed a round that is non-finite there already carries it
+    all the same: it reaches the job twice (a second step non-finite at every member)."""
+    seed, why = _first_violation(FAULT_KINDS, 140, engine={"test_only_no_absorb": True})
+    assert seed >= 0, f"no violation in {BUDGET} seeds without absorption"
+    assert "carried more than once" in why, why
+    rec, sim = simulate(draw(seed), "python")
+    assert not check(rec, sim), f"seed {seed} fails with absorption too"

@@ -39,13 +39,18 @@ def gradient(worker: int, call: int) -> torch.Tensor:
 def run_calls(workers: list[HySyncWorker], grads: dict[int, list[torch.Tensor]]
               ) -> dict[int, list[torch.Tensor]]:
     """Every worker makes its calls in order on a thread of its own (as separate processes
-    would); returns every output."""
+    would), the members' calls in step (a barrier before each: in partial and async a member
+    left out of rounds would otherwise run calls ahead, and back in sync its rounds would pair
+    other calls than its peer's, docs/protocol.md §10, "Drift at a job's end"); returns every
+    output."""
     outs: dict[int, list[torch.Tensor]] = {w: [] for w in range(N)}
     errors: list[BaseException] = []
+    step = threading.Barrier(N, timeout=WAIT)
 
     def run(w: int) -> None:
         try:
             for g in grads[w]:
+                step.wait()
                 outs[w].append(workers[w].allreduce(g, key="g"))
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)

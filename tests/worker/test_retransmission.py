@@ -34,7 +34,8 @@ def warm_pair(switch):
 def call_with_late_member(early, late, key: str, late_s: float, chunks_per_slot: int = 1):
     """One call of both; the late member starts `late_s` after the early one. Returns the
     early member's result."""
-    values = np.arange(SLOTS * chunks_per_slot * wire.LANES, dtype=np.float32) % 1000
+    # (within the quantizer's range for two members at its scale: +-341)
+    values = np.arange(SLOTS * chunks_per_slot * wire.LANES, dtype=np.float32) % 300
     results = {}
     thread = threading.Thread(target=lambda: results.update(early=early.allreduce(key, values)))
     thread.start()
