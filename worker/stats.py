@@ -41,6 +41,9 @@ class CallStats:
     stray_replies: int = 0  # replies that answer an older packet, not the one in flight
     bad_datagrams: int = 0  # did not decode, or not for this worker/job/slot range
     joins: int = 0  # JOINs offered to rounds on idle slots while the call was stuck
+    # non-finite elements of mine not sent again: a round of their chunk that every member
+    # applies is non-finite there already (docs/protocol.md §9, "Non-finite values")
+    absorbed: int = 0
     quant: QuantStats = field(default_factory=QuantStats)
     srtt_s: float | None = None
     rto_s: float = 0.0

@@ -219,9 +219,11 @@ class Transport:
         resyncs = Counter({ResyncReason(r).name: n for r, n in enumerate(raw.pop("resyncs"))
                            if n})
         elements, clipped, nonfinite, max_err = raw.pop("quant")
+        absorbed = len(raw.pop("absorbed"))
         results = raw.pop("results").view(wire.HEADER_DTYPE)
         engine = self._engine
         return CallStats(**fields, **raw, resyncs=resyncs, results=results,  # type: ignore[arg-type]
+                         absorbed=absorbed,
                          quant=QuantStats(elements, clipped, nonfinite, max_err),
                          srtt_s=engine.srtt, rto_s=engine.rto, needs_resync=engine.needs_resync,
                          in_flight=engine.in_flight, slot_modes=tuple(engine.slot_modes()))

@@ -52,7 +52,7 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
                     double rto_min, double rto_max, double dead_after, double stall_after,
                     double missed_after, double join_after, float staleness_decay,
                     uint64_t seed, bool test_only_ignore_echo, bool test_only_no_chase,
-                    bool test_only_no_absorb, bool test_only_pin_overflow) {
+                    bool test_only_pin_overflow) {
   EngineConfig c;
   c.job_id = job_id;
   c.worker_id = worker_id;
@@ -75,7 +75,6 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.seed = seed;
   c.test_only_ignore_echo = test_only_ignore_echo;
   c.test_only_no_chase = test_only_no_chase;
-  c.test_only_no_absorb = test_only_no_absorb;
   c.test_only_pin_overflow = test_only_pin_overflow;
   Engine* engine = new (self) Engine(c, fd);
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
@@ -122,6 +121,7 @@ nb::dict stats_of(Engine& e) {
   d["uneven_results"] = s.uneven_results;
   d["resent"] = s.resent;
   d["waited_s"] = s.waited_s;
+  d["absorbed"] = s.absorbed;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));
   d["quant"] = std::make_tuple(s.quant.elements, s.quant.clipped, s.quant.nonfinite,
                                s.quant.max_abs_error);
@@ -156,7 +156,7 @@ void bind(nb::module_& m) {
            "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
            "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a,
            "test_only_ignore_echo"_a = false, "test_only_no_chase"_a = false,
-           "test_only_no_absorb"_a = false, "test_only_pin_overflow"_a = false)
+           "test_only_pin_overflow"_a = false)
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })
@@ -244,6 +244,8 @@ void bind(nb::module_& m) {
              return out;
            })
       .def("stats", &stats_of)
+      .def("absorbed", [](Engine& e) { return e.stats().absorbed; },
+           "chunk * 64 + lane of every sentinel absorbed since the stats were reset (a copy)")
       .def("reset_stats", &Engine::reset_stats)
       .def_prop_ro("needs_resync", &Engine::needs_resync)
       .def("clear_resync", &Engine::clear_resync)

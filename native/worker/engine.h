@@ -46,9 +46,9 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): never send a displaced chunk again (send_chased),
   // the protocol before it.
   bool test_only_no_chase = false;
-  // Test only (tests/sim/test_races.py): a sentinel the missed round's sum holds non-finite is
-  // carried all the same (no absorption, settle()); the quantizer pins what overflows.
-  bool test_only_no_absorb = false, test_only_pin_overflow = false;
+  // Test only (tests/sim/test_races.py): the quantizer pins what overflows at the bound and
+  // sends NaN as 0, the rule before the overflow sentinel.
+  bool test_only_pin_overflow = false;
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -62,6 +62,9 @@ struct EngineStats {
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;
   std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
+  // Sentinels of mine absorbed by a non-finite round (settle(), prepare_chunk()): chunk * 64 +
+  // lane each (the simulation's books; CallStats counts them).
+  std::vector<uint64_t> absorbed;
 };
 
 // A registered tensor: its chunk range, residual (RULE B) and what was applied for it since

@@ -2,6 +2,7 @@
 // engine.cc): registered keys and their chunk ranges, what was applied for them, and RULE B -
 // what each chunk of a call keeps as residual once its fate is known.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -94,11 +95,26 @@ void Engine::open_output(int64_t local) {
 
 // Prepare a chunk of the call's key for its first transmission: quantize gradient + residual;
 // the residual becomes the error (RULE B: right if the round includes me, see settle()).
+// A sentinel in a lane whose output this call already holds non-finite (a round of this chunk
+// applied since the key's last call, one that closed without me above all: in partial a late
+// member's contribution meets the next round, and a round that closed without it was applied
+// as its call began) is absorbed there: sent as 0, error 0. Every member applies that round,
+// so the element reaches every member non-finite already; sent, it would make a second round
+// non-finite - a second step skipped by every member's loss scaler, where gloo skips one.
 void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
   float value[LANES];
   chunk_value(local, value);
   quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
-  std::copy(err, err + LANES, &key(call_->key).residual[std::size_t(local) * LANES]);
+  Key& reg = key(call_->key);
+  if (!reg.acc.empty()) {
+    const float* applied = &reg.acc[std::size_t(local) * LANES];
+    for (std::size_t j = 0; j < LANES; ++j)
+      if (fixed[j] == quantizer_.sentinel() && !std::isfinite(applied[j])) {
+        fixed[j] = 0;
+        stats_.absorbed.push_back(uint64_t(reg.first + local) * LANES + j);
+      }
+  }
+  std::copy(err, err + LANES, &reg.residual[std::size_t(local) * LANES]);
   open_output(local);
 }
 
@@ -130,7 +146,10 @@ void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8
   float* res = &key(c.key).residual[std::size_t(local) * LANES];
   const float d = cfg_.staleness_decay;
   for (std::size_t j = 0; j < LANES; ++j) {
-    if (absorbed(*f, round, j)) continue;  // its error, 0, stays
+    if (absorbed(*f, round, j)) {  // its error, 0, stays
+      stats_.absorbed.push_back(uint64_t(f->chunk) * LANES + j);
+      continue;
+    }
     const float q = quantizer_.own_value(f->lane(j));
     res[j] += d == 1.0f ? q : (q + f->err[j]) * d - f->err[j];
   }
@@ -139,7 +158,7 @@ void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8
 // Lane j of flight f is a sentinel that `round` (the result of the round f missed, or null)
 // holds non-finite already: delivered there, not carried (settle()).
 bool Engine::absorbed(const Flight& f, const uint8_t* round, std::size_t j) const {
-  return round != nullptr && !cfg_.test_only_no_absorb && f.lane(j) == quantizer_.sentinel() &&
+  return round != nullptr && f.lane(j) == quantizer_.sentinel() &&
          quantizer_.overflowed(int32_t(load_be32(round + H + 4 * j)));
 }
 
@@ -215,16 +234,24 @@ void Engine::return_residual(const Flight& f, bool included, const uint8_t* roun
   if (f.key < 0 || !f.has_amount) return;
   float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
   const float* part = included ? f.err.data() : f.amount.data();
-  for (std::size_t j = 0; j < LANES; ++j)
-    if (included || !absorbed(f, round, j)) res[j] += part[j];
+  for (std::size_t j = 0; j < LANES; ++j) {
+    if (!included && absorbed(f, round, j))
+      stats_.absorbed.push_back(uint64_t(f.chunk) * LANES + j);
+    else
+      res[j] += part[j];
+  }
 }
 
 // A parked contribution was not counted after all: back into the residual (as above).
 void Engine::restore(const Flight& f, const uint8_t* round) {
   if (f.key < 0 || !f.has_amount) return;
   float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
-  for (std::size_t j = 0; j < LANES; ++j)
-    if (!absorbed(f, round, j)) res[j] += f.amount[j];
+  for (std::size_t j = 0; j < LANES; ++j) {
+    if (absorbed(f, round, j))
+      stats_.absorbed.push_back(uint64_t(f.chunk) * LANES + j);
+    else
+      res[j] += f.amount[j];
+  }
   ++stats_.parked_missed;
 }
 

@@ -237,6 +237,25 @@ void Engine::on_full(const uint8_t* d, double now) {
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  // RULE A for this result, once. Before a flight it settles is done where possible: done()
+  // sends the slot's next chunk, whose non-finite elements this result may absorb
+  // (prepare_chunk) - in partial, the round that closed without me holds the element already.
+  bool taken = false;
+  auto take_result = [&] {
+    taken = true;
+    if (!fresh) {
+      ++stats_.duplicate_results;
+      return;
+    }
+    if (mine && h.mode == ASYNC && h.count == 1) {
+      const auto it = acked_entry(i, d);
+      if (it != acked_[i].end()) {
+        acked_[i].erase(it);  // its ACK applied it already
+        return;
+      }
+    }
+    apply(d);
+  };
   if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
       acked_entry(i, d) == acked_[i].end() && !seen_own_result(i, d)) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
@@ -259,6 +278,7 @@ void Engine::on_full(const uint8_t* d, double now) {
     fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
     keep_own_result(i, d);
   } else if (counted) {
+    take_result();
     if (h.mode == ASYNC) keep_own_result(i, d);
     done(i, true, now);
   } else if (f && h.round == f->round && !f->async_style) {
@@ -275,6 +295,7 @@ void Engine::on_full(const uint8_t* d, double now) {
         answers_latest(i, h.flags)) {
       // Carried as residual (whatever chunk or mode it had); a sentinel of mine that the
       // round's own sum holds non-finite already is absorbed there (round() of done()).
+      take_result();
       done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
     } else if (h.mode != ASYNC) {
       f->closed = true;
@@ -282,18 +303,7 @@ void Engine::on_full(const uint8_t* d, double now) {
     }
   }
   if (h.mode != PARTIAL) follow_mode(i, now);
-  if (!fresh) {
-    ++stats_.duplicate_results;
-    return;
-  }
-  if (mine && h.mode == ASYNC && h.count == 1) {
-    const auto it = acked_entry(i, d);
-    if (it != acked_[i].end()) {
-      acked_[i].erase(it);  // its ACK applied it already
-      return;
-    }
-  }
-  apply(d);
+  if (!taken) take_result();
 }
 
 bool Engine::seen_own_result(uint32_t i, const uint8_t* d) const {

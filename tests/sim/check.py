@@ -16,11 +16,12 @@ at its end:
 * non-finite values travel (docs/protocol.md §9, "Non-finite values"): a round's lane
   decodes non-finite exactly when an overflow sentinel was counted into it (checked as it
   closes); every element a worker's gradient held non-finite (or beyond the range) reached
-  the switch as a sentinel after it was given, or was absorbed by the non-finite sum of the
-  round it missed, or is still held (a NaN residual, a packet in flight) - and never more
-  often than it was given; no other element of the worker's ever did; and every result a
-  worker applied with a non-finite lane made that element of its output non-finite, in the
-  call it landed in, while no other element of an output was.
+  the switch as a sentinel after it was given, or was absorbed (not sent: a round of its
+  chunk the worker applied is non-finite there already), or is still held (a NaN residual,
+  a packet in flight) - and never more often than it was given; no other element of the
+  worker's ever did; an absorbed one follows a non-finite round the worker applied; and
+  every result a worker applied with a non-finite lane made that element of its output
+  non-finite, in the call it landed in, while no other element of an output was.
 * every chunk reaches a round: once faults stop and the job stays in sync, every chunk of a
   key a worker keeps calling gets a result, in its calls since or between them (a chunk
   displaced at every call would pile up in the residual for ever).
@@ -255,11 +256,19 @@ def _nonfinite_books(rec: Record, sim: Sim, wk) -> list[str]:
 
 
 def _nonfinite_seen(rec: Record, sim: Sim, wk) -> list[str]:
-    """Every result a worker applied with a non-finite lane shows in its output: in the
+    """A sentinel absorbed follows a round non-finite there, applied by the worker. Every
+    result a worker applied with a non-finite lane shows in its output: in the
     first call of the chunk's key that ended at or after it was applied (a result lands in
     the call under way, or is buffered for the key's next one), or, after the key's last
     call, in what the engine still holds for it; and nothing else in an output is
     non-finite."""
+    for (chunk, lane), times in sorted(wk.absorbed.items()):
+        # absorbed only by a round non-finite there that the worker applied already
+        first = min((t for t, c, lanes in wk.applied_nonfinite if c == chunk and lane in lanes),
+                    default=None)
+        if first is None or first > times[0]:
+            return [f"non-finite: worker {wk.w} absorbed its sentinel at chunk {chunk} lane "
+                    f"{lane} at {times[0]:.6f} s, before it applied any round non-finite there"]
     want: dict[int, set[int]] = {}  # call index -> elements of its output that must be NaN
     late: dict[int, set[int]] = {}  # key -> elements of its buffered output that must be NaN
     ends = {}  # key -> [(end, call index)]

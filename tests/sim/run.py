@@ -139,12 +139,13 @@ class Worker:
     # Non-finite elements: (key, element) -> start times of the calls that gave one there;
     # (time, chunk, lanes) of every result applied with non-finite lanes (an ACK: its own
     # lanes); per call that ended, (call index, key, end, elements of the output not
-    # finite); (chunk, lane) -> times a sentinel of its was absorbed by the non-finite sum
-    # of the round it missed (the engine's settle()).
+    # finite); (chunk, lane) -> times the engine absorbed a sentinel of its in a round
+    # non-finite there already (settle(), prepare_chunk()).
     injected: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     applied_nonfinite: list[tuple[float, int, frozenset[int]]] = field(default_factory=list)
     outputs: list[tuple[int, int, float, frozenset[int]]] = field(default_factory=list)
     absorbed: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    absorbed_seen: int = 0
 
 
 @dataclass
@@ -312,6 +313,7 @@ class Sim:
             self._hand(wk, d)
         wk.inbox.clear()
         e.begin_call(wk.keys[k], wk.values)
+        self._note_absorbed(wk)
         wk.in_call = True
         bound = max(self.now, p.faults_end, p.lossy_until) + LIVENESS_BOUND
         self.at(bound, self._deadline, wk, index)
@@ -321,6 +323,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         status = e.step(self.now)
+        self._note_absorbed(wk)
         self._sent(wk)
         if status == PENDING:
             wk.gen += 1
@@ -415,12 +418,14 @@ class Sim:
         tag = self.state_of.get(id(data))
         if tag is None:
             e.on_datagram(data, self.now)
+            self._note_absorbed(wk)
             return
         wk.heard.add(tag[0])
         before = e.stats()
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
         e.on_datagram(data, self.now)
+        self._note_absorbed(wk)
         after = e.stats()
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"] and flight is not None:
@@ -429,11 +434,10 @@ class Sim:
         if data[_OFF_OP] != wire.Op.RESULT:
             return
         key = (tag[0], slot, struct.unpack_from("!I", data, _OFF_ROUND)[0])
-        if flight is not None and self._flight(wk, slot) != flight:
-            self._absorbed(wk, flight, data)
         if after["duplicate_results"] == before["duplicate_results"]:
             wk.applied.add(key)  # applied now, or by the ACK of my own contribution before
             wk.got.append((self.now, struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
+        if len(after["results"]):  # applied now (not a result an ACK applied before)
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
@@ -456,18 +460,12 @@ class Sim:
             chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
             wk.applied_nonfinite.append((self.now, chunk, frozenset(bad.tolist())))
 
-    def _absorbed(self, wk: Worker, flight: bytes, result: bytes) -> None:
-        """The RESULT settled my flight: if it resent the very round the flight missed (not
-        my bit, its round and chunk), the flight's sentinels in lanes where the round's sum
-        is non-finite are delivered there (absorbed), not carried."""
-        flags, bitmap = result[_OFF_FLAGS], struct.unpack_from("!I", result, 20)[0]
-        if not flags & wire.Flag.RESEND or bitmap & (1 << wk.w) or \
-                flight[_OFF_ROUND:_OFF_CHUNK + 4] != result[_OFF_ROUND:_OFF_CHUNK + 4]:
-            return
-        mine, round_sum = self._lanes(flight), self._lanes(result)
-        chunk = struct.unpack_from("!I", result, _OFF_CHUNK)[0]
-        for j in np.flatnonzero((mine == self.sentinel) & (np.abs(round_sum) > self.max_sum)):
-            wk.absorbed.setdefault((chunk, int(j)), []).append(self.now)
+    def _note_absorbed(self, wk: Worker) -> None:
+        """Sentinels of the worker's the engine absorbed since the last look, with the time."""
+        absorbed = wk.engine.absorbed()
+        for cell in absorbed[wk.absorbed_seen:]:
+            wk.absorbed.setdefault(divmod(cell, wire.LANES), []).append(self.now)
+        wk.absorbed_seen = len(absorbed)
 
     def _made_every_call(self, wk: Worker) -> bool:
         p = self.plan
@@ -642,6 +640,7 @@ class Sim:
                 self._hand(wk, d)
             wk.inbox.clear()
             e.tick(self.now)
+            self._note_absorbed(wk)
             self._sent(wk)
         if self.now < end:
             self.at(self.now + 0.01, self._quiesce_tick, end)

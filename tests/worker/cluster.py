@@ -61,14 +61,15 @@ class Cluster:
                 self._early[kind][worker] = payload
         return got
 
-    def install(self, switch: Switch, relay: LossyRelay | None) -> Job:
+    def install(self, switch: Switch, relay: LossyRelay | None, mode: Mode = Mode.SYNC,
+                quorum: int = 0) -> Job:
         bound = self.collect("bound")
         members = []
         for w in range(self.spec.members):
             host, port = relay.add_worker(bound[w]) if relay else bound[w]
             members.append((w, host, port))
         job = Job(self.spec.job_id, self.spec.slot_base, self.spec.slot_count, members)
-        switch.install(job, Mode.SYNC)
+        switch.install(job, mode, quorum)
         self.events["go"].set()
         return job
 
