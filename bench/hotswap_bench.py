@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from bench.senders import BASE_PORT, sender_main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.switch import Switch, wait_for_server
-from hysync.topologies.runner import P4INFO, REPO, free_port
+from hysync.topologies.runner import P4INFO, start_softswitch
 from hysync.wire import Mode
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -39,10 +39,9 @@ SENDERS = 4
 
 
 def one_swap(slots: int, warmup: float = 1.5) -> dict:
-    grpc_addr, data_port = f"127.0.0.1:{free_port()}", free_port()
-    switch_proc = subprocess.Popen(
-        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", grpc_addr, "--udp",
-         f"127.0.0.1:{data_port}"], stdout=subprocess.DEVNULL, cwd=REPO)
+    # Ports the switch bound itself (port 0) and printed: none chosen here and bound later.
+    switch_proc, grpc_addr, data_port = start_softswitch(
+        Path(tempfile.gettempdir()) / f"hotswap-softswitch-{os.getpid()}.log")
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     try:

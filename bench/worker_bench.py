@@ -34,8 +34,8 @@ import json
 import multiprocessing as mp
 import os
 import re
-import socket
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,7 @@ def rss_bytes(field: str) -> int:
     return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M)[1]) * 1024  # type: ignore[index]
 
 
-def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int, plan: list,
+def worker_main(rank: int, switch: tuple[str, int], window: int, rendezvous: str, plan: list,
                 out: Any, go: Any, mode_set: Any) -> None:
     import torch
     import torch.distributed as dist
@@ -124,7 +124,7 @@ def worker_main(rank: int, switch: tuple[str, int], window: int, gloo_port: int,
     hw = HySyncWorker(config, scale=SCALE)
     out.put((rank, "bound", hw.address[1]))
     go.wait(TIMEOUT)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{gloo_port}", rank=rank,
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank,
                             world_size=WORKERS)
 
     def source(n: int) -> torch.Tensor:
@@ -231,12 +231,6 @@ def wire_payload_bits() -> int:
 
 
 # ---------------------------------------------------------------- the run
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
         async_size: int | None = SIZES[0], late: int | None = None) -> tuple[list[dict], int]:
     """Sync all-reduces of `sizes` (the smallest `reps` times), then one of `async_size`
@@ -260,9 +254,10 @@ def run(window: int, reps: int, sizes: tuple[int, ...] = SIZES,
     switch.start()
     address, switch_threads = sw_out.get(timeout=60)
     out, go, mode_set = ctx.Queue(), ctx.Event(), ctx.Event()
-    gloo_port = free_port(socket.SOCK_STREAM)
+    # gloo's rendezvous through a file: no TCP port chosen here for rank 0 to bind later.
+    rendezvous = f"file://{tempfile.mkdtemp(prefix='worker-bench-')}/store"
     procs = [ctx.Process(target=worker_main, daemon=True,
-                         args=(r, address, window, gloo_port, plan, out, go, mode_set))
+                         args=(r, address, window, rendezvous, plan, out, go, mode_set))
              for r in range(WORKERS)]
     for p in procs:
         p.start()

@@ -27,8 +27,7 @@ import multiprocessing as mp
 import os
 import socket
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from hysync.softswitch.native import NativePipeline
 from hysync.softswitch.p4schema_check import check_p4info
 from hysync.softswitch.p4write import Annotations, Writer
 from hysync.softswitch.pipeline import Pipeline
-from hysync.topologies.runner import P4INFO, REPO, free_port
+from hysync.topologies.runner import P4INFO, start_softswitch
 from hysync.wire import Op
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -116,11 +115,10 @@ def in_process(schema: Schema, updates: list[ent.Update]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ end to end
-def probe_main(port: int, switch_port: int, seconds: float, ready: Any, out: Any) -> None:
-    """Contribute on the probe job's slot 0 one round at a time: (sent at, round trip).
-    `ready` is set at the first answer."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", port))
+def probe_main(sock: socket.socket, switch_port: int, seconds: float, ready: Any,
+               out: Any) -> None:
+    """Contribute on the probe job's slot 0 one round at a time from `sock` (bound by the
+    parent): (sent at, round trip). `ready` is set at the first answer."""
     sock.settimeout(PROBE_TIMEOUT_S)
     packet = wire.empty_batch(1)
     packet["op"], packet["job_id"], packet["worker_id"], packet["slot"] = Op.CONTRIB, \
@@ -158,10 +156,14 @@ def delays(samples: list[tuple[float, float | None]], start: float, stop: float)
 
 
 def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
-    grpc_addr, data_port, probe_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hysync.softswitch", "--grpc-addr", grpc_addr,
-                             "--udp", f"127.0.0.1:{data_port}", "--engine", engine],
-                            stdout=subprocess.DEVNULL, cwd=REPO)
+    # Every port bound where it is used: the switch's by the switch (port 0, printed), the
+    # probe's here, its socket handed to the probe process.
+    proc, grpc_addr, data_port = start_softswitch(
+        Path(tempfile.gettempdir()) / f"write-bench-softswitch-{os.getpid()}.log",
+        "--engine", engine)
+    probe_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe_sock.bind(("127.0.0.1", 0))
+    probe_port = probe_sock.getsockname()[1]
     ctx = mp.get_context("spawn")
     out, ready = ctx.Queue(), ctx.Event()
     try:
@@ -173,7 +175,7 @@ def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
                 0, "127.0.0.1", "02:00:00:00:09:01", probe_port, 1),), 0, 16))
             window = 5.0 + len(updates) / 2000
             probe = ctx.Process(target=probe_main,
-                                args=(probe_port, data_port, window, ready, out))
+                                args=(probe_sock, data_port, window, ready, out))
             probe.start()
             if not ready.wait(timeout=60):
                 raise RuntimeError("the probe job got no answer from the softswitch")
@@ -190,6 +192,7 @@ def end_to_end(engine: str, updates: list[ent.Update]) -> dict[str, Any]:
                 "reply_delay_idle": delays(samples, before, t0),
                 "reply_delay_during_write": delays(samples, t0, t2)}
     finally:
+        probe_sock.close()
         proc.terminate()
         proc.wait(timeout=10)
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -81,32 +83,52 @@ class Harness(Protocol):
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen: ...
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The line the softswitch prints once it listens: where its P4Runtime server and UDP data
+# plane are bound (softswitch/__main__.py).
+_LISTENING = re.compile(r"softswitch: P4Runtime on (\S+):(\d+) .*data plane UDP (\S+):(\d+) ")
+
+
+def start_softswitch(log: Path, *args: str,
+                     start: Callable[..., subprocess.Popen] = subprocess.Popen,
+                     timeout: float = 300.0) -> tuple[subprocess.Popen, str, int]:
+    """A softswitch process on loopback, its output in `log`: (the process, its P4Runtime
+    address, its UDP data port). Both ports are 0 on its command line: it binds whatever
+    is free and prints what it bound, so no other process can take a port between its
+    choice and its use. `timeout` only bounds a switch that neither listens nor exits."""
+    with open(log, "w") as out:
+        proc = start([sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0",
+                      "--udp", "127.0.0.1:0", *args], stdout=out, stderr=subprocess.STDOUT,
+                     cwd=REPO)
+    deadline = time.monotonic() + timeout
+    while (found := _LISTENING.search(log.read_text(errors="replace"))) is None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the softswitch exited with status {proc.returncode} before "
+                               f"it listened; see {log}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the softswitch did not listen within {timeout:g} s; see {log}")
+        time.sleep(0.05)
+    return proc, f"{found[1]}:{found[2]}", int(found[4])
 
 
 class LocalHarness:
     """The embedded default: softswitch on UDP loopback, workers as local processes."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.grpc_addr = f"127.0.0.1:{free_port()}"
         self.device_config = None
         self.window = WINDOW
-        self.data_port = free_port(socket.SOCK_DGRAM)
         self._ports: dict[bool, list[int]] = {}
         # The members' UDP sockets, bound here and held for the harness's life: each worker
         # inherits its own, so no other process can take a port between its choice and use.
         self._reserved: dict[int, socket.socket] = {}
+        # The gloo rendezvous of the current configuration: a listening socket worker 0's
+        # TCP store inherits (the same reason).
+        self._rendezvous: socket.socket | None = None
         self.log = log_dir / "softswitch.log"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.children = Children()  # the switch and the workers: none outlives the harness
-        with open(self.log, "w") as out:
-            self.switch = self.children.start(
-                [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", self.grpc_addr,
-                 "--udp", f"127.0.0.1:{self.data_port}"], stdout=out, stderr=subprocess.STDOUT,
-                cwd=REPO)
+        self.switch, self.grpc_addr, self.data_port = start_softswitch(
+            self.log, start=self.children.start)
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]:
         # Ports picked free once per harness (and job), so that runs side by side on one
@@ -139,19 +161,28 @@ class LocalHarness:
         return f"127.0.0.1:{self.data_port}"
 
     def rendezvous(self) -> str:
-        return f"127.0.0.1:{free_port()}"
+        if self._rendezvous is not None:  # the previous configuration's workers are done
+            self._rendezvous.close()
+        self._rendezvous = socket.create_server(("127.0.0.1", 0), backlog=128)
+        return f"127.0.0.1:{self._rendezvous.getsockname()[1]}"
 
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen:
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
-        # Every reserved socket goes along (a worker uses the two its argv names).
+        # Every reserved socket goes along (a worker uses the two its argv names), and
+        # worker 0, which serves the rendezvous, its listening socket.
+        fds = [s.fileno() for s in self._reserved.values()]
+        if worker == 0 and self._rendezvous is not None:
+            argv = [*argv, "--rendezvous-fd", str(self._rendezvous.fileno())]
+            fds.append(self._rendezvous.fileno())
         return self.children.start([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
-                                   cwd=REPO, env=env,
-                                   pass_fds=[s.fileno() for s in self._reserved.values()])
+                                   cwd=REPO, env=env, pass_fds=fds)
 
     def close(self) -> None:
         self.children.close()
         for sock in self._reserved.values():
             sock.close()
+        if self._rendezvous is not None:
+            self._rendezvous.close()
 
 
 def connect(harness: Harness, timeout: float = 30.0) -> Switch:

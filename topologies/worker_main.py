@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", choices=["hysync", "gloo"], required=True)
     p.add_argument("--rendezvous", required=True, metavar="HOST:PORT",
                    help="gloo TCP store (worker 0 listens there)")
+    p.add_argument("--rendezvous-fd", type=ranged(int, 0, 2**31 - 1, "--rendezvous-fd"),
+                   metavar="FD", help="worker 0: an inherited TCP socket already listening "
+                   "on --rendezvous (the launcher bound the port)")
     p.add_argument("--out", required=True, type=Path, help="the run log file (JSON)")
     p.add_argument("--switch", metavar="HOST:PORT", help="HySync switch data-plane address")
     p.add_argument("--bind", metavar="HOST:PORT", help="this worker's HySync UDP address")
@@ -165,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     workers = scenario.workers
     host, port = _host_port(args.rendezvous)
     store = dist.TCPStore(host, port, workers, is_master=args.worker == 0,
-                          timeout=timedelta(seconds=120))
+                          timeout=timedelta(seconds=120),
+                          master_listen_fd=args.rendezvous_fd if args.worker == 0 else None)
     dist.init_process_group("gloo", store=store, rank=args.worker, world_size=workers,
                             timeout=timedelta(seconds=120))
     model = DistributedDataParallel(make_model(scenario.model, args.seed))

@@ -13,7 +13,12 @@ from tests.worker import procs
 from tests.worker.conftest import Job, Switch
 from tests.worker.relay import LossyRelay
 
-TIMEOUT = 90.0
+# How long the test process waits for a worker's next message. A worker's phase takes as
+# long as the machine lets it (seconds when idle, minutes beside other jobs on two cores),
+# so the wait is not a bound on that: it ends at once when a worker process dies, and
+# this backstop only ends a worker that hangs while alive.
+HUNG_AFTER = 1200.0
+POLL = 0.5  # how often the wait looks at the workers' processes
 EVENTS = ("go", "phase", "stop_serve", "flush")
 
 
@@ -47,12 +52,15 @@ class Cluster:
     def collect(self, tag: str) -> dict[int, Any]:
         """Wait for message `tag` from every worker; raise at once if one failed."""
         got = self._early.pop(tag, {})
+        waited = 0.0
         while len(got) < self.spec.members:
             try:
-                worker, kind, payload = self.out.get(timeout=TIMEOUT)
+                worker, kind, payload = self.out.get(timeout=POLL)
             except queue.Empty:
-                raise WorkerFailed(f"timed out waiting for '{tag}' from workers "
-                                   f"{sorted(set(range(self.spec.members)) - set(got))}") from None
+                waited += POLL
+                self._check_alive(tag, set(got), waited)
+                continue
+            waited = 0.0
             if kind == "error":
                 raise WorkerFailed(f"worker {worker} failed:\n{payload}")
             if kind == tag:
@@ -60,6 +68,20 @@ class Cluster:
             else:
                 self._early[kind][worker] = payload
         return got
+
+    def _check_alive(self, tag: str, got: set[int], waited: float) -> None:
+        missing = sorted(set(range(self.spec.members)) - got)
+        dead = {w: self.procs[w].exitcode for w in missing if self.procs[w].exitcode is not None}
+        if dead:
+            # A worker that caught its failure put it on the queue before it exited.
+            while not self.out.empty():
+                worker, kind, payload = self.out.get()
+                if kind == "error":
+                    raise WorkerFailed(f"worker {worker} failed:\n{payload}")
+            raise WorkerFailed(f"workers {dead} (exit codes) ended without sending '{tag}'")
+        if waited >= HUNG_AFTER:
+            raise WorkerFailed(f"workers {missing} alive but silent for {waited:.0f} s "
+                               f"waiting for '{tag}': hung")
 
     def install(self, switch: Switch, relay: LossyRelay | None, mode: Mode = Mode.SYNC,
                 quorum: int = 0) -> Job:

@@ -8,6 +8,7 @@ a seeded RNG, so the test process can recompute every worker's contributions.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -21,7 +22,8 @@ from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
 
 KEY = "g"
-WAIT = 60.0
+POLL = 1.0  # how often a waiting worker checks that the test process is still there
+HUNG_AFTER = 1200.0  # backstop of a wait on the other workers (cluster.py says why)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Spec:
     straggler_sleep: float = 0.03
     seed: int = 7
     rto_min: float = 0.002
+    rendezvous: str = ""  # ddp_worker: gloo's init_method
 
 
 def gradient(spec: Spec, worker: int, call: int) -> np.ndarray:
@@ -56,8 +59,12 @@ def transport_config(spec: Spec, worker: int, **extra: Any) -> TransportConfig:
 
 
 def _wait(event: Any) -> None:
-    if not event.wait(WAIT):
-        raise TimeoutError("the test process did not signal the next phase")
+    """Wait for the test process's next signal, however long its other workers take to get
+    there on a busy machine; end if the test process is gone (nobody will signal)."""
+    parent = os.getppid()
+    while not event.wait(POLL):
+        if os.getppid() != parent:
+            raise RuntimeError("the test process exited")
 
 
 def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
@@ -109,7 +116,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         _wait(events["flush"])
         for _ in range(spec.flush_calls):
             call(zeros)
-        barrier.wait(WAIT)
+        barrier.wait(HUNG_AFTER)  # the test process ends us at once if a peer fails
         drained = tr.poll_results(0.5)
         total_out += tr.take(KEY)
         out.put((worker, "result", {
@@ -175,7 +182,7 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
         hw = HySyncWorker(transport_config(spec, rank), scale=spec.scale)
         out.put((rank, "bound", hw.address))
         _wait(events["go"])
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec.size}",
+        dist.init_process_group("gloo", init_method=spec.rendezvous,
                                 rank=rank, world_size=spec.members)
         torch.manual_seed(1000 + rank)
         inputs = torch.randn(64, 16)

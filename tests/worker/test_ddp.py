@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import socket
 
 import numpy as np
 import pytest
@@ -14,16 +13,10 @@ from tests.worker.cluster import Cluster
 pytestmark = pytest.mark.slow
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_ddp_hook_matches_gloo_allreduce_over_20_steps(switch):
-    # Spec.size carries the gloo rendezvous port into the processes.
+def test_ddp_hook_matches_gloo_allreduce_over_20_steps(switch, tmp_path):
+    # gloo's rendezvous through a file: no TCP port picked here for rank 0 to bind later.
     spec = procs.Spec(job_id=3, members=2, slot_base=0, slot_count=8, switch=switch.address,
-                      calls=20, size=free_tcp_port())
+                      calls=20, rendezvous=f"file://{tmp_path / 'gloo-store'}")
     with Cluster(procs.ddp_worker, spec) as cluster:
         cluster.install(switch, None)
         results = cluster.collect("result")
