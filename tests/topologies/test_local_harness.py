@@ -48,3 +48,27 @@ def test_a_worker_inherits_its_bound_socket_drained_of_earlier_datagrams(harness
     assert proc.returncode == 0
     assert out.strip() == str(member.udp_port)
     os.fstat(fd)  # the harness still holds it for the next configuration
+
+
+def test_the_switch_and_the_rendezvous_ports_are_bound_before_anyone_is_told_them(harness):
+    # The softswitch bound port 0 for both and printed what it got: those are the ports the
+    # harness hands out, already taken by the switch.
+    host, port = harness.grpc_addr.rsplit(":", 1)
+    for kind, taken in ((socket.SOCK_STREAM, int(port)), (socket.SOCK_DGRAM, harness.data_port)):
+        with socket.socket(socket.AF_INET, kind) as other:
+            with pytest.raises(OSError) as info:
+                other.bind((host, taken))
+            assert info.value.errno == errno.EADDRINUSE
+    assert harness.switch_data_addr() == f"127.0.0.1:{harness.data_port}"
+    # The rendezvous listens from the moment it is named; worker 0 inherits that socket.
+    address = harness.rendezvous()
+    rhost, rport = address.rsplit(":", 1)
+    socket.create_connection((rhost, int(rport)), timeout=30).close()
+    child = ("import socket, sys\n"
+             "fd = int(sys.argv[sys.argv.index('--rendezvous-fd') + 1])\n"
+             "print(socket.socket(fileno=fd).getsockname()[1])\n")
+    proc = harness.start_worker(0, ["-c", child])
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == rport
+    other = harness.start_worker(1, ["-c", "import sys; print('--rendezvous-fd' in sys.argv)"])
+    assert other.communicate(timeout=60)[0].strip() == "False"  # the others connect to it
