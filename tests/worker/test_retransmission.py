@@ -1,80 +1,166 @@
 """Retransmission when the switch is silent because the job waits, not because packets were
 lost: a sync round cannot close before its late member contributes, and the early member's
 window does not go out again packet by packet while it waits, nor, once it has seen the job
-wait that long, at all."""
+wait that long, at all.
+
+The members are the real worker engine on its in-memory backend and the switch the real
+pipeline, on a simulated clock (as tests/sim drives them): how long the late member is late
+and how fast the switch answers are exactly what the test says, however busy the machine
+running it is. Wall-clock behaviour over real sockets: bench/retransmission_bench.py."""
 
 from __future__ import annotations
 
-import threading
-import time
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from hysync import wire
-from tests.worker.conftest import Job
-from tests.worker.test_failures import BASE, JOB, make_transport
+from hysync import _core, wire
+from hysync.softswitch.native import NativePipeline
+from hysync.softswitch.tables import Entry, Replica
+from hysync.worker.config import TransportConfig
+from tests.conformance.targets import job_group, job_writes
+from tests.conformance.topology import Job, Member
 
-SLOTS = 16
+JOB, BASE, SLOTS = 9, 100, 16
+SWITCH_IP = "10.0.0.254"
+ONE_WAY_S = 50e-6  # each link's delay: answers within a tenth of a millisecond, as on loopback
 LATE_S = 0.4
+DONE, PENDING = 0, 3
 
 
-def warm_pair(switch):
+class Clocked:
+    """Two members of a sync job and the switch, on one simulated clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self.job = Job(JOB, BASE, SLOTS, (Member(0, 1), Member(1, 2)))
+        self.pipeline = NativePipeline()
+        self.pipeline.write_group("INSERT", JOB, [Replica(p, r) for p, r in job_group(self.job)])
+        for w in job_writes(self.job, wire.Mode.SYNC, 0):
+            self.pipeline.write_entry("INSERT", Entry(w.table, w.match, w.action, w.params,
+                                                      w.priority))
+        cfg = TransportConfig(JOB, 0, SWITCH_IP)  # the real transport's timers
+        self.engines = [_core.worker.Engine(
+            fd=-1, job_id=JOB, worker_id=m.worker, switch_ip=SWITCH_IP,
+            switch_port=wire.HYSYNC_UDP_PORT, slot_base=BASE, slot_count=SLOTS, members=2,
+            scale=2.0**20, rto_initial=cfg.rto_initial, rto_min=cfg.rto_min,
+            rto_max=cfg.rto_max, dead_after=cfg.dead_after, stall_after=cfg.stall_after,
+            missed_after=cfg.missed_after, join_after=cfg.join_after,
+            staleness_decay=cfg.staleness_decay, seed=m.worker) for m in self.job.members]
+        self._keys: dict[str, list[int]] = {}
+        self._busy = [False, False]
+        self._gen = [0, 0]
+        self._values: list[np.ndarray | None] = [None, None]
+        self._stats: list[dict | None] = [None, None]
+
+    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), fn, args))
+
+    def _run(self) -> None:
+        while any(s is None for s in self._stats):
+            assert self._events, "a call neither ended nor waits for anything"
+            self.now, _, fn, args = heapq.heappop(self._events)
+            fn(*args)
+
+    def call(self, key: str, values: np.ndarray, late_s: float) -> dict:
+        """One call of both members; the late one starts `late_s` after the early one.
+        Returns the early member's stats of the call (retransmits, rto)."""
+        if key not in self._keys:
+            self._keys[key] = [e.register(values.size) for e in self.engines]
+        self._stats = [None, None]
+        start = self.now
+        self._at(start, self._begin, 0, key, values)
+        self._at(start + late_s, self._begin, 1, key, values)
+        self._run()
+        return self._stats[0]  # type: ignore[return-value]
+
+    def _begin(self, w: int, key: str, values: np.ndarray) -> None:
+        e = self.engines[w]
+        e.set_time(self.now)
+        e.reset_stats()
+        self._values[w] = values.copy()  # the engine reads it until the call is done
+        e.begin_call(self._keys[key][w], self._values[w])
+        self._busy[w] = True
+        self._turn(w)
+
+    def _turn(self, w: int) -> None:
+        e = self.engines[w]
+        e.set_time(self.now)
+        status = e.step(self.now)
+        m = self.job.members[w]
+        for data in e.take_sent():
+            self._at(self.now + ONE_WAY_S, self._switch, m, data)
+        if status == PENDING:
+            self._gen[w] += 1
+            wake = e.next_wake()
+            if wake != float("inf"):
+                self._at(max(self.now, wake), self._wake, w, self._gen[w])
+            return
+        assert status == DONE, f"member {w}: call ended with status {status}"
+        self._busy[w] = False
+        self._stats[w] = dict(e.stats(), rto=e.rto)
+
+    def _wake(self, w: int, gen: int) -> None:
+        if self._busy[w] and gen == self._gen[w]:
+            self._turn(w)
+
+    def _switch(self, m: Member, data: bytes) -> None:
+        for _ip, port, reply in self.pipeline.process_datagram(m.ip, m.udp_port, data):
+            w = next(x.worker for x in self.job.members if x.udp_port == port)
+            self._at(self.now + ONE_WAY_S, self._deliver, w, reply)
+
+    def _deliver(self, w: int, data: bytes) -> None:
+        e = self.engines[w]
+        e.set_time(self.now)
+        e.on_datagram(data, self.now)
+        if self._busy[w]:
+            self._turn(w)
+
+
+def warm() -> Clocked:
     """Two members of a sync job whose slots have all been heard from."""
-    early = make_transport(switch.address[1], worker=0, members=2, slots=SLOTS)
-    late = make_transport(switch.address[1], worker=1, members=2, slots=SLOTS)
-    switch.install(Job(JOB, BASE, SLOTS, [(0, *early.address), (1, *late.address)]))
-    warm = np.ones(SLOTS * wire.LANES, dtype=np.float32)  # every slot heard from: sync
-    both = threading.Thread(target=late.allreduce, args=("w", warm))
-    both.start()
-    early.allreduce("w", warm)
-    both.join(timeout=10)
-    return early, late
+    job = Clocked()
+    job.call("w", np.ones(SLOTS * wire.LANES, dtype=np.float32), 0.0)
+    return job
 
 
-def call_with_late_member(early, late, key: str, late_s: float, chunks_per_slot: int = 1):
-    """One call of both; the late member starts `late_s` after the early one. Returns the
-    early member's result."""
+def values(chunks_per_slot: int = 1) -> np.ndarray:
     # (within the quantizer's range for two members at its scale: +-341)
-    values = np.arange(SLOTS * chunks_per_slot * wire.LANES, dtype=np.float32) % 300
-    results = {}
-    thread = threading.Thread(target=lambda: results.update(early=early.allreduce(key, values)))
-    thread.start()
-    time.sleep(late_s)  # every slot's round waits for the late member
-    results["late"] = late.allreduce(key, values)
-    thread.join(timeout=10)
-    for r in results.values():
-        np.testing.assert_allclose(r.output, values, atol=1e-4)
-    return results["early"]
+    return np.arange(SLOTS * chunks_per_slot * wire.LANES, dtype=np.float32) % 300
 
 
-def test_a_window_waiting_on_a_late_member_is_probed_not_resent(switch):
-    early, late = warm_pair(switch)
-    try:
-        stats = call_with_late_member(early, late, "g", LATE_S).stats
-        # Over LATE_S, with timeouts from rto_initial (20 ms) up, resending every packet of the
-        # window on its own timer resent each packet at least once; probing sends about one
-        # packet per RTO, and the RTO doubles with each timeout.
-        assert 0 < stats.retransmits <= SLOTS // 2, stats.retransmits
-    finally:
-        early.close()
-        late.close()
+def test_a_window_waiting_on_a_late_member_is_probed_not_resent():
+    job = warm()
+    stats = job.call("g", values(), LATE_S)
+    # Over LATE_S, with timeouts from rto_initial (20 ms) up, resending every packet of the
+    # window on its own timer resends each packet at least once; probing sends about one
+    # packet per RTO, and the RTO doubles with each timeout.
+    assert 0 < stats["retransmits"] <= SLOTS // 2, stats["retransmits"]
 
 
-def test_a_wait_the_job_has_just_been_through_is_not_probed_again(switch):
+def test_a_wait_the_job_has_just_been_through_is_not_probed_again():
     """The early member's answers after a wait tell it the job waited (no loss). Hundreds of
     prompt answers later, which bring its RTO back to a few milliseconds, the same wait
     again within the second sends nothing; a longer one is probed."""
-    early, late = warm_pair(switch)
-    try:
-        first = call_with_late_member(early, late, "g", 0.08).stats
-        assert first.retransmits > 0  # the RTO was a few milliseconds: it probed
-        prompt = call_with_late_member(early, late, "p", 0.0, chunks_per_slot=40).stats
-        assert prompt.rto_s < 0.04, prompt.rto_s
-        again = call_with_late_member(early, late, "g", 0.05).stats
-        assert again.retransmits == 0, again.retransmits
-        # 1.5 x the waits seen, but never over 0.1 s beyond the RTO (a lost last packet)
-        longer = call_with_late_member(early, late, "g", 0.4).stats
-        assert longer.retransmits > 0, "a wait longer than any seen was never probed"
-    finally:
-        early.close()
-        late.close()
+    job = warm()
+    first = job.call("g", values(), 0.08)
+    assert first["retransmits"] > 0  # the RTO was a few milliseconds: it probed
+    prompt = job.call("p", values(40), 0.0)
+    # The RTO is back to a few milliseconds: far below the next wait, which an RTO alone
+    # would therefore probe.
+    assert prompt["rto"] < 0.05 / 4, prompt["rto"]
+    again = job.call("g", values(), 0.05)
+    assert again["retransmits"] == 0, again["retransmits"]
+    # The control: the same history of prompt answers without the wait, and the same wait
+    # is probed - the wait remembered is what kept the first job silent.
+    control = warm()
+    control.call("p", values(40), 0.0)
+    assert control.call("g", values(), 0.05)["retransmits"] > 0
+    # 1.5 x the waits seen, but never over 0.1 s beyond the RTO (a lost last packet)
+    longer = job.call("g", values(), 0.4)
+    assert longer["retransmits"] > 0, "a wait longer than any seen was never probed"
