@@ -153,11 +153,12 @@ def deploy_on(switch: Switch, inv: Inventory, *, dry_run: bool = False,
 
 
 def check(inv: Inventory, *, timeout: float = 5.0, source: Host | None = None,
-          no_source: str = "") -> list[Check]:
+          no_source: str = "", probe_wait: float | None = None) -> list[Check]:
     """Reachability, arbitration, pipeline identity and the port map; a failed check
     stops the ones that depend on it. The port map is the l2 table and flood group read
     back, and, from `source` (this machine's host; `no_source` says why there is none),
-    a probe through the data plane that waits up to `timeout` for answers."""
+    a probe through the data plane that waits up to `probe_wait` (default `timeout`, the
+    deadline of each request to the switch) for answers."""
     s = inv.switch
     try:
         switch = Switch(s.grpc_addr, device_id=s.device_id, timeout=timeout, arbitrate=False,
@@ -172,7 +173,8 @@ def check(inv: Inventory, *, timeout: float = 5.0, source: Host | None = None,
         if pipeline.state != "same":
             return checks
         l2, flood = _forwarding_state(switch)
-    result, probe_check = _probe(inv, source, no_source, timeout)
+    result, probe_check = _probe(inv, source, no_source,
+                                 timeout if probe_wait is None else probe_wait)
     checks.append(probe_check)
     flood_ports = flood.ports() if flood else set()
     return checks + [_port_map(h, l2, flood_ports, result) for h in inv.hosts]

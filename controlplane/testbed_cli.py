@@ -63,8 +63,8 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
     pipeline's identity and the port map, one line per check, and exits non-zero if one
     fails. Run on a host of the inventory (--from HOST, or found by its data interface and
     address), as root, the port map check also pings every other host through the switch
-    and waits up to --timeout for answers. A switch running another pipeline is refused
-    unless --replace-pipeline.
+    and waits up to --probe-wait (default: --timeout) for answers. A switch running another
+    pipeline is refused unless --replace-pipeline.
     """
     inv = _inventory(args)
     _refuse_exposed(inv, args)
@@ -72,7 +72,8 @@ def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
         raise UsageError("--from HOST goes with --check (the host the probe starts on)")
     if args.check:
         source, no_source = probe.source_host(inv, args.probe_from)
-        checks = deploy.check(inv, timeout=args.timeout, source=source, no_source=no_source)
+        checks = deploy.check(inv, timeout=args.timeout, source=source, no_source=no_source,
+                              probe_wait=args.probe_wait)
         out.emit({"checks": [{"name": c.name, "ok": None if c.skipped else c.ok,
                               "skipped": c.skipped, "detail": c.detail} for c in checks]},
                  "\n".join(c.line() for c in checks))
@@ -265,6 +266,9 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
                    help="run against a switch that speaks P4Runtime in the clear off loopback")
     p.add_argument("--from", dest="probe_from", metavar="HOST",
                    help="--check runs on this host of the inventory: probe the others from it")
+    p.add_argument("--probe-wait", type=_seconds, metavar="SECONDS",
+                   help="--check: how long the probe waits for the hosts' answers (default: "
+                        "--timeout, which bounds each request to the switch)")
     p.add_argument("--replace-pipeline", action="store_true",
                    help="push the inventory's pipeline over another one (clears the switch)")
     p = command(groups, "teardown", cmd_teardown)
