@@ -4,6 +4,7 @@ values move with the job, a swap shows, and every family is one hysync/metrics.p
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,6 @@ from hysync.controlplane.metrics import serve_metrics
 from hysync.controlplane.serve_client import ServeClient
 from hysync.metrics import EXPORTED
 from tests.controlplane.conftest import Softswitch
-from tests.testbed.conftest import free_port
 
 from .conftest import hysync, scrape, value
 
@@ -110,21 +110,24 @@ def test_serve_metrics_follow_a_running_job_and_show_a_swap(
 
 
 def test_the_softswitch_serves_its_own_metrics(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    grpc, udp, metrics = free_port(), free_port(), free_port()
+    # Every port 0: the switch binds what is free and says where in its first line.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", f"127.0.0.1:{grpc}",
-          "--udp", f"127.0.0.1:{udp}", "--metrics-addr", f"127.0.0.1:{metrics}",
+        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0",
+         "--udp", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
          "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert f"metrics on http://127.0.0.1:{metrics}/metrics" in line, line
+        found = re.search(r"data plane UDP 127\.0\.0\.1:(\d+) .*metrics on "
+                          r"http://(127\.0\.0\.1:\d+)/metrics", line)
+        assert found, line
+        udp, metrics = int(found[1]), found[2]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.sendto(b"\x00" * 8, ("127.0.0.1", udp))  # malformed: dropped and counted
             s.sendto(wire.Packet(wire.Header(op=wire.Op.CONTRIB, job_id=9, worker_id=0, slot=0,
                                              round=0, chunk=0)).encode(), ("127.0.0.1", udp))
-        wait_until(lambda: value(scrape(f"127.0.0.1:{metrics}"), "hysync_dataplane_packets_total",
+        wait_until(lambda: value(scrape(metrics), "hysync_dataplane_packets_total",
                                  direction="in") >= 2, timeout=15)
-        samples = scrape(f"127.0.0.1:{metrics}")
+        samples = scrape(metrics)
         assert value(samples, "hysync_switch_drops_total") >= 1
         for name, _ in samples:
             assert base(name) in EXPORTED or name.startswith(("python_", "process_")), name

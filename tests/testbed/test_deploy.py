@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from hysync.controlplane.job import JobConfig
 from hysync.controlplane.switch import Switch
 
 from ..controlplane.conftest import make_job, read_table
-from .conftest import P4INFO, Softswitch, free_port, loopback_inventory, write_inventory
+from .conftest import P4INFO, Softswitch, loopback_inventory, write_inventory
 
 
 def hysync(*args: str) -> tuple[int, str, str]:
@@ -112,7 +113,11 @@ def test_check_from_a_host_this_machine_is_not_is_one_line(inventory_for,
 
 
 def test_an_unreachable_switch_fails_fast_with_one_line(tmp_path: Path) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+    # A port held bound but not listening for the whole test: connections to it are
+    # refused, and no other process can start listening there meanwhile.
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{held.getsockname()[1]}"
     inv = write_inventory(tmp_path / "rack.toml", loopback_inventory(dead))
     start = time.monotonic()
     code, out, err = hysync("--timeout", "1", "deploy", "--check", str(inv))
@@ -122,6 +127,7 @@ def test_an_unreachable_switch_fails_fast_with_one_line(tmp_path: Path) -> None:
     assert code == 1 and out == "" and err.count("\n") == 1
     assert f"cannot reach the switch at {dead}" in err
     assert time.monotonic() - start < 15
+    held.close()
 
 
 @pytest.fixture
