@@ -90,17 +90,19 @@ _LISTENING = re.compile(r"softswitch: P4Runtime on (\S+):(\d+) .*data plane UDP 
 
 def start_softswitch(log: Path, *args: str,
                      start: Callable[..., subprocess.Popen] = subprocess.Popen,
+                     grpc_addr: str = "127.0.0.1:0", udp: str = "127.0.0.1:0",
                      timeout: float = 300.0) -> tuple[subprocess.Popen, str, int]:
-    """A softswitch process on loopback, its output in `log`: (the process, its P4Runtime
-    address, its UDP data port). Both ports are 0 on its command line: it binds whatever
-    is free and prints what it bound, so no other process can take a port between its
-    choice and its use. `timeout` only bounds a switch that neither listens nor exits."""
-    with open(log, "w") as out:
-        proc = start([sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0",
-                      "--udp", "127.0.0.1:0", *args], stdout=out, stderr=subprocess.STDOUT,
-                     cwd=REPO)
+    """A softswitch process on loopback, its output appended to `log`: (the process, its
+    P4Runtime address, its UDP data port). Both ports are 0 unless given (a restart where
+    the first one was): it binds whatever is free and prints what it bound, so no other
+    process can take a port between its choice and its use. `timeout` only bounds a
+    switch that neither listens nor exits."""
+    seen = log.stat().st_size if log.exists() else 0  # what earlier runs wrote there
+    with open(log, "a") as out:
+        proc = start([sys.executable, "-m", "hysync.softswitch", "--grpc-addr", grpc_addr,
+                      "--udp", udp, *args], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
     deadline = time.monotonic() + timeout
-    while (found := _LISTENING.search(log.read_text(errors="replace"))) is None:
+    while (found := _LISTENING.search(log.read_bytes()[seen:].decode(errors="replace"))) is None:
         if proc.poll() is not None:
             raise RuntimeError(f"the softswitch exited with status {proc.returncode} before "
                                f"it listened; see {log}")

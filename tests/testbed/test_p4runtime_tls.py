@@ -42,13 +42,14 @@ def tls_switch(certs: Certs) -> Iterator[str]:
 def _tls_switch(certs: Certs, *options: str) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
-         f"127.0.0.1:{free_port()}", "--engine", "python", "--log-level", "warning",
+         "127.0.0.1:0", "--engine", "python", "--log-level", "warning",
          "--server-cert-file", str(certs.server_cert), "--server-key-file",
          str(certs.server_key), "--ca-cert-file", str(certs.ca), *options],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        # The line comes once the switch listens: a generous wait, for a busy machine.
+        ready, _, _ = select.select([proc.stdout], [], [], 300)
         line = proc.stdout.readline() if ready else ""
         match = re.search(r"P4Runtime on 127\.0\.0\.1:(\d+) \(mutual TLS", line)
         assert match, line + (proc.stderr.read() if proc.poll() is not None else "")

@@ -21,7 +21,6 @@ import io
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
 from hysync.controlplane.serve_client import ServeClient
 from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.topologies.runner import start_softswitch
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import (
     SwitchRestartedError,
@@ -45,7 +45,7 @@ from hysync.worker.transport import (
     Transport,
     TransportConfig,
 )
-from tests.controlplane.conftest import P4INFO, ROOT, make_job
+from tests.controlplane.conftest import P4INFO, make_job
 
 from .conftest import free_port, loopback_inventory, write_inventory
 
@@ -70,21 +70,21 @@ MODE_IDS = ["sync", "partial-quorum3", "async"]
 
 # ------------------------------------------------------------------ the switch process
 class SwitchProcess:
-    """`python -m hysync.softswitch` (native engine) on fixed loopback ports, so that it
-    can be killed and started again where the workers and the controller expect it."""
+    """`python -m hysync.softswitch` (native engine) on loopback: first on the ports it
+    binds itself (port 0, printed), then, killed and started again, on those same ports,
+    where the workers and the controller expect it."""
 
     def __init__(self, log: Path) -> None:
-        self.grpc_addr = f"127.0.0.1:{free_port()}"
-        self.udp = ("127.0.0.1", free_port(socket.SOCK_DGRAM))
+        self.grpc_addr = "127.0.0.1:0"
+        self.udp = ("127.0.0.1", 0)
         self.log = log
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        with open(self.log, "a") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", self.grpc_addr,
-                 "--udp", f"{self.udp[0]}:{self.udp[1]}", "--threads", "1",
-                 "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+        self.proc, self.grpc_addr, port = start_softswitch(
+            self.log, "--threads", "1", "--log-level", "warning", grpc_addr=self.grpc_addr,
+            udp=f"{self.udp[0]}:{self.udp[1]}")
+        self.udp = (self.udp[0], port)
         proc = self.proc
         wait_for_server(self.grpc_addr, WAIT, failed=lambda: None if proc.poll() is None else
                         f"the softswitch exited ({proc.returncode}); see {self.log}")
