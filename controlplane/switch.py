@@ -200,13 +200,21 @@ class Switch:
                                   live=live)
 
     def close(self) -> None:
-        """End the stream (the switch then elects another primary) and close the channel."""
+        """End the stream (the switch then elects another primary) and close the channel.
+
+        Returns once the switch has ended the stream, i.e. released this session's election
+        id: a session opened right after with the same id (the next `hysync` command of a
+        script) is not refused as a second live controller. A cancelled stream would be
+        released whenever the switch's server got round to noticing it, which on a busy
+        machine is after the next session's arbitration."""
         if self._closed:
             return
         self._closed = True
-        self._requests.put(None)
+        self._requests.put(None)  # half-close: the switch drops our arbitration, then ends
+        if self._receiver is not None:
+            self._receiver.join(timeout=self.timeout)
         if self._stream is not None:
-            self._stream.cancel()
+            self._stream.cancel()  # a switch that did not end the stream within the timeout
         if self._receiver is not None:
             self._receiver.join(timeout=self.timeout)
         self._channel.close()

@@ -30,6 +30,7 @@ from hysync.controlplane.errors import (
 )
 from hysync.controlplane.switch import DeviceConfigError, Switch, parse_election_id
 from hysync.p4schema import Schema
+from hysync.softswitch.p4arbitration import Arbiter
 
 from .conftest import P4INFO, Softswitch, read_table
 
@@ -177,6 +178,22 @@ def test_close_is_idempotent_and_frees_the_election_id(softswitch: Softswitch) -
     for _ in range(20):
         with Switch(softswitch.grpc_addr, election_id=(0, 3)) as again:
             assert again.is_primary
+
+
+def test_close_returns_once_a_slow_switch_has_released_the_election_id(
+        softswitch: Softswitch, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A switch whose threads run late, as on a busy machine: it releases a closed stream's
+    # election id well after the client let go of the stream.
+    release = Arbiter.remove
+
+    def late(self: Arbiter, stream: object) -> None:
+        time.sleep(0.5)
+        release(self, stream)
+
+    monkeypatch.setattr(Arbiter, "remove", late)
+    Switch(softswitch.grpc_addr, election_id=(0, 10)).close()
+    with Switch(softswitch.grpc_addr, election_id=(0, 10)) as again:
+        assert again.is_primary
 
 
 @pytest.mark.parametrize(("text", "expected"), [("1", (0, 1)), ("7,9", (7, 9)),
