@@ -5,9 +5,11 @@ every veth end: a user-space switch fills in no checksums), starts the softswitc
 raw data plane in the switch namespace, writes the rack's inventory and prints the
 commands that deploy it, serve it and train on it (docs/testbed.md, the worked example).
 Every name carries the rack's tag (default `hyr`): namespaces `hyr-h1..hN` and `hyr-sw`,
-host interfaces `hyrh1..`. What `up` made is recorded in /run/hysync/rack-<tag>.json, and
-`down` removes exactly that: the softswitch it started, the namespaces and veths. Nothing
-else on the machine is touched.
+host interfaces `hyrh1..`. The switch serves P4Runtime over mutual TLS and takes writes
+from serve's certificate only (`--writer`): `up` makes the rack's CA and certificates in
+/run/hysync/<tag>-pki, and the inventory names serve's. What `up` made is recorded in
+/run/hysync/rack-<tag>.json, and `down` removes exactly that: the softswitch it started,
+the namespaces and veths, the certificates. Nothing else on the machine is touched.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hysync import resources
+from hysync.controlplane.certificates import SERVE_NAME, rack_certificates
 from hysync.controlplane.cli import UsageError, _Out
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.switch import wait_for_server
+from hysync.tls import ClientTls
 from hysync.topologies.addresses import (
     RACK_MANAGEMENT_NET,
     SWITCH_IP,
@@ -50,6 +55,11 @@ class RackError(ControlPlaneError):
 
 def state_file(tag: str) -> Path:
     return STATE_DIR / f"rack-{tag}.json"
+
+
+def pki_dir(tag: str) -> Path:
+    """The rack's CA and certificates (only root reads the keys)."""
+    return STATE_DIR / f"{tag}-pki"
 
 
 def _tag(text: str) -> str:
@@ -81,7 +91,10 @@ def inventory_text(hosts: int, tag: str = DEFAULT_TAG, *, net: str = MGMT_NET) -
         "",
         "[switch]",
         f'grpc_addr = "{net}.2:9559"         # over the management veth {tag}m <-> {tag}n',
-        "insecure = true                      # in the clear: that veth is inside this machine",
+        "# Mutual TLS: the switch takes writes from this certificate (serve's) only.",
+        f'cacert = "{pki_dir(tag)}/rack-ca.pem"',
+        f'cert = "{pki_dir(tag)}/{SERVE_NAME}.pem"',
+        f'private_key = "{pki_dir(tag)}/{SERVE_NAME}.key"',
         'target = "softswitch"',
         'p4info = "hysync:p4src/v1model/hysync.p4info.txtpb"   # the P4Info HySync ships',
         "election_id = 10",
@@ -155,28 +168,39 @@ def cmd_rack_up(args: argparse.Namespace, out: _Out) -> None:
     if not inventory.parent.is_dir():
         raise UsageError(f"--inventory {args.inventory}: {inventory.parent} is not a directory")
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    pki = pki_dir(tag)
+    try:
+        certs = rack_certificates(pki, f"{MGMT_NET}.2")
+    except BaseException:
+        shutil.rmtree(pki, ignore_errors=True)
+        raise
     star = NetnsStar(args.hosts, host_management=True, tag=tag, net=MGMT_NET)
     log = STATE_DIR / f"{tag}-softswitch.log"
     switch: subprocess.Popen | None = None
     try:
         ports = [a for p, ifname in star.switch_ifs.items() for a in ("-i", f"{p}@{ifname}")]
+        tls = ["--server-cert-file", str(certs["switch_cert"]), "--server-key-file",
+               str(certs["switch_key"]), "--ca-cert-file", str(certs["ca"]),
+               "--writer", SERVE_NAME]
         with open(log, "w") as sink:  # `ip netns exec` execs: the pid is the softswitch's
             switch = subprocess.Popen(
                 [*star.exec_in(star.switch_ns), sys.executable, "-m", "hysync.softswitch",
-                 "--grpc-addr", star.grpc_addr, *ports, "--log-level", "warning"],
+                 "--grpc-addr", star.grpc_addr, *ports, *tls, "--log-level", "warning"],
                 stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)  # outlives this command, and its Ctrl-C
         wait_for_server(star.grpc_addr, 30, lambda: None if switch.poll() is None else
-                        f"the softswitch exited; see {log}")
+                        f"the softswitch exited; see {log}",
+                        tls=ClientTls(certs["ca"], certs["serve_cert"], certs["serve_key"]))
         inventory.write_text(inventory_text(args.hosts, tag))
         state.write_text(json.dumps({
             **star.created(), "softswitch": {"pid": switch.pid,
                                              "start": _start_time(switch.pid)},
-            "inventory": str(inventory), "log": str(log)}, indent=1) + "\n")
+            "inventory": str(inventory), "log": str(log), "pki": str(pki)}, indent=1) + "\n")
     except BaseException:
         if switch is not None:
             _stop(switch.pid)
         star.close()
+        shutil.rmtree(pki, ignore_errors=True)
         raise
     steps = next_steps(args.hosts, tag, inventory)
     out.emit({"tag": tag, "hosts": star.hosts, "switch_namespace": star.switch_ns,
@@ -204,6 +228,8 @@ def cmd_rack_down(args: argparse.Namespace, out: _Out) -> None:
     remove(made.get("namespaces", []), made.get("links", []))
     with contextlib.suppress(FileNotFoundError):
         Path(made.get("log", "")).unlink()
+    if made.get("pki"):
+        shutil.rmtree(made["pki"], ignore_errors=True)
     state.unlink()
     out.emit({"tag": args.tag, **made},
              f"rack {args.tag!r} removed: namespaces {', '.join(made.get('namespaces', []))}"

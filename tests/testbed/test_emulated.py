@@ -22,6 +22,7 @@ import pytest
 from hysync import p4names
 from hysync.controlplane import rack
 from hysync.controlplane.controller import Controller
+from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.switch import Switch
 from hysync.topologies.addresses import host_ip
 from hysync.topologies.netns import missing_netns_tools
@@ -119,7 +120,9 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
 
     torn = hysync("teardown", str(inventory))
     assert torn.returncode == 0, torn.stderr
-    with Switch(f"{rack.MGMT_NET}.2:9559", arbitrate=False) as sw:
+    # The rack's switch serves mutual TLS: read it with the inventory's certificate.
+    with Switch(f"{rack.MGMT_NET}.2:9559", arbitrate=False,
+                tls=Inventory.load(inventory).switch.tls) as sw:
         assert Controller(sw).list_jobs() == []
         assert read_table(sw, p4names.FORWARDING_L2) == []
         assert [g.group_id for g in sw.read_groups()] == []

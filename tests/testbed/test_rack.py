@@ -16,6 +16,7 @@ from hysync.controlplane import rack
 from hysync.controlplane.cli import main
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.switch import wait_for_server
+from hysync.tls import ClientTls
 from hysync.topologies.netns import missing_netns_tools
 
 from .conftest import ROOT
@@ -32,10 +33,16 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
-def test_the_committed_rack_inventory_is_what_rack_up_3_writes() -> None:
-    committed = ROOT / "examples" / "rack.toml"
-    assert rack.inventory_text(3) == committed.read_text()
-    inv = Inventory.load(committed)
+def test_the_committed_rack_inventory_is_what_rack_up_3_writes(state_dir: Path) -> None:
+    committed = ROOT / "examples" / "rack.toml"  # up's, with its state in /run/hysync
+    assert rack.inventory_text(3).replace(str(state_dir), "/run/hysync") == \
+        committed.read_text()
+    # It names the certificates `up` makes (here under state_dir): with them, it loads.
+    rack.rack_certificates(rack.pki_dir("hyr"), f"{rack.MGMT_NET}.2")
+    path = state_dir / "rack.toml"
+    path.write_text(rack.inventory_text(3))
+    inv = Inventory.load(path)
+    assert inv.switch.tls is not None and inv.switch.exposed() is None
     assert [h.name for h in inv.hosts] == ["h1", "h2", "h3"]
     assert [h.interface for h in inv.hosts] == ["hyrh1", "hyrh2", "hyrh3"]
     assert inv.switch.p4info == resources.path(resources.V1MODEL_P4INFO)
@@ -109,7 +116,9 @@ def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Pa
         assert code == 0, err
         assert inventory.read_text() == rack.inventory_text(2, tag)
         assert _namespaces(tag) == {f"{tag}-sw", f"{tag}-h1", f"{tag}-h2"}
-        wait_for_server(f"{rack.MGMT_NET}.2:9559", 10)  # the softswitch answers P4Runtime
+        certs = rack.pki_dir(tag)  # the softswitch answers P4Runtime over mutual TLS
+        wait_for_server(f"{rack.MGMT_NET}.2:9559", 10, tls=ClientTls(
+            certs / "rack-ca.pem", certs / "hysync-serve.pem", certs / "hysync-serve.key"))
         for ifname, ns in ((f"{tag}h1", f"{tag}-h1"), (f"{tag}s1", f"{tag}-sw")):
             offloads = subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-k", ifname],
                                       capture_output=True, text=True).stdout
@@ -124,5 +133,5 @@ def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Pa
     assert _namespaces(tag) == set()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f" {tag}m" not in links  # the management veth's root end went with it
-    assert not rack.state_file(tag).exists()
+    assert not rack.state_file(tag).exists() and not rack.pki_dir(tag).exists()
     assert inventory.exists()  # the inventory is the user's now
