@@ -1,0 +1,139 @@
+"""The `hysync` torch.distributed backend under real `torchrun`, one launcher per emulated
+host, against the softswitch and `hysync serve`: `dist.all_reduce` equals the exact sum
+within quantization, DDP trains with no hook as well as over gloo, a trainer that builds
+DDP itself (PyTorch Lightning) trains through it, and what the switch cannot sum is
+refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hysync.controlplane.inventory import Inventory
+
+from .conftest import ROOT, free_port, kill_tree
+from .test_torchrun import jobs_on, served  # noqa: F401 - the softswitch + serve fixture
+
+pytestmark = pytest.mark.slow
+WAIT = 300  # seconds: a generous deadline for two torchrun launchers on a busy machine
+
+
+def run_ranks(inv: Inventory | None, script: Path, *args: str,
+              env: dict[str, str] | None = None) -> list[str]:
+    """`torchrun --nnodes 2 --node-rank R script` per host, as on two servers; returns
+    each launcher's output after asserting that it succeeded."""
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        penv = dict(os.environ, HYSYNC_HOST=f"h{rank + 1}", GLOO_SOCKET_IFNAME="lo",
+                    OMP_NUM_THREADS="1", **(env or {}))
+        if inv is not None:
+            penv["HYSYNC_INVENTORY"] = str(inv.path)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+             "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+             "--master-port", port, str(script), *args],
+            cwd=ROOT, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        outputs = [p.communicate(timeout=WAIT)[0] for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p)
+    for p, out in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    return outputs
+
+
+def results(outputs: list[str]) -> list[dict]:
+    lines = [json.loads(line) for out in outputs for line in out.splitlines()
+             if line.startswith('{"rank"')]
+    assert sorted(r["rank"] for r in lines) == [0, 1], outputs
+    return lines
+
+
+def test_all_reduce_is_the_exact_sum_within_quantization(
+        served: tuple[Inventory, list[str]]) -> None:  # noqa: F811
+    inv, events = served
+    # examples/allreduce.py asserts every result against the exact sum itself
+    for r in results(run_ranks(inv, ROOT / "examples" / "allreduce.py")):
+        assert r["ok"] and 0 < r["max_error"] <= 2 * 2.0**-20 + 0.1, r
+    assert events[0].startswith("admitted job 1 'torchrun': 2 members, slots 0-31")
+    assert events[-1] == "job 1 removed: released by its training script"
+    assert jobs_on(inv) == []
+
+
+def test_ddp_without_a_hook_trains_as_well_as_over_gloo(
+        served: tuple[Inventory, list[str]]) -> None:  # noqa: F811
+    inv, events = served
+    script = ROOT / "examples" / "ddp_backend.py"
+    hysync = results(run_ranks(inv, script, "--steps", "150"))
+    gloo = results(run_ranks(None, script, "--steps", "150", "--backend", "gloo"))
+    assert events[0].startswith("admitted job 1")  # only the hysync run asked for a job
+    # sync mode: every replica applied the same averaged gradients, so they are one model
+    assert hysync[0]["accuracy"] == hysync[1]["accuracy"]
+    assert hysync[0]["accuracy"] >= 0.9
+    assert abs(hysync[0]["accuracy"] - gloo[0]["accuracy"]) <= 0.02, (hysync, gloo)
+    assert events[-1] == "job 1 removed: released by its training script"
+
+
+def test_lightning_builds_ddp_over_the_backend(
+        served: tuple[Inventory, list[str]]) -> None:  # noqa: F811
+    pytest.importorskip("pytorch_lightning", reason="PyTorch Lightning is not installed "
+                        "(pip install pytorch-lightning)")
+    inv, events = served
+    out = results(run_ranks(inv, ROOT / "examples" / "lightning_ddp.py", "--steps", "150"))
+    assert all(r["backend"] == "hysync" for r in out)
+    assert out[0]["accuracy"] == out[1]["accuracy"] >= 0.9
+    assert events[0].startswith("admitted job 1")
+
+
+def test_what_the_switch_cannot_sum_is_refused_in_one_line(
+        served: tuple[Inventory, list[str]], tmp_path: Path) -> None:  # noqa: F811
+    inv, _ = served
+    script = tmp_path / "refusals.py"
+    script.write_text(REFUSALS)
+    for r in results(run_ranks(inv, script)):
+        assert r["errors"] == [
+            "the hysync backend all-reduces SUM or AVG of float32, float16, bfloat16 or "
+            "float64 tensors, got MAX of a float32 tensor; HYSYNC_EXACT_OPS=gloo sends the "
+            "others to gloo",
+            "the hysync backend all-reduces SUM or AVG of float32, float16, bfloat16 or "
+            "float64 tensors, got PRODUCT of a float32 tensor; HYSYNC_EXACT_OPS=gloo sends "
+            "the others to gloo",
+            "the hysync backend all-reduces SUM or AVG of float32, float16, bfloat16 or "
+            "float64 tensors, got SUM of a int64 tensor; HYSYNC_EXACT_OPS=gloo sends the "
+            "others to gloo"], r
+        assert r["after"] == 3.0  # the group still works after the refusals
+    out = results(run_ranks(inv, script, env={"HYSYNC_EXACT_OPS": "gloo"}))
+    for r in out:
+        assert r["errors"] == [] and r["exact"] == [2.0, 2.0, 3], r
+
+
+REFUSALS = '''
+import json
+import torch
+import torch.distributed as dist
+import hysync.backend  # noqa: F401
+
+dist.init_process_group("hysync")
+rank = dist.get_rank()
+errors, exact = [], []
+for tensor, op in ((torch.tensor([rank + 1.0]), dist.ReduceOp.MAX),
+                   (torch.tensor([rank + 1.0]), dist.ReduceOp.PRODUCT),
+                   (torch.tensor([rank + 1]), dist.ReduceOp.SUM)):
+    try:
+        dist.all_reduce(tensor, op=op)
+        exact.append(tensor.item())
+    except ValueError as err:
+        errors.append(str(err))
+after = torch.tensor([rank + 1.0])
+dist.all_reduce(after)
+print(json.dumps({"rank": rank, "errors": errors, "exact": exact,
+                  "after": round(after.item(), 3)}), flush=True)
+dist.destroy_process_group()
+'''
