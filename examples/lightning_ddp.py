@@ -5,10 +5,11 @@
 
 Lightning builds the process group and DDP itself; naming the backend in
 `DDPStrategy(process_group_backend="hysync")` is the only HySync line, and the inventory
-comes from HYSYNC_INVENTORY. Lightning also all-reduces integer flags between ranks
-(e.g. whether to stop), which a fixed-point sum cannot carry exactly: HYSYNC_EXACT_OPS=gloo
-(set here unless the environment says otherwise) sends those to gloo. Needs
-`pip install pytorch-lightning`. Prints one JSON line per rank with its held-out accuracy.
+comes from HYSYNC_INVENTORY. Lightning's ModelCheckpoint and EarlyStopping all-reduce
+integer flags between ranks (whether to save, whether to stop), which a fixed-point sum
+cannot carry exactly: HYSYNC_EXACT_OPS=gloo (set here unless the environment says
+otherwise) sends those to gloo. Needs `pip install pytorch-lightning`. Prints one JSON
+line per rank with its held-out accuracy.
 """
 
 from __future__ import annotations
