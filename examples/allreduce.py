@@ -55,6 +55,15 @@ def main() -> None:
                 bound = world * 2.0**-20 + float(expected.abs().max()) * torch.finfo(dtype).eps
                 assert error <= bound, (dtype, op, async_op, error, bound)
                 worst = max(worst, error)
+    # a strided view (a transposed matrix) is reduced as a copy and written back into it
+    call += 1
+    view = contribution(rank, torch.float32, call).reshape(100, 100).t()
+    dist.all_reduce(view)
+    expected = sum(contribution(r, torch.float32, call).double() for r in range(world))
+    error = float((view.double() - expected.reshape(100, 100).t()).abs().max())
+    assert error <= world * 2.0**-20 + 8 * torch.finfo(torch.float32).eps, error
+    empty = torch.zeros(0)
+    dist.all_reduce(empty)  # nothing to send, nothing to wait for
     # the other collectives: gloo, in the same process group
     value = torch.tensor([float(rank + 1)])
     dist.broadcast(value, src=0)
@@ -63,7 +72,7 @@ def main() -> None:
     assert value.item() == 1.0 and [g.item() for g in gathered] == list(range(world))
     dist.barrier()
     print(json.dumps({"rank": rank, "backend": args.backend, "ok": True,
-                      "max_error": worst}), flush=True)
+                      "group": dist.get_backend(), "max_error": worst}), flush=True)
     dist.destroy_process_group()
 
 

@@ -187,6 +187,10 @@ class HySyncProcessGroup(ProcessGroup):
         if tensor.device.type not in ("cpu", "cuda"):
             raise ValueError(f"the hysync backend all-reduces CPU and CUDA tensors, got one "
                              f"on {tensor.device}")
+        if tensor.numel() == 0:  # nothing to send: the transport has no empty keys
+            done = torch.futures.Future()
+            done.set_result([tensor])
+            return HySyncWork(done)
         in_place = tensor.dtype == torch.float32 and tensor.is_contiguous()
         # One key per size: see the module's doc. A call nobody waits for asynchronously
         # (dist.all_reduce without async_op) runs on the caller's thread where it can.

@@ -56,12 +56,15 @@ def results(outputs: list[str]) -> list[dict]:
     return lines
 
 
+# torch installs a Python backend as the whole group: the mixed forms give the same group
+@pytest.mark.parametrize("backend", ["hysync", "cpu:gloo,cuda:hysync", "cpu:hysync,cuda:nccl"])
 def test_all_reduce_is_the_exact_sum_within_quantization(
-        served: tuple[Inventory, list[str]]) -> None:  # noqa: F811
+        served: tuple[Inventory, list[str]], backend: str) -> None:  # noqa: F811
     inv, events = served
     # examples/allreduce.py asserts every result against the exact sum itself
-    for r in results(run_ranks(inv, ROOT / "examples" / "allreduce.py")):
-        assert r["ok"] and 0 < r["max_error"] <= 2 * 2.0**-20 + 0.1, r
+    for r in results(run_ranks(inv, ROOT / "examples" / "allreduce.py", "--backend", backend)):
+        assert r["ok"] and r["group"] == backend, r
+        assert 0 < r["max_error"] <= 0.1, r  # float16's rounding of sums near 8
     assert events[0].startswith("admitted job 1 'torchrun': 2 members, slots 0-31")
     assert events[-1] == "job 1 removed: released by its training script"
     assert jobs_on(inv) == []
