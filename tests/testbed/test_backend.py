@@ -10,11 +10,15 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
+from hysync.backend import HySyncProcessGroup, Options
 from hysync.controlplane.inventory import Inventory
+from hysync.torch import AttachError
 
 from .conftest import ROOT, free_port, kill_tree
 from .test_torchrun import jobs_on, served  # noqa: F401 - the softswitch + serve fixture
@@ -74,7 +78,8 @@ def test_ddp_without_a_hook_trains_as_well_as_over_gloo(
         served: tuple[Inventory, list[str]]) -> None:  # noqa: F811
     inv, events = served
     script = ROOT / "examples" / "ddp_backend.py"
-    hysync = results(run_ranks(inv, script, "--steps", "150"))
+    # the inventory through pg_options (the script's --inventory), not the environment
+    hysync = results(run_ranks(None, script, "--inventory", str(inv.path), "--steps", "150"))
     gloo = results(run_ranks(None, script, "--steps", "150", "--backend", "gloo"))
     assert events[0].startswith("admitted job 1")  # only the hysync run asked for a job
     # sync mode: every replica applied the same averaged gradients, so they are one model
@@ -115,6 +120,41 @@ def test_what_the_switch_cannot_sum_is_refused_in_one_line(
     out = results(run_ranks(inv, script, env={"HYSYNC_EXACT_OPS": "gloo"}))
     for r in out:
         assert r["errors"] == [] and r["exact"] == [2.0, 2.0, 3], r
+
+
+def test_options_come_from_pg_options_then_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HYSYNC_INVENTORY", "HYSYNC_MODE", "HYSYNC_POLICY", "HYSYNC_SCALE",
+                 "HYSYNC_EXACT_OPS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(AttachError, match="the hysync backend needs an inventory: set "
+                                          "HYSYNC_INVENTORY or pass pg_options="):
+        Options().resolved()
+    monkeypatch.setenv("HYSYNC_INVENTORY", "rack.toml")
+    assert Options().resolved() == Options(inventory="rack.toml", mode="sync", policy=None,
+                                           scale=2.0**20, exact_ops="error")
+    monkeypatch.setenv("HYSYNC_MODE", "async")
+    monkeypatch.setenv("HYSYNC_POLICY", "adaptive")
+    monkeypatch.setenv("HYSYNC_SCALE", "65536")
+    monkeypatch.setenv("HYSYNC_EXACT_OPS", "gloo")
+    assert Options(inventory="other.toml", mode="partial").resolved() == Options(
+        inventory="other.toml", mode="partial", policy="adaptive", scale=65536.0,
+        exact_ops="gloo")
+    monkeypatch.setenv("HYSYNC_EXACT_OPS", "nccl")
+    with pytest.raises(AttachError, match="exact_ops \\(HYSYNC_EXACT_OPS\\) is 'error' or "
+                                          "'gloo', got 'nccl'"):
+        Options().resolved()
+
+
+def test_a_group_without_an_inventory_says_what_to_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HYSYNC_INVENTORY", raising=False)
+    with pytest.raises(AttachError, match="needs an inventory: set HYSYNC_INVENTORY"):
+        HySyncProcessGroup(dist.HashStore(), 0, 1, timedelta(seconds=10))
+    with pytest.raises(TypeError, match="takes pg_options=hysync.backend.Options"):
+        dist.init_process_group("hysync", store=dist.HashStore(), rank=0, world_size=1,
+                                pg_options=object())
+    assert not dist.is_initialized()
 
 
 REFUSALS = '''
