@@ -3,7 +3,7 @@
     HYSYNC_INVENTORY=examples/loopback.toml \\
         torchrun --standalone --nproc-per-node 2 examples/ddp_backend.py
 
-The same MLP on scikit-learn's handwritten digits as examples/train_ddp.py, written as an
+The same MLP on the same handwritten digits as examples/train_ddp.py, written as an
 ordinary DDP script: the backend's name in `init_process_group` is the only HySync line
 (`--backend gloo` runs the same script without HySync, to compare). The job is admitted
 when the group is created (the inventory from HYSYNC_INVENTORY, or `--inventory`) and
@@ -19,10 +19,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from train_ddp import load_data  # the same data as the hook's example, beside this script
 
 import hysync.backend
 
@@ -41,11 +40,8 @@ def main() -> None:
         if args.backend == "hysync" else None
     dist.init_process_group(args.backend, pg_options=options)
     rank, world = dist.get_rank(), dist.get_world_size()
-    digits = load_digits()
-    x_train, x_test, y_train, y_test = train_test_split(
-        digits.data / 16.0, digits.target, test_size=0.25, random_state=0)
-    x = torch.tensor(x_train[rank::world], dtype=torch.float32)  # this rank's shard
-    y = torch.tensor(y_train[rank::world])
+    data, x_train, y_train, x_test, y_test = load_data()
+    x, y = x_train[rank::world], y_train[rank::world]  # this rank's shard
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(),
                                                   nn.Linear(64, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -59,9 +55,9 @@ def main() -> None:
         loss.backward()  # DDP all-reduces the gradients through the process group
         opt.step()
     with torch.no_grad():
-        predicted = model(torch.tensor(x_test, dtype=torch.float32)).argmax(dim=1)
-    accuracy = float((predicted == torch.tensor(y_test)).float().mean())
-    print(json.dumps({"rank": rank, "backend": args.backend, "steps": args.steps,
+        predicted = model(x_test).argmax(dim=1)
+    accuracy = float((predicted == y_test).float().mean())
+    print(json.dumps({"rank": rank, "backend": args.backend, "data": data, "steps": args.steps,
                       "accuracy": round(accuracy, 4),
                       "seconds": round(time.monotonic() - start, 2)}), flush=True)
     dist.destroy_process_group()

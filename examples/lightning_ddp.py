@@ -21,10 +21,9 @@ import os
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.strategies import DDPStrategy
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from train_ddp import load_data  # the same data as the hook's example, beside this script
 
 import hysync.backend  # noqa: F401 - registers the "hysync" backend
 
@@ -55,10 +54,7 @@ def main() -> None:
     os.environ.setdefault(hysync.backend.EXACT_OPS_ENV, "gloo")
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
-    digits = load_digits()
-    x_train, x_test, y_train, y_test = train_test_split(
-        digits.data / 16.0, digits.target, test_size=0.25, random_state=0)
-    data = TensorDataset(torch.tensor(x_train, dtype=torch.float32), torch.tensor(y_train))
+    data, x_train, y_train, x_test, y_test = load_data()
     nodes = int(os.environ.get("WORLD_SIZE", "1")) // int(os.environ.get(
         "LOCAL_WORLD_SIZE", "1"))
     trainer = pl.Trainer(
@@ -68,11 +64,12 @@ def main() -> None:
         enable_progress_bar=False, enable_model_summary=False)
     model = Digits(args.lr)
     # Lightning gives each rank its shard (a DistributedSampler)
-    trainer.fit(model, DataLoader(data, batch_size=args.batch_size, shuffle=True))
+    trainer.fit(model, DataLoader(TensorDataset(x_train, y_train),
+                                  batch_size=args.batch_size, shuffle=True))
     with torch.no_grad():
-        predicted = model(torch.tensor(x_test, dtype=torch.float32)).argmax(dim=1)
-    accuracy = float((predicted == torch.tensor(y_test)).float().mean())
-    print(json.dumps({"rank": trainer.global_rank,
+        predicted = model(x_test).argmax(dim=1)
+    accuracy = float((predicted == y_test).float().mean())
+    print(json.dumps({"rank": trainer.global_rank, "data": data,
                       "backend": torch.distributed.get_backend(),
                       "steps": trainer.global_step, "accuracy": round(accuracy, 4)}),
           flush=True)

@@ -23,7 +23,8 @@ under a prefix of its own, so its keys never meet HySync's.
 The switch computes the mean over the members (in partial and async modes, the mean of
 the rounds it applied: docs/protocol.md §9); SUM is that times the group's size, so its
 error is the quantization error times the size (2**-21 per member at the default scale,
-for values within ±2048 / size; beyond that they clip). Each tensor size is one key of
+for values within the quantizer's range, docs/protocol.md §9; HYSYNC_SCALE trades range
+for precision). Each tensor size is one key of
 the transport, with its error feedback: in sync mode every call is one round of every
 member and the key only names its slots; in partial and async modes, late rounds are
 applied to the next call of the same size, as the hook applies them to the next call
