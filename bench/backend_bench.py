@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -105,20 +106,39 @@ def rank_main(path: str, what: str, n: int) -> None:
 # ---------------------------------------------------------------- the harness
 def run_path(inventory: Path, path: str, what: str, n: int) -> float:
     port = str(free_port())
-    procs = []
+    procs, logs = [], []
     for rank in range(2):
         env = dict(os.environ, HYSYNC_HOST=f"h{rank + 1}", HYSYNC_INVENTORY=str(inventory),
                    GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        # a file, not a pipe: nobody reads the output before the launcher ends
+        logs.append(tempfile.TemporaryFile("w+"))  # noqa: SIM115 - closed once read, below
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
              "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr",
              "127.0.0.1", "--master-port", port, "-m", "bench.backend_bench",
              "--rank", path, what, str(n)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=WAIT)[0] for p in procs]
+            cwd=ROOT, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, text=True,
+            start_new_session=True))
+    deadline = time.monotonic() + WAIT
+    try:
+        # One launcher that fails leaves the other waiting in its rendezvous: stop both.
+        while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)  # torchrun and its worker: their session
+            p.wait()
+    outputs = []
+    for log in logs:
+        log.seek(0)
+        outputs.append(log.read())
+        log.close()
     for p, out in zip(procs, outputs, strict=True):
         if p.returncode:
-            raise SystemExit(f"{path} {what} failed:\n{out[-3000:]}")
+            raise SystemExit(f"{path} {what} failed (rc {p.returncode}):\n{out[-3000:]}")
     line = next(line for line in outputs[0].splitlines() if line.startswith('{"median_ms"'))
     return json.loads(line)["median_ms"]
 

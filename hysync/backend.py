@@ -55,7 +55,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _DistributedBackendOptions
 
 from hysync.controlplane.inventory import Inventory
-from hysync.torch import AttachError, admit
+from hysync.torch import DEFAULT_TIMEOUT, AttachError, admit
 from hysync.worker.api import DEFAULT_SCALE
 
 NAME = "hysync"
@@ -152,9 +152,13 @@ class HySyncProcessGroup(ProcessGroup):
                                          nccl_options)
             self._register_backend(torch.device("cuda"), ProcessGroup.BackendType.NCCL, nccl)
         assert options.inventory is not None and options.scale is not None
+        # The admission's waits and the transport's dead_after: the group's timeout, but no
+        # more than attach's default (torch's default of 30 min would leave a rank waiting
+        # that long on a switch that is gone).
         self._admitted = admit(store, rank, size, options.inventory, host=options.host,
                                mode=options.mode or "sync", policy=options.policy,
-                               scale=options.scale, timeout=timeout.total_seconds(),
+                               scale=options.scale,
+                               timeout=min(timeout.total_seconds(), DEFAULT_TIMEOUT),
                                token_file=options.token_file)
         self.worker = self._admitted.training
         self.job_id: int = self._admitted.job["job_id"]

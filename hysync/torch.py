@@ -49,6 +49,7 @@ from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
 from hysync.worker.transport import TransportConfig
 
 STORE_PREFIX = "hysync"
+DEFAULT_TIMEOUT = 120.0  # seconds: the admission's waits and the transport's dead_after
 
 
 class AttachError(RuntimeError):
@@ -183,7 +184,7 @@ class Admitted:
 
 def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inventory, *,
           host: str | None = None, mode: str = "sync", policy: str | None = None,
-          averaging: bool = False, scale: float = DEFAULT_SCALE, timeout: float = 120.0,
+          averaging: bool = False, scale: float = DEFAULT_SCALE, timeout: float = DEFAULT_TIMEOUT,
           token_file: str | Path | None = None) -> Admitted:
     """Every rank of a group calls this together: each publishes its UDP address through
     `store`, rank 0 asks the inventory's `hysync serve` to admit the job (with an averaging
@@ -245,7 +246,7 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
 def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
            average_every: float | None = None, scale: float = DEFAULT_SCALE,
-           timeout: float = 120.0, token_file: str | Path | None = None) -> HySyncJob:
+           timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None) -> HySyncJob:
     """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
     `average_every` seconds, the replicas' parameters are also averaged in the
     background through the switch, on a second job (worker/averaging.py)."""
