@@ -18,7 +18,10 @@ bfloat16, float64; the others are converted to float32 for the switch and back) 
 or AVG goes through the job's `HySyncWorker`, CPU and CUDA tensors alike; every other
 collective (broadcast, all_gather, barrier, reduce_scatter, all_to_all, send/recv, ...)
 goes to a gloo group (CUDA tensors: NCCL where torch has it) created from the same store
-under a prefix of its own, so its keys never meet HySync's.
+under a prefix of its own, so its keys never meet HySync's. A CUDA tensor takes the
+worker's CUDA path (pinned staging, a copy stream: tests/worker/test_cuda.py); the
+backend's own CUDA use, NCCL included, has no test on the CPU-only machines the suite
+runs on.
 
 The switch computes the mean over the members (in partial and async modes, the mean of
 the rounds it applied: docs/protocol.md §9); SUM is that times the group's size, so its
