@@ -122,6 +122,16 @@ def test_what_the_switch_cannot_sum_is_refused_in_one_line(
         assert r["errors"] == [] and r["exact"] == [2.0, 2.0, 3], r
 
 
+def test_the_job_runs_in_the_mode_the_environment_names(
+        served: tuple[Inventory, list[str]], tmp_path: Path) -> None:  # noqa: F811
+    inv, events = served
+    script = tmp_path / "modes.py"
+    script.write_text(MODES)
+    for r in results(run_ranks(inv, script, env={"HYSYNC_MODE": "async"})):
+        assert r["group"] == "HySyncProcessGroup" and r["modes"] == [2], r  # Mode.ASYNC
+    assert events[-1] == "job 1 removed: released by its training script"
+
+
 def test_options_come_from_pg_options_then_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HYSYNC_INVENTORY", "HYSYNC_MODE", "HYSYNC_POLICY", "HYSYNC_SCALE",
@@ -178,5 +188,23 @@ after = torch.tensor([rank + 1.0])
 dist.all_reduce(after)
 print(json.dumps({"rank": rank, "errors": errors, "exact": exact,
                   "after": round(after.item(), 3)}), flush=True)
+dist.destroy_process_group()
+'''
+
+
+MODES = '''
+import json
+import torch
+import torch.distributed as dist
+import hysync.backend  # noqa: F401
+
+dist.init_process_group("hysync")
+group = dist.group.WORLD
+tensor = torch.ones(1000)
+dist.all_reduce(tensor)
+# the modes the switch reported for the job's slots in its replies (-1: no reply yet)
+modes = sorted({m for m in group.worker.last_stats().slot_modes if m >= 0})
+print(json.dumps({"rank": dist.get_rank(), "group": type(group).__name__, "modes": modes}),
+      flush=True)
 dist.destroy_process_group()
 '''
