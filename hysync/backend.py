@@ -42,6 +42,9 @@ the group with the object the backend returns), so the mixed forms
 `"cpu:hysync,cuda:nccl"` and `"cpu:gloo,cuda:hysync"` give the same group as "hysync":
 all-reduces of either device through the switch, the rest through gloo / NCCL.
 
+Each group this backend makes is a job of its own, with its own slots from the pool: a
+`dist.new_group()` under a "hysync" default group too.
+
 `dist.destroy_process_group()` leaves the job (the other members' rounds stop waiting
 for this one), waits for the other ranks, and rank 0 releases the job.
 """
