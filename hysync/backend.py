@@ -27,14 +27,14 @@ The switch computes the mean over the members (in partial and async modes, the m
 the rounds it applied: docs/protocol.md §9); SUM is that times the group's size, so its
 error is the quantization error times the size (2**-21 per member at the default scale,
 for values within the quantizer's range, docs/protocol.md §9; HYSYNC_SCALE trades range
-for precision). Each tensor size is one key of
-the transport, with its error feedback: in sync mode every call is one round of every
-member and the key only names its slots; in partial and async modes, late rounds are
-applied to the next call of the same size, as the hook applies them to the next call
-of the same bucket.
+for precision). Each tensor size is one key of the transport, with its error feedback,
+since a process group is not told which tensor a call carries: in sync mode every call
+is one round of every member and the key only names its slots; in partial and async
+modes, late rounds are applied to the next call of the same size, which may be another
+tensor of that size (the hook keys by DDP bucket and applies them to the same bucket).
 
-MAX, MIN, PRODUCT and integer all-reduces have no meaning in a fixed-point sum: they are
-refused with one line, or with `exact_ops="gloo"` (HYSYNC_EXACT_OPS=gloo) sent to the
+MAX, MIN and PRODUCT are not sums, and an integer sum must be exact: they are refused
+with one line, or with `exact_ops="gloo"` (HYSYNC_EXACT_OPS=gloo) sent to the
 gloo group, as trainers that reduce integer flags or counters need.
 
 torch installs a Python backend as the whole process group (distributed_c10d replaces
