@@ -54,6 +54,10 @@ $(VENV)/.deps: pyproject.toml $(VENV)/.toolchain
 	# Pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet scikit-build-core nanobind numpy
+	# examples/lightning_ddp.py and its test: Lightning without its dependencies, which name
+	# an unpinned torch; the few pure-Python ones it imports are listed here.
+	$(PY) -m pip install --quiet --no-deps pytorch-lightning==2.6.6 lightning-utilities \
+	  torchmetrics tqdm pyyaml fsspec
 	touch $@
 
 # Rebuilt whenever the native sources or the wire format change.

@@ -2,7 +2,8 @@
 
 The parts: `hysync.controlplane` (the `hysync` command, P4Runtime), `hysync.softswitch`
 (a P4Runtime switch in software), `hysync.worker` (the transport and the DDP hook),
-`hysync.torch` (`attach`, for training scripts) and `hysync.topologies` (emulation).
+`hysync.torch` (`attach`, for training scripts), `hysync.backend` (the `hysync`
+torch.distributed backend) and `hysync.topologies` (emulation).
 """
 
 import os

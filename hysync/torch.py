@@ -31,6 +31,7 @@ import json
 import os
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
 from hysync.worker.transport import TransportConfig
 
 STORE_PREFIX = "hysync"
+DEFAULT_TIMEOUT = 120.0  # seconds: the admission's waits and the transport's dead_after
 
 
 class AttachError(RuntimeError):
@@ -167,16 +169,26 @@ def _reserve_socket(ipv4: str) -> socket.socket:
     return sock
 
 
-def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
-           host: str | None = None, mode: str = "sync", policy: str | None = None,
-           average_every: float | None = None, scale: float = DEFAULT_SCALE,
-           timeout: float = 120.0, token_file: str | Path | None = None) -> HySyncJob:
-    """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
-    `average_every` seconds, the replicas' parameters are also averaged in the
-    background through the switch, on a second job (worker/averaging.py)."""
-    if not dist.is_initialized():
-        raise AttachError("call torch.distributed.init_process_group before "
-                          "hysync.torch.attach (torchrun sets up its environment)")
+@dataclass(slots=True)
+class Admitted:
+    """One rank's share of an admitted job: what `attach` and the `hysync` process-group
+    backend (hysync/backend.py) both build on."""
+
+    rank: int
+    world: int
+    job: dict  # the training job (job_id, slot_base, slot_count) and the admit's key
+    serve: ServeClient  # rank 0's: the job's lease
+    training: HySyncWorker
+    averaging: HySyncWorker | None  # the averaging job's worker, where asked for
+
+
+def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inventory, *,
+          host: str | None = None, mode: str = "sync", policy: str | None = None,
+          averaging: bool = False, scale: float = DEFAULT_SCALE, timeout: float = DEFAULT_TIMEOUT,
+          token_file: str | Path | None = None) -> Admitted:
+    """Every rank of a group calls this together: each publishes its UDP address through
+    `store`, rank 0 asks the inventory's `hysync serve` to admit the job (with an averaging
+    job too where `averaging`), and every rank builds the worker(s) of its member."""
     try:
         logs.from_environment()  # the transport's events, timestamped, where asked for
     except ValueError as err:
@@ -185,15 +197,11 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         inv = inventory if isinstance(inventory, Inventory) else Inventory.load(inventory)
     except InventoryError as err:
         raise AttachError(str(err)) from None
-    rank, world = dist.get_rank(), dist.get_world_size()
     me = find_host(inv, host)
     sock = _reserve_socket(me.ipv4)
-    avg_sock = _reserve_socket(me.ipv4) if average_every else None
+    avg_sock = _reserve_socket(me.ipv4) if averaging else None
     port = port_of(sock)
     avg_port = port_of(avg_sock) if avg_sock else None
-    # The process group's store (private in torch, stable since 1.x): the rendezvous
-    # every rank already shares, whatever launched it.
-    store = dist.distributed_c10d._get_default_store()
     store.set(f"{STORE_PREFIX}/member/{rank}", json.dumps(
         {"worker": rank, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
     token_file = token_file or os.environ.get(TOKEN_ENV) or inv.access.token_file
@@ -230,12 +238,31 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         return HySyncWorker(config, scale=scale)
 
     training = worker(reply["jobs"][0], sock)
-    state = HySyncHookState(training)
+    avg_worker = worker(reply["jobs"][1], avg_sock) if avg_sock is not None else None
+    return Admitted(rank, world, dict(reply["jobs"][0], key=reply.get("key")), serve,
+                    training, avg_worker)
+
+
+def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
+           host: str | None = None, mode: str = "sync", policy: str | None = None,
+           average_every: float | None = None, scale: float = DEFAULT_SCALE,
+           timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None) -> HySyncJob:
+    """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
+    `average_every` seconds, the replicas' parameters are also averaged in the
+    background through the switch, on a second job (worker/averaging.py)."""
+    if not dist.is_initialized():
+        raise AttachError("call torch.distributed.init_process_group before "
+                          "hysync.torch.attach (torchrun sets up its environment)")
+    # The process group's store (private in torch, stable since 1.x): the rendezvous
+    # every rank already shares, whatever launched it.
+    store = dist.distributed_c10d._get_default_store()
+    admitted = admit(store, dist.get_rank(), dist.get_world_size(), inventory, host=host,
+                     mode=mode, policy=policy, averaging=bool(average_every), scale=scale,
+                     timeout=timeout, token_file=token_file)
+    state = HySyncHookState(admitted.training)
     model.register_comm_hook(state, hysync_hook)
     averaging = None
-    if average_every:
-        assert avg_sock is not None
-        averaging = (worker(reply["jobs"][1], avg_sock), list(model.module.parameters()),
-                     average_every)
-    return HySyncJob(rank, world, dict(reply["jobs"][0], key=reply.get("key")), training, state,
-                     serve, averaging)
+    if admitted.averaging is not None:
+        averaging = (admitted.averaging, list(model.module.parameters()), average_every)
+    return HySyncJob(admitted.rank, admitted.world, admitted.job, admitted.training, state,
+                     admitted.serve, averaging)
