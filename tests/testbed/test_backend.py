@@ -6,10 +6,13 @@ refused in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from hysync.backend import HySyncProcessGroup, Options
 from hysync.controlplane.inventory import Inventory
 from hysync.torch import AttachError
 
-from .conftest import ROOT, free_port, kill_tree
+from .conftest import ROOT, free_port, kill_tree, tree
 from .test_torchrun import jobs_on, served  # noqa: F401 - the softswitch + serve fixture
 
 pytestmark = pytest.mark.slow
@@ -35,6 +38,7 @@ def run_ranks(inv: Inventory | None, script: Path, *args: str,
     procs = []
     for rank in range(2):
         penv = dict(os.environ, HYSYNC_HOST=f"h{rank + 1}", GLOO_SOCKET_IFNAME="lo",
+                    PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
                     OMP_NUM_THREADS="1", **(env or {}))
         if inv is not None:
             penv["HYSYNC_INVENTORY"] = str(inv.path)
@@ -43,8 +47,20 @@ def run_ranks(inv: Inventory | None, script: Path, *args: str,
              "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
              "--master-port", port, str(script), *args],
             cwd=ROOT, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + WAIT
     try:
-        outputs = [p.communicate(timeout=WAIT)[0] for p in procs]
+        outputs = [p.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
+                   for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:  # every rank's stack (PYTHONFAULTHANDLER), then the launchers go
+            for pid in tree(p.pid)[1:]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGABRT)
+        time.sleep(2)
+        for p in procs:
+            kill_tree(p)
+        tails = [p.communicate()[0][-6000:] for p in procs]  # what each launcher said
+        pytest.fail(f"the ranks did not finish within {WAIT} s; their last output: {tails}")
     finally:
         for p in procs:
             kill_tree(p)
