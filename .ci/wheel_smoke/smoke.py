@@ -117,17 +117,7 @@ def main() -> None:
             shutil.copy(HERE / name, script_dir / name)
         env = dict(os.environ, OMP_NUM_THREADS="1")
         env.pop("PYTHONPATH", None)
-        run = subprocess.run(
-            [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2",
-             str(script_dir / "train.py"), "--inventory", str(inventory), "--steps", "30"],
-            cwd=work, env=env, capture_output=True, text=True, timeout=240)
-        if run.returncode != 0:
-            fail(f"torchrun exited with {run.returncode}:\n{run.stdout[-3000:]}"
-                 f"{run.stderr[-3000:]}")
-        results = [json.loads(line) for line in run.stdout.splitlines()
-                   if line.startswith('{"rank"')]
-        if sorted(r["rank"] for r in results) != [0, 1]:
-            fail(f"expected a result line from ranks 0 and 1:\n{run.stdout}{run.stderr}")
+        results = two_ranks(script_dir / "train.py", inventory, 30, work, env, "torchrun")
         for r in results:
             if not (r["last_loss"] < 0.5 * r["first_loss"] and r["updates"] >= 30):
                 fail(f"rank {r['rank']} did not train: {r}")
@@ -157,17 +147,7 @@ def quick_start(inventory: Path, work: Path, env: dict[str, str]) -> None:
     if importlib.util.find_spec("sklearn") is not None:
         fail("scikit-learn is installed: the quick start would not run on the base install")
     example = hysync.resources.path("examples/train_ddp.py")
-    run = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(example),
-         "--inventory", str(inventory), "--steps", "200"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300)
-    if run.returncode != 0:
-        fail(f"the quick start's torchrun exited with {run.returncode}:\n"
-             f"{run.stdout[-3000:]}{run.stderr[-3000:]}")
-    results = [json.loads(line) for line in run.stdout.splitlines()
-               if line.startswith('{"rank"')]
-    if sorted(r["rank"] for r in results) != [0, 1]:
-        fail(f"the quick start printed no result line for ranks 0 and 1:\n{run.stdout}")
+    results = two_ranks(example, inventory, 200, work, env, "the quick start's torchrun")
     for r in results:
         # 200 updates as the README says, counted in whole updates; the synthetic data
         # are as hard as the digits (a model that did not train scores about 0.1)
@@ -200,5 +180,23 @@ udp_port = 47002
 switch_port = 1
 """
 
+
+def two_ranks(script: Path, inventory: Path, steps: int, work: Path, env: dict[str, str],
+              what: str) -> list[dict]:
+    """`script` under torchrun on two ranks for `steps` updates: each rank's result line."""
+    run = subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(script),
+         "--inventory", str(inventory), "--steps", str(steps)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        fail(f"{what} exited with {run.returncode}:\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
+    results = [json.loads(line) for line in run.stdout.splitlines()
+               if line.startswith('{"rank"')]
+    if sorted(r["rank"] for r in results) != [0, 1]:
+        fail(f"{what}: no result line from ranks 0 and 1:\n{run.stdout}{run.stderr}")
+    return results
+
+
 if __name__ == "__main__":
     main()
+
