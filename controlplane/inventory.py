@@ -47,7 +47,7 @@ from typing import Any
 from hysync import resources, wire
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
-from hysync.controlplane.serve_auth import ServeAccess, access_from_table
+from hysync.controlplane.serve_auth import ServeAccess, access_from_table, loopback
 from hysync.controlplane.switch import ElectionId, parse_election_id
 from hysync.errors import BadFileError
 from hysync.tls import ClientTls
@@ -86,12 +86,7 @@ class SwitchInfo:
         """Why deploy and serve should not run against this switch unless told to: it
         speaks P4Runtime in the clear on an address other machines may reach, where any
         of them can arbitrate and write past serve. None where that is not so."""
-        host = self.grpc_addr.rpartition(":")[0].strip("[]")
-        try:
-            local = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            local = host == "localhost"
-        if self.tls is not None or local or self.insecure:
+        if self.tls is not None or loopback(self.grpc_addr.rpartition(":")[0]) or self.insecure:
             return None
         return (f"the switch at {self.grpc_addr} speaks P4Runtime in the clear: any machine "
                 "that reaches it can take the primary role and write past serve. Give [switch] "
