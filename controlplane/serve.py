@@ -386,11 +386,12 @@ class Server:
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         peer = self.peers[conn]
         if not peer.operator:
-            held = {lease.key_digest for lease in self.leases.values()
-                    if lease.client == peer.client and lease.owner is not None}
-            if len(held) >= self.max_jobs_per_client:
-                raise ServeError(f"{peer.who} holds {len(held)} jobs, the most one client may: "
-                                 "release one first (a script's job ends with its script)")
+            # a script's training and averaging jobs share one key: one job for the quota
+            jobs_held = {lease.key_digest for lease in self.leases.values()
+                         if lease.client == peer.client and lease.owner is not None}
+            if len(jobs_held) >= self.max_jobs_per_client:
+                raise ServeError(f"{peer.who} holds {len(jobs_held)} jobs, the most one client "
+                                 "may: release one first (a script's job ends with its script)")
         members = request["members"]
         pool = self.inv.pool
         averaging = all(m["avg_udp_port"] for m in members)
@@ -417,9 +418,10 @@ class Server:
         self._id_cursor = ids[-1] + 1
         policy = request["policy"] or self.policy_name
         key = secrets.token_hex(16)
+        key_digest = digest(key)
         for job in jobs:
-            self.leases[job.job_id] = Lease(conn, key_digest=digest(key), client=peer.client)
-            self.keys.put(job.job_id, digest(key), job.slots)
+            self.leases[job.job_id] = Lease(conn, key_digest=key_digest, client=peer.client)
+            self.keys.put(job.job_id, key_digest, job.slots)
         if policy and policy != "none":
             self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
         self._event("admission", f"admitted job {train.job_id} {train.name!r}: {len(members)} "
