@@ -152,10 +152,10 @@ def main() -> None:
     if args.rank:
         rank_main(args.rank[0], args.rank[1], int(args.rank[2]))
         return
-    from hysync.controlplane.deploy import deploy
-    from hysync.controlplane.inventory import Inventory
-    from hysync.controlplane.serve import Server
-    from hysync.controlplane.switch import wait_for_server
+    from hysync.controlplane.p4rt.switch import wait_for_server
+    from hysync.controlplane.serve.server import Server
+    from hysync.controlplane.testbed.deploy import deploy
+    from hysync.controlplane.testbed.inventory import Inventory
 
     grpc_port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
     switch = subprocess.Popen(

@@ -35,25 +35,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hysync import p4names, wire
-from hysync.controlplane import admission, forwarding, replication, sync_mode
-from hysync.controlplane import stats as counters
-from hysync.controlplane.entities import (
-    MulticastGroup,
-    UpdateType,
-    delete,
-    insert,
-)
 from hysync.controlplane.errors import (
     ControlPlaneError,
     JobError,
     UnknownJobError,
     ValidationError,
 )
-from hysync.controlplane.installed import InstalledJob, SwitchState, read_state
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch
-from hysync.controlplane.sync_mode import ModeRange
-from hysync.controlplane.transaction import Step, execute, step_modify, steps_delete, steps_insert
+from hysync.controlplane.p4rt.entities import (
+    MulticastGroup,
+    UpdateType,
+    delete,
+    insert,
+)
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.p4rt.transaction import (
+    Step,
+    execute,
+    step_modify,
+    steps_delete,
+    steps_insert,
+)
+from hysync.controlplane.tables import admission, counters, forwarding, replication, sync_mode
+from hysync.controlplane.tables.installed import InstalledJob, SwitchState, read_state
+from hysync.controlplane.tables.sync_mode import ModeRange
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -105,7 +110,7 @@ class Controller:
     def __init__(self, switch: Switch, *, keep_macs: Iterable[str] = (),
                  keep_ports: Iterable[int] = ()) -> None:
         """`keep_macs` / `keep_ports`: l2 entries and flood ports that a deployment owns
-        (controlplane/deploy.py); removing a job never deletes them."""
+        (controlplane/testbed/deploy.py); removing a job never deletes them."""
         self.switch = switch
         self.keep_macs = frozenset(keep_macs)
         self.keep_ports = frozenset(keep_ports)

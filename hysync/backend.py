@@ -60,7 +60,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _DistributedBackendOptions
 
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.torch import DEFAULT_TIMEOUT, AttachError, admit
 from hysync.worker.api import DEFAULT_SCALE
 

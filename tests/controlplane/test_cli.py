@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from hysync import p4names, wire
-from hysync.controlplane.cli import main
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.p4rt.switch import Switch
 
 from .conftest import EXAMPLE_JOB, P4INFO, ROOT, Softswitch, free_udp_socket
 from .senders import Shared

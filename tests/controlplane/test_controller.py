@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hysync import p4names, wire
-from hysync.controlplane import admission, replication
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.entities import MulticastGroup, Replica, TableEntry, delete, insert
 from hysync.controlplane.errors import (
     InvalidArgumentError,
     JobError,
@@ -15,7 +13,9 @@ from hysync.controlplane.errors import (
     ValidationError,
 )
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.entities import MulticastGroup, Replica, TableEntry, delete, insert
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables import admission, replication
 from hysync.wire import Mode
 
 from .conftest import EXAMPLE_JOB, Softswitch, make_job, read_table

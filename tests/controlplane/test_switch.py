@@ -11,14 +11,6 @@ import grpc
 import pytest
 
 from hysync import p4names
-from hysync.controlplane.entities import (
-    CounterCell,
-    MulticastGroup,
-    Replica,
-    TableEntry,
-    insert,
-    modify,
-)
 from hysync.controlplane.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -28,7 +20,15 @@ from hysync.controlplane.errors import (
     SchemaError,
     SwitchUnreachableError,
 )
-from hysync.controlplane.switch import DeviceConfigError, Switch, parse_election_id
+from hysync.controlplane.p4rt.entities import (
+    CounterCell,
+    MulticastGroup,
+    Replica,
+    TableEntry,
+    insert,
+    modify,
+)
+from hysync.controlplane.p4rt.switch import DeviceConfigError, Switch, parse_election_id
 from hysync.p4schema import Schema
 from hysync.softswitch.p4arbitration import Arbiter
 

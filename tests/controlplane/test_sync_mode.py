@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hysync.controlplane.entities import Update, UpdateType
-from hysync.controlplane.sync_mode import ModeRange, Segment, effective, plan_set_mode
+from hysync.controlplane.p4rt.entities import Update, UpdateType
+from hysync.controlplane.tables.sync_mode import ModeRange, Segment, effective, plan_set_mode
 from hysync.wire import Mode
 
 JOB = 4

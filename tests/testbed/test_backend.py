@@ -20,7 +20,7 @@ import pytest
 import torch.distributed as dist
 
 from hysync.backend import HySyncProcessGroup, Options
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.torch import AttachError
 
 from .conftest import ROOT, free_port, kill_tree, tree

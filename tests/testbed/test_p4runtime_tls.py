@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import NotPrimaryError, SwitchUnreachableError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
 from hysync.tls import ClientTls
 
 from ..certs import Certs, make_certs

@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_auth import (
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.auth import (
     FREE_FAILURES,
     MAX_JOBS_PER_CLIENT,
     MAX_WAITING_PER_ADDRESS,
@@ -29,8 +28,9 @@ from hysync.controlplane.serve_auth import (
     client_context,
     inventory_client_context,
 )
-from hysync.controlplane.serve_client import ServeClient, ServeError
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
 
 from ..certs import make_certs
 from .conftest import Softswitch, free_port, loopback_inventory, write_inventory

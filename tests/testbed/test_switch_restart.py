@@ -29,14 +29,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hysync.controlplane.cli import main as hysync_main
+from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import SwitchUnreachableError as ControlSwitchUnreachableError
-from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_client import ServeClient
-from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.runner import start_softswitch
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import (
