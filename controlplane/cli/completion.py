@@ -96,12 +96,13 @@ def cmd_completion(args: argparse.Namespace, out: object) -> None:
     eval "$(hysync completion bash)" in a shell, or save it as
     /etc/bash_completion.d/hysync.
     """
-    from hysync.controlplane.cli.main import PROG, build_parser
-
-    print(bash_script(build_parser(), PROG), end="", file=out.stream)  # type: ignore[attr-defined]
+    root: argparse.ArgumentParser = args.root_parser
+    print(bash_script(root, root.prog), end="", file=out.stream)  # type: ignore[attr-defined]
 
 
 def add_command(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
-                command: object) -> None:
+                command: object, root: argparse.ArgumentParser) -> None:
+    """`hysync completion SHELL`, completing every command of `root` (the whole parser)."""
     p = command(groups, "completion", cmd_completion)  # type: ignore[operator]
+    p.set_defaults(root_parser=root)
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 from hysync import wire
-from hysync.controlplane.testbed.inventory import parse_listen
+from hysync.controlplane.testbed.serve_access import parse_listen
 
 # Timeouts, intervals and durations: Python's waits overflow somewhere past 2^63 ns, and
 # no deadline of a control-plane request needs more than this.
@@ -35,6 +35,25 @@ def ranged(kind: type[int] | type[float], low: float, high: float,
                 f"{low:g}..{high:g}")
         return value
     return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_SECONDS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be a number of seconds > 0 and at most {MAX_SECONDS:.0f} "
+            "(30 days)")
+    return value
+
+
+
+def count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
+    return int(text)
 
 
 def device_id(text: str) -> int:
@@ -67,4 +86,5 @@ def serve_address(text: str) -> str:
     return text
 
 
-__all__ = ["MAX_SECONDS", "MAX_UINT64", "device_id", "quorum", "ranged", "serve_address"]
+__all__ = ["MAX_SECONDS", "MAX_UINT64", "count", "device_id", "quorum", "ranged", "seconds",
+           "serve_address"]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hysync import resources
-from hysync.controlplane.cli.main import UsageError, _Out
+from hysync.controlplane.cli.output import Output, UsageError
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.p4rt.switch import wait_for_server
 from hysync.controlplane.testbed.addresses import (
@@ -146,7 +146,7 @@ def _start_time(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]
 
 
-def cmd_rack_up(args: argparse.Namespace, out: _Out) -> None:
+def cmd_rack_up(args: argparse.Namespace, out: Output) -> None:
     """Build an emulated rack of N hosts on this machine (root). Network namespaces with
     veths to a switch namespace running the softswitch; writes the inventory (--inventory,
     default rack.toml) and prints the commands that deploy, serve and train on it.
@@ -211,7 +211,7 @@ def cmd_rack_up(args: argparse.Namespace, out: _Out) -> None:
              + "\n".join(f"  {line}" for line in steps))
 
 
-def cmd_rack_down(args: argparse.Namespace, out: _Out) -> None:
+def cmd_rack_down(args: argparse.Namespace, out: Output) -> None:
     """Remove the emulated rack `hysync rack up` built: its softswitch, namespaces and
     veths, and nothing else. Stop `hysync serve` and the training first."""
     state = state_file(args.tag)

@@ -19,17 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from hysync import logs
-from hysync.controlplane.cli.main import (
-    UsageError,
-    _Out,
-    _seconds,
-    cmd_policy_run,
-    emit_latch,
-    wait_for_latch,
-)
+from hysync.controlplane.cli.limits import seconds
+from hysync.controlplane.cli.output import Handler, Output, UsageError, emit_latch
+from hysync.controlplane.cli.switch_commands import cmd_policy_run, wait_for_latch
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
-from hysync.controlplane.job import JobConfig, read_toml
+from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import DEFAULT_GRPC_ADDR, Switch
 from hysync.controlplane.serve.auth import client_context, read_token
 from hysync.controlplane.serve.client import ServeClient, ServeError
@@ -37,9 +32,8 @@ from hysync.controlplane.serve.server import Server
 from hysync.controlplane.tables.sync_mode import format_mode
 from hysync.controlplane.testbed import deploy, probe
 from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.toml_fields import read_toml
 from hysync.wire import Mode
-
-Handler = Callable[[argparse.Namespace, _Out], None]
 
 
 def _inventory(args: argparse.Namespace) -> Inventory:
@@ -53,7 +47,7 @@ def _inventory(args: argparse.Namespace) -> Inventory:
     return inv
 
 
-def cmd_deploy(args: argparse.Namespace, out: _Out) -> None:
+def cmd_deploy(args: argparse.Namespace, out: Output) -> None:
     """Prepare a testbed's switch for jobs. The pipeline, and l2 forwarding and
     flooding for every host of the INVENTORY.
 
@@ -105,7 +99,7 @@ def _refuse_exposed(inv: Inventory, args: argparse.Namespace) -> None:
         raise ControlPlaneError(why)
 
 
-def cmd_teardown(args: argparse.Namespace, out: _Out) -> None:
+def cmd_teardown(args: argparse.Namespace, out: Output) -> None:
     """Remove what deploy and the INVENTORY's jobs wrote. Nothing else goes: the jobs
     whose members are its hosts, the hosts' l2 entries and flood ports.
 
@@ -119,7 +113,7 @@ def cmd_teardown(args: argparse.Namespace, out: _Out) -> None:
     out.emit({"updates": n, "dry_run": args.dry_run}, "\n".join(lines))
 
 
-def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
+def cmd_serve(args: argparse.Namespace, out: Output) -> None:
     """Own the INVENTORY's switch until Ctrl-C or SIGTERM. Hold the P4Runtime primary role,
     admit jobs from training scripts (hysync.torch.attach), run each job's straggler
     policy, and carry out the CLI's writes (`hysync --serve ADDR ...`).
@@ -133,7 +127,7 @@ def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
         _serve(args, out, inv)
 
 
-def _serve(args: argparse.Namespace, out: _Out, inv: Inventory) -> None:
+def _serve(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
     server = Server(inv, policy=None if args.policy == "none" else args.policy,
                     policy_interval=args.policy_interval, policy_scale=args.policy_scale,
                     policy_log=Path(args.policy_log) if args.policy_log else None,
@@ -180,7 +174,7 @@ def _request(args: argparse.Namespace, message: dict[str, Any]) -> dict[str, Any
         return client.request(message)
 
 
-def routed_job_add(args: argparse.Namespace, out: _Out) -> None:
+def routed_job_add(args: argparse.Namespace, out: Output) -> None:
     job = JobConfig.load(args.file)  # a bad file fails here, in one line, as without serve
     data = read_toml(Path(args.file), JobConfigError, "the job file",
                      "controlplane/examples/job-loopback.toml")
@@ -188,12 +182,12 @@ def routed_job_add(args: argparse.Namespace, out: _Out) -> None:
     out.emit(r, f"job {job.job_id} {r['outcome']} ({r['updates']} updates) via {args.serve}")
 
 
-def routed_job_remove(args: argparse.Namespace, out: _Out) -> None:
+def routed_job_remove(args: argparse.Namespace, out: Output) -> None:
     r = _request(args, {"op": "job_remove", "job": args.job})
     out.emit(r, f"job {args.job} removed ({r['updates']} updates) via {args.serve}")
 
 
-def routed_mode_set(args: argparse.Namespace, out: _Out) -> None:
+def routed_mode_set(args: argparse.Namespace, out: Output) -> None:
     mode = Mode[args.mode.upper()]
     if mode == Mode.PARTIAL and args.quorum is None:
         raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
@@ -214,13 +208,13 @@ def routed_mode_set(args: argparse.Namespace, out: _Out) -> None:
                        f"({r['strategy']}) via {args.serve}{note}", args, latched, pending)
 
 
-def routed_policy_resume(args: argparse.Namespace, out: _Out) -> None:
+def routed_policy_resume(args: argparse.Namespace, out: Output) -> None:
     _request(args, {"op": "policy_resume", "job": args.job})
     out.emit({"job_id": args.job, "resumed": True},
              f"job {args.job}: handed back to its policy (via {args.serve})")
 
 
-def routed_policy_run(args: argparse.Namespace, out: _Out) -> None:
+def routed_policy_run(args: argparse.Namespace, out: Output) -> None:
     """serve runs the policy of the jobs it admits: a second policy writing the same job
     would fight it. A dry run only reads, from the switch serve names."""
     if not args.dry_run:
@@ -232,7 +226,7 @@ def routed_policy_run(args: argparse.Namespace, out: _Out) -> None:
 
 
 def _routed_member(op: str, what: str) -> Handler:
-    def run(args: argparse.Namespace, out: _Out) -> None:
+    def run(args: argparse.Namespace, out: Output) -> None:
         r = _request(args, {"op": op, "job": args.job, "worker": args.worker})
         out.emit(r, f"job {args.job}: worker {args.worker} {what}; {r['members']} active "
                     f"members (via {args.serve})")
@@ -266,7 +260,7 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
                    help="run against a switch that speaks P4Runtime in the clear off loopback")
     p.add_argument("--from", dest="probe_from", metavar="HOST",
                    help="--check runs on this host of the inventory: probe the others from it")
-    p.add_argument("--probe-wait", type=_seconds, metavar="SECONDS",
+    p.add_argument("--probe-wait", type=seconds, metavar="SECONDS",
                    help="--check: how long the probe waits for the hosts' answers (default: "
                         "--timeout, which bounds each request to the switch)")
     p.add_argument("--replace-pipeline", action="store_true",
@@ -278,12 +272,12 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("inventory", metavar="INVENTORY", help="TOML inventory of the testbed")
     p.add_argument("--policy", choices=["adaptive", "none"], default="adaptive",
                    help="the straggler policy of every admitted job (default adaptive)")
-    p.add_argument("--policy-interval", type=_seconds, default=0.5, metavar="SECONDS",
+    p.add_argument("--policy-interval", type=seconds, default=0.5, metavar="SECONDS",
                    help="counter read interval of the policies (default 0.5)")
-    p.add_argument("--policy-scale", type=_seconds, default=1.0, metavar="FACTOR",
+    p.add_argument("--policy-scale", type=seconds, default=1.0, metavar="FACTOR",
                    help="scale the policy's time constants (short test runs: 0.5)")
     p.add_argument("--policy-log", metavar="FILE", help="append every decision to FILE")
-    p.add_argument("--claim-grace", type=_seconds, default=30.0, metavar="SECONDS",
+    p.add_argument("--claim-grace", type=seconds, default=30.0, metavar="SECONDS",
                    help="after a restart, how long jobs found on the switch wait for a claim")
     p.add_argument("--insecure", action="store_true",
                    help="own a switch that speaks P4Runtime in the clear off loopback")

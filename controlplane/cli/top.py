@@ -21,6 +21,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from hysync.controlplane.cli.limits import count, seconds
 from hysync.controlplane.errors import ControlPlaneError
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -230,8 +231,7 @@ def cmd_top(args: argparse.Namespace, out: Any) -> None:
 
 
 def add_command(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
-                command: Callable[..., argparse.ArgumentParser],
-                seconds: Callable[[str], float], count: Callable[[str], int]) -> None:
+                command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command(groups, "top", cmd_top)
     p.add_argument("--metrics", metavar="HOST:PORT",
                    help="read `hysync serve --metrics-addr`'s metrics (default: the switch)")

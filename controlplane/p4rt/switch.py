@@ -1,7 +1,7 @@
 """One P4Runtime connection to one switch: arbitration, pipeline, writes and reads.
 
 `Switch` opens the gRPC channel (failing within a few seconds with
-`SwitchUnreachableError` when nothing answers), opens the StreamChannel, sends the
+`P4RuntimeUnreachableError` when nothing answers), opens the StreamChannel, sends the
 master arbitration update and becomes primary (or raises `NotPrimaryError` naming
 the primary's election id). Every RPC has a deadline; every gRPC failure becomes a
 typed `hysync.controlplane.errors` exception carrying the server's message.
@@ -35,7 +35,7 @@ from hysync.controlplane.errors import (
     NoPipelineError,
     NotPrimaryError,
     P4RuntimeError,
-    SwitchUnreachableError,
+    P4RuntimeUnreachableError,
     error_for,
     status_code,
 )
@@ -66,14 +66,15 @@ def wait_for_server(grpc_addr: str, timeout: float = 30.0,
     while True:
         reason = failed()
         if reason:
-            raise SwitchUnreachableError(grpc_addr, reason)
+            raise P4RuntimeUnreachableError(grpc_addr, reason)
         ch = channel(grpc_addr, tls)
         try:
             grpc.channel_ready_future(ch).result(timeout=0.5)
             return
         except grpc.FutureTimeoutError:
             if time.monotonic() > deadline:
-                raise SwitchUnreachableError(grpc_addr, f"no answer after {timeout:g} s") from None
+                raise P4RuntimeUnreachableError(grpc_addr,
+                                                f"no answer after {timeout:g} s") from None
         finally:
             ch.close()
 
@@ -117,7 +118,7 @@ class Switch:
             hint = (" (over TLS: does the switch serve TLS with a certificate --cacert "
                     "signed, and accept this --cert?)" if tls else
                     " (if the switch serves TLS, give --cacert, --cert and --private-key)")
-            raise SwitchUnreachableError(
+            raise P4RuntimeUnreachableError(
                 grpc_addr, f"no answer within {connect_timeout:g} s{hint}") from None
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
         self._write_bytes = self._channel.unary_unary(  # a WriteRequest already serialized
@@ -159,7 +160,7 @@ class Switch:
 
     def _check_session(self) -> None:
         if self.lost:
-            raise SwitchUnreachableError(
+            raise P4RuntimeUnreachableError(
                 self.grpc_addr, "the P4Runtime session ended: the switch restarted or the "
                 "connection broke; open a new session")
 
@@ -184,7 +185,7 @@ class Switch:
                 f"the switch at {self.grpc_addr} did not answer the arbitration update within "
                 f"{self.timeout:g} s: is it a P4Runtime server?") from None
         if reply is None:
-            raise SwitchUnreachableError(self.grpc_addr, "the stream closed during arbitration")
+            raise P4RuntimeUnreachableError(self.grpc_addr, "the stream closed during arbitration")
         if isinstance(reply, grpc.RpcError):
             # INVALID_ARGUMENT: another live stream uses this election id (P4Runtime §5.3)
             if reply.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT,
@@ -376,7 +377,8 @@ class Switch:
     def _map(self, err: grpc.RpcError, what: str) -> ControlPlaneError:
         code, details = err.code(), err.details() or ""
         if code == grpc.StatusCode.UNAVAILABLE:
-            return SwitchUnreachableError(self.grpc_addr, f"{what}: {details}" if details else what)
+            return P4RuntimeUnreachableError(self.grpc_addr,
+                                             f"{what}: {details}" if details else what)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return DeadlineExceededError(
                 f"the switch at {self.grpc_addr} did not answer {what} within the deadline "

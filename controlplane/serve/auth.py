@@ -30,7 +30,6 @@ token closes its connection, and repeated ones from an address are answered ever
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import os
 import socket
 import ssl
@@ -41,13 +40,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hysync.controlplane.serve.client import ServeError
+from hysync.controlplane.testbed.serve_access import MAKE_TOKEN, ServeAccess, loopback
 
 TOKEN_ENV = "HYSYNC_SERVE_TOKEN_FILE"  # the client side's token file, if not given otherwise
 MIN_TOKEN = 16  # characters: `openssl rand -hex 32` gives 64
-DEFAULT_SOCKET_MODE = 0o600
 # Each rank of a training script holds one connection; 32 ranks per host at most
 # (a job has 32 members), plus room for the CLI. Only authenticated connections count.
 MAX_CONNECTIONS_PER_CLIENT = 64
@@ -69,61 +67,6 @@ MAX_WAITING_PER_ADDRESS = 16
 FREE_FAILURES = 5
 FAILURE_WINDOW = 60.0
 MAX_FAILURE_DELAY = 2.0
-_MAKE_TOKEN = "make one with `openssl rand -hex 32 > FILE && chmod 600 FILE`"
-
-
-@dataclass(frozen=True, slots=True)
-class ServeAccess:
-    """The [serve] table's credential fields."""
-    token_file: Path | None = None
-    operator_token_file: Path | None = None
-    socket_mode: int = DEFAULT_SOCKET_MODE
-    cacert: Path | None = None  # mutual TLS: the CA of serve's and the clients' certificates
-    cert: Path | None = None  # serve's certificate and key
-    private_key: Path | None = None
-    client_cert: Path | None = None  # what clients present
-    client_key: Path | None = None
-    operators: tuple[str, ...] = ()  # client certificate common names that may operate
-
-    @property
-    def tls(self) -> bool:
-        return self.cert is not None
-
-
-_TLS_FILES = ("cacert", "cert", "private_key", "client_cert", "client_key")
-
-
-def access_from_table(t: dict[str, Any], base: Path) -> ServeAccess:
-    """[serve]'s token_file, operator_token_file, socket_mode; ValueError naming the field.
-    Paths are relative to `base`; the files are read when serve starts or a client
-    connects, so that an inventory loads on a machine that holds neither."""
-    files: dict[str, Path | None] = {}
-    for key in ("token_file", "operator_token_file", *_TLS_FILES):
-        value = t.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError(f"serve.{key} = {value!r}: give the path of a file holding the "
-                             + (f"token ({_MAKE_TOKEN})" if "token" in key else "PEM"))
-        files[key] = (base / value) if value else None
-    tls = {k: files[k] for k in ("cacert", "cert", "private_key")}
-    if any(tls.values()) and not all(tls.values()):
-        raise ValueError("serve.cacert, serve.cert and serve.private_key go together (serve "
-                         "over mutual TLS): give all three or none")
-    if (files["client_cert"] is None) != (files["client_key"] is None):
-        raise ValueError("serve.client_cert and serve.client_key go together: give both")
-    operators = t.get("operators", [])
-    if not isinstance(operators, list) or not all(isinstance(o, str) and o for o in operators):
-        raise ValueError(f"serve.operators = {operators!r}: give a list of client certificate "
-                         "common names, e.g. [\"ops\"]")
-    mode = t.get("socket_mode", f"{DEFAULT_SOCKET_MODE:o}")
-    if not (isinstance(mode, str) and len(mode) <= 4 and mode.isdigit()
-            and set(mode) <= set("01234567") and not int(mode, 8) & 0o7007):
-        raise ValueError(f"serve.socket_mode = {mode!r}: give the unix socket's mode as an "
-                         "octal string without bits for others, e.g. \"0600\" or \"0660\"")
-    if files["operator_token_file"] and not files["token_file"]:
-        raise ValueError("serve.operator_token_file without serve.token_file: add token_file "
-                         "(the training scripts' token)")
-    return ServeAccess(files["token_file"], files["operator_token_file"], int(mode, 8),
-                       *(files[k] for k in _TLS_FILES), tuple(operators))
 
 
 def client_context(cacert: Path | str, cert: Path | str | None = None,
@@ -157,23 +100,14 @@ def read_token(path: Path | str, what: str = "the token file") -> str:
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as err:
         reason = getattr(err, "strerror", None) or str(err)
-        raise ServeError(f"cannot read {what} {path}: {reason}; {_MAKE_TOKEN}") from None
+        raise ServeError(f"cannot read {what} {path}: {reason}; {MAKE_TOKEN}") from None
     if stat.S_IMODE(mode) & 0o077:
         raise ServeError(f"{what} {path} has mode {stat.S_IMODE(mode):04o}: others may read "
                          f"it; chmod 600 {path}")
     if len(token) < MIN_TOKEN:
         raise ServeError(f"{what} {path} holds {len(token)} characters: a token has at least "
-                         f"{MIN_TOKEN}; {_MAKE_TOKEN}")
+                         f"{MIN_TOKEN}; {MAKE_TOKEN}")
     return token
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to any address
 
 
 @dataclass(slots=True)
@@ -223,7 +157,7 @@ class Gate:
                     f"serve.listen = {host}:{where[1] if isinstance(where, tuple) else ''} "
                     "is reachable from other machines and [serve] names no credential: add "
                     f"token_file = \"/etc/hysync/serve.token\" to [serve] in {inventory} "
-                    f"({_MAKE_TOKEN}), or cacert, cert and private_key (mutual TLS), or "
+                    f"({MAKE_TOKEN}), or cacert, cert and private_key (mutual TLS), or "
                     "listen on 127.0.0.1 or a unix: socket")
 
     def peer(self, sock: socket.socket, address: object) -> Peer:

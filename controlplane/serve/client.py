@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.testbed.serve_access import parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +36,6 @@ class ServeError(ControlPlaneError):
 
 def open_socket(address: str, timeout: float,
                 tls: ssl.SSLContext | None = None) -> socket.socket:
-    # Imported here: the inventory imports serve_auth, which imports this module.
-    from hysync.controlplane.testbed.inventory import parse_listen
-
     kind, where = parse_listen(address)
     family = socket.AF_UNIX if kind == "unix" else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -85,7 +85,8 @@ from hysync.controlplane.testbed.deploy import (
     held,
     inventory_jobs,
 )
-from hysync.controlplane.testbed.inventory import Inventory, parse_listen
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.serve_access import parse_listen
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -258,7 +259,7 @@ class Server:
     def _reconnect(self) -> bool:
         """Open a new session with a switch whose session ended and give it back what
         serve holds; False while the switch does not answer or refuses (tried again at the
-        next tick). Requests meanwhile fail with SwitchUnreachableError."""
+        next tick). Requests meanwhile fail with P4RuntimeUnreachableError."""
         addr = self.inv.switch.grpc_addr
         if self._lost_since is None:
             self._lost_since = time.monotonic()

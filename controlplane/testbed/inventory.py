@@ -46,9 +46,15 @@ from typing import Any
 
 from hysync import resources, wire
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
-from hysync.controlplane.job import MAX_SWITCH_PORT, _int, _no_unknown, read_toml
+from hysync.controlplane.job import MAX_SWITCH_PORT
 from hysync.controlplane.p4rt.switch import ElectionId, parse_election_id
-from hysync.controlplane.serve.auth import ServeAccess, access_from_table, loopback
+from hysync.controlplane.testbed.serve_access import (
+    ServeAccess,
+    access_from_table,
+    loopback,
+    parse_listen,
+)
+from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml
 from hysync.errors import BadFileError
 from hysync.tls import ClientTls
 
@@ -149,14 +155,14 @@ class Inventory:
     def from_dict(cls, data: Mapping[str, Any], *, base: Path,
                   path: Path = Path("<inventory>")) -> Inventory:
         """Validate `data`; relative paths are taken from `base` (the file's directory)."""
-        _no_unknown(data, _TOP_KEYS, "the inventory")
+        no_unknown_keys(data, _TOP_KEYS, "the inventory")
         name = data.get("name", "")
         if not isinstance(name, str):
             raise InventoryError(f"name = {name!r}: give a string, e.g. name = \"rack-1\"")
         switch = _switch(_table(data, "switch", required=True), base)
         pool = _pool(_table(data, "pool"))
         serve = _table(data, "serve")
-        _no_unknown(serve, _SERVE_KEYS, "[serve]")
+        no_unknown_keys(serve, _SERVE_KEYS, "[serve]")
         listen = serve.get("listen", DEFAULT_SERVE)
         try:
             parse_listen(listen)
@@ -188,13 +194,13 @@ def _table(data: Mapping[str, Any], key: str, *, required: bool = False) -> Mapp
 
 
 def _switch(t: Mapping[str, Any], base: Path) -> SwitchInfo:
-    _no_unknown(t, _SWITCH_KEYS, "[switch]")
+    no_unknown_keys(t, _SWITCH_KEYS, "[switch]")
     grpc_addr = _string(t, "switch.grpc_addr", "grpc_addr", 'e.g. grpc_addr = "10.1.0.10:9559"')
     host, sep, port = grpc_addr.rpartition(":")
     if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
         raise InventoryError(f"switch.grpc_addr = {grpc_addr!r} is not HOST:PORT: write it "
                              'as e.g. "10.1.0.10:9559"')
-    device_id = _int(t, "device_id", 1, (1 << 64) - 1, "a device id >= 1", default=1,
+    device_id = int_field(t, "device_id", 1, (1 << 64) - 1, "a device id >= 1", default=1,
                      field="switch.device_id")
     raw_election = t.get("election_id", 10)
     try:
@@ -213,7 +219,7 @@ def _switch(t: Mapping[str, Any], base: Path) -> SwitchInfo:
     device_config = _file(t, "device_config", base, required=target != "softswitch")
     data_ipv4 = _ipv4(t, "data_ipv4", "switch", default="10.0.0.254")
     data_mac = _mac(t, "data_mac", "switch", default="02:00:00:00:00:fe")
-    udp = _int(t, "data_udp_port", 1, 65535, "1..65535", default=wire.HYSYNC_UDP_PORT,
+    udp = int_field(t, "data_udp_port", 1, 65535, "1..65535", default=wire.HYSYNC_UDP_PORT,
                field="switch.data_udp_port")
     tls_files = {key: _file(t, key, base, required=False)
                  for key in ("cacert", "cert", "private_key")}
@@ -229,18 +235,18 @@ def _switch(t: Mapping[str, Any], base: Path) -> SwitchInfo:
 
 
 def _pool(t: Mapping[str, Any]) -> Pool:
-    _no_unknown(t, _POOL_KEYS, "[pool]")
-    base = _int(t, "slot_base", 0, wire.NUM_SLOTS - 1, f"0..{wire.NUM_SLOTS - 1}", default=0,
+    no_unknown_keys(t, _POOL_KEYS, "[pool]")
+    base = int_field(t, "slot_base", 0, wire.NUM_SLOTS - 1, f"0..{wire.NUM_SLOTS - 1}", default=0,
                 field="pool.slot_base")
-    count = _int(t, "slot_count", 1, wire.NUM_SLOTS, f"1..{wire.NUM_SLOTS}",
+    count = int_field(t, "slot_count", 1, wire.NUM_SLOTS, f"1..{wire.NUM_SLOTS}",
                  default=wire.NUM_SLOTS - base, field="pool.slot_count")
     if base + count > wire.NUM_SLOTS:
         raise InventoryError(f"pool.slot_base + pool.slot_count = {base + count} exceeds the "
                              f"switch's {wire.NUM_SLOTS} slots: lower pool.slot_count to at "
                              f"most {wire.NUM_SLOTS - base}")
-    job = _int(t, "job_slots", 1, count, f"1..{count} (the pool's slot_count)", default=min(
+    job = int_field(t, "job_slots", 1, count, f"1..{count} (the pool's slot_count)", default=min(
         256, count), field="pool.job_slots")
-    avg = _int(t, "averaging_slots", 1, count, f"1..{count}", default=min(64, count),
+    avg = int_field(t, "averaging_slots", 1, count, f"1..{count}", default=min(64, count),
                field="pool.averaging_slots")
     if job + avg > count:
         raise InventoryError(f"pool.job_slots + pool.averaging_slots = {job + avg} exceed "
@@ -262,12 +268,12 @@ def _hosts(raw: Any) -> tuple[Host, ...]:
         where = f"hosts[{i}]"
         if not isinstance(item, Mapping):
             raise InventoryError(f"{where} must be a table ([[hosts]])")
-        _no_unknown(item, _HOST_KEYS, where)
+        no_unknown_keys(item, _HOST_KEYS, where)
         name = _string(item, f"{where}.name", "name", 'e.g. name = "h1"')
         interface = _string(item, f"{where}.interface", "interface", 'e.g. interface = "eth1"')
         ipv4 = _ipv4(item, "ipv4", where)
         mac = _mac(item, "mac", where)
-        port = _int(item, "switch_port", 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
+        port = int_field(item, "switch_port", 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
                     field=f"{where}.switch_port")
         host = Host(name, interface, ipv4, mac, port)
         for field, value in (("name", name), ("mac", mac), ("switch_port", port),
@@ -338,18 +344,3 @@ def _file(t: Mapping[str, Any], key: str, base: Path, *, required: bool) -> Path
 
 def _loopback(ipv4: str) -> bool:
     return ipaddress.IPv4Address(ipv4).is_loopback
-
-
-def parse_listen(text: object) -> tuple[str, str | tuple[str, int]]:
-    """`serve.listen` -> ("unix", path) or ("tcp", (host, port)); ValueError if neither."""
-    if not isinstance(text, str):
-        raise ValueError(f"{text!r} must be a string: HOST:PORT or unix:PATH")
-    if text.startswith("unix:"):
-        if not text[5:]:
-            raise ValueError(f"{text!r} names no socket path: write unix:/run/hysync.sock")
-        return "unix", text[5:]
-    host, sep, port = text.rpartition(":")
-    if not (sep and host and port.isdigit() and int(port) < 65536):
-        raise ValueError(f"{text!r} is neither HOST:PORT nor unix:PATH: write e.g. "
-                         '"127.0.0.1:9600" or "unix:/run/hysync.sock"')
-    return "tcp", (host, int(port))

@@ -17,8 +17,8 @@ from hysync.controlplane.errors import (
     NoPipelineError,
     NotFoundError,
     NotPrimaryError,
+    P4RuntimeUnreachableError,
     SchemaError,
-    SwitchUnreachableError,
 )
 from hysync.controlplane.p4rt.entities import (
     CounterCell,
@@ -119,7 +119,7 @@ def test_an_unreachable_switch_fails_fast_saying_how_to_start_one() -> None:
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     start = time.monotonic()
-    with pytest.raises(SwitchUnreachableError) as err:
+    with pytest.raises(P4RuntimeUnreachableError) as err:
         Switch(addr, connect_timeout=1.0)
     assert time.monotonic() - start < 5
     assert f"cannot reach the switch at {addr}" in str(err.value)

@@ -24,13 +24,13 @@ from hysync.controlplane.serve.auth import (
     MAX_JOBS_PER_CLIENT,
     MAX_WAITING_PER_ADDRESS,
     Gate,
-    ServeAccess,
     client_context,
     inventory_client_context,
 )
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.serve_access import ServeAccess
 
 from ..certs import make_certs
 from .conftest import Softswitch, free_port, loopback_inventory, write_inventory

@@ -31,7 +31,7 @@ import pytest
 
 from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import SwitchUnreachableError as ControlSwitchUnreachableError
+from hysync.controlplane.errors import P4RuntimeUnreachableError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch, wait_for_server
 from hysync.controlplane.serve.client import ServeClient
@@ -506,5 +506,5 @@ def test_a_session_outlived_by_its_switch_refuses_every_call(
         assert session.lost
         for call in (lambda: Controller(session).list_jobs(), session.fetch_schema,
                      lambda: session.write([]), lambda: session.push_pipeline(P4INFO)):
-            with pytest.raises(ControlSwitchUnreachableError, match="session ended"):
+            with pytest.raises(P4RuntimeUnreachableError, match="session ended"):
                 call()
