@@ -105,18 +105,14 @@ def cmd_mode_set(args: argparse.Namespace, out: Output) -> None:
     report how long that took.
     """
     mode = Mode[args.mode.upper()]
-    if mode == Mode.PARTIAL and args.quorum is None:
-        raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
-    if mode != Mode.PARTIAL and args.quorum is not None:
-        raise UsageError(f"--quorum is for partial only; {args.mode} takes none")
     with connect(args) as switch:
-        controller = Controller(switch).attach()
+        controller = Controller(switch)  # set_mode reads the switch: its one read
         report = controller.set_mode(args.job, slots=args.slots, mode=mode, quorum=args.quorum)
         latched, pending = wait_for_latch(controller, args, mode)
     lo, hi = report.slots
     how = {"modify": "one MODIFY", "insert": "new range entry",
            "unchanged": "already set"}[report.strategy]
-    text = f"job {args.job} slots {lo}-{hi}: {format_mode(mode, report.quorum)} ({how})"
+    text = f"job {args.job} slots {lo}-{hi}: {report.setting} ({how})"
     emit_latch(out, {"job_id": args.job, "slots": [lo, hi], "mode": args.mode,
                      "quorum": report.quorum, "strategy": report.strategy,
                      "deleted_entries": report.deleted}, text, args, latched, pending)

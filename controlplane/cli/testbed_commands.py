@@ -189,8 +189,6 @@ def routed_job_remove(args: argparse.Namespace, out: Output) -> None:
 
 def routed_mode_set(args: argparse.Namespace, out: Output) -> None:
     mode = Mode[args.mode.upper()]
-    if mode == Mode.PARTIAL and args.quorum is None:
-        raise UsageError("partial needs --quorum Q (1 <= Q <= the job's active members)")
     r = _request(args, {"op": "mode_set", "job": args.job, "slots": list(args.slots),
                         "mode": args.mode, "quorum": args.quorum})
     latched, pending = None, None
@@ -200,7 +198,7 @@ def routed_mode_set(args: argparse.Namespace, out: Output) -> None:
         grpc_addr = _request(args, {"op": "status"})["grpc_addr"]
         with Switch(grpc_addr, device_id=args.device_id, timeout=args.timeout,
                     arbitrate=False) as switch:
-            latched, pending = wait_for_latch(Controller(switch).attach(), args, mode)
+            latched, pending = wait_for_latch(Controller(switch), args, mode)
     lo, hi = r["slots"]
     note = (f"; an override: the job's policy holds until `hysync --serve {args.serve} policy "
             f"resume {args.job}`" if r["override"] else "")

@@ -502,10 +502,9 @@ class Server:
     def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         job_id = request["job"]
         lease = self._owner(conn, job_id, "set the mode of", request["key"])
-        job = self.controller.job(job_id)
-        slots = tuple(request["slots"] or job.slots)
+        slots = request["slots"]  # None: the job's whole range
         mode = Mode[request["mode"].upper()]
-        report = self.controller.set_mode(job_id, slots=(slots[0], slots[1]),
+        report = self.controller.set_mode(job_id, slots=(slots[0], slots[1]) if slots else None,
                                           mode=mode, quorum=request["quorum"])
         if lease is not None and lease.policy is not None:
             # The operator's mode stays until the operator says otherwise: a policy that

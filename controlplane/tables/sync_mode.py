@@ -31,7 +31,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from hysync import p4names
-from hysync.controlplane.p4rt.entities import TableEntry, Update, delete, insert, modify
+from hysync.controlplane.errors import ValidationError
+from hysync.controlplane.p4rt.entities import (
+    TableEntry,
+    Update,
+    UpdateType,
+    delete,
+    insert,
+    modify,
+)
 from hysync.wire import Mode
 
 BASE_PRIORITY = 1
@@ -74,18 +82,75 @@ class ModeRange:
         return self.low <= high and low <= self.high
 
 
-def plan_set_mode(existing: Sequence[ModeRange], job_id: int, low: int, high: int, mode: Mode,
-                  quorum: int) -> tuple[list[Update], list[Update]]:
-    """(first, then): the write that puts the new mode in force on [low, high], and the
-    deletions of entries it made unreachable, to write after it. See the module doc."""
+@dataclass(frozen=True, slots=True)
+class ModeSetting:
+    """A desired mode with its quorum: partial closes a round at the first `quorum`
+    contributions; sync and async take none (0). `checked` is the one place a requested
+    quorum is judged, for every caller (CLI, serve, policy, the Python API)."""
+
+    mode: Mode
+    quorum: int = 0
+
+    @classmethod
+    def checked(cls, mode: Mode, quorum: int | None, members: int, job_id: int) -> ModeSetting:
+        """The setting a swap of job `job_id` (`members` active members) to `mode` with
+        `quorum` writes; ValidationError saying what to pass instead."""
+        mode = Mode(mode)
+        if mode == Mode.PARTIAL:
+            if quorum is None:
+                raise ValidationError(
+                    f"partial needs --quorum Q: a quorum between 1 and {members} (job "
+                    f"{job_id}'s active members); pass --quorum Q with 1 <= Q <= {members}")
+            if not 1 <= quorum <= members:
+                raise ValidationError(
+                    f"partial mode needs a quorum between 1 and {members} (job {job_id}'s "
+                    f"active members), got {quorum}; pass --quorum Q with 1 <= Q <= {members}")
+            return cls(mode, quorum)
+        if quorum not in (None, 0):
+            raise ValidationError(
+                f"--quorum is for partial only: {mode.name.lower()} mode takes no quorum (it "
+                "closes a round on every member / every contribution); leave it out")
+        return cls(mode, 0)
+
+    def __str__(self) -> str:
+        return format_mode(self.mode, self.quorum)
+
+
+@dataclass(frozen=True, slots=True)
+class SwapPlan:
+    """A hot swap of slots [low, high] as writes: `first` puts the setting in force on the
+    whole range at once, `then` deletes the entries it made unreachable; `modes` is the
+    job's modes table once both are written."""
+
+    first: list[Update]
+    then: list[Update]
+    modes: tuple[ModeRange, ...]
+
+    @property
+    def strategy(self) -> str:
+        """modify (one entry rewritten), insert (a new range entry), or unchanged."""
+        if not self.first:
+            return "unchanged"
+        return "insert" if self.first[0].type == UpdateType.INSERT else "modify"
+
+
+def plan_set_mode(existing: Sequence[ModeRange], job_id: int, low: int, high: int,
+                  setting: ModeSetting) -> SwapPlan:
+    """The writes that set [low, high] to `setting` over the job's `existing` entries.
+    See the module doc."""
     target = next((r for r in existing if (r.low, r.high) == (low, high)), None)
     if target is not None and not any(r.priority > target.priority and r.overlaps(low, high)
                                       for r in existing):
-        new = replace(target, mode=mode, quorum=quorum)
-        return ([] if new == target else [modify(new.entry())]), []
+        new = replace(target, mode=setting.mode, quorum=setting.quorum)
+        if new == target:
+            return SwapPlan([], [], tuple(existing))
+        return SwapPlan([modify(new.entry())], [],
+                        tuple(new if r is target else r for r in existing))
     top = max((r.priority for r in existing), default=0)
-    new = ModeRange(job_id, low, high, mode, quorum, top + 1)
-    return [insert(new.entry())], [delete(r.entry()) for r in unreachable([*existing, new])]
+    new = ModeRange(job_id, low, high, setting.mode, setting.quorum, top + 1)
+    dead = unreachable([*existing, new])
+    return SwapPlan([insert(new.entry())], [delete(r.entry()) for r in dead],
+                    tuple(r for r in [*existing, new] if r not in dead))
 
 
 def unreachable(ranges: Sequence[ModeRange]) -> list[ModeRange]:
