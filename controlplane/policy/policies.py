@@ -82,7 +82,7 @@ has been in no round's sum for `max_starved_s` gets a sync refresh of `refresh_s
 round waits for it once), after which the policy decides again.
 
 (This file is over 500 lines for a reason: the policy is one state machine whose rules
-read best side by side. What runs it against a switch is policy_runner.py.)
+read best side by side. What runs it against a switch is runner.py.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Runs a policy on a live job: counters in, decisions applied, every decision logged.
 
 `PolicyRunner` reads a job's counters from the switch every interval, feeds the pure
-policy of policy.py (`AdaptivePolicy.observe`), applies its decisions through the
+policy of policies.py (`AdaptivePolicy.observe`), applies its decisions through the
 `Controller`, and appends each one, applied or failed, to a JSON-lines decision log
 that `latest_decision` (the CLI's `hysync policy status`) reads back.
 """

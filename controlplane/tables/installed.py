@@ -3,7 +3,7 @@
 The switch is the source of truth (controller.py explains what a job looks like on
 it): `read_state` reads everything the controller programs, and `SwitchState`
 derives each `InstalledJob` from it and records what is inconsistent. Kept apart
-from the controller so that readers of installed jobs (detect.py, the CLI) need not
+from the controller so that readers of installed jobs (policy/detect.py, the CLI) need not
 import the code that writes them.
 """
 
