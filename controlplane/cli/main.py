@@ -278,6 +278,3 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
 def _error(stderr: TextIO, message: str) -> None:
     print(f"{PROG}: error: {' '.join(message.split())}", file=stderr, flush=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

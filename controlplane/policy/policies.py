@@ -2,7 +2,7 @@
 
 `AdaptivePolicy.observe(interval)` is a pure function of the counter intervals it has
 been given (`detect.Interval`) and of its own state: it can be tested on recorded or
-synthetic traces without a switch. `policy_runner.PolicyRunner` feeds it from a switch
+synthetic traces without a switch. `runner.PolicyRunner` feeds it from a switch
 and applies its decisions through the `Controller`.
 
 **Modes, by a cost model.** Each member has a slowdown `s` (1 for the healthy ones,
