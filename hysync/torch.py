@@ -216,7 +216,7 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
           host: str | None = None, mode: str = "sync", policy: str | None = None,
           averaging: bool = False, scale: float = DEFAULT_SCALE, timeout: float = DEFAULT_TIMEOUT,
           token_file: str | Path | None = None,
-          ranks_per_host: int | str | None = None) -> Admitted:
+          ranks_per_host: int | str | None = None, quorum: int | None = None) -> Admitted:
     """Every rank of a group calls this together: each switch member (every rank, or each
     host's leader with `ranks_per_host`) publishes its UDP address through `store`, rank
     0 asks the inventory's `hysync serve` to admit the job (with an averaging job too
@@ -262,6 +262,8 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
                    "members": members, "mode": mode}
         if policy is not None:
             request["policy"] = policy
+        if quorum is not None:  # partial mode's: members a round waits for
+            request["quorum"] = quorum
         reply = serve.request(request)
         # The lease survives serve restarts.
         serve.hold([j["job_id"] for j in reply["jobs"]], reply.get("key"))
@@ -299,12 +301,13 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
            average_every: float | None = None, scale: float = DEFAULT_SCALE,
            timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None,
-           ranks_per_host: int | str | None = None) -> HySyncJob:
+           ranks_per_host: int | str | None = None, quorum: int | None = None) -> HySyncJob:
     """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
     `average_every` seconds, the replicas' parameters are also averaged in the
     background through the switch, on a second job (worker/averaging.py). With
     `ranks_per_host` ("local": torchrun's hosts; a number: that many consecutive ranks
-    per host), each host's ranks reduce there first and its leader is the switch member."""
+    per host), each host's ranks reduce there first and its leader is the switch member.
+    `quorum`: the members (hosts) a partial round waits for, where `mode` is "partial"."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
@@ -313,7 +316,8 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     store = dist.distributed_c10d._get_default_store()
     admitted = admit(store, dist.get_rank(), dist.get_world_size(), inventory, host=host,
                      mode=mode, policy=policy, averaging=bool(average_every), scale=scale,
-                     timeout=timeout, token_file=token_file, ranks_per_host=ranks_per_host)
+                     timeout=timeout, token_file=token_file, ranks_per_host=ranks_per_host,
+                     quorum=quorum)
     averaging = None
     if admitted.averaging is not None:
         averaging = (admitted.averaging, list(model.module.parameters()), average_every)

@@ -25,6 +25,7 @@ parser.add_argument("--backend", choices=["hysync", "gloo"], default="hysync")
 parser.add_argument("--inventory")
 parser.add_argument("--ranks-per-host", default="local")
 parser.add_argument("--mode", default="sync")
+parser.add_argument("--quorum", type=int)
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--slow-host", type=int)
 parser.add_argument("--slow-ms", type=float, default=30.0)
@@ -45,7 +46,8 @@ slow = args.slow_host is not None and host == args.slow_host
 job = None
 if args.backend == "hysync":
     job = hysync.torch.attach(model, inventory=args.inventory, mode=args.mode,
-                              ranks_per_host=args.ranks_per_host, timeout=120)
+                              ranks_per_host=args.ranks_per_host, quorum=args.quorum,
+                              timeout=120)
     steps = job.steps(args.steps)
 else:
     steps = iter(range(args.steps))
