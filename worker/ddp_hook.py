@@ -19,6 +19,11 @@ After unpickling, attach a worker before the next step:
     state = torch.load(path, weights_only=False)
     state.attach(HySyncWorker(config, scale=2**20))
     ddp_model.register_comm_hook(state, hysync_hook)
+
+On hosts that run several ranks each (hysync/host_group.py), `hysync.torch.attach`
+registers `hysync_host_hook` with a `HostHookState` instead: the bucket is reduced onto
+the host's leader, whose `HySyncHookState` (`state.member`) sends the host's mean through
+the switch, and the leader's result and clock are broadcast to the host's ranks.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
