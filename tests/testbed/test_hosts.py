@@ -22,8 +22,17 @@ from hysync.controlplane.deploy import deploy
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.serve import Server
 from hysync.host_group import HostLayout, HostLayoutError, host_layout, ranks_per_host_setting
+from hysync.torch import AttachError, admit
 
-from .conftest import ROOT, Softswitch, free_port, kill_tree, tree
+from .conftest import (
+    ROOT,
+    Softswitch,
+    free_port,
+    kill_tree,
+    loopback_inventory,
+    tree,
+    write_inventory,
+)
 from .test_torchrun import jobs_on
 
 SCRIPT = Path(__file__).with_name("host_job.py")
@@ -237,3 +246,11 @@ def test_a_number_of_ranks_per_host_groups_consecutive_ranks(
             ranks_per_host_setting(bad)
     with pytest.raises(HostLayoutError, match="reads torchrun's GROUP_RANK and LOCAL_RANK"):
         host_layout(store, 0, 2, "local", timeout=1, env={})
+
+
+def test_background_averaging_with_several_ranks_per_host_is_refused(tmp_path: Path) -> None:
+    inventory = write_inventory(tmp_path / "rack.toml", loopback_inventory())
+    with pytest.raises(AttachError, match=r"^background averaging \(average_every\) runs with "
+                                          "one rank per host: leave it out, or set "
+                                          "ranks_per_host to 1$"):
+        admit(dist.HashStore(), 0, 4, inventory, averaging=True, ranks_per_host=2)
