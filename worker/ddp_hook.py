@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from hysync.worker.api import HySyncWorker
-from hysync.worker.stats import CallStats
+from hysync.worker.call_stats import CallStats
 
 log = logging.getLogger(__name__)
 
