@@ -34,8 +34,8 @@ STORM_RETRANSMITS = 16
 
 
 class CallAbortedError(ConnectionError):
-    """A call the switch did not complete: its contributions in flight stay as residual.
-    Catch this for both reasons below."""
+    """A call the switch did not complete, for one of the two reasons below: catch this for
+    either."""
 
 
 class NoReplyError(CallAbortedError):
