@@ -30,16 +30,7 @@ Engine::Engine(const EngineConfig& config, int fd)
       fd_(fd),
       w_(config.slot_count),
       bit_(1u << config.worker_id),
-      next_round_(w_, 0),
-      seq_(w_),
-      known_(w_, false),
-      chased_(w_),
-      own_results_(w_),
-      mode_(w_, -1),
-      tx_number_(w_, 0),
-      suspect_(w_),
-      acked_(w_),
-      flight_(w_),
+      slots_(w_),
       rto_(config.rto_initial),
       last_rx_(0),
       rx_(RECV_BATCH, 2048),
@@ -47,7 +38,7 @@ Engine::Engine(const EngineConfig& config, int fd)
   rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
   tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
   std::mt19937_64 rng(config.seed);
-  for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
+  for (Slot& s : slots_) s.seq = 1 + uint32_t(rng() % (HALF32 - 1));
   last_rx_ = now();
 }
 
@@ -142,9 +133,9 @@ void Engine::begin_call(int index, float* values, int64_t numel) {
   // grace period would otherwise never end (the worker falls silent).
   expire(t);
   for (uint32_t i = 0; i < w_; ++i) {
-    if (!flight_[i])
+    if (!slots_[i].flight)
       send_next(i, t);
-    else if (flight_[i]->parked)
+    else if (slots_[i].flight->parked)
       hold_queue(i, t);
   }
 }

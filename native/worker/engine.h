@@ -22,13 +22,11 @@
 #include "hysync_wire.h"
 #include "worker/quantize.h"
 #include "worker/recent_max.h"
+#include "worker/slot.h"
 
 namespace hysync::worker {
 
 double monotonic_now();
-
-constexpr std::size_t LANES = wire::LANES;
-constexpr std::size_t P = wire::PACKET_BYTES;
 
 struct EngineConfig {
   uint32_t job_id = 1, worker_id = 0;
@@ -75,46 +73,6 @@ struct Key {
   bool alive = true;
   std::vector<float> residual;  // chunks * LANES, float32 per element
   std::vector<float> acc;       // empty, or chunks * LANES
-};
-
-enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
-enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
-
-// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights and resets
-// only this part: launch writes the header, the sender the lanes and what err and amount hold
-// for its kind (a NULLS flight's zero lanes included).
-struct FlightState {
-  Kind kind = Kind::OWN;
-  int key = -1;  // index into keys_, -1 for NULLS
-  int64_t local = -1;
-  uint32_t chunk = 0;
-  bool has_amount = false;
-  uint32_t round = 0;
-  // The slot's next round when it was launched, if known: the switch, in the state that
-  // taught it, counts the flight in that round or a later one (rounds never step back).
-  bool floor_known = false;
-  uint32_t floor = 0;
-  bool async_style = false, probe = false, parked = false;
-  bool join = false;  // flag JOIN: counted only into an open round that lacks me
-  bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
-  uint8_t tx = 0;     // the number of its latest transmission, which replies echo
-  double launched = 0, sent_at = 0, backoff = 0;
-  uint64_t sent_seq = 0;  // the worker's transmissions counted at its latest one
-  int tries = 0;
-  uint64_t gen = 0;
-  bool stale = false;  // a STALE reply under its grace period
-  uint8_t stale_reason = 0, stale_mode = 0;
-  bool early_look = false;  // partial: its first timer is stall_after's look (expire)
-  bool closed = false;  // its round was seen closed without me
-  uint32_t closed_chunk = 0;
-};
-
-// The one packet in flight on a slot; it owns its bytes.
-struct Flight : FlightState {
-  std::array<uint8_t, P> data{};  // the datagram, header and big-endian lanes
-  std::array<float, LANES> err{};   // quantization error of what it carries
-  std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
-  int32_t lane(std::size_t j) const;
 };
 
 // PENDING: step() only. RESET: the switch answered from state that is new to this worker (it
@@ -184,15 +142,16 @@ class Engine {
   void reset_stats() { stats_ = EngineStats(); }
   double srtt() const { return srtt_; }  // < 0: no sample yet
   double rto() const { return rto_; }
-  std::vector<int> slot_modes() const { return mode_; }
+  std::vector<int> slot_modes() const {
+    std::vector<int> modes;
+    for (const Slot& s : slots_) modes.push_back(s.mode);
+    return modes;
+  }
   std::string describe_flights() const;
-  const Flight* flight(uint32_t i) const { return flight_.at(i).get(); }  // null: slot idle
+  const Flight* flight(uint32_t i) const { return slots_.at(i).flight.get(); }  // null: slot idle
   uint32_t window() const { return w_; }
   // Log lines since the last call: (level, message), level 30 = warning, 20 = info.
   std::vector<std::pair<int, std::string>> take_logs();
-
- public:
-  using KeptResult = std::array<uint8_t, 8 + 4 * LANES>;  // a RESULT's round, chunk and lanes
 
  private:
   struct Call;
@@ -285,31 +244,11 @@ class Engine {
   Quantizer quantizer_;
   int fd_;
   uint32_t w_, bit_;
-  std::vector<uint32_t> next_round_, seq_;
-  std::vector<bool> known_;
-  // Per slot: chunks (global ids) a sync round of another chunk displaced, to send again as
-  // residual when the slot has nothing else to send in a call (send_chased).
-  std::vector<std::deque<uint32_t>> chased_;
-  // Per slot: round, chunk and lanes of the last async results of mine that settled a flight
-  // (none since the slot's rounds were learned), so that a late copy of one is not taken for a
-  // sign of new switch state. Several, not the last one only: calls of zero gradients send a
-  // chunk's flights with the same lanes, and a copy the network delayed can arrive after two
-  // newer results. A copy, not a digest: the receive loop only copies.
-  struct OwnResults {
-    std::vector<KeptResult> kept;  // at most OWN_RESULT_MEMORY (results.cc), filled lazily
-    std::size_t oldest = 0;        // once full: the entry the next one replaces
-  };
-  std::vector<OwnResults> own_results_;
-  std::vector<int> mode_;
-  std::vector<uint8_t> tx_number_;  // per slot: the number of the latest transmission (mod 32)
+  std::vector<Slot> slots_;
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
-  std::vector<std::map<uint32_t, double>> suspect_;  // round -> since
-  std::vector<std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>> acked_;
-  // The entry of acked_[i] that an async RESULT d (count 1, my bit) answers, or end().
-  std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator acked_entry(
-      uint32_t i, const uint8_t* d);
+  // The entry of slots_[i].acked that an async RESULT d (count 1, my bit) answers, or end().
+  std::deque<Acked>::iterator acked_entry(uint32_t i, const uint8_t* d);
   std::vector<uint32_t> suspect_slots_;
-  std::vector<std::unique_ptr<Flight>> flight_;
   // Ended flights, reused by new_flight(): a call launches one per chunk, and allocating each
   // (most of a kilobyte, freed in bursts of a window) cost a sixth of the engine's CPU in
   // malloc's bins.

@@ -195,7 +195,7 @@ void Engine::abort_call() {
 // Forget every packet in flight as not counted: RULE B keeps its amount as residual.
 void Engine::drop_flights() {
   for (uint32_t i = 0; i < w_; ++i) {
-    Flight* f = flight_[i].get();
+    Flight* f = slots_[i].flight.get();
     if (!f) continue;
     if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
       settle(f->local, Outcome::CARRIED, f);

@@ -28,12 +28,12 @@ constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
 // A RESULT's round, chunk (contiguous in the header) and lanes, as own_results_ keeps them.
-bool same_result(const Engine::KeptResult& kept, const uint8_t* d) {
+bool same_result(const KeptResult& kept, const uint8_t* d) {
   return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
          std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
 }
 
-void keep_result(Engine::KeptResult& kept, const uint8_t* d) {
+void keep_result(KeptResult& kept, const uint8_t* d) {
   std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
   std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
@@ -43,12 +43,12 @@ void keep_result(Engine::KeptResult& kept, const uint8_t* d) {
 // ACK: counted, result lost; an async round's result is exactly my lanes, applied as
 // `apply` would have applied it.
 void Engine::apply_own(uint32_t i) {
-  const Flight& f = *flight_[i];
+  const Flight& f = *slots_[i].flight;
   const double share = divisor(uint8_t(wire::Mode::ASYNC), 1);
   double lanes[LANES];
   for (std::size_t j = 0; j < LANES; ++j) lanes[j] = lane_share(f.lane(j), share);
   add(f.chunk, lanes);
-  auto& acked = acked_[i];
+  auto& acked = slots_[i].acked;
   if (acked.size() == ACK_MEMORY) acked.pop_front();
   std::array<uint8_t, 4 * LANES> raw;
   std::memcpy(raw.data(), &f.data[H], raw.size());
@@ -119,30 +119,30 @@ double Engine::lane_share(int32_t sum, double share) const {
 // ------------------------------------------------------------------ rounds (RULE A)
 // The slot's rounds before `upto` are closed: suspect those not seen yet.
 void Engine::advance(uint32_t i, uint32_t upto) {
-  const uint32_t nr = next_round_[i];
-  known_[i] = true;
+  const uint32_t nr = slots_[i].next_round;
+  slots_[i].known = true;
   const uint32_t gap = upto - nr;
   if (gap == 0 || gap >= HALF32) return;
   if (gap > MAX_SUSPECT_GAP) {
     flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
                 std::to_string(gap) + " rounds ahead");
   } else {
-    auto& suspect = suspect_[i];
+    auto& suspect = slots_[i].suspect;
     const double t = now();
     for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = t;
     if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
       suspect_slots_.push_back(i);
   }
-  next_round_[i] = upto;
+  slots_[i].next_round = upto;
 }
 
 bool Engine::is_new(uint32_t i, uint32_t rnd) {
-  if (ahead(rnd, next_round_[i])) {
+  if (ahead(rnd, slots_[i].next_round)) {
     advance(i, rnd);
-    next_round_[i] = rnd + 1;
+    slots_[i].next_round = rnd + 1;
     return true;
   }
-  auto& suspect = suspect_[i];
+  auto& suspect = slots_[i].suspect;
   auto it = suspect.find(rnd);
   if (it != suspect.end()) {
     suspect.erase(it);
@@ -159,8 +159,8 @@ void Engine::check_suspects() {
   uint64_t missed = 0;
   std::vector<uint32_t> keep;
   for (uint32_t i : suspect_slots_) {
-    auto& suspect = suspect_[i];
-    auto& acked = acked_[i];
+    auto& suspect = slots_[i].suspect;
+    auto& acked = slots_[i].acked;
     std::size_t gone = 0;
     for (auto it = suspect.begin(); it != suspect.end();) {
       if (it->second < forget) {
@@ -206,8 +206,8 @@ void Engine::clear_resync() {
   resync_flagged_ = false;
   missed_results_ = 0;
   for (uint32_t i : suspect_slots_) {
-    suspect_[i].clear();
-    acked_[i].clear();
+    slots_[i].suspect.clear();
+    slots_[i].acked.clear();
   }
   suspect_slots_.clear();
 }
@@ -230,10 +230,10 @@ void Engine::on_full(const uint8_t* d, double now) {
   }
   last_rx_ = now;
   if (!current_state(h.reason, i, "RESULT", now)) return;
-  mode_[i] = h.mode;
+  slots_[i].mode = h.mode;
   const bool mine = h.bitmap & bit_;
   bool fresh = is_new(i, h.round);
-  Flight* f = flight_[i].get();
+  Flight* f = slots_[i].flight.get();
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
@@ -249,15 +249,15 @@ void Engine::on_full(const uint8_t* d, double now) {
     }
     if (mine && h.mode == ASYNC && h.count == 1) {
       const auto it = acked_entry(i, d);
-      if (it != acked_[i].end()) {
-        acked_[i].erase(it);  // its ACK applied it already
+      if (it != slots_[i].acked.end()) {
+        slots_[i].acked.erase(it);  // its ACK applied it already
         return;
       }
     }
     apply(d);
   };
   if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
-      acked_entry(i, d) == acked_[i].end() && !seen_own_result(i, d)) {
+      acked_entry(i, d) == slots_[i].acked.end() && !seen_own_result(i, d)) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
     // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
     // never step back), or - sent before I knew the slot - one whose number I applied already
@@ -307,14 +307,14 @@ void Engine::on_full(const uint8_t* d, double now) {
 }
 
 bool Engine::seen_own_result(uint32_t i, const uint8_t* d) const {
-  const auto& kept = own_results_[i].kept;
+  const auto& kept = slots_[i].own_results.kept;
   return std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return same_result(k, d); });
 }
 
 // A ring, not a deque: one result of mine per async contribution passes here, and a deque of
 // entries this size allocates a node for each.
 void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
-  OwnResults& own = own_results_[i];
+  OwnResults& own = slots_[i].own_results;
   if (own.kept.size() < OWN_RESULT_MEMORY) {
     own.kept.emplace_back();
     keep_result(own.kept.back(), d);
@@ -324,10 +324,9 @@ void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
   }
 }
 
-std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
-    uint32_t i, const uint8_t* d) {
+std::deque<Acked>::iterator Engine::acked_entry(uint32_t i, const uint8_t* d) {
   const uint32_t chunk = load_be32(d + wire::OFF_CHUNK);
-  auto& acked = acked_[i];
+  auto& acked = slots_[i].acked;
   return std::find_if(acked.begin(), acked.end(), [&](const auto& a) {
     return a.first == chunk && std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
   });
@@ -360,12 +359,12 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
   // state or from a job that waits for a dead member, and must not keep a dead call alive;
   // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
-  const Flight* f = i < w_ ? flight_[i].get() : nullptr;
+  const Flight* f = i < w_ ? slots_[i].flight.get() : nullptr;
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     last_rx_ = now;
   if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
-  mode_[i] = h.mode;
+  slots_[i].mode = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
   else
@@ -375,7 +374,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
 
 void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
   ++stats_.acks;
-  Flight* f = flight_[i].get();
+  Flight* f = slots_[i].flight.get();
   if (!f || rnd != f->round || chunk != f->chunk) {
     ++stats_.stray_replies;
     return;
@@ -391,7 +390,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   }
   ++stats_.resyncs[reason];
   advance(i, rnd);
-  Flight* f = flight_[i].get();
+  Flight* f = slots_[i].flight.get();
   if (!answers_latest(i, flags)) {
     // It answers an earlier transmission; a later one may still be counted (the slot may turn
     // async meanwhile, which counts any new sequence number), so only the answer to the latest
@@ -408,7 +407,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     // A round is open, yet my JOIN was refused: it met the mark an earlier JOIN of mine at
     // this round left when no round was open, and spent it (docs/protocol.md §4 step 9, the
     // JOIN mark): offer the JOIN again now rather than after another join_after.
-    if (mode != ASYNC && count > 0 && call_ && !flight_[i] && call_->queues[i].empty())
+    if (mode != ASYNC && count > 0 && call_ && !slots_[i].flight && call_->queues[i].empty())
       offer_join(i, now);
     return;
   }
@@ -465,11 +464,11 @@ void Engine::switch_reset(const std::string& what) {
   tag_ = -1;
   tag_changed_at_ = now();
   for (uint32_t j = 0; j < w_; ++j) {
-    next_round_[j] = 0;
-    known_[j] = false;
-    own_results_[j] = {};
-    suspect_[j].clear();
-    acked_[j].clear();
+    slots_[j].next_round = 0;
+    slots_[j].known = false;
+    slots_[j].own_results = {};
+    slots_[j].suspect.clear();
+    slots_[j].acked.clear();
   }
   suspect_slots_.clear();
   flag_resync(reset_why_);
@@ -508,14 +507,14 @@ bool Engine::current_state(uint8_t tag, uint32_t i, const char* what, double now
 
 // Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
 bool Engine::answers_latest(uint32_t i, uint8_t flags) const {
-  const Flight* f = flight_[i].get();
+  const Flight* f = slots_[i].flight.get();
   if (f != nullptr && cfg_.test_only_ignore_echo) return true;
   return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
 }
 
 // A STALE reply stood for a grace period without the round's result arriving.
 void Engine::decide_stale(uint32_t i, double now) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   f.stale = false;
   if (f.stale_reason == STALE_COUNTED)
     counted_without_result(i, now);
@@ -528,7 +527,7 @@ void Engine::decide_stale(uint32_t i, double now) {
 // ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
 // counted, and its result did not reach me.
 void Engine::counted_without_result(uint32_t i, double now) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
   // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
   // switch counted it - after a swap to async, with the round field as its sequence number.
@@ -562,7 +561,7 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
     if (k >= 0 && !key(k).alive) k = -1;
   }
   if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   const bool join = f.join;
   if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
   if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
