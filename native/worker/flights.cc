@@ -1,6 +1,6 @@
-// The worker engine's flights (engine_internal.h; the engine is described in engine.cc): the one
-// packet in flight per slot, from launch to its outcome - sending, retransmission timers, RTO
-// estimation, parking in partial mode, and the JOINs offered to idle slots.
+// The worker engine's flights (the engine is described in engine.cc): the one packet in flight
+// per slot, from launch to its outcome - sending, retransmission timers, parking in partial
+// mode, and the JOINs offered to idle slots.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,11 +13,6 @@
 namespace hysync::worker {
 
 namespace {
-
-// A silent packet waits this many times the longest recent silence (silence_timeout), and
-// at most SILENCE_CAP_S beyond the RTO: a loss at the end of a window (nothing after it to be
-// answered) is sent again within it, however long the job waited on a straggler lately.
-constexpr double SILENCE_MARGIN = 1.5, SILENCE_CAP_S = 0.1;
 
 constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
 
@@ -49,10 +44,10 @@ void Engine::send_next(uint32_t i, double now) {
 // partner; the chunk waits in the list meanwhile, its value in the residual.
 void Engine::send_chased(uint32_t i, double now) {
   auto& chased = slots_[i].chased;
-  if (chased.empty() || !slots_[i].known || slots_[i].mode != SYNC || cfg_.test_only_no_chase) return;
+  if (chased.empty() || !slots_[i].known || slots_[i].mode != SYNC || faults_.no_chase) return;
   const uint32_t chunk = chased.front();
   chased.pop_front();
-  const int k = key_of(chunk);
+  const int k = keys_.owner(chunk);
   const bool gone = k < 0 || !key(k).alive;
   // Sent again as this call's own chunk: a round took it, or will.
   const bool own = !gone && call_ && k == call_->key &&
@@ -77,7 +72,7 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
   f->local = local;
   f->chunk = uint32_t(reg.first + uint32_t(local));
   int32_t fixed[LANES];
-  prepare_chunk(local, fixed, f->err.data());
+  keys_.prepare_chunk(c, local, fixed, f->err.data());
   for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
   slots_[i].flight = std::move(f);
   ++inflight_;
@@ -94,7 +89,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
   f->join = join;
   if (k >= 0) {
     f->local = int64_t(chunk) - int64_t(key(k).first);
-    take_residual(k, f->local, f->amount.data());
+    keys_.take_residual(k, f->local, f->amount.data(), call_.get());
     f->has_amount = true;
     int32_t fixed[LANES];
     QuantStats unused;
@@ -163,12 +158,12 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
   f.stale = false;
   f.closed = false;
   f.launched = now;
-  f.backoff = rto_;
+  f.backoff = rto_.value();
   // Partial: look early (stall_after) for the switch holding it in an open round (holdable).
-  f.early_look = holdable(i) && cfg_.stall_after < rto_;
+  f.early_look = holdable(i) && cfg_.stall_after < rto_.value();
   if (f.early_look) f.backoff = cfg_.stall_after;
   transmit(i, now, false);
-  f.backoff = rto_;
+  f.backoff = rto_.value();
 }
 
 void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
@@ -183,30 +178,13 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   if (retransmit) ++(timeout ? stats_.retransmits : stats_.resent);
   if (retransmit && timeout) {
     f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
-    if (now - backed_off_ >= rto_) {
-      // Back the timer off too (at most once per RTO, as TCP does): replies that only
-      // retransmitted packets get carry no RTT sample (Karn), so without this a queue longer
-      // than the RTO would keep every packet retransmitting.
-      rto_ = std::min(2.0 * rto_, cfg_.rto_max);
-      backed_off_ = now;
-    }
+    rto_.back_off(now);  // the timer too
   }
   ++f.tries;
   f.sent_at = now;
   f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
-  if (fd_ < 0) {
-    outbox_.emplace_back(f.data.begin(), f.data.end());
-    f.gen = ++gen_;
-    timers_.push({now + f.backoff, f.gen, i});
-    return;
-  }
-  uint8_t* out = tx_.append(cfg_.switch_addr, P);
-  if (out == nullptr) {
-    flush();
-    out = tx_.append(cfg_.switch_addr, P);
-  }
-  std::memcpy(out, f.data.data(), P);
+  io_->send(f.data.data(), P);
   f.gen = ++gen_;
   timers_.push({now + f.backoff, f.gen, i});
 }
@@ -239,7 +217,7 @@ void Engine::expire(double now) {
       f->early_look = false;
       const bool held = holdable(i) && last_rx_ > f->sent_at;
       if (held) park(i);  // its timer: rto_max (park)
-      timers_.push({held ? now + f->backoff : f->sent_at + rto_, f->gen, i, t.extended});
+      timers_.push({held ? now + f->backoff : f->sent_at + rto_.value(), f->gen, i, t.extended});
       continue;
     }
     // A timer that fires late because this process waited for a core after its wait for the
@@ -254,8 +232,8 @@ void Engine::expire(double now) {
     // A first transmission's timer armed under an RTO the samples since have outgrown (the
     // window of a call goes out at once, before its first answers teach the call's RTT)
     // runs to the RTO in force, as TCP's one timer does, re-armed at every answer.
-    if (f->tries == 1 && f->sent_at + rto_ > now) {
-      timers_.push({f->sent_at + rto_, t.gen, t.slot, t.extended});
+    if (f->tries == 1 && f->sent_at + rto_.value() > now) {
+      timers_.push({f->sent_at + rto_.value(), t.gen, t.slot, t.extended});
       continue;
     }
     // The switch has answered nothing sent after this packet (silent_flight), so the whole
@@ -266,7 +244,7 @@ void Engine::expire(double now) {
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
     if (silent_flight(i)) {
-      const double silence = silence_timeout(now);
+      const double silence = rto_.silence_timeout(now);
       if (f->sent_at + silence > now) {
         timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
         continue;
@@ -350,7 +328,7 @@ void Engine::park(uint32_t i) {
       call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
     for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = quantizer_.own_value(f.lane(j));
     f.has_amount = true;
-    settle(f.local, Outcome::INCLUDED, &f);
+    keys_.settle(*call_, f.local, Outcome::INCLUDED, &f);
     --call_->remaining;
   }
   carry_queue(i);
@@ -370,7 +348,7 @@ void Engine::hold_queue(uint32_t i, double now) {
 void Engine::hurry(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
   if (!f.stale) {  // else its grace timer decides it within one RTO anyway
-    f.backoff = rto_;
+    f.backoff = rto_.value();
     transmit(i, now, true, false);
   }
 }
@@ -411,36 +389,7 @@ void Engine::carry_queue(uint32_t i) {
 
 void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
-  const double sample = now - f.sent_at;
-  if (srtt_ < 0) {
-    srtt_ = sample;
-    rttvar_ = sample / 2;
-  } else {
-    rttvar_ = 0.75 * rttvar_ + 0.25 * std::fabs(sample - srtt_);
-    srtt_ = 0.875 * srtt_ + 0.125 * sample;
-  }
-  // 4 x srtt, or srtt + 4 x rttvar (Jacobson) when the RTT jitters more than that: on a
-  // loaded host spurious retransmissions otherwise feed back.
-  const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
-  rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
-  // Sync and async answers are due once every member has sent (partial's may wait for the
-  // others' next call by design): the silence this one waited through, since it left or since
-  // the answer to a first transmission before it, was the job waiting on a process. (Not
-  // since any answer: a probe's, first after a wait, would hide the wait.)
-  if (slots_[i].mode == SYNC || slots_[i].mode == ASYNC)
-    silences_.add(now - std::max(f.sent_at, first_answered_at_), now);
-  first_answered_at_ = now;
-}
-
-// A silent packet (silent_flight) counts as lost only once it has waited through more than
-// the job's recent silences that ended without a loss: on a host whose processes wait for
-// cores, the job waits milliseconds to tens of them on one process over and over, and the
-// RTO, learned from hundreds of answers a millisecond, forgets each wait at once. A lost
-// packet meets answers to later ones and keeps the RTO; a silent one, the last of a window,
-// waits at most this long (SILENCE_CAP_S).
-double Engine::silence_timeout(double now) {
-  const double waits = std::min(SILENCE_MARGIN * silences_.value(now), SILENCE_CAP_S);
-  return std::min(std::max(rto_, waits), cfg_.rto_max);
+  rto_.sample(f.sent_at, now, slots_[i].mode == SYNC || slots_[i].mode == ASYNC);
 }
 
 // ------------------------------------------------------------------ outcomes
@@ -465,18 +414,35 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
   progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
-    if (!included) restore(f, round);
+    if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {
     if (call_ && call_->key == f.key &&
         call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
-      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f, round);
+      keys_.settle(*call_, f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f, round);
       --call_->remaining;
     }
   } else if (f.kind == Kind::RESIDUAL) {
-    return_residual(f, included, round);
+    keys_.return_residual(f, included, round);
   }
   end_flight(i);
   if (send_next_chunk) send_next(i, now);
+}
+
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
+void Engine::drop_flights() {
+  for (uint32_t i = 0; i < w_; ++i) {
+    Flight* f = slots_[i].flight.get();
+    if (!f) continue;
+    if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
+      keys_.settle(*call_, f->local, Outcome::CARRIED, f);
+    } else if (f->kind == Kind::RESIDUAL) {
+      keys_.return_residual(*f, false);
+    } else if (f->parked) {
+      keys_.restore(*f);
+    }
+    end_flight(i);
+  }
+  timers_ = decltype(timers_)();
 }
 
 std::string Engine::describe_flights() const {
