@@ -63,7 +63,8 @@ CallStatus Engine::step(double now) {
   if (!call_) return CallStatus::DONE;
   if (call_->remaining > 0) expire(now);
   if (!reset_why_.empty()) {
-    log_(Log::ERROR, "worker " + std::to_string(cfg_.worker_id) + " aborts its call: " + reset_why_);
+    log_(Log::ERROR,
+         "worker " + std::to_string(cfg_.worker_id) + " aborts its call: " + reset_why_);
     abort_call();
     return CallStatus::RESET;
   }
@@ -97,7 +98,7 @@ CallStatus Engine::step(double now) {
 }
 
 void Engine::begin_call(int index, float* values, int64_t numel) {
-  rounds_.check_suspects(now());
+  rounds_.check_suspects();
   reset_why_.clear();
   if (spare_call_) {
     call_ = std::move(spare_call_);
@@ -167,7 +168,7 @@ CallStatus Engine::poll(double duration) {
   }
   woke_late_ = 0;
   flush();
-  rounds_.check_suspects(now());
+  rounds_.check_suspects();
   return CallStatus::DONE;
 }
 

@@ -198,7 +198,7 @@ class Engine final : public DatagramSink {
   uint32_t w_, bit_;
   std::vector<Slot> slots_;
   Log log_;
-  Rounds rounds_{cfg_, slots_, log_};
+  Rounds rounds_{cfg_, slots_, log_, *io_};
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
   // The entry of slots_[i].acked that an async RESULT d (count 1, my bit) answers, or end().
   std::deque<Acked>::iterator acked_entry(uint32_t i, const uint8_t* d);

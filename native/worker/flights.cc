@@ -287,7 +287,8 @@ void Engine::expire(double now) {
 // open round, and not parked: the switch may hold it there without a word.
 bool Engine::holdable(uint32_t i) const {
   const Flight* f = slots_[i].flight.get();
-  return f && !f->parked && !f->async_style && f->kind != Kind::NULLS && slots_[i].mode == PARTIAL &&
+  return f && !f->parked && !f->async_style && f->kind != Kind::NULLS &&
+         slots_[i].mode == PARTIAL &&
          slots_[i].known && !f->closed && slots_[i].next_round == f->round;
 }
 
@@ -305,7 +306,9 @@ bool Engine::silent_flight(uint32_t i) const {
 uint32_t Engine::longest_silent(uint32_t i) const {
   uint32_t best = i;
   for (uint32_t j = 0; j < w_; ++j)
-    if (j != i && silent_flight(j) && slots_[j].flight->sent_at < slots_[best].flight->sent_at) best = j;
+    if (j != i && silent_flight(j) &&
+        slots_[j].flight->sent_at < slots_[best].flight->sent_at)
+      best = j;
   return best;
 }
 

@@ -142,7 +142,7 @@ void Engine::on_full(const uint8_t* d, double now) {
   if (!current_state(h.reason, i, "RESULT", now)) return;
   slots_[i].mode = h.mode;
   const bool mine = h.bitmap & bit_;
-  bool fresh = rounds_.is_new(i, h.round, this->now());
+  bool fresh = rounds_.is_new(i, h.round);
   Flight* f = slots_[i].flight.get();
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
@@ -185,7 +185,7 @@ void Engine::on_full(const uint8_t* d, double now) {
                  (floor_known ? ", behind round " + std::to_string(floor) +
                                     " that it had reached before"
                               : ", a round I had applied already"));
-    fresh = rounds_.is_new(i, h.round, this->now());  // the first round of the new state heard on this slot
+    fresh = rounds_.is_new(i, h.round);  // the first round of the new state heard on this slot
     keep_own_result(i, d);
   } else if (counted) {
     take_result();
@@ -299,7 +299,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     return;
   }
   ++stats_.resyncs[reason];
-  rounds_.advance(i, rnd, this->now());
+  rounds_.advance(i, rnd);
   Flight* f = slots_[i].flight.get();
   if (!answers_latest(i, flags)) {
     // It answers an earlier transmission; a later one may still be counted (the slot may turn
@@ -432,7 +432,7 @@ void Engine::counted_without_result(uint32_t i, double now) {
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     apply_own(i);
   } else {
-    rounds_.advance(i, f.round + 1, this->now());  // counted in sync round f.round; its result is late or lost
+    rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
   }
   done(i, true, now);
 }

@@ -16,7 +16,7 @@ bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >=
 
 }  // namespace
 
-void Rounds::advance(uint32_t i, uint32_t upto, double now) {
+void Rounds::advance(uint32_t i, uint32_t upto) {
   const uint32_t nr = slots_[i].next_round;
   slots_[i].known = true;
   const uint32_t gap = upto - nr;
@@ -26,6 +26,7 @@ void Rounds::advance(uint32_t i, uint32_t upto, double now) {
                 std::to_string(gap) + " rounds ahead");
   } else {
     auto& suspect = slots_[i].suspect;
+    const double now = clock_.now();
     for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = now;
     if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
       suspect_slots_.push_back(i);
@@ -33,9 +34,9 @@ void Rounds::advance(uint32_t i, uint32_t upto, double now) {
   slots_[i].next_round = upto;
 }
 
-bool Rounds::is_new(uint32_t i, uint32_t rnd, double now) {
+bool Rounds::is_new(uint32_t i, uint32_t rnd) {
   if (ahead(rnd, slots_[i].next_round)) {
-    advance(i, rnd, now);
+    advance(i, rnd);
     slots_[i].next_round = rnd + 1;
     return true;
   }
@@ -50,7 +51,8 @@ bool Rounds::is_new(uint32_t i, uint32_t rnd, double now) {
 
 // Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
 // round is unknown); forget those older than SUSPECT_MEMORY.
-void Rounds::check_suspects(double now) {
+void Rounds::check_suspects() {
+  const double now = clock_.now();
   const double judge = now - cfg_.missed_after, forget = now - SUSPECT_MEMORY;
   uint64_t missed = 0;
   std::vector<uint32_t> keep;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/backend.h"
 #include "worker/config.h"
 #include "worker/log.h"
 #include "worker/slot.h"
@@ -16,15 +17,16 @@ namespace hysync::worker {
 
 class Rounds {
  public:
-  Rounds(const EngineConfig& config, std::vector<Slot>& slots, Log& log)
-      : cfg_(config), slots_(slots), log_(log) {}
+  // `clock`: the engine's backend, whose time stamps a suspect.
+  Rounds(const EngineConfig& config, std::vector<Slot>& slots, Log& log, const Backend& clock)
+      : cfg_(config), slots_(slots), log_(log), clock_(clock) {}
 
   // Slot i's rounds before `upto` are closed: suspect those not seen yet.
-  void advance(uint32_t i, uint32_t upto, double now);
+  void advance(uint32_t i, uint32_t upto);
   // A result of round `rnd` on slot i: true the first time (a round ahead, or a suspect).
-  bool is_new(uint32_t i, uint32_t rnd, double now);
+  bool is_new(uint32_t i, uint32_t rnd);
   // Count suspected rounds older than missed_after as missed; forget very old ones.
-  void check_suspects(double now);
+  void check_suspects();
 
   // Safe to read from another thread while a call runs.
   bool needs_resync() const { return resync_flagged_ || missed_results_ > 0; }
@@ -48,6 +50,7 @@ class Rounds {
   const EngineConfig& cfg_;
   std::vector<Slot>& slots_;
   Log& log_;
+  const Backend& clock_;
   std::vector<uint32_t> suspect_slots_;  // slots with suspects
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
