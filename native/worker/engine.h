@@ -3,18 +3,14 @@
 // One thread calls it at a time, without the GIL: it touches no Python object. Python keeps the
 // meaning (configuration, keys by name, errors, logs, CallStats).
 #pragma once
-#include <netinet/in.h>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <queue>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
