@@ -68,13 +68,7 @@ class Transport:
         self.address: tuple[str, int] = self._sock.getsockname()
         seed = config.seed if config.seed is not None else random.getrandbits(63)
         self._engine = _core.worker.Engine(
-            fd=self._sock.fileno(), job_id=config.job_id, worker_id=config.worker_id,
-            switch_ip=switch_ip, switch_port=config.switch_port,
-            slot_base=config.slot_base, slot_count=config.slot_count, members=config.members,
-            scale=quantizer.scale, rto_initial=config.rto_initial, rto_min=config.rto_min,
-            rto_max=config.rto_max, dead_after=config.dead_after, stall_after=config.stall_after,
-            missed_after=config.missed_after, join_after=config.join_after,
-            staleness_decay=config.staleness_decay, seed=seed)
+            config.engine_config(switch_ip, quantizer.scale, seed), fd=self._sock.fileno())
         self._keys: dict[Hashable, tuple[int, int]] = {}  # key -> (engine index, numel)
         self._busy = False
 
