@@ -52,7 +52,8 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
                     double rto_min, double rto_max, double dead_after, double stall_after,
                     double missed_after, double join_after, float staleness_decay,
                     uint64_t seed, bool test_only_ignore_echo, bool test_only_no_chase,
-                    bool test_only_pin_overflow) {
+                    bool test_only_pin_overflow, bool test_only_no_restart_detection,
+                    bool test_only_no_flight_deadline, bool test_only_send_dropped) {
   EngineConfig c;
   c.job_id = job_id;
   c.worker_id = worker_id;
@@ -76,6 +77,9 @@ Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
   c.test_only_ignore_echo = test_only_ignore_echo;
   c.test_only_no_chase = test_only_no_chase;
   c.test_only_pin_overflow = test_only_pin_overflow;
+  c.test_only_no_restart_detection = test_only_no_restart_detection;
+  c.test_only_no_flight_deadline = test_only_no_flight_deadline;
+  c.test_only_send_dropped = test_only_send_dropped;
   Engine* engine = new (self) Engine(c, fd);
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
     if (abandoning.load(std::memory_order_relaxed)) return true;  // no GIL: we may be exiting
@@ -156,7 +160,8 @@ void bind(nb::module_& m) {
            "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
            "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a,
            "test_only_ignore_echo"_a = false, "test_only_no_chase"_a = false,
-           "test_only_pin_overflow"_a = false)
+           "test_only_pin_overflow"_a = false, "test_only_no_restart_detection"_a = false,
+           "test_only_no_flight_deadline"_a = false, "test_only_send_dropped"_a = false)
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })

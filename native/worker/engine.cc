@@ -114,7 +114,7 @@ CallStatus Engine::step(double now) {
   }
   join_idle_slots(now);
   flush();
-  if (silent_too_long(now)) {
+  if (silent_too_long(now) || waited_too_long(now)) {
     log(40, "worker " + std::to_string(cfg_.worker_id) +
                 " gives up waiting: " + describe_flights());
     gave_up_at_ = now;

@@ -49,6 +49,16 @@ struct EngineConfig {
   // Test only (tests/sim/test_races.py): the quantizer pins what overflows at the bound and
   // sends NaN as 0, the rule before the overflow sentinel.
   bool test_only_pin_overflow = false;
+  // Mutation, simulation only (tests/sim/test_mutations.py): never act on a sign that the
+  // switch's state for the job is new (§9, "A switch that lost the job's state"): no abort,
+  // no resync flag, the slots keep their rounds.
+  bool test_only_no_restart_detection = false;
+  // Mutation, simulation only: no per-packet deadline (waited_too_long); only silence fails
+  // a call.
+  bool test_only_no_flight_deadline = false;
+  // Mutation, simulation only: an abort keeps the datagrams queued and not yet sent
+  // (drop_flights), so the new switch state may count what the residual holds again.
+  bool test_only_send_dropped = false;
 };
 
 // What one call (or one poll between calls) did: CallStats' counters.
@@ -354,6 +364,7 @@ class Engine {
   // packet of a state this worker has left (a new tag resets, see switch_reset).
   bool current_state(uint8_t tag, uint32_t i, const char* what, double now);
   bool silent_too_long(double now) const;
+  bool waited_too_long(double now) const;
   double sim_now_ = 0, call_start_ = 0;
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
   double gave_up_at_ = -1;        // the last call given up on a silent switch

@@ -49,6 +49,21 @@ bool Engine::silent_too_long(double now) const {
   return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
 }
 
+// A packet of this call has waited dead_after for its round while replies to others kept
+// silent_too_long from firing: a round latched in sync (or a partial quorum) that waits for
+// a member who is gone, on a slot of a job whose other slots run async since (docs/protocol.md
+// §9 Failures). The call gives up as it does on silence. Parked packets are settled already.
+bool Engine::waited_too_long(double now) const {
+  if (!call_ || cfg_.test_only_no_flight_deadline) return false;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = flight_[i].get();
+    if (f && f->kind == Kind::OWN && f->key == call_->key && !f->parked &&
+        now >= f->launched + cfg_.dead_after)
+      return true;
+  }
+  return false;
+}
+
 double Engine::next_wake() const {
   double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
                                            : std::numeric_limits<double>::infinity();

@@ -192,8 +192,15 @@ void Engine::abort_call() {
   flag_resync("a call was aborted with contributions in flight");
 }
 
-// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual. What is
+// queued and not yet sent is discarded: it belongs to these flights (a reply handled in the
+// same batch as the one that told of a new switch state may have launched one), and sent
+// after they are forgotten, the new state would count what the residual holds again.
 void Engine::drop_flights() {
+  if (!cfg_.test_only_send_dropped) {
+    tx_.discard();
+    outbox_.clear();
+  }
   for (uint32_t i = 0; i < w_; ++i) {
     Flight* f = flight_[i].get();
     if (!f) continue;
