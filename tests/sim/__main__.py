@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown target {t!r}: one of {', '.join(TARGETS)}")
     kinds = tuple(k for k in args.kinds.split(",") if k)
     jobs = args.jobs or os.cpu_count() or 1
-    parallel = jobs > 1 and not (args.plan or args.seed is not None or args.trace)
+    # A sweep runs in worker processes (one too) so that it writes its summary after every
+    # chunk of seeds: a sweep stopped from outside keeps what it ran.
+    parallel = not (args.plan or args.seed is not None or args.trace)
     if args.plan:
         plans = [Plan.from_json(args.plan)]
     elif args.seed is not None:
@@ -199,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             "excused_by_rule": result.excused, "runs_by_fault_kind": result.by_kind,
             "violations": len(result.failures),
             "failures": result.failures, "cpu_seconds": round(cpu, 3),
-            "jobs": jobs if parallel else 1, "wall_seconds": round(time.monotonic() - wall0, 1),
+            "jobs": jobs if parallel else 1,
+            "wall_seconds": round(time.monotonic() - wall0, 1),
             "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
         }
 
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         result = sweep(plans, targets, shrinking=not args.no_shrink and not args.plan
                        and args.seed is None, replaying=bool(args.plan), some_kinds=some_kinds,
                        options=options)
-    summary = summary_of(result, complete=True)
+    summary = summary_of(result, complete=result.seeds == (len(plans) or args.seeds))
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
     write(summary)
     return 1 if result.failures else 0

@@ -1,36 +1,31 @@
-"""The invariants every simulated run is held to (docs/protocol.md §10).
+"""The invariants every simulated run is held to, and the rules that allow what they do not
+(docs/protocol.md §10: "Invariants" and "Allowed, by rule").
 
-Checked while the run plays (run.py): every round's sum is what the switch counted into
-it, bit for bit; every call ends within the liveness bound once faults stop. Checked here,
-at its end:
+Checked while the run plays (run.py): every round's sum is what the switch counted into it,
+bit for bit; every call ends within the liveness bound, fixed when it starts. Checked here,
+at its end, for every worker (dead ones included), in every mode the job ends in; every
+violation is reported, not only the first:
 
-* exactly-once: for every worker whose calls all completed, per element of every chunk,
-  what it was given (in fixed point) == what the switch counted from it (wiped rounds
-  excepted) + the residual it holds + what its packets still in flight took from the
-  residual and the switch has not counted. Nothing lost, nothing counted twice.
-* agreement (RULE A): a worker applies a round's result at most once, and only a result
-  the switch emitted, header for header.
-* nothing lost silently: a result a worker drops as a duplicate (of a round it applied, it
-  believes) is one it applied, from the same switch state, or its replica is flagged for
-  a resync; and a worker never told of a restart or a re-install balances its books.
-* non-finite values travel (docs/protocol.md §9, "Non-finite values"): a round's lane
-  decodes non-finite exactly when an overflow sentinel was counted into it (checked as it
-  closes); every element a worker's gradient held non-finite (or beyond the range) reached
-  the switch as a sentinel after it was given, or was absorbed (not sent: a round of its
-  chunk the worker applied is non-finite there already), or is still held (a NaN residual,
-  a packet in flight) - and never more often than it was given; no other element of the
-  worker's ever did; an absorbed one follows a non-finite round the worker applied; and
-  every result a worker applied with a non-finite lane made that element of its output
-  non-finite, in the call it landed in, while no other element of an output was.
-* every chunk reaches a round: once faults stop and the job stays in sync, every chunk of a
-  key a worker keeps calling gets a result, in its calls since or between them (a chunk
-  displaced at every call would pile up in the residual for ever).
-* failures: a call may fail only where a fault explains it (a restart, a re-install, a
-  dead member) or where every other member finished the job before it (a worker whose
-  rounds fell behind its peers' in partial or async mode, then waits for them in sync:
-  docs/protocol.md §10, "Not survived"), or where a member held back by the network's
-  loss was a straggler slower than `dead_after` (counted as `straggler_aborts`), and then
-  with the error the spec names.
+* failures: a failed call is allowed only by a rule of RULES, with the error the rule names
+  and within its bound (FAIL_WITHIN of its cause), and only at a worker the cause touched.
+* exactly-once: per element of every chunk, what a worker was given (in fixed point) == what
+  the switch counted from it + the residual it holds + what its packets in flight took from
+  the residual and the switch has not counted; what a restart or a re-install wiped, or a
+  round that closed in a lost state whose result no member applied, counts as not counted.
+  A worker that died, aborted a call or outlived a switch state may be off by no more than
+  its contributions of unknown fate (rule unknown_fate), and must know it (flagged) or still
+  have a packet in flight.
+* agreement (RULE A): a worker applies a round (switch state, slot, round) at most once, and
+  only a result that state emitted, header for header.
+* nothing lost silently: a result a worker drops as a duplicate of none it applied leaves
+  its replica flagged for a resync.
+* non-finite values travel (docs/protocol.md §9, "Non-finite values"), outside the rule
+  nonfinite_unknown_fate.
+* every chunk reaches a round once faults stop, in every mode, while the live members can
+  close rounds.
+
+RULES names each allowance; Record.excused counts them per run and `make simulate` per
+sweep (excused_by_rule).
 """
 
 from __future__ import annotations
@@ -130,6 +125,8 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
         return None
     if c.status != "unreachable":
         return None
+    if _lossy_straggler(rec, sim, wk, c):
+        return "lossy_straggler"
     bare = [t for t, k in rec.resets if k == "restart_bare" and t < c.end]
     if bare and c.end <= max(c.start, bare[-1]) + FAIL_WITHIN:
         return "bare_unreachable"
@@ -143,8 +140,6 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     if finish is not None and _members_gone(rec, sim, c.end) and \
             c.end <= max(c.start, finish) + FAIL_WITHIN:
         return "end_behind"
-    if _lossy_straggler(rec, sim, wk, c):
-        return "lossy_straggler"
     return None
 
 
@@ -307,7 +302,7 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         if w != wk.w:
             continue
         acked = wk.acked.get(closed) if closed is not None else None
-        if crossed or acked is None or any(sent <= t < acked for t in wk.aborts):
+        if crossed or acked is None or any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 

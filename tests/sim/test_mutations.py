@@ -49,9 +49,9 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                         "'unreachable'"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
-    "abort_discards_unsent": (("restart", "readd", "swap"), 80000,
+    "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
                               {"engine": {"test_only_send_dropped": True}}, "exactly-once",
-                              "worker 6 chunk 5"),
+                              "worker 1 chunk 9"),
 }
 
 
