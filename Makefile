@@ -17,7 +17,7 @@ SWITCH ?= softswitch
 POLICY ?= adaptive
 
 NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h' 2>/dev/null) \
-                  hysync/wire.py hysync/gen_wire_header.py $(wildcard hysync/spec/*.py)
+                  hysync/wire.py hysync/gen_wire_header.py hysync/codegen.py $(wildcard hysync/protocol_spec/*.py)
 ASAN_BUILD := build/asan
 FUZZ_RUNS ?= 200000
 

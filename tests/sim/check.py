@@ -48,14 +48,14 @@ RULES = {
     "restart_abort": "a call ends SwitchRestartedError within dead_after + 2 rto_max of a "
                      "restart or a re-install (and the switch's silence), or is the "
                      "worker's first call to end after one",
-    "bare_unreachable": "a call ends SwitchUnreachableError within dead_after + 2 rto_max "
+    "bare_unreachable": "a call ends NoReplyError within dead_after + 2 rto_max "
                         "of the later of its start and a bare restart (no job installed)",
-    "dead_member": "a call ends SwitchUnreachableError within dead_after + 2 rto_max of "
+    "dead_member": "a call ends NoReplyError within dead_after + 2 rto_max of "
                    "the later of its start and the death of a member its mode waits for",
-    "end_behind": "a call ends SwitchUnreachableError within dead_after + 2 rto_max of the "
+    "end_behind": "a call ends NoReplyError within dead_after + 2 rto_max of the "
                   "later of its start and the last call of the members its mode waits for, "
                   "who finished the job before it",
-    "lossy_straggler": "a call ends SwitchUnreachableError after its dead timer started "
+    "lossy_straggler": "a call ends NoReplyError after its dead timer started "
                        "while the network still lost packets, with a live peer behind it",
     "died_with_member": "the key of the call a member died in is not held to its books: "
                         "what the call had not sent died with it",
@@ -72,7 +72,7 @@ RULES = {
                     "counted and never acknowledged to it",
 }
 # The most a call may run past the later of its start and its cause, for the
-# SwitchUnreachableError rules: the dead timer, started by the first packet sent after the
+# NoReplyError rules: the dead timer, started by the first packet sent after the
 # last reply heard (at most one back-off after the cause), and the reply's way back.
 FAIL_WITHIN = DEAD_AFTER + 2 * RTO_MAX
 

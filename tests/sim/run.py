@@ -28,6 +28,7 @@ from hysync import _core, p4names, wire
 from hysync.softswitch.native import NativePipeline
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
+from hysync.worker.config import engine_config
 from tests.conformance.targets import job_group, job_writes, mode_write
 from tests.conformance.topology import Job, Member
 
@@ -196,16 +197,24 @@ class Record:
 
 
 class Sim:
-    """`make_pipeline` replaces the target's pipeline and `engine` adds keyword arguments
-    to the workers' engines: how tests/sim/test_races.py takes a rule out."""
+    """`make_pipeline` replaces the target's pipeline, `engine` sets the workers' engine
+    settings (hysync.worker.config.engine_config) and `faults` takes rules out of their
+    engines (`hysync._core.worker.Faults`'s fields set true): how tests/sim/test_races.py
+    takes a rule out."""
 
     def __init__(self, plan: Plan, target: str, make_pipeline: Callable[[], Pipeline] | None
                  = None, engine: dict[str, Any] | None = None,
+                 faults: dict[str, bool] | None = None,
                  trace: Callable[[str], None] | None = None) -> None:
         self.plan, self.target = plan, target
         self.trace = trace  # given: one line per packet, swap, pause and call (--trace)
         self.make_pipeline = make_pipeline or (lambda: _pipeline(target))
         self.engine_options = {"join_after": JOIN_AFTER, **(engine or {})}
+        self.faults = _core.worker.Faults()
+        for name, on in (faults or {}).items():
+            if not hasattr(self.faults, name):
+                raise TypeError(f"Sim: no fault {name!r} (see native/worker/faults.h)")
+            setattr(self.faults, name, on)
         self.rng = random.Random(plan.seed * 1_000_003 + 17)
         self.events: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.seq = 0
@@ -295,12 +304,13 @@ class Sim:
     # ------------------------------------------------------------ workers
     def _worker(self, w: int, m: Member) -> Worker:
         p = self.plan
-        engine = _core.worker.Engine(
-            fd=-1, job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
+        config = engine_config(
+            job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
             rto_initial=RTO_INITIAL, rto_min=RTO_MIN, rto_max=RTO_MAX, dead_after=DEAD_AFTER,
             stall_after=STALL_AFTER, missed_after=MISSED_AFTER, staleness_decay=1.0,
             seed=p.seed * 64 + w, **self.engine_options)
+        engine = _core.worker.Engine(config, faults=self.faults)
         keys = [engine.register(n) for n in p.sizes]
         firsts = [engine.first_chunk(k) for k in keys]
         grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]

@@ -1,6 +1,7 @@
 """The checker catches each rule's violation when that rule's fix is taken out.
 
-Each row takes one fix out - an engine knob (`test_only_*`, simulation only), a `join_after`
+Each row takes one fix out - a field of the engine's `Faults` (native/worker/faults.h, the
+simulation's only), a `join_after`
 longer than any run, or a pipeline without the install epoch - and replays a seed where the
 checker then reports the rule the fix keeps (docs/protocol.md §10, "Allowed, by rule" and
 the invariants); with the fix in, the same seed passes. The seeds were found by running the
@@ -27,7 +28,7 @@ from .test_races import NoEpochPipeline
 MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # §9 "Swap storms", rule 2: a stray reply settles a flight; the worker then takes a
     # round behind its own for a new switch state and aborts with no restart at all.
-    "echo": (("storm",), 20000, {"engine": {"test_only_ignore_echo": True}}, "failure",
+    "echo": (("storm",), 20000, {"faults": {"ignore_echo": True}}, "failure",
              "'reset'"),
     # §9 "Swap storms", rule 1: rounds wait for members done with their chunk; calls fail
     # by dead_after with nobody gone.
@@ -40,17 +41,17 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # §9 "A switch that lost the job's state": without acting on a new state, workers send
     # rounds the new state answers STALE until dead_after.
     "restart_detection": (("restart", "readd"), 60001,
-                          {"engine": {"test_only_no_restart_detection": True}}, "failure",
+                          {"faults": {"no_restart_detection": True}}, "failure",
                           "'unreachable'"),
     # §9 Failures, the packet's deadline: a round latched in sync waits for a dead member
     # while other slots' replies keep the call alive past every bound.
     "flight_deadline": (("death", "storm"), 70002,
-                        {"engine": {"test_only_no_flight_deadline": True}}, "failure",
+                        {"faults": {"no_flight_deadline": True}}, "failure",
                         "'unreachable'"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
     "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
-                              {"engine": {"test_only_send_dropped": True}}, "exactly-once",
+                              {"faults": {"send_dropped": True}}, "exactly-once",
                               "worker 1 chunk 9"),
 }
 
