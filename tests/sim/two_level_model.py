@@ -117,6 +117,7 @@ MUTATIONS = {
     "verdict": "a leaf relays its hosts' bits in a result the spine took without it",
     "weight": "the spine's result counts leaves, not hosts",
     "late_mark": "a refusal mark for a late copy erases that a newer round counted the member",
+    "backward": "a leaf moves back to the round of a spine RESYNC the network delayed",
 }
 
 
@@ -274,7 +275,9 @@ class Leaf:
                 out.append(Packet("RESYNC", ("leaf", self.index), self.host(h), p.round,
                                   reason=STALE_ROUND, mode=p.mode, about=self.up_round,
                                   bitmap=self.up_bitmap, relayed=True))
-        if p.round != opened:
+        if p.round > opened or "backward" in self.mutations and p.round != opened:
+            # Forward only: a RESYNC the network delayed behind later results must not take
+            # the leaf back to a round its hosts are past (they would be ahead of it for ever).
             self.refuse(s.move_to(p.round), opened)
             s.res_valid = False
 
