@@ -136,7 +136,7 @@ bench: setup
 SEEDS ?= 2000
 START ?= 0
 TARGETS ?= native,python
-KINDS ?= swap,storm,pause,readd,restart,restart_bare,death
+KINDS ?= swap,storm,pause,readd,restart,restart_bare,death,slow_switch,async_reorder,latch_loss
 JOBS ?= 0
 simulate: setup
 	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS))

@@ -34,6 +34,8 @@ class Backend {
   // Queue one datagram (`size` bytes) for the switch; flush() sends what is queued.
   virtual void send(const uint8_t* data, std::size_t size) = 0;
   virtual void flush() = 0;
+  // Drop what is queued and not yet sent (an abort forgets the flights it belongs to).
+  virtual void discard() = 0;
   // Read one batch of waiting datagrams into `sink`, without blocking. Returns the number of
   // messages read; a full batch (RECEIVE_BATCH) means more may wait. A socket error (e.g. an
   // ICMP error reported on the socket) throws std::system_error.
@@ -51,6 +53,7 @@ class SocketBackend final : public Backend {
   double now() const override { return monotonic_now(); }
   void send(const uint8_t* data, std::size_t size) override;
   void flush() override;
+  void discard() override { tx_.discard(); }
   std::size_t receive(DatagramSink& sink) override;
   bool wait(double timeout) override;
 
@@ -68,6 +71,8 @@ class MemoryBackend final : public Backend {
     sent_.emplace_back(data, data + size);
   }
   void flush() override {}
+  // What the driver has not taken yet is not sent.
+  void discard() override { sent_.clear(); }
   // Nothing arrives on its own: the driver calls Engine::on_datagram.
   std::size_t receive(DatagramSink&) override { return 0; }
   // Nothing can arrive while the engine blocks: the wait passes its whole timeout.

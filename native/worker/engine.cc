@@ -87,7 +87,7 @@ CallStatus Engine::step(double now) {
   }
   join_idle_slots(now);
   flush();
-  if (silent_too_long(now)) {
+  if (silent_too_long(now) || waited_too_long(now)) {
     log_(Log::ERROR, "worker " + std::to_string(cfg_.worker_id) +
                 " gives up waiting: " + describe_flights());
     gave_up_at_ = now;
@@ -178,6 +178,22 @@ CallStatus Engine::poll(double duration) {
 // Written as next_wake() writes the deadline: the same floating-point sum.
 bool Engine::silent_too_long(double now) const {
   return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
+}
+
+// A packet of this call has waited dead_after since it was launched while replies to others
+// kept silent_too_long from firing: a round latched in sync (or a partial quorum) that waits
+// for a member who is gone, on a slot of a job whose other slots run async since
+// (docs/protocol.md §9 Failures). The call gives up as it does on silence. Parked packets are
+// settled already.
+bool Engine::waited_too_long(double now) const {
+  if (!call_ || faults_.no_flight_deadline) return false;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = slots_[i].flight.get();
+    if (f && f->kind == Kind::OWN && f->key == call_->key && !f->parked &&
+        now >= f->launched + cfg_.dead_after)
+      return true;
+  }
+  return false;
 }
 
 double Engine::next_wake() const {

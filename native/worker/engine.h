@@ -226,6 +226,7 @@ class Engine final : public DatagramSink {
   // packet of a state this worker has left (a new tag resets, see switch_reset).
   bool current_state(uint8_t tag, uint32_t i, const char* what, double now);
   bool silent_too_long(double now) const;
+  bool waited_too_long(double now) const;
   double call_start_ = 0;
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
   double gave_up_at_ = -1;        // the last call given up on a silent switch

@@ -431,8 +431,12 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
   if (send_next_chunk) send_next(i, now);
 }
 
-// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual. What is
+// queued and not yet sent is discarded: it belongs to these flights (a reply handled in the
+// same batch as the one that told of a new switch state may have launched one), and sent
+// after they are forgotten, the new state would count what the residual holds again.
 void Engine::drop_flights() {
+  if (!faults_.send_dropped) io_->discard();
   for (uint32_t i = 0; i < w_; ++i) {
     Flight* f = slots_[i].flight.get();
     if (!f) continue;

@@ -367,6 +367,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
 // next call learns the new ones (a probe, as at the start) instead of sending rounds that the
 // switch answers STALE forever.
 void Engine::switch_reset(const std::string& what) {
+  if (faults_.no_restart_detection) return;  // a simulation took the rule out
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
