@@ -79,13 +79,14 @@ member, so that another member's heartbeat cannot be taken for its own.
 **A bounded number of mode changes.** A busy machine makes every measurement noisy,
 and noise that crosses a threshold now and then would flip the job between modes.
 Besides the hysteresis of the detector and `min_dwell_s` between mode changes, the job's
-mode changes at most `max_mode_changes` times in any `decision_window_s` (4 a minute by
-default): a probe, an exploration, a cost-model choice or a return to sync wanted while
-the budget is spent waits until the window has room, and leaving sync needs room for the
-way back too (a probe is never stranded). What the job needs is never held back, and
-counts all the same: the mode that keeps a member on probation out of the quorum, the
-starvation guard's refresh (at most one per `max_starved_s`), and the decisions that
-end a probation's mode or a refresh. Membership decisions have their own bounds (an
+mode changes at most `mode_changes_per_min` times in any minute (4 by default; a minute
+of the clock, whatever `PolicyConfig.scaled` does to the policy's own durations: it is
+the rate an operator sees): a probe, an exploration, a cost-model choice or a return to
+sync wanted while the budget is spent waits until the minute has room, and leaving sync
+needs room for the way back too (a probe is never stranded). What the job needs is never
+held back, and counts all the same: the mode that keeps a member on probation out of the
+quorum, the starvation guard's refresh (at most one per `max_starved_s`), and the
+decisions that end a probation's mode or a refresh. Membership decisions have their own bounds (an
 exclusion for slowness needs `exclude_after_s` of evidence, readmissions back off), and
 a gone member is excluded at once.
 
@@ -125,6 +126,7 @@ POLICIES = ("adaptive",)
 SET_MODE, EXCLUDE, READMIT = "set_mode", "exclude", "readmit"
 # How a probe's reason starts: a flagged member to measure, or an exploration of sync.
 PROBE, EXPLORE = "probe", "explore"
+MINUTE_S = 60.0  # the window of the mode-change budget (PolicyConfig.mode_changes_per_min)
 
 
 # ------------------------------------------------------------------ configuration
@@ -152,8 +154,7 @@ class PolicyConfig:
     max_starved_s: float = 20.0  # partial: in no sum this long -> sync refresh
     refresh_s: float = 1.0
     min_members: int = 1  # never exclude below this many active members
-    max_mode_changes: int = 4  # in any decision_window_s (the probation mode aside)
-    decision_window_s: float = 60.0
+    mode_changes_per_min: int = 4  # in any minute of the clock (the probation mode aside)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
     def __post_init__(self) -> None:
@@ -168,11 +169,9 @@ class PolicyConfig:
         if self.readmit_after_s > self.max_excluded_s:
             raise ValueError(f"readmit_after_s ({self.readmit_after_s}) must not exceed "
                              f"max_excluded_s ({self.max_excluded_s})")
-        if self.max_mode_changes < 2:
-            raise ValueError(f"max_mode_changes must be >= 2 (a probe and the return from "
-                             f"it), got {self.max_mode_changes}")
-        if not self.decision_window_s > 0:
-            raise ValueError(f"decision_window_s must be > 0, got {self.decision_window_s}")
+        if self.mode_changes_per_min < 2:
+            raise ValueError(f"mode_changes_per_min must be >= 2 (a probe and the return "
+                             f"from it), got {self.mode_changes_per_min}")
         if self.min_members < 1:
             raise ValueError(f"min_members must be >= 1, got {self.min_members}")
         if not (0 < self.explore_after_s <= self.explore_max_s
@@ -183,7 +182,8 @@ class PolicyConfig:
 
     def scaled(self, factor: float) -> PolicyConfig:
         """The same policy on a faster (factor < 1) or slower clock: every duration,
-        the detector's too, times `factor`; thresholds and counts unchanged."""
+        the detector's too, times `factor`; thresholds and counts unchanged (the mode
+        changes a minute too: a rate of the wall clock)."""
         if not factor > 0:
             raise ValueError(f"time scale factor must be > 0, got {factor}")
         detector = replace(self.detector, **_scaled_durations(self.detector, factor))
@@ -672,9 +672,9 @@ class AdaptivePolicy:
 
     def _budget(self, t: float, needed: int) -> bool:
         """Room for `needed` more mode changes in the window that ends at `t`."""
-        while self._changed and self._changed[0] <= t - self.config.decision_window_s + 1e-9:
+        while self._changed and self._changed[0] <= t - MINUTE_S + 1e-9:
             self._changed.popleft()
-        return len(self._changed) + needed <= self.config.max_mode_changes
+        return len(self._changed) + needed <= self.config.mode_changes_per_min
 
     def _set_mode(self, t: float, out: list[Decision], mode: Mode, quorum: int, reason: str,
                   **extra: object) -> None:

@@ -22,7 +22,7 @@ from hysync.controlplane.serve_client import ServeClient, ServeError
 from hysync.controlplane.switch import Switch
 
 from ..controlplane.conftest import read_table
-from .conftest import Softswitch, loopback_inventory, write_inventory
+from .conftest import Softswitch, loopback_inventory, published, write_inventory
 
 Start = Callable[..., Server]
 
@@ -46,7 +46,7 @@ def start(deployed: Inventory) -> Iterator[Start]:
 
     def make(**options: object) -> Server:
         options.setdefault("say", lambda _: None)
-        server = Server(deployed, **options).start()  # type: ignore[arg-type]
+        server = published(Server(deployed, **options).start())  # type: ignore[arg-type]
         servers.append(server)
         return server
     yield make
