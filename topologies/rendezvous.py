@@ -13,15 +13,17 @@ Ranks are given in the order the launchers join, not by a `--node-rank`.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
 
 @contextlib.contextmanager
-def torchrun_rendezvous(nodes: int, *, timeout_s: float = 300.0) -> Iterator[list[str]]:
+def torchrun_rendezvous(nodes: int, *, run_id: str = "none",
+                        timeout_s: float = 300.0) -> Iterator[list[str]]:
     """While inside, the torchrun arguments that make `nodes` launchers on this machine
-    one job (pass them before the script); the store lives as long as the block."""
+    one job (pass them before the script); the store lives as long as the block, and is
+    this job's alone. `run_id` is torchrun's own default ("none": hysync.torch names the
+    job 'torchrun'), or a name of the caller's."""
     import torch.distributed as dist
 
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
@@ -29,6 +31,6 @@ def torchrun_rendezvous(nodes: int, *, timeout_s: float = 300.0) -> Iterator[lis
     try:
         yield ["--nnodes", str(nodes), "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{store.port}",
-               "--rdzv-id", uuid.uuid4().hex, "--rdzv-conf", "is_host=false"]
+               "--rdzv-id", run_id, "--rdzv-conf", "is_host=false"]
     finally:
         del store

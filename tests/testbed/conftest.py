@@ -7,6 +7,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -65,11 +66,10 @@ def published(server: Server) -> Server:
     """`server`, started on its inventory's ANY_PORT, with the inventory file naming the
     address it bound: the training scripts and `hysync` commands that read the file reach
     it, and no port is chosen before the server binds it."""
-    path = server.inv.path
-    text = path.read_text()
-    listen = f"listen = {json.dumps(ANY_PORT)}"
-    if listen in text:
-        path.write_text(text.replace(listen, f"listen = {json.dumps(server.address)}"))
+    if server.inv.serve == ANY_PORT:
+        path = server.inv.path
+        path.write_text(re.sub(r"^listen = .*$", f"listen = {json.dumps(server.address)}",
+                               path.read_text(), count=1, flags=re.M))
     return server
 
 

@@ -270,7 +270,8 @@ def test_attach_presents_the_inventorys_token(start: Start, tmp_path: Path) -> N
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         model = DistributedDataParallel(torch.nn.Linear(4, 4))
-        job = attach(model, inventory=server.inv, host="h1", timeout=10)
+        # the file names the address serve bound
+        job = attach(model, inventory=Inventory.load(server.inv.path), host="h1", timeout=10)
         assert installed(server) == {job.job_id}
         job.close()  # rank 0 releases the job
         assert installed(server) == set()
