@@ -42,6 +42,12 @@ the group with the object the backend returns), so the mixed forms
 `"cpu:hysync,cuda:nccl"` and `"cpu:gloo,cuda:hysync"` give the same group as "hysync":
 all-reduces of either device through the switch, the rest through gloo / NCCL.
 
+With `ranks_per_host` (HYSYNC_RANKS_PER_HOST; "local" for torchrun's `--nproc-per-node`
+on every host), each host's ranks reduce there first and only its leader is a switch
+member (hysync/host_group.py): an all-reduce is then a reduce onto the leader, the
+host's mean through the switch, and a broadcast of the leader's result, so SUM is still
+the switch's mean times the group's size.
+
 Each group this backend makes is a job of its own, with its own slots from the pool: a
 `dist.new_group()` under a "hysync" default group too.
 
@@ -61,8 +67,10 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _DistributedBackendOptions
 
 from hysync.controlplane.inventory import Inventory
+from hysync.host_group import RANKS_PER_HOST_ENV
 from hysync.torch import DEFAULT_TIMEOUT, AttachError, admit
 from hysync.worker.api import DEFAULT_SCALE
+from hysync.worker.ddp_hook import HySyncHookState, switch_call
 
 NAME = "hysync"
 INVENTORY_ENV = "HYSYNC_INVENTORY"
@@ -79,7 +87,8 @@ SUPPORTED = "SUM or AVG of float32, float16, bfloat16 or float64 tensors"
 class Options:
     """`init_process_group(backend="hysync", pg_options=Options(...))`; a field left None
     is taken from the environment (HYSYNC_INVENTORY, HYSYNC_HOST, HYSYNC_MODE,
-    HYSYNC_POLICY, HYSYNC_SCALE, HYSYNC_EXACT_OPS), then `attach`'s defaults."""
+    HYSYNC_POLICY, HYSYNC_SCALE, HYSYNC_EXACT_OPS, HYSYNC_RANKS_PER_HOST), then
+    `attach`'s defaults."""
 
     inventory: str | Path | Inventory | None = None
     host: str | None = None
@@ -88,6 +97,7 @@ class Options:
     scale: float | None = None  # quantizer units per 1.0 (default 2**20)
     exact_ops: str | None = None  # "error" (default) or "gloo": MAX, MIN, ..., integers
     token_file: str | Path | None = None
+    ranks_per_host: int | str | None = None  # as attach's; None: HYSYNC_RANKS_PER_HOST or 1
 
     def resolved(self) -> Options:
         env = os.environ
@@ -102,7 +112,8 @@ class Options:
                                                                          DEFAULT_SCALE))
         return Options(inventory=inventory, host=self.host, mode=self.mode or env.get(
             MODE_ENV) or "sync", policy=self.policy or env.get(POLICY_ENV), scale=scale,
-            exact_ops=exact, token_file=self.token_file)
+            exact_ops=exact, token_file=self.token_file,
+            ranks_per_host=self.ranks_per_host or env.get(RANKS_PER_HOST_ENV))
 
 
 class HySyncWork(Work):
@@ -165,8 +176,12 @@ class HySyncProcessGroup(ProcessGroup):
                                mode=options.mode or "sync", policy=options.policy,
                                scale=options.scale,
                                timeout=min(timeout.total_seconds(), DEFAULT_TIMEOUT),
-                               token_file=options.token_file)
-        self.worker = self._admitted.training
+                               token_file=options.token_file,
+                               ranks_per_host=options.ranks_per_host)
+        self.worker = self._admitted.training  # None at a host's ranks other than its leader
+        self.host = self._admitted.host
+        # the leader's calls through the switch: the transport keeps each key's residual
+        self._member = None if self.worker is None else HySyncHookState(self.worker)
         self.job_id: int = self._admitted.job["job_id"]
         self._closed = False
 
@@ -202,17 +217,40 @@ class HySyncProcessGroup(ProcessGroup):
             done = torch.futures.Future()
             done.set_result([tensor])
             return HySyncWork(done)
+        scale = self.size() if op == dist.ReduceOp.SUM else 1
+        if self.host is not None:
+            return self._host_allreduce(tensor, scale)
+        assert self.worker is not None
         in_place = tensor.dtype == torch.float32 and tensor.is_contiguous()
         # One key per size: see the module's doc. A call nobody waits for asynchronously
         # (dist.all_reduce without async_op) runs on the caller's thread where it can.
         future = self.worker.allreduce_async(tensor, key=("allreduce", tensor.numel()),
                                              in_place=in_place, blocking=not opts.asyncOp)
-        scale = self.size() if op == dist.ReduceOp.SUM else 1
 
         def finish(fut: torch.futures.Future) -> list[torch.Tensor]:
             result = fut.value()  # the switch's mean; a failed call raises here
             if not in_place:
                 tensor.copy_(result)
+            if scale != 1:
+                tensor.mul_(scale)
+            return [tensor]
+
+        return HySyncWork(future.then(finish))
+
+    def _host_allreduce(self, tensor: torch.Tensor, scale: int) -> Work:
+        """The host's ranks reduce onto its leader, which sends their mean through the
+        switch; its result comes back to every rank (hysync/host_group.py)."""
+        assert self.host is not None
+        work = tensor if tensor.dtype == torch.float32 and tensor.is_contiguous() else \
+            tensor.detach().to(torch.float32, copy=True).contiguous()
+        switch = None if self._member is None else switch_call(
+            self._member, ("allreduce", tensor.numel()))
+        future = self.host.allreduce(work, switch)
+
+        def finish(fut: torch.futures.Future) -> list[torch.Tensor]:
+            fut.value()  # a failed call raises here
+            if work is not tensor:
+                tensor.copy_(work)
             if scale != 1:
                 tensor.mul_(scale)
             return [tensor]
@@ -226,16 +264,23 @@ class HySyncProcessGroup(ProcessGroup):
         self._closed = True
         admitted = self._admitted
         try:
-            admitted.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank(),
-                                    "key": admitted.job.get("key")})
+            if admitted.serve is not None:  # a switch member: the rank or its host's leader
+                member = self.rank() if self.host is None else self.host.layout.host
+                admitted.serve.request({"op": "leave", "job": self.job_id, "worker": member,
+                                        "key": admitted.job.get("key")})
             # Rank 0 releases the job only once every rank has left it: a rank still
             # waiting for its last result must get it from the switch.
             self._gloo.barrier().wait()
             if self.rank() == 0:
+                assert admitted.serve is not None  # rank 0 leads its host
                 admitted.serve.request({"op": "release"})
         finally:
-            admitted.serve.close()
-            self.worker.close()
+            if admitted.serve is not None:
+                admitted.serve.close()
+            if self.worker is not None:
+                self.worker.close()
+            if self.host is not None:
+                self.host.close()
 
 
 def _op_name(op: object) -> str:

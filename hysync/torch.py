@@ -18,6 +18,12 @@ $HYSYNC_SERVE_TOKEN_FILE, else the inventory's serve.token_file, and over mutual
 inventory's serve.client_cert; the other ranks act on
 the job with the key rank 0's admit returned.
 
+With `ranks_per_host` (or HYSYNC_RANKS_PER_HOST), hosts that run several ranks each
+are one switch member per host: the ranks of a host reduce there first, the host's leader
+(local rank 0) sends the host's mean through the switch, and its result is broadcast
+back (hysync/host_group.py). "local" takes the hosts as torchrun launched them
+(`--nproc-per-node N` on every host); the default, 1, makes every rank a member.
+
 `steps(n)` counts the job's clock, not the local iterations: in partial or async mode
 a straggler applies several rounds in one call, and every replica stops at the same
 round. A rank that is done leaves the job (the others' rounds stop waiting for it),
@@ -43,9 +49,20 @@ from hysync import logs
 from hysync.controlplane.inventory import Host, Inventory, InventoryError
 from hysync.controlplane.serve_auth import TOKEN_ENV, inventory_client_context, read_token
 from hysync.controlplane.serve_client import ServeClient, ServeError
+from hysync.host_group import (
+    HostGroup,
+    HostLayoutError,
+    host_layout,
+    ranks_per_host_setting,
+)
 from hysync.worker.api import DEFAULT_SCALE, HySyncWorker
 from hysync.worker.averaging import BackgroundAverager
-from hysync.worker.ddp_hook import HySyncHookState, hysync_hook
+from hysync.worker.ddp_hook import (
+    HostHookState,
+    HySyncHookState,
+    hysync_hook,
+    hysync_host_hook,
+)
 from hysync.worker.transport import TransportConfig
 
 STORE_PREFIX = "hysync"
@@ -57,12 +74,16 @@ class AttachError(RuntimeError):
 
 
 class HySyncJob:
-    """A rank's handle on its HySync job: the worker, the hook state, the job's clock."""
+    """A rank's handle on its HySync job: the worker, the hook state, the job's clock.
+    On a host of several ranks, only its leader has a worker and a connection to the
+    serve (`worker` and `serve` are None elsewhere), and `host` is its host's group."""
 
-    def __init__(self, rank: int, world: int, job: dict, worker: HySyncWorker,
-                 state: HySyncHookState, serve: ServeClient,
-                 averaging: tuple[HySyncWorker, list[torch.Tensor], float] | None) -> None:
+    def __init__(self, rank: int, world: int, job: dict, worker: HySyncWorker | None,
+                 state: HySyncHookState | HostHookState, serve: ServeClient | None,
+                 averaging: tuple[HySyncWorker, list[torch.Tensor], float] | None,
+                 host: HostGroup | None = None) -> None:
         self.rank, self.world = rank, world
+        self.host = host
         self.job_id: int = job["job_id"]
         self.key: str | None = job.get("key")  # the admit's: this rank acts on the job
         self.slots = (job["slot_base"], job["slot_base"] + job["slot_count"] - 1)
@@ -81,6 +102,7 @@ class HySyncJob:
         if self._averaging is not None and self.averager is None:
             worker, params, period = self._averaging
             training = self.worker
+            assert training is not None  # averaging runs with one rank per host
             self.averager = BackgroundAverager(
                 worker, params, period_s=period, steps=n,
                 needs_resync=lambda: training.needs_resync,
@@ -105,8 +127,10 @@ class HySyncJob:
         release the job."""
         if self._closed:
             return
-        self.serve.request({"op": "leave", "job": self.job_id, "worker": self.rank,
-                            "key": self.key})
+        if self.serve is not None:  # a switch member: the rank, or its host's leader
+            member = self.rank if self.host is None else self.host.layout.host
+            self.serve.request({"op": "leave", "job": self.job_id, "worker": member,
+                                "key": self.key})
         if self.averager is not None:
             self.averager.finish(self.updates)
         dist.barrier()
@@ -117,9 +141,14 @@ class HySyncJob:
             return
         self._closed = True
         if self.rank == 0:
+            assert self.serve is not None  # rank 0 leads its host
             self.serve.request({"op": "release"})
-        self.serve.close()
-        self.worker.close()
+        if self.serve is not None:
+            self.serve.close()
+        if self.worker is not None:
+            self.worker.close()
+        if self.host is not None:
+            self.host.close()
         if self.averager is not None:
             self.averager.close()
         elif self._averaging is not None:
@@ -177,33 +206,46 @@ class Admitted:
     rank: int
     world: int
     job: dict  # the training job (job_id, slot_base, slot_count) and the admit's key
-    serve: ServeClient  # rank 0's: the job's lease
-    training: HySyncWorker
+    serve: ServeClient | None  # a switch member's (rank 0's: the job's lease)
+    training: HySyncWorker | None  # a switch member's: None at a host's other ranks
     averaging: HySyncWorker | None  # the averaging job's worker, where asked for
+    host: HostGroup | None = None  # the host's group, where hosts run several ranks
 
 
 def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inventory, *,
           host: str | None = None, mode: str = "sync", policy: str | None = None,
           averaging: bool = False, scale: float = DEFAULT_SCALE, timeout: float = DEFAULT_TIMEOUT,
-          token_file: str | Path | None = None) -> Admitted:
-    """Every rank of a group calls this together: each publishes its UDP address through
-    `store`, rank 0 asks the inventory's `hysync serve` to admit the job (with an averaging
-    job too where `averaging`), and every rank builds the worker(s) of its member."""
+          token_file: str | Path | None = None,
+          ranks_per_host: int | str | None = None, quorum: int | None = None) -> Admitted:
+    """Every rank of a group calls this together: each switch member (every rank, or each
+    host's leader with `ranks_per_host`) publishes its UDP address through `store`, rank
+    0 asks the inventory's `hysync serve` to admit the job (with an averaging job too
+    where `averaging`), and every member builds the worker(s) it sends through."""
     try:
         logs.from_environment()  # the transport's events, timestamped, where asked for
     except ValueError as err:
         raise AttachError(str(err)) from None
     try:
         inv = inventory if isinstance(inventory, Inventory) else Inventory.load(inventory)
-    except InventoryError as err:
+        layout = host_layout(store, rank, world, ranks_per_host_setting(ranks_per_host),
+                             timeout)
+    except (InventoryError, HostLayoutError) as err:
         raise AttachError(str(err)) from None
+    if layout is not None and averaging:
+        raise AttachError("background averaging (average_every) runs with one rank per "
+                          "host: leave it out, or set ranks_per_host to 1")
+    group = None if layout is None else HostGroup(store, layout, timeout)
+    if layout is not None and not layout.leader:
+        return _host_member(store, rank, world, timeout, group)
+    # the switch member: this rank, or its host's leader (whose worker_id is the host's)
+    member, size = (rank, world) if layout is None else (layout.host, layout.hosts)
     me = find_host(inv, host)
     sock = _reserve_socket(me.ipv4)
     avg_sock = _reserve_socket(me.ipv4) if averaging else None
     port = port_of(sock)
     avg_port = port_of(avg_sock) if avg_sock else None
-    store.set(f"{STORE_PREFIX}/member/{rank}", json.dumps(
-        {"worker": rank, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
+    store.set(f"{STORE_PREFIX}/member/{member}", json.dumps(
+        {"worker": member, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
     token_file = token_file or os.environ.get(TOKEN_ENV) or inv.access.token_file
     try:
         token = read_token(token_file, "the serve's token file") if token_file else None
@@ -212,7 +254,7 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
         raise AttachError(str(err)) from None
     serve = ServeClient(inv.serve, timeout=timeout, token=token, tls=tls)
     if rank == 0:
-        keys = [f"{STORE_PREFIX}/member/{r}" for r in range(world)]
+        keys = [f"{STORE_PREFIX}/member/{m}" for m in range(size)]
         store.wait(keys, timedelta(seconds=timeout))
         members = [json.loads(store.get(k)) for k in keys]
         run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
@@ -220,6 +262,8 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
                    "members": members, "mode": mode}
         if policy is not None:
             request["policy"] = policy
+        if quorum is not None:  # partial mode's: members a round waits for
+            request["quorum"] = quorum
         reply = serve.request(request)
         # The lease survives serve restarts.
         serve.hold([j["job_id"] for j in reply["jobs"]], reply.get("key"))
@@ -230,26 +274,40 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
 
     def worker(job: dict, sock: socket.socket) -> HySyncWorker:
         config = TransportConfig(
-            job_id=job["job_id"], worker_id=rank, switch_host=switch["ipv4"],
+            job_id=job["job_id"], worker_id=member, switch_host=switch["ipv4"],
             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port_of(sock),
             bind_fd=sock.fileno(), slot_base=job["slot_base"], slot_count=job["slot_count"],
-            members=world, dead_after=timeout)
+            members=size, dead_after=timeout)
         sock.detach()  # the transport owns the descriptor from here
         return HySyncWorker(config, scale=scale)
 
     training = worker(reply["jobs"][0], sock)
     avg_worker = worker(reply["jobs"][1], avg_sock) if avg_sock is not None else None
     return Admitted(rank, world, dict(reply["jobs"][0], key=reply.get("key")), serve,
-                    training, avg_worker)
+                    training, avg_worker, group)
+
+
+def _host_member(store: dist.Store, rank: int, world: int, timeout: float,
+                 group: HostGroup | None) -> Admitted:
+    """A rank of a host that is not its leader: no socket, no worker, no serve connection;
+    it learns the admitted job from the store, as the members do."""
+    store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
+    reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
+    return Admitted(rank, world, dict(reply["jobs"][0], key=reply.get("key")), None, None,
+                    None, group)
 
 
 def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
            average_every: float | None = None, scale: float = DEFAULT_SCALE,
-           timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None) -> HySyncJob:
+           timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None,
+           ranks_per_host: int | str | None = None, quorum: int | None = None) -> HySyncJob:
     """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
     `average_every` seconds, the replicas' parameters are also averaged in the
-    background through the switch, on a second job (worker/averaging.py)."""
+    background through the switch, on a second job (worker/averaging.py). With
+    `ranks_per_host` ("local": torchrun's hosts; a number: that many consecutive ranks
+    per host), each host's ranks reduce there first and its leader is the switch member.
+    `quorum`: the members (hosts) a partial round waits for, where `mode` is "partial"."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
@@ -258,11 +316,19 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     store = dist.distributed_c10d._get_default_store()
     admitted = admit(store, dist.get_rank(), dist.get_world_size(), inventory, host=host,
                      mode=mode, policy=policy, averaging=bool(average_every), scale=scale,
-                     timeout=timeout, token_file=token_file)
-    state = HySyncHookState(admitted.training)
-    model.register_comm_hook(state, hysync_hook)
+                     timeout=timeout, token_file=token_file, ranks_per_host=ranks_per_host,
+                     quorum=quorum)
     averaging = None
     if admitted.averaging is not None:
         averaging = (admitted.averaging, list(model.module.parameters()), average_every)
-    return HySyncJob(admitted.rank, admitted.world, admitted.job, admitted.training, state,
-                     admitted.serve, averaging)
+    if admitted.host is None:
+        assert admitted.training is not None
+        state = HySyncHookState(admitted.training)
+        model.register_comm_hook(state, hysync_hook)
+        return HySyncJob(admitted.rank, admitted.world, admitted.job, admitted.training,
+                         state, admitted.serve, averaging)
+    member = None if admitted.training is None else HySyncHookState(admitted.training)
+    host_state = HostHookState(admitted.host, member)
+    model.register_comm_hook(host_state, hysync_host_hook)
+    return HySyncJob(admitted.rank, admitted.world, admitted.job, admitted.training,
+                     host_state, admitted.serve, averaging, admitted.host)

@@ -19,17 +19,24 @@ After unpickling, attach a worker before the next step:
     state = torch.load(path, weights_only=False)
     state.attach(HySyncWorker(config, scale=2**20))
     ddp_model.register_comm_hook(state, hysync_hook)
+
+On hosts that run several ranks each (hysync/host_group.py), `hysync.torch.attach`
+registers `hysync_host_hook` with a `HostHookState` instead: the bucket is reduced onto
+the host's leader, whose `HySyncHookState` (`state.member`) sends the host's mean through
+the switch, and the leader's result and clock are broadcast to the host's ranks.
 """
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
 # time and needs `bucket: dist.GradBucket` as a type, not a string.
 import logging
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from hysync.host_group import Applied, HostGroup
 from hysync.worker.api import HySyncWorker
 from hysync.worker.stats import CallStats
 
@@ -136,6 +143,76 @@ def hysync_hook(state: HySyncHookState,
             buffer.copy_(result)
         state.stats.calls += 1
         state.stats.needs_resync = worker.needs_resync
+        return buffer
+
+    return future.then(copy_back)
+
+
+class HostHookState:
+    """The hook state of a rank on a host that runs several ranks (hysync/host_group.py):
+    the host's collectives, and at the leader the switch member's state. Every rank's
+    clock and resync flag are its leader's, as the leader's broadcast tells them."""
+
+    __slots__ = ("host", "member", "stats", "_updates")
+
+    def __init__(self, host: HostGroup, member: HySyncHookState | None) -> None:
+        if host.layout.leader != (member is not None):
+            raise ValueError("a host's leader, and only it, holds the switch member's state")
+        self.host = host
+        self.member = member  # the leader's: its worker and residuals
+        self.stats = HookStats()
+        self._updates = 0.0
+
+    def __getstate__(self) -> dict[str, object]:
+        raise TypeError("a host-level hook state does not pickle: checkpoint the leader's "
+                        "state.member (a HySyncHookState) instead")
+
+    def updates_applied(self) -> float:
+        """Updates the latest call applied at the leader (see HySyncWorker.updates_applied)."""
+        return self._updates
+
+    def applied(self, applied: Applied) -> None:
+        self.stats.calls += 1
+        self.stats.needs_resync = applied.needs_resync
+        self._updates = applied.updates
+
+
+def switch_call(member: HySyncHookState, key: Hashable, index: int | None = None
+                ) -> Callable[[torch.Tensor], Applied]:
+    """The leader's share of a host-level all-reduce: the host's mean through the switch,
+    in place, with the residual of bucket `index` where given (the hook's) or the
+    transport's own for `key` (the backend's)."""
+    worker = member.attached()
+
+    def call(host_mean: torch.Tensor) -> Applied:
+        in_place = host_mean.dtype == torch.float32 and host_mean.is_contiguous()
+        residual = None if index is None else member.lend(index, host_mean.numel())
+        try:
+            result = worker.allreduce(host_mean, key=key, in_place=in_place, residual=residual)
+        finally:
+            if residual is not None:
+                member.give_back(index, residual)
+        if not in_place:
+            host_mean.copy_(result)
+        stats = worker.last_stats(key)
+        updates = 0.0 if stats is None else worker.updates_applied(stats)
+        return Applied(updates, worker.needs_resync)
+
+    return call
+
+
+def hysync_host_hook(state: HostHookState,
+                     bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """All-reduce one bucket on the host, then (its leader) through HySync; the future
+    holds the averaged buffer, the same at every rank of the host."""
+    buffer = bucket.buffer()
+    index = bucket.index()
+    switch = None if state.member is None else switch_call(state.member, bucket_key(index),
+                                                             index)
+    future = state.host.allreduce(buffer, switch)
+
+    def copy_back(fut: torch.futures.Future[Applied]) -> torch.Tensor:
+        state.applied(fut.value())  # a failed call raises here
         return buffer
 
     return future.then(copy_back)
