@@ -17,7 +17,7 @@ SWITCH ?= softswitch
 POLICY ?= adaptive
 
 NATIVE_SOURCES := CMakeLists.txt $(shell find native -name '*.cc' -o -name '*.h' 2>/dev/null) \
-                  hysync/wire.py hysync/gen_wire_header.py $(wildcard hysync/spec/*.py)
+                  hysync/wire.py hysync/gen_wire_header.py hysync/codegen.py $(wildcard hysync/protocol_spec/*.py)
 ASAN_BUILD := build/asan
 FUZZ_RUNS ?= 200000
 
@@ -136,7 +136,7 @@ bench: setup
 SEEDS ?= 2000
 START ?= 0
 TARGETS ?= native,python
-KINDS ?= swap,storm,pause,readd,restart,restart_bare,death
+KINDS ?= swap,storm,pause,readd,restart,restart_bare,death,slow_switch,async_reorder,latch_loss
 JOBS ?= 0
 simulate: setup
 	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS))

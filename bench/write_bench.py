@@ -3,7 +3,7 @@
 For batches of 1k, 5k and 20k INSERTs (a fifth forwarding.l2, two fifths
 replication.rewrite, two fifths admission.members, as a big deployment writes them):
 
-* client encode: `Switch.write`'s entities -> bytes (hysync/p4wire), against the generic
+* client encode: `Switch.write`'s entities -> bytes (hysync/p4rt_codec), against the generic
   protobuf path it replaced (`Update.encode` into a WriteRequest, SerializeToString);
 * server: the softswitch's Write handler in this process (decode, plan, swap in), per
   engine, against the generic path's parse alone (`WriteRequest.FromString`);
@@ -34,14 +34,14 @@ from typing import Any
 
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4names, p4wire, wire
+from hysync import p4names, p4rt_codec, wire
 from hysync.controlplane import entities as ent
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.switch import Switch, wait_for_server
 from hysync.p4schema import Schema
 from hysync.softswitch.native import NativePipeline
-from hysync.softswitch.p4schema_check import check_p4info
+from hysync.softswitch.p4binding import bind_p4info
 from hysync.softswitch.p4write import Annotations, Writer
 from hysync.softswitch.pipeline import Pipeline
 from hysync.topologies.runner import P4INFO, start_softswitch
@@ -79,10 +79,10 @@ def encode_generic(schema: Schema, updates: list[ent.Update]) -> bytes:
 
 def encode_codec(schema: Schema, updates: list[ent.Update]) -> bytes:
     """The WriteRequest bytes as Switch.write builds them."""
-    request = p4wire.WriteRequest(1, election_id=(0, 1),
+    request = p4rt_codec.WriteRequest(1, election_id=(0, 1),
                                   atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR)
-    return p4wire.encode_write_request(
-        request, [p4wire.encode_update(u.record(schema)) for u in updates])
+    return p4rt_codec.encode_write_request(
+        request, [p4rt_codec.encode_update(u.record(schema)) for u in updates])
 
 
 def timed(fn: Any, *args: Any) -> tuple[float, Any]:
@@ -106,8 +106,8 @@ def in_process(schema: Schema, updates: list[ent.Update]) -> dict[str, Any]:
                            "client_encode_s": codec_s, "server_parse_generic_s": parse_s}
     for engine, pipeline in (("native", NativePipeline()), ("python", Pipeline())):
         writer = Writer(pipeline, Annotations())
-        checked = check_p4info(schema.p4info, pipeline)
-        decode_s, request = timed(p4wire.decode_write_request, data)
+        checked = bind_p4info(schema.p4info, pipeline)
+        decode_s, request = timed(p4rt_codec.decode_write_request, data)
         plan_s, _ = timed(writer.write, checked, request.updates)
         row[f"server_{engine}_decode_s"], row[f"server_{engine}_apply_s"] = decode_s, plan_s
         row[f"server_{engine}_s"] = decode_s + plan_s

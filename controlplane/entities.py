@@ -2,7 +2,7 @@
 
 `TableEntry`, `MulticastGroup` and `CounterCell` are what the controller computes,
 writes and reads back; `record(schema)` checks one against the P4Info and gives the
-record of the Write codec (hysync/p4wire.py: what `Switch.write` sends as bytes),
+record of the Write codec (hysync/p4rt_codec.py: what `Switch.write` sends as bytes),
 `encode(schema)` the `p4.v1.Entity` protobuf of it, and `decode(msg, schema)` the
 value again, so that what is installed compares equal to what was intended. Values
 are encoded as P4Runtime canonical bytestrings (the shortest big-endian string,
@@ -25,9 +25,7 @@ from typing import Union
 
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4names
-from hysync import p4wire as wire
-from hysync import wire as wire_format
+from hysync import p4names, p4rt_codec, wire
 from hysync.p4schema import EncodeError, MatchFieldInfo, Schema, SchemaError, decode_int, encode_int
 
 MatchValue = Union[int, tuple[int, int], None]  # noqa: UP007 (a runtime alias, 3.11 safe)
@@ -60,12 +58,12 @@ class TableEntry:
         return self.table, tuple(sorted(self.match.items())), self.priority
 
     def encode(self, schema: Schema) -> p4r.Entity:
-        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+        return p4r.Entity.FromString(p4rt_codec.encode_entity(self.record(schema)))
 
-    def record(self, schema: Schema) -> wire.TableEntry:
+    def record(self, schema: Schema) -> p4rt_codec.TableEntry:
         """The entry as the P4Runtime wire codec's record, checked against the P4Info."""
         table = schema.table(self.table)
-        match: list[wire.FieldMatch] = []
+        match: list[p4rt_codec.FieldMatch] = []
         priority = 0
         if self.is_default:
             if self.match:
@@ -86,7 +84,7 @@ class TableEntry:
             if not table.needs_priority and self.priority:
                 raise EncodeError(f"{table.name} has exact/lpm fields only: priority must be 0")
             priority = self.priority
-        action: wire.Action | None = None
+        action: p4rt_codec.Action | None = None
         if self.action is not None:
             info = schema.action(self.action)
             schema.check_action_of(table, info)
@@ -96,12 +94,12 @@ class TableEntry:
             params = []
             for name, value in self.params.items():
                 spec = info.param(name)
-                params.append(wire.Param(spec.id, encode_int(value, spec.bitwidth,
+                params.append(p4rt_codec.Param(spec.id, encode_int(value, spec.bitwidth,
                                                              f"{info.name}({name})")))
-            action = wire.Action(info.id, tuple(params))
+            action = p4rt_codec.Action(info.id, tuple(params))
         elif self.params:
             raise EncodeError(f"{table.name}: parameters given without an action")
-        return wire.TableEntry(table.id, tuple(match), action, priority,
+        return p4rt_codec.TableEntry(table.id, tuple(match), action, priority,
                                is_default_action=self.is_default)
 
     @classmethod
@@ -131,14 +129,15 @@ class TableEntry:
         return cls(table.name, match, action_name, params, te.priority, te.is_default_action)
 
 
-def _encode_match(table: str, info: MatchFieldInfo, value: MatchValue) -> wire.FieldMatch | None:
+def _encode_match(table: str, info: MatchFieldInfo,
+                  value: MatchValue) -> p4rt_codec.FieldMatch | None:
     """The field's match, or None for a don't care (which P4Runtime requires omitted)."""
     what = f"{table} match field {info.name}"
     top = (1 << info.bitwidth) - 1
     if info.kind == "exact":
         if value is None or isinstance(value, tuple):
             raise EncodeError(f"{what} is an exact match: give one integer, got {value!r}")
-        return wire.FieldMatch(info.id, "exact", encode_int(value, info.bitwidth, what))
+        return p4rt_codec.FieldMatch(info.id, "exact", encode_int(value, info.bitwidth, what))
     if info.kind == "range":
         low, high = _pair(value, what, "(low, high)")
         if low > high:
@@ -150,25 +149,26 @@ def _encode_match(table: str, info: MatchFieldInfo, value: MatchValue) -> wire.F
         # reads a canonical b"\xff" as all-ones of the field, i.e. a don't care, and
         # refuses slot range 0..255. Padding is valid P4Runtime for every server.
         width = (info.bitwidth + 7) // 8
-        return wire.FieldMatch(info.id, "range", lo.rjust(width, b"\0"), hi.rjust(width, b"\0"))
+        return p4rt_codec.FieldMatch(info.id, "range", lo.rjust(width, b"\0"),
+                                     hi.rjust(width, b"\0"))
     if info.kind == "ternary":
         val, mask = _pair(value, what, "(value, mask)")
         if val & ~mask:
             raise EncodeError(f"{what}: value {val:#x} has bits outside mask {mask:#x}")
         v, m = encode_int(val, info.bitwidth, what), encode_int(mask, info.bitwidth, what)
-        return wire.FieldMatch(info.id, "ternary", v, m) if mask else None
+        return p4rt_codec.FieldMatch(info.id, "ternary", v, m) if mask else None
     if info.kind == "lpm":
         val, plen = _pair(value, what, "(value, prefix_len)")
         if not 0 <= plen <= info.bitwidth:
             raise EncodeError(f"{what}: prefix length {plen} outside 0..{info.bitwidth}")
         v = encode_int(val, info.bitwidth, what)
-        return wire.FieldMatch(info.id, "lpm", v, prefix_len=plen) if plen else None
+        return p4rt_codec.FieldMatch(info.id, "lpm", v, prefix_len=plen) if plen else None
     if info.kind == "optional":
         if value is None:
             return None
         if isinstance(value, tuple):
             raise EncodeError(f"{what} is optional: give an integer or None")
-        return wire.FieldMatch(info.id, "optional", encode_int(value, info.bitwidth, what))
+        return p4rt_codec.FieldMatch(info.id, "optional", encode_int(value, info.bitwidth, what))
     raise SchemaError(f"{what} has match kind {info.kind}, which HySync does not encode")
 
 
@@ -220,17 +220,17 @@ class MulticastGroup:
         object.__setattr__(self, "replicas", tuple(sorted(set(self.replicas))))
 
     def encode(self, schema: Schema | None = None) -> p4r.Entity:
-        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+        return p4r.Entity.FromString(p4rt_codec.encode_entity(self.record(schema)))
 
-    def record(self, schema: Schema | None = None) -> wire.MulticastGroupEntry:
+    def record(self, schema: Schema | None = None) -> p4rt_codec.MulticastGroupEntry:
         if not 0 < self.group_id < 1 << 32:
             raise EncodeError(f"multicast group id {self.group_id} must be 1..2^32-1")
         for r in self.replicas:
             if not 0 <= r.port < 1 << 32 or not 0 <= r.rid < 1 << 32:
                 raise EncodeError(f"group {self.group_id}: replica {r} out of 32-bit range")
         # egress_port (deprecated in 1.4 but what BMv2/PI and Stratum read).
-        return wire.MulticastGroupEntry(self.group_id, tuple(
-            wire.Replica(r.rid, egress_port=r.port) for r in self.replicas))
+        return p4rt_codec.MulticastGroupEntry(self.group_id, tuple(
+            p4rt_codec.Replica(r.rid, egress_port=r.port) for r in self.replicas))
 
     @classmethod
     def decode(cls, msg: p4r.Entity | p4r.MulticastGroupEntry,
@@ -259,14 +259,15 @@ class CounterCell:
     bytes: int = 0
 
     def encode(self, schema: Schema) -> p4r.Entity:
-        return p4r.Entity.FromString(wire.encode_entity(self.record(schema)))
+        return p4r.Entity.FromString(p4rt_codec.encode_entity(self.record(schema)))
 
-    def record(self, schema: Schema) -> wire.CounterEntry:
+    def record(self, schema: Schema) -> p4rt_codec.CounterEntry:
         info = schema.counter(self.counter)
         if not 0 <= self.index < info.size:
             raise EncodeError(f"counter {info.name} has cells 0..{info.size - 1}, "
                               f"not {self.index}")
-        return wire.CounterEntry(info.id, self.index, wire.CounterData(self.bytes, self.packets))
+        data = p4rt_codec.CounterData(self.bytes, self.packets)
+        return p4rt_codec.CounterEntry(info.id, self.index, data)
 
     @classmethod
     def decode(cls, msg: p4r.Entity | p4r.CounterEntry, schema: Schema) -> CounterCell:
@@ -317,11 +318,11 @@ class Update:
     entity: Entity
 
     def encode(self, schema: Schema) -> p4r.Update:
-        return p4r.Update.FromString(wire.encode_update(self.record(schema)))
+        return p4r.Update.FromString(p4rt_codec.encode_update(self.record(schema)))
 
-    def record(self, schema: Schema) -> wire.Update:
+    def record(self, schema: Schema) -> p4rt_codec.Update:
         """The update as the P4Runtime wire codec's record (what Switch.write sends)."""
-        return wire.Update(self.type.value, self.entity.record(schema))
+        return p4rt_codec.Update(self.type.value, self.entity.record(schema))
 
     def __str__(self) -> str:
         return f"{self.type.name} {describe(self.entity)}"
@@ -358,5 +359,5 @@ def _fmt(value: MatchValue, bits: int | None = None) -> str:
     if isinstance(value, tuple):
         return f"{value[0]}..{value[1]}"
     if bits == 48 and isinstance(value, int):  # a MAC address, as `ip link` prints it
-        return wire_format.bytes_to_mac(value.to_bytes(6, "big"))
+        return wire.bytes_to_mac(value.to_bytes(6, "big"))
     return str(value)

@@ -4,7 +4,7 @@ Every scrape reads the switch (one Read of the jobs' tables, one of their counte
 of the switch's drops) under serve's lock and reports what it finds: the counters are the
 switch's own, monotonic for as long as the pipeline stays, so a restarted serve goes on
 with them. The members' health and the last decision come from each job's policy.
-Metric names: hysync/metrics.py (EXPORTED).
+Metric names: hysync/prometheus.py (EXPORTED).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.policy import SET_MODE, Decision
 from hysync.controlplane.policy_runner import PolicyRunner
 from hysync.controlplane.stats import PER_WORKER
-from hysync.metrics import MEMBER_STATES, Endpoint, WriteMetrics
+from hysync.prometheus import MEMBER_STATES, Endpoint, WriteMetrics
 from hysync.wire import Mode
 
 if TYPE_CHECKING:

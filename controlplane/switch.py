@@ -27,7 +27,7 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
-from hysync import p4wire as wire
+from hysync import p4rt_codec
 from hysync.controlplane import entities as ent
 from hysync.controlplane.device_config import read_device_config
 from hysync.controlplane.errors import (
@@ -291,12 +291,12 @@ class Switch:
         if not updates:
             return
         schema = self.schema
-        # Encoded straight to bytes (hysync/p4wire.py): the pure-Python protobuf takes
+        # Encoded straight to bytes (hysync/p4rt_codec.py): the pure-Python protobuf takes
         # ~1 ms per update to build and serialize a WriteRequest.
-        request = wire.WriteRequest(self.device_id, election_id=self.election_id,
+        request = p4rt_codec.WriteRequest(self.device_id, election_id=self.election_id,
                                     atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR)
-        data = wire.encode_write_request(
-            request, [wire.encode_update(u.record(schema)) for u in updates])
+        data = p4rt_codec.encode_write_request(
+            request, [p4rt_codec.encode_update(u.record(schema)) for u in updates])
         timeout = self.write_deadline(len(updates))
         start, ok = time.perf_counter(), False
         try:

@@ -34,6 +34,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hysync import wire
+
 RANKS_PER_HOST_ENV = "HYSYNC_RANKS_PER_HOST"
 LOCAL = "local"  # the hosts torchrun launched: GROUP_RANK names one, LOCAL_RANK a place
 STORE_PREFIX = "hysync/host"
@@ -88,18 +90,24 @@ def host_layout(store: dist.Store, rank: int, world: int, setting: int | str,
     switch member, as without this module). Every rank of the job calls it together;
     `env` is where torchrun's variables are read ("local")."""
     if setting == LOCAL:
-        return _local_layout(store, rank, world, timeout, env)
-    assert isinstance(setting, int)
-    if world % setting:
-        raise HostLayoutError(f"ranks_per_host={setting} does not divide the job's {world} "
-                              "ranks: every host must run the same number of ranks")
-    if setting == 1:
-        return None
-    return HostLayout(world // setting, setting, rank // setting, rank % setting)
+        layout = _local_layout(store, rank, world, timeout, env)
+    else:
+        assert isinstance(setting, int)
+        if world % setting:
+            raise HostLayoutError(f"ranks_per_host={setting} does not divide the job's {world} "
+                                  "ranks: every host must run the same number of ranks")
+        layout = HostLayout(world // setting, setting, rank // setting, rank % setting)
+    if layout.hosts > wire.MAX_WORKERS:
+        raise HostLayoutError(
+            f"the job has {layout.hosts} switch members ({world} ranks, "
+            f"{layout.ranks_per_host} per host) and one switch aggregates at most "
+            f"{wire.MAX_WORKERS} (its contributor bitmap is {wire.MAX_WORKERS} bits): run more "
+            "ranks per host (ranks_per_host / HYSYNC_RANKS_PER_HOST)")
+    return None if layout.ranks_per_host == 1 else layout
 
 
 def _local_layout(store: dist.Store, rank: int, world: int, timeout: float,
-                  env: Mapping[str, str]) -> HostLayout | None:
+                  env: Mapping[str, str]) -> HostLayout:
     """Hosts as torchrun launched them (one agent per host, `--nproc-per-node` ranks each):
     GROUP_RANK names the host, LOCAL_RANK the rank's place on it; every rank publishes
     its own through the store and reads everyone's, so every rank refuses the same job."""
@@ -124,7 +132,7 @@ def _local_layout(store: dist.Store, rank: int, world: int, timeout: float,
                               "every host")
     size = sizes[mine["node"]]
     if size == 1:
-        return None
+        return HostLayout(world, 1, rank, 0)
     # hosts in the order of their lowest rank: rank 0's host is host 0, its leader rank 0
     order = sorted(nodes, key=lambda n: min(nodes[n].values()))
     if sorted(nodes[mine["node"]]) != list(range(size)) or nodes[order[0]].get(0) != 0:

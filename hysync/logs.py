@@ -33,6 +33,7 @@ _COMPONENTS = (
     ("hysync.controlplane.policy", "policy"),
     ("hysync.controlplane", "controlplane"),
     ("hysync.softswitch", "softswitch"),
+    ("hysync.prometheus", "metrics"),  # the /metrics endpoint of either process
     ("hysync.worker", "worker"),
     ("hysync.torch", "worker"),
 )

@@ -231,12 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         _fail(_reason(err))
     on_write, endpoint = None, None
     if args.metrics_addr:
-        from hysync.softswitch import metrics  # prometheus_client: only when asked for
+        from hysync.softswitch import exporter  # prometheus_client: only when asked for
 
-        registry, writes = metrics.registry_for(pipeline, dataplane)
+        registry, writes = exporter.registry_for(pipeline, dataplane)
         on_write = writes.observe
         try:
-            endpoint = metrics.serve_metrics(registry, "{}:{}".format(*args.metrics_addr))
+            endpoint = exporter.serve_metrics(registry, "{}:{}".format(*args.metrics_addr))
         except OSError as err:
             dataplane.stop()
             _fail(str(err))

@@ -16,8 +16,8 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4wire
-from hysync.softswitch.p4schema_check import CounterInfo, Schema
+from hysync import p4rt_codec
+from hysync.softswitch.p4binding import BoundCounter, PipelineBinding
 from hysync.softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
 from hysync.softswitch.p4values import (
     counter_index,
@@ -41,14 +41,14 @@ class Reader:
         self._lock = lock  # the server's: no write lands in the middle of a snapshot
         self.annotations = annotations
 
-    def read(self, schema: Schema, request: p4r.ReadRequest) -> Iterator[bytes]:
+    def read(self, binding: PipelineBinding, request: p4r.ReadRequest) -> Iterator[bytes]:
         """Serialized ReadResponses (see encode_counters for why bytes, not messages)."""
         errors: list[p4r.Error] = []
         failed: list[str] = []
         batch: list[bytes] = []  # serialized ReadResponse.entities fields
         for i, entity in enumerate(request.entities):
             try:
-                found = self._read_entity(schema, entity)
+                found = self._read_entity(binding, entity)
             except P4RuntimeError as err:
                 errors.append(p4_error(err.code, err.message))
                 failed.append(f"entity {i}: {err.code.name}: {err.message}")
@@ -67,14 +67,14 @@ class Reader:
             raise BatchError(f"Read failed for {len(failed)} of {len(errors)} entities: "
                              + "; ".join(failed[:3]) + more, errors)
 
-    def _read_entity(self, schema: Schema,
+    def _read_entity(self, binding: PipelineBinding,
                      entity: p4r.Entity) -> Iterator[p4r.Entity] | Iterator[bytes]:
         """Validate one read request and snapshot what it selects; encode lazily."""
         kind = entity.WhichOneof("entity")
         if kind == "table_entry":
-            return self._read_tables(schema, entity.table_entry)
+            return self._read_tables(binding, entity.table_entry)
         if kind == "counter_entry":
-            return self._read_counters(schema, entity.counter_entry)
+            return self._read_counters(binding, entity.counter_entry)
         if kind == "packet_replication_engine_entry":
             pre = entity.packet_replication_engine_entry
             if pre.WhichOneof("type") == "multicast_group_entry":
@@ -84,23 +84,23 @@ class Reader:
                                  "clone")
         raise unsupported_entity(kind)
 
-    def _read_tables(self, schema: Schema, te: p4r.TableEntry) -> Iterator[p4r.Entity]:
+    def _read_tables(self, binding: PipelineBinding, te: p4r.TableEntry) -> Iterator[p4r.Entity]:
         if te.table_id == 0:
             if te.match or te.priority or te.HasField("action") or te.is_default_action:
                 raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                      "table_id 0 reads every table and takes no other filter: "
                                      "set table_id to filter")
-            tables = list(schema.tables.values())
+            tables = list(binding.tables.values())
         else:
-            tables = [schema.table(te.table_id)]
+            tables = [binding.table(te.table_id)]
         if te.is_default_action:
             table = tables[0]
             action, params = self.pipeline.tables[table.name].default_action, \
                 self.pipeline.tables[table.name].default_params
             out = p4r.TableEntry(table_id=table.id, is_default_action=True)
-            encode_action(schema, out, action, params)
+            encode_action(binding, out, action, params)
             return iter([p4r.Entity(table_entry=out)])
-        match = decode_match(tables[0], [p4wire.decode_field_match(fm.SerializeToString())
+        match = decode_match(tables[0], [p4rt_codec.decode_field_match(fm.SerializeToString())
                                          for fm in te.match]) if te.match else None
         action_id = te.action.action.action_id if te.HasField("action") else 0
         snapshot = []
@@ -111,22 +111,22 @@ class Reader:
                     if ((match is None or entry.match == match)
                             and (not te.priority or entry.priority == te.priority)
                             and (not action_id
-                                 or schema.action_ids.get(entry.action) == action_id)
+                                 or binding.action_ids.get(entry.action) == action_id)
                             and (not te.controller_metadata
                                  or meta[0] == te.controller_metadata)
                             and (not te.metadata or meta[1] == te.metadata)):
                         snapshot.append((table, entry, meta))
-        return (p4r.Entity(table_entry=encode_entry(schema, *row)) for row in snapshot)
+        return (p4r.Entity(table_entry=encode_entry(binding, *row)) for row in snapshot)
 
-    def _read_counters(self, schema: Schema, ce: p4r.CounterEntry) -> Iterator[bytes]:
+    def _read_counters(self, binding: PipelineBinding, ce: p4r.CounterEntry) -> Iterator[bytes]:
         if ce.counter_id == 0:
             if ce.HasField("index"):
                 raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                      "an index needs a counter_id: counter_id 0 reads every cell "
                                      "of every counter")
-            infos = list(schema.counters.values())
+            infos = list(binding.counters.values())
         else:
-            infos = [schema.counter(ce.counter_id)]
+            infos = [binding.counter(ce.counter_id)]
         snapshot = []
         for info in infos:
             index = counter_index(info, ce.index.index if ce.HasField("index") else None)
@@ -198,7 +198,7 @@ def _data_field(packets: int, nbytes: int, unit: int) -> bytes:
     return _length_delimited(_TAG_DATA, body) if body else _EMPTY_DATA
 
 
-def encode_counters(snapshot: list[tuple[CounterInfo, int, list[int], list[int]]]
+def encode_counters(snapshot: list[tuple[BoundCounter, int, list[int], list[int]]]
                      ) -> Iterator[bytes]:
     """Serialized Entity{counter_entry{counter_id, index, data}}, one per cell."""
     for info, first, packets, nbytes in snapshot:

@@ -1,7 +1,7 @@
 """P4Runtime values <-> the pipeline's: match keys, actions, entries, counter indices.
 
 Requests arrive as P4Info ids and bytestrings; the pipeline (hysync.softswitch.tables) holds
-names and ints in the positions a `Schema` binds the ids to. Decoding checks what
+names and ints in the positions a `PipelineBinding` binds the ids to. Decoding checks what
 P4Runtime requires (widths, match kinds, priorities, don't-care ranges) and raises
 P4RuntimeError naming the field; encoding gives canonical bytestrings, through the
 value codec that the control plane uses too (hysync.p4schema).
@@ -15,16 +15,16 @@ from typing import Any
 import grpc
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4wire
+from hysync import p4rt_codec
 from hysync.p4schema import EncodeError, decode_int, encode_int
-from hysync.softswitch.p4schema_check import (
+from hysync.softswitch.p4binding import (
     DEFAULT_ONLY,
     EXACT,
     RANGE,
     TABLE_ONLY,
-    CounterInfo,
-    Schema,
-    TableInfo,
+    BoundCounter,
+    BoundTable,
+    PipelineBinding,
 )
 from hysync.softswitch.p4status import P4RuntimeError
 from hysync.softswitch.tables import Entry
@@ -52,7 +52,7 @@ def encode_value(value: int) -> bytes:
 DecodeCache = dict[tuple[int, Any], Any]
 
 
-def decode_match(table: TableInfo, matches: Iterable[p4wire.FieldMatch],
+def decode_match(table: BoundTable, matches: Iterable[p4rt_codec.FieldMatch],
                  cache: DecodeCache | None = None) -> tuple[Any, ...]:
     values: list[Any] = [None] * len(table.fields)
     for fm in matches:
@@ -78,7 +78,7 @@ def decode_match(table: TableInfo, matches: Iterable[p4wire.FieldMatch],
     return tuple(values)
 
 
-def _decode_field(table: TableInfo, fm: p4wire.FieldMatch) -> tuple[int, Any]:
+def _decode_field(table: BoundTable, fm: p4rt_codec.FieldMatch) -> tuple[int, Any]:
     """(position in Entry.match, value) of one match field."""
     pos = table.position.get(fm.field_id)
     if pos is None:
@@ -104,7 +104,7 @@ def _decode_field(table: TableInfo, fm: p4wire.FieldMatch) -> tuple[int, Any]:
     return pos, (lo, hi)
 
 
-def check_priority(table: TableInfo, priority: int) -> int:
+def check_priority(table: BoundTable, priority: int) -> int:
     if table.needs_priority and priority <= 0:
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"{table.name} has a range match field: set a priority > 0 "
@@ -116,26 +116,26 @@ def check_priority(table: TableInfo, priority: int) -> int:
     return priority
 
 
-def decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str, default: bool,
-                  cache: DecodeCache | None = None) -> tuple[str, tuple[int, ...]]:
+def decode_action(binding: PipelineBinding, table: BoundTable, a: p4rt_codec.Action | str,
+                  default: bool, cache: DecodeCache | None = None) -> tuple[str, tuple[int, ...]]:
     if cache is None:
-        return _decode_action(schema, table, a, default)
+        return _decode_action(binding, table, a, default)
     key = (table.id, (a, default))
     found = cache.get(key)
     if found is None:
-        found = cache[key] = _decode_action(schema, table, a, default)
+        found = cache[key] = _decode_action(binding, table, a, default)
     return found  # type: ignore[no-any-return]
 
 
-def _decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str,
+def _decode_action(binding: PipelineBinding, table: BoundTable, a: p4rt_codec.Action | str,
                    default: bool) -> tuple[str, tuple[int, ...]]:
     if isinstance(a, str):
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"{table.name} is a direct table: set action.action, not {a}")
-    action = schema.actions.get(a.action_id)
+    action = binding.actions.get(a.action_id)
     scope = table.scopes.get(a.action_id)
     if action is None or scope is None:
-        known = ", ".join(f"{i} ({schema.actions[i].name})" for i in table.scopes)
+        known = ", ".join(f"{i} ({binding.actions[i].name})" for i in table.scopes)
         what = f"action {action.name}" if action else f"action id {a.action_id}"
         raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                              f"{what} is not an action of {table.name}; its actions are "
@@ -168,7 +168,7 @@ def _decode_action(schema: Schema, table: TableInfo, a: p4wire.Action | str,
     return action.name, tuple(v for v in values if v is not None)
 
 
-def encode_entry(schema: Schema, table: TableInfo, entry: Entry,
+def encode_entry(binding: PipelineBinding, table: BoundTable, entry: Entry,
                  meta: tuple[int, bytes]) -> p4r.TableEntry:
     out = p4r.TableEntry(table_id=table.id, priority=entry.priority,
                          controller_metadata=meta[0], metadata=meta[1])
@@ -178,24 +178,24 @@ def encode_entry(schema: Schema, table: TableInfo, entry: Entry,
         elif value != (0, (1 << f.bitwidth) - 1):  # a don't-care range is omitted
             fm = out.match.add(field_id=f.id)
             fm.range.low, fm.range.high = encode_value(value[0]), encode_value(value[1])
-    encode_action(schema, out, entry.action, entry.params)
+    encode_action(binding, out, entry.action, entry.params)
     return out
 
 
-def encode_action(schema: Schema, out: p4r.TableEntry, name: str,
+def encode_action(binding: PipelineBinding, out: p4r.TableEntry, name: str,
                   params: tuple[int, ...]) -> None:
-    action_id = schema.action_ids.get(name)
-    if action_id is None or action_id not in schema.actions:
+    action_id = binding.action_ids.get(name)
+    if action_id is None or action_id not in binding.actions:
         raise P4RuntimeError(grpc.StatusCode.INTERNAL,
                              f"{name} is not an action of the installed P4Info")
-    action = schema.actions[action_id]
+    action = binding.actions[action_id]
     a = out.action.action
     a.action_id = action_id
     for p, value in sorted(zip(action.params, params, strict=True), key=lambda x: x[0].id):
         a.params.add(param_id=p.id, value=encode_value(value))
 
 
-def counter_index(info: CounterInfo, index: int | None) -> int | None:
+def counter_index(info: BoundCounter, index: int | None) -> int | None:
     """The cell a CounterEntry's index names (None: every cell), checked."""
     if index is None:
         return None
@@ -208,7 +208,7 @@ def counter_index(info: CounterInfo, index: int | None) -> int | None:
     return index
 
 
-def describe_key(table: TableInfo, match: tuple[Any, ...], priority: int) -> str:
+def describe_key(table: BoundTable, match: tuple[Any, ...], priority: int) -> str:
     parts = []
     for f, value in zip(table.fields, match, strict=True):
         parts.append(f"{f.name}={value[0]}..{value[1]}" if f.kind == RANGE else f"{f.name}={value}")

@@ -18,8 +18,8 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4wire
-from hysync.softswitch.p4schema_check import CounterInfo, Schema, TableInfo
+from hysync import p4rt_codec
+from hysync.softswitch.p4binding import BoundCounter, BoundTable, PipelineBinding
 from hysync.softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
 from hysync.softswitch.p4values import (
     DecodeCache,
@@ -88,13 +88,13 @@ class Writer:
         self.pipeline = pipeline
         self.annotations = annotations
 
-    def write(self, schema: Schema, updates: Sequence[p4wire.Update]) -> None:
+    def write(self, binding: PipelineBinding, updates: Sequence[p4rt_codec.Update]) -> None:
         """Apply every update or, raising BatchError, none."""
         overlay = Overlay(self.pipeline)
         errors: list[tuple[int, P4RuntimeError]] = []
         for i, update in enumerate(updates):
             try:
-                self._plan(schema, overlay, update)
+                self._plan(binding, overlay, update)
             except P4RuntimeError as err:
                 errors.append((i, err))
         if errors:
@@ -113,7 +113,7 @@ class Writer:
         for write_counter in overlay.counters:
             write_counter()
 
-    def _plan(self, schema: Schema, overlay: Overlay, update: p4wire.Update) -> None:
+    def _plan(self, binding: PipelineBinding, overlay: Overlay, update: p4rt_codec.Update) -> None:
         """Validate one update against the overlay and record it there."""
         utype = update.type
         if utype not in UPDATE_TYPES:
@@ -121,11 +121,11 @@ class Writer:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"update type is {what}: set INSERT, MODIFY or DELETE")
         entity = update.entity
-        if isinstance(entity, p4wire.TableEntry):
-            self._plan_table(schema, overlay, utype, entity)
-        elif isinstance(entity, p4wire.CounterEntry):
-            self._plan_counter(schema, overlay, utype, entity)
-        elif isinstance(entity, p4wire.MulticastGroupEntry):
+        if isinstance(entity, p4rt_codec.TableEntry):
+            self._plan_table(binding, overlay, utype, entity)
+        elif isinstance(entity, p4rt_codec.CounterEntry):
+            self._plan_counter(binding, overlay, utype, entity)
+        elif isinstance(entity, p4rt_codec.MulticastGroupEntry):
             self._plan_group(overlay, utype, entity)
         elif entity.kind in ("clone_session_entry", "packet_replication_engine_entry"):
             raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED,
@@ -135,14 +135,14 @@ class Writer:
             raise unsupported_entity(entity.kind)
 
     # ------------------------------------------------ table entries
-    def _plan_table(self, schema: Schema, overlay: Overlay, utype: int,
-                    te: p4wire.TableEntry) -> None:
-        table = schema.table(te.table_id)
+    def _plan_table(self, binding: PipelineBinding, overlay: Overlay, utype: int,
+                    te: p4rt_codec.TableEntry) -> None:
+        table = binding.table(te.table_id)
         if te.is_const:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"{table.name}: is_const must be false in a write")
         if te.is_default_action:
-            self._plan_default(schema, overlay, table, utype, te)
+            self._plan_default(binding, overlay, table, utype, te)
             return
         if utype != DELETE:
             _check_no_resources(table, te)
@@ -174,7 +174,7 @@ class Writer:
                                  f"{_where(table, match, priority)}: no such entry to modify; "
                                  "INSERT it first")
         if te.action is not None:
-            action, params = decode_action(schema, table, te.action, False, overlay.decoded)
+            action, params = decode_action(binding, table, te.action, False, overlay.decoded)
         else:  # MODIFY without an action keeps the entry's action (spec §9.1.2)
             assert existing is not None
             action, params = existing.action, existing.params
@@ -182,8 +182,8 @@ class Writer:
         meta = (te.controller_metadata, te.metadata)
         overlay.entry_meta.append((table.name, key, None if meta == (0, b"") else meta))
 
-    def _plan_default(self, schema: Schema, overlay: Overlay, table: TableInfo, utype: int,
-                      te: p4wire.TableEntry) -> None:
+    def _plan_default(self, binding: PipelineBinding, overlay: Overlay, table: BoundTable,
+                      utype: int, te: p4rt_codec.TableEntry) -> None:
         if utype != MODIFY:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"{table.name}: the default entry always exists; MODIFY it "
@@ -197,13 +197,13 @@ class Writer:
                                  f"({table.initial_default[0]}) and cannot be modified")
         _check_no_resources(table, te)
         if te.action is not None:
-            overlay.defaults[table.name] = decode_action(schema, table, te.action, default=True)
+            overlay.defaults[table.name] = decode_action(binding, table, te.action, default=True)
         else:  # spec §9.1.3: an unset action resets the default entry
             overlay.defaults[table.name] = table.initial_default
 
     # ----------------------------------------------- multicast groups
     def _plan_group(self, overlay: Overlay, utype: int,
-                    group: p4wire.MulticastGroupEntry) -> None:
+                    group: p4rt_codec.MulticastGroupEntry) -> None:
         gid = group.multicast_group_id
         if not 0 < gid <= MAX_GROUP_ID:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -254,8 +254,8 @@ class Writer:
         overlay.group_meta.append((gid, (group.metadata, uses_port_bytes)))
 
     # ------------------------------------------------------- counters
-    def _plan_counter(self, schema: Schema, overlay: Overlay, utype: int,
-                      ce: p4wire.CounterEntry) -> None:
+    def _plan_counter(self, binding: PipelineBinding, overlay: Overlay, utype: int,
+                      ce: p4rt_codec.CounterEntry) -> None:
         if utype != MODIFY:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  "counter entries always exist: MODIFY them (set one cell, or "
@@ -264,7 +264,7 @@ class Writer:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  "counter_id 0 (every counter) is only valid in a Read: name one "
                                  "counter")
-        info = schema.counter(ce.counter_id)
+        info = binding.counter(ce.counter_id)
         index = counter_index(info, ce.index)
         if ce.data is None:
             return  # spec: the value is not modified when data is unset
@@ -274,7 +274,7 @@ class Writer:
                                  f"{info.name}: counts must be >= 0")
         overlay.counters.append(lambda: self._apply_counter(info, index, packets, nbytes))
 
-    def _apply_counter(self, info: CounterInfo, index: int | None, packets: int,
+    def _apply_counter(self, info: BoundCounter, index: int | None, packets: int,
                        nbytes: int) -> None:
         counter = self.pipeline.counters[info.name]
         cells = slice(None) if index is None else slice(index, index + 1)
@@ -286,7 +286,7 @@ class Writer:
                 counter.bytes[cells] = [nbytes] * n
 
 
-def _where(table: TableInfo, match: tuple[Any, ...], priority: int) -> str:
+def _where(table: BoundTable, match: tuple[Any, ...], priority: int) -> str:
     return f"{table.name}: {describe_key(table, match, priority)}"
 
 
@@ -304,7 +304,7 @@ def _batch_rejected(n: int, errors: list[tuple[int, P4RuntimeError]]) -> BatchEr
     return BatchError(summary, details)
 
 
-def _check_no_resources(table: TableInfo, te: p4wire.TableEntry) -> None:
+def _check_no_resources(table: BoundTable, te: p4rt_codec.TableEntry) -> None:
     for name in ("meter_config", "counter_data", "meter_counter_data"):
         if name in te.resources:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from hysync import p4names, wire
+from hysync.protocol_spec.decision import Counter as MemberCounter
+from hysync.protocol_spec.decision import Emit, LaneOp, SeqOp, decide, facts_of
 from hysync.softswitch.tables import Counter, Entry, EntryError, Replica, Table
-from hysync.spec.decision import Counter as MemberCounter
-from hysync.spec.decision import Emit, LaneOp, SeqOp, decide, facts_of
 from hysync.wire import DropReason, Flag, Mode, Op
 
 # The counters in the order _contributions.._results unpack them (docs/protocol.md §8).
@@ -253,7 +253,7 @@ class Pipeline:
     def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
                      nbytes: int) -> tuple[int, int, bytes] | None:
         """Steps 8-10 for an admitted contribution: step 8 here, then the outcome of the
-        decision table (hysync/spec/decision.py) for the facts it reads, applied."""
+        decision table (hysync/protocol_spec/decision.py) for the facts it reads, applied."""
         version, job, w, s, r, chunk, members, group, epoch = admitted
         flags = payload[_FLAGS]
         echo = flags & wire.TX_MASK  # every reply echoes the transmission number

@@ -6,7 +6,7 @@ StreamChannel, SetForwardingPipelineConfig with the P4Info of p4src/v1model/hysy
 then table entries, multicast groups and counters by P4Info id.
 
 This module is the service: it routes each RPC to the part that owns its concept
-(finsy's layout, docs/design.md): p4status (errors), p4schema_check (the pushed P4Info
+(finsy's layout, docs/design.md): p4status (errors), p4binding (the pushed P4Info
 against the pipeline's program), p4arbitration (primary election), p4values (ids and
 bytestrings <-> the pipeline's names and ints), p4write and p4read.
 
@@ -33,10 +33,10 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc
 
-from hysync import p4wire
+from hysync import p4rt_codec
 from hysync.softswitch.p4arbitration import Arbiter, Stream
+from hysync.softswitch.p4binding import ConfigError, PipelineBinding, bind_p4info
 from hysync.softswitch.p4read import Reader
-from hysync.softswitch.p4schema_check import ConfigError, Schema, check_p4info
 from hysync.softswitch.p4status import BatchError, P4RuntimeError, abort, internal_error, uint128
 from hysync.softswitch.p4write import Annotations, Writer
 from hysync.softswitch.pipeline import Pipeline
@@ -66,7 +66,7 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         # the tables, under pipeline.lock, which write_entry takes).
         self._lock = threading.Lock()
         self._config: p4r.ForwardingPipelineConfig | None = None
-        self._schema: Schema | None = None
+        self._binding: PipelineBinding | None = None
         self._saved = False  # a VERIFY_AND_SAVE awaits its COMMIT
         self._defaults = {name: (t.default_action, t.default_params)
                           for name, t in pipeline.tables.items()}
@@ -79,20 +79,20 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
     # ------------------------------------------------- pipeline config
     def load_p4info(self, p4info: p4info_pb2.P4Info, device_config: bytes = b"") -> None:
         """Install a pipeline config without a controller (the --p4info preload)."""
-        schema = check_p4info(p4info, self.pipeline, self._defaults)
+        binding = bind_p4info(p4info, self.pipeline, self._defaults)
         config = p4r.ForwardingPipelineConfig(p4_device_config=device_config)
         config.p4info.CopyFrom(p4info)
         with self._lock:
-            self._commit(config, schema, keep_state=False)
+            self._commit(config, binding, keep_state=False)
 
-    def _commit(self, config: p4r.ForwardingPipelineConfig, schema: Schema,
+    def _commit(self, config: p4r.ForwardingPipelineConfig, binding: PipelineBinding,
                 keep_state: bool) -> None:
         if not keep_state:
             self.pipeline.clear_tables()
             for name, (action, params) in self._defaults.items():
                 self.pipeline.set_default_action(name, action, params)
             self._annotations.clear()
-        self._config, self._schema, self._saved = config, schema, False
+        self._config, self._binding, self._saved = config, binding, False
 
     def SetForwardingPipelineConfig(self, request: p4r.SetForwardingPipelineConfigRequest,
                                     context: grpc.ServicerContext) -> Any:
@@ -127,7 +127,7 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
                                  "config.p4info is missing: send the P4Info of "
                                  "p4src/v1model/hysync.p4 (device_config may be empty)")
         try:
-            schema = check_p4info(request.config.p4info, self.pipeline, self._defaults)
+            binding = bind_p4info(request.config.p4info, self.pipeline, self._defaults)
         except ConfigError as err:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"P4Info rejected: {err}") from err
@@ -137,13 +137,13 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         config.CopyFrom(request.config)  # device_config is kept for Get, otherwise unused
         with self._lock:
             if action == names.VERIFY_AND_SAVE:
-                self._config, self._schema, self._saved = config, schema, True
+                self._config, self._binding, self._saved = config, binding, True
             else:
                 # Every accepted P4Info describes the same program and state is kept by
                 # name, so RECONCILE_AND_COMMIT can always preserve it.
-                self._commit(config, schema, keep_state=action == names.RECONCILE_AND_COMMIT)
+                self._commit(config, binding, keep_state=action == names.RECONCILE_AND_COMMIT)
         log.info("pipeline config %s (P4Info with %d tables)",
-                 names.Name(action), len(schema.tables))
+                 names.Name(action), len(binding.tables))
         return p4r.SetForwardingPipelineConfigResponse()
 
     def GetForwardingPipelineConfig(self, request: p4r.GetForwardingPipelineConfigRequest,
@@ -206,11 +206,11 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _election(request: Any) -> int | None:
         return uint128(request.election_id) if request.HasField("election_id") else None
 
-    def _require_schema(self) -> Schema:
-        if self._schema is None:
+    def _require_binding(self) -> PipelineBinding:
+        if self._binding is None:
             raise P4RuntimeError(grpc.StatusCode.FAILED_PRECONDITION,
                                  "no pipeline config: push one with SetForwardingPipelineConfig")
-        return self._schema
+        return self._binding
 
     # ----------------------------------------------------------- Write
     def Write(self, request: bytes, context: grpc.ServicerContext) -> Any:
@@ -230,8 +230,8 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _decode_and_write(self, data: bytes, updates: list[int]) -> p4r.WriteResponse:
         try:
-            request = p4wire.decode_write_request(data)
-        except p4wire.WireError as err:
+            request = p4rt_codec.decode_write_request(data)
+        except p4rt_codec.MalformedRequestError as err:
             raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
                                  f"malformed WriteRequest: {err}; send a serialized "
                                  "p4.v1.WriteRequest") from err
@@ -242,12 +242,12 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
             election = None if request.election_id is None else \
                 request.election_id[0] << 64 | request.election_id[1]
             self.arbiter.check_primary(request.role, election)
-            schema = self._require_schema()
+            binding = self._require_binding()
             if request.atomicity == p4r.WriteRequest.DATAPLANE_ATOMIC:
                 raise P4RuntimeError(grpc.StatusCode.UNIMPLEMENTED,
                                      "DATAPLANE_ATOMIC is not supported: use CONTINUE_ON_ERROR or "
                                      "ROLLBACK_ON_ERROR (both are all-or-none here)")
-            self._writer.write(schema, request.updates)
+            self._writer.write(binding, request.updates)
         return p4r.WriteResponse()
 
     # ------------------------------------------------------------ Read
@@ -257,7 +257,7 @@ class SoftswitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         failure: P4RuntimeError | BatchError | None = None
         try:
             self._check_device(request.device_id)
-            yield from self._reader.read(self._require_schema(), request)
+            yield from self._reader.read(self._require_binding(), request)
         except (P4RuntimeError, BatchError) as err:
             failure = err
         except Exception as err:
@@ -349,7 +349,7 @@ def _handlers(servicer: SoftswitchP4Runtime) -> grpc.GenericRpcHandler:
         return kind(method, request_deserializer=parse, response_serializer=serialize)
 
     return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", {
-        # Write is decoded by hysync/p4wire, not the (pure-Python, slow) protobuf library.
+        # Write is decoded by hysync/p4rt_codec, not the (pure-Python, slow) protobuf library.
         "Write": handler(grpc.unary_unary_rpc_method_handler, servicer.Write,
                          bytes, p4r.WriteResponse),
         "Read": handler(grpc.unary_stream_rpc_method_handler, servicer.Read,

@@ -1,10 +1,10 @@
 """The P4 program mirrors hysync/wire.py: header layout, lanes and constants.
 
-The wire format's P4 side is generated (p4src/shared/wire.p4, `python -m hysync.gen_p4`);
+The wire format's P4 side is generated (p4src/shared/wire.p4, `python -m hysync.codegen`);
 these tests read the generated and the hand-written P4 with a small parser (regexes over
 the declarations this project writes, not a general P4 parser) and compare them with the
 wire format owner, so a generator that writes something else fails here, and
-tests/test_generated_p4.py fails when a committed file is not what the generator writes.
+tests/test_codegen.py fails when a committed file is not what the generator writes.
 When p4c is on PATH the program is compiled and the P4Info it produces must equal the
 committed p4src/v1model/hysync.p4info.txtpb, which the softswitch and the controller load.
 """

@@ -1,5 +1,5 @@
 """The TNA program's `verdict` rows, generated from the decision table
-(hysync/spec/tna_tables.py, hysync/spec/decision.py).
+(hysync/protocol_spec/tna_tables.py, hysync/protocol_spec/decision.py).
 
 On every combination of flags and register answers the TNA passes can produce, the
 generated rows give the action the generator derived, and what that action sends, drops and
@@ -16,9 +16,9 @@ import dataclasses
 import pytest
 
 from hysync import gen_p4
-from hysync.spec import decision, tna_tables
-from hysync.spec.decision import Emit, Fact, Verdict
-from hysync.spec.tna_tables import Action
+from hysync.protocol_spec import decision, tna_tables
+from hysync.protocol_spec.decision import Emit, Fact, Verdict
+from hysync.protocol_spec.tna_tables import Action
 from hysync.wire import DropReason, ResyncReason
 
 ANSWERS = list(tna_tables.answers())

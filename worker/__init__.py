@@ -9,14 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from hysync.worker.call_stats import CallStats
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
-from hysync.worker.stats import CallStats
-from hysync.worker.transport import CallResult, SwitchUnreachableError, Transport
+from hysync.worker.transport import (
+    CallAbortedError,
+    CallResult,
+    NoReplyError,
+    SwitchRestartedError,
+    Transport,
+)
 
 __all__ = [
-    "CallResult", "CallStats", "FixedPointQuantizer", "HySyncHookState", "HySyncWorker",
-    "QuantStats", "SwitchUnreachableError", "Transport", "TransportConfig", "hysync_hook",
+    "CallAbortedError", "CallResult", "CallStats", "FixedPointQuantizer", "HySyncHookState",
+    "HySyncWorker", "NoReplyError", "QuantStats", "SwitchRestartedError", "Transport",
+    "TransportConfig", "hysync_hook",
 ]
 
 _LAZY = {"HySyncWorker": "hysync.worker.api", "HySyncHookState": "hysync.worker.ddp_hook",

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from hysync import _core
+from hysync.worker.call_stats import CallStats
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer
-from hysync.worker.stats import CallStats
 from hysync.worker.transport import Transport
 
 log = logging.getLogger(__name__)

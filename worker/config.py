@@ -1,10 +1,33 @@
-"""`TransportConfig`: what a worker's transport needs to know, validated on construction."""
+"""`TransportConfig`: what a worker's transport needs to know, validated on construction.
+
+The engine's settings take their defaults from the engine's own configuration
+(native/worker/config.h, `hysync._core.worker.EngineConfig`), the one place they are written:
+what each means is said there.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from hysync import wire
+from hysync import _core, wire
+
+_DEFAULTS = _core.worker.EngineConfig()
+# The fields TransportConfig hands the engine as they are (engine_config adds the switch's
+# address, the quantizer's scale and the seed).
+ENGINE_FIELDS = ("job_id", "worker_id", "slot_base", "slot_count", "members", "rto_initial",
+                 "rto_min", "rto_max", "dead_after", "stall_after", "missed_after", "join_after",
+                 "staleness_decay")
+
+
+def engine_config(**fields: Any) -> Any:
+    """A `hysync._core.worker.EngineConfig`: the engine's defaults, with `fields` set."""
+    config = _core.worker.EngineConfig()
+    for name, value in fields.items():
+        if not hasattr(config, name):
+            raise TypeError(f"engine_config: no engine setting {name!r}")
+        setattr(config, name, value)
+    return config
 
 
 @dataclass
@@ -19,22 +42,17 @@ class TransportConfig:
     # address (a launcher's inherited descriptor): the transport takes it over instead of
     # binding, so no other process can take the port between its choice and the bind.
     bind_fd: int | None = None
-    slot_base: int = 0
-    slot_count: int = 64  # the window W: slots this job owns, all in flight at once
-    members: int = 1  # n: sizes the quantizer's clipping bound
-    rto_initial: float = 0.02
-    rto_min: float = 0.002
-    rto_max: float = 0.5
-    dead_after: float = 5.0
-    # partial: park a silent contribution this long after it left if the switch answered
-    # others meanwhile (else at its first timeout); docs/protocol.md, partial liveness
-    stall_after: float = 0.005
-    missed_after: float = 0.25  # a skipped round not here after this long was missed
-    # A call stuck this long offers its idle slots' rounds a JOIN. Longer than rto_max: a call
-    # waiting out a retransmission back-off is repairing a loss, not deadlocked, and a JOIN
-    # then shifts which calls' chunks meet on a slot (a dangling round after a job's last call).
-    join_after: float = 1.0
-    staleness_decay: float = 1.0
+    slot_base: int = _DEFAULTS.slot_base
+    slot_count: int = _DEFAULTS.slot_count  # the window W
+    members: int = _DEFAULTS.members
+    rto_initial: float = _DEFAULTS.rto_initial
+    rto_min: float = _DEFAULTS.rto_min
+    rto_max: float = _DEFAULTS.rto_max
+    dead_after: float = _DEFAULTS.dead_after
+    stall_after: float = _DEFAULTS.stall_after
+    missed_after: float = _DEFAULTS.missed_after
+    join_after: float = _DEFAULTS.join_after
+    staleness_decay: float = _DEFAULTS.staleness_decay
     recv_buffer: int = 32 * 1024 * 1024
     seed: int | None = None  # seeds the async sequence starts
 
@@ -63,3 +81,9 @@ class TransportConfig:
     @property
     def switch_address(self) -> tuple[str, int]:
         return self.switch_host, self.switch_port
+
+    def engine_config(self, switch_ip: str, scale: float, seed: int) -> Any:
+        """The engine's configuration for this transport: the switch at `switch_ip` (resolved
+        from switch_host), the quantizer's `scale`, `seed` for the async sequence starts."""
+        return engine_config(switch_ip=switch_ip, switch_port=self.switch_port, scale=scale,
+                             seed=seed, **{name: getattr(self, name) for name in ENGINE_FIELDS})

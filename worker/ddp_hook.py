@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from hysync.host_group import Applied, HostGroup
 from hysync.worker.api import HySyncWorker
-from hysync.worker.stats import CallStats
+from hysync.worker.call_stats import CallStats
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The protocol (docs/protocol.md §9: chunks and slots, RULE A / RULE B, sync / partial /
 async, parking, timers, failures) runs in the compiled core, `hysync._core.worker.Engine`
 (native/worker/), with the GIL released for a whole call. This module keeps the meaning:
-the socket and its bind error, keys by name, the switch-unreachable error, logs and
+the socket and its bind error, keys by name, the no-reply error, logs and
 `CallStats`.
 """
 
@@ -21,11 +21,11 @@ import numpy as np
 
 from hysync import _core, logs, wire
 from hysync.wire import ResyncReason
+from hysync.worker.call_stats import CallStats
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
-from hysync.worker.stats import CallStats
 
-__all__ = ["CallResult", "SwitchRestartedError", "SwitchUnreachableError", "Transport",
+__all__ = ["CallAbortedError", "CallResult", "NoReplyError", "SwitchRestartedError", "Transport",
            "TransportConfig"]
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,17 @@ log = logging.getLogger(__name__)
 STORM_RETRANSMITS = 16
 
 
-class SwitchUnreachableError(ConnectionError):
-    """No reply from the switch within `dead_after` seconds while contributions waited."""
+class CallAbortedError(ConnectionError):
+    """A call the switch did not complete, for one of the two reasons below: catch this for
+    either."""
 
 
-class SwitchRestartedError(SwitchUnreachableError):
+class NoReplyError(CallAbortedError):
+    """No reply from the switch within `dead_after` seconds while contributions waited.
+    (The controller's `SwitchUnreachableError` is another thing: its gRPC channel.)"""
+
+
+class SwitchRestartedError(CallAbortedError):
     """The switch answered from state that is new for the job (it restarted, or the job was
     removed and added again): the call's contributions in flight have unknown fate. They stay
     as residual, the replica needs a resync, and the next call learns the switch's new rounds."""
@@ -62,13 +68,7 @@ class Transport:
         self.address: tuple[str, int] = self._sock.getsockname()
         seed = config.seed if config.seed is not None else random.getrandbits(63)
         self._engine = _core.worker.Engine(
-            fd=self._sock.fileno(), job_id=config.job_id, worker_id=config.worker_id,
-            switch_ip=switch_ip, switch_port=config.switch_port,
-            slot_base=config.slot_base, slot_count=config.slot_count, members=config.members,
-            scale=quantizer.scale, rto_initial=config.rto_initial, rto_min=config.rto_min,
-            rto_max=config.rto_max, dead_after=config.dead_after, stall_after=config.stall_after,
-            missed_after=config.missed_after, join_after=config.join_after,
-            staleness_decay=config.staleness_decay, seed=seed)
+            config.engine_config(switch_ip, quantizer.scale, seed), fd=self._sock.fileno())
         self._keys: dict[Hashable, tuple[int, int]] = {}  # key -> (engine index, numel)
         self._busy = False
 
@@ -198,7 +198,7 @@ class Transport:
                     f"{cfg.worker_id}: {self._engine.reset_why}. The "
                     f"call's contributions in flight are kept as residual and the replica must "
                     f"be resynchronized; the next call goes on with the switch's new state.")
-            raise self._unreachable()
+            raise self._no_reply()
         return CallResult(out, stats)
 
     def poll_results(self, duration: float) -> CallStats:
@@ -249,10 +249,10 @@ class Transport:
         for level, message in self._engine.take_logs():
             log.log(level, "%s", message)
 
-    def _unreachable(self) -> SwitchUnreachableError:
+    def _no_reply(self) -> NoReplyError:
         cfg = self.config
         host, port = cfg.switch_address
-        return SwitchUnreachableError(
+        return NoReplyError(
             f"no reply from the HySync switch at {host}:{port} for {cfg.dead_after:g} s "
             f"(job {cfg.job_id}, worker {cfg.worker_id}, bound to "
             f"{self.address[0]}:{self.address[1]}). Likely causes: the switch is not running "

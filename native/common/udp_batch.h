@@ -93,6 +93,8 @@ class DatagramBatch {
   // polls for writability). Returns how many were sent; the rest are dropped and counted in
   // send_errors() (a full socket buffer or an unreachable peer must not stall the data path).
   std::size_t flush(int fd);
+  // Drops every appended datagram unsent.
+  void discard() { count_ = 0; }
   // Only for UDP sockets (not AF_PACKET). A kernel without UDP GSO (before 4.18, or a device
   // without checksum offload) refuses the first segmented message: the batch then sends
   // datagram by datagram from there on. Once one went through, a refused one is a failed send.

@@ -200,7 +200,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   const uint32_t refused_mark = ~cfg.epoch;  // protocol.md §4 step 8
   const bool counted = seq_epoch == cfg.epoch && seq == r;
 
-  // The decision table (hysync/spec/decision.py, generated into hysync_decision.h).
+  // The decision table (hysync/protocol_spec/decision.py, generated into hysync_decision.h).
   namespace f = decision::fact;
   const uint32_t facts =
       (slot.mode == uint32_t(w::Mode::ASYNC) ? f::ASYNC : 0) | (counted ? f::COUNTED : 0) |

@@ -196,7 +196,8 @@ void Pipeline::process_frame(CounterShard& c, const Tables& t, uint16_t port,
     return drop(c, load_be16(payload + w::OFF_JOB_ID), w::DropReason::BAD_LENGTH, nbytes);
   // The parser extracts one header, plus the lanes for CONTRIB and RESULT; the rest is unread.
   const uint8_t op = len >= 2 ? payload[w::OFF_OP] : 0;
-  const std::size_t parsed = (op == 1 || op == 2) ? w::PACKET_BYTES : w::HEADER_BYTES;
+  const bool has_lanes = op == uint8_t(w::Op::CONTRIB) || op == uint8_t(w::Op::RESULT);
+  const std::size_t parsed = has_lanes ? w::PACKET_BYTES : w::HEADER_BYTES;
   if (len > parsed) len = parsed;
   uint8_t* out = scratch + w::HYSYNC_OFFSET;
   Verdict v = aggregate(c, t, payload, len, src_ip, src_port, nbytes, out);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "worker/engine.h"
@@ -45,7 +46,8 @@ struct Harness {
     c.seed = 1;
     return c;
   }
-  Harness() : engine(config(sink_addr), fd) {
+  Harness()
+      : engine(config(sink_addr), std::make_unique<hw::SocketBackend>(fd, sink_addr)) {
     keys[0] = engine.register_key(300);  // chunks 0..4, the last one partial
     keys[1] = engine.register_key(64);   // chunk 5
     begin();

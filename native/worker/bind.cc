@@ -9,6 +9,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <memory>
+#include <string>
 #include <stdexcept>
 
 #include "common/registry.h"
@@ -19,6 +21,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using hysync::worker::Engine;
 using hysync::worker::EngineConfig;
+using hysync::worker::Faults;
 
 namespace {
 
@@ -46,43 +49,75 @@ std::tuple<uint64_t, uint64_t, float> quantize(Floats values, Floats fixed, Floa
   return {stats.clipped, stats.nonfinite, stats.max_abs_error};
 }
 
-Engine* make_engine(Engine* self, int fd, uint32_t job_id, uint32_t worker_id,
-                    const std::string& switch_ip, uint16_t switch_port, uint32_t slot_base,
-                    uint32_t slot_count, int members, double scale, double rto_initial,
-                    double rto_min, double rto_max, double dead_after, double stall_after,
-                    double missed_after, double join_after, float staleness_decay,
-                    uint64_t seed, bool test_only_ignore_echo, bool test_only_no_chase,
-                    bool test_only_pin_overflow) {
-  EngineConfig c;
-  c.job_id = job_id;
-  c.worker_id = worker_id;
-  c.switch_addr.sin_family = AF_INET;
-  c.switch_addr.sin_port = htons(switch_port);
-  if (inet_pton(AF_INET, switch_ip.c_str(), &c.switch_addr.sin_addr) != 1)
-    throw std::invalid_argument("switch address " + switch_ip + " is not a dotted IPv4 address");
-  c.slot_base = slot_base;
-  c.slot_count = slot_count;
-  c.members = members;
-  c.scale = scale;
-  c.rto_initial = rto_initial;
-  c.rto_min = rto_min;
-  c.rto_max = rto_max;
-  c.dead_after = dead_after;
-  c.stall_after = stall_after;
-  c.missed_after = missed_after;
-  c.join_after = join_after;
-  c.staleness_decay = staleness_decay;
-  c.seed = seed;
-  c.test_only_ignore_echo = test_only_ignore_echo;
-  c.test_only_no_chase = test_only_no_chase;
-  c.test_only_pin_overflow = test_only_pin_overflow;
-  Engine* engine = new (self) Engine(c, fd);
+// fd >= 0: a bound UDP socket (the socket backend); -1: the in-memory backend, the only one
+// that takes faults.
+Engine* make_engine(Engine* self, const EngineConfig& config, int fd, const Faults* faults) {
+  std::unique_ptr<hysync::worker::Backend> backend;
+  if (fd >= 0) {
+    if (faults != nullptr)
+      throw std::invalid_argument("Engine: faults are for the in-memory backend (fd=-1) only");
+    backend = std::make_unique<hysync::worker::SocketBackend>(fd, config.switch_addr);
+  } else {
+    backend = std::make_unique<hysync::worker::MemoryBackend>();
+  }
+  Engine* engine = new (self) Engine(config, std::move(backend), faults ? *faults : Faults{});
   engine->set_interrupt_check([] {  // Ctrl-C in the main thread; elsewhere it never fires
     if (abandoning.load(std::memory_order_relaxed)) return true;  // no GIL: we may be exiting
     nb::gil_scoped_acquire locked;
     return PyErr_CheckSignals() != 0;
   });
   return engine;
+}
+
+std::string switch_ip(const EngineConfig& c) {
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &c.switch_addr.sin_addr, text, sizeof text);
+  return text;
+}
+
+void set_switch_ip(EngineConfig& c, const std::string& ip) {
+  c.switch_addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, ip.c_str(), &c.switch_addr.sin_addr) != 1)
+    throw std::invalid_argument("switch address " + ip + " is not a dotted IPv4 address");
+}
+
+// EngineConfig and Faults as Python classes, made with the C++ defaults; every field an
+// attribute (worker/config.py's engine_config sets them by name).
+void bind_config(nb::module_& m) {
+  nb::class_<EngineConfig>(m, "EngineConfig",
+                           "The worker engine's configuration; its defaults are the worker's.")
+      .def(nb::init<>())
+      .def_rw("job_id", &EngineConfig::job_id)
+      .def_rw("worker_id", &EngineConfig::worker_id)
+      .def_prop_rw("switch_ip", &switch_ip, &set_switch_ip)
+      .def_prop_rw(
+          "switch_port", [](const EngineConfig& c) { return ntohs(c.switch_addr.sin_port); },
+          [](EngineConfig& c, uint16_t port) {
+            c.switch_addr.sin_family = AF_INET;
+            c.switch_addr.sin_port = htons(port);
+          })
+      .def_rw("slot_base", &EngineConfig::slot_base)
+      .def_rw("slot_count", &EngineConfig::slot_count)
+      .def_rw("members", &EngineConfig::members)
+      .def_rw("scale", &EngineConfig::scale)
+      .def_rw("rto_initial", &EngineConfig::rto_initial)
+      .def_rw("rto_min", &EngineConfig::rto_min)
+      .def_rw("rto_max", &EngineConfig::rto_max)
+      .def_rw("dead_after", &EngineConfig::dead_after)
+      .def_rw("stall_after", &EngineConfig::stall_after)
+      .def_rw("missed_after", &EngineConfig::missed_after)
+      .def_rw("join_after", &EngineConfig::join_after)
+      .def_rw("staleness_decay", &EngineConfig::staleness_decay)
+      .def_rw("seed", &EngineConfig::seed);
+  nb::class_<Faults>(m, "Faults",
+                     "Protocol rules a simulation takes out (native/worker/faults.h).")
+      .def(nb::init<>())
+      .def_rw("ignore_echo", &Faults::ignore_echo)
+      .def_rw("no_chase", &Faults::no_chase)
+      .def_rw("pin_overflow", &Faults::pin_overflow)
+      .def_rw("no_restart_detection", &Faults::no_restart_detection)
+      .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
+      .def_rw("send_dropped", &Faults::send_dropped);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.
@@ -92,6 +127,15 @@ bool finished(hysync::worker::CallStatus status) {
     throw nb::python_error();
   }
   return status == hysync::worker::CallStatus::DONE;
+}
+
+// The in-memory backend of an engine made with fd -1, for the calls only it answers.
+hysync::worker::MemoryBackend& memory_of(Engine& e, const char* what) {
+  auto* memory = dynamic_cast<hysync::worker::MemoryBackend*>(&e.backend());
+  if (memory == nullptr)
+    throw std::logic_error(std::string(what) + ": this engine runs on a socket; make it with "
+                           "fd=-1 for the in-memory backend");
+  return *memory;
 }
 
 int checked_key(Engine& e, int index) {
@@ -150,13 +194,10 @@ void bind(nb::module_& m) {
         }, "members"_a,
         "(sentinel, bound) of the quantizer for `members` contributors: what a non-finite or "
         "out-of-range element is sent as, and the largest magnitude sent as itself.");
+  bind_config(m);
   nb::class_<Engine>(m, "Engine")
-      .def("__init__", &make_engine, "fd"_a, "job_id"_a, "worker_id"_a, "switch_ip"_a,
-           "switch_port"_a, "slot_base"_a, "slot_count"_a, "members"_a, "scale"_a,
-           "rto_initial"_a, "rto_min"_a, "rto_max"_a, "dead_after"_a, "stall_after"_a,
-           "missed_after"_a, "join_after"_a, "staleness_decay"_a, "seed"_a,
-           "test_only_ignore_echo"_a = false, "test_only_no_chase"_a = false,
-           "test_only_pin_overflow"_a = false)
+      .def("__init__", &make_engine, "config"_a, "fd"_a = -1, "faults"_a.none() = nb::none(),
+           "An engine on the socket fd (bound UDP), or with fd=-1 on the in-memory backend.")
       .def("register", &Engine::register_key, "numel"_a)
       .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
       .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })
@@ -206,10 +247,11 @@ void bind(nb::module_& m) {
       // The in-memory backend (fd -1), for a deterministic driver (tests/sim): no socket, no
       // wall clock. begin_call keeps a pointer into `values`: the caller keeps the array alive
       // and untouched until step() returns something other than 3 (PENDING).
-      .def("set_time", &Engine::set_time, "now"_a)
+      .def("set_time", [](Engine& e, double now) { memory_of(e, "set_time").set_time(now); },
+           "now"_a)
       .def("take_sent", [](Engine& e) {
              nb::list out;
-             for (const auto& d : e.take_sent())
+             for (const auto& d : memory_of(e, "take_sent").take_sent())
                out.append(nb::bytes(reinterpret_cast<const char*>(d.data()), d.size()));
              return out;
            })

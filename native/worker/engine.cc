@@ -1,67 +1,41 @@
-// The worker's protocol engine (docs/protocol.md §9). Method names follow the rules they
-// implement; it is a port, rule by rule, of the pure-Python engine that worker/transport.py
-// held before (in git history), which the worker and e2e tests were written against.
-// This file: construction, logs and the call itself (allreduce, begin_call, step, end_call).
-// The rest of Engine, one part a file: io.cc (the socket or in-memory backend, receiving,
-// decoding), flights.cc (sending, timers, RTO, parking, JOINs), results.cc (replies and rounds,
-// RULE A), residuals.cc (keys and their residuals, RULE B); engine_internal.h, what they share.
-#include <poll.h>
-#include <time.h>
-
+// The worker's protocol engine (docs/protocol.md §9); method names follow the rules they
+// implement. This file: construction and the call itself (allreduce, begin_call, step,
+// end_call, abort), poll between calls, and the loop's waits on the backend.
+// The engine's parts, one a file:
+//   backend.h/.cc   I/O: the UDP socket or the in-memory backend, and the clock
+//   flights.cc      flights and timers: sending, retransmission, parking, JOINs (Engine);
+//                   rto.h/.cc, the retransmission timeout; flight.h, slot.h, what they hold
+//   results.cc      replies and results: what RESULT, RESYNC and ACK mean for a flight and
+//                   the replica (Engine); rounds.h/.cc, RULE A and the install tag
+//   keys.h/.cc      keys and residuals: chunk ranges, the output, RULE B; call.h, the call
+//   config.h        the configuration and its defaults; faults.h, a simulation's faults
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
+#include <system_error>
 
 #include "worker/engine_internal.h"
 
 namespace hysync::worker {
 
-double monotonic_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-Engine::Engine(const EngineConfig& config, int fd)
+Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, const Faults& faults)
     : cfg_(config),
-      quantizer_(config.scale, config.members, config.test_only_pin_overflow),
-      fd_(fd),
+      faults_(faults),
+      quantizer_(config.scale, config.members, faults.pin_overflow),
+      io_(std::move(backend)),
       w_(config.slot_count),
       bit_(1u << config.worker_id),
-      next_round_(w_, 0),
-      seq_(w_),
-      known_(w_, false),
-      chased_(w_),
-      own_results_(w_),
-      mode_(w_, -1),
-      tx_number_(w_, 0),
-      suspect_(w_),
-      acked_(w_),
-      flight_(w_),
-      rto_(config.rto_initial),
-      last_rx_(0),
-      rx_(RECV_BATCH, 2048),
-      tx_(RECV_BATCH, P) {
-  rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
-  tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
+      slots_(w_),
+      last_rx_(0) {
   std::mt19937_64 rng(config.seed);
-  for (auto& s : seq_) s = 1 + uint32_t(rng() % (HALF32 - 1));
+  for (Slot& s : slots_) s.seq = 1 + uint32_t(rng() % (HALF32 - 1));
   last_rx_ = now();
 }
 
 Engine::~Engine() = default;
-
-void Engine::log(int level, std::string message) {
-  if (logs_.size() < 10000) logs_.emplace_back(level, std::move(message));
-}
-
-std::vector<std::pair<int, std::string>> Engine::take_logs() {
-  std::vector<std::pair<int, std::string>> out;
-  out.swap(logs_);
-  return out;
-}
 
 // ------------------------------------------------------------------ the call
 CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
@@ -71,19 +45,17 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     const CallStatus status = step(read_before_timeouts(now()));
     if (status != CallStatus::PENDING) return status;
     const double delay = std::clamp(next_wake() - now(), 0.0, cfg_.dead_after);
-    timespec ts{time_t(delay), long((delay - std::floor(delay)) * 1e9)};
-    pollfd p{fd_, POLLIN, 0};
-    const double blocked = monotonic_now();
-    int ready = ppoll(&p, 1, &ts, nullptr);
-    stats_.waited_s += monotonic_now() - blocked;  // nothing to do but wait
+    const double blocked = now();
+    const bool ready = io_->wait(delay);
+    stats_.waited_s += now() - blocked;  // nothing to do but wait
     // Woken by a reply or by the timeout, what runs after the deadline (the first timer) ran
     // late by as long as this process then waited for a core.
-    woke_late_ = std::max(0.0, monotonic_now() - blocked - delay);
-    if (interrupted(monotonic_now())) {
+    woke_late_ = std::max(0.0, now() - blocked - delay);
+    if (interrupted(now())) {
       abort_call();
       return CallStatus::INTERRUPTED;
     }
-    if (ready > 0) receive();
+    if (ready) receive();
   }
 }
 
@@ -91,7 +63,8 @@ CallStatus Engine::step(double now) {
   if (!call_) return CallStatus::DONE;
   if (call_->remaining > 0) expire(now);
   if (!reset_why_.empty()) {
-    log(40, "worker " + std::to_string(cfg_.worker_id) + " aborts its call: " + reset_why_);
+    log_(Log::ERROR,
+         "worker " + std::to_string(cfg_.worker_id) + " aborts its call: " + reset_why_);
     abort_call();
     return CallStatus::RESET;
   }
@@ -103,9 +76,9 @@ CallStatus Engine::step(double now) {
     // switch must still be reported, not trained against with nothing aggregated: once
     // dead_after has passed, and at the end of every later call until it is heard again.
     if (silent_too_long(now) || (gave_up_at_ >= 0 && last_rx_ < gave_up_at_)) {
-      log(40, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
+      log_(Log::ERROR, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
                   std::to_string(cfg_.dead_after) + " s: " + describe_flights());
-      flag_resync("nothing heard from the switch while calls carried their chunks");
+      rounds_.flag_resync("nothing heard from the switch while calls carried their chunks");
       unanswered_since_ = -1;
       gave_up_at_ = now;
       return CallStatus::UNREACHABLE;
@@ -114,8 +87,8 @@ CallStatus Engine::step(double now) {
   }
   join_idle_slots(now);
   flush();
-  if (silent_too_long(now)) {
-    log(40, "worker " + std::to_string(cfg_.worker_id) +
+  if (silent_too_long(now) || waited_too_long(now)) {
+    log_(Log::ERROR, "worker " + std::to_string(cfg_.worker_id) +
                 " gives up waiting: " + describe_flights());
     gave_up_at_ = now;
     abort_call();
@@ -125,7 +98,7 @@ CallStatus Engine::step(double now) {
 }
 
 void Engine::begin_call(int index, float* values, int64_t numel) {
-  check_suspects();
+  rounds_.check_suspects();
   reset_why_.clear();
   if (spare_call_) {
     call_ = std::move(spare_call_);
@@ -142,9 +115,9 @@ void Engine::begin_call(int index, float* values, int64_t numel) {
   // grace period would otherwise never end (the worker falls silent).
   expire(t);
   for (uint32_t i = 0; i < w_; ++i) {
-    if (!flight_[i])
+    if (!slots_[i].flight)
       send_next(i, t);
-    else if (flight_[i]->parked)
+    else if (slots_[i].flight->parked)
       hold_queue(i, t);
   }
 }
@@ -153,15 +126,110 @@ bool Engine::call_done() const { return !call_ || call_->remaining == 0; }
 
 void Engine::end_call() {
   flush();
-  finish();
+  keys_.finish(*call_);
   retire_call();
 }
 
 void Engine::retire_call() { spare_call_ = std::move(call_); }
 
+// The call failed: forget what is in flight. Its outcome is unknown, so the chunks keep their
+// full value as residual and the replica must resynchronize.
+void Engine::abort_call() {
+  Call& c = *call_;
+  unanswered_since_ = -1;  // the next call gives the switch dead_after afresh
+  drop_flights();
+  for (auto& o : c.outcome)
+    if (o == Outcome::PENDING) o = Outcome::CARRIED;
+  keys_.finish(*call_);
+  retire_call();
+  rounds_.flag_resync("a call was aborted with contributions in flight");
+}
+
 void Engine::tick(double now) {
   expire(now);
   flush();
+}
+
+CallStatus Engine::poll(double duration) {
+  const double end = now() + duration;
+  double t;
+  while ((t = now()) < end) {
+    if (interrupted(t)) return CallStatus::INTERRUPTED;
+    t = read_before_timeouts(t);
+    expire(t);  // residual-only and parked packets keep retrying
+    flush();
+    double wait = end - t;
+    if (!timers_.empty()) wait = std::min(wait, timers_.top().at - t);
+    wait = std::max(0.0, wait);
+    const double blocked = now();
+    const bool ready = io_->wait(wait);
+    woke_late_ = std::max(0.0, now() - blocked - wait);
+    if (ready) receive();
+  }
+  woke_late_ = 0;
+  flush();
+  rounds_.check_suspects();
+  return CallStatus::DONE;
+}
+
+// How long the switch has been silent while this worker waited on it: since the first packet
+// sent after the last reply heard (not since that reply: a worker computing between calls sends
+// nothing and waits on nothing).
+// Written as next_wake() writes the deadline: the same floating-point sum.
+bool Engine::silent_too_long(double now) const {
+  return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
+}
+
+// A packet of this call has waited dead_after since it was launched while replies to others
+// kept silent_too_long from firing: a round latched in sync (or a partial quorum) that waits
+// for a member who is gone, on a slot of a job whose other slots run async since
+// (docs/protocol.md §9 Failures). The call gives up as it does on silence. Parked packets are
+// settled already.
+bool Engine::waited_too_long(double now) const {
+  if (!call_ || faults_.no_flight_deadline) return false;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = slots_[i].flight.get();
+    if (f && f->kind == Kind::OWN && f->key == call_->key && !f->parked &&
+        now >= f->launched + cfg_.dead_after)
+      return true;
+  }
+  return false;
+}
+
+double Engine::next_wake() const {
+  double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
+                                           : std::numeric_limits<double>::infinity();
+  if (!timers_.empty()) at = std::min(at, timers_.top().at);
+  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+  return at;
+}
+
+void Engine::flush() { io_->flush(); }
+
+// A timer due at `now` fires only after the backend was read empty: on a busy machine the
+// process wakes long after the replies arrived, and one that waits unread is no loss (its
+// retransmission would only add load on the switch). Returns the time after reading.
+double Engine::read_before_timeouts(double now) {
+  if (timers_.empty() || timers_.top().at > now) return now;
+  drain();
+  return this->now();
+}
+
+void Engine::drain() {
+  while (receive() == Backend::RECEIVE_BATCH) {
+  }
+}
+
+std::size_t Engine::receive() {
+  std::size_t n;
+  try {
+    n = io_->receive(*this);
+  } catch (const std::system_error& err) {  // e.g. an ICMP error reported on the socket
+    bad(std::string("socket error ") + err.what());
+    return 0;
+  }
+  if (n) flush();
+  return n;
 }
 
 bool Engine::interrupted(double now) {

@@ -1,5 +1,5 @@
-// What the worker engine's sources (engine.cc, io.cc, flights.cc, results.cc, residuals.cc)
-// share: wire constants, a datagram's decoded header and the call in progress (Engine::Call).
+// What the worker engine's sources (engine.cc, flights.cc, results.cc) share: wire constants
+// and a datagram's decoded header.
 // Internal to the engine: bind.cc and the rest of the core include worker/engine.h only.
 #pragma once
 #include <algorithm>
@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "common/bytes.h"
+#include "worker/call.h"
 #include "worker/engine.h"
 
 namespace hysync::worker {
 
 constexpr std::size_t H = wire::HEADER_BYTES;
-constexpr std::size_t RECV_BATCH = 256;     // messages read per wake-up (a coalesced one: a run)
 constexpr uint32_t HALF32 = 1u << 31;
 constexpr uint8_t SYNC = uint8_t(wire::Mode::SYNC), PARTIAL = uint8_t(wire::Mode::PARTIAL),
                   ASYNC = uint8_t(wire::Mode::ASYNC);
@@ -27,51 +27,5 @@ using wire::Header;  // the generated codec (hysync_wire.h)
 // Decoding a datagram (io.cc).
 const char* op_name(uint8_t op);
 std::string decode_error(const uint8_t* d, std::size_t size);
-
-// ------------------------------------------------------------------ the call
-struct Engine::Call {
-  int key = -1;
-  float* values = nullptr;  // the gradient; a chunk's rows become its output once prepared
-  int64_t numel = 0;
-  std::vector<Outcome> outcome;
-  std::vector<uint8_t> prepared;  // quantized: residual holds its error, values its output
-  std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
-  int64_t remaining = 0;
-  std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
-
-  Call(int k, const Key& reg, float* v, int64_t n, uint32_t window) {
-    start(k, reg, v, n, window);
-  }
-  // (Re)starts the call. The engine keeps one Call across calls: the per-slot queues keep
-  // their memory, where building W deques afresh took two allocations a slot every call.
-  void start(int k, const Key& reg, float* v, int64_t n, uint32_t window) {
-    key = k;
-    values = v;
-    numel = n;
-    outcome.assign(std::size_t(reg.chunks), Outcome::PENDING);
-    prepared.assign(std::size_t(reg.chunks), 0);
-    remaining = reg.chunks;
-    queues.resize(window);
-    held.resize(window);
-    for (uint32_t i = 0; i < window; ++i) {
-      queues[i].clear();
-      held[i].clear();
-      // Local chunk l goes to slot (first + l) % W: every W-th chunk from its start.
-      const int64_t first = (int64_t(i) - int64_t(reg.first % window) + window) % window;
-      for (int64_t l = first; l < reg.chunks; l += window) queues[i].push_back(l);
-    }
-  }
-  // Local index of global `chunk` if it waits in slot i's queue, else -1.
-  int64_t pending(const Key& reg, uint32_t chunk, uint32_t i) const {
-    int64_t local = int64_t(chunk) - int64_t(reg.first);
-    if (local < 0 || local >= reg.chunks || outcome[std::size_t(local)] != Outcome::PENDING)
-      return -1;
-    const auto& q = queues[i];
-    return std::find(q.begin(), q.end(), local) != q.end() ? local : -1;
-  }
-  std::size_t lanes_of(int64_t local) const {  // elements of `values` in this chunk
-    return std::size_t(std::clamp<int64_t>(numel - local * int64_t(LANES), 0, LANES));
-  }
-};
 
 }  // namespace hysync::worker

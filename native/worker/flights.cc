@@ -1,6 +1,6 @@
-// The worker engine's flights (engine_internal.h; the engine is described in engine.cc): the one
-// packet in flight per slot, from launch to its outcome - sending, retransmission timers, RTO
-// estimation, parking in partial mode, and the JOINs offered to idle slots.
+// The worker engine's flights (the engine is described in engine.cc): the one packet in flight
+// per slot, from launch to its outcome - sending, retransmission timers, parking in partial
+// mode, and the JOINs offered to idle slots.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,11 +13,6 @@
 namespace hysync::worker {
 
 namespace {
-
-// A silent packet waits this many times the longest recent silence (silence_timeout), and
-// at most SILENCE_CAP_S beyond the RTO: a loss at the end of a window (nothing after it to be
-// answered) is sent again within it, however long the job waited on a straggler lately.
-constexpr double SILENCE_MARGIN = 1.5, SILENCE_CAP_S = 0.1;
 
 constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
 
@@ -48,23 +43,23 @@ void Engine::send_next(uint32_t i, double now) {
 // "Displaced chunks"). Sync only: a partial round closes without me, and an async one needs no
 // partner; the chunk waits in the list meanwhile, its value in the residual.
 void Engine::send_chased(uint32_t i, double now) {
-  auto& chased = chased_[i];
-  if (chased.empty() || !known_[i] || mode_[i] != SYNC || cfg_.test_only_no_chase) return;
+  auto& chased = slots_[i].chased;
+  if (chased.empty() || !slots_[i].known || slots_[i].mode != SYNC || faults_.no_chase) return;
   const uint32_t chunk = chased.front();
   chased.pop_front();
-  const int k = key_of(chunk);
+  const int k = keys_.owner(chunk);
   const bool gone = k < 0 || !key(k).alive;
   // Sent again as this call's own chunk: a round took it, or will.
   const bool own = !gone && call_ && k == call_->key &&
                    call_->outcome[std::size_t(chunk - key(k).first)] != Outcome::CARRIED;
   if (gone || own) return send_chased(i, now);
-  send_extra(i, Kind::RESIDUAL, k, chunk, next_round_[i], now, false);
-  flight_[i]->chase = true;
+  send_extra(i, Kind::RESIDUAL, k, chunk, slots_[i].next_round, now, false);
+  slots_[i].flight->chase = true;
 }
 
 // A sync round of another chunk displaced slot i's flight of `chunk`: remember to send it again.
 void Engine::chase(uint32_t i, uint32_t chunk) {
-  auto& chased = chased_[i];
+  auto& chased = slots_[i].chased;
   if (std::find(chased.begin(), chased.end(), chunk) == chased.end()) chased.push_back(chunk);
 }
 
@@ -77,9 +72,9 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
   f->local = local;
   f->chunk = uint32_t(reg.first + uint32_t(local));
   int32_t fixed[LANES];
-  prepare_chunk(local, fixed, f->err.data());
+  keys_.prepare_chunk(c, local, fixed, f->err.data());
   for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
-  flight_[i] = std::move(f);
+  slots_[i].flight = std::move(f);
   ++inflight_;
   launch(i, rnd, now);
 }
@@ -94,7 +89,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
   f->join = join;
   if (k >= 0) {
     f->local = int64_t(chunk) - int64_t(key(k).first);
-    take_residual(k, f->local, f->amount.data());
+    keys_.take_residual(k, f->local, f->amount.data(), call_.get());
     f->has_amount = true;
     int32_t fixed[LANES];
     QuantStats unused;
@@ -105,7 +100,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
     std::fill(f->data.begin() + H, f->data.end(), uint8_t(0));  // (a reused flight's bytes)
     ++stats_.null_contribs;
   }
-  flight_[i] = std::move(f);
+  slots_[i].flight = std::move(f);
   ++inflight_;
   launch(i, &rnd, now);
 }
@@ -121,7 +116,7 @@ void Engine::join_idle_slots(double now) {
   if (!call_ || now < std::max(progress_at_, joined_at_) + cfg_.join_after) return;
   joined_at_ = now;
   for (uint32_t i = 0; i < w_; ++i)
-    if (!flight_[i] && call_->queues[i].empty()) offer_join(i, now);
+    if (!slots_[i].flight && call_->queues[i].empty()) offer_join(i, now);
 }
 
 // A JOIN for idle slot i at its next_round: the residual of the key's last chunk on that slot
@@ -133,19 +128,19 @@ void Engine::offer_join(uint32_t i, double now) {
   const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
   const bool owned = last < reg.chunks;
   send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
-             next_round_[i], now, true);
+             slots_[i].next_round, now, true);
   ++stats_.joins;
 }
 
 // First transmission of the slot's flight at round *rnd (null: the slot's next round or seq).
 void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
-  Flight& f = *flight_[i];
-  f.probe = !known_[i];
-  if (rnd == nullptr && (f.probe || mode_[i] == ASYNC)) {
+  Flight& f = *slots_[i].flight;
+  f.probe = !slots_[i].known;
+  if (rnd == nullptr && (f.probe || slots_[i].mode == ASYNC)) {
     f.round = next_seq(i);
     f.async_style = true;
   } else {
-    f.round = rnd == nullptr ? next_round_[i] : *rnd;
+    f.round = rnd == nullptr ? slots_[i].next_round : *rnd;
     f.async_style = false;
   }
   Header h;  // flags: transmit() writes them, per transmission
@@ -157,24 +152,24 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
   h.round = f.round;
   h.chunk = f.chunk;
   wire::store_header(f.data.data(), h);
-  f.floor_known = known_[i];
-  f.floor = next_round_[i];
+  f.floor_known = slots_[i].known;
+  f.floor = slots_[i].next_round;
   f.tries = 0;
   f.stale = false;
   f.closed = false;
   f.launched = now;
-  f.backoff = rto_;
+  f.backoff = rto_.value();
   // Partial: look early (stall_after) for the switch holding it in an open round (holdable).
-  f.early_look = holdable(i) && cfg_.stall_after < rto_;
+  f.early_look = holdable(i) && cfg_.stall_after < rto_.value();
   if (f.early_look) f.backoff = cfg_.stall_after;
   transmit(i, now, false);
-  f.backoff = rto_;
+  f.backoff = rto_.value();
 }
 
 void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
-  Flight& f = *flight_[i];
-  tx_number_[i] = (tx_number_[i] + 1) & TX_NUMBERS;
-  f.tx = tx_number_[i];
+  Flight& f = *slots_[i].flight;
+  slots_[i].tx_number = (slots_[i].tx_number + 1) & TX_NUMBERS;
+  f.tx = slots_[i].tx_number;
   f.data[wire::OFF_FLAGS] = uint8_t((retransmit ? uint8_t(wire::Flag::RETRANSMIT) : 0) |
                                     (f.join ? uint8_t(wire::Flag::JOIN) : 0) |
                                     f.tx << wire::TX_SHIFT);
@@ -183,38 +178,21 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   if (retransmit) ++(timeout ? stats_.retransmits : stats_.resent);
   if (retransmit && timeout) {
     f.backoff = std::min(2.0 * f.backoff, cfg_.rto_max);
-    if (now - backed_off_ >= rto_) {
-      // Back the timer off too (at most once per RTO, as TCP does): replies that only
-      // retransmitted packets get carry no RTT sample (Karn), so without this a queue longer
-      // than the RTO would keep every packet retransmitting.
-      rto_ = std::min(2.0 * rto_, cfg_.rto_max);
-      backed_off_ = now;
-    }
+    rto_.back_off(now);  // the timer too
   }
   ++f.tries;
   f.sent_at = now;
   f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
-  if (fd_ < 0) {
-    outbox_.emplace_back(f.data.begin(), f.data.end());
-    f.gen = ++gen_;
-    timers_.push({now + f.backoff, f.gen, i});
-    return;
-  }
-  uint8_t* out = tx_.append(cfg_.switch_addr, P);
-  if (out == nullptr) {
-    flush();
-    out = tx_.append(cfg_.switch_addr, P);
-  }
-  std::memcpy(out, f.data.data(), P);
+  io_->send(f.data.data(), P);
   f.gen = ++gen_;
   timers_.push({now + f.backoff, f.gen, i});
 }
 
 uint32_t Engine::next_seq(uint32_t i) {
-  uint32_t seq = seq_[i] + 1;
+  uint32_t seq = slots_[i].seq + 1;
   if (seq == 0) seq = 1;
-  seq_[i] = seq;
+  slots_[i].seq = seq;
   return seq;
 }
 
@@ -223,7 +201,7 @@ void Engine::expire(double now) {
   while (!timers_.empty() && timers_.top().at <= now) {
     const Timer t = timers_.top();
     timers_.pop();
-    Flight* f = flight_[t.slot].get();
+    Flight* f = slots_[t.slot].flight.get();
     if (!f || f->gen != t.gen) continue;
     const uint32_t i = t.slot;
     if (f->stale) {
@@ -239,7 +217,7 @@ void Engine::expire(double now) {
       f->early_look = false;
       const bool held = holdable(i) && last_rx_ > f->sent_at;
       if (held) park(i);  // its timer: rto_max (park)
-      timers_.push({held ? now + f->backoff : f->sent_at + rto_, f->gen, i, t.extended});
+      timers_.push({held ? now + f->backoff : f->sent_at + rto_.value(), f->gen, i, t.extended});
       continue;
     }
     // A timer that fires late because this process waited for a core after its wait for the
@@ -254,8 +232,8 @@ void Engine::expire(double now) {
     // A first transmission's timer armed under an RTO the samples since have outgrown (the
     // window of a call goes out at once, before its first answers teach the call's RTT)
     // runs to the RTO in force, as TCP's one timer does, re-armed at every answer.
-    if (f->tries == 1 && f->sent_at + rto_ > now) {
-      timers_.push({f->sent_at + rto_, t.gen, t.slot, t.extended});
+    if (f->tries == 1 && f->sent_at + rto_.value() > now) {
+      timers_.push({f->sent_at + rto_.value(), t.gen, t.slot, t.extended});
       continue;
     }
     // The switch has answered nothing sent after this packet (silent_flight), so the whole
@@ -266,7 +244,7 @@ void Engine::expire(double now) {
     // Not in partial mode, where silence is the switch's answer and retransmissions lead to
     // parking (stall_after), nor before a slot's mode is known.
     if (silent_flight(i)) {
-      const double silence = silence_timeout(now);
+      const double silence = rto_.silence_timeout(now);
       if (f->sent_at + silence > now) {
         timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
         continue;
@@ -291,7 +269,7 @@ void Engine::expire(double now) {
     }
     // A call that found this slot held by a parked packet gave its answer one RTO (hurry);
     // unanswered, the call's chunks here are carried now.
-    if (f->parked && mode_[i] == PARTIAL) carry_queue(i);
+    if (f->parked && slots_[i].mode == PARTIAL) carry_queue(i);
     // Partial: silence until the first timeout is the switch holding the packet in an open
     // round (or a loss, which the retransmission below covers): a second timeout would only
     // meet the same silence (the switch drops the duplicate without a word).
@@ -308,9 +286,10 @@ void Engine::expire(double now) {
 // Partial: slot i's packet is a contribution of mine to what is, as far as I know, the slot's
 // open round, and not parked: the switch may hold it there without a word.
 bool Engine::holdable(uint32_t i) const {
-  const Flight* f = flight_[i].get();
-  return f && !f->parked && !f->async_style && f->kind != Kind::NULLS && mode_[i] == PARTIAL &&
-         known_[i] && !f->closed && next_round_[i] == f->round;
+  const Flight* f = slots_[i].flight.get();
+  return f && !f->parked && !f->async_style && f->kind != Kind::NULLS &&
+         slots_[i].mode == PARTIAL &&
+         slots_[i].known && !f->closed && slots_[i].next_round == f->round;
 }
 
 // Slot i's packet waits on a switch that has answered nothing sent after it (sync or async;
@@ -318,8 +297,8 @@ bool Engine::holdable(uint32_t i) const {
 // may still come in, answers to packets sent before it, as the job's rounds run out. A lost
 // packet's timeout meets answers to later packets, as RACK (RFC 8985) tells a loss.
 bool Engine::silent_flight(uint32_t i) const {
-  const Flight* f = flight_[i].get();
-  return f && (mode_[i] == SYNC || mode_[i] == ASYNC) && !f->parked && !f->stale &&
+  const Flight* f = slots_[i].flight.get();
+  return f && (slots_[i].mode == SYNC || slots_[i].mode == ASYNC) && !f->parked && !f->stale &&
          answered_seq_ < f->sent_seq;
 }
 
@@ -327,7 +306,9 @@ bool Engine::silent_flight(uint32_t i) const {
 uint32_t Engine::longest_silent(uint32_t i) const {
   uint32_t best = i;
   for (uint32_t j = 0; j < w_; ++j)
-    if (j != i && silent_flight(j) && flight_[j]->sent_at < flight_[best]->sent_at) best = j;
+    if (j != i && silent_flight(j) &&
+        slots_[j].flight->sent_at < slots_[best].flight->sent_at)
+      best = j;
   return best;
 }
 
@@ -340,7 +321,7 @@ uint32_t Engine::longest_silent(uint32_t i) const {
 // stays in flight until the switch says for certain; if it was not counted, its amount goes
 // back into the residual (done()).
 void Engine::park(uint32_t i) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   f.parked = true;
   // The retransmission at parking covers a loss; until an answer (or a call's hurry), the
   // packet waits in an open round, where each retransmission meets silence again.
@@ -350,7 +331,7 @@ void Engine::park(uint32_t i) {
       call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
     for (std::size_t j = 0; j < LANES; ++j) f.amount[j] = quantizer_.own_value(f.lane(j));
     f.has_amount = true;
-    settle(f.local, Outcome::INCLUDED, &f);
+    keys_.settle(*call_, f.local, Outcome::INCLUDED, &f);
     --call_->remaining;
   }
   carry_queue(i);
@@ -368,9 +349,9 @@ void Engine::hold_queue(uint32_t i, double now) {
 
 // Retransmit a parked packet now; not a timeout: neither its backoff nor the RTO grows.
 void Engine::hurry(uint32_t i, double now) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   if (!f.stale) {  // else its grace timer decides it within one RTO anyway
-    f.backoff = rto_;
+    f.backoff = rto_.value();
     transmit(i, now, true, false);
   }
 }
@@ -378,7 +359,7 @@ void Engine::hurry(uint32_t i, double now) {
 // A reply reported slot i's mode. If it is no longer partial while this call's chunks there were
 // carried because a parked packet held the slot, they are pending again.
 void Engine::follow_mode(uint32_t i, double now) {
-  if (!call_ || call_->held[i].empty() || mode_[i] == PARTIAL) return;
+  if (!call_ || call_->held[i].empty() || slots_[i].mode == PARTIAL) return;
   Call& c = *call_;
   for (int64_t local : c.held[i]) {
     if (c.outcome[std::size_t(local)] == Outcome::CARRIED) {  // not SETTLED meanwhile
@@ -388,7 +369,7 @@ void Engine::follow_mode(uint32_t i, double now) {
     }
   }
   c.held[i].clear();
-  Flight* f = flight_[i].get();
+  Flight* f = slots_[i].flight.get();
   if (!f)
     send_next(i, now);
   else if (f->parked)
@@ -411,36 +392,7 @@ void Engine::carry_queue(uint32_t i) {
 
 void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
-  const double sample = now - f.sent_at;
-  if (srtt_ < 0) {
-    srtt_ = sample;
-    rttvar_ = sample / 2;
-  } else {
-    rttvar_ = 0.75 * rttvar_ + 0.25 * std::fabs(sample - srtt_);
-    srtt_ = 0.875 * srtt_ + 0.125 * sample;
-  }
-  // 4 x srtt, or srtt + 4 x rttvar (Jacobson) when the RTT jitters more than that: on a
-  // loaded host spurious retransmissions otherwise feed back.
-  const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
-  rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
-  // Sync and async answers are due once every member has sent (partial's may wait for the
-  // others' next call by design): the silence this one waited through, since it left or since
-  // the answer to a first transmission before it, was the job waiting on a process. (Not
-  // since any answer: a probe's, first after a wait, would hide the wait.)
-  if (mode_[i] == SYNC || mode_[i] == ASYNC)
-    silences_.add(now - std::max(f.sent_at, first_answered_at_), now);
-  first_answered_at_ = now;
-}
-
-// A silent packet (silent_flight) counts as lost only once it has waited through more than
-// the job's recent silences that ended without a loss: on a host whose processes wait for
-// cores, the job waits milliseconds to tens of them on one process over and over, and the
-// RTO, learned from hundreds of answers a millisecond, forgets each wait at once. A lost
-// packet meets answers to later ones and keeps the RTO; a silent one, the last of a window,
-// waits at most this long (SILENCE_CAP_S).
-double Engine::silence_timeout(double now) {
-  const double waits = std::min(SILENCE_MARGIN * silences_.value(now), SILENCE_CAP_S);
-  return std::min(std::max(rto_, waits), cfg_.rto_max);
+  rto_.sample(f.sent_at, now, slots_[i].mode == SYNC || slots_[i].mode == ASYNC);
 }
 
 // ------------------------------------------------------------------ outcomes
@@ -453,37 +405,58 @@ std::unique_ptr<Flight> Engine::new_flight() {
 }
 
 void Engine::end_flight(uint32_t i) {
-  spare_flights_.push_back(std::move(flight_[i]));
+  spare_flights_.push_back(std::move(slots_[i].flight));
   --inflight_;
 }
 
 // The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
 void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
                   const uint8_t* round) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
   progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
-    if (!included) restore(f, round);
+    if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {
     if (call_ && call_->key == f.key &&
         call_->outcome[std::size_t(f.local)] == Outcome::PENDING) {
-      settle(f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f, round);
+      keys_.settle(*call_, f.local, included ? Outcome::INCLUDED : Outcome::CARRIED, &f, round);
       --call_->remaining;
     }
   } else if (f.kind == Kind::RESIDUAL) {
-    return_residual(f, included, round);
+    keys_.return_residual(f, included, round);
   }
   end_flight(i);
   if (send_next_chunk) send_next(i, now);
+}
+
+// Forget every packet in flight as not counted: RULE B keeps its amount as residual. What is
+// queued and not yet sent is discarded: it belongs to these flights (a reply handled in the
+// same batch as the one that told of a new switch state may have launched one), and sent
+// after they are forgotten, the new state would count what the residual holds again.
+void Engine::drop_flights() {
+  if (!faults_.send_dropped) io_->discard();
+  for (uint32_t i = 0; i < w_; ++i) {
+    Flight* f = slots_[i].flight.get();
+    if (!f) continue;
+    if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
+      keys_.settle(*call_, f->local, Outcome::CARRIED, f);
+    } else if (f->kind == Kind::RESIDUAL) {
+      keys_.return_residual(*f, false);
+    } else if (f->parked) {
+      keys_.restore(*f);
+    }
+    end_flight(i);
+  }
+  timers_ = decltype(timers_)();
 }
 
 std::string Engine::describe_flights() const {
   std::string out;
   int shown = 0, total = 0;
   for (uint32_t i = 0; i < w_; ++i) {
-    const Flight* f = flight_[i].get();
+    const Flight* f = slots_[i].flight.get();
     if (!f) continue;
     if (++total > 8) continue;
     ++shown;
@@ -494,7 +467,7 @@ std::string Engine::describe_flights() const {
            std::to_string(f->round) + " tries " + std::to_string(f->tries) +
            (f->stale ? " stale" : "") + (f->closed ? " closed" : "") +
            (f->parked ? " parked" : "") + (f->join ? " join" : "") + " (next_round " +
-           std::to_string(next_round_[i]) + ", mode " + std::to_string(mode_[i]) + ")";
+           std::to_string(slots_[i].next_round) + ", mode " + std::to_string(slots_[i].mode) + ")";
   }
   if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
   return out.empty() ? "nothing in flight" : out;

@@ -22,9 +22,9 @@ float floor_f32(int64_t x) {
 }
 }  // namespace
 
-Quantizer::Quantizer(double scale, int members, bool test_only_pin_overflow)
+Quantizer::Quantizer(double scale, int members, bool pin_overflow)
     : scale_(scale), scale_f32_(float(scale)), nan_(std::numeric_limits<float>::quiet_NaN()),
-      pin_overflow_(test_only_pin_overflow) {
+      pin_overflow_(pin_overflow) {
   sentinel_f32_ = floor_f32(std::numeric_limits<int32_t>::max() / members);
   sentinel_ = int32_t(sentinel_f32_);
   bound_f32_ = floor_f32((int64_t(sentinel_) - 1) / (2 * int64_t(members) - 1));

@@ -22,9 +22,9 @@ struct QuantStats {
 
 class Quantizer {
  public:
-  // test_only_pin_overflow: the rule before the sentinel (NaN sent as 0, anything beyond the
-  // bound pinned at +-bound, the rest kept as error), for tests/sim/test_races.py.
-  Quantizer(double scale, int members, bool test_only_pin_overflow = false);
+  // pin_overflow (Faults, a simulation only): no sentinel - NaN sent as 0, anything beyond
+  // the bound pinned at +-bound, the rest kept as error.
+  Quantizer(double scale, int members, bool pin_overflow = false);
   // values -> fixed (integers held in float32: within +-bound, or the sentinel) and
   // error = values - fixed/scale (0 for a sentinel: the element is spent as overflow).
   void quantize(const float* values, float* fixed, float* error, std::size_t n,

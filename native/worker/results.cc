@@ -1,6 +1,7 @@
-// The worker engine's rounds and results (engine_internal.h; the engine is described in
-// engine.cc): what the switch's replies (RESULT, RESYNC, ACK) mean for a flight and for the
-// replica, results applied to the keys' output, rounds tracked (RULE A) and the install tag.
+// The worker engine's replies and results (the engine is described in engine.cc): decoding a
+// datagram, what the switch's replies (RESULT, RESYNC, ACK) mean for a flight and for the
+// replica, and results applied to the keys' output (keys.h) as their rounds are seen
+// (rounds.h).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,13 +14,9 @@ namespace hysync::worker {
 
 namespace {
 
-constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
-constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
+constexpr uint64_t LOG_EVERY = 1000;  // after the first few, log one bad datagram in this many
 constexpr std::size_t ACK_MEMORY = 64;      // own ACKed contributions remembered per slot
 constexpr std::size_t OWN_RESULT_MEMORY = 8;  // own async results remembered per slot
-// Results held for chunk ids no key owns yet (a peer registered a key first): at most this
-// many chunks (32 MiB); beyond, garbage could grow them without bound.
-constexpr std::size_t MAX_ORPHANS = 65536;
 constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
                   CHUNK_MISMATCH = uint8_t(wire::ResyncReason::CHUNK_MISMATCH),
                   STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED),
@@ -28,12 +25,12 @@ constexpr uint8_t STALE_ROUND = uint8_t(wire::ResyncReason::STALE_ROUND),
 bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
 
 // A RESULT's round, chunk (contiguous in the header) and lanes, as own_results_ keeps them.
-bool same_result(const Engine::KeptResult& kept, const uint8_t* d) {
+bool same_result(const KeptResult& kept, const uint8_t* d) {
   return std::memcmp(kept.data(), d + wire::OFF_ROUND, 8) == 0 &&
          std::memcmp(kept.data() + 8, d + H, 4 * LANES) == 0;
 }
 
-void keep_result(Engine::KeptResult& kept, const uint8_t* d) {
+void keep_result(KeptResult& kept, const uint8_t* d) {
   std::memcpy(kept.data(), d + wire::OFF_ROUND, 8);
   std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
@@ -43,12 +40,12 @@ void keep_result(Engine::KeptResult& kept, const uint8_t* d) {
 // ACK: counted, result lost; an async round's result is exactly my lanes, applied as
 // `apply` would have applied it.
 void Engine::apply_own(uint32_t i) {
-  const Flight& f = *flight_[i];
+  const Flight& f = *slots_[i].flight;
   const double share = divisor(uint8_t(wire::Mode::ASYNC), 1);
   double lanes[LANES];
   for (std::size_t j = 0; j < LANES; ++j) lanes[j] = lane_share(f.lane(j), share);
-  add(f.chunk, lanes);
-  auto& acked = acked_[i];
+  apply_result(f.chunk, lanes);
+  auto& acked = slots_[i].acked;
   if (acked.size() == ACK_MEMORY) acked.pop_front();
   std::array<uint8_t, 4 * LANES> raw;
   std::memcpy(raw.data(), &f.data[H], raw.size());
@@ -56,36 +53,10 @@ void Engine::apply_own(uint32_t i) {
   ++stats_.own_applied;
 }
 
-float* Engine::acc_row(uint32_t chunk) {
-  const int k = key_of(chunk);
-  if (k < 0) return nullptr;
-  Key& reg = key(k);
-  if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
-  const int64_t local = int64_t(chunk) - int64_t(reg.first);
-  if (call_ && call_->key == k && call_->prepared[std::size_t(local)]) {
-    return call_->values + std::size_t(local) * LANES;  // straight into the call's output
-  }
-  if (reg.acc.empty()) reg.acc.assign(reg.residual.size(), 0.0f);
-  return &reg.acc[std::size_t(local) * LANES];
-}
-
-void Engine::add(uint32_t chunk, const double* avg) {
-  if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
-    if (orphans_.size() >= MAX_ORPHANS && !orphans_.count(chunk)) {
-      bad("result for chunk " + std::to_string(chunk) + ", which no key owns, beyond the " +
-          std::to_string(MAX_ORPHANS) + " such chunks held");
-      return;
-    }
-    auto& held = orphans_[chunk];
-    for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
-    return;
-  }
-  float* row = acc_row(chunk);
-  if (!row) return;
-  std::size_t n = LANES;
-  if (call_ && row >= call_->values && row < call_->values + call_->numel)
-    n = std::size_t(std::min<int64_t>(LANES, call_->values + call_->numel - row));
-  for (std::size_t j = 0; j < n; ++j) row[j] += float(avg[j] / cfg_.scale);
+void Engine::apply_result(uint32_t chunk, const double* avg) {
+  if (!keys_.apply(chunk, avg, call_.get()))
+    bad("result for chunk " + std::to_string(chunk) + ", which no key owns, beyond the " +
+        std::to_string(Keys::MAX_ORPHANS) + " such chunks held");
 }
 
 // A sync or partial round's result is the mean of its contributions (sum / count). An async
@@ -105,7 +76,7 @@ void Engine::apply(const uint8_t* d) {
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
     avg[j] = lane_share(int32_t(load_be32(d + H + 4 * j)), share);
-  add(load_be32(d + wire::OFF_CHUNK), avg);
+  apply_result(load_be32(d + wire::OFF_CHUNK), avg);
 }
 
 // A lane of a result (a sum of contributions) as its share of the output, in fixed point:
@@ -116,103 +87,42 @@ double Engine::lane_share(int32_t sum, double share) const {
                                     : double(sum) / share;
 }
 
-// ------------------------------------------------------------------ rounds (RULE A)
-// The slot's rounds before `upto` are closed: suspect those not seen yet.
-void Engine::advance(uint32_t i, uint32_t upto) {
-  const uint32_t nr = next_round_[i];
-  known_[i] = true;
-  const uint32_t gap = upto - nr;
-  if (gap == 0 || gap >= HALF32) return;
-  if (gap > MAX_SUSPECT_GAP) {
-    flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
-                std::to_string(gap) + " rounds ahead");
-  } else {
-    auto& suspect = suspect_[i];
-    const double t = now();
-    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = t;
-    if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
-      suspect_slots_.push_back(i);
-  }
-  next_round_[i] = upto;
-}
-
-bool Engine::is_new(uint32_t i, uint32_t rnd) {
-  if (ahead(rnd, next_round_[i])) {
-    advance(i, rnd);
-    next_round_[i] = rnd + 1;
-    return true;
-  }
-  auto& suspect = suspect_[i];
-  auto it = suspect.find(rnd);
-  if (it != suspect.end()) {
-    suspect.erase(it);
-    return true;
-  }
-  return false;
-}
-
-// Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
-// round is unknown); forget those older than SUSPECT_MEMORY.
-void Engine::check_suspects() {
-  const double t = now();
-  const double judge = t - cfg_.missed_after, forget = t - SUSPECT_MEMORY;
-  uint64_t missed = 0;
-  std::vector<uint32_t> keep;
-  for (uint32_t i : suspect_slots_) {
-    auto& suspect = suspect_[i];
-    auto& acked = acked_[i];
-    std::size_t gone = 0;
-    for (auto it = suspect.begin(); it != suspect.end();) {
-      if (it->second < forget) {
-        it = suspect.erase(it);
-        ++gone;
-      } else {
-        ++it;
-      }
-    }
-    if (gone > acked.size())
-      flag_resync("results of slot " + std::to_string(cfg_.slot_base + i) + " never arrived");
-    for (std::size_t n = std::min(gone, acked.size()); n > 0; --n) acked.pop_front();
-    if (!suspect.empty()) keep.push_back(i);
-    std::size_t old = 0;
-    for (const auto& [r, since] : suspect) old += since < judge;
-    missed += old > acked.size() ? old - acked.size() : 0;
-  }
-  suspect_slots_.swap(keep);
-  const bool was = needs_resync();
-  missed_results_ = missed;
-  if (missed && !was)
-    log_resync(std::to_string(missed) + " result(s) did not arrive within " +
-               std::to_string(cfg_.missed_after) + " s");
-}
-
-void Engine::flag_resync(const std::string& why) {
-  if (!needs_resync()) log_resync(why);
-  if (resync_why_.empty()) resync_why_ = why;
-  resync_flagged_ = true;
-}
-
-void Engine::log_resync(const std::string& why) {
-  log(30, "worker " + std::to_string(cfg_.worker_id) +
-              " fell out of the switch's retransmission window (" + why +
-              "): its replica missed updates and must be resynchronized at the next "
-              "averaging round");
-}
-
-// The replica was re-synchronized: forget missed and suspected rounds (results of those rounds
-// that still arrive are dropped as duplicates).
-void Engine::clear_resync() {
-  resync_why_.clear();
-  resync_flagged_ = false;
-  missed_results_ = 0;
-  for (uint32_t i : suspect_slots_) {
-    suspect_[i].clear();
-    acked_[i].clear();
-  }
-  suspect_slots_.clear();
-}
-
 // ------------------------------------------------------------------ replies
+const char* op_name(uint8_t op) { return wire::name(wire::Op(op)); }
+
+// Why a datagram does not decode (hysync.wire.Packet.decode's messages), or "" if it does.
+std::string decode_error(const uint8_t* d, std::size_t size) {
+  if (size < H)
+    return "HySync header needs " + std::to_string(H) + " bytes, got " + std::to_string(size);
+  const uint8_t version = d[wire::OFF_VERSION], op = d[wire::OFF_OP];
+  if (version != wire::VERSION)
+    return "HySync version " + std::to_string(version) + ", this build speaks " +
+           std::to_string(wire::VERSION);
+  const bool full = op == uint8_t(wire::Op::CONTRIB) || op == uint8_t(wire::Op::RESULT);
+  if (!full && op != uint8_t(wire::Op::RESYNC) && op != uint8_t(wire::Op::ACK))
+    return "unknown HySync op " + std::to_string(op);
+  const std::size_t want = full ? P : H;
+  if (size != want)
+    return std::string(op_name(op)) + " must be " + std::to_string(want) + " bytes, got " +
+           std::to_string(size);
+  return "";
+}
+
+void Engine::on_datagram(const uint8_t* data, std::size_t size, double now) {
+  if (size == P)
+    on_full(data, now);
+  else
+    on_short(data, size, now);
+}
+
+void Engine::bad(const std::string& reason) {
+  ++bad_datagrams_;
+  ++stats_.bad_datagrams;
+  if (bad_datagrams_ <= 10 || bad_datagrams_ % LOG_EVERY == 0)
+    log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + " ignored a datagram (" +
+                std::to_string(bad_datagrams_) + " so far): " + reason);
+}
+
 // A full-size datagram: a RESULT, or garbage.
 void Engine::on_full(const uint8_t* d, double now) {
   const Header h = wire::load_header(d);
@@ -230,10 +140,10 @@ void Engine::on_full(const uint8_t* d, double now) {
   }
   last_rx_ = now;
   if (!current_state(h.reason, i, "RESULT", now)) return;
-  mode_[i] = h.mode;
+  slots_[i].mode = h.mode;
   const bool mine = h.bitmap & bit_;
-  bool fresh = is_new(i, h.round);
-  Flight* f = flight_[i].get();
+  bool fresh = rounds_.is_new(i, h.round);
+  Flight* f = slots_[i].flight.get();
   const bool counted = f && mine && f->chunk == h.chunk &&
       (h.mode != ASYNC ? h.round == f->round
                        : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
@@ -249,15 +159,15 @@ void Engine::on_full(const uint8_t* d, double now) {
     }
     if (mine && h.mode == ASYNC && h.count == 1) {
       const auto it = acked_entry(i, d);
-      if (it != acked_[i].end()) {
-        acked_[i].erase(it);  // its ACK applied it already
+      if (it != slots_[i].acked.end()) {
+        slots_[i].acked.erase(it);  // its ACK applied it already
         return;
       }
     }
     apply(d);
   };
   if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
-      acked_entry(i, d) == acked_[i].end() && !seen_own_result(i, d)) {
+      acked_entry(i, d) == slots_[i].acked.end() && !seen_own_result(i, d)) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
     // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
     // never step back), or - sent before I knew the slot - one whose number I applied already
@@ -275,7 +185,7 @@ void Engine::on_full(const uint8_t* d, double now) {
                  (floor_known ? ", behind round " + std::to_string(floor) +
                                     " that it had reached before"
                               : ", a round I had applied already"));
-    fresh = is_new(i, h.round);  // the first round of the new state heard on this slot
+    fresh = rounds_.is_new(i, h.round);  // the first round of the new state heard on this slot
     keep_own_result(i, d);
   } else if (counted) {
     take_result();
@@ -307,14 +217,14 @@ void Engine::on_full(const uint8_t* d, double now) {
 }
 
 bool Engine::seen_own_result(uint32_t i, const uint8_t* d) const {
-  const auto& kept = own_results_[i].kept;
+  const auto& kept = slots_[i].own_results.kept;
   return std::any_of(kept.begin(), kept.end(), [&](const auto& k) { return same_result(k, d); });
 }
 
 // A ring, not a deque: one result of mine per async contribution passes here, and a deque of
 // entries this size allocates a node for each.
 void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
-  OwnResults& own = own_results_[i];
+  OwnResults& own = slots_[i].own_results;
   if (own.kept.size() < OWN_RESULT_MEMORY) {
     own.kept.emplace_back();
     keep_result(own.kept.back(), d);
@@ -324,10 +234,9 @@ void Engine::keep_own_result(uint32_t i, const uint8_t* d) {
   }
 }
 
-std::deque<std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>>::iterator Engine::acked_entry(
-    uint32_t i, const uint8_t* d) {
+std::deque<Acked>::iterator Engine::acked_entry(uint32_t i, const uint8_t* d) {
   const uint32_t chunk = load_be32(d + wire::OFF_CHUNK);
-  auto& acked = acked_[i];
+  auto& acked = slots_[i].acked;
   return std::find_if(acked.begin(), acked.end(), [&](const auto& a) {
     return a.first == chunk && std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
   });
@@ -360,12 +269,12 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
   // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
   // state or from a job that waits for a dead member, and must not keep a dead call alive;
   // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
-  const Flight* f = i < w_ ? flight_[i].get() : nullptr;
+  const Flight* f = i < w_ ? slots_[i].flight.get() : nullptr;
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     last_rx_ = now;
   if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
-  mode_[i] = h.mode;
+  slots_[i].mode = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
   else
@@ -375,7 +284,7 @@ void Engine::on_short(const uint8_t* d, std::size_t size, double now) {
 
 void Engine::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
   ++stats_.acks;
-  Flight* f = flight_[i].get();
+  Flight* f = slots_[i].flight.get();
   if (!f || rnd != f->round || chunk != f->chunk) {
     ++stats_.stray_replies;
     return;
@@ -390,8 +299,8 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     return;
   }
   ++stats_.resyncs[reason];
-  advance(i, rnd);
-  Flight* f = flight_[i].get();
+  rounds_.advance(i, rnd);
+  Flight* f = slots_[i].flight.get();
   if (!answers_latest(i, flags)) {
     // It answers an earlier transmission; a later one may still be counted (the slot may turn
     // async meanwhile, which counts any new sequence number), so only the answer to the latest
@@ -408,7 +317,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
     // A round is open, yet my JOIN was refused: it met the mark an earlier JOIN of mine at
     // this round left when no round was open, and spent it (docs/protocol.md §4 step 9, the
     // JOIN mark): offer the JOIN again now rather than after another join_after.
-    if (mode != ASYNC && count > 0 && call_ && !flight_[i] && call_->queues[i].empty())
+    if (mode != ASYNC && count > 0 && call_ && !slots_[i].flight && call_->queues[i].empty())
       offer_join(i, now);
     return;
   }
@@ -444,7 +353,7 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
   }
   if (!f->stale) {
     f->gen = ++gen_;
-    timers_.push({now + rto_, f->gen, i});
+    timers_.push({now + rto_.value(), f->gen, i});
   }
   f->stale = true;  // the latest plausible reply wins
   f->stale_reason = reason;
@@ -458,64 +367,50 @@ void Engine::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk,
 // next call learns the new ones (a probe, as at the start) instead of sending rounds that the
 // switch answers STALE forever.
 void Engine::switch_reset(const std::string& what) {
+  if (faults_.no_restart_detection) return;  // a simulation took the rule out
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
-  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
-  tag_ = -1;
-  tag_changed_at_ = now();
-  for (uint32_t j = 0; j < w_; ++j) {
-    next_round_[j] = 0;
-    known_[j] = false;
-    own_results_[j] = {};
-    suspect_[j].clear();
-    acked_[j].clear();
-  }
-  suspect_slots_.clear();
-  flag_resync(reset_why_);
+  rounds_.forget(now());
+  rounds_.flag_resync(reset_why_);
   if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
-    log(30, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
+    log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
     drop_flights();
     reset_why_.clear();
   }
 }
 
-// A tag that is neither the one known nor, shortly after a change, the one left is a new state
-// of the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
-// than two rto_max after a change the one left is taken for a new state too: packets are not
-// delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
-// predecessor's, not unlike every older one's).
+// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag).
 bool Engine::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
-  if (tag == tag_) return true;
-  if (tag == left_tag_ && now - tag_changed_at_ < 2 * cfg_.rto_max) {
-    // a late packet of the state before: the replica misses it
-    flag_resync("a " + std::string(what) + " of the switch's state before its last restart or "
-                "re-install of the job arrived late");
-    ++stats_.stray_replies;
-    return false;
+  switch (rounds_.see_tag(tag, now)) {
+    case Rounds::Tag::KNOWN:
+      return true;
+    case Rounds::Tag::LEFT:  // a late packet of the state before: the replica misses it
+      rounds_.flag_resync("a " + std::string(what) + " of the switch's state before its last "
+                          "restart or re-install of the job arrived late");
+      ++stats_.stray_replies;
+      return false;
+    case Rounds::Tag::NEW:
+      break;
   }
-  if (tag_ < 0) {  // the first tag heard, or the first since a reset
-    tag_ = tag;
-    return true;
-  }
-  const int was = tag_;
+  const int was = rounds_.tag();
   switch_reset("the switch's " + std::string(what) + " on slot " +
                std::to_string(cfg_.slot_base + i) + " carries install tag " +
                std::to_string(tag) + ", not " + std::to_string(was));
-  tag_ = tag;
+  rounds_.learn_tag(tag);
   return true;
 }
 
 // Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
 bool Engine::answers_latest(uint32_t i, uint8_t flags) const {
-  const Flight* f = flight_[i].get();
-  if (f != nullptr && cfg_.test_only_ignore_echo) return true;
+  const Flight* f = slots_[i].flight.get();
+  if (f != nullptr && faults_.ignore_echo) return true;
   return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
 }
 
 // A STALE reply stood for a grace period without the round's result arriving.
 void Engine::decide_stale(uint32_t i, double now) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   f.stale = false;
   if (f.stale_reason == STALE_COUNTED)
     counted_without_result(i, now);
@@ -528,7 +423,7 @@ void Engine::decide_stale(uint32_t i, double now) {
 // ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
 // counted, and its result did not reach me.
 void Engine::counted_without_result(uint32_t i, double now) {
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
   // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
   // switch counted it - after a swap to async, with the round field as its sequence number.
@@ -538,7 +433,7 @@ void Engine::counted_without_result(uint32_t i, double now) {
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     apply_own(i);
   } else {
-    advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
+    rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
   }
   done(i, true, now);
 }
@@ -558,17 +453,17 @@ void Engine::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, do
   const int64_t local = call_ ? call_->pending(key(call_->key), chunk, i) : -1;
   int k = -1;
   if (local < 0) {
-    k = key_of(chunk);
+    k = keys_.owner(chunk);
     if (k >= 0 && !key(k).alive) k = -1;
   }
   if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
-  Flight& f = *flight_[i];
+  Flight& f = *slots_[i].flight;
   const bool join = f.join;
   if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
   if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
     done(i, false, now, false);
   } else {
-    if (f.kind == Kind::RESIDUAL) return_residual(f, false);
+    if (f.kind == Kind::RESIDUAL) keys_.return_residual(f, false);
     end_flight(i);
   }
   if (local >= 0) {

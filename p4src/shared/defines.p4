@@ -1,7 +1,7 @@
 // HySync constants and type names shared by every target (v1model, tna).
 //
-// What restates hysync/wire.py (the wire format) or hysync/spec/decision.py (the decision
-// table) is generated into wire.p4 and decision.p4 (`python -m hysync.gen_p4`); this file
+// What restates hysync/wire.py (the wire format) or hysync/protocol_spec/decision.py (the decision
+// table) is generated into wire.p4 and decision.p4 (`python -m hysync.codegen`); this file
 // holds what is the P4 program's own.
 
 #ifndef __HYSYNC_DEFINES__

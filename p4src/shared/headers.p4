@@ -83,7 +83,7 @@ struct metadata_t {
     quorum_t         desired_quorum;
 
     // Aggregation (steps 8-10): the slot as read, the facts the decision table is keyed
-    // on, and the outcome it decides (hysync/spec/decision.py).
+    // on, and the outcome it decides (hysync/protocol_spec/decision.py).
     slot_state_t     slot;
     facts_t          facts;
     verdict_t        verdict;

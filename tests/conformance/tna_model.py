@@ -6,7 +6,7 @@ No Tofino model runs here (docs/tofino.md, "The ASIC model"), so the TNA program
 encodings (round-tagged latches, member_seq + 1, count with the CLOSING bit), the same
 one-action-per-register-per-pass rule, and the close (and an async round) finished in a
 later pass. It decides by the rows of the program's decision tables
-(hysync/spec/tna_tables.py: classify, and verdict as generated from the decision table),
+(hysync/protocol_spec/tna_tables.py: classify, and verdict as generated from the decision table),
 on the register answers it computes the program's way. It checks the state machine and
 those rows, not the rest of the P4 code: only a Tofino (or its model) runs that.
 
@@ -46,10 +46,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hysync import wire
+from hysync.protocol_spec import tna_tables
+from hysync.protocol_spec.decision import Counter, Verdict
+from hysync.protocol_spec.tna_tables import Action
 from hysync.softswitch.pipeline import MULTICAST, REPLY, Pipeline
-from hysync.spec import tna_tables
-from hysync.spec.decision import Counter, Verdict
-from hysync.spec.tna_tables import Action
 from hysync.wire import DropReason, Flag, Mode, Op
 
 from .targets import SoftswitchTarget
@@ -208,8 +208,8 @@ class TnaModelPipeline(Pipeline):
             latched=int(latched != 0), counted=int(duplicate), count_out=count_out & _U32,
             closes=int(count_out < 0))
         assert tna_tables.is_answer(keys), (
-            f"the TNA passes produced {keys}, which hysync/spec/tna_tables.py answers() leaves "
-            "out: the generated verdict rows were not derived for it")
+            f"the TNA passes produced {keys}, which hysync/protocol_spec/tna_tables.py answers() "
+            "leaves out: the generated verdict rows were not derived for it")
         o = tna_tables.decide(keys)
         tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
         head = dict(version=version, op=Op.RESULT, flags=0, mode=mode, job_id=job, worker_id=w,

@@ -45,7 +45,7 @@ from hysync.controlplane.policy import (
 )
 from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
 from hysync.controlplane.stats import JobStats, WorkerStats
-from hysync.spec.decision import Emit, decide, facts_of
+from hysync.protocol_spec.decision import Emit, decide, facts_of
 from hysync.wire import Mode, Op
 
 from .conftest import P4INFO, Softswitch
@@ -195,7 +195,7 @@ class Simulation:
 
     # ---------------------------------------------------------- the switch (§4)
     def _packet(self, w: int, rnd: int) -> str:
-        """The switch's decision table (hysync/spec/decision.py) for one slot, without the
+        """The switch's decision table (hysync/protocol_spec/decision.py) for one slot, without the
         member cells (no JOINs, one chunk a round: those facts never hold here)."""
         if w not in self.active:
             self.not_member += 1

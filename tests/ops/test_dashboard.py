@@ -1,5 +1,5 @@
 """docs/grafana/hysync.json: a dashboard Grafana imports, whose every query names a
-metric the code exports (hysync/metrics.py EXPORTED), with the panels the operator needs."""
+metric the code exports (hysync/prometheus.py EXPORTED), with the panels the operator needs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from hysync.metrics import EXPORTED
+from hysync.prometheus import EXPORTED
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "hysync.json"
 PANEL_TYPES = {"timeseries", "state-timeline", "table", "stat", "bargauge", "gauge"}

@@ -1,5 +1,5 @@
 """/metrics of `hysync serve` and of the softswitch, scraped while a real job runs: the
-values move with the job, a swap shows, and every family is one hysync/metrics.py names."""
+values move with the job, a swap shows, and every family is one hysync/prometheus.py names."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from hysync import wire
 from hysync.controlplane.metrics import serve_metrics
 from hysync.controlplane.serve_client import ServeClient
-from hysync.metrics import EXPORTED
+from hysync.prometheus import EXPORTED
 from tests.controlplane.conftest import Softswitch
 
 from .conftest import hysync, scrape, value

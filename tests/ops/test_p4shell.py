@@ -12,7 +12,7 @@ from p4runtime_sh import shell
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.switch import Switch
 from hysync.p4shell import enum_names, show_modes
-from hysync.softswitch.p4schema_check import ConfigError, check_p4info
+from hysync.softswitch.p4binding import ConfigError, bind_p4info
 from hysync.softswitch.pipeline import Pipeline
 from hysync.wire import Mode
 from tests.controlplane.conftest import P4INFO, Softswitch, make_job
@@ -50,8 +50,8 @@ def test_p4runtime_shell_reads_the_modes_by_name_without_disturbing_the_primary(
 def test_the_softswitch_refuses_a_p4info_that_names_the_modes_otherwise() -> None:
     p4info = p4info_pb2.P4Info()
     text_format.Parse(P4INFO.read_text(), p4info)
-    check_p4info(p4info, Pipeline())  # the committed one, enum included
+    bind_p4info(p4info, Pipeline())  # the committed one, enum included
     members = p4info.type_info.serializable_enums["sync_mode_t"].members
     members[1].value, members[2].value = b"\x02", b"\x01"  # PARTIAL and ASYNC swapped
     with pytest.raises(ConfigError, match="serializable enum sync_mode_t is .*'PARTIAL': 2"):
-        check_p4info(p4info, Pipeline())
+        bind_p4info(p4info, Pipeline())

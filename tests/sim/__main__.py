@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .check import check
+from .check import RULES, check
 from .plan import FAULT_KINDS, Link, Plan, draw
 from .run import simulate
 
@@ -72,8 +72,10 @@ def shrink(plan: Plan, target: str, budget: int = 60) -> Plan:
 class Sweep:
     """What a batch of runs added up to."""
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("runs", "packets", "swaps", "sim_seconds", "state_resets", "end_behind",
-         "straggler_aborts", "blind", "nonfinite_given", "nonfinite_rounds"), 0))
+        ("runs", "packets", "swaps", "sim_seconds", "state_resets", "nonfinite_given",
+         "nonfinite_rounds"), 0))
+    # per rule of check.RULES: what it allowed (docs/protocol.md §10, "Allowed, by rule")
+    excused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
     by_kind: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, object]] = field(default_factory=list)
     cpu_seconds: float = 0.0
@@ -85,6 +87,8 @@ class Sweep:
             self.totals[k] += v
         for k, v in other.by_kind.items():
             self.by_kind[k] = self.by_kind.get(k, 0) + v
+        for k, v in other.excused.items():
+            self.excused[k] = self.excused.get(k, 0) + v
         self.failures += other.failures
         self.cpu_seconds += other.cpu_seconds
 
@@ -107,19 +111,23 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
             for k in plan.kinds():
                 out.by_kind[k] = out.by_kind.get(k, 0) + 1
             if rec is not None:
-                for k in ("packets", "swaps", "sim_seconds", "state_resets", "end_behind",
-                          "straggler_aborts", "blind", "nonfinite_rounds"):
+                for k in ("packets", "swaps", "sim_seconds", "state_resets",
+                          "nonfinite_rounds"):
                     out.totals[k] += getattr(rec, k)
+                for k, v in rec.excused.items():
+                    out.excused[k] = out.excused.get(k, 0) + v
                 out.totals["nonfinite_given"] += len(plan.nonfinite)
             if not found:
                 continue
             repro = (f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'"
                      if replaying else f"make simulate SEED={plan.seed} TARGETS={target}"
                      f"{some_kinds}")
-            print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}\n  reproduce: {repro}",
-                  flush=True)
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}{more}\n"
+                  f"  reproduce: {repro}", flush=True)
             entry: dict[str, object] = {"seed": plan.seed, "target": target,
-                                        "violations": found[:5]}
+                                        "violations": found[:20],
+                                        "violations_found": len(found)}
             if shrinking:
                 small = shrink(plan, target)
                 entry["shrunk"] = small.to_json()
@@ -168,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown target {t!r}: one of {', '.join(TARGETS)}")
     kinds = tuple(k for k in args.kinds.split(",") if k)
     jobs = args.jobs or os.cpu_count() or 1
-    parallel = jobs > 1 and not (args.plan or args.seed is not None or args.trace)
+    # A sweep runs in worker processes (one too) so that it writes its summary after every
+    # chunk of seeds: a sweep stopped from outside keeps what it ran.
+    parallel = not (args.plan or args.seed is not None or args.trace)
     if args.plan:
         plans = [Plan.from_json(args.plan)]
     elif args.seed is not None:
@@ -188,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
             "first_seed": plans[0].seed if plans else args.start, "complete": complete,
             "targets": targets, "kinds": list(kinds), **totals,
-            "runs_by_fault_kind": result.by_kind, "violations": len(result.failures),
+            "excused_by_rule": result.excused, "runs_by_fault_kind": result.by_kind,
+            "violations": len(result.failures),
             "failures": result.failures, "cpu_seconds": round(cpu, 3),
-            "jobs": jobs if parallel else 1, "wall_seconds": round(time.monotonic() - wall0, 1),
+            "jobs": jobs if parallel else 1,
+            "wall_seconds": round(time.monotonic() - wall0, 1),
             "sim_seconds_per_cpu_second": round(totals["sim_seconds"] / cpu, 2) if cpu else None,
         }
 
@@ -224,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         result = sweep(plans, targets, shrinking=not args.no_shrink and not args.plan
                        and args.seed is None, replaying=bool(args.plan), some_kinds=some_kinds,
                        options=options)
-    summary = summary_of(result, complete=True)
+    summary = summary_of(result, complete=result.seeds == (len(plans) or args.seeds))
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
     write(summary)
     return 1 if result.failures else 0

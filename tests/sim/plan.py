@@ -63,6 +63,14 @@ class Plan:
     # Elements a worker's gradient holds that are not finite, or beyond the quantizer's range:
     # (worker, call index, element of that call's key, one of NONFINITE_VALUES).
     nonfinite: tuple[tuple[int, int, int, int], ...] = ()
+    # A slow switch: every packet reaches the pipeline this much later (10-100x `compute`),
+    # as on a software switch under load.
+    switch_delay: float = 0.0
+    # Worker -> switch datagrams may overtake each other on a link that is not FIFO even where
+    # a slot runs async (otherwise such a job's up links keep their order).
+    reorder_async: bool = False
+    # A swap with the switch's state lost (a restart or a re-install) while it latches.
+    latch_loss: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -77,7 +85,9 @@ class Plan:
         return Plan(**d)
 
     def kinds(self) -> set[str]:
-        return {f.kind for f in self.faults}
+        extra = {"slow_switch": self.switch_delay > 0, "async_reorder": self.reorder_async,
+                 "latch_loss": self.latch_loss}
+        return {f.kind for f in self.faults} | {k for k, drawn in extra.items() if drawn}
 
     def without(self, index: int) -> Plan:
         return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
@@ -110,7 +120,11 @@ def _with_nonfinite(plan: Plan) -> Plan:
     return replace(plan, nonfinite=tuple(sorted(out)))
 
 
-FAULT_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "death")
+BASE_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "death")
+# Drawn from a stream of their own (_with_extra_faults), after the rest of the plan: a seed's
+# other fields are what they were before these existed.
+EXTRA_KINDS = ("slow_switch", "async_reorder", "latch_loss")
+FAULT_KINDS = BASE_KINDS + EXTRA_KINDS
 # Not a fault kind: `--kinds straggler` draws the straggler plans (draw_straggler) instead.
 STRAGGLER = "straggler"
 
@@ -154,7 +168,7 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
     up, down = link(), link()
     faults: list[Fault] = []
     horizon = calls * (0.01 + 0.02 * workers)  # roughly the fault-free run's length
-    allowed = [k for k in kinds if k in FAULT_KINDS]
+    allowed = [k for k in kinds if k in BASE_KINDS]
     for _ in range(rng.randint(0, 12) if allowed else 0):
         kind = rng.choice(allowed)
         at = rng.uniform(0, horizon)
@@ -177,9 +191,36 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
             faults.append(Fault(at, "death", worker=rng.randrange(workers)))
     faults.sort(key=lambda f: f.at)
     end = max((f.at + f.length for f in faults), default=0.0)
-    return _with_nonfinite(Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum,
+    plan = _with_nonfinite(Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum,
                                 up, down, rng.choice((0.0005, 0.002, 0.01)), tuple(faults),
                                 end, rng.uniform(0, 2 * horizon)))
+    return _with_extra_faults(plan, kinds, horizon)
+
+
+def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float) -> Plan:
+    """The fault kinds of EXTRA_KINDS, each in 20% of the seeds that may draw it (in every
+    seed of a batch of that kind alone): a slow switch (10-100x the compute step), worker ->
+    switch reordering where slots run async, and a swap whose switch loses its state
+    (restart, bare restart or re-install) 0-1 ms after the swap, while rounds latch the
+    new mode."""
+    rng = random.Random(plan.seed * 1_000_037 + 11)
+    chance = 1.0 if len(kinds) == 1 else 0.2
+    drawn = [rng.random() < chance and k in kinds for k in EXTRA_KINDS]
+    if drawn[0]:
+        plan = replace(plan, switch_delay=plan.compute * rng.uniform(10, 100))
+    if drawn[1]:
+        plan = replace(plan, reorder_async=True)
+    if drawn[2]:
+        at = rng.uniform(0, horizon)
+        m, q = _mode(rng, plan.workers)
+        loss = Fault(at + rng.choice((0.0, 0.0002, 0.001)),
+                     rng.choice(("restart", "readd", "restart_bare")),
+                     length=rng.choice((0.0, 0.01, 0.2)))
+        faults = tuple(sorted((*plan.faults, Fault(at, "swap", m, q), loss),
+                              key=lambda f: f.at))
+        plan = replace(plan, faults=faults, latch_loss=True,
+                       faults_end=max(plan.faults_end, loss.at + loss.length))
+    return plan
 
 
 def draw_straggler(seed: int) -> Plan:

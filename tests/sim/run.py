@@ -28,6 +28,7 @@ from hysync import _core, p4names, wire
 from hysync.softswitch.native import NativePipeline
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
+from hysync.worker.config import engine_config
 from tests.conformance.targets import job_group, job_writes, mode_write
 from tests.conformance.topology import Job, Member
 
@@ -129,13 +130,23 @@ class Worker:
     dead: bool = False
     finished: bool = False
     gen: int = 0                      # the latest wake event; older ones are void
-    results: list[bytes] = field(default_factory=list)  # headers of the results applied
+    # (switch state, header) of every result applied; state None: applied outside a datagram
+    results: list[tuple[int | None, bytes]] = field(default_factory=list)
     # (switch state, slot, round) of every result applied; those dropped as duplicates of
     # none of them (the checker wants the replica flagged for a resync then)
     applied: set[tuple[int, int, int]] = field(default_factory=set)
     dropped: list[tuple[int, int, int]] = field(default_factory=list)
     got: list[tuple[float, int]] = field(default_factory=list)  # (when, chunk) of each applied
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
+    # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
+    # the switch acknowledged its contribution there
+    acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
+    # when the worker dropped what it had in flight: a call failed, or its replica was first
+    # flagged for a resync (a new switch state learned between calls)
+    aborts: list[float] = field(default_factory=list)
+    # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
+    # transmission of this worker's, and of that transmission (Sim._check_settled)
+    missettled: dict[int, np.ndarray] = field(default_factory=dict)
     # Non-finite elements: (key, element) -> start times of the calls that gave one there;
     # (time, chunk, lanes) of every result applied with non-finite lanes (an ACK: its own
     # lanes); per call that ended, (call index, key, end, elements of the output not
@@ -155,34 +166,55 @@ class Record:
     target: str
     counted: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (w, chunk)
     last_counted: dict[tuple[int, int], bytes] = field(default_factory=dict)  # (w, slot)
-    emitted: set[tuple[int, int, int, int, int]] = field(default_factory=set)
+    # (switch state, slot, round, chunk, count, bitmap) of every round the switch closed
+    emitted: set[tuple[int, int, int, int, int, int]] = field(default_factory=set)
+    # (switch state, slot, round) -> (w, chunk, lanes) counted into it, of every round closed
+    closed: dict[tuple[int, int, int], list[tuple[int, int, np.ndarray]]] = field(
+        default_factory=dict)
+    # (switch state, slot, round) of every round some member applied (its RESULT, or the ACK
+    # of its own contribution)
+    applied: set[tuple[int, int, int]] = field(default_factory=set)
+    resets: list[tuple[float, str]] = field(default_factory=list)  # (when, fault kind)
+    # every contribution the switch counted: [w, chunk, lanes, (state, slot, round) of the
+    # round it closed in, or None while open or once wiped, whether its datagram was first
+    # sent before a state reset that came before it was counted (it crossed the reset),
+    # when its datagram was first sent]
+    contribs: list[list[Any]] = field(default_factory=list)
+    # (w, chunk and lanes of a datagram) -> when w first sent it
+    launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     packets: int = 0
     swaps: int = 0
     sim_seconds: float = 0.0
     state_resets: int = 0
     modes: list[tuple[float, int, int]] = field(default_factory=list)  # swaps: (t, mode, q)
-    end_behind: int = 0  # calls that failed because their peers had finished the job
-    straggler_aborts: int = 0  # calls failed by a peer that the network's loss held back
-    # workers whose books do not balance after a restart or a re-install, but who heard one
-    # switch state only: nothing could tell them the state changed (docs/protocol.md §9)
-    blind: int = 0
+    # failed calls and other events each allowed by a rule of docs/protocol.md §10
+    # ("Allowed, by rule"), counted per rule (check.RULES); the checker fills it in
+    excused: dict[str, int] = field(default_factory=dict)
     # (w, chunk, lane) -> times the switch counted an overflow sentinel from w there
     sentinels: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
     nonfinite_rounds: int = 0  # rounds that closed with a non-finite lane
 
 
 class Sim:
-    """`make_pipeline` replaces the target's pipeline and `engine` adds keyword arguments
-    to the workers' engines: how tests/sim/test_races.py takes a rule out."""
+    """`make_pipeline` replaces the target's pipeline, `engine` sets the workers' engine
+    settings (hysync.worker.config.engine_config) and `faults` takes rules out of their
+    engines (`hysync._core.worker.Faults`'s fields set true): how tests/sim/test_races.py
+    takes a rule out."""
 
     def __init__(self, plan: Plan, target: str, make_pipeline: Callable[[], Pipeline] | None
                  = None, engine: dict[str, Any] | None = None,
+                 faults: dict[str, bool] | None = None,
                  trace: Callable[[str], None] | None = None) -> None:
         self.plan, self.target = plan, target
         self.trace = trace  # given: one line per packet, swap, pause and call (--trace)
         self.make_pipeline = make_pipeline or (lambda: _pipeline(target))
         self.engine_options = {"join_after": JOIN_AFTER, **(engine or {})}
+        self.faults = _core.worker.Faults()
+        for name, on in (faults or {}).items():
+            if not hasattr(self.faults, name):
+                raise TypeError(f"Sim: no fault {name!r} (see native/worker/faults.h)")
+            setattr(self.faults, name, on)
         self.rng = random.Random(plan.seed * 1_000_003 + 17)
         self.events: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.seq = 0
@@ -201,6 +233,7 @@ class Sim:
         self.by_addr = {(m.ip, m.udp_port): m.worker for m in members}
         self.last_arrival: dict[tuple[str, int], float] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
+        self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
         self.may_async = plan.mode == wire.Mode.ASYNC or any(
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
@@ -245,7 +278,7 @@ class Sim:
         for f in self.plan.faults:
             self.at(f.at, self._fault, f)
         events = 0
-        while self.events and not self.rec.violations:
+        while self.events:  # on past a violation: every violation of the run is reported
             self.now, _, fn, args = heapq.heappop(self.events)
             fn(*args)
             events += 1
@@ -271,12 +304,13 @@ class Sim:
     # ------------------------------------------------------------ workers
     def _worker(self, w: int, m: Member) -> Worker:
         p = self.plan
-        engine = _core.worker.Engine(
-            fd=-1, job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
+        config = engine_config(
+            job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
             rto_initial=RTO_INITIAL, rto_min=RTO_MIN, rto_max=RTO_MAX, dead_after=DEAD_AFTER,
             stall_after=STALL_AFTER, missed_after=MISSED_AFTER, staleness_decay=1.0,
             seed=p.seed * 64 + w, **self.engine_options)
+        engine = _core.worker.Engine(config, faults=self.faults)
         keys = [engine.register(n) for n in p.sizes]
         firsts = [engine.first_chunk(k) for k in keys]
         grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]
@@ -333,15 +367,22 @@ class Sim:
             return
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
+        if call.status != "done":
+            wk.aborts.append(self.now)
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
             wk.outputs.append((call.index, call.key, self.now,
                                frozenset(np.flatnonzero(~np.isfinite(wk.values)).tolist())))
         wk.values = None
-        raw = e.stats()["results"]
-        wk.results += [bytes(raw[i:i + H]) for i in range(0, len(raw), H)]
+        self._take_results(wk, e.stats(), None)
         self.at(self.now + self.rng.uniform(0, self._compute(wk.w)), self._next_call, wk)
+
+    @staticmethod
+    def _take_results(wk: Worker, stats: dict[str, Any], state: int | None) -> None:
+        """The headers of the results the engine applied since it was last asked."""
+        raw = stats["results"]
+        wk.results += [(state, bytes(raw[i:i + H])) for i in range(0, len(raw), H)]
 
     def _compute(self, w: int) -> float:
         """The longest a worker computes between two calls (the straggler: that many times)."""
@@ -354,34 +395,15 @@ class Sim:
         self._turn(wk)
 
     def _deadline(self, wk: Worker, index: int) -> None:
+        """Invariant 3: the bound is fixed when the call starts (LIVENESS_BOUND after the
+        later of its start and the faults' end); it never moves."""
         call = wk.calls[index]
-        # A member that finished the job is gone for good; rounds that needed it then end
-        # by the dead timer once the last sign of the job's progress (a peer's result) is
-        # past: the bound counts from the last peer's finish too.
-        done = [x.calls[-1].end for x in self.workers if x.finished and x is not wk]
-        if call.end < 0 and done and max(done) + LIVENESS_BOUND > self.now:
-            self.at(max(done) + LIVENESS_BOUND, self._deadline, wk, index)
-            return
-        # With members gone (finished or dead), a round latched in sync (or in a partial
-        # quorum they were needed for) waits for ever and its calls fail by the dead timer;
-        # while another member's calls still end, or results of other rounds still arrive,
-        # the timer waits on: the bound counts from the last call that ended anywhere in the
-        # job, or the last reply a worker in a call heard that its dead timer counts.
-        if call.end < 0 and self._gone():
-            last = max(max(c.end for x in self.workers for c in x.calls), self.last_progress)
-            if last + LIVENESS_BOUND > self.now:
-                self.at(last + LIVENESS_BOUND, self._deadline, wk, index)
-                return
-        if call.end < 0 and not wk.dead and not self.rec.violations:
+        if call.end < 0 and not wk.dead:
             self.rec.violations.append(
                 f"liveness: worker {wk.w} call {index} (key {call.key}) started at "
                 f"{call.start:.3f} s is neither done nor failed at {self.now:.3f} s "
                 f"({LIVENESS_BOUND:g} s after the faults stopped): "
                 f"{wk.engine.describe_flights()}")
-
-    def _gone(self) -> bool:
-        from .check import _members_gone  # the checker's own rule, one definition
-        return _members_gone(self.rec, self, self.now)
 
     def _deliver(self, wk: Worker, data: bytes) -> None:
         if wk.dead:
@@ -422,18 +444,35 @@ class Sim:
             return
         wk.heard.add(tag[0])
         before = e.stats()
+        self._take_results(wk, before, None)
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
+        flagged = e.needs_resync
         e.on_datagram(data, self.now)
         self._note_absorbed(wk)
+        if e.needs_resync and not flagged:
+            wk.aborts.append(self.now)
         after = e.stats()
+        self._take_results(wk, after, tag[0])
+        rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
+        if (data[_OFF_OP] == wire.Op.ACK or (
+                data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
+                after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
+            wk.acked.setdefault((tag[0], slot, rnd), self.now)
         if data[_OFF_OP] == wire.Op.ACK:
-            if after["own_applied"] != before["own_applied"] and flight is not None:
-                self._applied_lanes(wk, flight)  # the ACK applied my own lanes
+            if after["own_applied"] != before["own_applied"]:
+                self.rec.applied.add((tag[0], slot, rnd))
+                if flight is not None:
+                    self._applied_lanes(wk, flight)  # the ACK applied my own lanes
             return
         if data[_OFF_OP] != wire.Op.RESULT:
             return
-        key = (tag[0], slot, struct.unpack_from("!I", data, _OFF_ROUND)[0])
+        key = (tag[0], slot, rnd)
+        if flight is not None and (_bitmap(data) >> wk.w) & 1 and \
+                data[_OFF_CHUNK:_OFF_CHUNK + 4] == flight[_OFF_CHUNK:_OFF_CHUNK + 4]:
+            self._check_settled(wk, key, flight)
+        if len(after["results"]):
+            self.rec.applied.add(key)
         if after["duplicate_results"] == before["duplicate_results"]:
             wk.applied.add(key)  # applied now, or by the ACK of my own contribution before
             wk.got.append((self.now, struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
@@ -441,6 +480,19 @@ class Sim:
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
+        """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the
+        round counted another transmission of mine, with other lanes (one an abort forgot,
+        relaunched with more gradient at the same round), note the flight's chunk and lanes:
+        the worker's books there are off by the difference (docs/protocol.md §10, the limit
+        "A relaunch meets its forgotten copy")."""
+        mine = [lanes for w, _c, lanes in self.rec.closed.get(key, ()) if w == wk.w]
+        sent = self._lanes(flight)
+        if mine and not any(np.array_equal(m, sent) for m in mine):
+            chunk = struct.unpack_from("!I", flight, _OFF_CHUNK)[0]
+            wk.missettled[chunk] = wk.missettled.get(chunk, 0) + np.abs(sent) + sum(
+                np.abs(m) for m in mine)
 
     def _flight(self, wk: Worker, slot: int) -> bytes | None:
         """The datagram of the worker's flight on `slot` (absolute), if any."""
@@ -483,9 +535,11 @@ class Sim:
             copies = 2
         # Worker -> switch traffic stays in order wherever a slot can run async (the
         # protocol's fault model, docs/protocol.md §9 "Swap storms").
-        fifo = link.fifo or (up and self.may_async)
+        fifo = link.fifo or (up and self.may_async and not self.plan.reorder_async)
         for _ in range(copies):
             t = self.now + link.delay + (self.rng.uniform(0, link.jitter) if lossy else 0.0)
+            if up:
+                t += self.plan.switch_delay  # a slow switch takes this long to see a packet
             if fifo:
                 t = max(t, self.last_arrival.get((("up" if up else "down"), who), 0.0))
                 self.last_arrival[("up" if up else "down", who)] = t
@@ -497,6 +551,9 @@ class Sim:
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():
             self.rec.packets += 1
+            if d[_OFF_OP] == wire.Op.CONTRIB:
+                self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
+                                             self.now)
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
@@ -538,13 +595,21 @@ class Sim:
         acc += lanes
         self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
         self.open.setdefault(slot, []).append((w, chunk, lanes))
+        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), 0.0)
+        crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
+        self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
+        self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""
         (_v, _op, _fl, mode, _job, _w, count, slot, _r, _q, rnd, chunk,
          bitmap) = wire.HEADER_STRUCT.unpack_from(result)
-        self.rec.emitted.add((slot, rnd, chunk, count, bitmap))
+        state = self.rec.state_resets
+        self.rec.emitted.add((state, slot, rnd, chunk, count, bitmap))
         parts = self.open.pop(slot, [])
+        self.rec.closed[(state, slot, rnd)] = parts
+        for c in self.open_contribs.pop(slot, []):
+            c[3] = (state, slot, rnd)
         want = np.zeros(wire.LANES, np.int64)
         bits = 0
         for w, c, lanes in parts:
@@ -580,6 +645,7 @@ class Sim:
             for w, chunk, lanes in parts:
                 self.rec.counted[(w, chunk)] -= lanes
         self.open.clear()
+        self.open_contribs.clear()
         self.rec.last_counted.clear()
         self.rec.state_resets += 1
 
@@ -604,12 +670,14 @@ class Sim:
             if all(x.finished or x.dead for x in self.workers):
                 self._quiesce_start()
         elif f.kind == "readd":
+            self.rec.resets.append((self.now, f.kind))
             mode = getattr(self, "plan_mode", (self.plan.mode, self.plan.quorum))
             if sw.installed:
                 sw.remove()
             self._wipe()
             self.at(self.now + f.length, self._reinstall, mode)
         elif f.kind in ("restart", "restart_bare"):
+            self.rec.resets.append((self.now, f.kind))
             mode = getattr(self, "plan_mode", (self.plan.mode, self.plan.quorum))
             self.switch = Switch(self.make_pipeline, sw.job)
             self._wipe()
@@ -648,6 +716,10 @@ class Sim:
             self.events.clear()
             for wk in self.workers:
                 wk.in_call = False
+
+
+def _bitmap(data: bytes) -> int:
+    return wire.HEADER_STRUCT.unpack_from(data)[-1]
 
 
 def simulate(plan: Plan, target: str, **options: Any) -> tuple[Record, Sim]:

@@ -4,8 +4,8 @@ Each rule closed a race that a timing-dependent test or the simulation found fir
 (docs/protocol.md §9, "Swap storms" and "A switch that lost the job's state"; §4 step 8):
 the transmission-number echo, the JOIN, the install epoch, the install tag, the refusal
 mark, the JOIN mark and the chase of displaced chunks; and the overflow sentinel of
-non-finite values (docs/protocol.md §9, "Non-finite values"). With the rule taken out (a test-only
-engine option, a longer `join_after` than any run, a pipeline that never sees a new
+non-finite values (docs/protocol.md §9, "Non-finite values"). With the rule taken out (a
+fault of the engine, a longer `join_after` than any run, a pipeline that never sees a new
 install, never tags its replies or never marks what it refused), some seed of a fixed,
 small budget must violate an invariant; with the rule in, the same seeds pass. The marks'
 races are rarer (a seed in tens of thousands): their tests replay schedules that meet them
@@ -85,7 +85,7 @@ def _first_violation(kinds: tuple[str, ...], start: int, **options: object) -> t
 
 def test_without_the_echo_check_a_storm_counts_twice() -> None:
     seed, why = _first_violation(("storm",), 20_000,
-                                 engine={"test_only_ignore_echo": True})
+                                 faults={"ignore_echo": True})
     assert seed >= 0, f"no violation in {BUDGET} storm seeds without the echo check"
     rec, sim = simulate(draw(seed, ("storm",)), "python")
     assert not check(rec, sim), f"seed {seed} fails with the echo check too"
@@ -100,7 +100,7 @@ def test_without_join_a_swap_deadlocks() -> None:
 
 
 def test_without_the_chase_a_displaced_chunk_never_reaches_a_round() -> None:
-    seed, why = _first_violation((STRAGGLER,), 0, engine={"test_only_no_chase": True})
+    seed, why = _first_violation((STRAGGLER,), 0, faults={"no_chase": True})
     assert seed >= 0, f"no violation in {BUDGET} straggler seeds without the chase"
     assert "starvation" in why, why
     rec, sim = simulate(draw(seed, (STRAGGLER,)), "python")
@@ -136,7 +136,7 @@ def test_without_the_refusal_marks_a_duplicate_counts_twice(name: str, pipeline:
 def test_without_the_sentinel_a_non_finite_gradient_is_lost() -> None:
     """The quantizer as it was: NaN sent as 0, an infinity or 1e30 pinned at the bound (and
     the rest kept in the residual for ever): the non-finite value never reaches the job."""
-    seed, why = _first_violation(FAULT_KINDS, 0, engine={"test_only_pin_overflow": True})
+    seed, why = _first_violation(FAULT_KINDS, 0, faults={"pin_overflow": True})
     assert seed >= 0, f"no violation in {BUDGET} seeds with overflow pinned at the bound"
     assert "non-finite" in why and "lost" in why, why
     rec, sim = simulate(draw(seed), "python")

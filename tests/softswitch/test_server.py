@@ -22,8 +22,8 @@ from p4.v1 import p4runtime_pb2_grpc
 
 from hysync import p4names, wire
 from hysync.softswitch import pipeline as pipeline_module
+from hysync.softswitch.p4binding import BoundCounter
 from hysync.softswitch.p4read import encode_counters
-from hysync.softswitch.p4schema_check import CounterInfo
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.server import serve
 from hysync.softswitch.tables import Entry, Replica
@@ -758,7 +758,7 @@ def test_large_counter_values_survive_the_hand_encoded_read(controller, names):
 @pytest.mark.parametrize("unit", [p4info_pb2.CounterSpec.BOTH, p4info_pb2.CounterSpec.PACKETS,
                                   p4info_pb2.CounterSpec.BYTES])
 def test_counter_encoding_matches_protobuf(unit):
-    info = CounterInfo(id=316017724, name="c", size=4, unit=unit)
+    info = BoundCounter(id=316017724, name="c", size=4, unit=unit)
     packets, nbytes = [0, 1, 300, 2**35], [0, 64, 0, 2**50]
     raw = list(encode_counters([(info, 5, packets, nbytes)]))
     for i, blob in enumerate(raw):

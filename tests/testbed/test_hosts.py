@@ -284,6 +284,20 @@ def test_a_number_of_ranks_per_host_groups_consecutive_ranks(
         host_layout(store, 0, 2, "local", timeout=1, env={})
 
 
+def test_a_job_of_more_hosts_than_the_bitmap_holds_is_refused() -> None:
+    """64 ranks are 8 members at 8 per host, but 33 members are refused, whatever the
+    ranks per host, with what to do about it."""
+    store = dist.HashStore()
+    assert host_layout(store, 63, 64, 8, timeout=1) == HostLayout(8, 8, 7, 7)
+    assert host_layout(store, 127, 128, 4, timeout=1) == HostLayout(32, 4, 31, 3)
+    for world, per_host in ((33, 1), (66, 2)):
+        with pytest.raises(HostLayoutError, match=rf"the job has 33 switch members \({world} "
+                                                  rf"ranks, {per_host} per host\) and one "
+                                                  "switch aggregates at most 32 .* run more "
+                                                  "ranks per host"):
+            host_layout(store, 0, world, per_host, timeout=1)
+
+
 def test_background_averaging_with_several_ranks_per_host_is_refused(tmp_path: Path) -> None:
     inventory = write_inventory(tmp_path / "rack.toml", loopback_inventory())
     with pytest.raises(AttachError, match=r"^background averaging \(average_every\) runs with "

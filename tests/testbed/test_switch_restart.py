@@ -4,10 +4,10 @@ hysync.softswitch`, is killed with SIGKILL while worker threads call all-reduce 
 and is started again on the same ports with the pipeline pushed.
 
 * Job added again by hand (`Controller.add_job`): every call completes with the right
-  result or fails with SwitchRestartedError / SwitchUnreachableError naming the switch,
+  result or fails with SwitchRestartedError / NoReplyError naming the switch,
   within dead_after; after the re-add (the workers resynchronize: residual dropped), the
   job goes on and its calls complete (bit-exact in sync).
-* Job not added again: every worker fails with SwitchUnreachableError within dead_after;
+* Job not added again: every worker fails with NoReplyError within dead_after;
   none hangs.
 * Job admitted through `hysync serve`: serve's session with the switch ends at the kill;
   serve connects again, pushes the pipeline and installs its job again (new install
@@ -31,7 +31,7 @@ import pytest
 
 from hysync.controlplane.cli import main as hysync_main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import SwitchUnreachableError as ControlSwitchUnreachableError
+from hysync.controlplane.errors import SwitchUnreachableError
 from hysync.controlplane.inventory import Inventory
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve import Server
@@ -40,8 +40,9 @@ from hysync.controlplane.switch import Switch, wait_for_server
 from hysync.topologies.runner import start_softswitch
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import (
+    CallAbortedError,
+    NoReplyError,
     SwitchRestartedError,
-    SwitchUnreachableError,
     Transport,
     TransportConfig,
 )
@@ -182,7 +183,7 @@ class Training:
             call.counts = tuple(int(c) for c in result.stats.results["count"])
             call.duplicates = result.stats.duplicate_results
             call.needs_resync = result.stats.needs_resync
-        except SwitchUnreachableError as err:  # SwitchRestartedError too
+        except CallAbortedError as err:  # NoReplyError or SwitchRestartedError
             call.error = err
         call.end = time.monotonic()
         with self.cond:
@@ -219,7 +220,7 @@ class Training:
             wk.flagged = wk.tr.needs_resync
             wk.tr.residual(KEY)[:] = 0
             wk.tr.clear_resync()
-            timed_out = type(call.error) is SwitchUnreachableError
+            timed_out = type(call.error) is NoReplyError
             j = 0
             while j < POST_CALLS:
                 call = self._call(wk, j, post=True)
@@ -267,7 +268,7 @@ class Training:
 def check_error(call: Call, switch_udp: tuple[str, int], dead_after: float,
                 job_id: int = JOB) -> None:
     err = call.error
-    assert isinstance(err, SwitchUnreachableError), err
+    assert isinstance(err, CallAbortedError), err
     text = str(err)
     assert f"{switch_udp[0]}:{switch_udp[1]}" in text, text  # it names the switch
     if isinstance(err, SwitchRestartedError):
@@ -398,7 +399,7 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
     assert not untold, f"workers {untold} were not told that the switch lost the job's state"
     assert errors or (readd and mode in ("async", "partial")), "no call failed"
     if not readd:
-        assert set(errors) == {"SwitchUnreachableError"}, errors
+        assert set(errors) == {"NoReplyError"}, errors
     elif mode == "sync" and readded_at - killed_at < dead_after - MARGIN:
         # Added again well within dead_after: the workers learn that the switch's state is
         # new from its STALE replies, not from silence.
@@ -429,7 +430,7 @@ def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess
                            readded_at)
     finally:
         training.close()
-    assert errors.get("SwitchUnreachableError", 0) >= N, errors
+    assert errors.get("NoReplyError", 0) >= N, errors
     for wk in training.workers:
         relearned = [c for c in wk.calls if c.relearn]
         assert len(relearned) == 1 and relearned[0].end - relearned[0].start < MARGIN, wk.w
@@ -500,7 +501,7 @@ def test_serve_installs_its_job_again_after_a_switch_restart(
     assert any("is back" in line and f"jobs {job['job_id']} installed again" in line
                for line in said), said
     if mode == "sync":
-        assert "SwitchRestartedError" in errors or "SwitchUnreachableError" in errors, errors
+        assert "SwitchRestartedError" in errors or "NoReplyError" in errors, errors
 
 
 def test_a_session_outlived_by_its_switch_refuses_every_call(
@@ -519,5 +520,5 @@ def test_a_session_outlived_by_its_switch_refuses_every_call(
         assert session.lost
         for call in (lambda: Controller(session).list_jobs(), session.fetch_schema,
                      lambda: session.write([]), lambda: session.push_pipeline(P4INFO)):
-            with pytest.raises(ControlSwitchUnreachableError, match="session ended"):
+            with pytest.raises(SwitchUnreachableError, match="session ended"):
                 call()

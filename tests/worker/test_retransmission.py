@@ -44,14 +44,10 @@ class Clocked:
         for w in job_writes(self.job, wire.Mode.SYNC, 0):
             self.pipeline.write_entry("INSERT", Entry(w.table, w.match, w.action, w.params,
                                                       w.priority))
-        cfg = TransportConfig(JOB, 0, SWITCH_IP)  # the real transport's timers
-        self.engines = [_core.worker.Engine(
-            fd=-1, job_id=JOB, worker_id=m.worker, switch_ip=SWITCH_IP,
-            switch_port=wire.HYSYNC_UDP_PORT, slot_base=BASE, slot_count=SLOTS, members=2,
-            scale=2.0**20, rto_initial=cfg.rto_initial, rto_min=cfg.rto_min,
-            rto_max=cfg.rto_max, dead_after=cfg.dead_after, stall_after=cfg.stall_after,
-            missed_after=cfg.missed_after, join_after=cfg.join_after,
-            staleness_decay=cfg.staleness_decay, seed=m.worker) for m in self.job.members]
+        self.engines = [_core.worker.Engine(  # the in-memory backend
+            TransportConfig(JOB, m.worker, SWITCH_IP, slot_base=BASE, slot_count=SLOTS,
+                            members=2).engine_config(SWITCH_IP, 2.0**20, seed=m.worker))
+            for m in self.job.members]
         self._keys: dict[str, list[int]] = {}
         self._busy = [False, False]
         self._gen = [0, 0]

@@ -126,7 +126,7 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
     // Else, with nothing latched for the open round (the mode latch answered 0), the
     // desired mode decides: async is a round of its own; a contribution to the open round
     // opens it, but a JOIN never does. With a round latched, a contribution to it counts.
-    // (Generated from hysync/spec/tna_tables.py.)
+    // (Generated from hysync/protocol_spec/tna_tables.py.)
 #include "classify.p4"
 
     // ---- the latched mode and the effective quorum (protocol.md §4 step 8): q = n if the
@@ -334,7 +334,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
     }
 
     // protocol.md §4 steps 9-10, one row per outcome, first match wins (generated from
-    // hysync/spec/tna_tables.py). count_out is the count after this packet (bit 31,
+    // hysync/protocol_spec/tna_tables.py). count_out is the count after this packet (bit 31,
     // CLOSING, set: it closes the round), or 0 when Count refused it.
 #include "verdict.p4"
 

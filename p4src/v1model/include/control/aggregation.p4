@@ -2,7 +2,7 @@
 // machine that decides, for one admitted contribution, whether it opens, joins, closes,
 // duplicates or misses a round.
 //
-// The decision is the decision table of hysync/spec/decision.py, generated into the
+// The decision is the decision table of hysync/protocol_spec/decision.py, generated into the
 // const entries of `decide` (decide.p4). Around it, per packet:
 //   slot_read_action    reads the slot's registers and the sender's member cell, runs
 //                       step 8 (a new install's fresh slot, the mode latch), and computes
@@ -123,7 +123,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.slot.q = meta.slot.quorum;
         }
 
-        // The facts (hysync/spec/decision.py, Fact). The member cell holds r counted in
+        // The facts (hysync/protocol_spec/decision.py, Fact). The member cell holds r counted in
         // this install (epoch), or r answered "not counted" (~epoch, the refusal mark), or
         // ~r under the refusal mark (a JOIN's mark).
         facts_t f = 0;
@@ -147,7 +147,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
 
 #include "decide.p4"
 
-    // The outcome `decide` chose, applied in the order of hysync/spec/decision.py: the
+    // The outcome `decide` chose, applied in the order of hysync/protocol_spec/decision.py: the
     // member cell, the lanes, then the slot and the packet out; then every register
     // slot_read_action read is written back.
     @hidden action slot_write_action() {

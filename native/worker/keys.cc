@@ -1,18 +1,26 @@
-// The worker engine's keys and residuals (engine_internal.h; the engine is described in
-// engine.cc): registered keys and their chunk ranges, what was applied for them, and RULE B -
-// what each chunk of a call keeps as residual once its fate is known.
+// Keys and their residuals (keys.h): chunk ranges, what was applied for each key, and RULE B.
+#include "worker/keys.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <vector>
 
-#include "worker/engine_internal.h"
+#include "common/bytes.h"
+#include "worker/call.h"
+#include "worker/engine.h"
 
 namespace hysync::worker {
 
+namespace {
+
+constexpr std::size_t H = wire::HEADER_BYTES;
+
+}  // namespace
+
 // ------------------------------------------------------------------ keys
-int Engine::register_key(int64_t numel) {
+int Keys::add_key(int64_t numel) {
   auto reg = std::make_unique<Key>();
   reg->numel = numel;
   reg->chunks = std::max<int64_t>(1, (numel + int64_t(LANES) - 1) / int64_t(LANES));
@@ -34,9 +42,12 @@ int Engine::register_key(int64_t numel) {
   return int(keys_.size()) - 1;
 }
 
-void Engine::retire_key(int index) { key(index).alive = false; }
+int Keys::live_owner(uint32_t chunk) const {
+  const int k = owner(chunk);
+  return k >= 0 && at(k).alive ? k : -1;
+}
 
-int Engine::key_of(uint32_t chunk) const {
+int Keys::owner(uint32_t chunk) const {
   auto it = std::upper_bound(starts_.begin(), starts_.end(), chunk);
   if (it == starts_.begin()) return -1;
   int pos = int(it - starts_.begin()) - 1;
@@ -45,8 +56,8 @@ int Engine::key_of(uint32_t chunk) const {
   return pos;
 }
 
-void Engine::take(int index, float* out) {
-  Key& reg = key(index);
+void Keys::take(int index, float* out) {
+  Key& reg = at(index);
   if (reg.acc.empty()) {
     std::fill(out, out + reg.numel, 0.0f);
     return;
@@ -57,31 +68,29 @@ void Engine::take(int index, float* out) {
 
 // The padding lanes past numel hold zeros by construction (zeros are quantized there), so only
 // numel floats cross.
-void Engine::give_residual(int index, const float* in) {
-  Key& reg = key(index);
+void Keys::give_residual(int index, const float* in) {
+  Key& reg = at(index);
   for (int64_t j = 0; j < reg.numel; ++j) reg.residual[std::size_t(j)] += in[j];
 }
 
-void Engine::export_residual(int index, float* out) {
-  Key& reg = key(index);
+void Keys::export_residual(int index, float* out) {
+  Key& reg = at(index);
   std::copy(reg.residual.begin(), reg.residual.begin() + reg.numel, out);
   std::fill(reg.residual.begin(), reg.residual.begin() + reg.numel, 0.0f);
 }
 
 // ------------------------------------------------------------------ residuals (RULE B)
 // Gradient + residual of a local chunk of the call's key (zeros past the tensor's end).
-void Engine::chunk_value(int64_t local, float* value) {
-  const Call& c = *call_;
+void Keys::chunk_value(const Call& c, int64_t local, float* value) const {
   const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
-  const float* res = &key(c.key).residual[off];
+  const float* res = &at(c.key).residual[off];
   for (std::size_t j = 0; j < LANES; ++j) value[j] = (j < n ? c.values[off + j] : 0.0f) + res[j];
 }
 
 // The chunk's gradient is no longer needed: its rows of `values` become its output, starting
 // with what was buffered for it so far.
-void Engine::open_output(int64_t local) {
-  Call& c = *call_;
-  Key& reg = key(c.key);
+void Keys::open_output(Call& c, int64_t local) {
+  Key& reg = at(c.key);
   const std::size_t n = c.lanes_of(local), off = std::size_t(local) * LANES;
   float* out = c.values + off;
   if (reg.acc.empty()) {
@@ -101,11 +110,11 @@ void Engine::open_output(int64_t local) {
 // as its call began) is absorbed there: sent as 0, error 0. Every member applies that round,
 // so the element reaches every member non-finite already; sent, it would make a second round
 // non-finite - a second step skipped by every member's loss scaler, where gloo skips one.
-void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
+void Keys::prepare_chunk(Call& c, int64_t local, int32_t* fixed, float* err) {
   float value[LANES];
-  chunk_value(local, value);
+  chunk_value(c, local, value);
   quantizer_.quantize_lanes(value, fixed, err, LANES, stats_.quant);
-  Key& reg = key(call_->key);
+  Key& reg = at(c.key);
   if (!reg.acc.empty()) {
     const float* applied = &reg.acc[std::size_t(local) * LANES];
     for (std::size_t j = 0; j < LANES; ++j)
@@ -115,17 +124,17 @@ void Engine::prepare_chunk(int64_t local, int32_t* fixed, float* err) {
       }
   }
   std::copy(err, err + LANES, &reg.residual[std::size_t(local) * LANES]);
-  open_output(local);
+  open_output(c, local);
 }
 
 // A chunk carried without ever being sent: its whole value stays as residual (RULE B).
-void Engine::carry_unsent(int64_t local) {
+void Keys::carry_unsent(Call& c, int64_t local) {
   float value[LANES], fixed[LANES], err[LANES];
-  chunk_value(local, value);
+  chunk_value(c, local, value);
   quantizer_.quantize(value, fixed, err, LANES, stats_.quant);  // its stats, as if sent
-  float* res = &key(call_->key).residual[std::size_t(local) * LANES];
+  float* res = &at(c.key).residual[std::size_t(local) * LANES];
   for (std::size_t j = 0; j < LANES; ++j) res[j] = value[j] * cfg_.staleness_decay;
-  open_output(local);
+  open_output(c, local);
 }
 
 // The fate of a chunk of this call is known. A prepared chunk's residual already holds its
@@ -139,11 +148,11 @@ void Engine::carry_unsent(int64_t local) {
 // what it would have been with mine (NaN absorbs), every member applies it, so mine is
 // delivered there and is not carried into a later round (which would make a second step
 // non-finite for every member, where gloo has one).
-void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8_t* round) {
-  Call& c = *call_;
+void Keys::settle(Call& c, int64_t local, Outcome outcome, const Flight* f,
+                  const uint8_t* round) {
   c.outcome[std::size_t(local)] = outcome;
   if (outcome != Outcome::CARRIED || !c.prepared[std::size_t(local)] || f == nullptr) return;
-  float* res = &key(c.key).residual[std::size_t(local) * LANES];
+  float* res = &at(c.key).residual[std::size_t(local) * LANES];
   const float d = cfg_.staleness_decay;
   for (std::size_t j = 0; j < LANES; ++j) {
     if (absorbed(*f, round, j)) {  // its error, 0, stays
@@ -157,71 +166,40 @@ void Engine::settle(int64_t local, Outcome outcome, const Flight* f, const uint8
 
 // Lane j of flight f is a sentinel that `round` (the result of the round f missed, or null)
 // holds non-finite already: delivered there, not carried (settle()).
-bool Engine::absorbed(const Flight& f, const uint8_t* round, std::size_t j) const {
+bool Keys::absorbed(const Flight& f, const uint8_t* round, std::size_t j) const {
   return round != nullptr && f.lane(j) == quantizer_.sentinel() &&
          quantizer_.overflowed(int32_t(load_be32(round + H + 4 * j)));
 }
 
 // RULE B for the chunks whose fate was decided without a packet.
-void Engine::finish() {
-  Key& reg = key(call_->key);
-  for (int64_t l = 0; l < reg.chunks; ++l) close_chunk(l);
+void Keys::finish(Call& c) {
+  Key& reg = at(c.key);
+  for (int64_t l = 0; l < reg.chunks; ++l) close_chunk(c, l);
   std::vector<float>().swap(reg.acc);  // every row went to the output
 }
 
 // Count a chunk's outcome and pay what RULE B still owes it: a chunk never sent. SETTLED
 // chunks were closed by take_residual.
-void Engine::close_chunk(int64_t local) {
-  Call& c = *call_;
+void Keys::close_chunk(Call& c, int64_t local) {
   const std::size_t l = std::size_t(local);
   if (c.outcome[l] == Outcome::INCLUDED) ++stats_.included;
   if (c.outcome[l] == Outcome::CARRIED) ++stats_.carried;
-  if (!c.prepared[l]) carry_unsent(local);
-}
-
-// The call failed: forget what is in flight. Its outcome is unknown, so the chunks keep their
-// full value as residual and the replica must resynchronize.
-void Engine::abort_call() {
-  Call& c = *call_;
-  unanswered_since_ = -1;  // the next call gives the switch dead_after afresh
-  drop_flights();
-  for (auto& o : c.outcome)
-    if (o == Outcome::PENDING) o = Outcome::CARRIED;
-  finish();
-  retire_call();
-  flag_resync("a call was aborted with contributions in flight");
-}
-
-// Forget every packet in flight as not counted: RULE B keeps its amount as residual.
-void Engine::drop_flights() {
-  for (uint32_t i = 0; i < w_; ++i) {
-    Flight* f = flight_[i].get();
-    if (!f) continue;
-    if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
-      settle(f->local, Outcome::CARRIED, f);
-    } else if (f->kind == Kind::RESIDUAL) {
-      return_residual(*f, false);
-    } else if (f->parked) {
-      restore(*f);
-    }
-    end_flight(i);
-  }
-  timers_ = decltype(timers_)();
+  if (!c.prepared[l]) carry_unsent(c, local);
 }
 
 // Move one chunk's residual into a residual-only packet (settling the current call's outcome
 // for it first); return_residual adds back what stays due.
-void Engine::take_residual(int k, int64_t local, float* amount) {
-  Key& reg = key(k);
+void Keys::take_residual(int k, int64_t local, float* amount, Call* call) {
+  Key& reg = at(k);
   float* res = &reg.residual[std::size_t(local) * LANES];
-  if (call_ && call_->key == k) {
-    Call& c = *call_;
+  if (call && call->key == k) {
+    Call& c = *call;
     const std::size_t l = std::size_t(local);
     if (c.outcome[l] == Outcome::PENDING) {  // its residual rides on its own contribution
       std::fill(amount, amount + LANES, 0.0f);
       return;
     }
-    close_chunk(local);
+    close_chunk(c, local);
     c.outcome[l] = Outcome::SETTLED;
   }
   std::copy(res, res + LANES, amount);
@@ -230,9 +208,9 @@ void Engine::take_residual(int k, int64_t local, float* amount) {
 
 // RULE B for a residual-only packet: its quantization error, or all of it (a sentinel's
 // amount is NaN, unless the round it missed absorbed it: settle()).
-void Engine::return_residual(const Flight& f, bool included, const uint8_t* round) {
+void Keys::return_residual(const Flight& f, bool included, const uint8_t* round) {
   if (f.key < 0 || !f.has_amount) return;
-  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  float* res = &at(f.key).residual[std::size_t(f.local) * LANES];
   const float* part = included ? f.err.data() : f.amount.data();
   for (std::size_t j = 0; j < LANES; ++j) {
     if (!included && absorbed(f, round, j))
@@ -243,9 +221,9 @@ void Engine::return_residual(const Flight& f, bool included, const uint8_t* roun
 }
 
 // A parked contribution was not counted after all: back into the residual (as above).
-void Engine::restore(const Flight& f, const uint8_t* round) {
+void Keys::restore(const Flight& f, const uint8_t* round) {
   if (f.key < 0 || !f.has_amount) return;
-  float* res = &key(f.key).residual[std::size_t(f.local) * LANES];
+  float* res = &at(f.key).residual[std::size_t(f.local) * LANES];
   for (std::size_t j = 0; j < LANES; ++j) {
     if (absorbed(f, round, j))
       stats_.absorbed.push_back(uint64_t(f.chunk) * LANES + j);
@@ -253,6 +231,38 @@ void Engine::restore(const Flight& f, const uint8_t* round) {
       res[j] += f.amount[j];
   }
   ++stats_.parked_missed;
+}
+
+// ------------------------------------------------------------------ results
+float* Keys::output_row(uint32_t chunk, Call* call) {
+  const int k = owner(chunk);
+  if (k < 0) return nullptr;
+  Key& reg = at(k);
+  if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
+  const int64_t local = int64_t(chunk) - int64_t(reg.first);
+  if (call && call->key == k && call->prepared[std::size_t(local)]) {
+    return call->values + std::size_t(local) * LANES;  // straight into the call's output
+  }
+  if (reg.acc.empty()) reg.acc.assign(reg.residual.size(), 0.0f);
+  return &reg.acc[std::size_t(local) * LANES];
+}
+
+bool Keys::apply(uint32_t chunk, const double* avg, Call* call) {
+  if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
+    if (orphans_.size() >= MAX_ORPHANS && !orphans_.count(chunk)) {
+      return false;
+    }
+    auto& held = orphans_[chunk];
+    for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
+    return true;
+  }
+  float* row = output_row(chunk, call);
+  if (!row) return true;
+  std::size_t n = LANES;
+  if (call && row >= call->values && row < call->values + call->numel)
+    n = std::size_t(std::min<int64_t>(LANES, call->values + call->numel - row));
+  for (std::size_t j = 0; j < n; ++j) row[j] += float(avg[j] / cfg_.scale);
+  return true;
 }
 
 }  // namespace hysync::worker

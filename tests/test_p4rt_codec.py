@@ -1,4 +1,4 @@
-"""hysync/p4wire against the protobuf library: same bytes, same meaning, both ways.
+"""hysync/p4rt_codec against the protobuf library: same bytes, same meaning, both ways.
 
 The oracle is `records()`: the codec's records read off a message that the protobuf
 library parsed. Any WriteRequest the library can express (within the fields the
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4wire as wire
+from hysync import p4rt_codec
 
 U32, U64 = (1 << 32) - 1, (1 << 64) - 1
 I32 = st.integers(-(1 << 31), (1 << 31) - 1)
@@ -27,68 +27,68 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 
 # ------------------------------------------------------------------ the oracle
-def records(msg: p4r.WriteRequest) -> wire.WriteRequest:
+def records(msg: p4r.WriteRequest) -> p4rt_codec.WriteRequest:
     """What the codec must decode `msg`'s bytes to, read through the protobuf library."""
     election = ((msg.election_id.high, msg.election_id.low)
                 if msg.HasField("election_id") else None)
-    return wire.WriteRequest(msg.device_id, msg.role_id, election,
-                             tuple(wire.Update(u.type, _entity(u)) for u in msg.updates),
+    return p4rt_codec.WriteRequest(msg.device_id, msg.role_id, election,
+                             tuple(p4rt_codec.Update(u.type, _entity(u)) for u in msg.updates),
                              msg.atomicity, msg.role)
 
 
-def _entity(update: p4r.Update) -> wire.Entity:
+def _entity(update: p4r.Update) -> p4rt_codec.Entity:
     if not update.HasField("entity"):
-        return wire.Unsupported(None)
+        return p4rt_codec.Unsupported(None)
     kind = update.entity.WhichOneof("entity")
     if kind == "table_entry":
         return _table_entry(update.entity.table_entry)
     if kind == "counter_entry":
         ce = update.entity.counter_entry
-        return wire.CounterEntry(
+        return p4rt_codec.CounterEntry(
             ce.counter_id, ce.index.index if ce.HasField("index") else None,
-            wire.CounterData(ce.data.byte_count, ce.data.packet_count)
+            p4rt_codec.CounterData(ce.data.byte_count, ce.data.packet_count)
             if ce.HasField("data") else None)
     if kind == "packet_replication_engine_entry":
         pre = update.entity.packet_replication_engine_entry
         which = pre.WhichOneof("type")
         if which != "multicast_group_entry":
-            return wire.Unsupported(which or kind)
+            return p4rt_codec.Unsupported(which or kind)
         g = pre.multicast_group_entry
-        return wire.MulticastGroupEntry(g.multicast_group_id, tuple(
-            wire.Replica(r.instance,
+        return p4rt_codec.MulticastGroupEntry(g.multicast_group_id, tuple(
+            p4rt_codec.Replica(r.instance,
                          r.egress_port if r.WhichOneof("port_kind") == "egress_port" else None,
                          r.port if r.WhichOneof("port_kind") == "port" else None)
             for r in g.replicas), g.metadata)
-    return wire.Unsupported(kind)
+    return p4rt_codec.Unsupported(kind)
 
 
-def _table_entry(te: p4r.TableEntry) -> wire.TableEntry:
-    action: wire.Action | str | None = None
+def _table_entry(te: p4r.TableEntry) -> p4rt_codec.TableEntry:
+    action: p4rt_codec.Action | str | None = None
     if te.HasField("action"):
         kind = te.action.WhichOneof("type")
         if kind == "action":
             a = te.action.action
-            action = wire.Action(a.action_id, tuple(wire.Param(p.param_id, p.value)
+            action = p4rt_codec.Action(a.action_id, tuple(p4rt_codec.Param(p.param_id, p.value)
                                                     for p in a.params))
         else:
-            action = kind or wire.NO_ACTION_KIND
-    resources = frozenset(name for name in wire.TABLE_RESOURCES.values() if te.HasField(name))
-    return wire.TableEntry(te.table_id, tuple(_match(fm) for fm in te.match), action,
+            action = kind or p4rt_codec.NO_ACTION_KIND
+    resources = frozenset(name for name in p4rt_codec.TABLE_RESOURCES.values() if te.HasField(name))
+    return p4rt_codec.TableEntry(te.table_id, tuple(_match(fm) for fm in te.match), action,
                            te.priority, te.controller_metadata, te.is_default_action,
                            te.idle_timeout_ns, te.metadata, te.is_const, resources)
 
 
-def _match(fm: p4r.FieldMatch) -> wire.FieldMatch:
+def _match(fm: p4r.FieldMatch) -> p4rt_codec.FieldMatch:
     kind = fm.WhichOneof("field_match_type")
     if kind in ("exact", "optional"):
-        return wire.FieldMatch(fm.field_id, kind, getattr(fm, kind).value)
+        return p4rt_codec.FieldMatch(fm.field_id, kind, getattr(fm, kind).value)
     if kind == "ternary":
-        return wire.FieldMatch(fm.field_id, kind, fm.ternary.value, fm.ternary.mask)
+        return p4rt_codec.FieldMatch(fm.field_id, kind, fm.ternary.value, fm.ternary.mask)
     if kind == "range":
-        return wire.FieldMatch(fm.field_id, kind, fm.range.low, fm.range.high)
+        return p4rt_codec.FieldMatch(fm.field_id, kind, fm.range.low, fm.range.high)
     if kind == "lpm":
-        return wire.FieldMatch(fm.field_id, kind, fm.lpm.value, prefix_len=fm.lpm.prefix_len)
-    return wire.FieldMatch(fm.field_id, kind)
+        return p4rt_codec.FieldMatch(fm.field_id, kind, fm.lpm.value, prefix_len=fm.lpm.prefix_len)
+    return p4rt_codec.FieldMatch(fm.field_id, kind)
 
 
 # ------------------------------------------------------------------ messages
@@ -134,7 +134,7 @@ def table_entries(draw: Any) -> p4r.TableEntry:
         te.action.action_profile_action_set.SetInParent()
     elif action == "empty":
         te.action.SetInParent()
-    for name in draw(st.sets(st.sampled_from(sorted(wire.TABLE_RESOURCES.values())))):
+    for name in draw(st.sets(st.sampled_from(sorted(p4rt_codec.TABLE_RESOURCES.values())))):
         getattr(te, name).SetInParent()
     return te
 
@@ -169,7 +169,7 @@ def entities(draw: Any) -> p4r.Entity | None:
     elif kind == "pre":
         entity.packet_replication_engine_entry.SetInParent()
     elif kind == "other":
-        getattr(entity, draw(st.sampled_from([k for k in wire.ENTITY_KINDS if k not in (
+        getattr(entity, draw(st.sampled_from([k for k in p4rt_codec.ENTITY_KINDS if k not in (
             "table_entry", "counter_entry", "packet_replication_engine_entry")]))).SetInParent()
     elif kind is None:
         return None
@@ -197,20 +197,22 @@ def unknown_fields(draw: Any) -> bytes:
     out = b""
     for _ in range(draw(st.integers(1, 3))):
         number = draw(st.one_of(st.integers(1, 15), st.integers(1000, 5000)))
-        kind = draw(st.sampled_from([wire.FIXED64, wire.FIXED32] if number <= 15 else
-                                    [wire.VARINT, wire.FIXED64, wire.LEN, wire.FIXED32,
-                                     wire.START_GROUP]))
-        tag = wire._uvarint(number << 3 | kind)
-        if kind == wire.VARINT:
-            out += tag + wire._uvarint(draw(st.integers(0, U64)))
-        elif kind in (wire.FIXED64, wire.FIXED32):
-            out += tag + draw(st.binary(min_size=8 if kind == wire.FIXED64 else 4,
-                                        max_size=8 if kind == wire.FIXED64 else 4))
-        elif kind == wire.LEN:
+        kind = draw(st.sampled_from(
+            [p4rt_codec.FIXED64, p4rt_codec.FIXED32] if number <= 15 else
+            [p4rt_codec.VARINT, p4rt_codec.FIXED64, p4rt_codec.LEN, p4rt_codec.FIXED32,
+             p4rt_codec.START_GROUP]))
+        tag = p4rt_codec._uvarint(number << 3 | kind)
+        if kind == p4rt_codec.VARINT:
+            out += tag + p4rt_codec._uvarint(draw(st.integers(0, U64)))
+        elif kind in (p4rt_codec.FIXED64, p4rt_codec.FIXED32):
+            out += tag + draw(st.binary(min_size=8 if kind == p4rt_codec.FIXED64 else 4,
+                                        max_size=8 if kind == p4rt_codec.FIXED64 else 4))
+        elif kind == p4rt_codec.LEN:
             payload = draw(st.binary(max_size=5))
-            out += tag + wire._uvarint(len(payload)) + payload
+            out += tag + p4rt_codec._uvarint(len(payload)) + payload
         else:
-            out += tag + wire._uvarint(7 << 3) + b"\x05" + wire._uvarint(number << 3 | 4)
+            out += (tag + p4rt_codec._uvarint(7 << 3) + b"\x05"
+                    + p4rt_codec._uvarint(number << 3 | 4))
     return out
 
 
@@ -218,13 +220,13 @@ def unknown_fields(draw: Any) -> bytes:
 @SETTINGS
 @given(write_requests())
 def test_library_bytes_decode_to_the_library_records(msg: p4r.WriteRequest) -> None:
-    assert wire.decode_write_request(msg.SerializeToString()) == records(msg)
+    assert p4rt_codec.decode_write_request(msg.SerializeToString()) == records(msg)
 
 
 @SETTINGS
 @given(write_requests())
 def test_records_encode_to_the_library_bytes(msg: p4r.WriteRequest) -> None:
-    data = wire.encode_write_request(records(msg))
+    data = p4rt_codec.encode_write_request(records(msg))
     assert records(p4r.WriteRequest.FromString(data)) == records(msg)
     if _carried_whole(msg):
         assert data == msg.SerializeToString()
@@ -249,7 +251,7 @@ def test_unknown_fields_are_skipped_at_every_level(msg: p4r.WriteRequest, data: 
     for target in data.draw(st.lists(st.sampled_from(nested), max_size=3)):
         target.MergeFromString(unknown_fields(data.draw))
     raw = msg.SerializeToString()
-    assert wire.decode_write_request(raw) == records(p4r.WriteRequest.FromString(raw))
+    assert p4rt_codec.decode_write_request(raw) == records(p4r.WriteRequest.FromString(raw))
 
 
 @SETTINGS
@@ -259,10 +261,10 @@ def test_a_message_sent_in_two_parts_merges_as_protobuf_merges(
     # Concatenation is protobuf's merge: last scalar wins, repeated fields append, a singular
     # message merges, a oneof keeps its last member.
     raw = first.SerializeToString() + second.SerializeToString()
-    assert wire.decode_write_request(raw) == records(p4r.WriteRequest.FromString(raw))
+    assert p4rt_codec.decode_write_request(raw) == records(p4r.WriteRequest.FromString(raw))
 
 
-def _library(raw: bytes) -> wire.WriteRequest | None:
+def _library(raw: bytes) -> p4rt_codec.WriteRequest | None:
     try:
         return records(p4r.WriteRequest.FromString(raw))
     except (DecodeError, UnicodeDecodeError, RuntimeWarning):
@@ -284,8 +286,8 @@ def _library(raw: bytes) -> wire.WriteRequest | None:
 @example(b"\x32\x01\xff")  # a role that is not UTF-8
 def test_bytes_the_codec_accepts_the_library_reads_the_same(raw: bytes) -> None:
     try:
-        decoded = wire.decode_write_request(raw)
-    except wire.WireError as err:
+        decoded = p4rt_codec.decode_write_request(raw)
+    except p4rt_codec.MalformedRequestError as err:
         assert str(err)  # refused, naming where; the library may be laxer (pure-Python)
         return
     assert decoded == _library(raw)
@@ -304,5 +306,6 @@ def test_bytes_the_codec_accepts_the_library_reads_the_same(raw: bytes) -> None:
     (b"\x0b" * 5000, "groups nested deeper than 100"),
 ])
 def test_malformed_bytes_are_refused_naming_where(raw: bytes, says: str) -> None:
-    with pytest.raises(wire.WireError, match=says.replace("[", r"\[").replace("]", r"\]")):
-        wire.decode_write_request(raw)
+    pattern = says.replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(p4rt_codec.MalformedRequestError, match=pattern):
+        p4rt_codec.decode_write_request(raw)

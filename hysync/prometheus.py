@@ -1,7 +1,7 @@
 """The Prometheus metrics HySync exports, and the `/metrics` endpoint that serves them.
 
 `hysync serve --metrics-addr HOST:PORT` (controlplane/metrics.py) and `python -m
-hysync.softswitch --metrics-addr HOST:PORT` (softswitch/metrics.py) each serve one
+hysync.softswitch --metrics-addr HOST:PORT` (softswitch/exporter.py) each serve one
 registry in the Prometheus text exposition format. Off unless asked for; the address is
 the operator's choice (127.0.0.1:PORT keeps it on the host).
 
@@ -133,7 +133,7 @@ class Endpoint:
         hysync_logger.addHandler(self._counter)
         bound = self._server.server_address
         self.address = f"{host}:{bound[1]}"
-        logs.event(logging.getLogger("hysync.metrics"), "metrics_listening",
+        logs.event(logging.getLogger("hysync.prometheus"), "metrics_listening",
                    f"metrics on http://{self.address}/metrics", address=self.address)
 
     def close(self) -> None:

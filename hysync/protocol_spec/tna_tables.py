@@ -13,11 +13,11 @@ table's facts each stands for, the decision table decides, `_action` names the C
 action that carries the outcome out, and `_first_match_rows` writes the fewest ternary rows
 a greedy search finds that give every combination its action, in the decision table's
 order, each citing the decision table's rows. A rule changed in decision.py is a changed
-`verdict` after `python -m hysync.gen_p4`; an outcome no action carries out, or facts the
+`verdict` after `python -m hysync.codegen`; an outcome no action carries out, or facts the
 keys cannot tell apart, is an error that says so. `classify` is the TNA's own (how its
 latches become facts, as each target computes its facts its own way) and written here.
 
-`python -m hysync.gen_p4` writes both as const entries (p4src/tna/include/control/
+`python -m hysync.codegen` writes both as const entries (p4src/tna/include/control/
 classify.p4, verdict.p4), and the TNA model (tests/conformance/tna_model.py) evaluates
 these rows, so the conformance suite checks the rows the program runs.
 tests/test_tna_tables.py reads every action back as the Replies control carries it out
@@ -32,8 +32,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hysync.spec import decision
-from hysync.spec.decision import Counter, Emit, Fact, Verdict
+from hysync.protocol_spec import decision
+from hysync.protocol_spec.decision import Counter, Emit, Fact, Verdict
 from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
 # ------------------------------------------------------------------ classify (Latching)

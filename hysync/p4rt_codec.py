@@ -8,12 +8,12 @@ and the softswitch decodes a Write into the records below, which its Writer plan
 Every other RPC keeps the generic protobuf path.
 
 Same wire format, no second meaning: field numbers and types are p4runtime.proto's, and
-tests/test_p4wire.py holds both directions to the protobuf library. As protobuf parses:
+tests/test_p4rt_codec.py holds both directions to the protobuf library. As protobuf parses:
 unknown fields, and known field numbers sent with another wire type, are skipped; a
 singular scalar's last value wins; a singular message sent twice is merged; a oneof keeps
 its last member. Malformed bytes (truncated, an overlong varint, wire type 6/7, field
 number 0, an unbalanced group or groups nested deeper than protobuf's limit of 100, a
-role that is not UTF-8) raise WireError naming where. Records carry what the HySync
+role that is not UTF-8) raise MalformedRequestError naming where. Records carry what the HySync
 program can use; message fields it has no use for (meter_config, counter_data, ...) are
 carried as "present" and entity kinds it has none of as `Unsupported(kind)`, after the
 library has checked that they are well formed.
@@ -39,7 +39,7 @@ _MEMO = 1 << 14
 _MAX_DEPTH = 100  # protobuf's recursion limit
 
 
-class WireError(ValueError):
+class MalformedRequestError(ValueError):
     """Bytes that are not a well-formed WriteRequest; the message says where."""
 
 
@@ -158,7 +158,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end:
-            raise WireError(f"truncated varint at byte {pos}")
+            raise MalformedRequestError(f"truncated varint at byte {pos}")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -166,7 +166,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             return result & _MASK64, pos
         shift += 7
         if shift >= 64:
-            raise WireError(f"varint longer than 10 bytes ending at byte {pos}")
+            raise MalformedRequestError(f"varint longer than 10 bytes ending at byte {pos}")
 
 
 def _fields(buf: bytes, pos: int, end: int) -> Fields:
@@ -181,8 +181,8 @@ def _fields(buf: bytes, pos: int, end: int) -> Fields:
         else:
             tag, pos = _varint(buf, pos, end)
         if tag < 8:
-            raise WireError(f"field number 0 at byte {pos - 1}: protobuf field numbers start "
-                            "at 1")
+            raise MalformedRequestError(f"field number 0 at byte {pos - 1}: protobuf field "
+                                        "numbers start at 1")
         wire_type = tag & 7
         if wire_type == VARINT:
             if pos < end and buf[pos] < 0x80:
@@ -199,8 +199,8 @@ def _fields(buf: bytes, pos: int, end: int) -> Fields:
                 size, pos = _varint(buf, pos, end)
             stop = pos + size
             if stop > end:
-                raise WireError(f"field {tag >> 3} at byte {pos} runs {stop - end} byte(s) past "
-                                "the end of its message")
+                raise MalformedRequestError(f"field {tag >> 3} at byte {pos} runs {stop - end} "
+                                            "byte(s) past the end of its message")
             append((tag, pos, stop))
             pos = stop
         else:
@@ -213,21 +213,21 @@ def _skip(buf: bytes, tag: int, pos: int, end: int, depth: int = 0) -> int:
     if wire_type in (FIXED64, FIXED32):
         pos += 8 if wire_type == FIXED64 else 4
         if pos > end:
-            raise WireError(f"truncated fixed-width field {tag >> 3}")
+            raise MalformedRequestError(f"truncated fixed-width field {tag >> 3}")
         return pos
     if wire_type == START_GROUP:
         if depth >= _MAX_DEPTH:
-            raise WireError(f"groups nested deeper than {_MAX_DEPTH} at byte {pos}")
+            raise MalformedRequestError(f"groups nested deeper than {_MAX_DEPTH} at byte {pos}")
         while True:
             if pos >= end:
-                raise WireError(f"group {tag >> 3} has no end")
+                raise MalformedRequestError(f"group {tag >> 3} has no end")
             inner, pos = _varint(buf, pos, end)
             if inner < 8:
-                raise WireError(f"field number 0 in group {tag >> 3}")
+                raise MalformedRequestError(f"field number 0 in group {tag >> 3}")
             kind = inner & 7
             if kind == END_GROUP:
                 if inner >> 3 != tag >> 3:
-                    raise WireError(f"group {tag >> 3} closed as group {inner >> 3}")
+                    raise MalformedRequestError(f"group {tag >> 3} closed as group {inner >> 3}")
                 return pos
             if kind == VARINT:
                 pos = _varint(buf, pos, end)[1]
@@ -235,12 +235,13 @@ def _skip(buf: bytes, tag: int, pos: int, end: int, depth: int = 0) -> int:
                 size, pos = _varint(buf, pos, end)
                 pos += size
                 if pos > end:
-                    raise WireError(f"truncated field {inner >> 3} in group {tag >> 3}")
+                    raise MalformedRequestError(f"truncated field {inner >> 3} in group {tag >> 3}")
             else:
                 pos = _skip(buf, inner, pos, end, depth + 1)
     if wire_type == END_GROUP:
-        raise WireError(f"end of group {tag >> 3} at byte {pos} without its start")
-    raise WireError(f"field {tag >> 3} has wire type {wire_type}, which protobuf does not define")
+        raise MalformedRequestError(f"end of group {tag >> 3} at byte {pos} without its start")
+    raise MalformedRequestError(f"field {tag >> 3} has wire type {wire_type}, which protobuf "
+                                "does not define")
 
 
 def _well_formed(message: Any, data: bytes) -> None:
@@ -250,7 +251,7 @@ def _well_formed(message: Any, data: bytes) -> None:
     try:
         message.FromString(data)
     except (DecodeError, UnicodeDecodeError) as err:
-        raise WireError(f"{message.DESCRIPTOR.name}: {err}") from None
+        raise MalformedRequestError(f"{message.DESCRIPTOR.name}: {err}") from None
 
 
 def _int32(value: int) -> int:
@@ -505,8 +506,8 @@ def _entity(buf: bytes, pos: int, end: int) -> Entity:
         return Unsupported(kind)
     try:
         return _message(buf, spans, decode)  # type: ignore[no-any-return]
-    except WireError as err:
-        raise WireError(f"{kind}: {err}") from None
+    except MalformedRequestError as err:
+        raise MalformedRequestError(f"{kind}: {err}") from None
 
 
 def _only(buf: bytes, pos: int, end: int, tag: int) -> tuple[int, int] | None:
@@ -546,7 +547,7 @@ def _uint128(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def decode_write_request(data: bytes) -> WriteRequest:
-    """The records of a serialized p4.v1.WriteRequest; WireError if it is malformed."""
+    """The records of a serialized p4.v1.WriteRequest; MalformedRequestError if it is malformed."""
     buf = bytes(data)
     device_id = role_id = atomicity = 0
     role = ""
@@ -554,14 +555,14 @@ def decode_write_request(data: bytes) -> WriteRequest:
     updates = []
     try:
         fields = _fields(buf, 0, len(buf))
-    except WireError as err:
-        raise WireError(f"WriteRequest: {err}") from None
+    except MalformedRequestError as err:
+        raise MalformedRequestError(f"WriteRequest: {err}") from None
     for tag, a, b in fields:
         if tag == 0x22:
             try:
                 updates.append(_update(buf, a, b))
-            except WireError as err:
-                raise WireError(f"updates[{len(updates)}]: {err}") from None
+            except MalformedRequestError as err:
+                raise MalformedRequestError(f"updates[{len(updates)}]: {err}") from None
         elif tag == 0x08:
             device_id = a
         elif tag == 0x10:
@@ -574,11 +575,12 @@ def decode_write_request(data: bytes) -> WriteRequest:
             try:
                 role = buf[a:b].decode()
             except UnicodeDecodeError:
-                raise WireError(f"WriteRequest: role at byte {a} is not UTF-8") from None
+                raise MalformedRequestError(
+                    f"WriteRequest: role at byte {a} is not UTF-8") from None
     try:
         election = _message(buf, elections, _uint128) if elections else None
-    except WireError as err:
-        raise WireError(f"election_id: {err}") from None
+    except MalformedRequestError as err:
+        raise MalformedRequestError(f"election_id: {err}") from None
     return WriteRequest(device_id, role_id, election, tuple(updates), atomicity, role)
 
 

@@ -1,6 +1,6 @@
 """`python -m hysync.softswitch --metrics-addr HOST:PORT`: the switch's own metrics, for a
 softswitch run without `hysync serve` (or beside it): drops by reason, the data plane's
-packets, and the P4Runtime writes it served with their latency. Names: hysync/metrics.py.
+packets, and the P4Runtime writes it served with their latency. Names: hysync/prometheus.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hysync import p4names
-from hysync.metrics import Endpoint, WriteMetrics
+from hysync.prometheus import Endpoint, WriteMetrics
 from hysync.softswitch.pipeline import Pipeline
 from hysync.wire import DropReason
 

@@ -1,10 +1,13 @@
-"""The softswitch's check of a pushed P4Info against the program its pipeline implements.
+"""A pushed P4Info bound to the softswitch pipeline: checked, then its ids mapped to positions.
 
 The P4Info must describe p4src/v1model/hysync.p4 (docs/protocol.md §8; the program's
 structure is hysync/p4names.py, generated from the committed P4Info): a P4Info of
 another program is refused with a `ConfigError` naming the first mismatch instead of
-being silently half-served. What passes becomes a `Schema`: the P4Info's ids bound to
-the positions of the pipeline's Entry.match and Entry.params.
+being silently half-served. What passes becomes a `PipelineBinding`: the P4Info's ids
+bound to the positions of the pipeline's Entry.match and Entry.params, which the server's
+reads and writes index by. Name lookups with close-name hints, and the value codec, are
+hysync.p4schema's (the P4Info as the controller sees it); a binding is what the switch
+serves, so a P4Info that passes here also loads there.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ActionInfo:
+class BoundAction:
     id: int
     name: str
     params: tuple[ParamInfo, ...]  # in Entry.params order
@@ -45,7 +48,7 @@ class ActionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class TableInfo:
+class BoundTable:
     id: int
     name: str
     fields: tuple[MatchFieldInfo, ...]  # in Entry.match order
@@ -58,7 +61,7 @@ class TableInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class CounterInfo:
+class BoundCounter:
     id: int
     name: str
     size: int
@@ -66,16 +69,16 @@ class CounterInfo:
 
 
 @dataclass(slots=True)
-class Schema:
+class PipelineBinding:
     """The P4Info, indexed both ways: ids for requests, names for reads."""
 
-    tables: dict[int, TableInfo] = field(default_factory=dict)
-    actions: dict[int, ActionInfo] = field(default_factory=dict)
-    counters: dict[int, CounterInfo] = field(default_factory=dict)
+    tables: dict[int, BoundTable] = field(default_factory=dict)
+    actions: dict[int, BoundAction] = field(default_factory=dict)
+    counters: dict[int, BoundCounter] = field(default_factory=dict)
     table_ids: dict[str, int] = field(default_factory=dict)
     action_ids: dict[str, int] = field(default_factory=dict)
 
-    def table(self, table_id: int) -> TableInfo:
+    def table(self, table_id: int) -> BoundTable:
         table = self.tables.get(table_id)
         if table is None:
             known = ", ".join(f"{t.id} ({t.name})" for t in self.tables.values())
@@ -83,7 +86,7 @@ class Schema:
                                  f"unknown table id {table_id}; the P4Info's tables are {known}")
         return table
 
-    def counter(self, counter_id: int) -> CounterInfo:
+    def counter(self, counter_id: int) -> BoundCounter:
         counter = self.counters.get(counter_id)
         if counter is None:
             known = ", ".join(f"{c.id} ({c.name})" for c in self.counters.values())
@@ -97,9 +100,9 @@ _UNSUPPORTED_P4INFO = ("action_profiles", "direct_counters", "meters", "direct_m
                        "controller_packet_metadata", "value_sets", "digests")
 
 
-def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
-                 defaults: dict[str, tuple[str, tuple[int, ...]]] | None = None) -> Schema:
-    """The schema of `p4info` if it describes the program `pipeline` implements.
+def bind_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
+                 defaults: dict[str, tuple[str, tuple[int, ...]]] | None = None) -> PipelineBinding:
+    """The binding of `p4info` if it describes the program `pipeline` implements.
 
     `defaults` is each table's default action as the program defines it (what a
     fresh pipeline has); it defaults to the pipeline's current ones. Raises
@@ -115,11 +118,11 @@ def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
                               "softswitch pipeline does not implement: push the P4Info of "
                               "p4src/v1model/hysync.p4")
     _check_mode_names(p4info)
-    schema = Schema()
+    binding = PipelineBinding()
     ids: dict[int, str] = {}
     for action in p4info.actions:
         _claim_id(ids, action.preamble)
-        schema.action_ids[action.preamble.name] = action.preamble.id
+        binding.action_ids[action.preamble.name] = action.preamble.id
     for counter in p4info.counters:
         _claim_id(ids, counter.preamble)
     by_name = {a.preamble.name: a for a in p4info.actions}
@@ -133,9 +136,9 @@ def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
         if name not in pipeline.tables:
             raise ConfigError(f"P4Info table {name} is not implemented by the softswitch "
                               f"pipeline (its tables: {', '.join(pipeline.tables)})")
-        info = _check_table(table, pipeline.tables[name].size, by_name, schema, defaults[name])
-        schema.tables[info.id] = info
-        schema.table_ids[name] = info.id
+        info = _check_table(table, pipeline.tables[name].size, by_name, binding, defaults[name])
+        binding.tables[info.id] = info
+        binding.table_ids[name] = info.id
     p4_counters = {c.preamble.name: c for c in p4info.counters}
     for name, counter in pipeline.counters.items():
         p4_counter = p4_counters.get(name)
@@ -145,13 +148,13 @@ def check_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
         if p4_counter.size != counter.size:
             raise ConfigError(f"P4Info counter {name} has {p4_counter.size} cells, the softswitch "
                               f"pipeline's has {counter.size}")
-        schema.counters[p4_counter.preamble.id] = CounterInfo(
+        binding.counters[p4_counter.preamble.id] = BoundCounter(
             p4_counter.preamble.id, name, counter.size, p4_counter.spec.unit)
     for name in p4_counters:
         if name not in pipeline.counters:
             raise ConfigError(f"P4Info counter {name} is not implemented by the softswitch "
                               f"pipeline (its counters: {', '.join(pipeline.counters)})")
-    return schema
+    return binding
 
 
 def _check_mode_names(p4info: p4info_pb2.P4Info) -> None:
@@ -178,7 +181,7 @@ def _claim_id(ids: dict[int, str], preamble: p4info_pb2.Preamble) -> None:
 
 
 def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_pb2.Action],
-                 schema: Schema, default: tuple[str, tuple[int, ...]]) -> TableInfo:
+                 binding: PipelineBinding, default: tuple[str, tuple[int, ...]]) -> BoundTable:
     name = table.preamble.name
     if table.implementation_id or table.direct_resource_ids:
         raise ConfigError(f"P4Info table {name} has an action profile or direct resources; the "
@@ -223,9 +226,9 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
     if allowed[0] not in refs:
         raise ConfigError(f"P4Info table {name} lacks action {allowed[0]}")
     for action in refs.values():
-        _register_action(action, schema)
+        _register_action(action, binding)
     default_id = table.const_default_action_id or table.initial_default_action.action_id
-    default_name = (schema.actions[default_id].name if default_id in schema.actions
+    default_name = (binding.actions[default_id].name if default_id in binding.actions
                     else p4names.NO_ACTION)
     if default_id and default_id not in scopes:
         raise ConfigError(f"P4Info table {name}'s default action id {default_id} is not one of "
@@ -233,16 +236,16 @@ def _check_table(table: p4info_pb2.Table, size: int, actions: dict[str, p4info_p
     if default_name != default[0]:
         raise ConfigError(f"P4Info table {name}'s default action is {default_name}; the "
                           f"softswitch pipeline's is {default[0]}")
-    initial = (default_name, _initial_params(table, schema, default_id, default[1]))
-    return TableInfo(table.preamble.id, name, tuple(fields),
+    initial = (default_name, _initial_params(table, binding, default_id, default[1]))
+    return BoundTable(table.preamble.id, name, tuple(fields),
                      {f.id: i for i, f in enumerate(fields)}, scopes,
                      bool(table.const_default_action_id), initial, size,
                      any(f.kind != EXACT for f in fields))
 
 
-def _register_action(action: p4info_pb2.Action, schema: Schema) -> None:
+def _register_action(action: p4info_pb2.Action, binding: PipelineBinding) -> None:
     name = action.preamble.name
-    if action.preamble.id in schema.actions:
+    if action.preamble.id in binding.actions:
         return
     p4_params = {p.name: p for p in action.params}
     params = []
@@ -257,15 +260,15 @@ def _register_action(action: p4info_pb2.Action, schema: Schema) -> None:
     if p4_params:
         raise ConfigError(f"P4Info action {name} has parameter {next(iter(p4_params))}, which the "
                           "softswitch's does not take")
-    schema.actions[action.preamble.id] = ActionInfo(
+    binding.actions[action.preamble.id] = BoundAction(
         action.preamble.id, name, tuple(params), {p.id: i for i, p in enumerate(params)})
 
 
-def _initial_params(table: p4info_pb2.Table, schema: Schema, action_id: int,
+def _initial_params(table: p4info_pb2.Table, binding: PipelineBinding, action_id: int,
                     expected: tuple[int, ...]) -> tuple[int, ...]:
-    if not table.HasField("initial_default_action") or action_id not in schema.actions:
+    if not table.HasField("initial_default_action") or action_id not in binding.actions:
         return expected
-    action = schema.actions[action_id]
+    action = binding.actions[action_id]
     values = [0] * len(action.params)
     for arg in table.initial_default_action.arguments:
         if arg.param_id in action.position:

@@ -1,0 +1,27 @@
+// Protocol rules a simulation takes out, one at a time, to show that its checker finds the
+// race each rule closes (tests/sim/test_races.py). Only the in-memory backend's engines take
+// them (bind.cc refuses them with a socket): a worker always runs every rule.
+#pragma once
+
+namespace hysync::worker {
+
+struct Faults {
+  // Act on every reply as if it answered the latest transmission: no transmission-number
+  // echo (docs/protocol.md §9, "Swap storms").
+  bool ignore_echo = false;
+  // Never send a displaced chunk again (send_chased; §9, "Displaced chunks").
+  bool no_chase = false;
+  // The quantizer pins what overflows at the bound and sends NaN as 0: no overflow sentinel
+  // (§9, "Non-finite values").
+  bool pin_overflow = false;
+  // Never act on a sign that the switch's state for the job is new (switch_reset; §9, "A
+  // switch that lost the job's state"): no abort, no resync flag, the slots keep their rounds.
+  bool no_restart_detection = false;
+  // No packet deadline (waited_too_long; §9 Failures): only the switch's silence fails a call.
+  bool no_flight_deadline = false;
+  // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
+  // switch state may count what the residual holds again.
+  bool send_dropped = false;
+};
+
+}  // namespace hysync::worker

@@ -1,0 +1,54 @@
+// A flight: the one packet in flight on a slot, its bytes and what the engine knows of it.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "hysync_wire.h"
+
+namespace hysync::worker {
+
+constexpr std::size_t LANES = wire::LANES;
+constexpr std::size_t P = wire::PACKET_BYTES;
+
+enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
+enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
+
+// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights and resets
+// only this part: launch writes the header, the sender the lanes and what err and amount hold
+// for its kind (a NULLS flight's zero lanes included).
+struct FlightState {
+  Kind kind = Kind::OWN;
+  int key = -1;  // index into keys_, -1 for NULLS
+  int64_t local = -1;
+  uint32_t chunk = 0;
+  bool has_amount = false;
+  uint32_t round = 0;
+  // The slot's next round when it was launched, if known: the switch, in the state that
+  // taught it, counts the flight in that round or a later one (rounds never step back).
+  bool floor_known = false;
+  uint32_t floor = 0;
+  bool async_style = false, probe = false, parked = false;
+  bool join = false;  // flag JOIN: counted only into an open round that lacks me
+  bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
+  uint8_t tx = 0;     // the number of its latest transmission, which replies echo
+  double launched = 0, sent_at = 0, backoff = 0;
+  uint64_t sent_seq = 0;  // the worker's transmissions counted at its latest one
+  int tries = 0;
+  uint64_t gen = 0;
+  bool stale = false;  // a STALE reply under its grace period
+  uint8_t stale_reason = 0, stale_mode = 0;
+  bool early_look = false;  // partial: its first timer is stall_after's look (expire)
+  bool closed = false;  // its round was seen closed without me
+  uint32_t closed_chunk = 0;
+};
+
+// The one packet in flight on a slot; it owns its bytes.
+struct Flight : FlightState {
+  std::array<uint8_t, P> data{};  // the datagram, header and big-endian lanes
+  std::array<float, LANES> err{};   // quantization error of what it carries
+  std::array<float, LANES> amount{};  // RESIDUAL: the residual it took; parked OWN: what it adds
+  int32_t lane(std::size_t j) const;
+};
+
+}  // namespace hysync::worker

@@ -1,0 +1,142 @@
+// RULE A and the install tag (rounds.h).
+#include "worker/rounds.h"
+
+#include <algorithm>
+#include <map>
+
+namespace hysync::worker {
+
+namespace {
+
+constexpr uint32_t HALF32 = 1u << 31;
+constexpr double SUSPECT_MEMORY = 60.0;     // seconds a suspected round may still arrive
+constexpr uint32_t MAX_SUSPECT_GAP = 4096;  // more skipped rounds on one slot: don't list them
+
+bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
+
+}  // namespace
+
+void Rounds::advance(uint32_t i, uint32_t upto) {
+  const uint32_t nr = slots_[i].next_round;
+  slots_[i].known = true;
+  const uint32_t gap = upto - nr;
+  if (gap == 0 || gap >= HALF32) return;
+  if (gap > MAX_SUSPECT_GAP) {
+    flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
+                std::to_string(gap) + " rounds ahead");
+  } else {
+    auto& suspect = slots_[i].suspect;
+    const double now = clock_.now();
+    for (uint32_t r = 0; r < gap; ++r) suspect[nr + r] = now;
+    if (std::find(suspect_slots_.begin(), suspect_slots_.end(), i) == suspect_slots_.end())
+      suspect_slots_.push_back(i);
+  }
+  slots_[i].next_round = upto;
+}
+
+bool Rounds::is_new(uint32_t i, uint32_t rnd) {
+  if (ahead(rnd, slots_[i].next_round)) {
+    advance(i, rnd);
+    slots_[i].next_round = rnd + 1;
+    return true;
+  }
+  auto& suspect = slots_[i].suspect;
+  auto it = suspect.find(rnd);
+  if (it != suspect.end()) {
+    suspect.erase(it);
+    return true;
+  }
+  return false;
+}
+
+// Count suspected rounds older than missed_after (minus one per own ACKed contribution, whose
+// round is unknown); forget those older than SUSPECT_MEMORY.
+void Rounds::check_suspects() {
+  const double now = clock_.now();
+  const double judge = now - cfg_.missed_after, forget = now - SUSPECT_MEMORY;
+  uint64_t missed = 0;
+  std::vector<uint32_t> keep;
+  for (uint32_t i : suspect_slots_) {
+    auto& suspect = slots_[i].suspect;
+    auto& acked = slots_[i].acked;
+    std::size_t gone = 0;
+    for (auto it = suspect.begin(); it != suspect.end();) {
+      if (it->second < forget) {
+        it = suspect.erase(it);
+        ++gone;
+      } else {
+        ++it;
+      }
+    }
+    if (gone > acked.size())
+      flag_resync("results of slot " + std::to_string(cfg_.slot_base + i) + " never arrived");
+    for (std::size_t n = std::min(gone, acked.size()); n > 0; --n) acked.pop_front();
+    if (!suspect.empty()) keep.push_back(i);
+    std::size_t old = 0;
+    for (const auto& [r, since] : suspect) old += since < judge;
+    missed += old > acked.size() ? old - acked.size() : 0;
+  }
+  suspect_slots_.swap(keep);
+  const bool was = needs_resync();
+  missed_results_ = missed;
+  if (missed && !was)
+    log_resync(std::to_string(missed) + " result(s) did not arrive within " +
+               std::to_string(cfg_.missed_after) + " s");
+}
+
+void Rounds::flag_resync(const std::string& why) {
+  if (!needs_resync()) log_resync(why);
+  if (resync_why_.empty()) resync_why_ = why;
+  resync_flagged_ = true;
+}
+
+void Rounds::log_resync(const std::string& why) {
+  log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) +
+              " fell out of the switch's retransmission window (" + why +
+              "): its replica missed updates and must be resynchronized at the next "
+              "averaging round");
+}
+
+// The replica was re-synchronized: forget missed and suspected rounds (results of those rounds
+// that still arrive are dropped as duplicates).
+void Rounds::clear_resync() {
+  resync_why_.clear();
+  resync_flagged_ = false;
+  missed_results_ = 0;
+  for (uint32_t i : suspect_slots_) {
+    slots_[i].suspect.clear();
+    slots_[i].acked.clear();
+  }
+  suspect_slots_.clear();
+}
+
+// A tag that is neither the one known nor, shortly after a change, the one left is a new state
+// of the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
+// than two rto_max after a change the one left is taken for a new state too: packets are not
+// delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
+// predecessor's, not unlike every older one's).
+Rounds::Tag Rounds::see_tag(uint8_t tag, double now) {
+  if (tag == tag_) return Tag::KNOWN;
+  if (tag == left_tag_ && now - tag_changed_at_ < 2 * cfg_.rto_max) return Tag::LEFT;
+  if (tag_ < 0) {  // the first tag heard, or the first since a reset
+    tag_ = tag;
+    return Tag::KNOWN;
+  }
+  return Tag::NEW;
+}
+
+void Rounds::forget(double now) {
+  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
+  tag_ = -1;
+  tag_changed_at_ = now;
+  for (Slot& s : slots_) {
+    s.next_round = 0;
+    s.known = false;
+    s.own_results = {};
+    s.suspect.clear();
+    s.acked.clear();
+  }
+  suspect_slots_.clear();
+}
+
+}  // namespace hysync::worker

@@ -1,0 +1,63 @@
+// RULE A: the rounds each slot has seen close, the ones it skipped (suspected missed until
+// their results arrive), whether the replica missed results it cannot get back (needs a
+// resync), and the install tag of the switch's state the rounds were learned from
+// (docs/protocol.md §9).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/backend.h"
+#include "worker/config.h"
+#include "worker/log.h"
+#include "worker/slot.h"
+
+namespace hysync::worker {
+
+class Rounds {
+ public:
+  // `clock`: the engine's backend, whose time stamps a suspect.
+  Rounds(const EngineConfig& config, std::vector<Slot>& slots, Log& log, const Backend& clock)
+      : cfg_(config), slots_(slots), log_(log), clock_(clock) {}
+
+  // Slot i's rounds before `upto` are closed: suspect those not seen yet.
+  void advance(uint32_t i, uint32_t upto);
+  // A result of round `rnd` on slot i: true the first time (a round ahead, or a suspect).
+  bool is_new(uint32_t i, uint32_t rnd);
+  // Count suspected rounds older than missed_after as missed; forget very old ones.
+  void check_suspects();
+
+  // Safe to read from another thread while a call runs.
+  bool needs_resync() const { return resync_flagged_ || missed_results_ > 0; }
+  uint64_t missed_results() const { return missed_results_; }
+  void flag_resync(const std::string& why);
+  // The replica was re-synchronized: forget missed and suspected rounds.
+  void clear_resync();
+
+  // The install tag a RESULT or ACK carries, as this worker knows the switch's state.
+  enum class Tag { KNOWN, LEFT, NEW };  // LEFT: a late packet of the state before
+  Tag see_tag(uint8_t tag, double now);
+  int tag() const { return tag_; }  // -1: none yet
+  void learn_tag(uint8_t tag) { tag_ = tag; }
+  // The switch's state for the job is new: every slot forgets its rounds, the tag known
+  // becomes the one left, and the next tag heard is learned.
+  void forget(double now);
+
+ private:
+  void log_resync(const std::string& why);
+
+  const EngineConfig& cfg_;
+  std::vector<Slot>& slots_;
+  Log& log_;
+  const Backend& clock_;
+  std::vector<uint32_t> suspect_slots_;  // slots with suspects
+  std::atomic<uint64_t> missed_results_{0};
+  std::atomic<bool> resync_flagged_{false};
+  std::string resync_why_;  // what cannot heal: aborts, huge gaps
+  int tag_ = -1;       // the install tag of the switch's state this worker knows (-1: none yet)
+  int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
+  double tag_changed_at_ = 0;
+};
+
+}  // namespace hysync::worker

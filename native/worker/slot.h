@@ -1,0 +1,46 @@
+// What the worker knows of one slot of its window: the slot's rounds (RULE A), its mode as the
+// switch last reported it, its transmission numbers and its flight.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "worker/flight.h"
+
+namespace hysync::worker {
+
+using KeptResult = std::array<uint8_t, 8 + 4 * LANES>;  // a RESULT's round, chunk and lanes
+// An own contribution counted without its result (ACK): its chunk and lanes.
+using Acked = std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>;
+
+// Round, chunk and lanes of the last async results of mine that settled a flight (none since
+// the slot's rounds were learned), so that a late copy of one is not taken for a sign of new
+// switch state. Several, not the last one only: calls of zero gradients send a chunk's flights
+// with the same lanes, and a copy the network delayed can arrive after two newer results. A
+// copy, not a digest: the receive loop only copies.
+struct OwnResults {
+  std::vector<KeptResult> kept;  // at most OWN_RESULT_MEMORY (results.cc), filled lazily
+  std::size_t oldest = 0;        // once full: the entry the next one replaces
+};
+
+struct Slot {
+  uint32_t next_round = 0;  // the slot's open round as far as I know (RULE A)
+  uint32_t seq = 0;         // the last async-style sequence number sent (next_seq)
+  bool known = false;       // next_round was learned from the switch
+  int mode = -1;            // the mode the switch last reported (-1: not yet)
+  uint8_t tx_number = 0;    // the number of the latest transmission (mod 32)
+  // Chunks (global ids) a sync round of another chunk displaced, to send again as residual
+  // when the slot has nothing else to send in a call (send_chased).
+  std::deque<uint32_t> chased;
+  OwnResults own_results;
+  std::map<uint32_t, double> suspect;  // rounds skipped, not seen yet: round -> since
+  std::deque<Acked> acked;             // at most ACK_MEMORY (results.cc)
+  std::unique_ptr<Flight> flight;      // null: idle
+};
+
+}  // namespace hysync::worker

@@ -1,0 +1,70 @@
+"""The checker catches each rule's violation when that rule's fix is taken out.
+
+Each row takes one fix out - a field of the engine's `Faults` (native/worker/faults.h, the
+simulation's only), a `join_after`
+longer than any run, or a pipeline without the install epoch - and replays a seed where the
+checker then reports the rule the fix keeps (docs/protocol.md §10, "Allowed, by rule" and
+the invariants); with the fix in, the same seed passes. The seeds were found by running the
+fault kinds of the row from its first seed until one failed with the fix out and passed
+with it in; a change to the engine's timers or the plans' draw calls for new ones
+(`python -m tests.sim --seeds 40 --start <first seed> --kinds <kinds>` with the knob set
+in a replay shows where). tests/sim/test_races.py holds the races found before these rules
+(the install tag, the refusal and JOIN marks, the chase, the sentinel).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .check import check
+from .plan import draw
+from .run import simulate
+from .test_races import NoEpochPipeline
+
+# name: (fault kinds, seed, what takes the fix out, the invariant the checker must report,
+# text its report must hold)
+MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
+    # §9 "Swap storms", rule 2: a stray reply settles a flight; the worker then takes a
+    # round behind its own for a new switch state and aborts with no restart at all.
+    "echo": (("storm",), 20000, {"faults": {"ignore_echo": True}}, "failure",
+             "'reset'"),
+    # §9 "Swap storms", rule 1: rounds wait for members done with their chunk; calls fail
+    # by dead_after with nobody gone.
+    "join": (("swap", "storm"), 30013, {"engine": {"join_after": 1e9}}, "failure",
+             "'unreachable'"),
+    # §4 step 8: a re-added job inherits its slots' rounds; rounds close with contributions
+    # the switch never counted in them.
+    "install_epoch": (("readd",), 40003, {"make_pipeline": NoEpochPipeline}, "exactly-once",
+                      "closed with bitmap"),
+    # §9 "A switch that lost the job's state": without acting on a new state, workers send
+    # rounds the new state answers STALE until dead_after.
+    "restart_detection": (("restart", "readd"), 60001,
+                          {"faults": {"no_restart_detection": True}}, "failure",
+                          "'unreachable'"),
+    # §9 Failures, the packet's deadline: a round latched in sync waits for a dead member
+    # while other slots' replies keep the call alive past every bound.
+    "flight_deadline": (("death", "storm"), 70002,
+                        {"faults": {"no_flight_deadline": True}}, "failure",
+                        "'unreachable'"),
+    # §9 "A switch that lost the job's state": an abort sends what it had queued for the
+    # flights it forgot; the new state counts what the residual keeps.
+    "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
+                              {"faults": {"send_dropped": True}}, "exactly-once",
+                              "worker 1 chunk 9"),
+}
+
+
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_the_checker_catches_the_rule_taken_out(name: str) -> None:
+    kinds, seed, mutation, invariant, detail = MUTATIONS[name]
+    plan = draw(seed, kinds)
+    rec, sim = simulate(plan, "python", **mutation)
+    found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
+    assert any(detail in v for v in found), (
+        f"{name} taken out: seed {seed} reports no {invariant} violation with {detail!r}: "
+        f"{check(rec, sim)[:3]}")
+    rec, sim = simulate(plan, "python")
+    found = check(rec, sim)
+    assert not found, f"seed {seed} fails with {name} in: {found[:3]}"
