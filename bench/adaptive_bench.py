@@ -12,14 +12,22 @@ as local processes - the harness of `make demo`), `--repeat` runs per cell:
 the default set: minutes per HySync run on 2 cores). `--configs async` adds HySync in
 async from the first step (not in the default set either).
 
+Each run records the machine's load average (1 minute) at its start and end and the
+number of the policy's decisions: the bench run on a quiet machine and again beside two
+CPU hogs (`yes > /dev/null &` twice) shows whether the policy holds on a busy one, e.g.
+
+    .venv/bin/python -m bench.adaptive_bench --scenarios constant-2x --configs adaptive \
+        --repeat 3 --results adaptive-load-quiet.json
+
 Writes bench/results/adaptive.json (one row per cell: time to the scenario's target
 accuracy, final accuracy, throughput, the time per step split into compute, waiting for
 the switch and communication, the speed-ups of adaptive over sync and gloo, the
 policy's decisions; the rows of the scenarios not run are kept) with the goals checked,
 bench/results/adaptive.png (time to target per cell), and per scenario
 bench/results/adaptive-<scenario>.png (accuracy over time, iteration times, mode
-timeline with the policy's exclusions and readmissions); the
-workers' logs and the policy's decision log (policy.jsonl) under runs/adaptive-bench/.
+timeline with the policy's exclusions and readmissions); with `--results NAME.json`,
+NAME.json, NAME.png and NAME-<scenario>.png instead. The workers' logs and the policy's
+decision log (policy.jsonl) are under runs/adaptive-bench/.
 A configuration that fails (gloo cannot go on when a worker dies) is a row with its
 error, not a missing one.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from dataclasses import asdict
@@ -61,7 +70,8 @@ HOMOGENEOUS_SLACK = 0.05
 ACCURACY_POINTS = 0.01
 
 
-def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[dict]:
+def run_scenario(name: str, configs: list[str], out: Path, repeat: int,
+                 stem: str = "adaptive") -> list[dict]:
     """Every configuration `repeat` times, interleaved (A B C D A B C D ...) so that a
     change of the machine's load over time is shared out; one row per configuration
     with the medians (time to target, throughput) and means (final accuracy).
@@ -85,6 +95,7 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                         continue
                     config = CONFIGS[key]
                     started = time.monotonic()
+                    load_before = os.getloadavg()[0]
                     print(f"adaptive bench: {name} / {key} (run {r + 1} of {repeat}, seed {r}) ...",
                           flush=True)
                     try:
@@ -101,6 +112,8 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
                         "throughput": round(s.throughput, 2), "duration_s": round(s.duration_s, 2),
                         "compute_ms": round(s.compute_ms, 1), "wait_ms": _round(s.wait_ms, 1),
                         "comm_ms": round(s.comm_ms, 1),
+                        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                        "decision_count": len(swaps),
                         "decisions": [asdict(x) for x in swaps]})
                     if r == 0:
                         plotted[config.name] = logs
@@ -112,7 +125,7 @@ def run_scenario(name: str, configs: list[str], out: Path, repeat: int) -> list[
     finally:
         harness.close()
     if plotted:
-        report.plot_runs(plotted, RESULTS / f"adaptive-{name}.png",
+        report.plot_runs(plotted, RESULTS / f"{stem}-{name}.png",
                          f"adaptive bench: {name} (run 1)", scenario.target_accuracy,
                          stragglers, actions)
     rows = []
@@ -232,19 +245,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=2,
                         help="runs per cell (interleaved); the table has their medians")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "adaptive-bench")
+    parser.add_argument("--results", default="adaptive.json",
+                        help="the results file's name, in bench/results (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    if Path(args.results).name != args.results or not args.results.endswith(".json"):
+        parser.error(f"--results must be a file name ending in .json (it is written to "
+                     f"{RESULTS}), got {args.results!r}")
+    results = RESULTS / args.results
     rows: list[dict] = []
     for name in args.scenarios:
-        rows += run_scenario(name, args.configs, args.out, args.repeat)
+        rows += run_scenario(name, args.configs, args.out, args.repeat, results.stem)
     speedups(rows)
     RESULTS.mkdir(exist_ok=True)
-    rows = kept_rows(RESULTS / "adaptive.json", args.scenarios) + rows
+    rows = kept_rows(results, args.scenarios) + rows
     checks = goals(rows)
-    (RESULTS / "adaptive.json").write_text(json.dumps(
-        {"rows": rows, "goals": checks}, indent=2) + "\n")
-    plot(rows, RESULTS / "adaptive.png")
+    results.write_text(json.dumps({"rows": rows, "goals": checks}, indent=2) + "\n")
+    plot(rows, results.with_suffix(".png"))
     print(report.table(
         [[r["scenario"], r["config"], _text(r["time_to_target_s"]),
           _text(r["final_accuracy"], "{:.3f}"), _text(r["throughput"], "{:.1f}"),
@@ -257,8 +275,8 @@ def main(argv: list[str] | None = None) -> None:
     print(report.table([[c["scenario"], c["goal"], str(c["value"]),
                          {True: "met", False: "MISSED", None: "n/a"}[c["met"]]] for c in checks],
                        ["scenario", "goal", "value", "result"]))
-    print(f"wrote {RESULTS / 'adaptive.json'}, adaptive.png and adaptive-<scenario>.png; logs "
-          f"in {args.out}")
+    print(f"wrote {results}, {results.stem}.png and {results.stem}-<scenario>.png; "
+          f"logs in {args.out}")
 
 
 def _round(x: float | None, digits: int) -> float | None:

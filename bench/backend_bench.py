@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,12 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ELEMENTS = 1_000_000
 WARMUP = 5
 WAIT = 240
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- one rank
@@ -105,17 +98,22 @@ def rank_main(path: str, what: str, n: int) -> None:
 
 # ---------------------------------------------------------------- the harness
 def run_path(inventory: Path, path: str, what: str, n: int) -> float:
-    port = str(free_port())
+    from hysync.topologies.rendezvous import torchrun_rendezvous
+
+    with torchrun_rendezvous(2, timeout_s=WAIT) as rendezvous:
+        return _run_path(inventory, rendezvous, path, what, n)
+
+
+def _run_path(inventory: Path, rendezvous: list[str], path: str, what: str, n: int) -> float:
     procs, logs = [], []
-    for rank in range(2):
-        env = dict(os.environ, HYSYNC_HOST=f"h{rank + 1}", HYSYNC_INVENTORY=str(inventory),
+    for node in range(2):
+        env = dict(os.environ, HYSYNC_HOST=f"h{node + 1}", HYSYNC_INVENTORY=str(inventory),
                    GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
         # a file, not a pipe: nobody reads the output before the launcher ends
         logs.append(tempfile.TemporaryFile("w+"))  # noqa: SIM115 - closed once read, below
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-             "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr",
-             "127.0.0.1", "--master-port", port, "-m", "bench.backend_bench",
+            [sys.executable, "-m", "torch.distributed.run", *rendezvous,
+             "--nproc-per-node", "1", "-m", "bench.backend_bench",
              "--rank", path, what, str(n)],
             cwd=ROOT, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, text=True,
             start_new_session=True))
@@ -139,7 +137,9 @@ def run_path(inventory: Path, path: str, what: str, n: int) -> float:
     for p, out in zip(procs, outputs, strict=True):
         if p.returncode:
             raise SystemExit(f"{path} {what} failed (rc {p.returncode}):\n{out[-3000:]}")
-    line = next(line for line in outputs[0].splitlines() if line.startswith('{"median_ms"'))
+    # rank 0's line (ranks go in the order the launchers joined)
+    line = next(line for out in outputs for line in out.splitlines()
+                if line.startswith('{"median_ms"'))
     return json.loads(line)["median_ms"]
 
 
@@ -152,31 +152,29 @@ def main() -> None:
     if args.rank:
         rank_main(args.rank[0], args.rank[1], int(args.rank[2]))
         return
-    from hysync.controlplane.p4rt.switch import wait_for_server
     from hysync.controlplane.serve.server import Server
     from hysync.controlplane.testbed.deploy import deploy
     from hysync.controlplane.testbed.inventory import Inventory
+    from hysync.topologies.runner import start_softswitch
 
-    grpc_port, udp_port = free_port(), free_port(socket.SOCK_DGRAM)
-    switch = subprocess.Popen(
-        [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", f"127.0.0.1:{grpc_port}",
-         "--udp", f"127.0.0.1:{udp_port}"], cwd=ROOT, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory() as tmp:
+        # the softswitch and serve bind ports the kernel chose, and say which
+        switch, grpc_addr, udp_port = start_softswitch(Path(tmp) / "softswitch.log")
         inventory = Path(tmp) / "loopback.toml"
         # loopback.toml with its ports here and a second host: each rank a host of its own
         text = (ROOT / "examples" / "loopback.toml").read_text()
-        text = text.replace('"127.0.0.1:9559"', f'"127.0.0.1:{grpc_port}"').replace(
+        text = text.replace('"127.0.0.1:9559"', f'"{grpc_addr}"').replace(
             "data_udp_port = 48620", f"data_udp_port = {udp_port}").replace(
-            '"127.0.0.1:9600"', f'"127.0.0.1:{free_port()}"')
+            '"127.0.0.1:9600"', '"127.0.0.1:0"')
         text += ('\n[[hosts]]\nname = "h2"\ninterface = "lo"\nipv4 = "127.0.0.1"\n'
                  'mac = "02:00:00:00:01:02"\nswitch_port = 2\n')
         inventory.write_text(text)
         try:
-            wait_for_server(f"127.0.0.1:{grpc_port}", failed=lambda: None if switch.poll()
-                            is None else "the softswitch exited")
             inv = Inventory.load(inventory)
             deploy(inv)
             server = Server(inv, policy=None, say=lambda _: None).start()
+            # the ranks read serve's address from the inventory: the one it bound
+            inventory.write_text(text.replace('"127.0.0.1:0"', f'"{server.address}"'))
             try:
                 result: dict[str, dict[str, float]] = {}
                 for what, n in (("allreduce", args.calls), ("ddp", args.steps)):

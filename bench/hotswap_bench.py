@@ -21,12 +21,13 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from bench.senders import BASE_PORT, sender_main
+from bench.senders import sender_main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.p4rt.switch import Switch, wait_for_server
@@ -48,15 +49,23 @@ def one_swap(slots: int, warmup: float = 1.5) -> dict:
         switch = _connect(grpc_addr)
         switch.push_pipeline(P4INFO)
         controller = Controller(switch).attach()
-        members = tuple(Member(w, "127.0.0.1", f"02:00:00:00:02:{w:02x}", BASE_PORT + w, 1)
-                        for w in range(SENDERS))
+        # The senders' sockets, bound here to ports the kernel chose, which the job names;
+        # each sender process gets its own.
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(SENDERS)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        members = tuple(Member(w, "127.0.0.1", f"02:00:00:00:02:{w:02x}",
+                               socks[w].getsockname()[1], 1) for w in range(SENDERS))
         controller.add_job(JobConfig(JOB, members, 0, slots))
         run_for = warmup + 5.0 + slots / 500
         senders = [ctx.Process(target=sender_main, args=(w, JOB, data_port, (0, slots),
-                                                         run_for, start, out, Mode.PARTIAL))
+                                                         run_for, start, out, Mode.PARTIAL),
+                               kwargs={"sock": socks[w]})
                    for w in range(SENDERS)]
         for p in senders:
             p.start()
+        for s in socks:
+            s.close()  # each sender holds its own copy
         time.sleep(1.0)
         start.set()
         time.sleep(warmup)

@@ -25,17 +25,20 @@ RTO_S = 0.1  # per-slot retransmission timeout
 
 def sender_main(w: int, job: int, switch_port: int, slots: tuple[int, int], seconds: float,
                 start, out, watch_mode: int | None = None, *, bind: str = "127.0.0.1",
-                switch_host: str = "127.0.0.1", tally: dict[str, int] | None = None) -> None:
+                switch_host: str = "127.0.0.1", tally: dict[str, int] | None = None,
+                sock: socket.socket | None = None) -> None:
     """Contribute on slots [base, base+count) until `seconds` pass; put the count sent
     (and, with watch_mode, {slot: monotonic time of its first result in that mode}).
 
-    bind: the sender's address (its port is BASE_PORT + w); switch_host: where the
-    switch listens (port switch_port). tally, if given, is filled with the number of
-    timeout retransmissions, RESYNCs and RESULTs received."""
+    sock: a UDP socket bound already (a port the kernel chose, which the job names); else
+    the sender binds `bind` (its port is BASE_PORT + w, in a namespace of its own);
+    switch_host: where the switch listens (port switch_port). tally, if given, is filled
+    with the number of timeout retransmissions, RESYNCs and RESULTs received."""
     base, count = slots
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if sock is None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((bind, BASE_PORT + w))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-    sock.bind((bind, BASE_PORT + w))
     sock.setblocking(False)
     dst = (switch_host, switch_port)
     retransmits = resyncs = results = 0

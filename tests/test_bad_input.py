@@ -9,7 +9,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,16 +95,14 @@ def test_dotted_keys_nested_deep_are_one_line(tmp_path: Path) -> None:
     its parts): refused before parsing."""
     path = tmp_path / "dotted.toml"
     path.write_text("a" + ".a" * 500_000 + " = 1\n")
-    started = time.monotonic()
+    # the pre-parse check names the dotted key: tomllib never saw it
     refused(hysync("job", "add", str(path)), str(path), "(line 1, a dotted key)")
-    assert time.monotonic() - started < 10
 
 
 # ------------------------------------------------------------------ endless files
 def test_job_add_dev_zero_reads_a_bounded_prefix() -> None:
-    started = time.monotonic()
+    # refused for its size: only the 4 MiB prefix was read (an endless read never returns)
     refused(hysync("job", "add", "/dev/zero"), "/dev/zero is larger than 4 MiB")
-    assert time.monotonic() - started < 10
 
 
 def test_a_fifo_that_never_ends_is_refused(tmp_path: Path) -> None:

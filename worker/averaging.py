@@ -24,8 +24,8 @@ A round, on the averaging thread, every `period_s` seconds:
   local progress made since the snapshot. A training thread blocked in a call (an
   excluded member waits until it is readmitted) applies the moves when it resumes.
 
-A round is two all-reduces. The first, of four numbers, decides: `clock / steps *
-healthy`, `healthy` (1 for a replica whose training transport did not need
+A round is two all-reduces. The first, of five numbers, decides: `clock / steps *
+healthy`, its square, `healthy` (1 for a replica whose training transport did not need
 resynchronizing), `done` (1 once this replica has finished training) and `uneven` (1 if
 the training transport made an uneven call since this replica's last parameter round,
 `HySyncWorker.uneven_calls`: a partial or async round, a round without every member...).
@@ -35,6 +35,19 @@ sums step by step, so averaging would move nothing - and, its snapshots taken a 
 apart, would shift replicas that were one model - at the cost of a gradient all-reduce
 a period. Every replica sees the same first sums, so all make the same choice and the
 rounds stay paired. (`uneven_calls` not given: every round averages.)
+
+*Snapshots of one clock.* Replicas that apply the same results are one model at the
+same job clock, and differ only by the progress between their clocks. A move
+`average - snapshot` added to a replica's current parameters replaces its snapshot by
+the average, so snapshots taken at different clocks leave each replica off by its own
+share of that progress: differences the next even rounds (sync with every member)
+never average away. On a starved machine the averaging threads wake far apart (a
+replica several steps ahead of another at its snapshot), and a run that went back to
+sync ended with replicas drifted apart. So the voters move only when their snapshots'
+clocks spread by at most `max_clock_spread` steps (the standard deviation, from the
+clocks' sum and sum of squares in the first sums); a wider round still averages, for
+the replicas that resynchronize by it, and the voters keep their parameters and average
+at a later round (their uneven calls stay unaveraged until one has a narrow spread).
 
 A replica behind the mean clock of the healthy ones, `mean(clock * healthy) /
 mean(healthy)` (it missed results, or was excluded), adopts it, so the run ends
@@ -92,13 +105,18 @@ class BackgroundAverager:
     def __init__(self, worker: HySyncWorker, params: Sequence[torch.Tensor], *,
                  period_s: float, steps: int, needs_resync: Callable[[], bool] = lambda: False,
                  clear_resync: Callable[[], None] = lambda: None,
-                 uneven_calls: Callable[[], int] | None = None) -> None:
+                 uneven_calls: Callable[[], int] | None = None,
+                 max_clock_spread: float = 2.0) -> None:
         if not period_s > 0:
             raise ValueError(f"the averaging period must be > 0 s, got {period_s}")
+        if not max_clock_spread >= 0:
+            raise ValueError(f"the averaging max_clock_spread must be >= 0 steps, got "
+                             f"{max_clock_spread}")
         self.worker = worker
         self.params = list(params)
         self.period_s = period_s
         self.steps = steps  # the clock travels as clock / steps: within the quantizer's range
+        self.max_clock_spread = max_clock_spread  # voters' snapshots, in steps (module doc)
         self._needs_resync, self._clear_resync = needs_resync, clear_resync
         # The training transport's HySyncWorker.uneven_calls; None: every round averages.
         self._uneven_calls = uneven_calls
@@ -216,9 +234,10 @@ class BackgroundAverager:
         finally:
             self.step_lock.release()
         uneven = uneven_calls is None or uneven_calls != self._even_since
-        header = torch.tensor([clock / self.steps * healthy, float(healthy), float(done),
+        position = clock / self.steps * healthy
+        header = torch.tensor([position, position * position, float(healthy), float(done),
                                float(uneven)])
-        clock_sum, healthy_share, done_share, uneven_share = self.worker.allreduce(
+        clock_sum, square_sum, healthy_share, done_share, uneven_share = self.worker.allreduce(
             header, key=KEY_HEADER).tolist()
         members = self.worker.config.members
         final = done_share > 1 - 0.5 / members  # every active member is done
@@ -228,6 +247,10 @@ class BackgroundAverager:
         # The vote (module doc). Not by clock: healthy replicas in partial rounds are several
         # updates apart, each a model of the job.
         votes = healthy or not some_healthy
+        spread = _spread(clock_sum, square_sum, healthy_share) * self.steps if some_healthy else 0
+        # Snapshots of different clocks (module doc): the voters do not move; the final
+        # round's clocks are all the end of the job.
+        narrow = final or spread <= self.max_clock_spread + 1e-6
         moved = 0.0
         if full:
             weighted = torch.cat([snapshot, snapshot.new_ones(1)])  # the vote: the divisor
@@ -235,8 +258,11 @@ class BackgroundAverager:
                 weighted.zero_()
             summed = self.worker.allreduce(weighted, key=KEY)  # each element: sum / count
             params = summed[:-1] / summed[-1]  # the voters' mean, whatever the count
-            self._even_since = uneven_calls
             move = params - snapshot
+            if votes and not narrow:
+                move.zero_()
+            else:
+                self._even_since = uneven_calls
             moved = float(move.abs().max())
         with self._lock:
             if final:
@@ -256,7 +282,7 @@ class BackgroundAverager:
         self.history.append({"round": len(self.history), "final": final, "full": full,
                              "healthy": healthy, "votes": votes, "clock": round(clock, 3),
                              "done_share": round(done_share, 3),
-                             "max_move": moved})
+                             "clock_spread": round(spread, 3), "max_move": moved})
         if final:
             self._final.set()
 
@@ -277,3 +303,10 @@ class BackgroundAverager:
     def _raise(self) -> None:
         if self._error is not None:
             raise RuntimeError(f"model averaging failed: {self._error}") from self._error
+
+
+def _spread(clock_sum: float, square_sum: float, count: float) -> float:
+    """The standard deviation of `count` values from their sum and sum of squares (the
+    all-reduce gives each as a mean over the members: the ratios are what count)."""
+    mean = clock_sum / count
+    return max(square_sum / count - mean * mean, 0.0) ** 0.5

@@ -31,6 +31,16 @@ duplicates, and they are not gone. `stale` packets are not liveness: any packet 
 a member's address with an arbitrary round is counted stale, so a spoofer could keep
 a dead worker looking alive with them.
 
+*A slow member, not a slow machine.* Every member slower together (a busy host, the
+switch's own slowness) moves every pace and no ratio: the slowdown is relative to the
+fast members of the same window, so it stays near 1. What a busy host adds is noise in
+turns: the scheduler stalls one process for an interval, then another, and a window's
+sums then call whoever was stalled last "slow" (on two cores shared with CPU hogs, a
+healthy worker measured 1.67x). A straggler is slow in every interval, a stalled member
+in a few: entering `slow` by pace needs the member behind the interval's fast members
+(its slowdown in that interval at least `slow_exit`) in `steady_share` of the window's
+intervals, besides the window's slowdown passing `slow_enter`.
+
 Robustness: signals are sums over a sliding window of intervals (not one interval);
 only *stable* intervals count (the mode and the membership did not change in them:
 rounds latched under the old mode still close in the interval after a swap); the
@@ -162,6 +172,9 @@ class DetectorConfig:
     min_packets: int = 8  # the fastest pace in the window below this: no evidence
     gone_after_s: float = 1.5  # no packet at all this long while others send: gone
     dwell_s: float = 1.0  # a new state must be indicated this long before it is adopted
+    # Entering slow by pace: behind the fast members in this share of the window's
+    # intervals (a busy machine stalls members in turns; a straggler is behind in each).
+    steady_share: float = 0.75
 
     def __post_init__(self) -> None:
         positive = ("window_s", "closes_window_s", "min_evidence_s", "gone_after_s")
@@ -176,6 +189,8 @@ class DetectorConfig:
                              f"got {self.closes_exit} and {self.closes_enter}")
         if self.dwell_s < 0:
             raise ValueError(f"detector dwell_s must be >= 0, got {self.dwell_s}")
+        if not 0 <= self.steady_share <= 1:
+            raise ValueError(f"detector steady_share must be in [0, 1], got {self.steady_share}")
 
     def closes_threshold(self, n: int, *, leaving: bool) -> float:
         frac = self.closes_exit if leaving else self.closes_enter
@@ -235,6 +250,7 @@ class _Track:
     measured_at: float | None = None
     closes_share: float | None = None
     included: float | None = None
+    steady: float | None = None  # share of the pace window's intervals it was behind in
     basis: str = "none"
 
     def health(self, worker: int) -> WorkerHealth:
@@ -321,9 +337,12 @@ class Detector:
                 # Slow by closes means "the slowest", not "slow by so much": its first
                 # pace measurement has to clear the entry threshold.
                 measured_slow = slow and track.basis == "pace"
-                threshold = self.config.slow_exit if measured_slow else self.config.slow_enter
-                return _Evidence(Health.SLOW if slowdown >= threshold else Health.HEALTHY,
-                                 "pace")
+                if measured_slow:
+                    behind = slowdown >= self.config.slow_exit
+                else:
+                    behind = (slowdown >= self.config.slow_enter and track.steady is not None
+                              and track.steady >= self.config.steady_share - 1e-9)
+                return _Evidence(Health.SLOW if behind else Health.HEALTHY, "pace")
         elif interval.mode == Mode.SYNC:
             state = self._closes(w, track, slow)
             if state is not None:
@@ -358,7 +377,21 @@ class Detector:
         top_accepted = max(accepted.values(), default=0)
         track.included = accepted.get(w, 0) / top_accepted if top_accepted else 0.0
         track.closes_share = None
+        track.steady = self._behind_share(window, w)
         return track.slowdown
+
+    def _behind_share(self, window: list[Interval], w: int) -> float:
+        """The share of the window's intervals (those with traffic) in which `w` was
+        behind that interval's fast members by at least `slow_exit`."""
+        behind = counted = 0
+        for iv in window:
+            paces = {v: iv.delta(v).pace for v in iv.active}
+            reference = fast_pace(paces)
+            if reference <= 0:
+                continue
+            counted += 1
+            behind += reference / max(paces.get(w, 0), 1) >= self.config.slow_exit - 1e-9
+        return behind / counted if counted else 0.0
 
     def _closes(self, w: int, track: _Track, slow: bool) -> Health | None:
         """Sync: slow if `w` closes most rounds (one straggler), or if some member almost

@@ -76,6 +76,20 @@ persistent straggler or is excluded again. A member with no heartbeat (gone) is 
 readmitted; one excluded as gone is readmitted only when it is the only excluded
 member, so that another member's heartbeat cannot be taken for its own.
 
+**A bounded number of mode changes.** A busy machine makes every measurement noisy,
+and noise that crosses a threshold now and then would flip the job between modes.
+Besides the hysteresis of the detector and `min_dwell_s` between mode changes, the job's
+mode changes at most `mode_changes_per_min` times in any minute (4 by default; a minute
+of the clock, whatever `PolicyConfig.scaled` does to the policy's own durations: it is
+the rate an operator sees): a probe, an exploration, a cost-model choice or a return to
+sync wanted while the budget is spent waits until the minute has room, and leaving sync
+needs room for the way back too (a probe is never stranded). What the job needs is never
+held back, and counts all the same: the mode that keeps a member on probation out of the
+quorum, the starvation guard's refresh (at most one per `max_starved_s`), and the
+decisions that end a probation's mode or a refresh. Membership decisions have their own bounds (an
+exclusion for slowness needs `exclude_after_s` of evidence, readmissions back off), and
+a gone member is excluded at once.
+
 **Starvation guard** (P-Reduce's concern that every member keeps being included):
 an excluded live member is probed within `max_excluded_s`; in partial, a member that
 has been in no round's sum for `max_starved_s` gets a sync refresh of `refresh_s` (every
@@ -112,6 +126,7 @@ POLICIES = ("adaptive",)
 SET_MODE, EXCLUDE, READMIT = "set_mode", "exclude", "readmit"
 # How a probe's reason starts: a flagged member to measure, or an exploration of sync.
 PROBE, EXPLORE = "probe", "explore"
+MINUTE_S = 60.0  # the window of the mode-change budget (PolicyConfig.mode_changes_per_min)
 
 
 # ------------------------------------------------------------------ configuration
@@ -139,6 +154,7 @@ class PolicyConfig:
     max_starved_s: float = 20.0  # partial: in no sum this long -> sync refresh
     refresh_s: float = 1.0
     min_members: int = 1  # never exclude below this many active members
+    mode_changes_per_min: int = 4  # in any minute of the clock (the probation mode aside)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
     def __post_init__(self) -> None:
@@ -153,6 +169,9 @@ class PolicyConfig:
         if self.readmit_after_s > self.max_excluded_s:
             raise ValueError(f"readmit_after_s ({self.readmit_after_s}) must not exceed "
                              f"max_excluded_s ({self.max_excluded_s})")
+        if self.mode_changes_per_min < 2:
+            raise ValueError(f"mode_changes_per_min must be >= 2 (a probe and the return "
+                             f"from it), got {self.mode_changes_per_min}")
         if self.min_members < 1:
             raise ValueError(f"min_members must be >= 1, got {self.min_members}")
         if not (0 < self.explore_after_s <= self.explore_max_s
@@ -163,7 +182,8 @@ class PolicyConfig:
 
     def scaled(self, factor: float) -> PolicyConfig:
         """The same policy on a faster (factor < 1) or slower clock: every duration,
-        the detector's too, times `factor`; thresholds and counts unchanged."""
+        the detector's too, times `factor`; thresholds and counts unchanged (the mode
+        changes a minute too: a rate of the wall clock)."""
         if not factor > 0:
             raise ValueError(f"time scale factor must be > 0, got {factor}")
         detector = replace(self.detector, **_scaled_durations(self.detector, factor))
@@ -282,6 +302,10 @@ class AdaptivePolicy:
         self._activity: dict[int, float] = {}  # last time a member sent anything
         self._admitted: frozenset[int] = frozenset()  # active on the switch, last interval
         self._noted: set[tuple[str, int]] = set()
+        self._changed: deque[float] = deque()  # when each mode change of the window was made
+        # The job is in a mode taken for a member's sake (probation, a starvation refresh)
+        # that has ended: the decision that leaves it is not held back by the budget.
+        self._way_back = False
 
     # ---------------------------------------------------------- state
     @property
@@ -387,6 +411,7 @@ class AdaptivePolicy:
                               f"(>= {x:.1f}x) after {t - since:.1f} s")
             elif measured or t - since >= 3 * self.config.probation_s:
                 del self._probation[w]  # passed, or nothing measurable: a member again
+                self._way_back = True
                 self._backoff.pop(w, None)
                 self._heavy_since.pop(w, None)
                 log.info("worker %d passed probation (%s)", w,
@@ -474,17 +499,23 @@ class AdaptivePolicy:
                 return
             self._refresh_until = None
             self._mode_since = -math.inf  # the refresh was planned: decide afresh now
+            self._way_back = True
         estimates, unknown = self._estimates(t)
         slow = [w for w, s in estimates.items() if s > 1.0] + unknown
         valid = self.mode is not None and not (
             self.mode == Mode.PARTIAL and not 1 <= self.quorum < n)
-        dwelt = not valid or self._dwelt(t)
+        settled = not valid or self._dwelt(t)
+        # The mode-change budget: leaving sync keeps room for the way back. The way back
+        # from a mode taken for a member's sake, and a job found in no valid mode, are not
+        # held back.
+        room = self._way_back or self._budget(t, 2 if self.mode == Mode.SYNC else 1)
+        dwelt = not valid or (settled and room)
         if unknown:
             if self.mode == Mode.SYNC and dwelt:
                 self._probe(t, out, n, slow,
                             ", ".join(self.health[w].describe() for w in unknown), kind=PROBE)
             return
-        if self._starving(t, out, dwelt):
+        if self._starving(t, out, settled):
             return
         if self._no_faster(t, out, dwelt):
             return
@@ -495,7 +526,10 @@ class AdaptivePolicy:
                    f"{self._busy_sync_s:.1f} s of sync with nobody measured slow (sync hides "
                    "a straggler when a step is many rounds)")
             self._refuted = False
-            self._explore_gap = min(2 * self._explore_gap, self.config.explore_max_s)
+            # Double the sync time that passed (more than the gap when the mode-change
+            # budget held the exploration back), so that the gaps keep growing.
+            self._explore_gap = min(2 * max(self._explore_gap, self._busy_sync_s),
+                                    self.config.explore_max_s)
             self._probe(t, out, n, slow, why, kind=EXPLORE)
             return
         if (self.mode == Mode.PARTIAL and len(slow) > n - self.quorum and dwelt
@@ -519,6 +553,7 @@ class AdaptivePolicy:
         if not slow or values[best] < values[sync] * (1 + self.config.switch_margin):
             best = sync  # the default: leaving it has to pay the margin
         if valid and best == (self.mode, self.quorum):
+            self._way_back = False
             return
         current = (value(self.mode, self.quorum, list(estimates.values()), self.config)
                    if valid and self.mode is not None else 0.0)
@@ -635,10 +670,18 @@ class AdaptivePolicy:
         self._refresh_until = t + self.config.refresh_s
         return True
 
+    def _budget(self, t: float, needed: int) -> bool:
+        """Room for `needed` more mode changes in the window that ends at `t`."""
+        while self._changed and self._changed[0] <= t - MINUTE_S + 1e-9:
+            self._changed.popleft()
+        return len(self._changed) + needed <= self.config.mode_changes_per_min
+
     def _set_mode(self, t: float, out: list[Decision], mode: Mode, quorum: int, reason: str,
                   **extra: object) -> None:
         self.mode, self.quorum = mode, quorum if mode == Mode.PARTIAL else 0
         self._mode_since = t
+        self._changed.append(t)
+        self._way_back = False
         self._unproven = False  # the cost model's choice sets it after this
         self._emit(out, t, SET_MODE, None, reason, **extra)
 

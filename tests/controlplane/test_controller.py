@@ -333,7 +333,7 @@ def test_stats_cover_every_member_and_every_drop_reason(controller: Controller) 
     assert sorted(stats.workers) == [0, 1, 2, 3] and not stats.workers[1].active
     assert set(stats.drops) == {r.name for r in wire.DropReason}
     rates = controller.rates(1, 0.05)
-    assert rates.workers[0].contributions == 0 and 0.04 < rates.interval < 1
+    assert rates.workers[0].contributions == 0 and rates.interval > 0.04  # two reads apart
 
 
 def test_traces_of_a_partial_install_are_reported_and_replace_cleans_them(

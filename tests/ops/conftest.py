@@ -17,7 +17,7 @@ from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.inventory import Inventory
 from tests.controlplane.conftest import Softswitch, free_udp_socket, softswitch  # noqa: F401
 from tests.controlplane.senders import Sender, Shared
-from tests.testbed.conftest import inventory_for  # noqa: F401
+from tests.testbed.conftest import inventory_for, published  # noqa: F401
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -57,7 +57,7 @@ def serve(deployed: Inventory) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
     def make(**options: object) -> Server:
-        server = Server(deployed, **options).start()  # type: ignore[arg-type]
+        server = published(Server(deployed, **options).start())  # type: ignore[arg-type]
         servers.append(server)
         return server
     yield make

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,9 @@ def test_serve_logs_its_events_as_json_lines(deployed: Inventory) -> None:
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert line.startswith("serving "), (line, proc.stderr.read())  # type: ignore[union-attr]
-        with ServeClient(deployed.serve) as client:
+        bound = re.search(r"requests on (127\.0\.0\.1:\d+)", line)  # serve.listen's port 0
+        assert bound, line
+        with ServeClient(bound[1]) as client:
             members = [{"worker": w, "host": f"h{w + 1}", "udp_port": s.getsockname()[1]}
                        for w, s in enumerate(socks)]
             job = client.request({"op": "admit", "members": members})["jobs"][0]["job_id"]

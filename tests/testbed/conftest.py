@@ -7,8 +7,8 @@ import contextlib
 import copy
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.controlplane.testbed.netns import missing_netns_tools
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
@@ -24,12 +25,6 @@ from tests.p4tools import skip_unless_available
 
 Data = dict[str, Any]
 RACK_HOSTS = 3  # host namespaces of the emulated rack
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tree(pid: int) -> list[int]:
@@ -62,6 +57,22 @@ def loopback_inventory(grpc_addr: str = "127.0.0.1:9559", udp_port: int = 48620,
     }
 
 
+# serve.listen of the inventories here: the server binds a port the kernel chose, and
+# `published` writes the bound address into the file for the clients that read it.
+ANY_PORT = "127.0.0.1:0"
+
+
+def published(server: Server) -> Server:
+    """`server`, started on its inventory's ANY_PORT, with the inventory file naming the
+    address it bound: the training scripts and `hysync` commands that read the file reach
+    it, and no port is chosen before the server binds it."""
+    if server.inv.serve == ANY_PORT:
+        path = server.inv.path
+        path.write_text(re.sub(r"^listen = .*$", f"listen = {json.dumps(server.address)}",
+                               path.read_text(), count=1, flags=re.M))
+    return server
+
+
 def toml_text(data: Data) -> str:
     """Enough TOML for an inventory: scalars, tables, arrays of tables."""
     def scalar(v: object) -> str:
@@ -87,7 +98,7 @@ def inventory_for(tmp_path: Path):
     """inventory_for(softswitch, **changes) -> the path of a loopback inventory of it."""
     def make(switch: Softswitch, *, listen: str | None = None, hosts: int = 2) -> Path:
         data = loopback_inventory(switch.grpc_addr, switch.udp_addr[1],
-                                  listen or f"127.0.0.1:{free_port()}", hosts)
+                                  listen or ANY_PORT, hosts)
         return write_inventory(tmp_path / "testbed.toml", copy.deepcopy(data))
     return make
 

@@ -21,9 +21,10 @@ import torch.distributed as dist
 
 from hysync.backend import HySyncProcessGroup, Options
 from hysync.controlplane.testbed.inventory import Inventory
+from hysync.topologies.rendezvous import torchrun_rendezvous
 from hysync.torch import AttachError
 
-from .conftest import ROOT, free_port, kill_tree, tree
+from .conftest import ROOT, kill_tree, tree
 from .test_torchrun import jobs_on, served  # noqa: F401 - the softswitch + serve fixture
 
 pytestmark = pytest.mark.slow
@@ -32,20 +33,24 @@ WAIT = 300  # seconds: a generous deadline for two torchrun launchers on a busy 
 
 def run_ranks(inv: Inventory | None, script: Path, *args: str,
               env: dict[str, str] | None = None) -> list[str]:
-    """`torchrun --nnodes 2 --node-rank R script` per host, as on two servers; returns
-    each launcher's output after asserting that it succeeded."""
-    port = str(free_port())
+    """`torchrun --nnodes 2 script` per host, as on two servers; returns each launcher's
+    output after asserting that it succeeded."""
+    with torchrun_rendezvous(2, timeout_s=WAIT) as rendezvous:
+        return _run_ranks(inv, script, rendezvous, *args, env=env)
+
+
+def _run_ranks(inv: Inventory | None, script: Path, rendezvous: list[str], *args: str,
+               env: dict[str, str] | None) -> list[str]:
     procs = []
-    for rank in range(2):
-        penv = dict(os.environ, HYSYNC_HOST=f"h{rank + 1}", GLOO_SOCKET_IFNAME="lo",
+    for node in range(2):
+        penv = dict(os.environ, HYSYNC_HOST=f"h{node + 1}", GLOO_SOCKET_IFNAME="lo",
                     PYTHONFAULTHANDLER="1", PYTHONUNBUFFERED="1",
                     OMP_NUM_THREADS="1", **(env or {}))
         if inv is not None:
             penv["HYSYNC_INVENTORY"] = str(inv.path)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-             "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-             "--master-port", port, str(script), *args],
+            [sys.executable, "-m", "torch.distributed.run", *rendezvous,
+             "--nproc-per-node", "1", str(script), *args],
             cwd=ROOT, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     deadline = time.monotonic() + WAIT
     try:

@@ -19,25 +19,24 @@ from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.deploy import deploy
 from hysync.controlplane.testbed.inventory import Inventory
 
-from .conftest import ROOT, Softswitch, kill_tree
+from .conftest import ROOT, Softswitch, kill_tree, published
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("exit_job.py")
+CALL_TIMEOUT_S = 120  # exit_job.py's attach(timeout=...)
 
 
-def torchrun(inventory: Path, end: str) -> tuple[subprocess.CompletedProcess, float]:
+def torchrun(inventory: Path, end: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
          "2", str(SCRIPT), "--inventory", str(inventory), "--end", end],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        out, _ = proc.communicate(timeout=100)
+        out, _ = proc.communicate(timeout=300)  # a generous deadline on a busy machine
     finally:
         kill_tree(proc)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out), \
-        time.monotonic() - start
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
 
 @pytest.mark.parametrize("end", ["return", "crash"])
@@ -47,9 +46,9 @@ def test_a_job_ends_without_waiting_or_aborting(inventory_for, softswitch: Softs
     inv = Inventory.load(inventory)
     deploy(inv)
     events: list[str] = []
-    server = Server(inv, policy=None, say=events.append).start()
+    server = published(Server(inv, policy=None, say=events.append).start())
     try:
-        done, took = torchrun(inventory, end)
+        done = torchrun(inventory, end)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and sum("removed" in e for e in events) < 2:
             time.sleep(0.1)
@@ -66,8 +65,9 @@ def test_a_job_ends_without_waiting_or_aborting(inventory_for, softswitch: Softs
         ended, exited = (float(re.search(rf"rank {rank} {what} at ([0-9.]+)", out)[1])
                          for what in ("ends", "exits"))
         # the exit joined the executor and averaging threads without waiting on the switch
-        assert exited - ended < 5, f"rank {rank} waited {exited - ended:.1f} s on threads"
-    assert took < 90, f"the job took {took:.0f} s to end:\n{out[-4000:]}"
+        # (a thread waiting there would wait for the calls' timeout)
+        assert exited - ended < CALL_TIMEOUT_S / 2, \
+            f"rank {rank} waited {exited - ended:.1f} s on threads"
     # the lease (rank 0's connection to the serve) closed with the process
     assert [e for e in events if "removed" in e] == [
         "job 1 removed: its training script's connection closed",

@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,9 +29,9 @@ from hysync.torch import AttachError, admit
 from .conftest import (
     ROOT,
     Softswitch,
-    free_port,
     kill_tree,
     loopback_inventory,
+    published,
     tree,
     write_inventory,
 )
@@ -45,16 +47,39 @@ def three_hosts(inventory_for, softswitch: Softswitch) -> Iterator[tuple[Invento
     inv = Inventory.load(inventory_for(softswitch, hosts=3))
     deploy(inv)
     events: list[str] = []
-    server = Server(inv, policy=None, say=events.append).start()
+    server = published(Server(inv, policy=None, say=events.append).start())
     yield inv, events
     server.close()
+
+
+# What torchrun's launcher of node rank 0 says when its --master-port was taken between
+# the choice and its bind (another run on a busy machine).
+PORT_TAKEN = "EADDRINUSE"
 
 
 def launch(hosts: list[int], *args: str, env: dict[str, str] | None = None,
            standalone: bool = False, script: Path = SCRIPT) -> list[tuple[int, str]]:
     """One `torchrun --nnodes H --nproc-per-node N --node-rank R script` per host (N from
-    `hosts`), as on H servers; each launcher's (return code, output)."""
-    port = str(free_port())
+    `hosts`), as on H servers; each launcher's (return code, output). The ranks follow the
+    hosts (node rank R is host R + 1), so the master port is chosen here, and the launch
+    is retried when node 0 found it taken."""
+    for _ in range(3):
+        runs = _launch(hosts, args, env, standalone, script)
+        if not (runs[0][0] and PORT_TAKEN in runs[0][1]):
+            return runs
+    return runs
+
+
+def _port_free_now() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _launch(hosts: list[int], args: tuple[str, ...], env: dict[str, str] | None,
+            standalone: bool, script: Path) -> list[tuple[int, str]]:
+    port = _port_free_now()
+    logs = [tempfile.TemporaryFile("w+") for _ in hosts]  # noqa: SIM115 - closed below
     procs = []
     for node, ranks in enumerate(hosts):
         penv = dict(os.environ, HYSYNC_HOST=f"h{node + 1}", GLOO_SOCKET_IFNAME="lo",
@@ -66,25 +91,36 @@ def launch(hosts: list[int], *args: str, env: dict[str, str] | None = None,
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node",
              str(ranks), str(script), *args],
-            cwd=ROOT, env=penv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            cwd=ROOT, env=penv, stdout=logs[node], stderr=subprocess.STDOUT, text=True))
+
+    def outputs() -> list[str]:
+        for log in logs:
+            log.seek(0)
+        return [log.read() for log in logs]
+
     deadline = time.monotonic() + WAIT
     try:
-        outputs = [p.communicate(timeout=max(deadline - time.monotonic(), 1))[0]
-                   for p in procs]
-    except subprocess.TimeoutExpired:
-        for p in procs:  # every rank's stack (PYTHONFAULTHANDLER), then the launchers go
-            for pid in tree(p.pid)[1:]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGABRT)
-        time.sleep(2)
-        for p in procs:
-            kill_tree(p)
-        tails = [p.communicate()[0][-6000:] for p in procs]
-        pytest.fail(f"the ranks did not finish within {WAIT} s; their last output: {tails}")
+        while any(p.poll() is None for p in procs):
+            if procs[0].poll() and PORT_TAKEN in outputs()[0]:
+                break  # the others would wait for node 0's store: launch again
+            if time.monotonic() > deadline:
+                for p in procs:  # every rank's stack (PYTHONFAULTHANDLER), then they go
+                    for pid in tree(p.pid)[1:]:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGABRT)
+                time.sleep(2)
+                tails = [out[-6000:] for out in outputs()]
+                pytest.fail(f"the ranks did not finish within {WAIT} s; their last output: "
+                            f"{tails}")
+            time.sleep(0.2)
     finally:
         for p in procs:
             kill_tree(p)
-    return [(p.returncode, out) for p, out in zip(procs, outputs, strict=True)]
+            p.wait()
+    said = outputs()
+    for log in logs:
+        log.close()
+    return [(p.returncode, out) for p, out in zip(procs, said, strict=True)]
 
 
 def trained(hosts: list[int], *args: str, **kwargs: object) -> dict[int, dict]:

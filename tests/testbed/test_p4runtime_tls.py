@@ -22,7 +22,7 @@ from hysync.controlplane.p4rt.switch import Switch
 from hysync.tls import ClientTls
 
 from ..certs import Certs, make_certs
-from .conftest import ROOT, free_port, loopback_inventory, write_inventory
+from .conftest import ANY_PORT, ROOT, loopback_inventory, write_inventory
 
 P4INFO = ROOT / "p4src" / "v1model" / "hysync.p4info.txtpb"
 JOB = ROOT / "controlplane" / "examples" / "job-loopback.toml"
@@ -152,7 +152,7 @@ def test_the_cli_and_deploy_drive_the_switch_over_tls(certs: Certs, tls_switch: 
     assert code == 2 and "give both --cert and --private-key" in err
 
     # The inventory names the same files: deploy (and serve) use them.
-    data = loopback_inventory(tls_switch, free_port(), f"127.0.0.1:{free_port()}")
+    data = loopback_inventory(tls_switch, listen=ANY_PORT)
     data["switch"].update(cacert=str(certs.ca), cert=str(certs.client_cert),
                           private_key=str(certs.client_key))
     inventory = write_inventory(tmp_path / "tls.toml", data)

@@ -22,7 +22,7 @@ from hysync.controlplane.tables import forwarding
 from hysync.controlplane.testbed.inventory import Inventory
 
 from ..controlplane.conftest import read_table
-from .conftest import Softswitch, loopback_inventory, write_inventory
+from .conftest import Softswitch, loopback_inventory, published, write_inventory
 
 Start = Callable[..., Server]
 
@@ -44,9 +44,9 @@ def deployed(inventory_for, softswitch: Softswitch) -> Inventory:
 def start(deployed: Inventory) -> Iterator[Start]:
     servers: list[Server] = []
 
-    def make(**options: object) -> Server:
+    def make(inventory: Inventory = deployed, **options: object) -> Server:
         options.setdefault("say", lambda _: None)
-        server = Server(deployed, **options).start()  # type: ignore[arg-type]
+        server = published(Server(inventory, **options).start())  # type: ignore[arg-type]
         servers.append(server)
         return server
     yield make
@@ -244,7 +244,8 @@ def test_a_held_lease_reclaims_its_jobs_from_a_restarted_serve(deployed: Invento
     ids = [j["job_id"] for j in reply["jobs"]]
     client.hold(ids, reply["key"])
     first.close()
-    second = start(policy=None, claim_grace=2.0)
+    # where the held lease reconnects: the first serve's address, which the file names now
+    second = start(Inventory.load(deployed.path), policy=None, claim_grace=2.0)
 
     def owners() -> set[str]:
         return {j["owner"] for j in second.handle(0, {"op": "status"})["jobs"]}

@@ -33,7 +33,7 @@ from hysync.controlplane.testbed.inventory import Inventory
 from hysync.controlplane.testbed.serve_access import ServeAccess
 
 from ..certs import make_certs
-from .conftest import Softswitch, free_port, loopback_inventory, write_inventory
+from .conftest import ANY_PORT, Softswitch, loopback_inventory, published, write_inventory
 
 TOKEN = "3f1c9a7e5b2d4068a1c3e5f7092b4d6f"
 OPERATOR_TOKEN = "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
@@ -62,14 +62,14 @@ def start(tmp_path: Path, softswitch: Softswitch) -> Iterator[Start]:
              jobs: int = MAX_JOBS_PER_CLIENT, **serve: Any) -> Server:
         nonlocal deployed
         data = copy.deepcopy(base)
-        data["serve"] = {"listen": listen or f"127.0.0.1:{free_port()}", **serve}
+        data["serve"] = {"listen": listen or ANY_PORT, **serve}
         inv = write_inventory(tmp_path / f"rack-{len(servers)}.toml", data)
         if not deployed:
             assert hysync("deploy", str(inv))[0] == 0
             deployed = True
-        server = Server(Inventory.load(inv), policy=None, say=lambda _: None,
-                        max_connections_per_client=connections,
-                        max_jobs_per_client=jobs).start()
+        server = published(Server(Inventory.load(inv), policy=None, say=lambda _: None,
+                                  max_connections_per_client=connections,
+                                  max_jobs_per_client=jobs).start())
         servers.append(server)
         return server
     yield make
@@ -183,7 +183,7 @@ def test_a_token_file_others_can_read_is_refused(start: Start, tmp_path: Path) -
 def test_off_loopback_without_a_credential_serve_does_not_start(
         tmp_path: Path, softswitch: Softswitch) -> None:
     data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1], hosts=3,
-                              listen=f"0.0.0.0:{free_port()}")
+                              listen="0.0.0.0:0")
     path = write_inventory(tmp_path / "open.toml", data)
     code, out, err = hysync("serve", str(path))
     assert code == 1 and out == "" and err.count("\n") == 1
@@ -270,7 +270,8 @@ def test_attach_presents_the_inventorys_token(start: Start, tmp_path: Path) -> N
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         model = DistributedDataParallel(torch.nn.Linear(4, 4))
-        job = attach(model, inventory=server.inv, host="h1", timeout=10)
+        # the file names the address serve bound
+        job = attach(model, inventory=Inventory.load(server.inv.path), host="h1", timeout=10)
         assert installed(server) == {job.job_id}
         job.close()  # rank 0 releases the job
         assert installed(server) == set()

@@ -24,7 +24,14 @@ from hysync.controlplane.serve.requests import MAX_LINE, OPS
 from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.inventory import Inventory
 
-from .conftest import ROOT, Softswitch, free_port, loopback_inventory, write_inventory
+from .conftest import (
+    ANY_PORT,
+    ROOT,
+    Softswitch,
+    loopback_inventory,
+    published,
+    write_inventory,
+)
 
 
 class Line:
@@ -60,7 +67,7 @@ class Line:
 @pytest.fixture
 def inventory(tmp_path: Path, softswitch: Softswitch) -> Path:
     data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1],
-                              f"127.0.0.1:{free_port()}", hosts=3)
+                              ANY_PORT, hosts=3)
     path = write_inventory(tmp_path / "rack.toml", data)
     assert main(["deploy", str(path)], stdout=io.StringIO(), stderr=io.StringIO()) == 0
     return path
@@ -68,7 +75,8 @@ def inventory(tmp_path: Path, softswitch: Softswitch) -> Path:
 
 @pytest.fixture
 def server(inventory: Path) -> Iterator[Server]:
-    server = Server(Inventory.load(inventory), policy=None, say=lambda _: None).start()
+    server = published(Server(Inventory.load(inventory), policy=None,
+                              say=lambda _: None).start())
     yield server
     server.close()
 

@@ -48,7 +48,7 @@ from hysync.worker.transport import (
 )
 from tests.controlplane.conftest import P4INFO, make_job
 
-from .conftest import free_port, loopback_inventory, write_inventory
+from .conftest import loopback_inventory, write_inventory
 
 N = 4
 JOB = 5
@@ -145,14 +145,16 @@ class Worker:
 class Training:
     """N worker threads, each with its own Transport (GIL released during a call)."""
 
-    def __init__(self, switch_udp: tuple[str, int], ports: list[int], dead_after: float,
-                 readd: bool, job_id: int = JOB, slot_base: int = SLOT_BASE,
-                 slot_count: int = SLOT_COUNT) -> None:
+    def __init__(self, switch_udp: tuple[str, int], sockets: list[socket.socket],
+                 dead_after: float, readd: bool, job_id: int = JOB,
+                 slot_base: int = SLOT_BASE, slot_count: int = SLOT_COUNT) -> None:
         self.readd = readd
+        ports = member_ports(sockets)
         self.workers = [
             Worker(w, Transport(TransportConfig(
                 job_id=job_id, worker_id=w, switch_host=switch_udp[0],
                 switch_port=switch_udp[1], bind_host="127.0.0.1", bind_port=ports[w],
+                bind_fd=sockets[w].detach(),
                 slot_base=slot_base, slot_count=slot_count, members=N, rto_max=RTO_MAX,
                 dead_after=dead_after, seed=w), FixedPointQuantizer(SCALE, N)))
             for w in range(N)]
@@ -348,8 +350,17 @@ def switch_process(tmp_path: Path):
         sw.stop()
 
 
-def ports() -> list[int]:
-    return [free_port(socket.SOCK_DGRAM) for _ in range(N)]
+def member_sockets() -> list[socket.socket]:
+    """The members' UDP sockets, bound to ports the kernel chose before the job names them
+    (each worker's transport takes its socket over)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(N)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    return sockets
+
+
+def member_ports(sockets: list[socket.socket]) -> list[int]:
+    return [s.getsockname()[1] for s in sockets]
 
 
 CASES = [pytest.param(mode, quorum, readd, id=f"{mode_id}-{readd_id}")
@@ -361,12 +372,12 @@ CASES = [pytest.param(mode, quorum, readd, id=f"{mode_id}-{readd_id}")
 def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
                                      quorum: int | None, readd: bool) -> None:
     sw = switch_process
-    member_ports = ports()
-    job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT, ports=member_ports,
-                   mode=mode, quorum=quorum)
+    sockets = member_sockets()
+    job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT,
+                   ports=member_ports(sockets), mode=mode, quorum=quorum)
     add_by_hand(sw, job)
     dead_after = DEAD_AFTER if readd else DEAD_AFTER_BARE
-    training = Training(sw.udp, member_ports, dead_after, readd).start()
+    training = Training(sw.udp, sockets, dead_after, readd).start()
     try:
         training.wait_calls(PRE_CALLS)
         killed_at = time.monotonic()
@@ -400,10 +411,11 @@ def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess
     than dead_after): each worker's next call learns the new state at once
     (SwitchRestartedError), and after a resync the job goes on, bit-exact."""
     sw = switch_process
-    member_ports = ports()
-    job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT, ports=member_ports)
+    sockets = member_sockets()
+    job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT,
+                   ports=member_ports(sockets))
     add_by_hand(sw, job)
-    training = Training(sw.udp, member_ports, DEAD_AFTER_BARE, readd=True).start()
+    training = Training(sw.udp, sockets, DEAD_AFTER_BARE, readd=True).start()
     try:
         training.wait_calls(PRE_CALLS)
         killed_at = time.monotonic()
@@ -455,13 +467,14 @@ def test_serve_installs_its_job_again_after_a_switch_restart(
     client = ServeClient(server.address)
     training: Training | None = None
     try:
-        member_ports = ports()
+        sockets = member_sockets()
+        ports = member_ports(sockets)
         reply = client.request({"op": "admit", "mode": mode, "quorum": quorum, "members": [
-            {"worker": w, "host": f"h{w + 1}", "udp_port": member_ports[w]} for w in range(N)]})
+            {"worker": w, "host": f"h{w + 1}", "udp_port": ports[w]} for w in range(N)]})
         (job,) = reply["jobs"]
         with Switch(sw.grpc_addr, arbitrate=False) as session:
             (before,) = Controller(session).list_jobs()
-        training = Training(sw.udp, member_ports, DEAD_AFTER, readd=True,
+        training = Training(sw.udp, sockets, DEAD_AFTER, readd=True,
                             job_id=job["job_id"], slot_base=job["slot_base"],
                             slot_count=job["slot_count"]).start()
         training.wait_calls(PRE_CALLS)

@@ -161,7 +161,9 @@ def test_a_replica_that_missed_results_adopts_the_healthy_clock_and_is_cleared(s
         healthy_mean = torch.stack([flat(p) for p in params[:2]]).mean(dim=0)
         for w, a in enumerate(averagers):
             a.at_step(80.0 if w < 2 else 20.0)  # the third is behind by 60 updates
-        wait_for(lambda: all(any(r["clock"] > 0 for r in a.history) for a in averagers))
+        # (a round whose voters' clocks spread, one at 80 and one not yet, moves no voter)
+        wait_for(lambda: all(any(r["clock"] > 0 and r["clock_spread"] == 0 for r in a.history)
+                             for a in averagers))
         # Cleared between steps, never from the averaging thread (the training
         # transport may be in a call then).
         assert resync[2].cleared == 0
@@ -174,6 +176,57 @@ def test_a_replica_that_missed_results_adopts_the_healthy_clock_and_is_cleared(s
         averagers[1].at_step(80.0)
         for w, p in enumerate(params):
             assert torch.allclose(flat(p), healthy_mean, atol=1e-5), w
+    finally:
+        for a in averagers:
+            a.close()
+
+
+def add_flat(params: list[torch.Tensor], vector: torch.Tensor) -> None:
+    offset = 0
+    for p in params:
+        p.add_(vector[offset:offset + p.numel()].reshape(p.shape))
+        offset += p.numel()
+
+
+def test_snapshots_of_different_clocks_move_no_voter_and_replicas_stay_one_model(switch):
+    """Replicas that apply the same results differ only by the progress between their
+    clocks. Averaging snapshots of clocks 10, 10 and 30 would leave each replica off by
+    its own share of that progress, for good once the rounds are even again (sync with
+    every member): the voters keep their parameters, and at one clock they are one model."""
+    uneven = [[0] for _ in range(N)]
+    params, averagers, _ = replicas(switch, [False] * N, uneven=uneven)
+    step = torch.linspace(0.5, 2.0, 19)  # one step's results, the same on every replica
+    clocks = [10.0, 10.0, 30.0]
+    try:
+        wait_for(lambda: all(len(a.history) >= 2 for a in averagers))
+        for a in averagers:
+            a.at_step(0.0)  # the first round's average: one model from here
+        start = flat(params[0]).clone()
+        for w, a in enumerate(averagers):
+            with a.step_lock:
+                add_flat(params[w], clocks[w] * step)
+            a.at_step(clocks[w])
+        seen = [len(a.history) for a in averagers]
+        for u in uneven:
+            u[0] += 1  # a partial spell: the next rounds average the parameters
+        wait_for(lambda: all(len(a.history) >= n + 3 for a, n in zip(averagers, seen,
+                                                                       strict=True)))
+        wide = [r for a, n in zip(averagers, seen, strict=True) for r in a.history[n:]
+                if r["full"]]
+        assert any(r["clock_spread"] == pytest.approx(9.43, abs=0.05) for r in wide), wide
+        assert all(r["max_move"] == 0 for r in wide), wide
+        for w, a in enumerate(averagers):  # back in sync: every replica to clock 40
+            a.at_step(clocks[w])
+            with a.step_lock:
+                add_flat(params[w], (40.0 - clocks[w]) * step)
+            a.at_step(40.0)
+        seen = [len(a.history) for a in averagers]
+        wait_for(lambda: all(len(a.history) >= n + 3 for a, n in zip(averagers, seen,
+                                                                       strict=True)))
+        for a in averagers:
+            a.at_step(40.0)
+        for w, p in enumerate(params):
+            assert torch.allclose(flat(p), start + 40.0 * step, atol=1e-4), w
     finally:
         for a in averagers:
             a.close()
