@@ -152,9 +152,9 @@ def main() -> None:
     if args.rank:
         rank_main(args.rank[0], args.rank[1], int(args.rank[2]))
         return
-    from hysync.controlplane.deploy import deploy
-    from hysync.controlplane.inventory import Inventory
-    from hysync.controlplane.serve import Server
+    from hysync.controlplane.serve.server import Server
+    from hysync.controlplane.testbed.deploy import deploy
+    from hysync.controlplane.testbed.inventory import Inventory
     from hysync.topologies.runner import start_softswitch
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 """Aggregation rate on a frame data plane: BMv2 vs the softswitch, same topology, same load.
 
 4 sender hosts (network namespaces, 10.0.0.1-4/24) each on a veth to one port of a
-switch in its own namespace (`hysync.topologies.netns.NetnsStar`); the switch is
+switch in its own namespace (`hysync.controlplane.testbed.netns.NetnsStar`); the switch is
 
 * `bmv2`: simple_switch_grpc running build/p4/hysync.json (`make p4`);
 * `softswitch-raw`: `python -m hysync.softswitch -i PORT@IFACE ...` (its raw data plane);
@@ -46,8 +46,8 @@ from bench.senders import BASE_PORT
 from hysync import wire
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch, wait_for_server
-from hysync.topologies.netns import NetnsStar
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.testbed.netns import NetnsStar
 from hysync.wire import Mode
 
 REPO = Path(__file__).resolve().parents[1]

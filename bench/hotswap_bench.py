@@ -30,7 +30,7 @@ from pathlib import Path
 from bench.senders import sender_main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
 from hysync.topologies.runner import P4INFO, start_softswitch
 from hysync.wire import Mode
 

@@ -1,5 +1,5 @@
 """The sender process of the frame benches, run in a host namespace of
-`hysync.topologies.netns.NetnsStar`:
+`hysync.controlplane.testbed.netns.NetnsStar`:
 
     ip netns exec hb<pid>-h1 .venv/bin/python -m bench.netns_hosts --worker 0 ...
 
@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from hysync.topologies.addresses import SWITCH_IP
+from hysync.controlplane.testbed.addresses import SWITCH_IP
 
 
 # ------------------------------------------------------------------ sender process

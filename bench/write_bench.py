@@ -35,10 +35,10 @@ from typing import Any
 from p4.v1 import p4runtime_pb2 as p4r
 
 from hysync import p4names, p4rt_codec, wire
-from hysync.controlplane import entities as ent
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt import entities as ent
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
 from hysync.p4schema import Schema
 from hysync.softswitch.native import NativePipeline
 from hysync.softswitch.p4binding import bind_p4info

@@ -9,9 +9,9 @@
 
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError
-from hysync.controlplane.installed import InstalledJob
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables.installed import InstalledJob
 from hysync.p4schema import Schema
 
 __all__ = ["ControlPlaneError", "Controller", "InstalledJob", "JobConfig", "Member", "Schema",

@@ -24,7 +24,7 @@ deletes only those no other job uses.
 Writes are ordered so that traffic never meets a half-installed job: egress and
 forwarding state first, then the jobs entry, then admission (removal: the reverse).
 A failed write rolls back the updates that had succeeded (best effort, logged; see
-transaction.py). What is installed is read back by installed.py.
+p4rt/transaction.py). What is installed is read back by tables/installed.py.
 """
 
 from __future__ import annotations
@@ -32,28 +32,32 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hysync import p4names, wire
-from hysync.controlplane import admission, forwarding, replication, sync_mode
-from hysync.controlplane import stats as counters
-from hysync.controlplane.entities import (
-    MulticastGroup,
-    UpdateType,
-    delete,
-    insert,
-)
 from hysync.controlplane.errors import (
     ControlPlaneError,
     JobError,
     UnknownJobError,
     ValidationError,
 )
-from hysync.controlplane.installed import InstalledJob, SwitchState, read_state
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch
-from hysync.controlplane.sync_mode import ModeRange
-from hysync.controlplane.transaction import Step, execute, step_modify, steps_delete, steps_insert
+from hysync.controlplane.p4rt.entities import (
+    MulticastGroup,
+    delete,
+    insert,
+)
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.p4rt.transaction import (
+    Step,
+    execute,
+    step_modify,
+    steps_delete,
+    steps_insert,
+)
+from hysync.controlplane.tables import admission, counters, forwarding, replication, sync_mode
+from hysync.controlplane.tables.installed import InstalledJob, SwitchState, read_state
+from hysync.controlplane.tables.sync_mode import ModeRange, ModeSetting
 from hysync.wire import Mode
 
 log = logging.getLogger(__name__)
@@ -75,10 +79,17 @@ class AddReport:
 class SwapReport:
     job_id: int
     slots: tuple[int, int]
-    mode: Mode
-    quorum: int
+    setting: ModeSetting
     strategy: str  # modify | insert | unchanged
     deleted: int  # entries made unreachable and removed
+
+    @property
+    def mode(self) -> Mode:
+        return self.setting.mode
+
+    @property
+    def quorum(self) -> int:
+        return self.setting.quorum
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +103,6 @@ class MembershipReport:
 @dataclass(slots=True)
 class _Swap:
     mode: Mode
-    quorum: int
     start: float
     baseline: int
     members: int
@@ -105,7 +115,7 @@ class Controller:
     def __init__(self, switch: Switch, *, keep_macs: Iterable[str] = (),
                  keep_ports: Iterable[int] = ()) -> None:
         """`keep_macs` / `keep_ports`: l2 entries and flood ports that a deployment owns
-        (controlplane/deploy.py); removing a job never deletes them."""
+        (controlplane/testbed/deploy.py); removing a job never deletes them."""
         self.switch = switch
         self.keep_macs = frozenset(keep_macs)
         self.keep_ports = frozenset(keep_ports)
@@ -304,40 +314,34 @@ class Controller:
         return written
 
     # ---------------------------------------------------------- hot swap
-    def set_mode(self, job_id: int, *, slots: tuple[int, int], mode: Mode,
+    def set_mode(self, job_id: int, *, slots: tuple[int, int] | None = None, mode: Mode,
                  quorum: int | None = None) -> SwapReport:
-        """Set the desired mode of slots [a, b] (inclusive) of a job: one MODIFY when the
-        range is exactly an existing entry's, else a higher-priority range entry (see
-        `sync_mode.plan_set_mode`). Each slot latches it when its next round starts."""
-        state = self._read()
-        job = self._job(state, job_id)
-        low, high = self._check_slots(job, slots)
-        mode = Mode(mode)
+        """Set the desired mode of slots [a, b] (inclusive; None: the job's whole range) of a
+        job: one MODIFY when the range is exactly an existing entry's, else a
+        higher-priority range entry (see `sync_mode.plan_set_mode`). Each slot latches it
+        when its next round starts.
+
+        One read of the switch; the setting is written once (the unreachable entries'
+        deletions follow in a second write), and the registry takes the plan's entries
+        instead of reading them back."""
+        job = self._job(self._read(), job_id)
+        low, high = self._check_slots(job, slots or job.slots)
         n = len(job.active)
-        if mode == Mode.PARTIAL:
-            if quorum is None or not 1 <= quorum <= n:
-                raise ValidationError(
-                    f"partial mode needs a quorum between 1 and {n} (job {job_id}'s active "
-                    f"members), got {quorum}; pass --quorum Q with 1 <= Q <= {n}")
-        elif quorum not in (None, 0):
-            raise ValidationError(f"{mode.name.lower()} mode takes no quorum (it closes a round "
-                                  "on every member / every contribution); leave it out")
-        q = quorum if mode == Mode.PARTIAL and quorum is not None else 0
-        refusal = sync_mode.async_swap_refusal(self.arch, job.modes, job_id, low, high, mode)
+        setting = ModeSetting.checked(mode, quorum, n, job_id)
+        refusal = sync_mode.async_swap_refusal(self.arch, job.modes, job_id, low, high,
+                                               setting.mode)
         if refusal is not None:
             raise ValidationError(refusal)
-        first, then = sync_mode.plan_set_mode(job.modes, job_id, low, high, mode, q)
-        self.switch.write(first)
-        self.switch.write(then)
-        strategy = ("unchanged" if not first
-                    else "modify" if first[0].type == UpdateType.MODIFY else "insert")
-        if first:
-            self._swaps[(job_id, low, high)] = _Swap(mode, q, time.monotonic(),
+        plan = sync_mode.plan_set_mode(job.modes, job_id, low, high, setting)
+        self.switch.write(plan.first)
+        self.switch.write(plan.then)
+        self.jobs[job_id] = replace(job, modes=plan.modes)
+        if plan.first:
+            self._swaps[(job_id, low, high)] = _Swap(setting.mode, time.monotonic(),
                                                      self._contributions(job), n)
-        self._read()
         log.info("job %d slots %d-%d -> %s (%s, %d unreachable entries deleted)", job_id, low,
-                 high, sync_mode.format_mode(mode, q), strategy, len(then))
-        return SwapReport(job_id, (low, high), mode, q, strategy, len(then))
+                 high, setting, plan.strategy, len(plan.then))
+        return SwapReport(job_id, (low, high), setting, plan.strategy, len(plan.then))
 
     def wait_latched(self, job_id: int, slots: tuple[int, int], mode: Mode,
                      timeout: float = 30.0, poll: float = 0.05) -> float:
@@ -358,9 +362,12 @@ class Controller:
         range take part of the contributions counted.
         """
         low, high = slots
-        state = self._read()
-        job = self._job(state, job_id)
         mode = Mode(mode)
+        swap = self._swaps.get((job_id, low, high))
+        if swap is not None and swap.mode == mode and job_id in self.jobs:
+            job = self.jobs[job_id]  # this controller's own swap: the registry holds it
+        else:  # a swap another process made: what the switch holds now
+            job = self._job(self._read(), job_id)
         wrong = [s for s in sync_mode.effective(job.modes, low, high) if s.mode != mode]
         if wrong:
             s = wrong[0]
@@ -368,9 +375,8 @@ class Controller:
                 f"slots {s.low}-{s.high} of job {job_id} are set to "
                 f"{sync_mode.format_mode(s.mode, s.quorum)}, not {mode.name.lower()}: run "
                 f"`hysync mode set {job_id} --slots {low}-{high} {mode.name.lower()}` first")
-        swap = self._swaps.get((job_id, low, high))
         if swap is None or swap.mode != mode:
-            swap = _Swap(mode, 0, time.monotonic(), self._contributions(job), len(job.active))
+            swap = _Swap(mode, time.monotonic(), self._contributions(job), len(job.active))
         needed = (high - low + 1) * swap.members
         deadline = time.monotonic() + timeout
         while True:

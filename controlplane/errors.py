@@ -42,7 +42,7 @@ class DeviceConfigError(ControlPlaneError, BadFileError):
     """The device config (BMv2 JSON, Tofino compiler output) cannot be read or packed."""
 
 
-class SwitchUnreachableError(ControlPlaneError, ConnectionError):
+class P4RuntimeUnreachableError(ControlPlaneError, ConnectionError):
     """The gRPC channel to the switch could not be opened, or the switch went away."""
 
     def __init__(self, grpc_addr: str, detail: str = "") -> None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hysync import files, wire
+from hysync import wire
 from hysync.controlplane.errors import JobConfigError
+from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml
 from hysync.wire import Mode
 
 MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
@@ -92,9 +93,9 @@ class JobConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobConfig:
-        _no_unknown(data, _TOP_KEYS, "the job file")
-        job_id = _int(data, "job_id", 1, wire.MAX_JOBS - 1, "a job id 1..255 (0 is reserved)")
-        lanes = _int(data, "lanes", None, None, f"{wire.LANES}", default=wire.LANES)
+        no_unknown_keys(data, _TOP_KEYS, "the job file")
+        job_id = int_field(data, "job_id", 1, wire.MAX_JOBS - 1, "a job id 1..255 (0 is reserved)")
+        lanes = int_field(data, "lanes", None, None, f"{wire.LANES}", default=wire.LANES)
         if lanes != wire.LANES:
             raise JobConfigError(f"lanes = {lanes}: the switch aggregates exactly {wire.LANES} "
                                  f"lanes per packet; set lanes = {wire.LANES}")
@@ -107,10 +108,10 @@ class JobConfig:
         if not isinstance(slots, Mapping):
             raise JobConfigError("[slots] is missing: add a table `[slots]` with `base` and "
                                  "`count`, e.g. base = 0, count = 256")
-        _no_unknown(slots, _SLOT_KEYS, "[slots]")
-        base = _int(slots, "base", 0, wire.NUM_SLOTS - 1, f"0..{wire.NUM_SLOTS - 1}",
+        no_unknown_keys(slots, _SLOT_KEYS, "[slots]")
+        base = int_field(slots, "base", 0, wire.NUM_SLOTS - 1, f"0..{wire.NUM_SLOTS - 1}",
                     field="slots.base")
-        count = _int(slots, "count", 1, wire.NUM_SLOTS, f"1..{wire.NUM_SLOTS}",
+        count = int_field(slots, "count", 1, wire.NUM_SLOTS, f"1..{wire.NUM_SLOTS}",
                      field="slots.count")
         if base + count > wire.NUM_SLOTS:
             raise JobConfigError(
@@ -122,13 +123,6 @@ class JobConfig:
         if not isinstance(name, str):
             raise JobConfigError(f"name = {name!r}: give a string, e.g. name = \"resnet\"")
         return cls(job_id, members, base, count, lanes, float(scale), mode, quorum, name)
-
-
-def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
-    """A TOML file as data, bounded in size and nesting (hysync.files); `error` with what is
-    wrong and an example of a good file."""
-    return files.read_toml(path, what=what, fix=f"pass a TOML file such as {example}",
-                           error=error)
 
 
 def _members(raw: Any) -> tuple[Member, ...]:
@@ -143,8 +137,9 @@ def _members(raw: Any) -> tuple[Member, ...]:
         where = f"members[{i}]"
         if not isinstance(item, Mapping):
             raise JobConfigError(f"{where} must be a table ([[members]])")
-        _no_unknown(item, _MEMBER_KEYS, where)
-        worker = _int(item, "worker", 0, wire.MAX_WORKERS - 1, "0..31", field=f"{where}.worker")
+        no_unknown_keys(item, _MEMBER_KEYS, where)
+        worker = int_field(item, "worker", 0, wire.MAX_WORKERS - 1, "0..31",
+                           field=f"{where}.worker")
         ipv4 = _str(item, "ipv4", where, 'e.g. ipv4 = "10.0.0.1"')
         try:
             wire.ip_to_int(ipv4)
@@ -158,8 +153,8 @@ def _members(raw: Any) -> tuple[Member, ...]:
             raise JobConfigError(f"{where}.mac = {mac!r}: give six hex bytes separated by ':', "
                                  'e.g. "02:00:00:00:00:01"') from None
         mac = wire.bytes_to_mac(wire.mac_to_bytes(mac))  # one spelling: lower case
-        udp_port = _int(item, "udp_port", 1, 65535, "1..65535", field=f"{where}.udp_port")
-        switch_port = _int(item, "switch_port", 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
+        udp_port = int_field(item, "udp_port", 1, 65535, "1..65535", field=f"{where}.udp_port")
+        switch_port = int_field(item, "switch_port", 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
                            field=f"{where}.switch_port")
         members.append(Member(worker, ipv4, mac, udp_port, switch_port))
     _unique(members)
@@ -203,30 +198,8 @@ def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
     if "quorum" not in data:
         raise JobConfigError(f"mode = \"partial\" needs quorum = Q with 1 <= Q <= {n} "
                              "(the number of members)")
-    quorum = _int(data, "quorum", 1, n, f"1..{n} (the number of members)")
+    quorum = int_field(data, "quorum", 1, n, f"1..{n} (the number of members)")
     return mode, quorum
-
-
-def _no_unknown(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise JobConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are "
-                             f"{', '.join(sorted(allowed))}")
-
-
-def _int(table: Mapping[str, Any], key: str, low: int | None, high: int | None, hint: str,
-         *, field: str | None = None, default: int | None = None) -> int:
-    field = field or key
-    if key not in table:
-        if default is not None:
-            return default
-        raise JobConfigError(f"{field} is missing: set it to {hint}")
-    value = table[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise JobConfigError(f"{field} = {value!r} must be an integer: {hint}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise JobConfigError(f"{field} = {value} is out of range: use {hint}")
-    return value
 
 
 def _str(table: Mapping[str, Any], key: str, where: str, hint: str) -> str:

@@ -66,7 +66,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _DistributedBackendOptions
 
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.host_group import RANKS_PER_HOST_ENV
 from hysync.torch import DEFAULT_TIMEOUT, AttachError, admit
 from hysync.worker.api import DEFAULT_SCALE

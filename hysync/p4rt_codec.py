@@ -3,7 +3,7 @@
 p4runtime-shell pins protobuf<3.21, whose only implementation on Python 3.11 is the
 pure-Python one: building, serializing and parsing a 20,000-update WriteRequest through
 it takes tens of seconds. This codec reads and writes the same bytes without message
-objects: the controller encodes its entities straight to bytes (controlplane/switch.py)
+objects: the controller encodes its entities straight to bytes (controlplane/p4rt/switch.py)
 and the softswitch decodes a Write into the records below, which its Writer plans from.
 Every other RPC keeps the generic protobuf path.
 

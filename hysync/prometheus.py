@@ -1,6 +1,6 @@
 """The Prometheus metrics HySync exports, and the `/metrics` endpoint that serves them.
 
-`hysync serve --metrics-addr HOST:PORT` (controlplane/metrics.py) and `python -m
+`hysync serve --metrics-addr HOST:PORT` (controlplane/serve/prometheus_collector.py) and `python -m
 hysync.softswitch --metrics-addr HOST:PORT` (softswitch/exporter.py) each serve one
 registry in the Prometheus text exposition format. Off unless asked for; the address is
 the operator's choice (127.0.0.1:PORT keeps it on the host).

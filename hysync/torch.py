@@ -46,9 +46,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync import logs
-from hysync.controlplane.inventory import Host, Inventory, InventoryError
-from hysync.controlplane.serve_auth import TOKEN_ENV, inventory_client_context, read_token
-from hysync.controlplane.serve_client import ServeClient, ServeError
+from hysync.controlplane.serve.auth import TOKEN_ENV, inventory_client_context, read_token
+from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.testbed.inventory import Host, Inventory, InventoryError
 from hysync.host_group import (
     HostGroup,
     HostLayoutError,

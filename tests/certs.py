@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane.certificates import make_ca, make_signed
+from hysync.controlplane.testbed.certificates import make_ca, make_signed
 
 
 @dataclass(frozen=True)

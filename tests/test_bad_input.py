@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane.cli import main as hysync_main
+from hysync.controlplane.cli.main import main as hysync_main
 from hysync.softswitch.__main__ import main as softswitch_main
 from hysync.topologies.demo import main as demo_main
 from hysync.topologies.run import main as run_main

@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hysync import files
-from hysync.controlplane.device_config import pack_tofino, read_device_config
 from hysync.controlplane.errors import DeviceConfigError, JobConfigError
-from hysync.controlplane.inventory import Inventory, InventoryError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.policy_runner import latest_decision
+from hysync.controlplane.p4rt.device_config import pack_tofino, read_device_config
+from hysync.controlplane.policy.runner import latest_decision
+from hysync.controlplane.testbed.inventory import Inventory, InventoryError
 from hysync.errors import BadFileError
 from hysync.p4schema import Schema
 from hysync.topologies.scenario import ScenarioError, load_scenario

@@ -11,7 +11,7 @@ import pytest
 
 import hysync
 from hysync import resources
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.p4schema import Schema
 
 from .controlplane.conftest import P4INFO

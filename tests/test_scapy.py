@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from hysync import wire
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.scapy import HySync, describe
 from hysync.wire import FrameAddress, Header, Op
 

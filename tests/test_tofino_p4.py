@@ -303,7 +303,7 @@ def test_resource_summary_flags_a_placement_longer_than_the_chip():
 @pytest.mark.parametrize("chip", CHIPS)
 def test_controller_drives_the_tna_p4info_on_the_bmv2_code_path(chip):
     from hysync.controlplane.controller import Controller
-    from hysync.controlplane.switch import Switch
+    from hysync.controlplane.p4rt.switch import Switch
     from hysync.softswitch.pipeline import Pipeline
     from hysync.softswitch.server import serve
     from hysync.wire import Mode

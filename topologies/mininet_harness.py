@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hysync import wire
 from hysync.controlplane.job import Member
-from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.controlplane.testbed.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
 from hysync.topologies.scenario import Scenario
 from hysync.topologies.switches import (
     REPO,

@@ -26,9 +26,9 @@ from typing import Protocol
 from hysync import resources
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.policy import PolicyConfig, make_policy
-from hysync.controlplane.policy_runner import PolicyRunner
-from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.policy.policies import PolicyConfig, make_policy
+from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.topologies.children import Children
 from hysync.topologies.progress import Display, QuietDisplay, RunLine, RunState
 from hysync.topologies.scenario import Scenario

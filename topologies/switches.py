@@ -14,8 +14,8 @@ from pathlib import Path
 
 from mininet.node import Node, Switch
 
-from hysync.controlplane.switch import wait_for_server
-from hysync.topologies.addresses import free_management_net
+from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.testbed.addresses import free_management_net
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mininet.topo import Topo
 
-from hysync.topologies.addresses import host_ip, host_mac
+from hysync.controlplane.testbed.addresses import host_ip, host_mac
 
 
 class StarTopo(Topo):

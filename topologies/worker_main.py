@@ -22,7 +22,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync import wire
-from hysync.controlplane.limits import MAX_SECONDS, ranged
+from hysync.controlplane.cli.limits import MAX_SECONDS, ranged
 from hysync.topologies.scenario import load_scenario
 from hysync.topologies.step_split import StepSplit
 from hysync.topologies.workload import (

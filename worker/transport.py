@@ -40,7 +40,7 @@ class CallAbortedError(ConnectionError):
 
 class NoReplyError(CallAbortedError):
     """No reply from the switch within `dead_after` seconds while contributions waited.
-    (The controller's `SwitchUnreachableError` is another thing: its gRPC channel.)"""
+    (The controller's `P4RuntimeUnreachableError` is another thing: its gRPC channel.)"""
 
 
 class SwitchRestartedError(CallAbortedError):

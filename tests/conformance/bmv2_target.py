@@ -23,9 +23,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from hysync.controlplane import entities as ent
-from hysync.controlplane.switch import Switch, wait_for_server
-from hysync.topologies.addresses import free_management_net
+from hysync.controlplane.p4rt import entities as ent
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.testbed.addresses import free_management_net
 
 from .targets import P4INFO, REPO, SoftswitchTarget, Write
 from .topology import PORTS

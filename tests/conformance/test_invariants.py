@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hysync import p4names, wire
-from hysync.controlplane import sync_mode
-from hysync.controlplane.sync_mode import ModeRange
+from hysync.controlplane.tables import sync_mode
+from hysync.controlplane.tables.sync_mode import ModeRange
 from hysync.wire import Mode, Op, ResyncReason
 
 from .conftest import install

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.entities import TableEntry
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.entities import TableEntry
+from hysync.controlplane.p4rt.switch import Switch
 from hysync.p4schema import Schema
 from hysync.softswitch.native import NativePipeline, NativeUdpDataPlane
 from hysync.softswitch.pipeline import Pipeline

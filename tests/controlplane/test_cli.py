@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from hysync import p4names, wire
-from hysync.controlplane.cli import main
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.p4rt.switch import Switch
 
 from .conftest import EXAMPLE_JOB, P4INFO, ROOT, Softswitch, free_udp_socket
 from .senders import Shared
+from .test_controller import SwitchCalls
 from .test_dataplane import finish, start, wait_progress
 
 Run = Callable[..., tuple[int, str, str]]
@@ -202,6 +203,18 @@ def test_a_bad_slot_range(pushed: Run, slots: str, fragment: str) -> None:
 def test_a_bad_mode_or_quorum(pushed: Run, args: tuple[str, ...], fragment: str) -> None:
     pushed("job", "add", str(EXAMPLE_JOB))
     one_line_error(pushed("mode", "set", "1", "--slots", "0-7", *args), fragment)
+
+
+def test_mode_set_with_wait_reads_the_switch_once(pushed: Run,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """One full read and one write of the setting, --wait included (no traffic here: the
+    range does not latch, exit 3); the latch is judged from the counters alone."""
+    pushed("job", "add", str(EXAMPLE_JOB))
+    calls = SwitchCalls(monkeypatch)
+    code, out, err = pushed("mode", "set", "1", "--slots", "0-7", "partial", "--quorum", "3",
+                            "--wait", "0.2")
+    assert code == 3 and "job 1 slots 0-7: partial(3) (new range entry)" in out + err, err
+    assert calls.reads == 1 and len(calls.mode_writes) == 1
 
 
 def test_a_bad_job_file(pushed: Run, tmp_path: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hysync import p4names, wire
-from hysync.controlplane import admission, replication
+from hysync.controlplane import controller as controller_module
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.entities import MulticastGroup, Replica, TableEntry, delete, insert
 from hysync.controlplane.errors import (
     InvalidArgumentError,
     JobError,
@@ -15,7 +14,18 @@ from hysync.controlplane.errors import (
     ValidationError,
 )
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.entities import (
+    MulticastGroup,
+    Replica,
+    TableEntry,
+    Update,
+    UpdateType,
+    delete,
+    insert,
+)
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables import admission, replication
+from hysync.controlplane.tables.sync_mode import ModeSetting
 from hysync.wire import Mode
 
 from .conftest import EXAMPLE_JOB, Softswitch, make_job, read_table
@@ -218,6 +228,44 @@ def test_set_mode_is_one_modify_for_an_existing_range(controller: Controller,
     assert (report.strategy, report.deleted) == ("insert", 2)
     assert len(read_table(switch, p4names.SYNC_MODE_MODES)) == 1
     assert controller.set_mode(1, slots=(0, 255), mode=Mode.SYNC).strategy == "unchanged"
+
+
+class SwitchCalls:
+    """The full-state reads (`read_state`) and the modes-table writes a controller makes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        self.mode_writes: list[Update] = []
+        read_state, write = controller_module.read_state, Switch.write
+
+        def counted_read(switch: Switch):  # type: ignore[no-untyped-def]
+            self.reads += 1
+            return read_state(switch)
+
+        def recorded_write(switch: Switch, updates) -> None:  # type: ignore[no-untyped-def]
+            updates = list(updates)
+            self.mode_writes += [u for u in updates if u.type != UpdateType.DELETE and
+                                 getattr(u.entity, "table", None) == p4names.SYNC_MODE_MODES]
+            write(switch, updates)
+
+        monkeypatch.setattr(controller_module, "read_state", counted_read)
+        monkeypatch.setattr(Switch, "write", recorded_write)
+
+
+@pytest.mark.parametrize(("slots", "strategy"), [((0, 255), "modify"), ((16, 31), "insert")])
+def test_a_swap_reads_the_switch_once_and_writes_its_setting_once(
+        switch: Switch, monkeypatch: pytest.MonkeyPatch, slots: tuple[int, int],
+        strategy: str) -> None:
+    Controller(switch).add_job(JobConfig.load(EXAMPLE_JOB))
+    calls = SwitchCalls(monkeypatch)
+    controller = Controller(switch)
+    report = controller.set_mode(1, slots=slots, mode=Mode.PARTIAL, quorum=3)
+    assert (calls.reads, report.strategy) == (1, strategy)
+    assert [(u.entity.params, u.entity.match["slot"]) for u in calls.mode_writes] == [
+        ({"mode": int(Mode.PARTIAL), "quorum": 3}, slots)]  # type: ignore[union-attr]
+    assert report.setting == ModeSetting(Mode.PARTIAL, 3)
+    # The registry holds what was written, without reading it back: the same as a read.
+    assert controller.jobs[1] == Controller(switch).job(1)
 
 
 @pytest.mark.parametrize(("slots", "mode", "quorum", "message"), [

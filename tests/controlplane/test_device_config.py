@@ -18,10 +18,10 @@ import pytest
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
-from hysync.controlplane.cli import main
-from hysync.controlplane.device_config import pack_tofino, read_device_config
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.errors import DeviceConfigError
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.device_config import pack_tofino, read_device_config
+from hysync.controlplane.p4rt.switch import Switch
 from tests.controlplane.conftest import P4INFO
 
 BFRT = b'{"schema_version": "1.0.0", "tables": []}'

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2 as p4r
 
 from hysync import p4names
-from hysync.controlplane import entities as ent
-from hysync.controlplane.entities import CounterCell, MulticastGroup, Replica, TableEntry
 from hysync.controlplane.errors import EncodeError, SchemaError
+from hysync.controlplane.p4rt import entities as ent
+from hysync.controlplane.p4rt.entities import CounterCell, MulticastGroup, Replica, TableEntry
 from hysync.p4schema import Schema
 
 from .conftest import P4INFO

@@ -1,4 +1,4 @@
-"""The straggler policy (controlplane/detect.py, controlplane/policy.py).
+"""The straggler policy (controlplane/policy/detect.py, controlplane/policy/policies.py).
 
 Most tests run the policy on counter traces of a simulated job: `Simulation` is the
 switch state machine of docs/protocol.md §4 for one slot, reduced to what the counters
@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from hysync import wire
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.detect import Detector, DetectorConfig, Health, Interval, JobView
-from hysync.controlplane.policy import (
+from hysync.controlplane.policy.detect import Detector, DetectorConfig, Health, Interval, JobView
+from hysync.controlplane.policy.policies import (
     EXCLUDE,
     EXPLORE,
     READMIT,
@@ -43,8 +43,8 @@ from hysync.controlplane.policy import (
     candidates,
     value,
 )
-from hysync.controlplane.policy_runner import PolicyRunner, latest_decision
-from hysync.controlplane.stats import JobStats, WorkerStats
+from hysync.controlplane.policy.runner import PolicyRunner, latest_decision
+from hysync.controlplane.tables.counters import JobStats, WorkerStats
 from hysync.protocol_spec.decision import Emit, decide, facts_of
 from hysync.wire import Mode, Op
 

@@ -1,5 +1,5 @@
 """The straggler policy on a busy machine: a slow member is told from a slow machine, and
-the job's mode does not flap (controlplane/detect.py, controlplane/policy.py).
+the job's mode does not flap (controlplane/policy/detect.py, controlplane/policy/policies.py).
 
 The counter series are synthetic: `SeriesJob` turns per-interval paces (gradients a
 second, per member) into the counters the switch keeps in the job's current mode, and
@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from hysync.controlplane.detect import DetectorConfig, Health, Interval, JobView
-from hysync.controlplane.policy import (
+from hysync.controlplane.policy.detect import DetectorConfig, Health, Interval, JobView
+from hysync.controlplane.policy.policies import (
     EXCLUDE,
     EXPLORE,
     MINUTE_S,
@@ -24,7 +24,7 @@ from hysync.controlplane.policy import (
     AdaptivePolicy,
     PolicyConfig,
 )
-from hysync.controlplane.stats import JobStats, WorkerStats
+from hysync.controlplane.tables.counters import JobStats, WorkerStats
 from hysync.wire import Mode
 
 INTERVAL = 0.5

@@ -11,7 +11,16 @@ import grpc
 import pytest
 
 from hysync import p4names
-from hysync.controlplane.entities import (
+from hysync.controlplane.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    NoPipelineError,
+    NotFoundError,
+    NotPrimaryError,
+    P4RuntimeUnreachableError,
+    SchemaError,
+)
+from hysync.controlplane.p4rt.entities import (
     CounterCell,
     MulticastGroup,
     Replica,
@@ -19,16 +28,7 @@ from hysync.controlplane.entities import (
     insert,
     modify,
 )
-from hysync.controlplane.errors import (
-    AlreadyExistsError,
-    DeadlineExceededError,
-    NoPipelineError,
-    NotFoundError,
-    NotPrimaryError,
-    SchemaError,
-    SwitchUnreachableError,
-)
-from hysync.controlplane.switch import DeviceConfigError, Switch, parse_election_id
+from hysync.controlplane.p4rt.switch import DeviceConfigError, Switch, parse_election_id
 from hysync.p4schema import Schema
 from hysync.softswitch.p4arbitration import Arbiter
 
@@ -118,7 +118,7 @@ def test_an_unreachable_switch_fails_fast_saying_how_to_start_one() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
-    with pytest.raises(SwitchUnreachableError) as err:
+    with pytest.raises(P4RuntimeUnreachableError) as err:
         Switch(addr, connect_timeout=1.0)
     assert f"cannot reach the switch at {addr}" in str(err.value)
     assert f"python -m hysync.softswitch --grpc-addr {addr}" in str(err.value)

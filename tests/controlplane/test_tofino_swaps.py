@@ -13,9 +13,9 @@ import pytest
 from hysync import p4names
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
-from hysync.controlplane.policy import AdaptivePolicy, candidates
-from hysync.controlplane.policy_runner import PolicyRunner
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.policies import AdaptivePolicy, candidates
+from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.wire import Mode
 
 from .conftest import ROOT, Softswitch, make_job, read_table, running_softswitch

@@ -288,7 +288,7 @@ _LISTENING = re.compile(r"P4Runtime on ([\d.]+):(\d+) .*data plane UDP ([\d.]+):
 @contextmanager
 def softswitch_process(workdir: Path, timeout: float = 60.0) -> Iterator[SwitchProcess]:
     """`python -m hysync.softswitch` on free loopback ports, as topologies/runner.py runs it."""
-    from hysync.controlplane.switch import wait_for_server  # grpc: not in the worker processes
+    from hysync.controlplane.p4rt.switch import wait_for_server  # grpc: not in the worker processes
 
     log = workdir / "softswitch.log"
     with open(log, "w") as err:

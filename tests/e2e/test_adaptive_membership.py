@@ -37,17 +37,17 @@ import numpy as np
 import pytest
 
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.detect import DetectorConfig
 from hysync.controlplane.job import JobConfig, Member
-from hysync.controlplane.policy import (
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.detect import DetectorConfig
+from hysync.controlplane.policy.policies import (
     EXCLUDE,
     READMIT,
     SET_MODE,
     AdaptivePolicy,
     PolicyConfig,
 )
-from hysync.controlplane.policy_runner import PolicyRunner
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.wire import Mode
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from hysync import wire
-from hysync.controlplane.cli import main as hysync
+from hysync.controlplane.cli.main import main as hysync
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
 from tests.controlplane.conftest import (
     P4INFO,
     Softswitch,

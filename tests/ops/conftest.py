@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hysync.controlplane.cli import main
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
 from tests.controlplane.conftest import Softswitch, free_udp_socket, softswitch  # noqa: F401
 from tests.controlplane.senders import Sender, Shared
 from tests.testbed.conftest import inventory_for, published  # noqa: F401

@@ -8,9 +8,9 @@ import json
 
 from p4runtime_sh import shell
 
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve_client import ServeClient
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.testbed.inventory import Inventory
 from tests.controlplane.conftest import P4INFO, Softswitch
 
 from .conftest import hysync

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hysync import logs
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.testbed.inventory import Inventory
 from tests.controlplane.conftest import ROOT, free_udp_socket
 
 KEYS = {"time", "level", "component", "job", "event", "fields"}
@@ -26,7 +26,7 @@ def test_a_json_line_has_the_stable_keys_and_text_has_a_timestamp() -> None:
     stream = io.StringIO()
     handler = logs.setup("json", stream=stream)
     try:
-        logs.event(logging.getLogger("hysync.controlplane.serve"), "mode_swap",
+        logs.event(logging.getLogger("hysync.controlplane.serve.server"), "mode_swap",
                    "job 3: sync -> async", job=3, mode="async", by="operator")
         logging.getLogger("hysync.softswitch.server").warning("plain %s", "text")
         handler.setFormatter(logs.formatter("text"))

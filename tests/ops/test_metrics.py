@@ -13,8 +13,8 @@ import time
 import pytest
 
 from hysync import wire
-from hysync.controlplane.metrics import serve_metrics
-from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.serve.prometheus_collector import serve_metrics
 from hysync.prometheus import EXPORTED
 from tests.controlplane.conftest import Softswitch
 

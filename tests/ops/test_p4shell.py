@@ -10,7 +10,7 @@ from p4.config.v1 import p4info_pb2
 from p4runtime_sh import shell
 
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
 from hysync.p4shell import enum_names, show_modes
 from hysync.softswitch.p4binding import ConfigError, bind_p4info
 from hysync.softswitch.pipeline import Pipeline

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from hysync.controlplane.metrics import serve_metrics
-from hysync.controlplane.serve_client import ServeClient
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.serve.prometheus_collector import serve_metrics
 from tests.controlplane.conftest import Softswitch
 
 from .conftest import hysync

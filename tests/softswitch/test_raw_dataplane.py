@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from hysync import p4names, wire
+from hysync.controlplane.testbed.netns import missing_netns_tools
 from hysync.softswitch.native import NativePipeline, NativeRawDataPlane
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.raw_dataplane import ETH_P_ALL, RawDataPlane, parse_port_map
 from hysync.softswitch.tables import Entry, Replica
-from hysync.topologies.netns import missing_netns_tools
 
 CLONE_NEWNET = 0x40000000
 SWITCH_MAC = bytes.fromhex("020000000100")

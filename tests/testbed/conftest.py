@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from hysync.controlplane.serve import Server
-from hysync.controlplane.switch import wait_for_server
-from hysync.topologies.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
-from hysync.topologies.netns import missing_netns_tools
+from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.controlplane.testbed.netns import missing_netns_tools
 from tests.controlplane.conftest import P4INFO, ROOT, Softswitch, softswitch  # noqa: F401
 from tests.p4tools import skip_unless_available
 
@@ -112,7 +112,7 @@ def rack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[objec
     if reason:
         pytest.skip(reason)
     from bench.bmv2_bench import BMV2_JSON, _start_switch, bmv2_unavailable
-    from hysync.topologies.netns import NetnsStar
+    from hysync.controlplane.testbed.netns import NetnsStar
 
     kind = request.param
     if kind == "bmv2":

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.torch import AttachError, attach, find_host
 
 from .conftest import loopback_inventory, write_inventory

@@ -20,7 +20,7 @@ import pytest
 import torch.distributed as dist
 
 from hysync.backend import HySyncProcessGroup, Options
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.rendezvous import torchrun_rendezvous
 from hysync.torch import AttachError
 

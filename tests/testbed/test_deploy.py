@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from hysync import p4names
-from hysync.controlplane import forwarding
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.entities import modify
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.entities import modify
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables import forwarding
 
 from ..controlplane.conftest import make_job, read_table
 from .conftest import P4INFO, Softswitch, loopback_inventory, write_inventory

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from hysync import p4names
-from hysync.controlplane import rack
+from hysync.controlplane.cli import rack
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.switch import Switch
-from hysync.topologies.addresses import host_ip
-from hysync.topologies.netns import missing_netns_tools
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.testbed.addresses import host_ip
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.netns import missing_netns_tools
 
 from ..controlplane.conftest import read_table
 from .conftest import RACK_HOSTS, ROOT, kill_tree

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane.deploy import deploy
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.deploy import deploy
+from hysync.controlplane.testbed.inventory import Inventory
 
 from .conftest import ROOT, Softswitch, kill_tree, published
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from hysync.controlplane.deploy import deploy
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.deploy import deploy
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.host_group import HostLayout, HostLayoutError, host_layout, ranks_per_host_setting
 from hysync.torch import AttachError, admit
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from hysync.controlplane.cli import main
-from hysync.controlplane.inventory import Inventory, InventoryError
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.testbed.inventory import Inventory, InventoryError
 
 from .conftest import P4INFO, Softswitch, loopback_inventory, write_inventory
 

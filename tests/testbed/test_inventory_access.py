@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hysync.controlplane.inventory import Inventory, InventoryError
-from hysync.controlplane.serve_auth import DEFAULT_SOCKET_MODE
+from hysync.controlplane.testbed.inventory import Inventory, InventoryError
+from hysync.controlplane.testbed.serve_access import DEFAULT_SOCKET_MODE
 from hysync.tls import ClientTls
 
 from .conftest import loopback_inventory, write_inventory

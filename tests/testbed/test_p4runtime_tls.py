@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import NotPrimaryError, SwitchUnreachableError
+from hysync.controlplane.errors import NotPrimaryError, P4RuntimeUnreachableError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
 from hysync.tls import ClientTls
 
 from ..certs import Certs, make_certs
@@ -79,7 +79,7 @@ def test_other_clients_are_refused(certs: Certs, tls_switch: str, who: str) -> N
            "another CA's certificate": ClientTls(certs.ca, certs.stranger_cert,
                                                  certs.stranger_key),
            "in the clear": None}[who]
-    with pytest.raises(SwitchUnreachableError, match="no answer within"):
+    with pytest.raises(P4RuntimeUnreachableError, match="no answer within"):
         Switch(tls_switch, tls=tls, arbitrate=False, connect_timeout=2.0)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hysync.controlplane import forwarding
-from hysync.controlplane.entities import delete
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.entities import delete
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables import forwarding
 
 from .conftest import RACK_HOSTS, ROOT, toml_text
 

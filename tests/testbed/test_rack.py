@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from hysync import resources
-from hysync.controlplane import rack
-from hysync.controlplane.cli import main
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.switch import wait_for_server
+from hysync.controlplane.cli import rack
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.netns import missing_netns_tools
 from hysync.tls import ClientTls
-from hysync.topologies.netns import missing_netns_tools
 
 from .conftest import ROOT
 

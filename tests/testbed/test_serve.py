@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from hysync import p4names
-from hysync.controlplane import forwarding
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_client import ServeClient, ServeError
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.tables import forwarding
+from hysync.controlplane.testbed.inventory import Inventory
 
 from ..controlplane.conftest import read_table
 from .conftest import Softswitch, loopback_inventory, published, write_inventory

@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from hysync.controlplane.cli import main
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_auth import (
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.auth import (
     FREE_FAILURES,
     MAX_JOBS_PER_CLIENT,
     MAX_WAITING_PER_ADDRESS,
     Gate,
-    ServeAccess,
     client_context,
     inventory_client_context,
 )
-from hysync.controlplane.serve_client import ServeClient, ServeError
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.serve_access import ServeAccess
 
 from ..certs import make_certs
 from .conftest import ANY_PORT, Softswitch, loopback_inventory, published, write_inventory

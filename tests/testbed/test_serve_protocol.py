@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hysync.controlplane.cli import main
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_requests import MAX_LINE, OPS
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.serve.requests import MAX_LINE, OPS
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
 
 from .conftest import (
     ANY_PORT,

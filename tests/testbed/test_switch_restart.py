@@ -29,14 +29,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hysync.controlplane.cli import main as hysync_main
+from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import SwitchUnreachableError
-from hysync.controlplane.inventory import Inventory
+from hysync.controlplane.errors import P4RuntimeUnreachableError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.serve import Server
-from hysync.controlplane.serve_client import ServeClient
-from hysync.controlplane.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.serve.client import ServeClient
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.runner import start_softswitch
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import (
@@ -520,5 +520,5 @@ def test_a_session_outlived_by_its_switch_refuses_every_call(
         assert session.lost
         for call in (lambda: Controller(session).list_jobs(), session.fetch_schema,
                      lambda: session.write([]), lambda: session.push_pipeline(P4INFO)):
-            with pytest.raises(SwitchUnreachableError, match="session ended"):
+            with pytest.raises(P4RuntimeUnreachableError, match="session ended"):
                 call()

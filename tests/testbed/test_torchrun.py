@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.deploy import deploy
-from hysync.controlplane.inventory import Inventory
-from hysync.controlplane.serve import Server
-from hysync.controlplane.switch import Switch
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.server import Server
+from hysync.controlplane.testbed.deploy import deploy
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.rendezvous import torchrun_rendezvous
 
 from .conftest import ROOT, Softswitch, kill_tree, published, tree

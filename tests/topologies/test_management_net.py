@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from hysync.topologies.addresses import free_management_net
-from hysync.topologies.netns import NetnsStar, missing_netns_tools
+from hysync.controlplane.testbed.addresses import free_management_net
+from hysync.controlplane.testbed.netns import NetnsStar, missing_netns_tools
 
 pytestmark = pytest.mark.root
 
