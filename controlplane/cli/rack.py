@@ -45,6 +45,7 @@ from hysync.tls import ClientTls
 STATE_DIR = Path("/run/hysync")
 DEFAULT_TAG = "hyr"
 MAX_HOSTS = 16  # host management /30s: 169.254.X.(4p+1), p <= 62; 16 is plenty for one box
+MAX_RANKS_PER_HOST = 8  # the servers HySync is for carry 4-8 GPUs
 MGMT_NET = RACK_MANAGEMENT_NET
 MASTER_PORT = 29500
 
@@ -115,8 +116,23 @@ def inventory_text(hosts: int, tag: str = DEFAULT_TAG, *, net: str = MGMT_NET) -
     return "\n".join(lines) + "\n"
 
 
-def next_steps(hosts: int, tag: str, inventory: Path, *, steps: int = 300) -> list[str]:
-    """The commands that deploy, serve and train on the rack, then take it down."""
+def _ranks_per_host(text: str) -> int:
+    try:
+        ranks = int(text)
+    except ValueError:
+        ranks = 0
+    if not 1 <= ranks <= MAX_RANKS_PER_HOST:
+        raise argparse.ArgumentTypeError(f"--ranks-per-host {text!r}: a host runs "
+                                         f"1..{MAX_RANKS_PER_HOST} ranks (one per GPU)")
+    return ranks
+
+
+def next_steps(hosts: int, tag: str, inventory: Path, *, steps: int = 300,
+               ranks_per_host: int = 1) -> list[str]:
+    """The commands that deploy, serve and train on the rack, then take it down. With
+    several ranks per host, the host's ranks reduce on the host first and its local rank
+    0 is the switch member (HYSYNC_RANKS_PER_HOST=local); background averaging runs with
+    one rank per host only, so those commands leave it out."""
     bin_dir = Path(sys.executable).parent
     hysync = str(bin_dir / "hysync") if (bin_dir / "hysync").exists() else "hysync"
     torchrun = str(bin_dir / "torchrun") if (bin_dir / "torchrun").exists() else "torchrun"
@@ -124,12 +140,14 @@ def next_steps(hosts: int, tag: str, inventory: Path, *, steps: int = 300) -> li
     lines = [f"{hysync} deploy {inventory}",
              f"ip netns exec {tag}-h1 {hysync} deploy --check {inventory}",
              f"{hysync} serve {inventory}    # in a terminal of its own; Ctrl-C after training"]
+    grouped = "HYSYNC_RANKS_PER_HOST=local " if ranks_per_host > 1 else ""
+    averaging = " --average-every 1" if ranks_per_host == 1 else ""
     for w in range(hosts):
         lines.append(
-            f"ip netns exec {tag}-h{w + 1} env GLOO_SOCKET_IFNAME={tag}h{w + 1} "
-            f"OMP_NUM_THREADS=1 {torchrun} --nnodes {hosts} --nproc-per-node 1 "
+            f"ip netns exec {tag}-h{w + 1} env GLOO_SOCKET_IFNAME={tag}h{w + 1} {grouped}"
+            f"OMP_NUM_THREADS=1 {torchrun} --nnodes {hosts} --nproc-per-node {ranks_per_host} "
             f"--node-rank {w} --master-addr {host_ip(0)} --master-port {MASTER_PORT} "
-            f"{script} --inventory {inventory} --steps {steps} --average-every 1 &")
+            f"{script} --inventory {inventory} --steps {steps}{averaging} &")
     lines += ["wait    # every rank prints its held-out accuracy",
               f"{hysync} teardown {inventory}    # once the serve is stopped",
               f"{hysync} rack down" + ("" if tag == DEFAULT_TAG else f" --tag {tag}")]
@@ -202,8 +220,9 @@ def cmd_rack_up(args: argparse.Namespace, out: Output) -> None:
         star.close()
         shutil.rmtree(pki, ignore_errors=True)
         raise
-    steps = next_steps(args.hosts, tag, inventory)
-    out.emit({"tag": tag, "hosts": star.hosts, "switch_namespace": star.switch_ns,
+    steps = next_steps(args.hosts, tag, inventory, ranks_per_host=args.ranks_per_host)
+    out.emit({"tag": tag, "hosts": star.hosts, "ranks_per_host": args.ranks_per_host,
+              "switch_namespace": star.switch_ns,
               "grpc_addr": star.grpc_addr, "inventory": str(inventory), "commands": steps},
              f"rack {tag!r} is up: hosts {', '.join(star.hosts)}; the softswitch in "
              f"{star.switch_ns} (P4Runtime {star.grpc_addr}, log {log})\n"
@@ -271,6 +290,9 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
                    help="where to write the rack's inventory (default rack.toml)")
     p.add_argument("--tag", type=_tag, default=DEFAULT_TAG,
                    help=f"prefix of every name the rack uses (default {DEFAULT_TAG})")
+    p.add_argument("--ranks-per-host", type=_ranks_per_host, default=1, metavar="R",
+                   help="ranks each host runs, as a server runs one per GPU (default 1); the "
+                        "printed commands start R per host, reduced on the host first")
     p = command(racks, "down", cmd_rack_down)
     p.add_argument("--tag", type=_tag, default=DEFAULT_TAG,
                    help=f"the rack's tag (default {DEFAULT_TAG})")

@@ -64,6 +64,21 @@ def test_the_printed_commands_run_the_shipped_example_on_every_host(tmp_path: Pa
         assert "--master-addr 10.0.0.1 " in line
         assert str(resources.path("examples/train_ddp.py")) in line
     assert lines[-1].endswith("rack down")
+    assert all("--nproc-per-node 1 " in line and "HYSYNC_RANKS_PER_HOST" not in line
+               and line.endswith("--average-every 1 &") for line in runs)
+
+
+def test_hosts_of_several_ranks_start_them_reduced_on_the_host(tmp_path: Path) -> None:
+    """--ranks-per-host 2: torchrun starts two ranks per host, grouped by torchrun's own
+    host numbering, and without background averaging (one rank per host only)."""
+    lines = rack.next_steps(3, "hyr", tmp_path / "rack.toml", ranks_per_host=2)
+    runs = [line for line in lines if "--node-rank" in line]
+    assert len(runs) == 3
+    for w, line in enumerate(runs):
+        assert line.startswith(f"ip netns exec hyr-h{w + 1} env GLOO_SOCKET_IFNAME=hyrh{w + 1} "
+                               "HYSYNC_RANKS_PER_HOST=local ")
+        assert "--nnodes 3 --nproc-per-node 2 " in line and f"--node-rank {w} " in line
+        assert "--average-every" not in line
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -71,6 +86,9 @@ def test_the_printed_commands_run_the_shipped_example_on_every_host(tmp_path: Pa
     (["rack", "up", "three"], "N = 'three': a rack has 2..16 hosts"),
     (["rack", "up", "3", "--tag", "Rack-1"], "tag 'Rack-1' must be 1-8 lowercase"),
     (["rack", "down", "--tag", "toolongatag"], "tag 'toolongatag' must be 1-8 lowercase"),
+    (["rack", "up", "3", "--ranks-per-host", "0"], "--ranks-per-host '0': a host runs 1..8 "
+                                                    "ranks (one per GPU)"),
+    (["rack", "up", "3", "--ranks-per-host", "9"], "--ranks-per-host '9': a host runs 1..8"),
 ])
 def test_bad_arguments_are_one_line_and_build_nothing(state_dir: Path, argv: list[str],
                                                       says: str) -> None:
