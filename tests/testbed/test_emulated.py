@@ -8,6 +8,7 @@ holds nothing of the job and the machine nothing of the rack."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -42,15 +43,16 @@ def hysync(*args: str, on: list[str] | None = None) -> subprocess.CompletedProce
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture
-def rack_up(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
-    """(tag, inventory, the torchrun lines it printed) of `hysync rack up 3`."""
+@contextlib.contextmanager
+def built_rack(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path, list[str]]]:
+    """(tag, inventory, the torchrun lines it printed) of `hysync rack up 3 OPTIONS`."""
     reason = missing_netns_tools("it builds network namespaces and veth links (run `.ci/run`)")
     if reason:
         pytest.skip(reason)
     tag = f"hye{os.getpid() % 10000}"
     inventory = tmp_path / "rack.toml"
-    up = hysync("rack", "up", str(HOSTS), "--tag", tag, "--inventory", str(inventory), "--json")
+    up = hysync("rack", "up", str(HOSTS), "--tag", tag, "--inventory", str(inventory), "--json",
+                *options)
     assert up.returncode == 0, up.stderr
     try:
         commands = json.loads(up.stdout)["commands"]
@@ -58,6 +60,12 @@ def rack_up(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
     finally:
         down = hysync("rack", "down", "--tag", tag)
         assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture
+def rack_up(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
+    with built_rack(tmp_path) as rack_built:
+        yield rack_built
 
 
 def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path) -> None:
@@ -126,3 +134,40 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
         assert Controller(sw).list_jobs() == []
         assert read_table(sw, p4names.FORWARDING_L2) == []
         assert [g.group_id for g in sw.read_groups()] == []
+
+
+def test_hosts_of_two_ranks_train_with_one_member_each(tmp_path: Path) -> None:
+    """`hysync rack up 3 --ranks-per-host 2` and its printed lines: six ranks train, the
+    switch's job has three members, and both ranks of a host end with the same model."""
+    with built_rack(tmp_path, "--ranks-per-host", "2") as (tag, inventory, runs):
+        assert hysync("deploy", str(inventory)).returncode == 0
+        serve_out = (tmp_path / "serve.log").open("w")
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "hysync.controlplane.cli", "serve", str(inventory)],
+            cwd=ROOT, stdout=serve_out, stderr=subprocess.STDOUT)
+        procs: list[subprocess.Popen] = []
+        try:
+            time.sleep(2)
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            procs = [subprocess.Popen(shlex.split(line.removesuffix(" &")), cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True) for line in runs]
+            outputs = [p.communicate(timeout=240)[0] for p in procs]
+        finally:
+            for p in procs:
+                kill_tree(p)
+            serve.terminate()
+            serve.wait(timeout=10)
+            serve_out.close()
+        served = (tmp_path / "serve.log").read_text()
+        for p, out in zip(procs, outputs, strict=True):
+            assert p.returncode == 0, out[-3000:] + served
+        assert hysync("teardown", str(inventory)).returncode == 0
+    results = {r["rank"]: r for out in outputs for line in out.splitlines()
+               if line.startswith('{"rank"') for r in [json.loads(line)]}
+    assert sorted(results) == list(range(2 * HOSTS))
+    assert "admitted job 1 'torchrun': 3 members" in served
+    for r in results.values():
+        assert r["accuracy"] >= TARGET_ACCURACY, results
+    for host in range(HOSTS):  # ranks 2h and 2h+1 share host h (torchrun's node rank)
+        assert results[2 * host]["accuracy"] == results[2 * host + 1]["accuracy"], results
