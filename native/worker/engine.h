@@ -14,42 +14,29 @@
 #include <utility>
 #include <vector>
 
-#include "hysync_wire.h"
 #include "worker/backend.h"
+#include "worker/call.h"
 #include "worker/config.h"
 #include "worker/faults.h"
+#include "worker/flights.h"
 #include "worker/keys.h"
+#include "worker/log.h"
 #include "worker/quantize.h"
+#include "worker/replies.h"
+#include "worker/results.h"
 #include "worker/rounds.h"
-#include "worker/rto.h"
 #include "worker/slot.h"
+#include "worker/stats.h"
 
 namespace hysync::worker {
 
-struct Call;
-
-// What one call (or one poll between calls) did: CallStats' counters.
-struct EngineStats {
-  uint64_t included = 0, carried = 0, residual_contribs = 0, null_contribs = 0, own_applied = 0,
-           retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
-           stray_replies = 0, bad_datagrams = 0, joins = 0;
-  uint64_t uneven_results = 0;  // results applied that are not a sync round of every member
-  uint64_t resent = 0;  // parked packets sent again without a timeout (hurry, parking)
-  uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
-  double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
-  QuantStats quant;
-  std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
-  // Sentinels of mine absorbed by a non-finite round (settle(), prepare_chunk()): chunk * 64 +
-  // lane each (the simulation's books; CallStats counts them).
-  std::vector<uint64_t> absorbed;
-};
 
 
 // PENDING: step() only. RESET: the switch answered from state that is new to this worker (it
 // restarted, or the job was installed again); the call aborted as UNREACHABLE's does.
 enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED, PENDING, RESET };
 
-class Engine final : public DatagramSink {
+class Engine final {
  public:
   // Over a MemoryBackend a deterministic driver (tests/sim) owns the clock and the network:
   // it drives calls with begin_call / step / on_datagram / tick instead of allreduce.
@@ -90,7 +77,9 @@ class Engine final : public DatagramSink {
   bool call_done() const;
   void end_call();
   // One received datagram, as the receive loop handles it; timers that fell due by `now`.
-  void on_datagram(const uint8_t* data, std::size_t size, double now) override;
+  void on_datagram(const uint8_t* data, std::size_t size, double now) {
+    replies_.on_datagram(data, size, now);
+  }
   void tick(double now);
   // One turn of a call's loop at `now` (allreduce runs it between waits): timers, JOINs,
   // sends, the dead check. DONE ends the call (end_call done); UNREACHABLE and RESET abort it;
@@ -99,138 +88,60 @@ class Engine final : public DatagramSink {
   double next_wake() const;
   Backend& backend() { return *io_; }
   // Why the last call aborted with RESET ("" if it did not).
-  const std::string& reset_why() const { return reset_why_; }
+  const std::string& reset_why() const { return replies_.reset_why(); }
 
   // Safe to read from another thread while a call runs.
   bool needs_resync() const { return rounds_.needs_resync(); }
   void clear_resync() { rounds_.clear_resync(); }
   uint64_t missed_results() const { return rounds_.missed_results(); }
-  uint64_t bad_datagrams() const { return bad_datagrams_; }
-  int in_flight() const { return inflight_; }
+  uint64_t bad_datagrams() const { return results_.bad_datagrams(); }
+  int in_flight() const { return flights_.in_flight(); }
   EngineStats& stats() { return stats_; }
   void reset_stats() { stats_ = EngineStats(); }
-  double srtt() const { return rto_.srtt(); }  // < 0: no sample yet
-  double rto() const { return rto_.value(); }
+  double srtt() const { return flights_.rto().srtt(); }  // < 0: no sample yet
+  double rto() const { return flights_.rto().value(); }
   std::vector<int> slot_modes() const {
     std::vector<int> modes;
     for (const Slot& s : slots_) modes.push_back(s.mode);
     return modes;
   }
-  std::string describe_flights() const;
+  std::string describe_flights() const { return flights_.describe(); }
   const Flight* flight(uint32_t i) const { return slots_.at(i).flight.get(); }  // null: slot idle
   uint32_t window() const { return w_; }
   // Log lines since the last call: (level, message), level 30 = warning, 20 = info.
   std::vector<std::pair<int, std::string>> take_logs() { return log_.take(); }
 
  private:
-  struct Timer {
-    double at;
-    uint64_t gen;
-    uint32_t slot;
-    bool extended = false;  // re-armed once already because it fired late (expire())
-    bool operator>(const Timer& o) const { return at > o.at || (at == o.at && gen > o.gen); }
-  };
-
-  // receiving
   double read_before_timeouts(double now);
   void drain();
   std::size_t receive();  // one batch; returns the messages read (RECEIVE_BATCH: maybe more)
-  void bad(const std::string& reason);
-  void on_full(const uint8_t* d, double now);
-  void on_short(const uint8_t* d, std::size_t size, double now);
-  void on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now);
-  void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                 uint32_t count, uint8_t flags, double now);
-  bool answers_latest(uint32_t i, uint8_t flags) const;
-  bool seen_own_result(uint32_t i, const uint8_t* d) const;
-  void keep_own_result(uint32_t i, const uint8_t* d);
-  void decide_stale(uint32_t i, double now);
-  void counted_without_result(uint32_t i, double now);
-  void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
-  void apply(const uint8_t* d);
-  void apply_result(uint32_t chunk, const double* avg);
-  double divisor(uint8_t mode, uint8_t count) const;
-  double lane_share(int32_t sum, double share) const;
-  // sending
-  void send_next(uint32_t i, double now);
-  void send_chased(uint32_t i, double now);
-  void chase(uint32_t i, uint32_t chunk);
-  void send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now);
-  void send_extra(uint32_t i, Kind kind, int key, uint32_t chunk, uint32_t rnd, double now,
-                  bool join = false);
-  void join_idle_slots(double now);
-  void offer_join(uint32_t i, double now);
-  void launch(uint32_t i, const uint32_t* rnd, double now);
-  void transmit(uint32_t i, double now, bool retransmit, bool timeout = true);
-  bool holdable(uint32_t i) const;
-  void flush();
-  uint32_t next_seq(uint32_t i);
-  // timers
-  void expire(double now);
-  bool silent_flight(uint32_t i) const;
-  uint32_t longest_silent(uint32_t i) const;
-  void park(uint32_t i);
-  void hold_queue(uint32_t i, double now);
-  void hurry(uint32_t i, double now);
-  void follow_mode(uint32_t i, double now);
-  void carry_queue(uint32_t i);
-  void rtt_sample(uint32_t i, const Flight& f, double now);
-  // outcomes (RULE B)
-  // `round`: the RESULT of the very round a carried flight missed (same slot, round and
-  // chunk), whose lanes absorb the flight's sentinels where its sum is non-finite already.
-  void done(uint32_t i, bool included, double now, bool send_next_chunk = true,
-            const uint8_t* round = nullptr);
-  std::unique_ptr<Flight> new_flight();
-  void end_flight(uint32_t i);
-  void apply_own(uint32_t i);
   void abort_call();
   void retire_call();
-  void drop_flights();
+  void flush() { io_->flush(); }
+  double now() const { return io_->now(); }
+  bool interrupted(double now);
 
+  // The parts, each built on those above it. A reply flows backend -> replies -> results and
+  // flights; a flight's fate -> keys (RULE B).
   EngineConfig cfg_;
   Faults faults_;
   Quantizer quantizer_;
   std::unique_ptr<Backend> io_;
-  uint32_t w_, bit_;
+  uint32_t w_;
   std::vector<Slot> slots_;
   Log log_;
-  Rounds rounds_{cfg_, slots_, log_, *io_};
-  double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
-  // The entry of slots_[i].acked that an async RESULT d (count 1, my bit) answers, or end().
-  std::deque<Acked>::iterator acked_entry(uint32_t i, const uint8_t* d);
-  // Ended flights, reused by new_flight(): a call launches one per chunk, and allocating each
-  // (most of a kilobyte, freed in bursts of a window) cost a sixth of the engine's CPU in
-  // malloc's bins.
-  std::vector<std::unique_ptr<Flight>> spare_flights_;
-  int inflight_ = 0;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
-  uint64_t gen_ = 0;
-  Rto rto_{cfg_};
-  double woke_late_ = 0;  // how long past its timeout the call's or poll's last wait woke up
-  double probed_at_ = 0;  // the last retransmission into a silent switch (expire())
-  // Transmissions counted, and the latest one whose flight's fate is known: the flights
-  // sent after it have been overtaken by no answer (silent_flight).
-  uint64_t sent_seq_ = 0, answered_seq_ = 0;
-  uint64_t bad_datagrams_ = 0;
+  EngineStats stats_;
   std::unique_ptr<Call> call_;
   std::unique_ptr<Call> spare_call_;  // the last call's, reused by the next (Call::start)
-  EngineStats stats_;
-  Keys keys_{cfg_, quantizer_, stats_};  // after what it refers to
-  double last_rx_;
+  Keys keys_{cfg_, quantizer_, stats_};
+  Rounds rounds_{cfg_, slots_, log_, *io_};
+  Results results_{cfg_, quantizer_, keys_, slots_, stats_, log_, call_};
+  Flights flights_{cfg_, faults_, quantizer_, *io_, slots_,
+                   keys_, rounds_, results_, stats_, call_};
+  Replies replies_{cfg_, faults_, *io_, slots_, rounds_, results_, flights_, stats_, log_, call_};
+  double gave_up_at_ = -1;  // the last call given up on a silent switch
   std::function<bool()> interrupted_;
   double checked_at_ = 0;
-  bool interrupted(double now);
-  double now() const { return io_->now(); }
-  void switch_reset(const std::string& what);
-  // RESULT and ACK carry the install tag of the switch's state for the job: false for a
-  // packet of a state this worker has left (a new tag resets, see switch_reset).
-  bool current_state(uint8_t tag, uint32_t i, const char* what, double now);
-  bool silent_too_long(double now) const;
-  bool waited_too_long(double now) const;
-  double call_start_ = 0;
-  double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
-  double gave_up_at_ = -1;        // the last call given up on a silent switch
-  std::string reset_why_;  // set when a reply shows the switch's state is new; ends the call
 };
 
 }  // namespace hysync::worker

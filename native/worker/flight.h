@@ -14,12 +14,12 @@ constexpr std::size_t P = wire::PACKET_BYTES;
 enum class Outcome : int8_t { PENDING, INCLUDED, CARRIED, SETTLED };
 enum class Kind : uint8_t { OWN, RESIDUAL, NULLS };  // my chunk, a residual, zeros
 
-// What a flight knows besides its bytes. Engine::new_flight() reuses ended flights and resets
+// What a flight knows besides its bytes. Flights::new_flight() reuses ended flights and resets
 // only this part: launch writes the header, the sender the lanes and what err and amount hold
 // for its kind (a NULLS flight's zero lanes included).
 struct FlightState {
   Kind kind = Kind::OWN;
-  int key = -1;  // index into keys_, -1 for NULLS
+  int key = -1;  // the key's index (Keys), -1 for NULLS
   int64_t local = -1;
   uint32_t chunk = 0;
   bool has_amount = false;

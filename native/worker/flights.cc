@@ -1,6 +1,6 @@
-// The worker engine's flights (the engine is described in engine.cc): the one packet in flight
-// per slot, from launch to its outcome - sending, retransmission timers, parking in partial
-// mode, and the JOINs offered to idle slots.
+// Flights and their timers (flights.h).
+#include "worker/flights.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,20 +8,52 @@
 #include <memory>
 #include <string>
 
-#include "worker/engine_internal.h"
+#include "worker/wire_names.h"
 
 namespace hysync::worker {
 
 namespace {
 
 constexpr uint8_t TX_NUMBERS = wire::TX_MASK >> wire::TX_SHIFT;  // 31: numbers wrap mod 32
+constexpr uint8_t STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED);
 
 }  // namespace
 
 int32_t Flight::lane(std::size_t j) const { return int32_t(load_be32(&data[H + 4 * j])); }
 
+Flights::Flights(const EngineConfig& config, const Faults& faults, const Quantizer& quantizer,
+                 Backend& io, std::vector<Slot>& slots, Keys& keys, Rounds& rounds,
+                 Results& results, EngineStats& stats, const std::unique_ptr<Call>& call)
+    : cfg_(config),
+      faults_(faults),
+      quantizer_(quantizer),
+      io_(io),
+      slots_(slots),
+      keys_(keys),
+      rounds_(rounds),
+      results_(results),
+      stats_(stats),
+      call_(call),
+      w_(uint32_t(slots.size())),
+      last_rx_(io.now()) {}
+
+void Flights::start_call(double now) {
+  progress_at_ = now;
+  woke_late_ = 0;  // timers that fell due between calls were not waited for
+  // Timers that fell due between calls first: a call whose every slot is held by a parked
+  // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
+  // grace period would otherwise never end (the worker falls silent).
+  expire(now);
+  for (uint32_t i = 0; i < w_; ++i) {
+    if (!slots_[i].flight)
+      send_next(i, now);
+    else if (slots_[i].flight->parked)
+      hold_queue(i, now);
+  }
+}
+
 // ------------------------------------------------------------------ sending
-void Engine::send_next(uint32_t i, double now) {
+void Flights::send_next(uint32_t i, double now) {
   if (!call_) return;
   auto& queue = call_->queues[i];
   while (!queue.empty()) {
@@ -42,30 +74,30 @@ void Engine::send_next(uint32_t i, double now) {
 // at every call, and that chunk's gradient never reaches a round (docs/protocol.md §9,
 // "Displaced chunks"). Sync only: a partial round closes without me, and an async one needs no
 // partner; the chunk waits in the list meanwhile, its value in the residual.
-void Engine::send_chased(uint32_t i, double now) {
+void Flights::send_chased(uint32_t i, double now) {
   auto& chased = slots_[i].chased;
   if (chased.empty() || !slots_[i].known || slots_[i].mode != SYNC || faults_.no_chase) return;
   const uint32_t chunk = chased.front();
   chased.pop_front();
   const int k = keys_.owner(chunk);
-  const bool gone = k < 0 || !key(k).alive;
+  const bool gone = k < 0 || !keys_.at(k).alive;
   // Sent again as this call's own chunk: a round took it, or will.
   const bool own = !gone && call_ && k == call_->key &&
-                   call_->outcome[std::size_t(chunk - key(k).first)] != Outcome::CARRIED;
+                   call_->outcome[std::size_t(chunk - keys_.at(k).first)] != Outcome::CARRIED;
   if (gone || own) return send_chased(i, now);
   send_extra(i, Kind::RESIDUAL, k, chunk, slots_[i].next_round, now, false);
   slots_[i].flight->chase = true;
 }
 
 // A sync round of another chunk displaced slot i's flight of `chunk`: remember to send it again.
-void Engine::chase(uint32_t i, uint32_t chunk) {
+void Flights::chase(uint32_t i, uint32_t chunk) {
   auto& chased = slots_[i].chased;
   if (std::find(chased.begin(), chased.end(), chunk) == chased.end()) chased.push_back(chunk);
 }
 
-void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {
+void Flights::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now) {
   Call& c = *call_;
-  const Key& reg = key(c.key);
+  const Key& reg = keys_.at(c.key);
   auto f = new_flight();
   f->kind = Kind::OWN;
   f->key = c.key;
@@ -80,7 +112,7 @@ void Engine::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now
 }
 
 // A residual-only (or, with no key, zero) contribution for `chunk` at round `rnd`.
-void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now,
+void Flights::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t rnd, double now,
                         bool join) {
   auto f = new_flight();
   f->kind = kind;
@@ -88,7 +120,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
   f->chunk = chunk;
   f->join = join;
   if (k >= 0) {
-    f->local = int64_t(chunk) - int64_t(key(k).first);
+    f->local = int64_t(chunk) - int64_t(keys_.at(k).first);
     keys_.take_residual(k, f->local, f->amount.data(), call_.get());
     f->has_amount = true;
     int32_t fixed[LANES];
@@ -112,7 +144,7 @@ void Engine::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t r
 // for me on this slot, where an async round already counted my chunk, while I wait for them on
 // another slot. A round with another chunk answers CHUNK_MISMATCH (retarget joins that chunk),
 // a slot with no round open answers NOT_JOINED (the residual stays mine).
-void Engine::join_idle_slots(double now) {
+void Flights::join_idle_slots(double now) {
   if (!call_ || now < std::max(progress_at_, joined_at_) + cfg_.join_after) return;
   joined_at_ = now;
   for (uint32_t i = 0; i < w_; ++i)
@@ -121,8 +153,8 @@ void Engine::join_idle_slots(double now) {
 
 // A JOIN for idle slot i at its next_round: the residual of the key's last chunk on that slot
 // (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
-void Engine::offer_join(uint32_t i, double now) {
-  const Key& reg = key(call_->key);
+void Flights::offer_join(uint32_t i, double now) {
+  const Key& reg = keys_.at(call_->key);
   const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
   const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
   const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
@@ -133,7 +165,7 @@ void Engine::offer_join(uint32_t i, double now) {
 }
 
 // First transmission of the slot's flight at round *rnd (null: the slot's next round or seq).
-void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
+void Flights::launch(uint32_t i, const uint32_t* rnd, double now) {
   Flight& f = *slots_[i].flight;
   f.probe = !slots_[i].known;
   if (rnd == nullptr && (f.probe || slots_[i].mode == ASYNC)) {
@@ -166,7 +198,7 @@ void Engine::launch(uint32_t i, const uint32_t* rnd, double now) {
   f.backoff = rto_.value();
 }
 
-void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
+void Flights::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   Flight& f = *slots_[i].flight;
   slots_[i].tx_number = (slots_[i].tx_number + 1) & TX_NUMBERS;
   f.tx = slots_[i].tx_number;
@@ -184,12 +216,12 @@ void Engine::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   f.sent_at = now;
   f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
-  io_->send(f.data.data(), P);
+  io_.send(f.data.data(), P);
   f.gen = ++gen_;
   timers_.push({now + f.backoff, f.gen, i});
 }
 
-uint32_t Engine::next_seq(uint32_t i) {
+uint32_t Flights::next_seq(uint32_t i) {
   uint32_t seq = slots_[i].seq + 1;
   if (seq == 0) seq = 1;
   slots_[i].seq = seq;
@@ -197,7 +229,7 @@ uint32_t Engine::next_seq(uint32_t i) {
 }
 
 // ------------------------------------------------------------------ timers
-void Engine::expire(double now) {
+void Flights::expire(double now) {
   while (!timers_.empty() && timers_.top().at <= now) {
     const Timer t = timers_.top();
     timers_.pop();
@@ -285,7 +317,7 @@ void Engine::expire(double now) {
 
 // Partial: slot i's packet is a contribution of mine to what is, as far as I know, the slot's
 // open round, and not parked: the switch may hold it there without a word.
-bool Engine::holdable(uint32_t i) const {
+bool Flights::holdable(uint32_t i) const {
   const Flight* f = slots_[i].flight.get();
   return f && !f->parked && !f->async_style && f->kind != Kind::NULLS &&
          slots_[i].mode == PARTIAL &&
@@ -296,14 +328,14 @@ bool Engine::holdable(uint32_t i) const {
 // not parked, not in a STALE reply's grace period): the job waits on one slow process. Replies
 // may still come in, answers to packets sent before it, as the job's rounds run out. A lost
 // packet's timeout meets answers to later packets, as RACK (RFC 8985) tells a loss.
-bool Engine::silent_flight(uint32_t i) const {
+bool Flights::silent_flight(uint32_t i) const {
   const Flight* f = slots_[i].flight.get();
   return f && (slots_[i].mode == SYNC || slots_[i].mode == ASYNC) && !f->parked && !f->stale &&
          answered_seq_ < f->sent_seq;
 }
 
 // Of the silent packets, the one sent longest ago (slot i's if none is older).
-uint32_t Engine::longest_silent(uint32_t i) const {
+uint32_t Flights::longest_silent(uint32_t i) const {
   uint32_t best = i;
   for (uint32_t j = 0; j < w_; ++j)
     if (j != i && silent_flight(j) &&
@@ -320,7 +352,7 @@ uint32_t Engine::longest_silent(uint32_t i) const {
 // mine waits for another worker's next call (across slots, that could wait forever). The packet
 // stays in flight until the switch says for certain; if it was not counted, its amount goes
 // back into the residual (done()).
-void Engine::park(uint32_t i) {
+void Flights::park(uint32_t i) {
   Flight& f = *slots_[i].flight;
   f.parked = true;
   // The retransmission at parking covers a loss; until an answer (or a call's hurry), the
@@ -343,12 +375,12 @@ void Engine::park(uint32_t i) {
 // needs every member, so a slot left idle for a call deadlocks the job. Carrying at once would
 // let a worker whose every slot is parked, behind a slow switch or slow members, run call after
 // call with no round applied, its gradients piling up in its residual.
-void Engine::hold_queue(uint32_t i, double now) {
+void Flights::hold_queue(uint32_t i, double now) {
   hurry(i, now);
 }
 
 // Retransmit a parked packet now; not a timeout: neither its backoff nor the RTO grows.
-void Engine::hurry(uint32_t i, double now) {
+void Flights::hurry(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
   if (!f.stale) {  // else its grace timer decides it within one RTO anyway
     f.backoff = rto_.value();
@@ -358,7 +390,7 @@ void Engine::hurry(uint32_t i, double now) {
 
 // A reply reported slot i's mode. If it is no longer partial while this call's chunks there were
 // carried because a parked packet held the slot, they are pending again.
-void Engine::follow_mode(uint32_t i, double now) {
+void Flights::follow_mode(uint32_t i, double now) {
   if (!call_ || call_->held[i].empty() || slots_[i].mode == PARTIAL) return;
   Call& c = *call_;
   for (int64_t local : c.held[i]) {
@@ -377,7 +409,7 @@ void Engine::follow_mode(uint32_t i, double now) {
 }
 
 // The slot is held by a parked packet: this call's chunks there are carried (unsent).
-void Engine::carry_queue(uint32_t i) {
+void Flights::carry_queue(uint32_t i) {
   if (!call_) return;
   Call& c = *call_;
   for (int64_t local : c.queues[i]) {
@@ -390,13 +422,13 @@ void Engine::carry_queue(uint32_t i) {
   c.queues[i].clear();
 }
 
-void Engine::rtt_sample(uint32_t i, const Flight& f, double now) {
+void Flights::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
   rto_.sample(f.sent_at, now, slots_[i].mode == SYNC || slots_[i].mode == ASYNC);
 }
 
 // ------------------------------------------------------------------ outcomes
-std::unique_ptr<Flight> Engine::new_flight() {
+std::unique_ptr<Flight> Flights::new_flight() {
   if (spare_flights_.empty()) return std::make_unique<Flight>();
   std::unique_ptr<Flight> f = std::move(spare_flights_.back());
   spare_flights_.pop_back();
@@ -404,13 +436,13 @@ std::unique_ptr<Flight> Engine::new_flight() {
   return f;
 }
 
-void Engine::end_flight(uint32_t i) {
+void Flights::end_flight(uint32_t i) {
   spare_flights_.push_back(std::move(slots_[i].flight));
   --inflight_;
 }
 
 // The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
-void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
+void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
                   const uint8_t* round) {
   Flight& f = *slots_[i].flight;
   rtt_sample(i, f, now);
@@ -435,8 +467,8 @@ void Engine::done(uint32_t i, bool included, double now, bool send_next_chunk,
 // queued and not yet sent is discarded: it belongs to these flights (a reply handled in the
 // same batch as the one that told of a new switch state may have launched one), and sent
 // after they are forgotten, the new state would count what the residual holds again.
-void Engine::drop_flights() {
-  if (!faults_.send_dropped) io_->discard();
+void Flights::drop_all() {
+  if (!faults_.send_dropped) io_.discard();
   for (uint32_t i = 0; i < w_; ++i) {
     Flight* f = slots_[i].flight.get();
     if (!f) continue;
@@ -452,7 +484,7 @@ void Engine::drop_flights() {
   timers_ = decltype(timers_)();
 }
 
-std::string Engine::describe_flights() const {
+std::string Flights::describe() const {
   std::string out;
   int shown = 0, total = 0;
   for (uint32_t i = 0; i < w_; ++i) {
@@ -471,6 +503,131 @@ std::string Engine::describe_flights() const {
   }
   if (total > shown) out += "; ... " + std::to_string(total - shown) + " more";
   return out.empty() ? "nothing in flight" : out;
+}
+
+// ------------------------------------------------------------------ what replies decide
+void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) {
+  Flight* f = slots_[i].flight.get();
+  if (f->probe) {  // first contact: no older packet of mine exists to confuse it with
+    f->stale = true;
+    f->stale_reason = reason;
+    f->stale_mode = mode;
+    decide_stale(i, now);
+    return;
+  }
+  if (!f->stale) {
+    f->gen = ++gen_;
+    timers_.push({now + rto_.value(), f->gen, i});
+  }
+  f->stale = true;  // the latest plausible reply wins
+  f->stale_reason = reason;
+  f->stale_mode = mode;
+}
+
+// A STALE reply stood for a grace period without the round's result arriving.
+void Flights::decide_stale(uint32_t i, double now) {
+  Flight& f = *slots_[i].flight;
+  f.stale = false;
+  if (f.stale_reason == STALE_COUNTED)
+    counted_without_result(i, now);
+  else if (f.async_style || f.stale_mode == SYNC)
+    launch(i, nullptr, now);  // not counted: again at the open round
+  else
+    done(i, false, now);  // partial (its round is gone) or refused in async: carried, not chased
+}
+
+// ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
+// counted, and its result did not reach me.
+void Flights::counted_without_result(uint32_t i, double now) {
+  Flight& f = *slots_[i].flight;
+  // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
+  // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
+  // switch counted it - after a swap to async, with the round field as its sequence number.
+  // Taking that for "not counted" sent the same amount again with the chunk's next value.
+  if (f.async_style || f.closed) {
+    // Counted in an async round (a sync-style packet whose round closed without me can only
+    // have been counted after the slot turned async): its result is exactly my lanes / 1.
+    results_.apply_own(i, f);
+  } else {
+    rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
+  }
+  done(i, true, now);
+}
+
+// CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it: my own `chunk` if
+// it is pending in this call, else its residual (zeros if no key owns it and the round is
+// sync). The flight's own chunk is carried (RULE B), in every mode, rather than chased into a
+// round of its own at once: the members' calls do not pair on this slot (where they pair,
+// every member sends a slot's chunks in the same order), so such a round would wait for the
+// others to come back to this key, which can be calls away, and would hold back the rest of
+// this call's chunks on the slot. In sync, once the slot's queue is empty, the carried chunk
+// goes out again as residual (send_chased), until it reaches a round: a member that meets that
+// round with another chunk joins it the same way, so it closes, and no chunk is displaced at
+// every call.
+// A residual or a JOIN in flight gives its amount back and joins the round instead.
+void Flights::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now) {
+  const int64_t local = call_ ? call_->pending(keys_.at(call_->key), chunk, i) : -1;
+  int k = -1;
+  if (local < 0) {
+    k = keys_.owner(chunk);
+    if (k >= 0 && !keys_.at(k).alive) k = -1;
+  }
+  if (local < 0 && k < 0 && mode != SYNC) return;  // a partial round closes without me
+  Flight& f = *slots_[i].flight;
+  const bool join = f.join;
+  if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
+  if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
+    done(i, false, now, false);
+  } else {
+    if (f.kind == Kind::RESIDUAL) keys_.return_residual(f, false);
+    end_flight(i);
+  }
+  if (local >= 0) {
+    auto& q = call_->queues[i];
+    q.erase(std::find(q.begin(), q.end(), local));
+    send_own(i, local, &rnd, now);
+  } else if (k >= 0) {
+    send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now, join);
+  } else {
+    send_extra(i, Kind::NULLS, -1, chunk, rnd, now, join);
+  }
+}
+
+// ------------------------------------------------------------------ the switch's silence
+// How long the switch has been silent while this worker waited on it: since the first packet
+// sent after the last reply heard (not since that reply: a worker computing between calls sends
+// nothing and waits on nothing).
+// Written as next_wake() writes the deadline: the same floating-point sum.
+bool Flights::silent_too_long(double now) const {
+  return unanswered_since_ > last_rx_ && now >= unanswered_since_ + cfg_.dead_after;
+}
+
+// A packet of this call has waited dead_after since it was launched while replies to others
+// kept silent_too_long from firing: a round latched in sync (or a partial quorum) that waits
+// for a member who is gone, on a slot of a job whose other slots run async since
+// (docs/protocol.md §9 Failures). The call gives up as it does on silence. Parked packets are
+// settled already.
+bool Flights::waited_too_long(double now) const {
+  if (!call_ || faults_.no_flight_deadline) return false;
+  for (uint32_t i = 0; i < w_; ++i) {
+    const Flight* f = slots_[i].flight.get();
+    if (f && f->kind == Kind::OWN && f->key == call_->key && !f->parked &&
+        now >= f->launched + cfg_.dead_after)
+      return true;
+  }
+  return false;
+}
+
+double Flights::next_wake() const {
+  double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
+                                           : std::numeric_limits<double>::infinity();
+  if (!timers_.empty()) at = std::min(at, timers_.top().at);
+  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+  return at;
+}
+
+double Flights::next_timer() const {
+  return timers_.empty() ? std::numeric_limits<double>::infinity() : timers_.top().at;
 }
 
 }  // namespace hysync::worker

@@ -9,7 +9,7 @@
 
 #include "common/bytes.h"
 #include "worker/call.h"
-#include "worker/engine.h"
+#include "worker/stats.h"
 
 namespace hysync::worker {
 

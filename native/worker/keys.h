@@ -10,7 +10,8 @@
 //      the wire
 //   -> the slot that carries it: (first + l) % W of the job's W slots, slot_base + that on the
 //      wire (a slot aggregates one chunk at a time, round after round)
-//   -> in the switch, the slot's register bank for the round's parity (docs/protocol.md §4).
+//   -> in the switch, the slot's register bank for the round's parity, 2 * slot + (round & 1)
+//      (docs/protocol.md §4).
 #pragma once
 #include <array>
 #include <cstddef>

@@ -1,0 +1,294 @@
+// The switch's replies (replies.h).
+#include "worker/replies.h"
+
+#include <cstring>
+#include <string>
+
+#include "worker/wire_names.h"
+
+namespace hysync::worker {
+
+namespace {
+
+constexpr uint8_t CHUNK_MISMATCH = uint8_t(wire::ResyncReason::CHUNK_MISMATCH),
+                  STALE_COUNTED = uint8_t(wire::ResyncReason::STALE_COUNTED),
+                  NOT_JOINED = uint8_t(wire::ResyncReason::NOT_JOINED);
+
+bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >= b, mod 2^32
+
+const char* op_name(uint8_t op) { return wire::name(wire::Op(op)); }
+
+}  // namespace
+
+// Why a datagram does not decode (hysync.wire.Packet.decode's messages), or "" if it does.
+std::string decode_error(const uint8_t* d, std::size_t size) {
+  if (size < H)
+    return "HySync header needs " + std::to_string(H) + " bytes, got " + std::to_string(size);
+  const uint8_t version = d[wire::OFF_VERSION], op = d[wire::OFF_OP];
+  if (version != wire::VERSION)
+    return "HySync version " + std::to_string(version) + ", this build speaks " +
+           std::to_string(wire::VERSION);
+  const bool full = op == uint8_t(wire::Op::CONTRIB) || op == uint8_t(wire::Op::RESULT);
+  if (!full && op != uint8_t(wire::Op::RESYNC) && op != uint8_t(wire::Op::ACK))
+    return "unknown HySync op " + std::to_string(op);
+  const std::size_t want = full ? P : H;
+  if (size != want)
+    return std::string(op_name(op)) + " must be " + std::to_string(want) + " bytes, got " +
+           std::to_string(size);
+  return "";
+}
+
+void Replies::on_datagram(const uint8_t* data, std::size_t size, double now) {
+  if (size == P)
+    on_full(data, now);
+  else
+    on_short(data, size, now);
+}
+
+// A full-size datagram: a RESULT, or garbage.
+void Replies::on_full(const uint8_t* d, double now) {
+  const Header h = wire::load_header(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  if (h.version != wire::VERSION || h.op != uint8_t(wire::Op::RESULT) || h.job_id != cfg_.job_id ||
+      h.slot < cfg_.slot_base || i >= w_ || h.count == 0) {
+    std::string reason = decode_error(d, P);
+    if (reason.empty())
+      reason = "op " + std::to_string(h.op) + " job " + std::to_string(h.job_id) + " slot " +
+               std::to_string(h.slot) + " count " + std::to_string(h.count) +
+               ": not a RESULT of job " + std::to_string(cfg_.job_id) + " slots " +
+               std::to_string(cfg_.slot_base) + ".." + std::to_string(cfg_.slot_base + w_ - 1);
+    results_.bad(reason);
+    return;
+  }
+  flights_.heard(now);
+  if (!current_state(h.reason, i, "RESULT", now)) return;
+  slots_[i].mode = h.mode;
+  const bool mine = h.bitmap & bit_;
+  bool fresh = rounds_.is_new(i, h.round);
+  Flight* f = slots_[i].flight.get();
+  const bool counted = f && mine && f->chunk == h.chunk &&
+      (h.mode != ASYNC ? h.round == f->round
+                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  // RULE A for this result, once. Before a flight it settles is done where possible: done()
+  // sends the slot's next chunk, whose non-finite elements this result may absorb
+  // (prepare_chunk) - in partial, the round that closed without me holds the element already.
+  bool taken = false;
+  auto take_result = [&] {
+    taken = true;
+    if (!fresh) {
+      ++stats_.duplicate_results;
+      return;
+    }
+    if (mine && h.mode == ASYNC && h.count == 1) {
+      const auto it = results_.acked_entry(i, d);
+      if (it != slots_[i].acked.end()) {
+        slots_[i].acked.erase(it);  // its ACK applied it already
+        return;
+      }
+    }
+    results_.apply(d);
+  };
+  if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
+      results_.acked_entry(i, d) == slots_[i].acked.end() && !results_.seen_own(i, d)) {
+    // My async contribution, counted, closed a round that cannot be of the state that taught
+    // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
+    // never step back), or - sent before I knew the slot - one whose number I applied already
+    // (an async round holds one contribution, and a copy of a result of mine finds its flight
+    // settled). The state that counted it is new, and results of its rounds that I took for
+    // duplicates of the old state's were never applied (an async contribution is counted
+    // whatever its sequence number, so nothing else tells): the replica must be resynchronized.
+    // (Not a late copy of one of my last results, nor the result of an ACKed twin: same
+    // chunk, same lanes.)
+    const uint32_t floor = f->floor;
+    const bool floor_known = f->floor_known;
+    flights_.done(i, true, now);  // counted, by the new state
+    switch_reset("the switch counted my async contribution on slot " +
+                 std::to_string(cfg_.slot_base + i) + " in round " + std::to_string(h.round) +
+                 (floor_known ? ", behind round " + std::to_string(floor) +
+                                    " that it had reached before"
+                              : ", a round I had applied already"));
+    fresh = rounds_.is_new(i, h.round);  // the first round of the new state heard on this slot
+    results_.keep_own(i, d);
+  } else if (counted) {
+    take_result();
+    if (h.mode == ASYNC) results_.keep_own(i, d);
+    flights_.done(i, true, now);
+  } else if (f && h.round == f->round && !f->async_style) {
+    // (My bit with another chunk, or in an async round my chunk with other lanes: another
+    // contribution of mine holds my place in the round - one an aborted call forgot, or an
+    // async one of an earlier call whose round number this flight, a JOIN above all, was sent
+    // to; this packet is not in it.)
+    // The round I sent to closed without me. Only the switch's answer to my own packet (a
+    // RESEND, a RESYNC) settles it: if the slot turns async before my packet arrives, the
+    // switch counts it in an async round instead. A RESEND settles it whatever mode that
+    // round had: a round that closed async (a swap between my sends) is resent for my
+    // round number as long as it is the slot's last (docs/protocol.md, swap storms).
+    if ((h.flags & uint8_t(wire::Flag::RESEND)) && h.worker_id == cfg_.worker_id &&
+        answers_latest(i, h.flags)) {
+      // Carried as residual (whatever chunk or mode it had); a sentinel of mine that the
+      // round's own sum holds non-finite already is absorbed there (round() of done()).
+      take_result();
+      flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
+    } else if (h.mode != ASYNC) {
+      f->closed = true;
+      f->closed_chunk = h.chunk;
+    }
+  }
+  if (h.mode != PARTIAL) flights_.follow_mode(i, now);
+  if (!taken) take_result();
+}
+
+// A header-only datagram: RESYNC or ACK, or garbage.
+void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
+  if (size != H) {
+    results_.bad(size > P ? "datagram longer than a " + std::to_string(P) + "-byte HySync packet"
+                 : decode_error(d, size));
+    return;
+  }
+  std::string err = decode_error(d, size);
+  if (!err.empty()) {
+    results_.bad(err);
+    return;
+  }
+  const Header h = wire::load_header(d);
+  const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  const bool reply = h.op == uint8_t(wire::Op::RESYNC) || h.op == uint8_t(wire::Op::ACK);
+  if (h.job_id != cfg_.job_id || h.slot < cfg_.slot_base || i >= w_ ||
+      h.worker_id != cfg_.worker_id || !reply) {
+    results_.bad(std::string(op_name(h.op)) + " for job " + std::to_string(h.job_id) + " worker " +
+        std::to_string(h.worker_id) + " slot " + std::to_string(h.slot) +
+        " is not a reply to worker " + std::to_string(cfg_.worker_id) + " of job " +
+        std::to_string(cfg_.job_id));
+    return;
+  }
+  // The dead timer hears only replies that show the switch moving this worker's work along:
+  // a STALE_ROUND or NOT_JOINED answers any packet, forever, from a switch that lost the job's
+  // state or from a job that waits for a dead member, and must not keep a dead call alive;
+  // nor may the CHUNK_MISMATCH a JOIN meets in such a job (a round of others, open forever).
+  const Flight* f = i < w_ ? slots_[i].flight.get() : nullptr;
+  if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
+      (h.reason == CHUNK_MISMATCH && !(f && f->join)))
+    flights_.heard(now);
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
+  slots_[i].mode = h.mode;
+  if (h.op == uint8_t(wire::Op::ACK))
+    on_ack(i, h.round, h.chunk, now);
+  else
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.count, h.flags, now);
+  if (h.mode != PARTIAL) flights_.follow_mode(i, now);
+}
+
+void Replies::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
+  ++stats_.acks;
+  Flight* f = slots_[i].flight.get();
+  if (!f || rnd != f->round || chunk != f->chunk) {
+    ++stats_.stray_replies;
+    return;
+  }
+  flights_.counted_without_result(i, now);
+}
+
+void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
+                       uint32_t count, uint8_t flags, double now) {
+  if (reason > NOT_JOINED) {
+    results_.bad("RESYNC with unknown reason " + std::to_string(reason));
+    return;
+  }
+  ++stats_.resyncs[reason];
+  rounds_.advance(i, rnd);
+  Flight* f = slots_[i].flight.get();
+  if (!answers_latest(i, flags)) {
+    // It answers an earlier transmission; a later one may still be counted (the slot may turn
+    // async meanwhile, which counts any new sequence number), so only the answer to the latest
+    // may settle the flight as not counted or send it again under another round.
+    ++stats_.stray_replies;
+    return;
+  }
+  if (reason == NOT_JOINED) {
+    if (!f->join) {
+      ++stats_.stray_replies;
+      return;
+    }
+    flights_.done(i, false, now);  // not counted: the residual stays mine
+    // A round is open, yet my JOIN was refused: it met the mark an earlier JOIN of mine at
+    // this round left when no round was open, and spent it (docs/protocol.md §4 step 9, the
+    // JOIN mark): offer the JOIN again now rather than after another join_after.
+    if (mode != ASYNC && count > 0 && call_ && !slots_[i].flight && call_->queues[i].empty())
+      flights_.offer_join(i, now);
+    return;
+  }
+  if (reason == CHUNK_MISMATCH) {
+    // Only a contribution for the open round (rnd) with another chunk gets this.
+    if (f->async_style || rnd != f->round || chunk == f->chunk) {
+      ++stats_.stray_replies;
+      return;
+    }
+    flights_.retarget(i, chunk, rnd, mode, now);
+    return;
+  }
+  // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
+  // least two ahead of a sync-style round in flight. (Not in async, which ignores rounds: there
+  // a STALE_ROUND says the switch refused this round field before, §4 step 8.)
+  if (!f->async_style && mode != ASYNC &&
+      !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
+    // The answer to my latest transmission says my round is not stale behind the open one:
+    // the round I learned from this switch is ahead of it, or just closed with no result kept.
+    // Rounds never step back and a result is kept until the next close, so the switch's state
+    // for the job is new: it restarted, or the job was installed again (docs/protocol.md §9).
+    switch_reset("the switch answered slot " + std::to_string(cfg_.slot_base + i) +
+                 " with open round " + std::to_string(rnd) + " for a contribution at round " +
+                 std::to_string(f->round));
+    return;
+  }
+  flights_.stale_reply(i, reason, mode, now);
+}
+
+// The switch's state for the job is new. What the old state counted of the packets in flight
+// is unknown (counted in a round that closed, whose result this worker missed; or wiped in an
+// open round), so the call aborts: its chunks keep their full value as residual and the
+// replica must be resynchronized, as after any abort. Every slot forgets its rounds, so the
+// next call learns the new ones (a probe, as at the start) instead of sending rounds that the
+// switch answers STALE forever.
+void Replies::switch_reset(const std::string& what) {
+  if (faults_.no_restart_detection) return;  // a simulation took the rule out
+  if (reset_why_.empty())
+    reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
+                 " is new (the switch restarted, or the job was removed and added again)";
+  rounds_.forget(clock_.now());
+  rounds_.flag_resync(reset_why_);
+  if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
+    log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
+    flights_.drop_all();
+    reset_why_.clear();
+  }
+}
+
+// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag).
+bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
+  switch (rounds_.see_tag(tag, now)) {
+    case Rounds::Tag::KNOWN:
+      return true;
+    case Rounds::Tag::LEFT:  // a late packet of the state before: the replica misses it
+      rounds_.flag_resync("a " + std::string(what) + " of the switch's state before its last "
+                          "restart or re-install of the job arrived late");
+      ++stats_.stray_replies;
+      return false;
+    case Rounds::Tag::NEW:
+      break;
+  }
+  const int was = rounds_.tag();
+  switch_reset("the switch's " + std::string(what) + " on slot " +
+               std::to_string(cfg_.slot_base + i) + " carries install tag " +
+               std::to_string(tag) + ", not " + std::to_string(was));
+  rounds_.learn_tag(tag);
+  return true;
+}
+
+// Replies echo the transmission number of the contribution they answer (docs/protocol.md §4).
+bool Replies::answers_latest(uint32_t i, uint8_t flags) const {
+  const Flight* f = slots_[i].flight.get();
+  if (f != nullptr && faults_.ignore_echo) return true;
+  return f != nullptr && ((flags & wire::TX_MASK) >> wire::TX_SHIFT) == f->tx;
+}
+
+}  // namespace hysync::worker

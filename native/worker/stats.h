@@ -1,0 +1,25 @@
+// What one call (or one poll between calls) did: CallStats' counters (worker/transport.py).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "worker/quantize.h"
+
+namespace hysync::worker {
+
+struct EngineStats {
+  uint64_t included = 0, carried = 0, residual_contribs = 0, null_contribs = 0, own_applied = 0,
+           retransmits = 0, parked = 0, parked_missed = 0, acks = 0, duplicate_results = 0,
+           stray_replies = 0, bad_datagrams = 0, joins = 0;
+  uint64_t uneven_results = 0;  // results applied that are not a sync round of every member
+  uint64_t resent = 0;  // parked packets sent again without a timeout (hurry, parking)
+  uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
+  double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
+  QuantStats quant;
+  std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
+  // Sentinels of mine absorbed by a non-finite round (settle(), prepare_chunk()): chunk * 64 +
+  // lane each (the simulation's books; CallStats counts them).
+  std::vector<uint64_t> absorbed;
+};
+
+}  // namespace hysync::worker
