@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give the bench after --, e.g. -- -m bench.worker_bench --sizes 10000000")
     if args.pairs < 1:
         parser.error(f"--pairs must be >= 1, got {args.pairs}")
+    if args.result.is_absolute() or ".." in args.result.parts:
+        parser.error(f"--result must be a path inside each repo (its folder is restored after "
+                     f"every run), got {args.result}")
     try:
         metrics = [parse_metric(m) for m in args.metric]
     except ValueError as err:
