@@ -5,7 +5,6 @@ first, its leader is the one switch member, and every rank ends where its leader
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -32,6 +31,7 @@ from .conftest import (
     kill_tree,
     loopback_inventory,
     published,
+    rank_records,
     tree,
     write_inventory,
 )
@@ -128,8 +128,7 @@ def trained(hosts: list[int], *args: str, **kwargs: object) -> dict[int, dict]:
     runs = launch(hosts, *args, **kwargs)  # type: ignore[arg-type]
     for code, out in runs:
         assert code == 0, out[-4000:]
-    lines = [json.loads(line) for _, out in runs for line in out.splitlines()
-             if line.startswith('{"rank"')]
+    lines = rank_records([out for _, out in runs])
     by_rank = {r["rank"]: r for r in lines}
     assert sorted(by_rank) == list(range(sum(hosts))), runs
     return by_rank
@@ -211,8 +210,7 @@ def test_the_backend_reduces_on_the_host_first(
         three_hosts: tuple[Inventory, list[str]]) -> None:
     inv, events = three_hosts
     runs = launch_example([2, 2, 2], inv)
-    lines = [json.loads(line) for _, out in runs for line in out.splitlines()
-             if line.startswith('{"rank"')]
+    lines = rank_records([out for _, out in runs])
     # examples/allreduce.py asserts every result against the exact sum itself
     assert sorted(r["rank"] for r in lines) == list(range(6)), runs
     assert all(r["ok"] and r["group"] == "hysync" for r in lines), lines
