@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.softswitch.levels import JobRole, Level, Uplink
+from hysync.softswitch.tables import Entry
 from hysync.wire import DropReason, Flag, Mode, Op
 from tests.softswitch.two_level_fabric import (
     JOB,
@@ -19,7 +20,10 @@ from tests.softswitch.two_level_fabric import (
     SPINE_MAC,
     Fabric,
     contrib,
+    host_addr,
+    host_port,
     lanes_of,
+    leaf_addr,
 )
 
 LEAVES, HOSTS = 2, 3
@@ -60,7 +64,7 @@ def fabric() -> Fabric:
 def test_a_sync_round_gives_every_host_the_exact_sum_of_six(fabric):
     got = fabric.settle(sends(0, 0) + sends(1, 0))
     assert sorted(got) == sorted(("host", i, h) for i, h in every())
-    for (_, i, h), datagrams in got.items():
+    for datagrams in got.values():
         assert len(datagrams) == 1
         hdr = header(datagrams[0])
         assert (hdr.op, hdr.round, hdr.count, hdr.mode) == (Op.RESULT, 0, 6, Mode.SYNC)
@@ -150,7 +154,7 @@ def test_a_duplicated_or_late_uplink_is_counted_once(fabric):
     uplinks = {}
     for i in range(LEAVES):
         for src, dst, d in sends(i, 0):
-            for to, out in fabric.deliver(src, dst, d):
+            for _to, out in fabric.deliver(src, dst, d):
                 uplinks[i] = out
     # Leaf 0's sum arrives twice before leaf 1's: the copy is a duplicate of the open round.
     assert fabric.deliver(("leaf", 0), SPINE, uplinks[0]) == []
@@ -220,3 +224,34 @@ def test_a_role_is_checked_when_it_is_set():
         fabric.spine.set_role(0, JobRole(Level.SPINE))
     fabric.spine.set_role(JOB, None)
     assert fabric.spine.role(JOB).level == Level.SINGLE
+
+
+def test_the_frame_path_sends_the_uplink_out_of_the_spines_port():
+    """Ethernet frames in and out (the path BMv2 is compared on): the uplink leaves on the
+    port the leaf's L2 table gives the spine's MAC, addressed leaf -> spine."""
+    fabric = Fabric(1, 1)
+    leaf_mac, host_mac, spine_port = bytes.fromhex("02000000b001"), bytes.fromhex("02000000c001"), 7
+    leaf = fabric.pipeline(("leaf", 0))
+    leaf.write_entry("INSERT", Entry(p4names.FORWARDING_L2, (SPINE_MAC,),
+                                     p4names.FORWARDING_SET_EGRESS_PORT, (spine_port,)))
+    frame = wire.build_frame(wire.FrameAddress(host_mac, leaf_mac, host_addr(0, 0), leaf_addr(0),
+                                               host_port(0)), contrib(0, 0, gradient(0, 0, 0)))
+    ((port, up),) = leaf.process_frame(1, frame)
+    addr, datagram = wire.parse_frame(up)
+    assert port == spine_port
+    assert (addr.dst_mac, addr.src_ip, addr.dst_ip, addr.dst_port) == (
+        SPINE_MAC.to_bytes(6, "big"), leaf_addr(0), SPINE_ADDR, wire.HYSYNC_UDP_PORT)
+    hdr = header(datagram)
+    assert (hdr.op, hdr.worker_id, hdr.count) == (Op.CONTRIB, 0, 1)
+    ((_, result),) = fabric.spine.process_frame(3, up)
+    ((_, down),) = leaf.process_frame(spine_port, result)
+    addr, datagram = wire.parse_frame(down)
+    assert addr.dst_ip == host_addr(0, 0) and header(datagram).bitmap == 1
+    np.testing.assert_array_equal(lanes_of(datagram), gradient(0, 0, 0))
+
+
+def test_the_native_engine_refuses_a_role_it_does_not_run():
+    from hysync.softswitch.native import NativePipeline
+
+    with pytest.raises(ValueError, match="run a leaf or a spine with --engine python"):
+        NativePipeline(num_slots=1).set_role(JOB, JobRole(Level.SPINE))
