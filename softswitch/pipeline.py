@@ -237,7 +237,9 @@ class Pipeline:
                    nbytes: int) -> tuple[int, int, bytes] | None:
         """Steps 1-10 of docs/protocol.md §4 for one UDP payload on the HySync port.
 
-        Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped).
+        Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped);
+        at a leaf (§11) also (UPLINK, job, datagram) and (MULTICAST_BITMAP, group, datagram).
+        A RESULT or RESYNC reaching a leaf of its job is the spine's verdict (`_verdict`).
         """
         if (self._roles and len(payload) >= wire.HEADER_BYTES
                 and payload[_OP] in (Op.RESULT, Op.RESYNC)):
