@@ -150,13 +150,13 @@ class PolicyRunner:
                                          error=error, dry_run=self.dry_run, wall=_time.time())
         if d.worker is not None:
             record.update(member_fields(d.worker, self.hosts))
-        workers = d.inputs.get("workers")
-        inputs = record.get("inputs")
-        if self.hosts and isinstance(workers, Mapping) and isinstance(inputs, dict):
-            inputs["workers"] = {
-                w: dict(entry, **{k: v for k, v in member_fields(int(w), self.hosts).items()
-                                  if k != "member"}) if isinstance(entry, Mapping) else entry
-                for w, entry in workers.items()}
+        inputs = record["inputs"]  # to_dict()'s own copy: annotated in place
+        workers = inputs.get("workers") if isinstance(inputs, dict) else None
+        for w, entry in (workers or {}).items():  # member index (a string) -> its health
+            place = self.hosts.get(int(w))
+            if place is not None and isinstance(entry, dict):
+                entry.update(host=place.host,
+                             ranks=None if place.ranks is None else list(place.ranks))
         return record
 
     def _apply(self, d: Decision, view: JobView) -> None:
