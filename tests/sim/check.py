@@ -244,8 +244,10 @@ def _exactly_once(rec: Record, wk) -> list[str]:
         if amount is None:
             continue
         acc = pending.setdefault(chunk, np.zeros(wire.LANES, np.int64))
-        amount = np.nan_to_num(np.asarray(amount, np.float64))  # (NaN: a non-finite element)
-        acc += np.rint(amount * SCALE).astype(np.int64)
+        # (a non-finite or out-of-range element - NaN, +-inf, 1e30 - is _nonfinite_books';
+        # its lane is skipped below, so it adds 0 here rather than an int64 cast's garbage)
+        amount = np.asarray(amount, np.float64) * SCALE
+        acc += np.rint(np.where(np.abs(amount) < 2.0 ** 62, amount, 0.0)).astype(np.int64)
     orphaned = _orphaned(rec, wk.w)
     unknown = _unknown_fate(rec, wk)
     out = []
