@@ -58,6 +58,7 @@ for this one), waits for the other ranks, and rank 0 releases the job.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -281,6 +282,50 @@ class HySyncProcessGroup(ProcessGroup):
                 self.worker.close()
             if self.host is not None:
                 self.host.close()
+
+
+# The collectives that go to the inner groups. torch's Python ProcessGroup calls its C++
+# base, and so the inner gloo group's enqueue, with the GIL held; gloo's worker thread
+# takes its work lock and then the GIL to free a finished work's tensors, and the two wait
+# on each other for ever (seen as a rank stuck in dist.barrier or all_gather one run in
+# a few on a busy machine). Through the inner group's own Python binding the GIL is let go
+# before gloo's lock is taken, so each is forwarded there.
+FORWARDED = {name: name for name in (
+    "broadcast", "allgather", "_allgather_base", "allgather_coalesced", "allreduce_coalesced",
+    "reduce", "reduce_scatter", "_reduce_scatter_base", "gather", "scatter", "alltoall",
+    "alltoall_base", "send", "recv", "recv_anysource", "barrier")}
+# the group's names for the single-tensor forms, and the inner groups' names for them
+FORWARDED |= {"all_gather_single": "_allgather_base",
+              "reduce_scatter_single": "_reduce_scatter_base",
+              "all_to_all_single": "alltoall_base"}
+
+
+def _first_tensor(value: object) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _forwarded(name: str, inner: str) -> Callable[..., Work]:
+    def forward(self: HySyncProcessGroup, *args: object, **kwargs: object) -> Work:
+        tensor = _first_tensor(args)
+        if tensor is not None:
+            device = tensor.device
+        else:  # barrier: the device its options name, else the CPU's group
+            opts = kwargs.get("opts", args[0] if args else None)
+            device = getattr(opts, "device", None) or torch.device("cpu")
+        return getattr(self._get_backend(device), inner)(*args, **kwargs)
+    forward.__name__ = name
+    return forward
+
+
+for _name, _inner in FORWARDED.items():
+    setattr(HySyncProcessGroup, _name, _forwarded(_name, _inner))
 
 
 def _op_name(op: object) -> str:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
@@ -55,6 +56,8 @@ class HostLayout:
     ranks_per_host: int
     host: int
     local_rank: int
+    # The job's ranks on this host, the leader's first (serve names the member by them).
+    ranks: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def leader(self) -> bool:
@@ -67,6 +70,26 @@ class Applied:
 
     updates: float  # see HySyncWorker.updates_applied
     needs_resync: bool
+
+
+@dataclass(slots=True)
+class HostTimings:
+    """Seconds a host's rank spent in its all-reduces, by part, summed over `calls`: the
+    host level (the reduce onto the leader, the broadcasts back) and the leader's switch
+    call. The reduce's time includes waiting for the host's slowest rank to arrive."""
+
+    calls: int = 0
+    reduce_s: float = 0.0
+    switch_s: float = 0.0
+    broadcast_s: float = 0.0
+
+    @property
+    def host_level_s(self) -> float:
+        return self.reduce_s + self.broadcast_s
+
+    def to_dict(self) -> dict[str, float]:
+        return {"calls": self.calls, "reduce_s": round(self.reduce_s, 6),
+                "switch_s": round(self.switch_s, 6), "broadcast_s": round(self.broadcast_s, 6)}
 
 
 def ranks_per_host_setting(value: int | str | None) -> int | str:
@@ -96,7 +119,9 @@ def host_layout(store: dist.Store, rank: int, world: int, setting: int | str,
         if world % setting:
             raise HostLayoutError(f"ranks_per_host={setting} does not divide the job's {world} "
                                   "ranks: every host must run the same number of ranks")
-        layout = HostLayout(world // setting, setting, rank // setting, rank % setting)
+        host = rank // setting
+        layout = HostLayout(world // setting, setting, host, rank % setting,
+                            tuple(range(host * setting, (host + 1) * setting)))
     if layout.hosts > wire.MAX_WORKERS:
         raise HostLayoutError(
             f"the job has {layout.hosts} switch members ({world} ranks, "
@@ -138,7 +163,8 @@ def _local_layout(store: dist.Store, rank: int, world: int, timeout: float,
     if sorted(nodes[mine["node"]]) != list(range(size)) or nodes[order[0]].get(0) != 0:
         raise HostLayoutError("torchrun's LOCAL_RANKs of a host must be 0..N-1 and rank 0 "
                               "a host's local rank 0: launch with torchrun's defaults")
-    return HostLayout(len(nodes), size, order.index(mine["node"]), mine["local"])
+    ranks = tuple(r for _, r in sorted(nodes[mine["node"]].items()))
+    return HostLayout(len(nodes), size, order.index(mine["node"]), mine["local"], ranks)
 
 
 class HostGroup:
@@ -167,6 +193,7 @@ class HostGroup:
             self._groups["cuda"] = groups("cuda")
         # The broadcasts, one call at a time in call order (see the module's doc).
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hysync-host")
+        self.timings = HostTimings()  # written by the lane thread only
 
     def allreduce(self, tensor: torch.Tensor,
                   switch: Callable[[torch.Tensor], Applied] | None) -> torch.futures.Future:
@@ -186,10 +213,13 @@ class HostGroup:
         leader, size = self.layout.leader, self.layout.ranks_per_host
 
         def finish() -> None:
+            timings = self.timings
             try:
+                begin = time.perf_counter()
                 reduced.wait()
                 meta = torch.zeros(META, dtype=torch.float64, device=tensor.device)
                 failure: BaseException | None = None
+                reduced_at = time.perf_counter()
                 if leader:
                     assert switch is not None
                     tensor.div_(size)
@@ -198,6 +228,10 @@ class HostGroup:
                         meta[0], meta[1], meta[2] = 1.0, applied.updates, applied.needs_resync
                     except BaseException as err:  # noqa: BLE001 - told to the host, then raised
                         failure = err
+                switched_at = time.perf_counter()
+                timings.calls += 1
+                timings.reduce_s += reduced_at - begin
+                timings.switch_s += switched_at - reduced_at
                 broadcast(broadcast_group, meta)
                 if failure is not None:
                     raise failure
@@ -206,6 +240,7 @@ class HostGroup:
                                        "rank 0) failed its all-reduce through the switch: "
                                        "its output says why")
                 broadcast(broadcast_group, tensor)
+                timings.broadcast_s += time.perf_counter() - switched_at
                 future.set_result(Applied(float(meta[1].item()), bool(meta[2].item())))
             except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
                 future.set_exception(err)

@@ -37,6 +37,7 @@ EXPORTED: dict[str, str] = {
     "hysync_worker_closes": "counter",
     # per job, from its policy (hysync serve)
     "hysync_member_state": "gauge",
+    "hysync_member_host_info": "gauge",
     "hysync_member_slowdown_ratio": "gauge",
     "hysync_policy_decisions": "counter",
     "hysync_policy_skipped_reads": "counter",

@@ -244,8 +244,11 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
     avg_sock = _reserve_socket(me.ipv4) if averaging else None
     port = port_of(sock)
     avg_port = port_of(avg_sock) if avg_sock else None
+    # the job's ranks this member speaks for: serve's decisions and stats name them
+    ranks = [rank] if layout is None else list(layout.ranks)
     store.set(f"{STORE_PREFIX}/member/{member}", json.dumps(
-        {"worker": member, "host": me.name, "udp_port": port, "avg_udp_port": avg_port}))
+        {"worker": member, "host": me.name, "udp_port": port, "avg_udp_port": avg_port,
+         "ranks": ranks}))
     token_file = token_file or os.environ.get(TOKEN_ENV) or inv.access.token_file
     try:
         token = read_token(token_file, "the serve's token file") if token_file else None

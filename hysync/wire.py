@@ -60,6 +60,9 @@ class Flag(enum.IntFlag):
     # contribution: count me in the slot's open round if it lacks me, never open one
     # (a worker with nothing due on the slot unblocks a round waiting for it; §4 step 9)
     JOIN = 0x04
+    # RESYNC: the spine's verdict on a leaf's sum, relayed by the leaf to the hosts in its
+    # bitmap; it settles their flight whatever transmission it echoes (§11)
+    RELAYED = 0x01
 
 
 # Bits 3-7 of a CONTRIB's flags: its transmission number (mod 32), which every reply to it
@@ -83,6 +86,7 @@ class DropReason(enum.IntEnum):
     DUPLICATE = 8  # contribution already counted (per-worker counter too)
     CHUNK_MISMATCH = 9  # chunk differs from the one latched by the round (answered with RESYNC)
     NOT_JOINED = 10  # a JOIN found no open round to join (answered with RESYNC)
+    UPLINK_RESENT = 11  # a leaf's host asked again about the sum at the spine: uplink resent
 
 
 class ResyncReason(enum.IntEnum):

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from hysync import _core, p4names, wire
+from hysync.softswitch.levels import JobRole, Level
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
 
@@ -118,6 +119,13 @@ class NativePipeline(Pipeline):
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
                     self._publish()
+
+    def set_role(self, job: int, role: JobRole | None) -> None:
+        """Two levels run on the Python pipeline only (docs/protocol.md §11)."""
+        if role is not None and role.level != Level.SINGLE:
+            raise ValueError(f"job {job}: the native engine runs a job on one switch only; "
+                             "run a leaf or a spine with --engine python")
+        super().set_role(job, role)
 
     def write_group(self, update: str, group_id: int, replicas: list[Replica]) -> None:
         with self.lock:

@@ -25,8 +25,9 @@ import numpy as np
 from hysync import p4names, wire
 from hysync.protocol_spec.decision import Counter as MemberCounter
 from hysync.protocol_spec.decision import Emit, LaneOp, SeqOp, decide, facts_of
+from hysync.softswitch.levels import JobRole, Level, serial_after
 from hysync.softswitch.tables import Counter, Entry, EntryError, Replica, Table
-from hysync.wire import DropReason, Flag, Mode, Op
+from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
 
 # The counters in the order _contributions.._results unpack them (docs/protocol.md §8).
 COUNTER_NAMES = (
@@ -43,8 +44,8 @@ MEMBER_CELLS = wire.MAX_JOBS * wire.MAX_WORKERS
 DROP_CELLS = wire.MAX_JOBS * wire.NUM_DROP_REASONS
 
 _HDR = wire.HEADER_STRUCT  # module globals: the hot path looks them up per packet
-_OP, _FLAGS, _JOB, _WORKER = (wire.FIELD_OFFSET[f]
-                              for f in ("op", "flags", "job_id", "worker_id"))
+_OP, _FLAGS, _JOB, _WORKER, _COUNT, _BITMAP = (
+    wire.FIELD_OFFSET[f] for f in ("op", "flags", "job_id", "worker_id", "count", "bitmap"))
 _U32 = 0xFFFFFFFF
 _BE = np.dtype(">i4")
 _FRAME_OVERHEAD = wire.HYSYNC_OFFSET
@@ -55,6 +56,8 @@ _REPLY_IP_LEN = wire.IPV4_BYTES + wire.UDP_BYTES + wire.HEADER_BYTES
 # What `_aggregate` asks the caller to emit.
 REPLY = 0  # back to the sender, out of the ingress port
 MULTICAST = 1  # to every replica of the job's multicast group
+UPLINK = 2  # a leaf's sum, to the spine of the job (the group field holds the job)
+MULTICAST_BITMAP = 3  # to the replicas of the group whose worker's bit is in the bitmap
 
 
 class Pipeline:
@@ -83,6 +86,8 @@ class Pipeline:
                                  MemberCounter.LATE: self._late,
                                  MemberCounter.DUPLICATES: self._duplicates,
                                  MemberCounter.STALE: self._stale}
+        # The level of each job that spans switches (docs/protocol.md §11); absent: single.
+        self._roles: dict[int, JobRole] = {}
         self.reset_registers()
         for name in self.tables:
             self._rebuild_index(name)
@@ -108,6 +113,16 @@ class Pipeline:
         self.member_epoch = [0] * (n * wire.MAX_WORKERS)  # member_seq is valid in this epoch
         # Native int32 (wrapping adds); converted to network order only for results.
         self.lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
+        # A spine's hosts in the open round (count[s] counts leaves); §11 "The spine".
+        self.weight = [0] * n
+        # A leaf's uplink: its sum of round up_round[s] is at the spine, no verdict yet
+        # (up_pending), the hosts in it, its count and chunk, the latest transmission number.
+        self.up_pending = [False] * n
+        self.up_round = [0] * n
+        self.up_bitmap = [0] * n
+        self.up_count = [0] * n
+        self.up_chunk = [0] * n
+        self.up_tx = [0] * n
 
     def reset_counters(self) -> None:
         for counter in self.counters.values():
@@ -187,10 +202,24 @@ class Pipeline:
             for table in self.tables.values():
                 table.entries.clear()
             self.groups.clear()
+            self._roles.clear()
             self.reset_counters()
             self.reset_registers()
             for name in self.tables:
                 self._rebuild_index(name)
+
+    def set_role(self, job: int, role: JobRole | None) -> None:
+        """The job's level on this switch (docs/protocol.md §11); None or single: §4."""
+        if not 0 < job < wire.MAX_JOBS:
+            raise ValueError(f"job {job} is out of range: job ids are 1..{wire.MAX_JOBS - 1}")
+        with self.lock:
+            if role is None or role.level == Level.SINGLE:
+                self._roles.pop(job, None)
+            else:
+                self._roles[job] = role
+
+    def role(self, job: int) -> JobRole:
+        return self._roles.get(job) or JobRole(Level.SINGLE)
 
     # --------------------------------------------------------- the core
     def _drop(self, job: int, reason: int, nbytes: int) -> None:
@@ -208,8 +237,15 @@ class Pipeline:
                    nbytes: int) -> tuple[int, int, bytes] | None:
         """Steps 1-10 of docs/protocol.md §4 for one UDP payload on the HySync port.
 
-        Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped).
+        Returns (REPLY, 0, datagram), (MULTICAST, group, datagram) or None (absorbed/dropped);
+        at a leaf (§11) also (UPLINK, job, datagram) and (MULTICAST_BITMAP, group, datagram).
+        A RESULT or RESYNC reaching a leaf of its job is the spine's verdict (`_verdict`).
         """
+        if (self._roles and len(payload) >= wire.HEADER_BYTES
+                and payload[_OP] in (Op.RESULT, Op.RESYNC)):
+            role = self._roles.get(int.from_bytes(payload[_JOB:_JOB + 2], "big"))
+            if role is not None and role.leaf:
+                return self._verdict(payload, src_ip, role, nbytes)
         admitted = self._admit(payload, src_ip, src_port, nbytes)
         if admitted is None:
             return None
@@ -269,6 +305,9 @@ class Pipeline:
         bit = 1 << w
         cur = self.round[s]
         seq_index = s * wire.MAX_WORKERS + w
+        role = self._roles.get(job)
+        if role is not None and role.leaf and self.up_pending[s] and r == self.up_round[s]:
+            return self._pending_round(s, job, w, r, version, echo, epoch, role, nbytes)
         cell_seq, cell_epoch = self.member_seq[seq_index], self.member_epoch[seq_index]
         counted = cell_epoch == epoch and cell_seq == r
         o = decide(facts_of(
@@ -284,7 +323,10 @@ class Pipeline:
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
         elif o.seq == SeqOp.REFUSE:
-            self._refuse(seq_index, r, epoch, counted)
+            if role is None:
+                self._refuse(seq_index, r, epoch, counted)
+            else:
+                self._refuse_unless_later(seq_index, r, epoch)
         elif o.seq in (SeqOp.JOIN_MARK, SeqOp.JOIN_SPEND):
             self._mark_join(seq_index, r, epoch, counted, spent=o.seq == SeqOp.JOIN_SPEND)
         if o.drop is not None:
@@ -302,6 +344,9 @@ class Pipeline:
                     self.chunk[s] = chunk
 
         emit = o.emit
+        if role is not None and emit in (Emit.CLOSE, Emit.ABSORB, Emit.CLOSE_AS_IS):
+            return self._level_update(emit, role, payload, s, job, w, group, cur, bank, chunk,
+                                      count, bit, version, nbytes)
         if emit == Emit.CLOSE:
             return self._close(s, job, w, group, cur, bank, chunk, count + 1,
                                self.bitmap[s] | bit, version, nbytes)
@@ -347,10 +392,13 @@ class Pipeline:
             self.member_epoch[seq_index] = wire.refused_mark(epoch)
 
     def _start_afresh(self, s: int, epoch: int) -> None:
-        """A fresh slot (protocol.md §4 step 8): round 0, nothing open, nothing to resend."""
+        """A fresh slot (protocol.md §4 step 8): round 0, nothing open, nothing to resend
+        (and, at a spine or a leaf, no weight and no sum at the spine)."""
         self.slot_epoch[s] = epoch
         self.round[s] = self.count[s] = self.bitmap[s] = self.chunk[s] = 0
         self.res_valid[s] = False
+        self.weight[s] = 0
+        self.up_pending[s] = False
 
     def _close(self, s: int, job: int, w: int, group: int, cur: int, bank: int, chunk: int,
                count: int, bitmap: int, version: int, nbytes: int) -> tuple[int, int, bytes]:
@@ -362,6 +410,7 @@ class Pipeline:
         self.round[s] = (cur + 1) & _U32
         self.count[s] = 0
         self.bitmap[s] = 0
+        self.weight[s] = 0
         head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s,
                          wire.install_tag(self.slot_epoch[s]), quorum, cur, chunk, bitmap)
         return MULTICAST, group, head + self.lanes[bank].astype(_BE).tobytes()
@@ -370,13 +419,210 @@ class Pipeline:
         return _HDR.pack(version, Op.RESYNC, echo, self.mode[s], job, w, self.count[s], s, reason,
                          self.quorum[s], self.round[s], self.chunk[s], self.bitmap[s])
 
-    def _replicas(self, group: int, nbytes: int) -> list[tuple[int, tuple[int, ...]]]:
-        """Egress for a result: each replica's port and rewrite (dst mac, ip, udp port).
+    # ----------------------------------------- two levels (docs/protocol.md §11)
+    def _level_update(self, emit: Emit, role: JobRole, payload: bytes, s: int, job: int, w: int,
+                      group: int, cur: int, bank: int, chunk: int, count: int, bit: int,
+                      version: int, nbytes: int) -> tuple[int, int, bytes] | None:
+        """A counted contribution at a spine (weighed by the hosts in it) or a leaf (whose
+        close goes up to the spine, one sum there per slot at a time)."""
+        if role.spine:
+            hosts = payload[_COUNT]
+            if emit == Emit.ABSORB:
+                self.count[s] = count + 1
+                self.bitmap[s] |= bit
+                self.weight[s] += hosts
+                return None
+            if emit == Emit.CLOSE:
+                return self._close(s, job, w, group, cur, bank, chunk, self.weight[s] + hosts,
+                                   self.bitmap[s] | bit, version, nbytes)
+            return self._close(s, job, w, group, cur, bank, self.chunk[s], self.weight[s],
+                               self.bitmap[s], version, nbytes)
+        pending = self.up_pending[s]
+        if emit == Emit.ABSORB or emit == Emit.CLOSE and pending:
+            # While a sum is at the spine the open round absorbs and waits: it closes on a
+            # member's first packet after the verdict (the close on a retransmission).
+            self.count[s] = count + 1
+            self.bitmap[s] |= bit
+            return None
+        if pending:  # CLOSE_AS_IS: the same wait
+            return None
+        if emit == Emit.CLOSE:
+            return self._close_up(s, job, w, cur, chunk, count + 1, self.bitmap[s] | bit,
+                                  version, role, nbytes)
+        return self._close_up(s, job, w, cur, self.chunk[s], count, self.bitmap[s], version,
+                              role, nbytes)
+
+    def _close_up(self, s: int, job: int, w: int, cur: int, chunk: int, count: int, bitmap: int,
+                  version: int, role: JobRole, nbytes: int) -> tuple[int, int, bytes]:
+        """A leaf's close: the sum stays in bank cur & 1 and goes up as the leaf's CONTRIB;
+        there is no result to resend until the spine's verdict comes back."""
+        self._closes.count(job * wire.MAX_WORKERS + w, nbytes)
+        self.up_pending[s] = True
+        self.up_round[s], self.up_bitmap[s], self.up_count[s], self.up_chunk[s] = (
+            cur, bitmap, count, chunk)
+        self.res_valid[s] = False
+        self.round[s] = (cur + 1) & _U32
+        self.count[s] = 0
+        self.bitmap[s] = 0
+        return self._uplink(s, job, version, role, retransmit=False)
+
+    def _uplink(self, s: int, job: int, version: int, role: JobRole,
+                retransmit: bool) -> tuple[int, int, bytes]:
+        tx = (self.up_tx[s] + 1) & (wire.TX_MASK >> wire.TX_SHIFT)
+        self.up_tx[s] = tx
+        r = self.up_round[s]
+        flags = tx << wire.TX_SHIFT | (Flag.RETRANSMIT if retransmit else 0)
+        head = _HDR.pack(version, Op.CONTRIB, flags, self.mode[s], job, role.uplink.uplink_id,
+                         self.up_count[s], s, 0, self.quorum[s], r, self.up_chunk[s], 0)
+        return UPLINK, job, head + self.lanes[2 * s + (r & 1)].astype(_BE).tobytes()
+
+    def _pending_round(self, s: int, job: int, w: int, r: int, version: int, echo: int,
+                       epoch: int, role: JobRole, nbytes: int) -> tuple[int, int, bytes]:
+        """A host's packet for the round whose sum is at the spine: from a host in the sum it
+        asks again (its result or the uplink was lost), which is the uplink's only
+        retransmission (switches have no timers); from any other host it is late."""
+        if self.up_bitmap[s] >> w & 1:
+            self._drop(job, DropReason.UPLINK_RESENT, nbytes)
+            return self._uplink(s, job, version, role, retransmit=True)
+        self._refuse_unless_later(s * wire.MAX_WORKERS + w, r, epoch)
+        self._drop(job, DropReason.STALE, nbytes)
+        self._stale.count(job * wire.MAX_WORKERS + w, nbytes)
+        return REPLY, 0, self._resync(s, version, job, w, echo, ResyncReason.STALE_ROUND)
+
+    def _refuse_unless_later(self, seq_index: int, r: int, epoch: int) -> None:
+        """The refusal mark at a leaf or a spine: never over a cell that says the member was
+        counted in `r` or a later round (a late copy of an older contribution must not erase
+        that a newer one counted: its owner, asking about it, would carry what was summed)."""
+        if self.member_epoch[seq_index] != epoch or serial_after(r, self.member_seq[seq_index]):
+            self.member_seq[seq_index] = r
+            self.member_epoch[seq_index] = wire.refused_mark(epoch)
+
+    def _refuse_hosts(self, s: int, hosts: int, r: int, epoch: int) -> None:
+        """The spine did not count the leaf's sum of round `r`: each of its hosts reads "not
+        counted in r" from now on, over the leaf's own "counted", unless its cell is about a
+        later round. (The P4 programs write one cell per packet and replicate the verdict to
+        the recirculation port, one copy per host; here the loop is that replication.)"""
+        mark = wire.refused_mark(epoch)
+        base = s * wire.MAX_WORKERS
+        while hosts:
+            low = hosts & -hosts
+            hosts ^= low
+            i = base + low.bit_length() - 1
+            if self.member_epoch[i] in (epoch, mark) and serial_after(self.member_seq[i], r):
+                continue
+            self.member_seq[i] = r
+            self.member_epoch[i] = mark
+
+    def _verdict(self, payload: bytes, src_ip: int, role: JobRole,
+                 nbytes: int) -> tuple[int, int, bytes] | None:
+        """A RESULT or RESYNC that reached a leaf of its job: the spine's answer to an uplink,
+        or a round the spine closed. Admitted from the uplink's spine address only."""
+        (version, op, flags, mode, job, w, count, s, reason, quorum, r, chunk,
+         bitmap) = _HDR.unpack_from(payload)
+        size = len(payload)
+        if src_ip != role.uplink.spine_addr:
+            self._drop(job, DropReason.NOT_MEMBER, nbytes)
+            return None
+        if op == Op.RESULT and size < wire.PACKET_BYTES:
+            self._drop(job, DropReason.MALFORMED, nbytes)
+            return None
+        if version != wire.VERSION:
+            self._drop(job, DropReason.BAD_VERSION, nbytes)
+            return None
+        if size != (wire.PACKET_BYTES if op == Op.RESULT else wire.HEADER_BYTES):
+            self._drop(job, DropReason.BAD_LENGTH, nbytes)
+            return None
+        job_cfg = self._jobs.get(job)
+        if job_cfg is None:
+            self._drop(job, DropReason.NO_JOB, nbytes)
+            return None
+        slot_base, slot_count, _members, group, epoch = job_cfg
+        if not slot_base <= s < slot_base + slot_count or s >= self.num_slots:
+            self._drop(job, DropReason.SLOT_RANGE, nbytes)
+            return None
+        if self.slot_epoch[s] != epoch:
+            self._start_afresh(s, epoch)
+        if op == Op.RESULT:
+            # Every switch of a job runs the same install: a result of another one (a spine
+            # restarted, the job added again) belongs to no sum here.
+            if reason != wire.install_tag(epoch):
+                self._drop(job, DropReason.STALE, nbytes)
+                return None
+            return self._spine_result(payload, s, version, mode, job, w, count, quorum, r,
+                                      chunk, bitmap, role, epoch, group, nbytes)
+        return self._spine_resync(s, version, flags, mode, job, w, reason, quorum, r, epoch,
+                                  group, nbytes)
+
+    def _spine_result(self, payload: bytes, s: int, version: int, mode: int, job: int, w: int,
+                      count: int, quorum: int, r: int, chunk: int, bitmap: int, role: JobRole,
+                      epoch: int, group: int, nbytes: int) -> tuple[int, int, bytes] | None:
+        cur = self.round[s]
+        if self.up_pending[s] and r == self.up_round[s]:
+            # The answer to the sum: the hosts' bits go down only with the leaf's own.
+            self.up_pending[s] = False
+            hosts = self.up_bitmap[s]
+            if not bitmap >> role.uplink.uplink_id & 1:
+                self._refuse_hosts(s, hosts, r, epoch)
+                hosts = 0
+        elif not serial_after(cur, r):
+            # A round the spine closed without this rack: what the leaf had open can no
+            # longer reach the spine. A sum pending for an earlier round stays pending.
+            self._refuse_hosts(s, self.bitmap[s], cur, epoch)
+            self.round[s] = (r + 1) & _U32
+            self.count[s] = self.bitmap[s] = 0
+            hosts = 0
+        else:
+            self._drop(job, DropReason.DUPLICATE, nbytes)
+            return None
+        lanes = payload[wire.HEADER_BYTES:wire.PACKET_BYTES]
+        # Only the last round's result is kept for RESENDs: a verdict that the spine's
+        # multicast delivered behind a later round's is relayed, not stored.
+        if r == (self.round[s] - 1) & _U32:
+            self.lanes[2 * s + (r & 1)] = np.frombuffer(lanes, _BE)
+            self.res_bitmap[s], self.res_count[s], self.res_chunk[s] = hosts, count, chunk
+            self.res_mode[s], self.res_quorum[s] = mode, quorum
+            self.res_valid[s] = True
+        head = _HDR.pack(version, Op.RESULT, 0, mode, job, w, count, s, wire.install_tag(epoch),
+                         quorum, r, chunk, hosts)
+        return MULTICAST, group, head + lanes
+
+    def _spine_resync(self, s: int, version: int, flags: int, mode: int, job: int, w: int,
+                      reason: int, quorum: int, r: int, epoch: int, group: int,
+                      nbytes: int) -> tuple[int, int, bytes] | None:
+        """The spine's RESYNC answering the latest uplink (the echo ties them): the sum is
+        counted (STALE_COUNTED: its result is gone) or not, then relayed to its hosts."""
+        if not self.up_pending[s] or flags & wire.TX_MASK != self.up_tx[s] << wire.TX_SHIFT:
+            self._drop(job, DropReason.STALE, nbytes)
+            return None
+        self.up_pending[s] = False
+        out = None
+        if reason != ResyncReason.STALE_COUNTED:
+            hosts = self.up_bitmap[s]
+            self._refuse_hosts(s, hosts, self.up_round[s], epoch)
+            out = MULTICAST_BITMAP, group, _HDR.pack(
+                version, Op.RESYNC, Flag.RELAYED, mode, job, w, 0, s, reason, quorum, r,
+                self.up_chunk[s], hosts)
+        cur = self.round[s]
+        if serial_after(r, cur):
+            # Forward only: a RESYNC delayed behind later results must not take the leaf
+            # back to a round its hosts are past.
+            self._refuse_hosts(s, self.bitmap[s], cur, epoch)
+            self.round[s] = r
+            self.count[s] = self.bitmap[s] = 0
+            self.res_valid[s] = False
+        return out
+
+    def _replicas(self, group: int, nbytes: int,
+                  only: int | None = None) -> list[tuple[int, tuple[int, ...]]]:
+        """Egress for a result: each replica's port and rewrite (dst mac, ip, udp port);
+        with `only`, the replicas of the workers whose bits it holds.
 
         A replica without a rewrite entry is dropped: the controller installs both together.
         """
         out = []
         for replica in self.groups.get(group, ()):
+            if only is not None and not only >> (replica.rid - 1) % wire.MAX_WORKERS & 1:
+                continue
             rewrite = self._rewrite.get(replica.rid)
             if rewrite is None:
                 continue
@@ -398,7 +644,10 @@ class Pipeline:
             if out[_OP] == Op.RESULT:
                 self._results.count(_member_of(out), out_bytes)
             return [(src_ip, src_port, out)]
-        return [(rw[1], rw[2], out) for _, rw in self._replicas(group, out_bytes)]
+        if kind == UPLINK:
+            return [(self._roles[group].uplink.spine_addr, wire.HYSYNC_UDP_PORT, out)]
+        return [(rw[1], rw[2], out)
+                for _, rw in self._replicas(group, out_bytes, _only(kind, out))]
 
     # ------------------------------------------------------ frame path
     def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
@@ -436,9 +685,18 @@ class Pipeline:
                 self._results.count(_member_of(out), out_len)
             frame_out = _build(eth[0:6], eth[6:12], ip, ip[16:20], ip[12:16], udp_ports[0], out)
             return [(ingress_port, frame_out)]
+        if kind == UPLINK:
+            uplink = self._roles[group].uplink
+            port = self._l2.get(uplink.spine_mac)
+            if port is None:  # the controller installs the spine's L2 entry with the role
+                return []
+            return [(port, _build(eth[0:6], uplink.spine_mac.to_bytes(6, "big"), ip,
+                                  uplink.leaf_addr.to_bytes(4, "big"),
+                                  uplink.spine_addr.to_bytes(4, "big"), wire.HYSYNC_UDP_PORT,
+                                  out))]
         return [(port, _build(eth[0:6], rw[0].to_bytes(6, "big"), ip, ip[16:20],
                               rw[1].to_bytes(4, "big"), rw[2], out))
-                for port, rw in self._replicas(group, out_len)]
+                for port, rw in self._replicas(group, out_len, _only(kind, out))]
 
     def _forward(self, ingress_port: int, frame: bytes, eth: bytes) -> list[tuple[int, bytes]]:
         port = self._l2.get(int.from_bytes(eth[0:6], "big"))
@@ -466,6 +724,13 @@ def _index(name: str, entries: Iterable[Entry]) -> tuple[str, Any]:
     if name == p4names.REPLICATION_REWRITE:
         return "_rewrite", {e.match[0]: e.params for e in entries}
     raise KeyError(f"no table {name} in the pipeline")
+
+
+def _only(kind: int, datagram: bytes) -> int | None:
+    """The workers a MULTICAST_BITMAP reaches: those whose bits its bitmap holds."""
+    if kind != MULTICAST_BITMAP:
+        return None
+    return int.from_bytes(datagram[_BITMAP:_BITMAP + 4], "big")
 
 
 def _member_of(datagram: bytes) -> int:

@@ -16,7 +16,8 @@ from hysync.controlplane.controller import Controller, LatchTimeoutError
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
-from hysync.controlplane.policy.policies import Decision, make_policy, mode_text
+from hysync.controlplane.policy.member_hosts import Hosts, MemberHost, describe, ranks_text
+from hysync.controlplane.policy.policies import EXCLUDE, READMIT, Decision, make_policy, mode_text
 from hysync.controlplane.policy.runner import PolicyRunner, latest_decision
 from hysync.controlplane.tables.counters import JobRates, JobStats, rates_between
 from hysync.controlplane.tables.installed import InstalledJob
@@ -246,15 +247,23 @@ def _decision_text(record: dict[str, object]) -> str:
     if record.get("action") == "start":
         dry = " (dry run)" if record.get("dry_run") else ""
         return f"started{dry}, {record.get('mode')}"
-    return Decision.from_dict(record).describe()
+    d = Decision.from_dict(record)
+    if d.action in (EXCLUDE, READMIT) and d.worker is not None and (
+            record.get("host") is not None or record.get("ranks") is not None):
+        ranks = record.get("ranks")
+        place = MemberHost(record.get("host"),  # type: ignore[arg-type]
+                           tuple(ranks) if isinstance(ranks, list) else None)
+        return f"{d.action} {describe(d.worker, {d.worker: place})}: {d.reason}"
+    return d.describe()
 
 
-def cmd_stats(args: argparse.Namespace, out: Output) -> None:
+def cmd_stats(args: argparse.Namespace, out: Output, hosts: Hosts | None = None) -> None:
     """Per-worker counters of a job (contributions, late, duplicates, stale, closes,
     results) and its drops by reason. With --watch SECONDS, refresh every SECONDS with
     rates. With --policy-log FILE, also the latest decision of `hysync policy run
     --log FILE` for the job. With --switch instead of JOB: every drop of the switch by
-    reason, whatever job id the dropped packet's bytes named."""
+    reason, whatever job id the dropped packet's bytes named. Through a serve (--serve),
+    each member's host and the job's ranks it speaks for too."""
     if (args.job is None) == (not args.switch):
         raise UsageError("stats needs JOB or --switch (not both)")
     if args.switch and (args.watch is not None or args.policy_log is not None):
@@ -268,7 +277,8 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> None:
             return
         before = controller.stats(args.job)
         if args.watch is None:
-            data, text = _with_policy(args, before.to_dict(), _stats_table(before, None))
+            data, text = _with_policy(args, _stats_data(before, hosts),
+                                      _stats_table(before, None, hosts))
             out.emit(data, text)
             return
         refreshes = 0
@@ -278,8 +288,9 @@ def cmd_stats(args: argparse.Namespace, out: Output) -> None:
                 time.sleep(args.watch)
                 now = controller.stats(args.job)
                 r = rates_between(before, now)
-                data, text = _with_policy(args, dict(now.to_dict(), rates=r.to_dict()),
-                                          _stats_table(now, r))
+                data, text = _with_policy(args, dict(_stats_data(now, hosts),
+                                                     rates=r.to_dict()),
+                                          _stats_table(now, r, hosts))
                 out.emit(data, clear + text)
                 before = now
                 refreshes += 1
@@ -297,11 +308,21 @@ def _with_policy(args: argparse.Namespace, data: dict[str, object],
     return dict(data, policy=record), f"{text}\n{line}"
 
 
-def _stats_table(s: JobStats, rates: JobRates | None) -> str:
+def _stats_data(s: JobStats, hosts: Hosts | None) -> dict[str, object]:
+    data = s.to_dict()
+    if hosts is not None:
+        data["hosts"] = [dict(hosts[w].fields(w)) if w in hosts else
+                         {"member": w, "host": None, "ranks": None} for w in s.workers]
+    return data
+
+
+def _stats_table(s: JobStats, rates: JobRates | None, hosts: Hosts | None = None) -> str:
     head = f"{'worker':>6} {'active':>6} {'contrib':>10} {'late':>8} {'dup':>8} {'stale':>8} " \
            f"{'results':>10}"
     if rates:
         head += f" {'contrib/s':>10} {'results/s':>10}"
+    if hosts is not None:
+        head += f"  {'host':<8} ranks"
     lines = [f"job {s.job_id}", head]
     for w in s.workers.values():
         line = (f"{w.worker:>6} {'yes' if w.active else 'no':>6} {w.contributions:>10} "
@@ -309,6 +330,14 @@ def _stats_table(s: JobStats, rates: JobRates | None) -> str:
         if rates and w.worker in rates.workers:
             r = rates.workers[w.worker]
             line += f" {r.contributions:>10.1f} {r.results:>10.1f}"
+        elif rates:
+            line += f" {'':>10} {'':>10}"
+        if hosts is not None:
+            place = hosts.get(w.worker)
+            host = place.host if place is not None and place.host is not None else "-"
+            ranks = (ranks_text(place.ranks) if place is not None and place.ranks is not None
+                     else "-")
+            line += f"  {host:<8} {ranks}"
         lines.append(line)
     drops = ", ".join(f"{k} {v}" for k, v in s.drops.items() if v)
     lines.append(f"drops: {drops or 'none'}")

@@ -5,8 +5,10 @@ While `hysync serve` holds the switch it is the only primary: a CLI process that
 arbitrated itself would be refused (election ids only go up). With `--serve ADDR` (or
 HYSYNC_SERVE in the environment) `job add/remove`, `mode set`, `member
 exclude/readmit` and `policy resume` are requests to the serve instead; reads need no
-routing (they open no arbitration stream). `policy run` is serve's own work: through a
-serve it runs only as a dry run, and otherwise says what to run instead.
+routing (they open no arbitration stream), but `stats JOB` through a serve also names
+each member's host and the job's ranks it speaks for, which serve learned at admission.
+`policy run` is serve's own work: through a serve it runs only as a dry run, and
+otherwise says what to run instead.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from typing import Any
 from hysync import logs
 from hysync.controlplane.cli.limits import seconds
 from hysync.controlplane.cli.output import Handler, Output, UsageError, emit_latch
-from hysync.controlplane.cli.switch_commands import cmd_policy_run, wait_for_latch
+from hysync.controlplane.cli.switch_commands import cmd_policy_run, cmd_stats, wait_for_latch
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import DEFAULT_GRPC_ADDR, Switch
+from hysync.controlplane.policy.member_hosts import MemberHost, describe
 from hysync.controlplane.serve.auth import client_context, read_token
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.serve.server import Server
@@ -223,10 +226,28 @@ def routed_policy_run(args: argparse.Namespace, out: Output) -> None:
     cmd_policy_run(args, out)
 
 
+def routed_stats(args: argparse.Namespace, out: Output) -> None:
+    """stats read from the switch serve names, each member with its host and ranks."""
+    status = _request(args, {"op": "status"})
+    hosts: dict[int, MemberHost] = {}
+    if args.job is not None:
+        job = next((j for j in status["jobs"] if j["job_id"] == args.job), None)
+        for h in (job or {}).get("hosts", []):
+            ranks = h.get("ranks")
+            hosts[h["member"]] = MemberHost(h.get("host"), None if ranks is None
+                                            else tuple(ranks))
+    args.grpc_addr = status["grpc_addr"]
+    cmd_stats(args, out, None if args.job is None else hosts)
+
+
 def _routed_member(op: str, what: str) -> Handler:
     def run(args: argparse.Namespace, out: Output) -> None:
         r = _request(args, {"op": op, "job": args.job, "worker": args.worker})
-        out.emit(r, f"job {args.job}: worker {args.worker} {what}; {r['members']} active "
+        ranks = r.get("ranks")
+        place = {args.worker: MemberHost(r.get("host"), None if ranks is None
+                                         else tuple(ranks))}
+        named = describe(args.worker, place).replace("member", "worker", 1)
+        out.emit(r, f"job {args.job}: {named} {what}; {r['members']} active "
                     f"members (via {args.serve})")
     return run
 
@@ -235,7 +256,7 @@ def routes() -> dict[str, Handler]:
     """Handler name in hysync.controlplane.cli.main -> its version through a serve."""
     return {"cmd_job_add": routed_job_add, "cmd_job_remove": routed_job_remove,
             "cmd_mode_set": routed_mode_set, "cmd_policy_resume": routed_policy_resume,
-            "cmd_policy_run": routed_policy_run,
+            "cmd_policy_run": routed_policy_run, "cmd_stats": routed_stats,
             "cmd_member_exclude": _routed_member("exclude", "excluded"),
             "cmd_member_readmit": _routed_member("readmit", "readmitted")}
 

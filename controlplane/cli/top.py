@@ -60,6 +60,8 @@ class Member:
     contributions: float = 0.0
     stale: float = 0.0
     pace: float | None = None  # contributions per second since the last frame
+    host: str = ""  # its inventory host and the job's ranks it speaks for, where serve knows
+    ranks: str = ""
 
 
 @dataclass
@@ -120,6 +122,8 @@ def frame(samples: Samples, before: Frame | None, dt: float) -> Frame:
                 m.state = labels["state"]
             elif name == "hysync_member_slowdown_ratio":
                 m.slowdown = v
+            elif name == "hysync_member_host_info" and v == 1:
+                m.host, m.ranks = labels.get("host", ""), labels.get("ranks", "")
     drops = {dict(k)["reason"]: v for (n, k), v in samples.items()
              if n == "hysync_switch_drops_total"}
     now = Frame(jobs, drops)
@@ -151,11 +155,14 @@ def render(f: Frame) -> Any:
         table = Table(title=f"job {j.job_id}: {modes}; rounds/s {rate}; swaps {j.swaps:g}",
                       caption=f"policy: {j.decision}" if j.decision else None,
                       title_justify="left", caption_justify="left")
-        for col in ("worker", "state", "slowdown", "contrib/s", "contributions", "stale"):
-            table.add_column(col, justify="left" if col == "state" else "right")
+        hosts = any(m.host or m.ranks for m in j.members.values())
+        for col in ("worker", *(("host", "ranks") if hosts else ()), "state", "slowdown",
+                    "contrib/s", "contributions", "stale"):
+            table.add_column(col, justify="left" if col in ("state", "host", "ranks")
+                             else "right")
         for m in sorted(j.members.values(), key=lambda m: m.worker):
-            table.add_row(str(m.worker), m.state,
-                          "-" if m.slowdown is None else f"{m.slowdown:.2f}x",
+            table.add_row(str(m.worker), *((m.host or "-", m.ranks or "-") if hosts else ()),
+                          m.state, "-" if m.slowdown is None else f"{m.slowdown:.2f}x",
                           "-" if m.pace is None else f"{m.pace:.1f}", f"{m.contributions:g}",
                           f"{m.stale:g}")
         parts.append(table)
@@ -184,10 +191,13 @@ def source(args: argparse.Namespace) -> tuple[Callable[[], Samples], Callable[[]
     switch = Switch(args.grpc_addr, device_id=args.device_id, timeout=args.timeout,
                     arbitrate=False)
 
-    class Direct:  # what ServeCollector reads of a serve: no leases, no policies
+    class Direct:  # what ServeCollector reads of a serve: no leases, no policies, no hosts
         lock = threading.RLock()
         controller = Controller(switch)
         leases: dict[int, Any] = {}
+
+        def hosts_of(self, job_id: int) -> dict[int, Any]:
+            return {}
 
     collector = ServeCollector(Direct())  # type: ignore[arg-type]
     return (lambda: collect(collector)), switch.close

@@ -3,7 +3,10 @@
 `PolicyRunner` reads a job's counters from the switch every interval, feeds the pure
 policy of policies.py (`AdaptivePolicy.observe`), applies its decisions through the
 `Controller`, and appends each one, applied or failed, to a JSON-lines decision log
-that `latest_decision` (the CLI's `hysync policy status`) reads back.
+that `latest_decision` (the CLI's `hysync policy status`) reads back. Given the job's
+`hosts` (serve learns them at admission), a record names the host of the member it acts
+on and the ranks that member speaks for (`"member": 1, "host": "h2", "ranks": [2, 3]`),
+and so does each member's entry of its inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hysync import files, logs
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, DeadlineExceededError
 from hysync.controlplane.policy.detect import Interval, JobView
+from hysync.controlplane.policy.member_hosts import Hosts, describe, member_fields
 from hysync.controlplane.policy.policies import (
     EXCLUDE,
     READMIT,
@@ -48,7 +52,8 @@ class PolicyRunner:
 
     def __init__(self, controller: Controller, job_id: int, policy: AdaptivePolicy, *,
                  interval: float = 0.5, dry_run: bool = False, log_path: Path | None = None,
-                 echo: Callable[[dict[str, object]], None] | None = None) -> None:
+                 echo: Callable[[dict[str, object]], None] | None = None,
+                 hosts: Hosts | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         self.controller, self.job_id, self.policy = controller, job_id, policy
@@ -60,6 +65,7 @@ class PolicyRunner:
                      controller.arch)
         self.interval, self.dry_run = interval, dry_run
         self.echo = echo
+        self.hosts: Hosts = dict(hosts or {})
         self._log: IO[str] | None = log_path.open("a") if log_path is not None else None
         self._prev: tuple[JobStats, JobView] | None = None
         # Counter reads that missed their deadline (a busy switch or controller host):
@@ -126,10 +132,9 @@ class PolicyRunner:
                 except HySyncError as err:
                     error = failed = " ".join(str(err).split())
                     log.warning("policy decision %s failed: %s", d.describe(), error)
-            record = dict(d.to_dict(), job_id=self.job_id, applied=not self.dry_run and
-                          error is None, error=error, dry_run=self.dry_run, wall=_time.time())
+            record = self.record(d, applied=not self.dry_run and error is None, error=error)
             if record["applied"]:
-                _log_decision(self.job_id, d)
+                _log_decision(self.job_id, d, self.hosts)
             self._write(record)
             if self.echo is not None:
                 self.echo(record)
@@ -137,6 +142,22 @@ class PolicyRunner:
             _, now = self._read()
             self.policy.resync(now, stats.time)
         return decisions
+
+    def record(self, d: Decision, *, applied: bool, error: str | None) -> dict[str, object]:
+        """The decision-log record of `d`: the decision, whether it was applied, and the
+        hosts and ranks of the members it names."""
+        record: dict[str, object] = dict(d.to_dict(), job_id=self.job_id, applied=applied,
+                                         error=error, dry_run=self.dry_run, wall=_time.time())
+        if d.worker is not None:
+            record.update(member_fields(d.worker, self.hosts))
+        inputs = record["inputs"]  # to_dict()'s own copy: annotated in place
+        workers = inputs.get("workers") if isinstance(inputs, dict) else None
+        for w, entry in (workers or {}).items():  # member index (a string) -> its health
+            place = self.hosts.get(int(w))
+            if place is not None and isinstance(entry, dict):
+                entry.update(host=place.host,
+                             ranks=None if place.ranks is None else list(place.ranks))
+        return record
 
     def _apply(self, d: Decision, view: JobView) -> None:
         c = self.controller
@@ -197,15 +218,21 @@ class PolicyRunner:
 _EVENTS = {SET_MODE: "mode_swap", EXCLUDE: "exclusion", READMIT: "readmission"}
 
 
-def _log_decision(job_id: int, d: Decision) -> None:
-    """An applied decision as the event it is (serve's metrics count the swaps)."""
+def _log_decision(job_id: int, d: Decision, hosts: Hosts) -> None:
+    """An applied decision as the event it is (serve's metrics count the swaps); an
+    exclusion or readmission names the member's host and ranks where they are known."""
     fields: dict[str, object] = {"by": "policy", "reason": d.reason}
+    text = d.describe()
     if d.action == SET_MODE:
         fields.update(mode=d.mode, quorum=d.quorum)
     else:
-        fields.update(worker=d.worker)
-    logs.event(log, _EVENTS.get(d.action, d.action), f"job {job_id}: {d.describe()}",
-               job=job_id, **fields)
+        assert d.worker is not None
+        place = member_fields(d.worker, hosts)
+        fields.update(worker=d.worker, host=place["host"], ranks=place["ranks"])
+        if d.worker in hosts:
+            text = f"{d.action} {describe(d.worker, hosts)}: {d.reason}"
+    logs.event(log, _EVENTS.get(d.action, d.action), f"job {job_id}: {text}", job=job_id,
+               **fields)
 
 
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:

@@ -3,7 +3,8 @@
 Every scrape reads the switch (one Read of the jobs' tables, one of their counters, one
 of the switch's drops) under serve's lock and reports what it finds: the counters are the
 switch's own, monotonic for as long as the pipeline stays, so a restarted serve goes on
-with them. The members' health and the last decision come from each job's policy.
+with them. The members' health and the last decision come from each job's policy, and
+each member's host and the job's ranks it speaks for from its admission.
 Metric names: hysync/prometheus.py (EXPORTED).
 """
 
@@ -19,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.policy.detect import Health, WorkerHealth
+from hysync.controlplane.policy.member_hosts import MemberHost, ranks_text
 from hysync.controlplane.policy.policies import SET_MODE, Decision
 from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.controlplane.tables.counters import PER_WORKER
@@ -58,6 +60,9 @@ class ServeCollector(Collector):
                       for key in PER_WORKER}
         state = g("hysync_member_state", "1 for a member's state (healthy, slow, gone, "
                   "probation, excluded)", labels=["job", "worker", "state"])
+        host_info = g("hysync_member_host_info", "1, labelled with a member's inventory host "
+                      "and the job's ranks it speaks for (a host of several ranks is one "
+                      "member)", labels=["job", "worker", "host", "ranks"])
         slowdown = g("hysync_member_slowdown_ratio", "a member's pace behind the fast members "
                      "(1: as fast)", labels=["job", "worker"])
         decisions = c("hysync_policy_decisions", "decisions of a job's policy, by action",
@@ -76,6 +81,7 @@ class ServeCollector(Collector):
                 sw = server.controller.switch_stats()
                 policies = {j: _PolicyView.of(lease.policy) for j, lease in server.leases.items()
                             if lease.policy is not None}
+                hosts = {job.job_id: server.hosts_of(job.job_id) for job, _ in read}
         except ControlPlaneError:
             return  # the switch is gone: no samples rather than stale ones
         jobs.add_metric([], len(read))
@@ -96,6 +102,10 @@ class ServeCollector(Collector):
                 wl = [label, str(w.worker)]
                 for key, family in per_worker.items():
                     family.add_metric(wl, getattr(w, key))
+                place = hosts.get(job.job_id, {}).get(w.worker, MemberHost(None))
+                host_info.add_metric(wl + [place.host or "",
+                                           "" if place.ranks is None else ranks_text(place.ranks)],
+                                     1)
                 health = policy.health.get(w.worker) if policy is not None else None
                 view = None
                 if policy is not None and w.worker in policy.on_probation:
@@ -126,8 +136,8 @@ class ServeCollector(Collector):
         for reason, n in sw.drops.items():
             switch_drops.add_metric([reason.lower()], n)
         yield from (jobs, rounds, members, slot_mode, slot_value, quorum, job_drops,
-                    *per_worker.values(), state, slowdown, decisions, skipped, last, last_time,
-                    switch_drops)
+                    *per_worker.values(), state, host_info, slowdown, decisions, skipped, last,
+                    last_time, switch_drops)
 
 
 @dataclass(frozen=True, slots=True)

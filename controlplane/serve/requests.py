@@ -213,9 +213,14 @@ WORKER = integer(0, wire.MAX_WORKERS - 1)
 UDP_PORT = integer(1, 65535)
 SLOT = integer(0, wire.NUM_SLOTS - 1)
 QUORUM = integer(1, wire.MAX_WORKERS)
+# A member speaks for the ranks of its host: one GPU server's, 64 at most.
+MAX_RANKS_PER_MEMBER = 64
+RANK = integer(0, 2**31 - 1)
 MEMBER = record({"worker": (WORKER, True), "host": (text(empty=False), True),
-                 "udp_port": (UDP_PORT, True), "avg_udp_port": (optional(UDP_PORT), False)},
-                "{worker, host, udp_port[, avg_udp_port]}")
+                 "udp_port": (UDP_PORT, True), "avg_udp_port": (optional(UDP_PORT), False),
+                 "ranks": (optional(items(RANK, least=1, most=MAX_RANKS_PER_MEMBER,
+                                          what="ranks of the job")), False)},
+                "{worker, host, udp_port[, avg_udp_port][, ranks]}")
 
 # op -> its fields ((check, required)). `op` itself and nothing else is implied.
 OPS: dict[str, dict[str, tuple[Check, bool]]] = {

@@ -6,15 +6,17 @@ it runs, so a second `serve` against the same switch is refused by the switch it
 Unix socket) for one JSON request per line (controlplane/serve/client.py):
 
 * `admit`: a training script's job (and its model-averaging job); members are
-  inventory hosts; job ids and slots come from the pool, disjoint from live jobs', each
-  after the last one given (wrapping), so an id names one job in logs for a long while;
+  inventory hosts, each with the job's ranks it speaks for (a host of several ranks is
+  one member, controlplane/policy/member_hosts.py); job ids and slots come from the pool,
+  disjoint from live jobs', each after the last one given (wrapping), so an id names one
+  job in logs for a long while;
 * `claim`: take over the lease of jobs after a reconnect (a restarted serve);
 * `leave`: a worker finished training (it is excluded, the policy stops);
 * `release`: remove the jobs this connection admitted;
 * `mode_set`, `exclude`, `readmit`, `job_add`, `job_remove`: the CLI's writes, routed
   here (`hysync --serve ADDR ...`);
 * `policy_resume`: hand a job the operator set a mode of back to its policy;
-* `status`: the jobs, their owners and policies;
+* `status`: the jobs, their owners and policies, each member's host and ranks;
 * `hello`: present a credential, and ask to act as the operator (controlplane/serve/auth.py).
 
 Every request is parsed and checked by controlplane/serve/requests.py first; a bad one is
@@ -62,10 +64,11 @@ from pathlib import Path
 from typing import Any
 
 from hysync import logs, wire
-from hysync.controlplane.controller import Controller
+from hysync.controlplane.controller import Controller, MembershipReport
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.member_hosts import MemberHost, describe, member_fields
 from hysync.controlplane.policy.policies import PolicyConfig, make_policy
 from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.controlplane.serve.auth import (
@@ -115,6 +118,8 @@ class Lease:
     # ranks present the key); None: an adopted job whose key serve did not keep.
     key_digest: str | None = None
     client: tuple[str, object] | None = None  # who admitted it: the quota counts by it
+    # member -> its host and ranks, as the admit said (empty: not admitted by a script)
+    hosts: dict[int, MemberHost] = field(default_factory=dict)
 
 
 class Server:
@@ -385,9 +390,11 @@ class Server:
             owner = ("operator" if lease and lease.owner == OPERATOR else
                      "unclaimed" if lease and lease.owner is None else
                      f"connection {lease.owner}" if lease else "not this serve's")
+            hosts = self.hosts_of(job.job_id)
             jobs.append(dict(job.to_dict(), owner=owner,
                              policy=bool(lease and lease.policy is not None),
-                             held=bool(lease and lease.held)))
+                             held=bool(lease and lease.held),
+                             hosts=[member_fields(m.worker, hosts) for m in job.members]))
         return {"jobs": jobs, "grpc_addr": self.inv.switch.grpc_addr}
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
@@ -400,6 +407,7 @@ class Server:
                 raise ServeError(f"{peer.who} holds {len(jobs_held)} jobs, the most one client "
                                  "may: release one first (a script's job ends with its script)")
         members = request["members"]
+        hosts = _member_hosts(members)
         pool = self.inv.pool
         averaging = all(m["avg_udp_port"] for m in members)
         need = pool.job_slots + (pool.averaging_slots if averaging else 0)
@@ -427,17 +435,22 @@ class Server:
         key = secrets.token_hex(16)
         key_digest = digest(key)
         for job in jobs:
-            self.leases[job.job_id] = Lease(conn, key_digest=key_digest, client=peer.client)
+            self.leases[job.job_id] = Lease(conn, key_digest=key_digest, client=peer.client,
+                                            hosts=dict(hosts))
             self.keys.put(job.job_id, key_digest, job.slots)
         if policy and policy != "none":
-            self.leases[train.job_id].policy = self._policy(train.job_id, str(policy))
+            self.leases[train.job_id].policy = self._policy(train.job_id, str(policy), hosts)
+        grouped = any(h.ranks is not None and len(h.ranks) > 1 for h in hosts.values())
         self._event("admission", f"admitted job {train.job_id} {train.name!r}: {len(members)} "
                     f"members, slots {train.slots[0]}-{train.slots[1]}" +
                     (f", averaging job {jobs[1].job_id} slots {jobs[1].slots[0]}-"
                      f"{jobs[1].slots[1]}" if averaging else "") +
-                    (f", policy {policy}" if policy else ""), job=train.job_id,
+                    (f", policy {policy}" if policy else "") +
+                    ("; " + "; ".join(describe(w, hosts) for w in sorted(hosts))
+                     if grouped else ""), job=train.job_id,
                     name=train.name, members=len(members), slots=list(train.slots),
-                    averaging_job=jobs[1].job_id if averaging else None, policy=policy)
+                    averaging_job=jobs[1].job_id if averaging else None, policy=policy,
+                    hosts=[member_fields(w, hosts) for w in sorted(hosts)])
         return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
                           "slot_count": j.slot_count} for j in jobs], "key": key,
                 "switch": {"ipv4": self.inv.switch.data_ipv4,
@@ -545,18 +558,26 @@ class Server:
     def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         self._owner(conn, request["job"], "exclude a member of", request["key"])
         r = self.controller.exclude(request["job"], request["worker"])
-        self._event("exclusion", f"job {r.job_id}: worker {r.worker} excluded on request",
-                    job=r.job_id, worker=r.worker, by="request", members=r.members)
-        return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
-                "quorums": [list(q) for q in r.quorums]}
+        return self._membership_changed("exclusion", "excluded", r)
 
     def op_readmit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         self._owner(conn, request["job"], "readmit a member of", request["key"])
         r = self.controller.readmit(request["job"], request["worker"])
-        self._event("readmission", f"job {r.job_id}: worker {r.worker} readmitted on request",
-                    job=r.job_id, worker=r.worker, by="request", members=r.members)
+        return self._membership_changed("readmission", "readmitted", r)
+
+    def _membership_changed(self, event: str, what: str, r: MembershipReport) -> dict[str, Any]:
+        """Log and answer an exclusion or readmission asked for: a member is a host, and
+        the reply names it and the ranks it speaks for."""
+        hosts = self.hosts_of(r.job_id)
+        place = member_fields(r.worker, hosts)
+        named = (f"worker {r.worker}" if r.worker not in hosts
+                 else f"worker {describe(r.worker, hosts).removeprefix('member ')}")
+        self._event(event, f"job {r.job_id}: {named} {what} on request", job=r.job_id,
+                    worker=r.worker, by="request", members=r.members, host=place["host"],
+                    ranks=place["ranks"])
         return {"job_id": r.job_id, "worker": r.worker, "members": r.members,
-                "quorums": [list(q) for q in r.quorums]}
+                "quorums": [list(q) for q in r.quorums], "host": place["host"],
+                "ranks": place["ranks"]}
 
     def op_job_add(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         if not self.peers[conn].operator:
@@ -598,10 +619,21 @@ class Server:
         if lease is not None and lease.policy is not None:
             lease.policy.close()
 
-    def _policy(self, job_id: int, name: str) -> PolicyRunner:
+    def hosts_of(self, job_id: int) -> dict[int, MemberHost]:
+        """Each member's host and ranks: as its admit said, else (a job added from a job
+        file, or read back after a restart) the inventory host of its MAC, ranks unknown."""
+        lease = self.leases.get(job_id)
+        if lease is not None and lease.hosts:
+            return lease.hosts
+        job = self.controller.jobs.get(job_id)
+        by_mac = {h.mac.lower(): h.name for h in self.inv.hosts}
+        return {} if job is None else {m.worker: MemberHost(by_mac.get(m.mac.lower()))
+                                       for m in job.members}
+
+    def _policy(self, job_id: int, name: str, hosts: dict[int, MemberHost]) -> PolicyRunner:
         path = self.policy_log
         runner = PolicyRunner(self.controller, job_id, make_policy(name, self.policy_config),
-                              interval=self.policy_interval, log_path=path)
+                              interval=self.policy_interval, log_path=path, hosts=hosts)
         runner.start()
         return runner
 
@@ -642,6 +674,19 @@ class Server:
         if len(free) < n:
             raise ServeError("every job id 1..255 is in use on the switch")
         return free
+
+
+def _member_hosts(members: list[dict[str, Any]]) -> dict[int, MemberHost]:
+    """Each admitted member's host and ranks; ServeError where two members claim a rank."""
+    owner: dict[int, int] = {}
+    for m in members:
+        for rank in m["ranks"] or ():
+            if rank in owner and owner[rank] != m["worker"]:
+                raise ServeError(f"rank {rank} is in members {owner[rank]} and {m['worker']}: "
+                                 "each of the job's ranks is on one host, sent by its member")
+            owner[rank] = m["worker"]
+    return {m["worker"]: MemberHost(m["host"], tuple(m["ranks"]) if m["ranks"] else None)
+            for m in members}
 
 
 class _TcpServer(socketserver.ThreadingTCPServer):

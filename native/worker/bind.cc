@@ -117,6 +117,7 @@ void bind_config(nb::module_& m) {
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
+      .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
       .def_rw("send_dropped", &Faults::send_dropped);
 }
 

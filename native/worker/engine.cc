@@ -184,14 +184,17 @@ bool Engine::silent_too_long(double now) const {
 // kept silent_too_long from firing: a round latched in sync (or a partial quorum) that waits
 // for a member who is gone, on a slot of a job whose other slots run async since
 // (docs/protocol.md §9 Failures). The call gives up as it does on silence. Parked packets are
-// settled already.
+// settled already. A packet of another kind that holds a slot while a chunk of the call
+// waits behind it counts too: a JOIN of zeros that joined such a round keeps the call's own
+// chunk from ever leaving, so no packet of the call would otherwise be launched to wait.
 bool Engine::waited_too_long(double now) const {
   if (!call_ || faults_.no_flight_deadline) return false;
   for (uint32_t i = 0; i < w_; ++i) {
     const Flight* f = slots_[i].flight.get();
-    if (f && f->kind == Kind::OWN && f->key == call_->key && !f->parked &&
-        now >= f->launched + cfg_.dead_after)
-      return true;
+    if (!f || f->parked || now < f->launched + cfg_.dead_after) continue;
+    const bool own = f->kind == Kind::OWN && f->key == call_->key;
+    const bool blocks = !faults_.own_flight_deadline && !call_->queues[i].empty();
+    if (own || blocks) return true;
   }
   return false;
 }

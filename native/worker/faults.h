@@ -19,6 +19,9 @@ struct Faults {
   bool no_restart_detection = false;
   // No packet deadline (waited_too_long; §9 Failures): only the switch's silence fails a call.
   bool no_flight_deadline = false;
+  // The packet deadline covers the call's own packets only, not a packet of another kind (a
+  // JOIN of zeros) that holds a slot while a chunk of the call waits behind it.
+  bool own_flight_deadline = false;
   // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
   // switch state may count what the residual holds again.
   bool send_dropped = false;

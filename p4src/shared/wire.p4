@@ -79,6 +79,7 @@ const drop_reason_t DROP_STALE = 7;
 const drop_reason_t DROP_DUPLICATE = 8;
 const drop_reason_t DROP_CHUNK_MISMATCH = 9;
 const drop_reason_t DROP_NOT_JOINED = 10;
+const drop_reason_t DROP_UPLINK_RESENT = 11;
 
 // Lengths of what the switch accepts and sends (IPv4 without options, UDP checksum 0).
 const bit<16> HYSYNC_HEADER_BYTES = 24;

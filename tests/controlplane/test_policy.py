@@ -30,8 +30,10 @@ import pytest
 
 from hysync import wire
 from hysync.controlplane.cli.main import main
+from hysync.controlplane.cli.switch_commands import _decision_text
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.policy.detect import Detector, DetectorConfig, Health, Interval, JobView
+from hysync.controlplane.policy.member_hosts import MemberHost, describe, member_fields
 from hysync.controlplane.policy.policies import (
     EXCLUDE,
     EXPLORE,
@@ -741,7 +743,10 @@ def test_the_runner_takes_a_slow_worker_out_and_back_in_on_a_real_switch(
         softswitch: Softswitch, controller: Controller,
         sockets: list[socket.socket],  # noqa: F811 (the imported fixture)
         tmp_path: Path) -> None:
+    """...and its records name the slow member's host and the ranks it speaks for: each
+    member here is a host of two ranks (member w: host h<w+1>, ranks 2w and 2w+1)."""
     controller.add_job(job_for(sockets))
+    hosts = {w: MemberHost(f"h{w + 1}", (2 * w, 2 * w + 1)) for w in range(4)}
     shared = Shared()
     senders = start(softswitch, sockets, [0, 1, 2], shared)
     slow = PacedSender(1, 3, sockets[3], softswitch.udp_addr, range(16), shared, delay=0.1)
@@ -750,7 +755,7 @@ def test_the_runner_takes_a_slow_worker_out_and_back_in_on_a_real_switch(
     log_file = tmp_path / "decisions.jsonl"
     records: list[dict[str, object]] = []
     runner = PolicyRunner(controller, 1, AdaptivePolicy(integration_config()), interval=0.2,
-                          log_path=log_file, echo=records.append)
+                          log_path=log_file, echo=records.append, hosts=hosts)
     stop = threading.Event()
     thread = threading.Thread(target=runner.run, kwargs={"stop": stop}, daemon=True)
     try:
@@ -758,12 +763,18 @@ def test_the_runner_takes_a_slow_worker_out_and_back_in_on_a_real_switch(
         thread.start()
         partial = wait_for(records, lambda r: r["mode"] == "partial", senders, 15)
         assert partial["applied"] and "worker 3 slow" in str(partial["reason"])
+        slow_entry = partial["inputs"]["workers"]["3"]  # type: ignore[index]
+        assert (slow_entry["state"], slow_entry["host"], slow_entry["ranks"]) == (
+            "slow", "h4", [6, 7])
         excluded = wait_for(records, lambda r: r["action"] == EXCLUDE, senders, 15)
         assert excluded["worker"] == 3 and excluded["applied"]
+        assert (excluded["member"], excluded["host"], excluded["ranks"]) == (3, "h4", [6, 7])
         assert 3 not in controller.job(1).active
         slow.delay = 0.0  # it recovers
         readmitted = wait_for(records, lambda r: r["action"] == READMIT, senders, 15)
         assert readmitted["worker"] == 3 and readmitted["applied"]
+        assert (readmitted["member"], readmitted["host"], readmitted["ranks"]) == (
+            3, "h4", [6, 7])
         wait_for(records, lambda r: r["action"] == SET_MODE and r["mode"] == "sync"
                  and float(r["time"]) > float(readmitted["time"]), senders, 15)  # type: ignore[arg-type]
         stop.set()
@@ -854,6 +865,22 @@ def test_policy_run_dry_run_and_stats_show_the_latest_decision(
     assert json.loads(out)["policy"]["quorum"] == 3
     code, out, err = hysync("stats", "1", "--policy-log", str(tmp_path / "missing"))
     assert code == 2 and "cannot read the policy log" in err and len(err.splitlines()) == 1
+
+
+def test_a_member_is_named_by_its_host_and_ranks() -> None:
+    hosts = {1: MemberHost("h2", (2, 3)), 2: MemberHost("h3", (8, 9, 10, 11, 13)),
+             3: MemberHost("h4", (5,)), 4: MemberHost(None, None)}
+    assert describe(1, hosts) == "member 1 (host h2, ranks 2, 3)"
+    assert describe(2, hosts) == "member 2 (host h3, ranks 8-11, 13)"
+    assert describe(3, hosts) == "member 3 (host h4, rank 5)"
+    assert (describe(4, hosts), describe(5, hosts)) == ("member 4", "member 5")
+    assert member_fields(1, hosts) == {"member": 1, "host": "h2", "ranks": [2, 3]}
+    assert member_fields(5, hosts) == {"member": 5, "host": None, "ranks": None}
+    record = dict(Decision(1.0, EXCLUDE, "sync", 0, 1, "slow").to_dict(),
+                  **member_fields(1, hosts))
+    assert _decision_text(record) == "exclude member 1 (host h2, ranks 2, 3): slow"
+    record = Decision(1.0, EXCLUDE, "sync", 0, 1, "slow").to_dict()  # no host known
+    assert _decision_text(record) == "exclude worker 1: slow"
 
 
 def test_a_decision_log_record_reads_back_as_the_decision() -> None:

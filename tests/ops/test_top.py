@@ -19,7 +19,9 @@ def test_top_shows_the_jobs_modes_pace_and_drops(deployed, serve, workers,
     team = workers(3)
     try:
         with ServeClient(server.address) as client:
-            job = client.request({"op": "admit", "members": team.members()})["jobs"][0]
+            # each member a host of two ranks, as `attach` admits hosts of several GPUs
+            members = [dict(m, ranks=[2 * i, 2 * i + 1]) for i, m in enumerate(team.members())]
+            job = client.request({"op": "admit", "members": members})["jobs"][0]
             job_id, base = job["job_id"], job["slot_base"]
             team.start(job_id, range(base, base + 8), softswitch.udp_addr)
             client.request({"op": "mode_set", "job": job_id, "mode": "partial", "quorum": 2})
@@ -35,12 +37,15 @@ def test_top_shows_the_jobs_modes_pace_and_drops(deployed, serve, workers,
             assert shown["rounds_per_s"] > 0 and shown["swaps"] == 1
             assert all(m["pace"] > 0 and m["state"] == "healthy" for m in shown["members"])
             assert [m["worker"] for m in shown["members"]] == [0, 1, 2]
+            assert [(m["host"], m["ranks"]) for m in shown["members"]] == [
+                ("h1", "0, 1"), ("h2", "2, 3"), ("h3", "4, 5")]
 
             code, out, err = hysync("top", "--metrics", endpoint.address, "--count", "2",
                                     "--interval", "0.3")
             assert (code, err) == (0, "")
             assert f"job {job_id}: {base}-{base + 31} partial(2); rounds/s " in out
             assert "worker" in out and "contrib/s" in out and "switch drops" in out
+            assert "ranks" in out and "4, 5" in out
 
             # without serve's metrics: the switch itself, read without arbitrating
             code, out, err = hysync("--grpc-addr", deployed.switch.grpc_addr, "--json", "top",
@@ -48,6 +53,7 @@ def test_top_shows_the_jobs_modes_pace_and_drops(deployed, serve, workers,
             assert (code, err) == (0, "")
             (direct,) = [j for j in json.loads(out)["jobs"] if j["job_id"] == job_id]
             assert direct["modes"][0]["mode"] == "partial"
+            assert {m["host"] for m in direct["members"]} == {""}  # only serve knows hosts
     finally:
         endpoint.close()
 

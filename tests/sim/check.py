@@ -7,7 +7,7 @@ at its end, for every worker (dead ones included), in every mode the job ends in
 violation is reported, not only the first:
 
 * failures: a failed call is allowed only by a rule of RULES, with the error the rule names
-  and within its bound (FAIL_WITHIN of its cause), and only at a worker the cause touched.
+  and within its bound (Plan.fail_within of its cause), and only at a worker the cause touched.
 * exactly-once: per element of every chunk, what a worker was given (in fixed point) == what
   the switch counted from it + the residual it holds + what its packets in flight took from
   the residual and the switch has not counted; what a restart or a re-install wiped, or a
@@ -35,7 +35,7 @@ import numpy as np
 from hysync import wire
 
 from .check_hosts import check_hosts
-from .plan import DEAD_AFTER, JOIN_AFTER, RTO_MAX, SCALE
+from .plan import JOIN_AFTER, SCALE
 from .run import Record, Sim
 
 H = wire.HEADER_BYTES
@@ -72,10 +72,8 @@ RULES = {
                     "switch state are off by no more than its contributions the switch "
                     "counted and never acknowledged to it",
 }
-# The most a call may run past the later of its start and its cause, for the
-# NoReplyError rules: the dead timer, started by the first packet sent after the
-# last reply heard (at most one back-off after the cause), and the reply's way back.
-FAIL_WITHIN = DEAD_AFTER + 2 * RTO_MAX
+# The bound of the NoReplyError rules and of restart_abort is Plan.fail_within: dead_after +
+# 2 rto_max, of the engine's timing fitted to the plan's switch.
 
 
 def check(rec: Record, sim: Sim) -> list[str]:
@@ -116,12 +114,12 @@ def check(rec: Record, sim: Sim) -> list[str]:
 def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     """The rule of RULES that allows failed call c, or None."""
     if c.status == "reset":
-        # Within FAIL_WITHIN of a restart or a re-install (and its switch's silence), or
+        # Within fail_within of a restart or a re-install (and its switch's silence), or
         # the worker's first call to end after one (a worker paused or computing hears of it
         # with its next packet).
         resets = [(f.at, f.length) for f in rec.plan.faults
                   if f.kind in ("restart", "readd") and f.at < c.end]
-        if resets and (any(c.end <= t + length + FAIL_WITHIN for t, length in resets) or
+        if resets and (any(c.end <= t + length + rec.plan.fail_within for t, length in resets) or
                        not any(x.status == "reset" and resets[-1][0] < x.end < c.end
                                for x in wk.calls)):
             return "restart_abort"
@@ -131,19 +129,33 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     if _lossy_straggler(rec, sim, wk, c):
         return "lossy_straggler"
     bare = [t for t, k in rec.resets if k == "restart_bare" and t < c.end]
-    if bare and c.end <= max(c.start, bare[-1]) + FAIL_WITHIN:
+    if bare and c.end <= max(c.start, bare[-1]) + rec.plan.fail_within:
         return "bare_unreachable"
-    deaths = [f.at for f in rec.plan.faults if f.kind == "death" and f.at < c.end
+    deaths = [f for f in rec.plan.faults if f.kind == "death" and f.at < c.end
               and f.worker != wk.w]
     if deaths and _members_gone(rec, sim, c.end, dead_only=True) and \
-            c.end <= max(c.start, deaths[-1]) + FAIL_WITHIN:
+            c.end <= _gone_since(wk, c, deaths[-1].at, {f.worker for f in deaths}) + \
+            rec.plan.fail_within:
         return "dead_member"
-    finish = max((x.calls[-1].end for x in sim.workers
-                  if x is not wk and x.finished and x.calls[-1].end <= c.end), default=None)
-    if finish is not None and _members_gone(rec, sim, c.end) and \
-            c.end <= max(c.start, finish) + FAIL_WITHIN:
-        return "end_behind"
+    finished = [x for x in sim.workers
+                if x is not wk and x.finished and x.calls[-1].end <= c.end]
+    if finished and _members_gone(rec, sim, c.end):
+        finish = max(x.calls[-1].end for x in finished)
+        gone = {x.w for x in finished} | {f.worker for f in deaths}
+        if c.end <= _gone_since(wk, c, finish, gone) + rec.plan.fail_within:
+            return "end_behind"
     return None
+
+
+def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
+    """Where a NoReplyError rule's bound starts: the later of the call's start, the cause
+    (a death, a finish) and the last result the worker heard before the call ended of a
+    round a member then gone had joined. Rounds that counted a member before it went still
+    close (once a paused peer comes back), and each result restarts the dead timer; no
+    round the gone member had not joined closes, so the results that move it are few."""
+    mask = sum(1 << w for w in gone)
+    heard = [t for t, bitmap in wk.results_heard if cause < t <= c.end and bitmap & mask]
+    return max(c.start, cause, *heard)
 
 
 def _failure_context(rec: Record, sim: Sim, c) -> str:
@@ -212,7 +224,7 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     `dead_after` fails its peers' calls, as any straggler that slow does (docs/protocol.md
     §9 Failures). Loss makes that a matter of chance (k losses in a row), never of a rule."""
     plan = rec.plan
-    if call.end - DEAD_AFTER >= plan.lossy_until or not (plan.up.loss or plan.down.loss):
+    if call.end - plan.dead_after >= plan.lossy_until or not (plan.up.loss or plan.down.loss):
         return False
     return any(sum(1 for c in x.calls if c.status == "done" and c.end <= call.end) < call.index
                for x in sim.workers if x is not wk and not x.dead)
@@ -235,8 +247,10 @@ def _exactly_once(rec: Record, wk) -> list[str]:
         if amount is None:
             continue
         acc = pending.setdefault(chunk, np.zeros(wire.LANES, np.int64))
-        amount = np.nan_to_num(np.asarray(amount, np.float64))  # (NaN: a non-finite element)
-        acc += np.rint(amount * SCALE).astype(np.int64)
+        # (a non-finite or out-of-range element - NaN, +-inf, 1e30 - is _nonfinite_books';
+        # its lane is skipped below, so it adds 0 here rather than an int64 cast's garbage)
+        amount = np.asarray(amount, np.float64) * SCALE
+        acc += np.rint(np.where(np.abs(amount) < 2.0 ** 62, amount, 0.0)).astype(np.int64)
     orphaned = _orphaned(rec, wk.w)
     unknown = _unknown_fate(rec, wk)
     out = []
@@ -338,9 +352,15 @@ def _nonfinite_books(rec: Record, sim: Sim, wk) -> list[str]:
     for (key, element), times in wk.injected.items():
         given[(wk.firsts[key] + element // wire.LANES, element % wire.LANES)] = times
     nan_held: set[tuple[int, int]] = set()
+    bound = np.float32(sim.bound)
     for k, first in zip(wk.keys, wk.firsts, strict=True):
-        res = np.asarray(e.residual(k))
-        for i in np.flatnonzero(~np.isfinite(res)):
+        res = np.asarray(e.residual(k), np.float32)
+        # Held for a sentinel: NaN, an infinity, or a finite value beyond the quantizer's
+        # range, which the next contribution of the chunk sends as the sentinel (§9, "Beyond
+        # the range is overflow"); compared as the quantizer compares, in float32.
+        with np.errstate(over="ignore", invalid="ignore"):
+            fixed = res * np.float32(SCALE)
+        for i in np.flatnonzero(~((fixed >= -bound) & (fixed <= bound))):
             nan_held.add((first + int(i) // wire.LANES, int(i) % wire.LANES))
     cells = {(c, j) for (w, c, j) in rec.sentinels if w == wk.w}
     for cell in sorted(cells | set(given) | nan_held | flying | set(wk.absorbed)):

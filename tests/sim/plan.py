@@ -15,7 +15,8 @@ from hysync import wire
 SYNC, PARTIAL, ASYNC = int(wire.Mode.SYNC), int(wire.Mode.PARTIAL), int(wire.Mode.ASYNC)
 
 # Engine timing of the simulated workers (seconds). dead_after bounds every failure; the
-# liveness bound of a call once faults stop is LIVENESS_BOUND simulated seconds.
+# liveness bound of a call once faults stop is LIVENESS_BOUND simulated seconds. A plan with
+# a slow switch fits rto_max and dead_after to it (Plan.rto_max, Plan.dead_after).
 RTO_INITIAL, RTO_MIN, RTO_MAX = 0.02, 0.002, 0.5
 DEAD_AFTER, STALL_AFTER, MISSED_AFTER, JOIN_AFTER = 3.0, 0.005, 0.25, 1.0
 LIVENESS_BOUND = DEAD_AFTER + 2 * JOIN_AFTER + 2 * RTO_MAX
@@ -77,6 +78,35 @@ class Plan:
     # Every member (`workers`) is a host of this many ranks, reduced on the host first
     # (tests/sim/hosts.py); 1: each member is one rank.
     ranks_per_host: int = 1
+
+    # The engine's timing fitted to the switch it talks to (docs/protocol.md §9, "Timing"): an
+    # RTO capped below the switch's round trip retransmits before every answer comes back, so
+    # every "not counted" answers an earlier transmission, which the echo rule ignores, and
+    # the call fails by dead_after with the switch answering all along. The round trip of
+    # the simulated network is the slow switch's delay (one way, to the pipeline) and at most
+    # a few milliseconds of links.
+    @property
+    def rto_max(self) -> float:
+        """The RTO's cap: at least twice the switch's round trip."""
+        return max(RTO_MAX, 2 * self.switch_delay)
+
+    @property
+    def dead_after(self) -> float:
+        """Silence before the switch counts as gone: two round trips more than on a fast
+        switch (a packet then takes a round trip to meet the open round, another to close)."""
+        return DEAD_AFTER + 2 * self.switch_delay
+
+    @property
+    def liveness_bound(self) -> float:
+        """A call ends this long after the later of its start and the faults' end."""
+        return LIVENESS_BOUND + (self.dead_after - DEAD_AFTER) + 2 * (self.rto_max - RTO_MAX)
+
+    @property
+    def fail_within(self) -> float:
+        """The most a call may run past the later of its start and its cause, for the
+        NoReplyError rules: the dead timer, started by the first packet sent after the last
+        reply heard (at most one back-off after the cause), and the reply's way back."""
+        return self.dead_after + 2 * self.rto_max
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

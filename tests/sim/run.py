@@ -34,13 +34,10 @@ from tests.conformance.topology import Job, Member
 
 from .hosts import Rank, draw_gradients, ranks_of, reduce_mean, updates
 from .plan import (
-    DEAD_AFTER,
     JOIN_AFTER,
-    LIVENESS_BOUND,
     MISSED_AFTER,
     NONFINITE_VALUES,
     RTO_INITIAL,
-    RTO_MAX,
     RTO_MIN,
     SCALE,
     STALL_AFTER,
@@ -139,6 +136,8 @@ class Worker:
     dropped: list[tuple[int, int, int]] = field(default_factory=list)
     got: list[tuple[float, int]] = field(default_factory=list)  # (when, chunk) of each applied
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
+    # (when, bitmap) of every RESULT its engine took: each restarts the engine's dead timer
+    results_heard: list[tuple[float, int]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
     # the switch acknowledged its contribution there
     acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
@@ -317,9 +316,9 @@ class Sim:
         config = engine_config(
             job_id=1, worker_id=w, switch_ip=SWITCH_IP, switch_port=wire.HYSYNC_UDP_PORT,
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
-            rto_initial=RTO_INITIAL, rto_min=RTO_MIN, rto_max=RTO_MAX, dead_after=DEAD_AFTER,
-            stall_after=STALL_AFTER, missed_after=MISSED_AFTER, staleness_decay=1.0,
-            seed=p.seed * 64 + w, **self.engine_options)
+            rto_initial=RTO_INITIAL, rto_min=RTO_MIN, stall_after=STALL_AFTER,
+            missed_after=MISSED_AFTER, staleness_decay=1.0, seed=p.seed * 64 + w,
+            **{"rto_max": p.rto_max, "dead_after": p.dead_after, **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
         keys = [engine.register(n) for n in p.sizes]
         firsts = [engine.first_chunk(k) for k in keys]
@@ -363,7 +362,7 @@ class Sim:
         e.begin_call(wk.keys[k], wk.values)
         self._note_absorbed(wk)
         wk.in_call = True
-        bound = max(self.now, p.faults_end, p.lossy_until) + LIVENESS_BOUND
+        bound = max(self.now, p.faults_end, p.lossy_until) + p.liveness_bound
         self.at(bound, self._deadline, wk, index)
         self._turn(wk)
 
@@ -446,14 +445,14 @@ class Sim:
         self._turn(wk)
 
     def _deadline(self, wk: Worker, index: int) -> None:
-        """Invariant 3: the bound is fixed when the call starts (LIVENESS_BOUND after the
+        """Invariant 3: the bound is fixed when the call starts (Plan.liveness_bound after the
         later of its start and the faults' end); it never moves."""
         call = wk.calls[index]
         if call.end < 0 and not wk.dead:
             self.rec.violations.append(
                 f"liveness: worker {wk.w} call {index} (key {call.key}) started at "
                 f"{call.start:.3f} s is neither done nor failed at {self.now:.3f} s "
-                f"({LIVENESS_BOUND:g} s after the faults stopped): "
+                f"({self.plan.liveness_bound:g} s after the faults stopped): "
                 f"{wk.engine.describe_flights()}")
 
     def _deliver(self, wk: Worker, data: bytes) -> None:
@@ -518,6 +517,7 @@ class Sim:
             return
         if data[_OFF_OP] != wire.Op.RESULT:
             return
+        wk.results_heard.append((self.now, _bitmap(data)))
         key = (tag[0], slot, rnd)
         if flight is not None and (_bitmap(data) >> wk.w) & 1 and \
                 data[_OFF_CHUNK:_OFF_CHUNK + 4] == flight[_OFF_CHUNK:_OFF_CHUNK + 4]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .check import check
-from .plan import draw
+from .plan import DEAD_AFTER, FAULT_KINDS, RTO_MAX, draw
 from .run import simulate
 from .test_races import NoEpochPipeline
 
@@ -48,11 +48,21 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "flight_deadline": (("death", "storm"), 70002,
                         {"faults": {"no_flight_deadline": True}}, "failure",
                         "'unreachable'"),
+    # §9 Failures, the packet's deadline: a JOIN of zeros joined a sync round that waits for
+    # a dead member and holds the slot a chunk of the call waits for; async results on other
+    # slots keep the dead timer quiet.
+    "blocking_flight_deadline": (FAULT_KINDS, 9000815, {"faults": {"own_flight_deadline": True}},
+                                 "liveness", "null chunk 1"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
     "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
                               {"faults": {"send_dropped": True}}, "exactly-once",
                               "worker 1 chunk 9"),
+    # §9 "Timing": an engine whose RTO is capped below a slow switch's round trip never hears
+    # the answer to its latest transmission; calls fail by dead_after with nobody gone.
+    "engine_timing": (("slow_switch",), 90003,
+                      {"engine": {"rto_max": RTO_MAX, "dead_after": DEAD_AFTER}}, "failure",
+                      "'unreachable'"),
 }
 
 

@@ -122,6 +122,40 @@ def test_sweep_regressions(seed: int, target: str) -> None:
     _run(draw(seed), target)
 
 
+# Seeds of a slow switch (0.5-1 s to reach the pipeline) whose calls failed by dead_after with
+# the switch answering all along: the RTO, capped below the round trip, retransmitted before
+# every answer came back, so each "not counted" answered an earlier transmission and the echo
+# rule ignored it. The engine's timing is now fitted to the switch (Plan.rto_max, dead_after;
+# docs/protocol.md §9, "Timing"). 9000480: no other fault; 9001034: and a restart.
+SLOW_SWITCH_REGRESSIONS = (9000480, 9001034)
+
+
+@pytest.mark.parametrize("target", ["native", "python", "tna-model"])
+@pytest.mark.parametrize("seed", SLOW_SWITCH_REGRESSIONS)
+def test_slow_switch_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
+# Seeds of the 9,000,000 sweep, each fixed at its cause (docs/protocol.md §10):
+# 9000578, 9000594 (a member's call gave 1e30 while its last packet was still out; the value
+# stayed in its residual, to be sent as the sentinel by the chunk's next contribution) - the
+# checker now counts a residual element beyond the quantizer's range as a sentinel held.
+# 9002414 (a member died after its contributions were counted in rounds that a paused peer
+# closed later; each result restarted the survivors' dead timer) - rule dead_member's bound
+# starts at the last result of a round the dead member had joined.
+# 9000815, 9002514 (a JOIN of zeros joined a sync round that waited for a dead member and
+# held its slot; the call's own chunk queued behind it was never launched, async results on
+# the other slots kept the dead timer quiet, and the call outlived the liveness bound) - the
+# packet deadline covers a packet that holds a slot a chunk of the call waits for.
+SWEEP_9M_REGRESSIONS = (9000578, 9000594, 9002414, 9000815, 9002514)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", SWEEP_9M_REGRESSIONS)
+def test_sweep_9m_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
 def test_a_straggler_that_loss_held_back_is_counted() -> None:
     """Seed 300033: the network's loss held a live member back; its peers' calls failed by
     dead_after while it caught up. Allowed, and counted (docs/protocol.md §10, rule

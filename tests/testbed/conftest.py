@@ -27,6 +27,21 @@ Data = dict[str, Any]
 RACK_HOSTS = 3  # host namespaces of the emulated rack
 
 
+def rank_records(outputs: list[str]) -> list[dict]:
+    """Every `{"rank": ...}` object the ranks printed. The ranks of one launcher share its
+    output, and an unbuffered print writes a line and its newline apart, so one rank's
+    line can run on into another's: objects are found where they start, not by line."""
+    decoder = json.JSONDecoder()
+    found = []
+    for out in outputs:
+        start = out.find('{"rank"')
+        while start != -1:
+            record, end = decoder.raw_decode(out, start)
+            found.append(record)
+            start = out.find('{"rank"', end)
+    return found
+
+
 def tree(pid: int) -> list[int]:
     """A process and its descendants (torchrun starts its workers in sessions of their own)."""
     try:

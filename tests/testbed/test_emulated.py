@@ -29,7 +29,7 @@ from hysync.controlplane.testbed.inventory import Inventory
 from hysync.controlplane.testbed.netns import missing_netns_tools
 
 from ..controlplane.conftest import read_table
-from .conftest import RACK_HOSTS, ROOT, kill_tree
+from .conftest import RACK_HOSTS, ROOT, kill_tree, rank_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 HOSTS = RACK_HOSTS
@@ -106,8 +106,7 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
     served = (tmp_path / "serve.log").read_text()
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:] + served
-    results = {r["rank"]: r for out in outputs for line in out.splitlines()
-               if line.startswith('{"rank"') for r in [json.loads(line)]}
+    results = {r["rank"]: r for r in rank_records(outputs)}
     assert sorted(results) == list(range(HOSTS))
     decisions = [json.loads(line) for line in policy_log.read_text().splitlines()]
     swaps = [(d["action"], d.get("mode"), d.get("quorum"), d.get("worker"))
@@ -163,8 +162,7 @@ def test_hosts_of_two_ranks_train_with_one_member_each(tmp_path: Path) -> None:
         for p, out in zip(procs, outputs, strict=True):
             assert p.returncode == 0, out[-3000:] + served
         assert hysync("teardown", str(inventory)).returncode == 0
-    results = {r["rank"]: r for out in outputs for line in out.splitlines()
-               if line.startswith('{"rank"') for r in [json.loads(line)]}
+    results = {r["rank"]: r for r in rank_records(outputs)}
     assert sorted(results) == list(range(2 * HOSTS))
     assert "admitted job 1 'torchrun': 3 members" in served
     for r in results.values():

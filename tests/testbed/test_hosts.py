@@ -5,6 +5,7 @@ first, its leader is the one switch member, and every rank ends where its leader
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -14,17 +15,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
-from hysync.controlplane.serve.server import Server
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.serve.server import SERVE, Server
 from hysync.controlplane.testbed.deploy import deploy
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.host_group import HostLayout, HostLayoutError, host_layout, ranks_per_host_setting
 from hysync.torch import AttachError, admit
+from hysync.worker.ddp_hook import HySyncHookState, switch_call
 
 from .conftest import (
     ROOT,
@@ -32,6 +36,7 @@ from .conftest import (
     kill_tree,
     loopback_inventory,
     published,
+    rank_records,
     tree,
     write_inventory,
 )
@@ -43,13 +48,22 @@ QUANTIZATION = 1e-4  # HySync's parameters against gloo's after a few steps at 2
 
 
 @pytest.fixture
-def three_hosts(inventory_for, softswitch: Softswitch) -> Iterator[tuple[Inventory, list[str]]]:
+def three_hosts_served(inventory_for, softswitch: Softswitch
+                       ) -> Iterator[tuple[Inventory, list[str], Server]]:
+    """A loopback inventory of three hosts, deployed, its serve (no policy) running, and
+    the events serve said."""
     inv = Inventory.load(inventory_for(softswitch, hosts=3))
     deploy(inv)
     events: list[str] = []
     server = published(Server(inv, policy=None, say=events.append).start())
-    yield inv, events
+    yield inv, events, server
     server.close()
+
+
+@pytest.fixture
+def three_hosts(three_hosts_served: tuple[Inventory, list[str], Server]
+                ) -> tuple[Inventory, list[str]]:
+    return three_hosts_served[:2]
 
 
 # What torchrun's launcher of node rank 0 says when its --master-port was taken between
@@ -128,8 +142,7 @@ def trained(hosts: list[int], *args: str, **kwargs: object) -> dict[int, dict]:
     runs = launch(hosts, *args, **kwargs)  # type: ignore[arg-type]
     for code, out in runs:
         assert code == 0, out[-4000:]
-    lines = [json.loads(line) for _, out in runs for line in out.splitlines()
-             if line.startswith('{"rank"')]
+    lines = rank_records([out for _, out in runs])
     by_rank = {r["rank"]: r for r in lines}
     assert sorted(by_rank) == list(range(sum(hosts))), runs
     return by_rank
@@ -211,8 +224,7 @@ def test_the_backend_reduces_on_the_host_first(
         three_hosts: tuple[Inventory, list[str]]) -> None:
     inv, events = three_hosts
     runs = launch_example([2, 2, 2], inv)
-    lines = [json.loads(line) for _, out in runs for line in out.splitlines()
-             if line.startswith('{"rank"')]
+    lines = rank_records([out for _, out in runs])
     # examples/allreduce.py asserts every result against the exact sum itself
     assert sorted(r["rank"] for r in lines) == list(range(6)), runs
     assert all(r["ok"] and r["group"] == "hysync" for r in lines), lines
@@ -304,3 +316,93 @@ def test_background_averaging_with_several_ranks_per_host_is_refused(tmp_path: P
                                           "one rank per host: leave it out, or set "
                                           "ranks_per_host to 1$"):
         admit(dist.HashStore(), 0, 4, inventory, averaging=True, ranks_per_host=2)
+
+
+def cli(*args: str) -> str:
+    """`hysync ARGS` in this process; its output (exit status 0, or the test fails)."""
+    out, err = io.StringIO(), io.StringIO()
+    assert main(list(args), stdout=out, stderr=err) == 0, err.getvalue()
+    return out.getvalue()
+
+
+def together(ranks: list[int], call: Callable[[int], object], deadline: float = WAIT) -> dict:
+    """`call(rank)` for each rank in a thread of its own, as the ranks of a job run;
+    each rank's result. A rank's exception fails the test, as does one still running at
+    the deadline."""
+    results: dict[int, object] = {}
+    errors: dict[int, BaseException] = {}
+
+    def one(rank: int) -> None:
+        try:
+            results[rank] = call(rank)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors[rank] = err
+
+    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=deadline)
+    assert not any(t.is_alive() for t in threads), f"ranks still running after {deadline} s"
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.slow
+def test_serve_learns_each_hosts_ranks_and_an_exclusion_leaves_out_all_of_them(
+        three_hosts_served: tuple[Inventory, list[str], Server]) -> None:
+    """Six ranks, two per host, admitted for real: serve's status and its answers to an
+    exclusion and a readmission name the member's host and its ranks, and once a host is
+    excluded the rounds sum the other hosts' ranks only, both ranks of the host out."""
+    inv, events, server = three_hosts_served
+    store = dist.HashStore()
+    world = 6
+    admitted = together(list(range(world)), lambda rank: admit(
+        store, rank, world, inv.path, host=f"h{rank // 2 + 1}", ranks_per_host=2, timeout=60))
+    try:
+        status = server.handle(SERVE, {"op": "status"})
+        (job,) = status["jobs"]
+        assert job["hosts"] == [{"member": 0, "host": "h1", "ranks": [0, 1]},
+                                {"member": 1, "host": "h2", "ranks": [2, 3]},
+                                {"member": 2, "host": "h3", "ranks": [4, 5]}]
+        assert events[0].endswith("; member 0 (host h1, ranks 0, 1); member 1 (host h2, "
+                                  "ranks 2, 3); member 2 (host h3, ranks 4, 5)"), events
+        # `hysync --serve ADDR stats JOB`: the switch's counters with each member's host
+        text, data = (cli("--serve", server.address, *json_flag, "stats", str(job["job_id"]))
+                      for json_flag in ([], ["--json"]))
+        rows = text.splitlines()
+        assert rows[1].split()[-2:] == ["host", "ranks"]
+        assert [row.split()[0] + " " + " ".join(row.split()[-3:]) for row in rows[2:5]] == [
+            "0 h1 0, 1", "1 h2 2, 3", "2 h3 4, 5"]
+        assert json.loads(data)["hosts"] == job["hosts"]
+
+        def round_of(ranks: list[int]) -> dict:
+            def call(rank: int) -> float:
+                a = admitted[rank]
+                switch = None if a.training is None else switch_call(
+                    HySyncHookState(a.training), "k")
+                tensor = torch.full((64,), float(rank + 1))
+                a.host.allreduce(tensor, switch).wait()
+                return float(tensor.mean())
+            return together(ranks, call, deadline=60)
+
+        # host means 1.5, 3.5, 5.5: the job's mean is 3.5 at every rank
+        assert round_of(list(range(world))) == pytest.approx(dict.fromkeys(range(world), 3.5),
+                                                             abs=QUANTIZATION)
+        out = server.handle(SERVE, {"op": "exclude", "job": job["job_id"], "worker": 2})
+        assert (out["worker"], out["host"], out["ranks"], out["members"]) == (2, "h3", [4, 5], 2)
+        assert events[-1] == f"job {job['job_id']}: worker 2 (host h3, ranks 4, 5) excluded on " \
+            "request"
+        # host h3 is out with both its ranks: the mean of h1's and h2's ranks, (1.5 + 3.5) / 2
+        assert round_of([0, 1, 2, 3]) == pytest.approx(dict.fromkeys(range(4), 2.5),
+                                                       abs=QUANTIZATION)
+        back = server.handle(SERVE, {"op": "readmit", "job": job["job_id"], "worker": 2})
+        assert (back["host"], back["ranks"], back["members"]) == ("h3", [4, 5], 3)
+    finally:
+        for rank in sorted(admitted, reverse=True):  # rank 0 last: it releases the job
+            a = admitted[rank]
+            if rank == 0:
+                a.serve.request({"op": "release"})
+            for part in (a.serve, a.training, a.host):
+                if part is not None:
+                    part.close()

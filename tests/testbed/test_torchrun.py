@@ -6,7 +6,6 @@ when it crashes."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from hysync.controlplane.testbed.deploy import deploy
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.rendezvous import torchrun_rendezvous
 
-from .conftest import ROOT, Softswitch, kill_tree, published, tree
+from .conftest import ROOT, Softswitch, kill_tree, published, rank_records, tree
 
 pytestmark = pytest.mark.slow
 TARGET_ACCURACY = 0.9
@@ -84,8 +83,7 @@ def test_the_example_trains_under_torchrun_and_its_jobs_go_at_the_end(
         outputs = [p.communicate(timeout=240)[0] for p in procs]
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
-    results = [json.loads(line) for out in outputs for line in out.splitlines()
-               if line.startswith('{"rank"')]
+    results = rank_records(outputs)
     assert sorted(r["rank"] for r in results) == [0, 1]
     for r in results:
         assert r["updates"] >= 150 and r["accuracy"] >= TARGET_ACCURACY, r

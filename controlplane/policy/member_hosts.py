@@ -1,0 +1,60 @@
+"""Which host each switch member of a job is, and which of the job's ranks it speaks for.
+
+The switch counts, the policy decides, and serve excludes and readmits by member index
+(a worker id). With hosts of several ranks (hysync/host_group.py) a member is a host: its
+leader sends the host's mean, and every rank of the host applies what the leader applied.
+A straggler found at a member is therefore a slow host, and an exclusion leaves all its
+ranks out of the rounds together. Serve learns each member's host and ranks at admission
+(`hysync.torch.admit` sends them); the policy's decision records, serve's status and
+stats, and the metrics name them with this module's `MemberHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MemberHost:
+    """A member's inventory host and the job's ranks it speaks for (each None where serve
+    was not told: a job added from a job file, or read back after a restart)."""
+
+    host: str | None
+    ranks: tuple[int, ...] | None = None
+
+    def fields(self, member: int) -> dict[str, object]:
+        """What a JSON record says of member `member`."""
+        return {"member": member, "host": self.host,
+                "ranks": None if self.ranks is None else list(self.ranks)}
+
+
+Hosts = Mapping[int, MemberHost]  # member index (worker id) -> its host
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """`2, 3` / `0-7` / `0-3, 8`: the ranks in runs of consecutive ones."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}"
+                     for a, b in runs)
+
+
+def describe(member: int, hosts: Hosts) -> str:
+    """`member 1 (host h2, ranks 2, 3)`; what is not known is left out."""
+    place = hosts.get(member)
+    said = []
+    if place is not None and place.host is not None:
+        said.append(f"host {place.host}")
+    if place is not None and place.ranks is not None:
+        said.append(f"rank{'s' if len(place.ranks) != 1 else ''} {ranks_text(place.ranks)}")
+    return f"member {member}" + (f" ({', '.join(said)})" if said else "")
+
+
+def member_fields(member: int, hosts: Hosts) -> dict[str, object]:
+    """MemberHost.fields of `member`, with host and ranks None where not known."""
+    return hosts.get(member, MemberHost(None)).fields(member)
