@@ -36,7 +36,8 @@ help:
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"
 	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
 	@echo "              TARGETS=$(TARGETS), faults KINDS=..., JOBS=processes (0: every CPU; SEED=n"
-	@echo "              replays one; KINDS=straggler: the straggler plans); numbers in"
+	@echo "              replays one; KINDS=straggler: the straggler plans; HOSTS=drawn: members"
+	@echo "              are hosts of 1-8 ranks, HOSTS=32x4: 128 ranks on 32 hosts); numbers in"
 	@echo "              bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
@@ -139,7 +140,7 @@ TARGETS ?= native,python
 KINDS ?= swap,storm,pause,readd,restart,restart_bare,death,slow_switch,async_reorder,latch_loss
 JOBS ?= 0
 simulate: setup
-	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS))
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS)) $(if $(HOSTS),--hosts $(HOSTS))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

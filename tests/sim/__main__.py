@@ -4,6 +4,8 @@
     python -m tests.sim --seeds 1000 --kinds straggler     # the straggler plans instead
     python -m tests.sim --seed 1234 --targets python          # replay one seed
     python -m tests.sim --plan '<json>' --targets native      # replay a shrunk plan
+    python -m tests.sim --seeds 1000 --hosts drawn    # members are hosts of 1-8 ranks
+    python -m tests.sim --seeds 100 --hosts 32x4      # a job of 128 ranks on 32 hosts
 
 Writes seeds, simulated packets and swaps, violations and simulated seconds per CPU
 second to --out (bench/results/simulate.json by default). Exit status 1 if any run
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .check import RULES, check
-from .plan import FAULT_KINDS, Link, Plan, draw
+from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, Link, Plan, draw, host_layout
 from .run import simulate
 
 TARGETS = ("native", "python", "tna-model")
@@ -73,10 +75,11 @@ class Sweep:
     """What a batch of runs added up to."""
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("runs", "packets", "swaps", "sim_seconds", "state_resets", "nonfinite_given",
-         "nonfinite_rounds"), 0))
+         "nonfinite_rounds", "runs_of_32_hosts"), 0))
     # per rule of check.RULES: what it allowed (docs/protocol.md §10, "Allowed, by rule")
     excused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
     by_kind: dict[str, int] = field(default_factory=dict)
+    by_ranks: dict[int, int] = field(default_factory=dict)  # runs per ranks per host
     failures: list[dict[str, object]] = field(default_factory=list)
     cpu_seconds: float = 0.0
     seeds: int = 0
@@ -87,6 +90,8 @@ class Sweep:
             self.totals[k] += v
         for k, v in other.by_kind.items():
             self.by_kind[k] = self.by_kind.get(k, 0) + v
+        for r, v in other.by_ranks.items():
+            self.by_ranks[r] = self.by_ranks.get(r, 0) + v
         for k, v in other.excused.items():
             self.excused[k] = self.excused.get(k, 0) + v
         self.failures += other.failures
@@ -110,6 +115,8 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
             out.totals["runs"] += 1
             for k in plan.kinds():
                 out.by_kind[k] = out.by_kind.get(k, 0) + 1
+            out.by_ranks[plan.ranks_per_host] = out.by_ranks.get(plan.ranks_per_host, 0) + 1
+            out.totals["runs_of_32_hosts"] += plan.workers == 32
             if rec is not None:
                 for k in ("packets", "swaps", "sim_seconds", "state_resets",
                           "nonfinite_rounds"):
@@ -140,11 +147,12 @@ def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: 
     return out
 
 
-def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str, float]) -> Sweep:
-    start, count, kinds, targets, shrinking, some_kinds, deadline = job
+def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str, float, str]
+                 ) -> Sweep:
+    start, count, kinds, targets, shrinking, some_kinds, deadline, hosts = job
     if time.time() > deadline:  # --time-limit: the seeds left are not run
         return Sweep()
-    plans = [draw(s, kinds) for s in range(start, start + count)]
+    plans = [draw(s, kinds, hosts) for s in range(start, start + count)]
     return sweep(plans, targets, shrinking=shrinking, replaying=False, some_kinds=some_kinds)
 
 
@@ -159,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(FAULT_KINDS),
                     help="fault kinds the seeds may draw; 'straggler' alone: the straggler "
                          "plans (a slow member, the adaptive policy's swaps)")
+    ap.add_argument("--hosts", default="",
+                    help=f"members are hosts of several ranks, reduced on the host first: "
+                         f"'{HOSTS_DRAWN}' (1-8 ranks per host, drawn per seed; 2%% of the "
+                         "seeds: 128 ranks on 32 hosts) or HxR (H "
+                         "hosts of R ranks, e.g. 32x4); the fault kinds then include "
+                         f"{', '.join(HOST_KINDS)} (default: one rank per member)")
     ap.add_argument("--out", default="bench/results/simulate.json")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--time-limit", type=float, default=float("inf"), metavar="SECONDS",
@@ -175,6 +189,15 @@ def main(argv: list[str] | None = None) -> int:
         if t not in TARGETS:
             ap.error(f"unknown target {t!r}: one of {', '.join(TARGETS)}")
     kinds = tuple(k for k in args.kinds.split(",") if k)
+    if args.hosts:
+        try:
+            host_layout(args.hosts)
+        except ValueError as err:
+            ap.error(str(err))
+        if kinds == ("straggler",):
+            ap.error("--hosts: the straggler plans draw no host layout; leave one of them out")
+        if args.kinds == ap.get_default("kinds"):  # every kind: the in-host ones too
+            kinds += HOST_KINDS
     jobs = args.jobs or os.cpu_count() or 1
     # A sweep runs in worker processes (one too) so that it writes its summary after every
     # chunk of seeds: a sweep stopped from outside keeps what it ran.
@@ -182,13 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         plans = [Plan.from_json(args.plan)]
     elif args.seed is not None:
-        plans = [draw(args.seed, kinds)]
+        plans = [draw(args.seed, kinds, args.hosts)]
     elif parallel:
         plans = []  # each process draws its own
     else:
-        plans = [draw(s, kinds) for s in range(args.start, args.start + args.seeds)]
+        plans = [draw(s, kinds, args.hosts) for s in range(args.start, args.start + args.seeds)]
 
-    some_kinds = "" if kinds == FAULT_KINDS else f" KINDS={','.join(kinds)}"
+    some_kinds = "" if kinds in (FAULT_KINDS, FAULT_KINDS + HOST_KINDS) else \
+        f" KINDS={','.join(kinds)}"
+    if args.hosts:
+        some_kinds += f" HOSTS={args.hosts}"
     wall0 = time.monotonic()
     write_out = bool(args.out) and not args.plan and args.seed is None
 
@@ -197,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return {
             "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
             "first_seed": plans[0].seed if plans else args.start, "complete": complete,
-            "targets": targets, "kinds": list(kinds), **totals,
+            "targets": targets, "kinds": list(kinds), "hosts": args.hosts or "one rank each",
+            **totals, "runs_by_ranks_per_host": dict(sorted(result.by_ranks.items())),
             "excused_by_rule": result.excused, "runs_by_fault_kind": result.by_kind,
             "violations": len(result.failures),
             "failures": result.failures, "cpu_seconds": round(cpu, 3),
@@ -215,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk = max(1, min(250, args.seeds // (jobs * 4)))
         deadline = time.time() + args.time_limit
         work = [(s, min(chunk, args.start + args.seeds - s), kinds, targets,
-                 not args.no_shrink, some_kinds, deadline)
+                 not args.no_shrink, some_kinds, deadline, args.hosts)
                 for s in range(args.start, args.start + args.seeds, chunk)]
         result = Sweep()
         with multiprocessing.Pool(jobs) as pool:

@@ -34,6 +34,7 @@ import numpy as np
 
 from hysync import wire
 
+from .check_hosts import check_hosts
 from .plan import JOIN_AFTER, SCALE
 from .run import Record, Sim
 
@@ -105,6 +106,8 @@ def check(rec: Record, sim: Sim) -> list[str]:
             out.append(f"silent loss: worker {wk.w} dropped the result of slot {slot} round "
                        f"{rnd} (switch state {state}) as a duplicate, applied none such, and "
                        f"its replica is not flagged for a resync ({len(wk.dropped)} such)")
+    # Hosts of several ranks: exactly-once and agreement for every rank (check_hosts.py).
+    out += check_hosts(rec, sim)
     return out
 
 

@@ -36,11 +36,14 @@ class Link:
 @dataclass(frozen=True)
 class Fault:
     at: float      # simulated seconds
-    kind: str      # swap | pause | readd | restart | restart_bare | death
+    kind: str      # swap | pause | readd | restart | restart_bare | death | rank_stall
     mode: int = 0
     quorum: int = 0
     worker: int = 0
-    length: float = 0.0  # pause: how long; readd: how long the job stays removed
+    length: float = 0.0  # pause, rank_stall: how long; readd: how long the job stays removed
+    # death, rank_stall: the rank of host `worker` it strikes (-1: the host's leader process
+    # itself, as one rank per host has it); a rank's death is its host's (tests/sim/hosts.py)
+    rank: int = -1
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class Plan:
     reorder_async: bool = False
     # A swap with the switch's state lost (a restart or a re-install) while it latches.
     latch_loss: bool = False
+    # Every member (`workers`) is a host of this many ranks, reduced on the host first
+    # (tests/sim/hosts.py); 1: each member is one rank.
+    ranks_per_host: int = 1
 
     # The engine's timing fitted to the switch it talks to (docs/protocol.md §9, "Timing"): an
     # RTO capped below the switch's round trip retransmits before every answer comes back, so
@@ -116,8 +122,9 @@ class Plan:
 
     def kinds(self) -> set[str]:
         extra = {"slow_switch": self.switch_delay > 0, "async_reorder": self.reorder_async,
-                 "latch_loss": self.latch_loss}
-        return {f.kind for f in self.faults} | {k for k, drawn in extra.items() if drawn}
+                 "latch_loss": self.latch_loss, "hosts": self.ranks_per_host > 1}
+        return ({"rank_death" if f.kind == "death" and f.rank >= 0 else f.kind
+                 for f in self.faults} | {k for k, drawn in extra.items() if drawn})
 
     def without(self, index: int) -> Plan:
         return replace(self, faults=self.faults[:index] + self.faults[index + 1:])
@@ -155,6 +162,16 @@ BASE_KINDS = ("swap", "storm", "pause", "readd", "restart", "restart_bare", "dea
 # other fields are what they were before these existed.
 EXTRA_KINDS = ("slow_switch", "async_reorder", "latch_loss")
 FAULT_KINDS = BASE_KINDS + EXTRA_KINDS
+# Faults inside a host, drawn only where the plan draws a host layout (`hosts`, below): a rank
+# that stalls (its host computes late: a straggler for a while) and a rank that dies (its
+# host's collective fails and the host's leader leaves the job: tests/sim/hosts.py).
+HOST_KINDS = ("rank_stall", "rank_death")
+# `hosts` of draw(): "drawn" gives each seed 1-8 ranks per host, and BIG_JOB_SHARE of the
+# seeds the largest job one switch takes, BIG_JOB (hosts, ranks per host): 128 ranks on 32
+# hosts; "HxR" fixes H hosts of R.
+HOSTS_DRAWN = "drawn"
+MAX_RANKS_PER_HOST = 8
+BIG_JOB, BIG_JOB_SHARE = (wire.MAX_WORKERS, 4), 0.02
 # Not a fault kind: `--kinds straggler` draws the straggler plans (draw_straggler) instead.
 STRAGGLER = "straggler"
 
@@ -172,15 +189,40 @@ def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
     return mode, quorum
 
 
-def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
+def host_layout(hosts: str) -> tuple[int, int] | None:
+    """`hosts` of draw(): None for "drawn", else (hosts, ranks per host) of "HxR"."""
+    if hosts == HOSTS_DRAWN:
+        return None
+    try:
+        h, r = (int(x) for x in hosts.lower().split("x"))
+    except ValueError:
+        h = r = 0
+    if not (2 <= h <= wire.MAX_WORKERS and 1 <= r <= MAX_RANKS_PER_HOST):
+        raise ValueError(f"hosts {hosts!r}: '{HOSTS_DRAWN}' (1-{MAX_RANKS_PER_HOST} ranks per "
+                         f"host, drawn per seed) or HxR, 2-{wire.MAX_WORKERS} hosts of "
+                         f"1-{MAX_RANKS_PER_HOST} ranks (e.g. 32x4: 128 ranks)")
+    return h, r
+
+
+def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "") -> Plan:
     """The plan of `seed`: 2-8 workers, 1-8 slots, 1-3 keys, 2-12 calls, a lossy,
     duplicating, jittery network per direction, 0-12 faults of `kinds` and, in half the
     seeds, non-finite gradient elements (_with_nonfinite); or, with kinds
-    `("straggler",)`, the straggler plan of `seed` (draw_straggler)."""
+    `("straggler",)`, the straggler plan of `seed` (draw_straggler). With `hosts`
+    (host_layout), every worker is a host of several ranks (_with_hosts); "HxR" also fixes
+    the number of workers to H, as "drawn" does (to BIG_JOB) in BIG_JOB_SHARE of the seeds.
+    Without, every worker is one rank, as it always was."""
     if kinds == (STRAGGLER,):
+        if hosts:
+            raise ValueError("the straggler plans draw no host layout: leave hosts out")
         return draw_straggler(seed)
+    layout = host_layout(hosts) if hosts else None
+    if hosts == HOSTS_DRAWN and random.Random(seed * 1_000_039 + 7).random() < BIG_JOB_SHARE:
+        layout = BIG_JOB
     rng = random.Random(seed)
     workers = rng.randint(2, 8)
+    if layout is not None:
+        workers = layout[0]
     slots = rng.randint(1, 8)
     slot_base = rng.randrange(0, 64)
     sizes = tuple(rng.choice((1, 63, 64, 65, rng.randint(1, 64 * 3 * slots)))
@@ -224,7 +266,32 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS) -> Plan:
     plan = _with_nonfinite(Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum,
                                 up, down, rng.choice((0.0005, 0.002, 0.01)), tuple(faults),
                                 end, rng.uniform(0, 2 * horizon)))
-    return _with_extra_faults(plan, kinds, horizon)
+    plan = _with_extra_faults(plan, kinds, horizon)
+    return _with_hosts(plan, kinds, horizon, layout[1] if layout else 0) if hosts else plan
+
+
+def _with_hosts(plan: Plan, kinds: tuple[str, ...], horizon: float, ranks: int) -> Plan:
+    """Hosts of `ranks` ranks each (0: 1-8, drawn) and 0-3 faults of HOST_KINDS in `kinds`:
+    a rank that stalls for 0.05 s to dead_after / 3 (as a pause is bounded: a host slower
+    than dead_after is declared dead), a rank that dies. Drawn from a stream of their own,
+    after the rest of the plan: the other fields are the seed's plan without hosts."""
+    rng = random.Random(plan.seed * 1_000_039 + 13)
+    drawn = rng.randint(1, MAX_RANKS_PER_HOST)
+    ranks = ranks or drawn
+    allowed = [k for k in HOST_KINDS if k in kinds]
+    faults = list(plan.faults)
+    end = plan.faults_end
+    for _ in range(rng.randint(0, 3) if allowed else 0):
+        kind, at = rng.choice(allowed), rng.uniform(0, horizon)
+        host, rank = rng.randrange(plan.workers), rng.randrange(ranks)
+        if kind == "rank_stall":
+            length = rng.uniform(0.05, DEAD_AFTER / 3)
+            faults.append(Fault(at, "rank_stall", worker=host, length=length, rank=rank))
+            end = max(end, at + length)
+        elif plan.workers > 2:  # (as a host's death is drawn)
+            faults.append(Fault(at, "death", worker=host, rank=rank))
+    return replace(plan, ranks_per_host=ranks, faults=tuple(sorted(faults, key=lambda f: f.at)),
+                   faults_end=end)
 
 
 def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float) -> Plan:

@@ -32,6 +32,7 @@ from hysync.worker.config import engine_config
 from tests.conformance.targets import job_group, job_writes, mode_write
 from tests.conformance.topology import Job, Member
 
+from .hosts import Rank, draw_gradients, ranks_of, reduce_mean, updates
 from .plan import (
     JOIN_AFTER,
     MISSED_AFTER,
@@ -156,6 +157,12 @@ class Worker:
     outputs: list[tuple[int, int, float, frozenset[int]]] = field(default_factory=list)
     absorbed: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     absorbed_seen: int = 0
+    # A member that is a host of several ranks (tests/sim/hosts.py): its ranks, leader
+    # first (none where each member is one rank); when a stalled rank lets its host's next
+    # reduce finish; how many results the engine had applied when the call began.
+    ranks: list[Rank] = field(default_factory=list)
+    stalled_until: float = 0.0
+    results_at_call: int = 0
 
 
 @dataclass
@@ -236,6 +243,9 @@ class Sim:
         self.may_async = plan.mode == wire.Mode.ASYNC or any(
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
+        if plan.ranks_per_host > 1:
+            for wk in self.workers:
+                wk.ranks = ranks_of(wk.w, plan.ranks_per_host, plan.sizes, wire.LANES)
         self.grad_rng = np.random.default_rng(plan.seed)
         self.sentinel, self.bound = _core.worker.quantizer_limits(plan.workers)
         self.max_sum = plan.workers * self.bound  # a sum beyond holds a sentinel
@@ -318,8 +328,8 @@ class Sim:
     def _next_call(self, wk: Worker) -> None:
         if wk.dead or wk.finished:
             return
-        if self.now < wk.paused_until:
-            self.at(wk.paused_until, self._next_call, wk)
+        if self.now < max(wk.paused_until, wk.stalled_until):
+            self.at(max(wk.paused_until, wk.stalled_until), self._next_call, wk)
             return
         p = self.plan
         index = len(wk.calls)
@@ -330,14 +340,18 @@ class Sim:
             return
         k = index % len(p.sizes)
         n = p.sizes[k]
-        # Gradients that are whole multiples of 1/scale and small: float32 holds every sum
-        # of them exactly, so the fixed-point books balance bit for bit.
-        fixed = self.grad_rng.integers(-1000, 1001, n)
-        wk.grads[k][:n] += fixed
-        wk.values = (fixed / SCALE).astype(np.float32)
-        for element, value in self.injections.get((wk.w, index), ()):
-            wk.values[element] = value
-            wk.injected.setdefault((k, element), []).append(self.now)
+        if wk.ranks:
+            wk.values = self._host_gradient(wk, index, k, n)
+        else:
+            # Gradients that are whole multiples of 1/scale and small: float32 holds every
+            # sum of them exactly, so the fixed-point books balance bit for bit.
+            fixed = self.grad_rng.integers(-1000, 1001, n)
+            wk.grads[k][:n] += fixed
+            wk.values = (fixed / SCALE).astype(np.float32)
+            for element, value in self.injections.get((wk.w, index), ()):
+                wk.values[element] = value
+                wk.injected.setdefault((k, element), []).append(self.now)
+        wk.results_at_call = len(wk.results)
         wk.calls.append(Call(index, k, self.now))
         self._say(f"w{wk.w} call {index} (key {k}) starts")
         e = wk.engine
@@ -373,8 +387,10 @@ class Sim:
         if call.status == "done":
             wk.outputs.append((call.index, call.key, self.now,
                                frozenset(np.flatnonzero(~np.isfinite(wk.values)).tolist())))
-        wk.values = None
         self._take_results(wk, e.stats(), None)
+        if wk.ranks:
+            self._host_broadcast(wk, call)
+        wk.values = None
         self.at(self.now + self.rng.uniform(0, self._compute(wk.w)), self._next_call, wk)
 
     @staticmethod
@@ -382,6 +398,41 @@ class Sim:
         """The headers of the results the engine applied since it was last asked."""
         raw = stats["results"]
         wk.results += [(state, bytes(raw[i:i + H])) for i in range(0, len(raw), H)]
+
+    # ------------------------------------------------------------ hosts of several ranks
+    def _host_gradient(self, wk: Worker, index: int, k: int, n: int) -> np.ndarray:
+        """The host's ranks are given their gradients (a non-finite element of the plan's at
+        rank `element mod R`) and reduced onto the leader: its switch call's input."""
+        fixed = draw_gradients(self.grad_rng, len(wk.ranks), n)
+        grads = (fixed / SCALE).astype(np.float32)
+        injected = np.zeros(n, bool)  # (their books are the non-finite checks')
+        for element, value in self.injections.get((wk.w, index), ()):
+            grads[element % len(wk.ranks), element] = value
+            injected[element] = True
+            wk.injected.setdefault((k, element), []).append(self.now)
+        for rank, row in zip(wk.ranks, fixed, strict=True):
+            rank.given[k][:n] += np.where(injected, 0, row)
+        values = self._host_reduce(wk, index, grads)
+        # the leader's books: what its engine was given (exact: hosts.py's doc)
+        given = np.where(injected, 0, values).astype(np.float64) * SCALE
+        wk.grads[k][:n] += np.rint(given).astype(np.int64)
+        return values
+
+    def _host_reduce(self, wk: Worker, index: int, grads: np.ndarray) -> np.ndarray:
+        """The host-level reduction of call `index` (a mutation test replaces it)."""
+        return reduce_mean(grads)
+
+    def _host_broadcast(self, wk: Worker, call: Call) -> None:
+        """What the leader's call ended with reaches every rank of its host: (ok, updates,
+        needs resync), then the leader's output where ok (host_group.py's `finish`)."""
+        ok = call.status == "done"
+        done = updates([h for _s, h in wk.results[wk.results_at_call:]],
+                       wk.firsts[call.key], self.plan.workers)
+        flag = bool(wk.engine.needs_resync)
+        assert wk.values is not None
+        for rank in wk.ranks:
+            rank.outputs.append((call.index, ok, done, flag,
+                                 wk.values.copy() if ok else None))
 
     def _compute(self, w: int) -> float:
         """The longest a worker computes between two calls (the straggler: that many times)."""
@@ -653,7 +704,7 @@ class Sim:
     def _fault(self, f: Any) -> None:
         sw = self.switch
         self._say(f"fault {f.kind} mode {f.mode} quorum {f.quorum} worker {f.worker} "
-                  f"length {f.length:g}")
+                  f"length {f.length:g}{f' rank {f.rank}' if f.rank >= 0 else ''}")
         if f.kind == "swap":
             self.rec.swaps += 1
             self.plan_mode = (f.mode, f.quorum)
@@ -663,7 +714,10 @@ class Sim:
             wk = self.workers[f.worker]
             wk.paused_until = max(wk.paused_until, self.now + f.length)
             self.at(wk.paused_until, self._resume, wk)
-        elif f.kind == "death":
+        elif f.kind == "rank_stall":  # the host's next reduce waits for the rank
+            wk = self.workers[f.worker]
+            wk.stalled_until = max(wk.stalled_until, self.now + f.length)
+        elif f.kind == "death":  # a rank's death is its host's (hosts.py)
             wk = self.workers[f.worker]
             wk.dead = True
             wk.inbox.clear()

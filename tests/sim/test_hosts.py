@@ -1,0 +1,189 @@
+"""Members that are hosts of several ranks in the simulation (tests/sim/hosts.py,
+docs/protocol.md §10 invariant 8): seeds of hosts of 1-8 ranks and of 128 ranks on 32
+hosts pass; the simulated reduction is real gloo's, bit for bit; one rank per host is the
+run without hosts; and the per-rank checks catch a rank dropped from its host's reduction
+and a rank that does not apply its leader's result.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from hysync.host_group import Applied, HostGroup, HostLayout
+
+from .check import check
+from .hosts import draw_gradients, reduce_mean
+from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, SCALE, Plan, draw
+from .run import Call, Sim, Worker, simulate
+
+# About a minute on a loaded 2-core machine.
+HOST_SEEDS = 60          # hosts of 1-8 ranks, every fault kind
+PER_HOST_KIND = 6        # each fault inside a host on its own
+BIG_JOB_SEEDS = 2        # 128 ranks on 32 hosts
+
+
+def _run(plan: Plan, target: str, hosts: str) -> None:
+    rec, sim = simulate(plan, target)
+    found = check(rec, sim)
+    assert not found, (f"seed {plan.seed} on {target}: {found[0]}\n  reproduce: make simulate "
+                       f"SEED={plan.seed} TARGETS={target} HOSTS={hosts}")
+
+
+def test_seeds_of_hosts_of_one_to_eight_ranks() -> None:
+    ranks = set()
+    for seed in range(HOST_SEEDS):
+        plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+        ranks.add(plan.ranks_per_host)
+        _run(plan, "native", HOSTS_DRAWN)
+    assert ranks == set(range(1, 9))
+
+
+@pytest.mark.parametrize("kind", HOST_KINDS)
+def test_each_fault_inside_a_host(kind: str) -> None:
+    drawn = 0
+    for seed in range(PER_HOST_KIND):
+        plan = draw(20_000 + seed, (kind,), HOSTS_DRAWN)
+        drawn += kind in plan.kinds()
+        _run(plan, "native", HOSTS_DRAWN)
+    assert drawn >= PER_HOST_KIND // 2, f"{kind} drawn in {drawn} of {PER_HOST_KIND} seeds"
+
+
+def test_a_job_of_128_ranks_on_32_hosts() -> None:
+    for seed in range(BIG_JOB_SEEDS):
+        plan = draw(seed, FAULT_KINDS + HOST_KINDS, "32x4")
+        assert (plan.workers, plan.ranks_per_host) == (32, 4)
+        _run(plan, "native", "32x4")
+
+
+def test_one_rank_per_host_is_the_run_without_hosts() -> None:
+    """With R = 1 and no fault inside a host, a seed is its plan without hosts, run alike."""
+    for seed in range(5):
+        plain = draw(seed)
+        hosted = draw(seed, FAULT_KINDS, f"{plain.workers}x1")
+        assert hosted == plain
+        a, sim = simulate(hosted, "native")
+        b, _ = simulate(plain, "native")
+        assert not any(wk.ranks for wk in sim.workers)
+        assert (a.packets, a.swaps, a.sim_seconds, a.contribs.__len__()) == \
+            (b.packets, b.swaps, b.sim_seconds, len(b.contribs))
+
+
+def test_bad_host_layouts_are_refused_in_one_line() -> None:
+    for bad in ("33x4", "4x9", "1x2", "four"):
+        with pytest.raises(ValueError, match=r"'drawn' \(1-8 ranks per host, drawn per "
+                                             r"seed\) or HxR"):
+            draw(1, FAULT_KINDS, bad)
+
+
+def _gloo_host(grads: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """hysync.host_group.HostGroup on real gloo, one thread per rank: every rank's tensor
+    after the host's all-reduce through an identity switch, and what the leader handed the
+    switch."""
+    ranks = len(grads)
+    store = dist.HashStore()
+    outputs: list[np.ndarray] = [np.empty(0)] * ranks
+    handed: list[np.ndarray] = []
+    errors: list[BaseException] = []
+
+    def switch(tensor: torch.Tensor) -> Applied:
+        handed.append(tensor.numpy().copy())
+        return Applied(1.0, False)
+
+    def rank(local: int) -> None:
+        try:
+            group = HostGroup(store, HostLayout(1, ranks, 0, local), timeout=60)
+            tensor = torch.from_numpy(grads[local].copy())
+            group.allreduce(tensor, switch if local == 0 else None).wait()
+            outputs[local] = tensor.numpy().copy()
+            group.close()
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return outputs, handed[0]
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 8])
+def test_the_simulated_reduction_is_gloos(ranks: int) -> None:
+    """hosts.reduce_mean gives the bits host_group.py's gloo reduce and division give, the
+    simulation's gradients (exact) and non-finite ones alike."""
+    rng = np.random.default_rng(ranks)
+    grads = (draw_gradients(rng, ranks, 200) / SCALE).astype(np.float32)
+    grads[0, 3], grads[ranks - 1, 7], grads[1, 9] = np.nan, np.inf, 1e30
+    grads[0, 11], grads[1, 11] = np.inf, -np.inf
+    outputs, handed = _gloo_host(grads)
+    want = reduce_mean(grads)
+    assert np.array_equal(handed.view(np.uint32), want.view(np.uint32))
+    for out in outputs:
+        assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    exact = np.delete(want, [3, 7, 9, 11]) * SCALE
+    assert np.array_equal(exact, np.rint(exact))  # the mean is exact in fixed point
+
+
+# --------------------------------------------------------------- the per-rank checks
+# A seed of hosts of several ranks that passes (asserted below with the mutation out).
+MUTATED_SEED = 3
+
+
+def _mutated_plan() -> Plan:
+    plan = draw(MUTATED_SEED, FAULT_KINDS, "4x3")
+    return replace(plan, nonfinite=())
+
+
+class DropsARank(Sim):
+    """Host 0's reduction leaves rank 1's gradient out of call 2 (the sum of the others,
+    still divided by R)."""
+
+    def _host_reduce(self, wk: Worker, index: int, grads: np.ndarray) -> np.ndarray:
+        if wk.w == 0 and index == 2:
+            grads = grads.copy()
+            grads[1] = 0
+        return super()._host_reduce(wk, index, grads)
+
+
+class SkipsABroadcast(Sim):
+    """Host 0's rank 2 keeps its own buffer in call 1 instead of its leader's result."""
+
+    def _host_broadcast(self, wk: Worker, call: Call) -> None:
+        super()._host_broadcast(wk, call)
+        if wk.w == 0 and call.index == 1 and call.status == "done":
+            index, ok, done, flag, output = wk.ranks[2].outputs[-1]
+            assert output is not None
+            wk.ranks[2].outputs[-1] = (index, ok, done, flag, output + np.float32(1 / SCALE))
+
+
+class FallsBehind(Sim):
+    """Host 1's rank 1 never hears how its leader's last call ended."""
+
+    def _host_broadcast(self, wk: Worker, call: Call) -> None:
+        super()._host_broadcast(wk, call)
+        if wk.w == 1 and len(wk.calls) == self.plan.calls * len(self.plan.sizes):
+            wk.ranks[1].outputs.pop()
+
+
+@pytest.mark.parametrize("mutant, report", [
+    (DropsARank, "exactly-once: host 0 key"),
+    (SkipsABroadcast, "agreement: host 0 rank 2 applied"),
+    (FallsBehind, "agreement: host 1 rank 1 is behind its leader"),
+])
+def test_the_per_rank_checks_catch_a_host_that_fails_a_rank(mutant: type[Sim],
+                                                             report: str) -> None:
+    plan = _mutated_plan()
+    sim = Sim(plan, "python")
+    rec = sim.run()
+    assert check(rec, sim) == [], "the seed must pass unmutated"
+    sim = mutant(plan, "python")
+    rec = sim.run()
+    found = check(rec, sim)
+    assert any(v.startswith(report) for v in found), found
