@@ -102,7 +102,10 @@ def wire_p4() -> str:
         "The modes table's `mode` parameter, the bits of mode_t, named in the P4Info.")
     out += [_const("flags_t", f"FLAG_{f.name}", int(f)) for f in wire.Flag if f.value]
     out += [_const("flags_t", "TX_MASK", wire.TX_MASK,
-                   "a contribution's transmission number, echoed by every reply"), ""]
+                   "a contribution's transmission number, echoed by every reply"),
+            _const("round_t", "ASYNC_WINDOW", wire.ASYNC_WINDOW,
+                   "an async slot refuses a number up to this - 1 behind the one counted last"),
+            ""]
     out += _enum_consts("reason_t", "RESYNC_", wire.ResyncReason)
     out += _enum_consts("drop_reason_t", "DROP_", wire.DropReason)
     out += [

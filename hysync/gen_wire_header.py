@@ -16,7 +16,7 @@ _SCALARS = (
     "VERSION", "HYSYNC_UDP_PORT", "LANES", "MAX_WORKERS", "MAX_JOBS", "NUM_SLOTS",
     "NUM_DROP_REASONS", "FLOOD_MCAST_GROUP", "HEADER_BYTES", "PAYLOAD_BYTES", "PACKET_BYTES",
     "ETH_BYTES", "IPV4_BYTES", "UDP_BYTES", "HYSYNC_OFFSET", "ETHERTYPE_IPV4", "IPPROTO_UDP",
-    "TX_SHIFT", "TX_MASK",
+    "TX_SHIFT", "TX_MASK", "ASYNC_WINDOW",
 )
 _ENUMS: tuple[type[enum.IntEnum] | type[enum.IntFlag], ...] = (
     wire.Op, wire.Mode, wire.Flag, wire.DropReason, wire.ResyncReason)

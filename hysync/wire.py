@@ -104,6 +104,17 @@ class ResyncReason(enum.IntEnum):
 MAX_EPOCH = 0xFFFFFFFE
 
 
+# An async slot refuses a sequence number up to ASYNC_WINDOW - 1 behind the one its member
+# cell says was counted last in this install (docs/protocol.md §4 step 10): a copy the network
+# delayed behind that many of the member's newer contributions on the slot.
+ASYNC_WINDOW = 256
+
+
+def behind_counted(r: int, counted: int) -> bool:
+    """Whether `r` is 1 .. ASYNC_WINDOW - 1 behind `counted`, in 32-bit serial arithmetic."""
+    return 0 < (counted - r) & 0xFFFFFFFF < ASYNC_WINDOW
+
+
 def refused_mark(epoch: int) -> int:
     """What member_epoch holds for a contribution the switch answered "not counted" in the
     install `epoch`: it is never counted later (docs/protocol.md §4 step 8)."""

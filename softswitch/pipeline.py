@@ -317,7 +317,8 @@ class Pipeline:
             open_round=r == cur, prev=r == (cur - 1) & _U32 and self.res_valid[s],
             count=count, has_bit=bool(self.bitmap[s] & bit),
             q=members if quorum == 0 else min(quorum, members),
-            chunk_differs=chunk != self.chunk[s], res_has_bit=bool(self.res_bitmap[s] & bit)))
+            chunk_differs=chunk != self.chunk[s], res_has_bit=bool(self.res_bitmap[s] & bit),
+            behind=self._behind(seq_index, r, epoch)))
 
         if o.seq == SeqOp.RECORD:
             self.member_seq[seq_index] = r
@@ -368,6 +369,13 @@ class Pipeline:
             return self._close(s, job, w, group, cur, bank, self.chunk[s], count,
                                self.bitmap[s], version, nbytes)
         return None
+
+    def _behind(self, seq_index: int, r: int, epoch: int) -> bool:
+        """Step 10's window: the cell counted a number 1 .. ASYNC_WINDOW - 1 after `r` in this
+        install, so `r` is an older contribution of the member's on the slot, counted or given
+        up (its owner sends a slot's contributions one at a time, each numbered after the last)."""
+        return (self.member_epoch[seq_index] == epoch
+                and wire.behind_counted(r, self.member_seq[seq_index]))
 
     def _refuse(self, seq_index: int, r: int, epoch: int, counted: bool) -> None:
         """Step 8's refusal mark: `r` was answered "not counted" and never will be, should a

@@ -41,6 +41,7 @@ class Fact(enum.IntFlag):
     CLOSES = 1 << 10        # count[s] + 1 >= q: counting w closes the round
     CHUNK_DIFFERS = 1 << 11  # the contribution's chunk is not chunk[s]
     RES_HAS_BIT = 1 << 12   # w's bit is in res_bitmap[s]
+    BEHIND = 1 << 13        # the cell says a number 1 .. ASYNC_WINDOW - 1 after r was counted
 
 
 ALL_FACTS = functools.reduce(lambda a, b: a | b, Fact)
@@ -144,6 +145,11 @@ ROWS: tuple[Row, ...] = (
          Outcome(Verdict.STALE, Emit.RESYNC, drop=DropReason.STALE, counter=Counter.STALE,
                  reason=ResyncReason.STALE_ROUND),
          "async: r was answered 'not counted' before (a copy behind a swap into async)"),
+    _row(F.ASYNC | F.BEHIND,
+         Outcome(Verdict.STALE, Emit.RESYNC, drop=DropReason.STALE, counter=Counter.STALE,
+                 reason=ResyncReason.STALE_ROUND),
+         "async: an older copy behind the member's newer contribution (counted, or given up): "
+         "not counted"),
     _row(F.ASYNC, Outcome(Verdict.CLOSE, Emit.CLOSE, lanes=LaneOp.WRITE, **_COUNT_ME),
          "async: counted, and closes a round of its own"),
     # ---- step 9: sync and partial, the open round
@@ -199,7 +205,7 @@ def decide(facts: int) -> Outcome:
 
 def facts_of(*, asynchronous: bool, counted: bool, refused: bool, join_marked: bool,
              join: bool, open_round: bool, prev: bool, count: int, has_bit: bool, q: int,
-             chunk_differs: bool, res_has_bit: bool) -> int:
+             chunk_differs: bool, res_has_bit: bool, behind: bool) -> int:
     """The facts, from the values a target reads (the reference model's way of saying it)."""
     return ((F.ASYNC if asynchronous else 0) | (F.COUNTED if counted else 0)
             | (F.REFUSED if refused else 0) | (F.JOIN_MARKED if join_marked else 0)
@@ -207,4 +213,4 @@ def facts_of(*, asynchronous: bool, counted: bool, refused: bool, join_marked: b
             | (F.PREV if prev else 0) | (F.EMPTY if count == 0 else 0)
             | (F.HAS_BIT if has_bit else 0) | (F.FULL if count >= q else 0)
             | (F.CLOSES if count + 1 >= q else 0) | (F.CHUNK_DIFFERS if chunk_differs else 0)
-            | (F.RES_HAS_BIT if res_has_bit else 0))
+            | (F.RES_HAS_BIT if res_has_bit else 0) | (F.BEHIND if behind else 0))

@@ -199,6 +199,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   uint32_t& seq_epoch = member_epoch_[seq_index];
   const uint32_t refused_mark = ~cfg.epoch;  // protocol.md §4 step 8
   const bool counted = seq_epoch == cfg.epoch && seq == r;
+  // r is an older contribution of w's than the one the cell counted (protocol.md §4 step 10).
+  const bool behind = seq_epoch == cfg.epoch && seq - r - 1 < w::ASYNC_WINDOW - 1;
 
   // The decision table (hysync/protocol_spec/decision.py, generated into hysync_decision.h).
   namespace f = decision::fact;
@@ -209,7 +211,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       (r == cur ? f::OPEN : 0) | (r == cur - 1 && slot.res_valid ? f::PREV : 0) |
       (count == 0 ? f::EMPTY : 0) | (slot.bitmap & bit ? f::HAS_BIT : 0) |
       (count >= q ? f::FULL : 0) | (count + 1 >= q ? f::CLOSES : 0) |
-      (chunk != slot.chunk ? f::CHUNK_DIFFERS : 0) | (slot.res_bitmap & bit ? f::RES_HAS_BIT : 0);
+      (chunk != slot.chunk ? f::CHUNK_DIFFERS : 0) | (slot.res_bitmap & bit ? f::RES_HAS_BIT : 0) |
+      (behind ? f::BEHIND : 0);
   const decision::Outcome& o = decision::decide(facts);
 
   switch (o.seq) {

@@ -21,6 +21,7 @@ const facts_t FACT_FULL = 512;
 const facts_t FACT_CLOSES = 1024;
 const facts_t FACT_CHUNK_DIFFERS = 2048;
 const facts_t FACT_RES_HAS_BIT = 4096;
+const facts_t FACT_BEHIND = 8192;
 
 // What the packet was.
 enum bit<8> verdict_t {

@@ -62,6 +62,7 @@ const flags_t FLAG_RETRANSMIT = 1;
 const flags_t FLAG_RESEND = 2;
 const flags_t FLAG_JOIN = 4;
 const flags_t TX_MASK = 248;  // a contribution's transmission number, echoed by every reply
+const round_t ASYNC_WINDOW = 256;  // an async slot refuses a number up to this - 1 behind the one counted last
 
 const reason_t RESYNC_NONE = 0;
 const reason_t RESYNC_STALE_ROUND = 1;

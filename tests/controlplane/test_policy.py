@@ -211,7 +211,7 @@ class Simulation:
             join=False, open_round=rnd == self._round, prev=rnd == self._round - 1 >= 0,
             count=self._count, has_bit=w in self._bitmap,
             q=n if quorum == 0 else min(quorum, n), chunk_differs=False,
-            res_has_bit=w in self._res_bitmap))
+            res_has_bit=w in self._res_bitmap, behind=False))
         if o.counter:
             self.counters[w][o.counter.name.lower()] += 1
         if o.emit == Emit.CLOSE and mode == Mode.ASYNC:  # a round of its own

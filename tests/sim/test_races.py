@@ -142,3 +142,27 @@ def test_without_the_sentinel_a_non_finite_gradient_is_lost() -> None:
     rec, sim = simulate(draw(seed), "python")
     assert not check(rec, sim), f"seed {seed} fails with the sentinel too"
 
+
+
+class NoWindowPipeline(Pipeline):
+    """The reference model with the async window taken out: an async slot counts any number
+    but the one its member cell counted last, so a copy delayed behind the member's next
+    contribution counts again."""
+
+    def _behind(self, seq_index, r, epoch):  # type: ignore[no-untyped-def]
+        return False
+
+
+# A seed of the 9,000,000 sweep whose network duplicates a member's async contribution and
+# delivers the copy behind the member's next one on the slot (docs/protocol.md §4 step 10).
+ASYNC_COPY_BEHIND_SEED = 9000372
+
+
+def test_without_the_async_window_a_copy_behind_the_next_counts_twice() -> None:
+    plan = draw(ASYNC_COPY_BEHIND_SEED)
+    assert plan.reorder_async
+    rec, sim = simulate(plan, "python", make_pipeline=NoWindowPipeline)
+    found = check(rec, sim)
+    assert found and "exactly-once" in found[0], found
+    rec, sim = simulate(plan, "python")
+    assert not check(rec, sim), f"seed {ASYNC_COPY_BEHIND_SEED} fails with the window too"

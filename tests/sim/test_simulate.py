@@ -165,6 +165,19 @@ def test_a_straggler_that_loss_held_back_is_counted() -> None:
     assert rec.excused.get("lossy_straggler", 0) > 0
 
 
+# Seeds of the 9,000,000 sweep whose network duplicated a member's async contribution and
+# delivered the copy behind the member's next contribution on that slot: the copy met another
+# sequence number in the member cell and was counted a second time, until the async window
+# (docs/protocol.md §4 step 10) refused a number behind the one counted last.
+ASYNC_REORDER_REGRESSIONS = (9000372, 9000391, 9001354, 9002232, 9002614)
+
+
+@pytest.mark.parametrize("target", ["native", "python", "tna-model"])
+@pytest.mark.parametrize("seed", ASYNC_REORDER_REGRESSIONS)
+def test_async_reorder_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
 # 303058 on tna-model: w2's async sequence number 1 was recorded in member_seq, and its sync
 # contribution to round 1, opening that round, read as counted (docs/tofino.md, difference 4).
 # The TNA verdict rows, generated on the assumption that nobody is counted in a round nobody

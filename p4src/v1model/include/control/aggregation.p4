@@ -142,6 +142,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         if (meta.slot.count + 1 >= meta.slot.q) { f = f | FACT_CLOSES; }
         if (hdr.hysync.chunk != meta.slot.chunk) { f = f | FACT_CHUNK_DIFFERS; }
         if ((res_bmp & me) != 0) { f = f | FACT_RES_HAS_BIT; }
+        // r is 1 .. ASYNC_WINDOW - 1 behind the number the cell counted (serial arithmetic).
+        if (meta.slot.seq_epoch == meta.epoch && meta.slot.seq - r - 1 < ASYNC_WINDOW - 1) {
+            f = f | FACT_BEHIND;
+        }
         meta.facts = f;
     }
 

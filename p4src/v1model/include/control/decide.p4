@@ -41,6 +41,11 @@
             decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
                     member_counter_t.STALE, member_cell_op_t.NONE,
                     lane_write_t.NONE, RESYNC_STALE_ROUND);
+        // async: an older copy behind the member's newer contribution (counted, or given up): not counted
+        (FACT_ASYNC | FACT_BEHIND) &&& (FACT_ASYNC | FACT_BEHIND) :
+            decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
+                    member_counter_t.STALE, member_cell_op_t.NONE,
+                    lane_write_t.NONE, RESYNC_STALE_ROUND);
         // async: counted, and closes a round of its own
         (FACT_ASYNC) &&& (FACT_ASYNC) :
             decided(verdict_t.CLOSE, emit_t.CLOSE, 0, 0,
