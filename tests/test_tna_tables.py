@@ -40,7 +40,7 @@ def _facts(keys: dict[str, int], meaning: str) -> int:
         (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
         (Fact.EMPTY, empty), (Fact.HAS_BIT, is_open and keys["counted"] and not empty),
         (Fact.FULL, meaning == "duplicate, full"), (Fact.CLOSES, "closes" in meaning),
-        (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),
+        (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]), (Fact.BEHIND, keys["behind"]),
     ]:
         if holds:
             facts |= fact
@@ -128,7 +128,7 @@ def _row_index(why_start: str) -> int:
 def test_a_rule_changed_in_the_decision_table_changes_the_tna_verdict(spec_rows) -> None:
     before = gen_p4.tna_verdict_p4()
     stale_counted = dict(not_joined=0, async_path=0, join=0, open_sync=0, fresh=0, chunk_ok=1,
-                         prev=0, latched=1, counted=1, count_out=2, closes=0)
+                         prev=0, latched=1, counted=1, behind=0, count_out=2, closes=0)
     assert tna_tables.decide(stale_counted).reason == ResyncReason.STALE_COUNTED
     spec_rows(_row_index("stale, but r was counted"), reason=ResyncReason.STALE_ROUND)
     assert tna_tables.decide(stale_counted).reason == ResyncReason.STALE_ROUND

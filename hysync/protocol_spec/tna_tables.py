@@ -125,7 +125,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("chunk_ok", "meta.bridge.chunk_ok"),
     ("prev", "meta.bridge.prev"),
     ("latched", "meta.bridge.latched"),
-    ("counted", "meta.tf.counted"),
+    ("counted", "meta.tf.counted[0:0]"),
+    ("behind", "meta.tf.counted[1:1]"),
     ("count_out", "meta.tf.count_out"),
     ("closes", "meta.tf.count_out[31:31]"),
 )
@@ -220,16 +221,18 @@ def answers() -> Iterator[tuple[dict[str, int], str]]:
     classified = sorted({(r.flags.fresh, r.flags.open_sync, r.flags.async_path,
                           r.flags.not_joined, r.flags.latched)
                          for r in CLASSIFY_ROWS if not r.flags.stale})
-    for (fresh, open_sync, async_path, not_joined, latched), join, prev, chunk_ok, counted in \
-            itertools.product(classified, (0, 1), (0, 1), (0, 1), (0, 1)):
+    for (fresh, open_sync, async_path, not_joined, latched), join, prev, chunk_ok, counted, \
+            behind in itertools.product(classified, (0, 1), (0, 1), (0, 1), (0, 1), (0, 1)):
         if (fresh and (join or not chunk_ok)) or (not_joined and not join):
             continue  # a JOIN never opens a round; the opener latched its own chunk
+        if behind and (counted or not async_path or join):
+            continue  # only the async path's swap asks whether r is behind what was counted
         if prev and (fresh or open_sync or not_joined):
             continue  # the round before the open one is not the open one
         for meaning, count_out in _count_answers(fresh, open_sync, chunk_ok, counted):
             yield dict(not_joined=not_joined, async_path=async_path, join=join,
                        open_sync=open_sync, fresh=fresh, chunk_ok=chunk_ok, prev=prev,
-                       latched=latched, counted=counted, count_out=count_out,
+                       latched=latched, counted=counted, behind=behind, count_out=count_out,
                        closes=count_out >> 31), meaning
 
 
@@ -271,7 +274,7 @@ def facts(keys: dict[str, int], meaning: str) -> list[int]:
         (Fact.HAS_BIT, is_open and keys["counted"] and keys["chunk_ok"] and not empty),
         (Fact.FULL, meaning == "duplicate, full"),
         (Fact.CLOSES, "closes" in meaning),
-        (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]),
+        (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]), (Fact.BEHIND, keys["behind"]),
     ]:
         if holds:
             known |= fact

@@ -207,3 +207,67 @@ def test_a_chunk_mismatch_refuses_the_chunk_not_the_round(job):
     # The worker contributes to the round's chunk at the same round: counted.
     assert send(t, 1, 0, OTHER_CHUNK, seed=5, tx=2) == []
     assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 1)) == 1
+
+
+# ------------------------------------------------- the async window (§4 step 10)
+def _answer(out: list[tuple[int, bytes]], w: int) -> wire.Header:
+    """The one reply to worker w: its HySync header."""
+    assert [port for port, _ in out] == [JOB1.member(w).port], out
+    return wire.Header.unpack(out[0][1], wire.HYSYNC_OFFSET)
+
+
+def _assert_not_counted(out: list[tuple[int, bytes]], w: int, tx: int) -> None:
+    head = _answer(out, w)
+    assert (head.op, head.mode, head.reason, head.flags) == (
+        wire.Op.RESYNC, Mode.ASYNC, ResyncReason.STALE_ROUND, tx << wire.TX_SHIFT), head
+
+
+def test_a_copy_behind_the_members_next_async_contribution_is_not_counted(job):
+    t = job
+    seq = 0x7FFFFFFE  # the numbers cross 2^31: the window is serial arithmetic
+    assert send(t, 2, seq, tx=1) == multicast(JOB1, result(JOB1, 2, SLOT, 0, CHUNK, 0b0100,
+                                                           lanes_of(2), mode=Mode.ASYNC))
+    assert send(t, 2, seq + 1, seed=20, tx=2) == multicast(
+        JOB1, result(JOB1, 2, SLOT, 1, CHUNK, 0b0100, lanes_of(20), mode=Mode.ASYNC))
+    # The network's copy of the first, delivered behind the second: answered "not counted"
+    # (its owner moved on: the answer echoes a transmission it no longer waits for).
+    _assert_not_counted(send(t, 2, seq, tx=1), 2, tx=1)
+    assert drops(t, DropReason.STALE) == 1
+    assert t.counter(p4names.STATS_STALE, wire.member_index(1, 2)) == 1
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 2)) == 2
+    # The cell still holds the newer number: its retransmission is ACKed, not counted ...
+    out = send(t, 2, seq + 1, seed=20, tx=3, flags=Flag.RETRANSMIT)
+    assert out == reply(2, op=wire.Op.ACK, flags=3 << wire.TX_SHIFT, mode=Mode.ASYNC,
+                        round=seq + 1, chunk=CHUNK, reason=wire.install_tag(JOB1.epoch))
+    # ... and the next contribution is round 2, with its own lanes alone.
+    assert send(t, 2, seq + 2, seed=21, tx=4) == multicast(
+        JOB1, result(JOB1, 2, SLOT, 2, CHUNK, 0b0100, lanes_of(21), mode=Mode.ASYNC))
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 2)) == 3
+
+
+def test_a_given_up_async_contribution_that_arrives_after_its_relaunch_is_not_counted(job):
+    t = job
+    seq = 0x1234
+    # The first transmission of seq is delayed; the worker gave it up and relaunched its
+    # lanes (and more) under seq + 1, which counts. The delayed packet arrives behind it, one
+    # and then 200 numbers back: its lanes are in seq + 1's sum already.
+    assert send(t, 1, seq + 1, seed=30, tx=2) == multicast(
+        JOB1, result(JOB1, 1, SLOT, 0, CHUNK, 0b0010, lanes_of(30), mode=Mode.ASYNC))
+    _assert_not_counted(send(t, 1, seq, tx=1), 1, tx=1)
+    _assert_not_counted(send(t, 1, seq + 1 - 200, tx=5), 1, tx=5)
+    assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 1)) == 1
+    # Another member's numbers are its own: worker 0's seq counts.
+    assert send(t, 0, seq, tx=1) == multicast(JOB1, result(JOB1, 0, SLOT, 1, CHUNK, 0b0001,
+                                                           lanes_of(0), mode=Mode.ASYNC))
+
+
+def test_the_async_window_ends_ASYNC_WINDOW_numbers_back(job):
+    """A number ASYNC_WINDOW or more behind is outside the fault model (a copy delayed behind
+    that many of its owner's contributions on the slot), and is not told from a new one."""
+    t = job
+    seq = 0x9000
+    send(t, 3, seq + wire.ASYNC_WINDOW, tx=1)
+    _assert_not_counted(send(t, 3, seq + 1, tx=2), 3, tx=2)
+    out = send(t, 3, seq, seed=40, tx=3)
+    assert out == multicast(JOB1, result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(40),
+                                         mode=Mode.ASYNC))

@@ -34,7 +34,8 @@ The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch
 in the first pass; a contribution that meets another install's epoch changes nothing and
 takes a *reset pass* (the round, tagged with its epoch, back to 0 and the latches
 cleared), then a *retry pass*, a first pass again. `member_seq` holds a hash of the round
-and the epoch (docs/tofino.md, "The install epoch").
+and the epoch, the round plus a hash of the epoch, so that one install's numbers keep their
+distances (docs/tofino.md, "The install epoch"; protocol.md §4 step 10, the async window).
 """
 
 from __future__ import annotations
@@ -72,10 +73,12 @@ def _int32(value: int) -> int:
 
 
 def seq_key(r: int, epoch: int) -> int:
-    """What member_seq holds for round (or sequence number) r of an install: the P4's CRC32
-    hash unit over {round, epoch}. A cell written in another epoch matches with
-    probability 2^-32, as two installs draw one epoch."""
-    return zlib.crc32(struct.pack("!II", r, epoch))
+    """What member_seq holds for round (or sequence number) r of an install: r plus the P4's
+    CRC32 hash unit over the epoch. Within an install, two keys differ as their numbers do
+    (the async window compares them); a cell written in another epoch matches with
+    probability 2^-32, as two installs draw one epoch, and reads as behind with probability
+    (ASYNC_WINDOW - 1) / 2^32."""
+    return (r + zlib.crc32(struct.pack("!I", epoch))) & _U32
 
 
 @dataclass
@@ -179,8 +182,10 @@ class TnaModelPipeline(Pipeline):
             stored_bits = self.t_bitmap[s]
             if open_sync and chunk_ok:
                 self.t_bitmap[s] = stored_bits | me
+        # The async path's swap keeps a cell that counted a number after r (the async window).
         stored_seq = self.t_member_seq[seq_cell]
-        if (async_path and not join) or (open_sync and chunk_ok):
+        behind = async_path and not join and 0 < (stored_seq - key) & _U32 < wire.ASYNC_WINDOW
+        if (async_path and not join and not behind) or (open_sync and chunk_ok):
             self.t_member_seq[seq_cell] = key
         duplicate = stored_seq == key
         # 5. Count, with the close guard (slot_registers.p4, Count): the count after this
@@ -205,7 +210,8 @@ class TnaModelPipeline(Pipeline):
         keys = dict(
             not_joined=int(not_joined), async_path=int(async_path), join=int(bool(join)),
             open_sync=int(open_sync), fresh=int(fresh), chunk_ok=int(chunk_ok), prev=int(prev),
-            latched=int(latched != 0), counted=int(duplicate), count_out=count_out & _U32,
+            latched=int(latched != 0), counted=int(duplicate), behind=int(behind),
+            count_out=count_out & _U32,
             closes=int(count_out < 0))
         assert tna_tables.is_answer(keys), (
             f"the TNA passes produced {keys}, which hysync/protocol_spec/tna_tables.py answers() "

@@ -145,7 +145,7 @@ header bridge_h {
     round_t  cur;               // round[s]: a RESYNC's round
     chunk_t  stored_chunk;      // chunk[s] before this packet: a RESYNC's chunk
     bit<32>  seq_key;           // what member_seq holds once w is counted in hdr.round:
-                                // CRC32 of {round, epoch}, so another install's mismatch
+                                // round + CRC32 of the epoch, so another install's mismatch
     bit<32>  res_packed;        // a resend: the stored count << 16 | mode << 8 | quorum,
                                 // for its last lane pass (Resent)
 }
@@ -209,7 +209,9 @@ struct tna_metadata_t {
     bit<8>        drop_job;      // the job a drop is counted under (0: none)
     PortId_t      recirc_port;   // the recirculation port of the packet's pipe
     bitmap_t      mine;          // a resend: w's bit of the resent round's bitmap
-    bit<8>        counted;       // 1: member_seq[s*32+w] held seq_key before this packet
+    bit<8>        counted;       // 1: member_seq[s*32+w] held seq_key before this packet;
+                                 // 2: a key 1 .. ASYNC_WINDOW - 1 after it (async path)
+    bit<32>       epoch_key;     // CRC32 of the install epoch: member_seq's key less the round
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
     bit<32>       res_packed;    // what a close stores in res_meta: count << 16 | mode << 8

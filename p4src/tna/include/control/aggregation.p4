@@ -93,11 +93,15 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
     ModeLatch() mode;
     ChunkLatch() chunk;
 
-    // member_seq's key: the round and the install (slot_registers.p4, MemberSeq).
-    Hash<bit<32>>(HashAlgorithm_t.CRC32) seq_key_hash;
+    // member_seq's key: the round plus a hash of the install (slot_registers.p4, MemberSeq).
+    Hash<bit<32>>(HashAlgorithm_t.CRC32) epoch_hash;
+
+    @hidden action hash_epoch() {
+        meta.tf.epoch_key = epoch_hash.get({meta.hs.epoch});
+    }
 
     @hidden action key_member_seq() {
-        meta.bridge.seq_key = seq_key_hash.get({hdr.hysync.round, meta.hs.epoch});
+        meta.bridge.seq_key = hdr.hysync.round + meta.tf.epoch_key;
     }
 
     // What a RESYNC reports and where a RESULT goes, for the pass that decides.
@@ -200,6 +204,7 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
         if (meta.bridge.pass == pass_t.NONE && meta.hs.admitted) {
             classify.apply();
             quorum.apply();
+            hash_epoch();
             key_member_seq();
             carry();
         }

@@ -13,8 +13,9 @@
 //                                               reset pass: clear
 //   ChunkLatch   {round + 1 tag, chunk}         the same
 //   Bitmap       bitmap[s]                      start / join / read       (Counting)
-//   MemberSeq    member_seq[s*32+w], 4 parts    swap (counted) / read; holds the
-//                                               CRC32 of {round, epoch}   (Counting)
+//   MemberSeq    member_seq[s*32+w], 4 parts    swap (counted) / swap unless behind
+//                                               (async) / read; holds round + CRC32
+//                                               of the epoch              (Counting)
 //   Count        count[s], bit 31 = closing     start / join / duplicate / read
 //   ResultHeader res_* (3 registers), per bank  write (a close's decision, an ASYNC
 //                                               pass); read (a resend's decision)
@@ -309,12 +310,14 @@ control Bitmap(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
     }
 }
 
-// member_seq[s*32 + w]: the CRC32 of {round, epoch} of the contribution w was last
-// counted with (tf.seq_key), where v1model keeps the round and the epoch it was written in
-// (member_seq, member_epoch): a cell of another install matches with probability 2^-32, and
-// the zero every register starts with means "never counted" but for that chance. A swap
-// both tests and records: the old value equal to the key means this contribution was
-// counted before (a duplicate in sync/partial, an ACK in async).
+// member_seq[s*32 + w]: the round (or sequence number) of the contribution w was last
+// counted with plus the CRC32 of the epoch (tf.seq_key), where v1model keeps the round and the
+// epoch it was written in (member_seq, member_epoch): a cell of another install matches with
+// probability 2^-32, and the zero every register starts with means "never counted" but for
+// that chance. Within an install two keys differ as their numbers do, so the async path's
+// swap can tell a number 1 .. ASYNC_WINDOW - 1 behind the one counted (protocol.md §4 step
+// 10) and keeps the cell then. A swap both tests and records: the old value equal to the key
+// means this contribution was counted before (a duplicate in sync/partial, an ACK in async).
 //
 // Four registers of eight workers each (`part` = worker_id / 8), of which a packet uses
 // its worker's: 8192 x 32 cells of 32 bits are 64 unit RAMs, and one stateful ALU
@@ -334,6 +337,24 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<
         }
     };
 
+    // The async path's: 1 if the cell held the key, 2 if it held a key 1 .. ASYNC_WINDOW - 1
+    // after it (an older copy: the cell keeps the newer one), else 0. The stateful ALU's two
+    // comparisons of value - key (signed) with 0 and with the window tell the three apart.
+    RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) async_swap_register_action = {
+        void apply(inout bit<32> value, out bit<8> counted) {
+            int<32> ahead = (int<32>) (value - b.seq_key);
+            if (ahead > 0 && ahead < (int<32>) ASYNC_WINDOW) {
+                counted = 2;
+            } else {
+                counted = 0;
+                if (ahead == 0) {
+                    counted = 1;
+                }
+                value = b.seq_key;
+            }
+        }
+    };
+
     RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) read_register_action = {
         void apply(inout bit<32> value, out bit<8> counted) {
             counted = 0;
@@ -347,6 +368,10 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<
         tf.counted = swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[2:0]);
     }
 
+    @hidden action async_swap_action() {
+        tf.counted = async_swap_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[2:0]);
+    }
+
     @hidden action read_action() {
         tf.counted = read_register_action.execute(hdr.hysync.slot[12:0] ++ hdr.hysync.worker_id[2:0]);
     }
@@ -354,8 +379,9 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<
     apply {
         if (hdr.hysync.worker_id[4:3] == part) {
             // A JOIN in async is never counted: it is read, for the ACK of a counted one.
-            if ((b.async_path == 1 && b.join == 0)
-                || (b.open_sync == 1 && (b.fresh == 1 || b.chunk_ok == 1))) {
+            if (b.async_path == 1 && b.join == 0) {
+                async_swap_action();
+            } else if (b.open_sync == 1 && (b.fresh == 1 || b.chunk_ok == 1)) {
                 swap_action();
             } else {
                 read_action();

@@ -14,7 +14,8 @@
         meta.bridge.chunk_ok     : ternary;
         meta.bridge.prev         : ternary;
         meta.bridge.latched      : ternary;
-        meta.tf.counted          : ternary;
+        meta.tf.counted[0:0]     : ternary;
+        meta.tf.counted[1:1]     : ternary;
         meta.tf.count_out        : ternary;
         meta.tf.count_out[31:31] : ternary;
     }
@@ -31,62 +32,66 @@
     }
     const entries = {
         // async: a copy of a counted contribution is acknowledged, not counted again
-        (_, 1, _, _, _, _, _, _, 1, _, _) :
+        (_, 1, _, _, _, _, _, _, 1, _, _, _) :
             ack();
         // async: a JOIN never makes a round of its own
-        (_, 1, 1, _, _, _, _, _, _, _, _) :
+        (_, 1, 1, _, _, _, _, _, _, _, _, _) :
             resync(verdict_t.NOT_JOINED,
                    DROP_NOT_JOINED, RESYNC_NOT_JOINED, member_counter_t.NONE);
+        // async: an older copy behind the member's newer contribution (counted, or given up):
+        // not counted
+        (_, _, _, _, _, _, _, _, _, 1, _, _) :
+            resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND, member_counter_t.STALE);
         // async: counted, and closes a round of its own
-        (_, 1, _, _, _, _, _, _, _, _, _) :
+        (_, 1, _, _, _, _, _, _, _, _, _, _) :
             async_round();
         // a duplicate closes a round the shrunk membership has filled
-        (_, _, _, 1, 0, 1, _, _, 1, _, 1) :
+        (_, _, _, 1, 0, 1, _, _, 1, _, _, 1) :
             duplicate(verdict_t.CLOSE, tna_lane_op_t.READ, result_op_t.WRITE);
         // a duplicate: the round's result will answer it
-        (_, _, _, 1, 0, 1, _, _, 1, _, _) :
+        (_, _, _, 1, 0, 1, _, _, 1, _, _, _) :
             duplicate(verdict_t.DUPLICATE, tna_lane_op_t.NONE, result_op_t.NONE);
         // a JOIN never opens a round; it leaves the JOIN mark
-        (1, _, _, _, _, _, _, _, _, _, _) :
+        (1, _, _, _, _, _, _, _, _, _, _, _) :
             resync(verdict_t.NOT_JOINED,
                    DROP_NOT_JOINED, RESYNC_NOT_JOINED, member_counter_t.NONE);
         // the open round aggregates another chunk
-        (_, _, _, 1, _, 0, _, _, _, _, _) :
+        (_, _, _, 1, _, 0, _, _, _, _, _, _) :
             resync_round(verdict_t.CHUNK_MISMATCH,
                          DROP_CHUNK_MISMATCH, RESYNC_CHUNK_MISMATCH, member_counter_t.NONE);
         // opens the round and closes it (a quorum of one)
-        (_, _, _, _, 1, _, _, _, _, _, 1) :
+        (_, _, _, _, 1, _, _, _, _, _, _, 1) :
             open_round(verdict_t.CLOSE, result_op_t.WRITE);
         // opens the round
-        (_, _, _, _, 1, _, _, _, _, _, _) :
+        (_, _, _, _, 1, _, _, _, _, _, _, _) :
             open_round(verdict_t.ABSORB, result_op_t.NONE);
         // counted, and the quorum is reached: the round closes
-        (_, _, _, 1, _, _, _, _, _, _, 1) :
+        (_, _, _, 1, _, _, _, _, _, _, _, 1) :
             join_round(verdict_t.CLOSE, result_op_t.WRITE);
         // the round's close is under way: Count refused it, no reply (docs/tofino.md,
         // difference 2)
-        (_, _, _, 1, _, _, _, _, _, 0, _) :
+        (_, _, _, 1, _, _, _, _, _, _, 0, _) :
             closing();
         // counted; the round stays open
-        (_, _, _, 1, _, _, _, _, _, _, _) :
+        (_, _, _, 1, _, _, _, _, _, _, _, _) :
             join_round(verdict_t.ABSORB, result_op_t.NONE);
         // the sender came after the quorum: the stored result, without its bit / the sender's
         // result was lost: the stored result again
-        (_, _, _, _, _, _, 1, _, _, _, _) :
+        (_, _, _, _, _, _, 1, _, _, _, _, _) :
             resend();
         // stale, but r was counted: its result is gone
-        (_, _, _, _, _, _, _, 0, 1, _, _) :
+        (_, _, _, _, _, _, _, 0, 1, _, _, _) :
             resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_COUNTED, member_counter_t.STALE);
         // stale, but r was counted: its result is gone
-        (_, _, _, _, _, _, _, _, 1, _, _) :
+        (_, _, _, _, _, _, _, _, 1, _, _, _) :
             resync_round(verdict_t.STALE,
                          DROP_STALE, RESYNC_STALE_COUNTED, member_counter_t.STALE);
         // stale: r was not counted
-        (_, _, _, _, _, _, _, 0, _, _, _) :
+        (_, _, _, _, _, _, _, 0, _, _, _, _) :
             resync(verdict_t.STALE, DROP_STALE, RESYNC_STALE_ROUND, member_counter_t.STALE);
     }
     // stale: r was not counted
     const default_action = resync_round(verdict_t.STALE,
                                         DROP_STALE, RESYNC_STALE_ROUND, member_counter_t.STALE);
-    size = 21;
+    size = 22;
 }
