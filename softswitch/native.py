@@ -98,6 +98,10 @@ class NativeRegister:
     def __getitem__(self, index: int) -> int:
         return self._engine.read_register(self._name, index)
 
+    def __setitem__(self, index: int, value: int) -> None:
+        """member_seq and member_epoch only: the cells a P4Runtime register write sets."""
+        self._engine.write_member_register(self._name, index, value)
+
 
 def _register(name: str) -> property:
     return property(lambda self: NativeRegister(self.engine, name),

@@ -138,6 +138,14 @@ void bind(nb::module_& m) {
           nb::arg("name"), nb::arg("index"),
           "One register cell by the reference model's name: by slot, or for member_seq and "
           "member_epoch by slot * MAX_WORKERS + worker.")
+      .def(
+          "write_member_register",
+          [](Engine& e, const std::string& name, std::size_t index, uint32_t value) {
+            e.pipeline.write_member_register(name, index, value);
+          },
+          nb::arg("name"), nb::arg("index"), nb::arg("value"),
+          "member_seq or member_epoch at slot * MAX_WORKERS + worker, as a P4Runtime "
+          "register write sets it.")
       .def("reset_registers", [](Engine& e) { e.pipeline.reset_registers(); },
            nb::call_guard<nb::gil_scoped_release>())
       .def(

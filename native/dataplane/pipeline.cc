@@ -309,14 +309,25 @@ std::size_t Pipeline::resync(const Slot& slot, uint32_t s, uint8_t version, uint
   return w::HEADER_BYTES;
 }
 
+uint32_t& Pipeline::member_cell(const std::string& name, std::size_t index) {
+  if (index >= std::size_t(num_slots_) * w::MAX_WORKERS)
+    throw std::out_of_range("member register index " + std::to_string(index) + " is outside 0.." +
+                            std::to_string(num_slots_ * w::MAX_WORKERS - 1));
+  return name == "member_seq" ? member_seq_[index] : member_epoch_[index];
+}
+
+void Pipeline::write_member_register(const std::string& name, std::size_t index,
+                                     uint32_t value) {
+  if (name != "member_seq" && name != "member_epoch")
+    throw std::invalid_argument("register " + name + " is not a member register: write "
+                                "member_seq or member_epoch");
+  auto lock = exclusive();
+  member_cell(name, index) = value;
+}
+
 uint32_t Pipeline::read_register(const std::string& name, std::size_t index) {
   auto lock = exclusive();
-  if (name == "member_seq" || name == "member_epoch") {
-    if (index >= std::size_t(num_slots_) * w::MAX_WORKERS)
-      throw std::out_of_range("member register index " + std::to_string(index) +
-                             " is outside 0.." + std::to_string(num_slots_ * w::MAX_WORKERS - 1));
-    return name == "member_seq" ? member_seq_[index] : member_epoch_[index];
-  }
+  if (name == "member_seq" || name == "member_epoch") return member_cell(name, index);
   if (index >= num_slots_)
     throw std::out_of_range("slot " + std::to_string(index) + " is outside 0.." +
                             std::to_string(num_slots_ - 1));

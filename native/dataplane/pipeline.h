@@ -58,6 +58,8 @@ class Pipeline {
   // One register cell by the reference model's name (`round`, `member_seq`, `up_pending`...):
   // slot registers are indexed by slot, member ones by slot * MAX_WORKERS + worker.
   uint32_t read_register(const std::string& name, std::size_t index);
+  // A member cell (member_seq or member_epoch) written as a P4Runtime register write would.
+  void write_member_register(const std::string& name, std::size_t index, uint32_t value);
 
   // --------------------------------------------------------------- data plane
   // Held (shared) around a batch of packets; tables() is valid while it is held. A waiting
@@ -97,6 +99,7 @@ class Pipeline {
   class SlotLock;
 
   void start_afresh(Slot& slot, uint32_t s, uint32_t epoch);
+  uint32_t& member_cell(const std::string& name, std::size_t index);
   // Two levels (docs/protocol.md §11), in levels.cc.
   Verdict verdict(CounterShard& c, const Tables& t, const JobRole& role, const uint8_t* p,
                   std::size_t size, uint32_t src_ip, uint64_t nbytes, uint8_t* out);
