@@ -23,13 +23,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.softswitch.levels import JobRole, Level, Uplink
 from hysync.wire import Mode, Op
 from tests.softswitch.two_level_fabric import SPINE, Fabric, contrib
 
 from .conftest import make_target
-from .targets import SoftswitchTarget
+from .topology import PORTS
+from .targets import SoftswitchTarget, Write
 from .test_differential import (
     IPS,
     JOB_IDS,
@@ -43,7 +44,9 @@ from .test_differential import (
     events,
     group_both,
     groups,
+    job_entry,
     lanes,
+    member_entry,
     switch_state,
     udp_port,
     write_both,
@@ -53,6 +56,22 @@ ONE_SWITCH, TOPOLOGY = "native with roles", "native two-level topology"
 SEQUENCES = {ONE_SWITCH: 600, TOPOLOGY: 300}
 
 # ------------------------------------------------------------------ one switch with roles
+# A job whose members, slots and group the random state cannot take away (its writes come
+# first; a random write that collides is refused by both), so that uplinks and verdicts
+# meet admitted members and slots of their job: workers 0-2, slots 0-3, group 1, epoch 1.
+LEVEL_JOB, LEVEL_WORKERS, LEVEL_SLOTS = JOB_IDS[0], range(3), 4
+
+
+def level_job_writes() -> list[tuple[str, Write]]:
+    writes = [member_entry(LEVEL_JOB, w) for w in LEVEL_WORKERS]
+    writes.append(job_entry(LEVEL_JOB, (0, LEVEL_SLOTS, len(LEVEL_WORKERS), 1, 1)))
+    writes += [Write(p4names.REPLICATION_REWRITE, (wire.member_rid(LEVEL_JOB, w),),
+                     p4names.REPLICATION_REWRITE_DST,
+                     (0x020000000000 + w, IPS[w % 2], udp_port(w))) for w in LEVEL_WORKERS]
+    writes.append(Write(p4names.FORWARDING_L2, (MACS[0],), p4names.FORWARDING_SET_EGRESS_PORT,
+                        (PORTS[1],)))
+    return [("INSERT", w) for w in writes]
+
 role = st.one_of(
     st.none(),
     st.just(JobRole(Level.SPINE)),
@@ -60,19 +79,25 @@ role = st.one_of(
         IPS[spine], MACS[mac], uplink_id, SWITCH_IP)),
         st.integers(0, 1), st.integers(0, 2), st.sampled_from((*WORKERS, 31))))
 roles = st.dictionaries(st.sampled_from(JOB_IDS), role, max_size=3)
+level_job_role = st.sampled_from((Level.LEAF, Level.LEAF, Level.SPINE)).flatmap(
+    lambda level: st.just(JobRole(Level.SPINE)) if level == Level.SPINE else st.builds(
+        lambda spine, uplink_id: JobRole(Level.LEAF, Uplink(IPS[spine], MACS[0], uplink_id,
+                                                             SWITCH_IP)),
+        st.integers(0, 1), st.sampled_from((0, 0, 1, 31))))
 
 
 @st.composite
 def level_datagram(draw: st.DrawFn) -> tuple[int, int, bytes]:
     """What leaves and a spine send each other: an uplink (a CONTRIB with a host count), or
     the spine's RESULT or RESYNC, from one of the addresses a role may name as the spine's."""
-    op = draw(st.sampled_from((Op.CONTRIB, Op.RESULT, Op.RESULT, Op.RESYNC, Op.RESYNC)))
-    worker = draw(st.sampled_from((*WORKERS, 31)))
-    reason = (0 if op == Op.CONTRIB else draw(st.sampled_from((0, 1, 1, 2, 2, 3))))
+    op = draw(st.sampled_from((Op.CONTRIB, Op.CONTRIB, Op.CONTRIB, Op.RESULT, Op.RESYNC)))
+    worker = draw(st.sampled_from((*LEVEL_WORKERS, *LEVEL_WORKERS, *WORKERS, 31)))
+    reason = (0 if op == Op.CONTRIB else draw(st.sampled_from((0, 1, 1, 1, 2, 2, 3))))
+    r = draw(st.sampled_from((0, 0, 1, 1, 2, 3, 0xFFFFFFFF)))
     head = wire.Header(
-        op=op, job_id=draw(st.sampled_from(JOB_IDS)), worker_id=worker,
-        slot=draw(st.integers(0, 30)), round=draw(st.sampled_from((0, 1, 2, 3, 0xFFFFFFFF))),
-        chunk=draw(st.sampled_from((0, 1, 5))), reason=reason,
+        op=op, job_id=draw(st.sampled_from((LEVEL_JOB,) * 6 + JOB_IDS)), worker_id=worker,
+        slot=draw(st.sampled_from((0, 0, 0, 1, 3, 4, 30))), round=r,
+        chunk=draw(st.sampled_from((r, r, r, 0, 5))), reason=reason,
         count=draw(st.sampled_from((0, 1, 3, 255))), mode=draw(st.sampled_from((0, 1))),
         quorum=draw(st.integers(0, 3)), bitmap=draw(st.sampled_from((0, 1, 0b11, 0b10110, -1)))
         & 0xFFFFFFFF,
@@ -86,8 +111,13 @@ def level_datagram(draw: st.DrawFn) -> tuple[int, int, bytes]:
 
 
 def role_events(shortest_frame: int) -> st.SearchStrategy:
+    # ("rack", (slot, round)): every member of LEVEL_JOB contributes, so its rounds close.
+    rack = st.tuples(st.just("rack"), st.tuples(st.sampled_from((0, 0, 1)),
+                                                 st.sampled_from((0, 0, 1, 2))))
     return st.lists(st.one_of(
         events(True, shortest_frame).map(lambda seq: seq[0]),
+        rack, rack,
+        st.tuples(st.just("datagram"), level_datagram()),
         st.tuples(st.just("datagram"), level_datagram()),
         st.tuples(st.just("datagram"), level_datagram()),
         st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS), role)),
@@ -101,13 +131,24 @@ def set_role_both(reference: SoftswitchTarget, target, job: int, job_role) -> No
 
 def run_role_sequence(state, group_state, job_roles, sequence) -> None:
     reference, target = SoftswitchTarget(SMALL_SLOTS), make_target("native", SMALL_SLOTS)
-    write_both(reference, target, state)
+    write_both(reference, target, level_job_writes() + state)
+    group_both(reference, target, 1, [(PORTS[0], wire.member_rid(LEVEL_JOB, w))
+                                      for w in LEVEL_WORKERS])
     for gid, reps in group_state.items():
         group_both(reference, target, gid, reps)
     for job, job_role in job_roles.items():
         set_role_both(reference, target, job, job_role)
     for i, (event_kind, arg) in enumerate(sequence):
-        if event_kind == "datagram":
+        if event_kind == "rack":
+            slot, r = arg
+            sent = [(IPS[w % 2], udp_port(w), wire.Header(
+                op=Op.CONTRIB, job_id=LEVEL_JOB, worker_id=w, slot=slot, round=r, chunk=r,
+                count=w + 1, flags=1 << wire.TX_SHIFT).pack()
+                + np.full(wire.LANES, w + 1, dtype=">i4").tobytes())
+                for w in LEVEL_WORKERS]
+            want = [reference.pipeline.process_datagram(*d) for d in sent]
+            got = [target.pipeline.process_datagram(*d) for d in sent]
+        elif event_kind == "datagram":
             want = reference.pipeline.process_datagram(*arg)
             got = target.pipeline.process_datagram(*arg)
         elif event_kind == "frame":
@@ -130,7 +171,9 @@ def run_role_sequence(state, group_state, job_roles, sequence) -> None:
 def test_one_switch_with_roles_matches_reference_byte_for_byte() -> None:
     @settings(max_examples=SEQUENCES[ONE_SWITCH], deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(state=switch_state(True), group_state=groups, job_roles=roles,
+    @given(state=switch_state(True), group_state=groups,
+           job_roles=st.tuples(roles, level_job_role).map(
+               lambda drawn: {**drawn[0], LEVEL_JOB: drawn[1]}),
            sequence=role_events(0))
     def check(state, group_state, job_roles, sequence) -> None:
         run_role_sequence(state, group_state, job_roles, sequence)
