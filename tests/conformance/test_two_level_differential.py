@@ -29,7 +29,6 @@ from hysync.wire import Mode, Op
 from tests.softswitch.two_level_fabric import SPINE, Fabric, contrib
 
 from .conftest import make_target
-from .topology import PORTS
 from .targets import SoftswitchTarget, Write
 from .test_differential import (
     IPS,
@@ -51,6 +50,7 @@ from .test_differential import (
     udp_port,
     write_both,
 )
+from .topology import PORTS
 
 ONE_SWITCH, TOPOLOGY = "native with roles", "native two-level topology"
 SEQUENCES = {ONE_SWITCH: 600, TOPOLOGY: 300}
