@@ -12,8 +12,6 @@ namespace w = wire;
 using w::DropReason;
 using w::Op;
 
-uint8_t install_tag(uint32_t epoch);  // pipeline.cc
-
 namespace {
 constexpr Verdict none{Emit::NONE, 0, 0};
 constexpr uint32_t TX_BITS = w::TX_MASK >> w::TX_SHIFT;

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <tuple>
+#include <utility>
 
 namespace hysync::dataplane {
 

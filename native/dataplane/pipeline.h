@@ -179,6 +179,8 @@ void put_header(uint8_t* o, uint8_t version, uint8_t op, uint8_t flags, uint32_t
                 uint16_t job, uint8_t worker, uint32_t count, uint16_t slot, uint8_t reason,
                 uint32_t quorum, uint32_t round, uint32_t chunk, uint32_t bitmap);
 uint16_t ipv4_checksum(const uint8_t* header);
+// What a RESULT or an ACK carries in `reason`: the low byte of the install epoch.
+uint8_t install_tag(uint32_t epoch);
 // A switch-generated frame around the datagram already at out + HYSYNC_OFFSET: IPv4 fields
 // copied from the trigger's header `ip_in`, lengths and checksum new (pipeline.py's _build).
 void build_frame(uint8_t* out, const uint8_t* src_mac, uint64_t dst_mac, const uint8_t* ip_in,

@@ -168,7 +168,7 @@ def run_role_sequence(state, group_state, job_roles, sequence) -> None:
     RAN[ONE_SWITCH] += 1
 
 
-def test_one_switch_with_roles_matches_reference_byte_for_byte() -> None:
+def test_native_one_switch_with_roles_matches_reference_byte_for_byte() -> None:
     @settings(max_examples=SEQUENCES[ONE_SWITCH], deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(state=switch_state(True), group_state=groups,
@@ -259,7 +259,7 @@ def run_topology(leaves: int, hosts: int, sequence) -> None:
     RAN[TOPOLOGY] += 1
 
 
-def test_two_level_topology_native_matches_reference_byte_for_byte() -> None:
+def test_native_two_level_topology_matches_reference_byte_for_byte() -> None:
     @settings(max_examples=SEQUENCES[TOPOLOGY], deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data(), leaves=st.integers(1, 3), hosts=st.integers(1, 3))
