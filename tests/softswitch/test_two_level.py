@@ -308,3 +308,20 @@ def test_a_chunk_mismatch_at_the_spine_reaches_the_hosts_with_the_spines_chunk(f
     leaf = fabric.pipeline(("leaf", 1))
     assert not leaf.up_pending[0]
     assert all(leaf.member_epoch[h] == wire.refused_mark(fabric.epoch) for h in range(HOSTS))
+
+
+def test_the_native_engine_names_what_is_wrong_with_a_register_or_a_role():
+    from hysync.softswitch.native import NativePipeline
+
+    pipeline = NativePipeline(num_slots=1)
+    with pytest.raises(ValueError, match="no register rounds: name one of the reference"):
+        pipeline.engine.read_register("rounds", 0)
+    with pytest.raises(IndexError, match="slot 1 is outside 0..0"):
+        _ = pipeline.up_pending[1]
+    with pytest.raises(ValueError, match="round is not a member register"):
+        pipeline.round[0] = 3
+    pipeline.member_seq[2] = 7
+    assert pipeline.member_seq[2] == 7
+    with pytest.raises(ValueError, match="uplink id 40 is not a role"):
+        pipeline.engine.set_tables(members=[], jobs=[], modes=[], l2=[], rewrites=[], groups=[],
+                                   roles=[(JOB, int(Level.LEAF), SPINE_ADDR, SPINE_MAC, 40, 1)])
