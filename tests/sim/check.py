@@ -222,10 +222,12 @@ def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0,
 
 def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     """Did the call's dead timer start while the network still lost packets, with a live
-    member still in an earlier call? A sync round waits for every member, and a member
-    whose replies the network lost time after time is a straggler: one slower than
+    member still in an earlier call, or in this one with a contribution lost twice or more
+    in a row while the dead timer ran? A sync round waits for every member, and a member
+    whose packets the network lost time after time is a straggler: one slower than
     `dead_after` fails its peers' calls, as any straggler that slow does (docs/protocol.md
-    §9 Failures). Loss makes that a matter of chance (k losses in a row), never of a rule."""
+    §9 Failures, §10 lossy_straggler). Loss makes that a matter of chance (k losses in a
+    row), never of a rule."""
     plan = rec.plan
     if call.end - plan.dead_after >= plan.lossy_until or not (plan.up.loss or plan.down.loss):
         return False
