@@ -432,10 +432,13 @@ class Pipeline:
                 self.bitmap[s] |= bit
                 self.weight[s] += hosts
                 return None
+            # The weight is the RESULT's count byte: leaves that claim more than 255 hosts
+            # between them wrap it, as a P4 bit<8> field does (a two-level job has at most 255).
             if emit == Emit.CLOSE:
-                return self._close(s, job, w, group, cur, bank, chunk, self.weight[s] + hosts,
-                                   self.bitmap[s] | bit, version, nbytes)
-            return self._close(s, job, w, group, cur, bank, self.chunk[s], self.weight[s],
+                return self._close(s, job, w, group, cur, bank, chunk,
+                                   (self.weight[s] + hosts) & 0xFF, self.bitmap[s] | bit,
+                                   version, nbytes)
+            return self._close(s, job, w, group, cur, bank, self.chunk[s], self.weight[s] & 0xFF,
                                self.bitmap[s], version, nbytes)
         pending = self.up_pending[s]
         if emit == Emit.ABSORB or emit == Emit.CLOSE and pending:

@@ -32,12 +32,14 @@ Verdict Pipeline::level_update(CounterShard& c, Slot& slot, const JobRole& role,
       lv.weight += hosts;
       return none;
     }
+    // The weight is the RESULT's count byte: leaves that claim more than 255 hosts between
+    // them wrap it, as a P4 bit<8> field does (a two-level job has at most 255).
     const uint32_t weight = lv.weight;
     lv.weight = 0;
     if (emit == decision::Emit::CLOSE)
-      return close(c, slot, s, job, wk, group, cur, bank, chunk, weight + hosts,
+      return close(c, slot, s, job, wk, group, cur, bank, chunk, (weight + hosts) & 0xFF,
                    slot.bitmap | bit, version, nbytes, out);
-    return close(c, slot, s, job, wk, group, cur, bank, slot.chunk, weight, slot.bitmap,
+    return close(c, slot, s, job, wk, group, cur, bank, slot.chunk, weight & 0xFF, slot.bitmap,
                  version, nbytes, out);
   }
   // While a sum is at the spine the open round absorbs and waits: it closes on a member's

@@ -325,3 +325,15 @@ def test_the_native_engine_names_what_is_wrong_with_a_register_or_a_role():
     with pytest.raises(ValueError, match="uplink id 40 is not a role"):
         pipeline.engine.set_tables(members=[], jobs=[], modes=[], l2=[], rewrites=[], groups=[],
                                    roles=[(JOB, int(Level.LEAF), SPINE_ADDR, SPINE_MAC, 40, 1)])
+
+
+def test_a_spine_whose_leaves_claim_more_than_255_hosts_wraps_the_count_byte(engine):
+    """The weight is the RESULT's count byte (a two-level job has at most 255 hosts): leaves
+    that claim 200 and 100 get a result of count 44 on both engines, as P4's bit<8> has it."""
+    fabric = Fabric(2, 1, engine=engine)
+    uplinks = [wire.Header(op=Op.CONTRIB, job_id=JOB, worker_id=i, slot=0, round=0,
+                           count=hosts, flags=1 << wire.TX_SHIFT).pack()
+               + bytes(wire.PAYLOAD_BYTES) for i, hosts in enumerate((200, 100))]
+    assert fabric.deliver(("leaf", 0), SPINE, uplinks[0]) == []
+    ((_, result), (_, _)) = fabric.deliver(("leaf", 1), SPINE, uplinks[1])
+    assert header(result).count == 300 & 0xFF
