@@ -34,8 +34,15 @@ namespace hysync::worker {
 struct Call;
 struct EngineStats;
 
-// A registered tensor: its chunk range, residual (RULE B) and what was applied for it since
-// its last call (output units, allocated on the first result).
+// The slot of `window` that carries global `chunk`, and that slot's number on the wire.
+inline uint32_t slot_of(uint32_t chunk, uint32_t window) { return chunk % window; }
+inline uint16_t wire_slot(const EngineConfig& config, uint32_t i) {
+  return uint16_t(config.slot_base + i);
+}
+
+// A registered tensor: its name, chunk range, residual (RULE B; the engine keeps it from call
+// to call) and what was applied for it since its last call (output units, allocated on the
+// first result).
 struct Key {
   std::string name;
   int64_t numel = 0, chunks = 0;
@@ -49,15 +56,9 @@ struct Key {
   // The key's first local chunk that slot i of `window` carries (>= chunks: none); the others
   // follow every `window` chunks.
   int64_t first_local_on(uint32_t i, uint32_t window) const {
-    return (int64_t(i) - int64_t(first % window) + window) % window;
+    return (int64_t(i) - int64_t(slot_of(first, window)) + window) % window;
   }
 };
-
-// The slot of `window` that carries global `chunk`, and that slot's number on the wire.
-inline uint32_t slot_of(uint32_t chunk, uint32_t window) { return chunk % window; }
-inline uint16_t wire_slot(const EngineConfig& config, uint32_t i) {
-  return uint16_t(config.slot_base + i);
-}
 
 class Keys {
  public:
