@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hysync.worker.api import HySyncWorker
 from hysync.worker.config import TransportConfig
-from hysync.worker.ddp_hook import HySyncHookState, bucket_key, hysync_hook
+from hysync.worker.ddp_hook import HookStats, HySyncHookState, bucket_key, hysync_hook
 from tests.worker.conftest import Job, Switch
 
 SCALE = 16.0  # a coarse grid (1/16): residuals as large as the gradients here
@@ -151,3 +151,21 @@ def test_the_engine_keeps_a_keys_residual_from_call_to_call(switch, caplog):
                 tr.allreduce(bad, np.zeros(N, dtype=np.float32))  # type: ignore[arg-type]
         with pytest.raises(KeyError, match="register it, or make a call under it"):
             tr.residual("other")
+
+
+def test_a_restored_residual_of_a_bucket_that_changed_size_is_dropped(switch, process_group,
+                                                                       caplog):
+    """A checkpoint's residual reaches the engine only for a bucket of the same size: DDP
+    rebuilding its buckets starts them afresh, as the engine does for a key."""
+    model = torch.nn.Linear(N, 1, bias=False)
+    saved = HySyncHookState.__new__(HySyncHookState)
+    saved.__setstate__({"residuals": {0: np.full(N // 2, 0.5, dtype=np.float32)},
+                        "stats": HookStats()})
+    restored = pickle.loads(pickle.dumps(saved))
+    with joined(switch, worker(switch.address[1], 9, 0)) as hw:
+        restored.attach(hw)
+        with caplog.at_level("INFO", logger="hysync.worker.ddp_hook"):
+            out = step(model, restored, torch.full((N,), 0.03))
+        assert torch.equal(out, torch.zeros(N))  # 0.5 would have sent 8 grid steps
+        np.testing.assert_allclose(restored.residuals()[0], 0.03, rtol=1e-6)
+    assert f"bucket 0 changed size {N // 2} -> {N}" in caplog.text
