@@ -25,6 +25,9 @@ struct Faults {
   // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
   // switch state may count what the residual holds again.
   bool send_dropped = false;
+  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
+  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  bool fixed_order = false;
 };
 
 }  // namespace hysync::worker

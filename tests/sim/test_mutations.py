@@ -63,6 +63,11 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "engine_timing": (("slow_switch",), 90003,
                       {"engine": {"rto_max": RTO_MAX, "dead_after": DEAD_AFTER}}, "failure",
                       "'unreachable'"),
+    # §9 "Sync / partial sending", bounded staleness: behind a switch slower than the workers'
+    # compute, every partial call sends the same first chunk of each slot and carries the
+    # rest; the chunks behind it reach no round.
+    "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
+                         "chunk(s) [12] of key 0"),
 }
 
 
