@@ -117,7 +117,7 @@ class Worker:
     w: int
     member: Member
     engine: Any
-    keys: list[int]
+    keys: list[str]                   # per key: its name in the engine
     firsts: list[int]
     grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
     calls: list[Call] = field(default_factory=list)
@@ -325,7 +325,9 @@ class Sim:
             missed_after=MISSED_AFTER, staleness_decay=1.0, seed=p.seed * 64 + w,
             **{"rto_max": p.rto_max, "dead_after": p.dead_after, **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
-        keys = [engine.register(n) for n in p.sizes]
+        keys = [f"key{i}" for i in range(len(p.sizes))]
+        for key, n in zip(keys, p.sizes, strict=True):
+            engine.register(key, n)
         firsts = [engine.first_chunk(k) for k in keys]
         grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]
         return Worker(w, m, engine, keys, firsts, grads)
