@@ -25,6 +25,10 @@ struct Faults {
   // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
   // switch state may count what the residual holds again.
   bool send_dropped = false;
+  // A late packet of the state left is told by when it is read, not by when it arrived (§9,
+  // "A switch that lost the job's state"): one read after a long pause between calls is taken
+  // for a newer state.
+  bool read_time_window = false;
 };
 
 }  // namespace hysync::worker

@@ -38,7 +38,8 @@ std::string decode_error(const uint8_t* d, std::size_t size) {
   return "";
 }
 
-void Replies::on_datagram(const uint8_t* data, std::size_t size, double now) {
+void Replies::on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) {
+  arrived_ = faults_.read_time_window ? now : arrived;
   if (size == P)
     on_full(data, now);
   else
@@ -61,7 +62,7 @@ void Replies::on_full(const uint8_t* d, double now) {
     return;
   }
   flights_.heard(now);
-  if (!current_state(h.reason, i, "RESULT", now)) return;
+  if (!current_state(h.reason, i, "RESULT")) return;
   slots_[i].mode = h.mode;
   const bool mine = h.bitmap & bit_;
   bool fresh = rounds_.is_new(i, h.round);
@@ -169,7 +170,7 @@ void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     flights_.heard(now);
-  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK")) return;
   slots_[i].mode = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
@@ -254,7 +255,7 @@ void Replies::switch_reset(const std::string& what) {
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
-  rounds_.forget(clock_.now());
+  rounds_.forget(arrived_);
   rounds_.flag_resync(reset_why_);
   if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
     log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
@@ -263,9 +264,10 @@ void Replies::switch_reset(const std::string& what) {
   }
 }
 
-// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag).
-bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
-  switch (rounds_.see_tag(tag, now)) {
+// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag),
+// told apart by when the datagram arrived.
+bool Replies::current_state(uint8_t tag, uint32_t i, const char* what) {
+  switch (rounds_.see_tag(tag, arrived_)) {
     case Rounds::Tag::KNOWN:
       return true;
     case Rounds::Tag::LEFT:  // a late packet of the state before: the replica misses it

@@ -122,7 +122,8 @@ class Worker:
     grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
     calls: list[Call] = field(default_factory=list)
     values: np.ndarray | None = None  # the call's buffer, alive while the engine writes it
-    inbox: list[bytes] = field(default_factory=list)
+    # what reached the worker while it did not read, with when it arrived
+    inbox: list[tuple[bytes, float]] = field(default_factory=list)
     in_call: bool = False
     paused_until: float = 0.0
     dead: bool = False
@@ -318,7 +319,9 @@ class Sim:
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
             rto_initial=RTO_INITIAL, rto_min=RTO_MIN, stall_after=STALL_AFTER,
             missed_after=MISSED_AFTER, staleness_decay=1.0, seed=p.seed * 64 + w,
-            **{"rto_max": p.rto_max, "dead_after": p.dead_after, **self.engine_options})
+            **{"rto_max": p.rto_max, "dead_after": p.dead_after,
+               # the tag of the install it attaches to, given with the job (§9)
+               "install_tag": wire.install_tag(self.switch.job.epoch), **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
         keys = [engine.register(n) for n in p.sizes]
         firsts = [engine.first_chunk(k) for k in keys]
@@ -357,7 +360,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         for d in wk.inbox:  # allreduce drains the socket first
-            self._hand(wk, d)
+            self._hand(wk, *d)
         wk.inbox.clear()
         e.begin_call(wk.keys[k], wk.values)
         self._note_absorbed(wk)
@@ -463,7 +466,7 @@ class Sim:
             self._say(f"w{wk.w} <- {self.describe(data)}{' (queued)' if held else ''}")
         if not wk.in_call or self.now < wk.paused_until:
             if len(wk.inbox) < 4096:  # a socket buffer
-                wk.inbox.append(data)
+                wk.inbox.append((data, self.now))
             return
         if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] in _PROGRESS_REASONS:
             self.last_progress = self.now  # what a worker's dead timer hears (§9 Failures)
@@ -478,18 +481,20 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             self._turn(wk)
 
     # ------------------------------------------------------------ the network
-    def _hand(self, wk: Worker, data: bytes) -> None:
-        """The worker's engine takes a datagram; a RESULT it drops as a duplicate of none
-        it applied is noted (a result lost to the replica unless it is flagged)."""
+    def _hand(self, wk: Worker, data: bytes, arrived: float | None = None) -> None:
+        """The worker's engine takes a datagram that arrived at `arrived` (default: now); a
+        RESULT it drops as a duplicate of none it applied is noted (a result lost to the
+        replica unless it is flagged)."""
         e = wk.engine
+        arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
-            e.on_datagram(data, self.now)
+            e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
             return
         wk.heard.add(tag[0])
@@ -498,7 +503,7 @@ class Sim:
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
         flagged = e.needs_resync
-        e.on_datagram(data, self.now)
+        e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
         if e.needs_resync and not flagged:
             wk.aborts.append(self.now)
@@ -759,7 +764,7 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             e.tick(self.now)
             self._note_absorbed(wk)
