@@ -129,7 +129,8 @@ void bind_config(nb::module_& m) {
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
       .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
       .def_rw("send_dropped", &Faults::send_dropped)
-      .def_rw("read_time_window", &Faults::read_time_window);
+      .def_rw("read_time_window", &Faults::read_time_window)
+      .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.

@@ -29,6 +29,9 @@ struct Faults {
   // "A switch that lost the job's state"): one read after a long pause between calls is taken
   // for a newer state.
   bool read_time_window = false;
+  // A reply that shows a new state by its tag and counted my flight does not settle it: the
+  // reset forgets the flight and the residual keeps what the new state counted (§9).
+  bool forget_counted_at_reset = false;
 };
 
 }  // namespace hysync::worker

@@ -62,7 +62,13 @@ void Replies::on_full(const uint8_t* d, double now) {
     return;
   }
   flights_.heard(now);
-  if (!current_state(h.reason, i, "RESULT")) return;
+  // An async round of one that holds my flight's chunk and lanes counted that flight: if this
+  // result is what shows the state to be new, it settles the flight before the reset forgets
+  // it, or the residual would keep what the new state counted.
+  const Flight* f0 = slots_[i].flight.get();
+  const bool counts_flight = f0 && (h.bitmap & bit_) && f0->chunk == h.chunk &&
+      h.mode == ASYNC && h.count == 1 && std::memcmp(d + H, &f0->data[H], 4 * LANES) == 0;
+  if (!current_state(h.reason, i, "RESULT", counts_flight, now)) return;
   slots_[i].mode = h.mode;
   const bool mine = h.bitmap & bit_;
   bool fresh = rounds_.is_new(i, h.round);
@@ -170,7 +176,11 @@ void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     flights_.heard(now);
-  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK")) return;
+  // An ACK that answers my flight's latest transmission says the switch counted it.
+  const bool counts_flight = h.op == uint8_t(wire::Op::ACK) && f && h.round == f->round &&
+                             h.chunk == f->chunk && answers_latest(i, h.flags);
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", counts_flight, now))
+    return;
   slots_[i].mode = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
@@ -266,7 +276,8 @@ void Replies::switch_reset(const std::string& what) {
 
 // RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag),
 // told apart by when the datagram arrived.
-bool Replies::current_state(uint8_t tag, uint32_t i, const char* what) {
+bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight,
+                            double now) {
   switch (rounds_.see_tag(tag, arrived_)) {
     case Rounds::Tag::KNOWN:
       return true;
@@ -279,6 +290,8 @@ bool Replies::current_state(uint8_t tag, uint32_t i, const char* what) {
       break;
   }
   const int was = rounds_.tag();
+  // The new state counted my flight: settled as counted, not forgotten with the others.
+  if (counts_flight && !faults_.forget_counted_at_reset) flights_.done(i, true, now, false);
   switch_reset("the switch's " + std::string(what) + " on slot " +
                std::to_string(cfg_.slot_base + i) + " carries install tag " +
                std::to_string(tag) + ", not " + std::to_string(was));

@@ -49,7 +49,9 @@ class Replies final : public DatagramSink {
   bool answers_latest(uint32_t i, uint8_t flags) const;
   // RESULT and ACK carry the install tag of the switch's state for the job: false for a
   // packet of a state this worker has left (a new tag resets, see switch_reset).
-  bool current_state(uint8_t tag, uint32_t i, const char* what);
+  // `counts_flight`: the packet shows that slot i's flight was counted (settled so before a
+  // new tag's reset forgets the flights).
+  bool current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight, double now);
   void switch_reset(const std::string& what);
 
   const EngineConfig& cfg_;

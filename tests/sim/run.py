@@ -241,6 +241,8 @@ class Sim:
         self.last_arrival: dict[tuple[str, int], float] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
         self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
+        # (w, chunk and lanes of a datagram) -> its Record.contribs entry, the last counted
+        self.counted_as: dict[tuple[int, bytes], list[Any]] = {}
         self.may_async = plan.mode == wire.Mode.ASYNC or any(
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
@@ -510,13 +512,20 @@ class Sim:
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
+        # An ACK echoes the contribution's round field - in async its sequence number, not
+        # the round that counted it: the round is the one the switch counted the flight in.
+        counted_in = (tag[0], slot, rnd)
+        if data[_OFF_OP] == wire.Op.ACK and flight is not None:
+            c = self.counted_as.get((wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
+            if c is not None and c[3] is not None and c[3][0] == tag[0]:
+                counted_in = c[3]
         if (data[_OFF_OP] == wire.Op.ACK or (
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
-            wk.acked.setdefault((tag[0], slot, rnd), self.now)
+            wk.acked.setdefault(counted_in, self.now)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
-                self.rec.applied.add((tag[0], slot, rnd))
+                self.rec.applied.add(counted_in)
                 if flight is not None:
                     self._applied_lanes(wk, flight)  # the ACK applied my own lanes
             return
@@ -655,6 +664,7 @@ class Sim:
         crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
+        self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""
