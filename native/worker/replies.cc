@@ -62,20 +62,20 @@ void Replies::on_full(const uint8_t* d, double now) {
     return;
   }
   flights_.heard(now);
-  // An async round of one that holds my flight's chunk and lanes counted that flight: if this
-  // result is what shows the state to be new, it settles the flight before the reset forgets
-  // it, or the residual would keep what the new state counted.
-  const Flight* f0 = slots_[i].flight.get();
-  const bool counts_flight = f0 && (h.bitmap & bit_) && f0->chunk == h.chunk &&
-      h.mode == ASYNC && h.count == 1 && std::memcmp(d + H, &f0->data[H], 4 * LANES) == 0;
-  if (!current_state(h.reason, i, "RESULT", counts_flight, now)) return;
-  slots_[i].mode = h.mode;
+  // My bit with my flight's chunk in its round (async: a round of one with its lanes): the
+  // round counted my flight. If this result is what shows the state to be new, it settles the
+  // flight before the reset forgets it, or the residual would keep what the new state counted.
   const bool mine = h.bitmap & bit_;
+  auto counts = [&](const Flight* f) {
+    return f && mine && f->chunk == h.chunk &&
+           (h.mode != ASYNC ? h.round == f->round
+                            : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  };
+  if (!current_state(h.reason, i, "RESULT", counts(slots_[i].flight.get()), now)) return;
+  slots_[i].mode = h.mode;
   bool fresh = rounds_.is_new(i, h.round);
   Flight* f = slots_[i].flight.get();
-  const bool counted = f && mine && f->chunk == h.chunk &&
-      (h.mode != ASYNC ? h.round == f->round
-                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  const bool counted = counts(f);
   // RULE A for this result, once. Before a flight it settles is done where possible: done()
   // sends the slot's next chunk, whose non-finite elements this result may absorb
   // (prepare_chunk) - in partial, the round that closed without me holds the element already.

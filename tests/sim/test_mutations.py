@@ -2,7 +2,8 @@
 
 Each row takes one fix out - a field of the engine's `Faults` (native/worker/faults.h, the
 simulation's only), a `join_after`
-longer than any run, or a pipeline without the install epoch - and replays a seed where the
+longer than any run, an engine given no install tag at attach, or a pipeline without the
+install epoch - and replays a seed where the
 checker then reports the rule the fix keeps (docs/protocol.md §10, "Allowed, by rule" and
 the invariants); with the fix in, the same seed passes. The seeds were found by running the
 fault kinds of the row from its first seed until one failed with the fix out and passed
@@ -63,6 +64,21 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "engine_timing": (("slow_switch",), 90003,
                       {"engine": {"rto_max": RTO_MAX, "dead_after": DEAD_AFTER}}, "failure",
                       "'unreachable'"),
+    # §9 "A switch that lost the job's state", the install tag given at attach: a worker that
+    # hears its first reply from the state after a re-install learns that state's tag as its
+    # first, and its contribution the state before counted is counted again.
+    "install_tag_at_attach": (FAULT_KINDS, 9001408, {"engine": {"install_tag": -1}},
+                              "exactly-once", "worker 1 chunk 0"),
+    # §9 "A switch that lost the job's state", a late packet of the state left is told by when
+    # it arrived: read after a long pause between calls, a copy of a result applied already
+    # is taken for a newer state's and applied again.
+    "arrival_time_window": (FAULT_KINDS, 9003091, {"faults": {"read_time_window": True}},
+                            "agreement", "applied slot 12 round 0"),
+    # §9 "A switch that lost the job's state": the result whose new tag shows the new state
+    # counted my async flight; forgotten by the reset, its amount stays in the residual and
+    # is counted again.
+    "settle_at_new_tag": (FAULT_KINDS, 9001682, {"faults": {"forget_counted_at_reset": True}},
+                          "exactly-once", "worker 3 chunk 0"),
 }
 
 
