@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import socket
 
-import numpy as np
 import pytest
 
-from hysync import _core, wire
+from hysync import _core
 from hysync.worker.config import ENGINE_FIELDS, TransportConfig, engine_config
 
 
@@ -65,29 +64,3 @@ def test_the_install_tag_is_carried_and_checked() -> None:
     with pytest.raises(ValueError, match="low byte of the job's install epoch"):
         engine_config(install_tag=300)
 
-
-def _first_reply_of_another_install(install_tag: int) -> tuple[int, bool]:
-    """An engine attached with `install_tag` starts a call; the first reply it hears is a
-    result of a peer's on its slot, of the install tagged 8. Returns (step status, needs
-    resync)."""
-    e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
-                                          slot_base=0, slot_count=1, members=2,
-                                          install_tag=install_tag))
-    key = e.register(wire.LANES)
-    e.set_time(0.0)
-    e.begin_call(key, np.zeros(wire.LANES, np.float32))
-    e.step(0.0)
-    assert e.take_sent(), "the call sends its chunk"
-    result = wire.Packet(wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=0, round=0,
-                                     chunk=e.first_chunk(key) + 1, mode=wire.Mode.SYNC, count=1,
-                                     reason=8, bitmap=0b10),
-                         np.zeros(wire.LANES, np.int32)).encode()
-    e.on_datagram(result, 0.001)
-    return e.step(0.001), e.needs_resync
-
-
-def test_a_first_reply_of_another_install_than_the_one_attached_to_is_a_new_state() -> None:
-    status, resync = _first_reply_of_another_install(7)
-    assert (status, resync) == (4, True)  # RESET: the call aborts, the replica resyncs
-    status, resync = _first_reply_of_another_install(-1)  # no tag given: learned from it
-    assert (status, resync) == (3, False)  # PENDING
