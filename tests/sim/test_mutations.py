@@ -56,9 +56,9 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                                  "liveness", "null chunk 1"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
-    "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
+    "abort_discards_unsent": (("restart", "readd", "swap"), 80117,
                               {"faults": {"send_dropped": True}}, "exactly-once",
-                              "worker 1 chunk 9"),
+                              "worker 2 chunk 1"),
     # §9 "Timing": an engine whose RTO is capped below a slow switch's round trip never hears
     # the answer to its latest transmission; calls fail by dead_after with nobody gone.
     "engine_timing": (("slow_switch",), 90003,
