@@ -189,6 +189,9 @@ class Record:
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> when w first sent it
     launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
+    # (when, w) of every transmission of a contribution the network lost after losing the
+    # one before it (same slot, round and chunk): a member held back by losses in a row
+    loss_streaks: list[tuple[float, int]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     packets: int = 0
     swaps: int = 0
@@ -239,6 +242,8 @@ class Sim:
         self.baseline = [0] * plan.workers
         self.by_addr = {(m.ip, m.udp_port): m.worker for m in members}
         self.last_arrival: dict[tuple[str, int], float] = {}
+        # (w, slot) -> (round and chunk of its latest contribution sent, its losses in a row)
+        self.up_losses: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
         self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
         # (w, chunk and lanes of a datagram) -> its Record.contribs entry, the last counted
@@ -592,7 +597,10 @@ class Sim:
         link = self.plan.up if up else self.plan.down
         lossy = self.now < self.plan.lossy_until
         copies = 1
-        if lossy and self.rng.random() < link.loss:
+        lost = lossy and self.rng.random() < link.loss
+        if up and data[_OFF_OP] == wire.Op.CONTRIB:
+            self._count_up_loss(who, data, lost)
+        if lost:
             if self.trace is not None:
                 self._say(f"lost {'up' if up else 'down'} (w{who}): {self.describe(data)}")
             return
@@ -612,6 +620,16 @@ class Sim:
                 self.at(t, self._switch_receive, who, data)
             else:
                 self.at(t, self._deliver, self.workers[who], data)
+
+    def _count_up_loss(self, who: int, data: bytes, lost: bool) -> None:
+        """Losses in a row of one contribution (rule lossy_straggler's evidence)."""
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        which = data[_OFF_ROUND:_OFF_ROUND + 4] + data[_OFF_CHUNK:_OFF_CHUNK + 4]
+        before, streak = self.up_losses.get((who, slot), (b"", 0))
+        streak = (streak if before == which else 0) + 1 if lost else 0
+        self.up_losses[(who, slot)] = (which, streak)
+        if streak >= 2:
+            self.rec.loss_streaks.append((self.now, who))
 
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():

@@ -84,6 +84,11 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # is counted again.
     "settle_at_new_tag": (FAULT_KINDS, 9001682, {"faults": {"forget_counted_at_reset": True}},
                           "exactly-once", "worker 3 chunk 0"),
+    # §9 "Sync / partial sending", bounded staleness: behind a switch slower than the workers'
+    # compute, every partial call sends the same first chunk of each slot and carries the
+    # rest; the chunks behind it reach no round.
+    "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
+                         "chunk(s) [12] of key 0"),
 }
 
 
