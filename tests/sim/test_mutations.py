@@ -56,9 +56,9 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                                  "liveness", "null chunk 1"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
-    "abort_discards_unsent": (("restart", "readd", "swap"), 80117,
+    "abort_discards_unsent": (("restart", "readd", "swap"), 80338,
                               {"faults": {"send_dropped": True}}, "exactly-once",
-                              "worker 2 chunk 1"),
+                              "worker 2 chunk 9"),
     # §9 "Timing": an engine whose RTO is capped below a slow switch's round trip never hears
     # the answer to its latest transmission; calls fail by dead_after with nobody gone.
     "engine_timing": (("slow_switch",), 90003,
@@ -80,10 +80,10 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                                         "forget_counted_at_reset": True}},
                             "agreement", "applied slot 12 round 0"),
     # §9 "A switch that lost the job's state": the result whose new tag shows the new state
-    # counted my async flight; forgotten by the reset, its amount stays in the residual and
-    # is counted again.
-    "settle_at_new_tag": (FAULT_KINDS, 9001682, {"faults": {"forget_counted_at_reset": True}},
-                          "exactly-once", "worker 3 chunk 0"),
+    # counted my flight (partial, round 0 of a re-install); forgotten by the reset, its
+    # amount stays in the residual and is counted again.
+    "settle_at_new_tag": (FAULT_KINDS, 9000946, {"faults": {"forget_counted_at_reset": True}},
+                          "exactly-once", "worker 1 chunk 0"),
     # §9 "Sync / partial sending", bounded staleness: behind a switch slower than the workers'
     # compute, every partial call sends the same first chunk of each slot and carries the
     # rest; the chunks behind it reach no round.
