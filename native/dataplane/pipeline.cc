@@ -1,5 +1,6 @@
 #include "dataplane/pipeline.h"
 
+#include "common/banks.h"
 #include "hysync_decision.h"
 
 #include <sched.h>
@@ -231,7 +232,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                                                  STALE};
   if (o.counter != decision::Counter::NONE)
     c.count(MEMBER_COUNTER[std::size_t(o.counter)], member, nbytes);
-  const uint32_t bank = 2 * s + (cur & 1);
+  const uint32_t bank = register_bank(s, cur);
   int32_t* bank_lanes = &lanes_[std::size_t(bank) * w::LANES];
   const uint8_t* lanes_in = p + w::HEADER_BYTES;
   switch (o.lanes) {
@@ -265,7 +266,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo,
                  slot.res_mode, job, wk, slot.res_count, s, install_tag(slot.epoch),
                  slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
-      put_lanes(2 * s + (r & 1), out);
+      put_lanes(register_bank(s, r), out);
       return {Emit::REPLY, 0, w::PACKET_BYTES};
     case decision::Emit::ACK:
       put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,

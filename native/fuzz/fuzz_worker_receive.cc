@@ -48,8 +48,8 @@ struct Harness {
   }
   Harness()
       : engine(config(sink_addr), std::make_unique<hw::SocketBackend>(fd, sink_addr)) {
-    keys[0] = engine.register_key(300);  // chunks 0..4, the last one partial
-    keys[1] = engine.register_key(64);   // chunk 5
+    keys[0] = engine.key_of("a", 300);  // chunks 0..4, the last one partial
+    keys[1] = engine.key_of("b", 64);   // chunk 5
     begin();
   }
   void begin() {

@@ -109,7 +109,7 @@ void Flights::send_chased(uint32_t i, double now) {
   const bool gone = k < 0 || !keys_.at(k).alive;
   // Sent again as this call's own chunk: a round took it, or will.
   const bool own = !gone && call_ && k == call_->key &&
-                   call_->outcome[std::size_t(chunk - keys_.at(k).first)] != Outcome::CARRIED;
+                   call_->outcome[std::size_t(keys_.at(k).local_of(chunk))] != Outcome::CARRIED;
   if (gone || own) return send_chased(i, now);
   send_extra(i, Kind::RESIDUAL, k, chunk, slots_[i].next_round, now, false);
   slots_[i].flight->chase = true;
@@ -128,7 +128,7 @@ void Flights::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double no
   f->kind = Kind::OWN;
   f->key = c.key;
   f->local = local;
-  f->chunk = uint32_t(reg.first + uint32_t(local));
+  f->chunk = reg.chunk_id(local);
   int32_t fixed[LANES];
   keys_.prepare_chunk(c, local, fixed, f->err.data());
   for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
@@ -146,7 +146,7 @@ void Flights::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t 
   f->chunk = chunk;
   f->join = join;
   if (k >= 0) {
-    f->local = int64_t(chunk) - int64_t(keys_.at(k).first);
+    f->local = keys_.at(k).local_of(chunk);
     keys_.take_residual(k, f->local, f->amount.data(), call_.get());
     f->has_amount = true;
     int32_t fixed[LANES];
@@ -181,9 +181,9 @@ void Flights::join_idle_slots(double now) {
 // (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
 void Flights::offer_join(uint32_t i, double now) {
   const Key& reg = keys_.at(call_->key);
-  const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
+  const int64_t start = reg.first_local_on(i, w_);
   const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
-  const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
+  const uint32_t chunk = reg.chunk_id(last);
   const bool owned = last < reg.chunks;
   send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
              slots_[i].next_round, now, true);
@@ -206,7 +206,7 @@ void Flights::launch(uint32_t i, const uint32_t* rnd, double now) {
   h.op = uint8_t(wire::Op::CONTRIB);
   h.job_id = uint16_t(cfg_.job_id);
   h.worker_id = uint8_t(cfg_.worker_id);
-  h.slot = uint16_t(cfg_.slot_base + i);
+  h.slot = wire_slot(cfg_, i);
   h.round = f.round;
   h.chunk = f.chunk;
   wire::store_header(f.data.data(), h);

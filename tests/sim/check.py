@@ -286,7 +286,7 @@ def _exactly_once(rec: Record, wk) -> list[str]:
                 skip[element] = True
         res[skip] = 0.0
         if not np.array_equal(res, np.rint(res)):
-            out.append(f"exactly-once: worker {wk.w} key {k}: residual not in fixed point")
+            out.append(f"exactly-once: worker {wk.w} key {index}: residual not in fixed point")
             continue
         res = res.astype(np.int64)
         for local in range(len(given) // wire.LANES):

@@ -117,7 +117,7 @@ class Worker:
     w: int
     member: Member
     engine: Any
-    keys: list[int]
+    keys: list[str]                   # per key: its name in the engine
     firsts: list[int]
     grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
     calls: list[Call] = field(default_factory=list)
@@ -330,7 +330,9 @@ class Sim:
                # the tag of the install it attaches to, given with the job (§9)
                "install_tag": wire.install_tag(self.switch.job.epoch), **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
-        keys = [engine.register(n) for n in p.sizes]
+        keys = [f"key{i}" for i in range(len(p.sizes))]
+        for key, n in zip(keys, p.sizes, strict=True):
+            engine.register(key, n)
         firsts = [engine.first_chunk(k) for k in keys]
         grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]
         return Worker(w, m, engine, keys, firsts, grads)
