@@ -19,7 +19,8 @@ def _engine(install_tag: int) -> tuple[_core.worker.Engine, int]:
     e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
                                           slot_base=0, slot_count=1, members=2,
                                           install_tag=install_tag))
-    key = e.register(wire.LANES)
+    key = "grad"
+    e.register(key, wire.LANES)
     e.set_time(0.0)
     e.begin_call(key, np.zeros(wire.LANES, np.float32))
     e.step(0.0)
