@@ -64,7 +64,7 @@ struct Harness {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* h = new Harness();  // one engine across inputs: state builds up
   const double now = hw::monotonic_now();
-  h->engine.on_datagram(data, size, now);
+  h->engine.on_datagram(data, size, now, now);
   if (++h->inputs % 16 == 0) h->engine.tick(now + 0.01 * double(h->inputs % 64));
   if (h->engine.call_done()) {
     h->engine.end_call();

@@ -108,7 +108,17 @@ void bind_config(nb::module_& m) {
       .def_rw("missed_after", &EngineConfig::missed_after)
       .def_rw("join_after", &EngineConfig::join_after)
       .def_rw("staleness_decay", &EngineConfig::staleness_decay)
-      .def_rw("seed", &EngineConfig::seed);
+      .def_rw("seed", &EngineConfig::seed)
+      .def_prop_rw(
+          "install_tag", [](const EngineConfig& c) { return c.install_tag; },
+          [](EngineConfig& c, int tag) {
+            if (tag < -1 || tag > 255)
+              throw std::invalid_argument(
+                  "install_tag " + std::to_string(tag) +
+                  " is invalid: give the low byte of the job's install epoch (0..255), or -1 "
+                  "when it is unknown");
+            c.install_tag = tag;
+          });
   nb::class_<Faults>(m, "Faults",
                      "Protocol rules a simulation takes out (native/worker/faults.h).")
       .def(nb::init<>())
@@ -119,7 +129,9 @@ void bind_config(nb::module_& m) {
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
       .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
-      .def_rw("send_dropped", &Faults::send_dropped);
+      .def_rw("send_dropped", &Faults::send_dropped)
+      .def_rw("read_time_window", &Faults::read_time_window)
+      .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.
@@ -268,9 +280,11 @@ void bind(nb::module_& m) {
       .def("step", [](Engine& e, double now) { return int(e.step(now)); }, "now"_a,
            "One turn of the call's loop: 0 DONE, 1 UNREACHABLE, 3 PENDING, 4 RESET.")
       .def("next_wake", &Engine::next_wake)
-      .def("on_datagram", [](Engine& e, nb::bytes data, double now) {
-             e.on_datagram(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), now);
-           }, "data"_a, "now"_a)
+      .def("on_datagram", [](Engine& e, nb::bytes data, double now, double arrived) {
+             e.on_datagram(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), now,
+                           arrived < 0 ? now : arrived);
+           }, "data"_a, "now"_a, "arrived"_a = -1.0,
+           "Hand the engine a datagram read at `now` that arrived at `arrived` (default: now).")
       .def("tick", &Engine::tick, "now"_a)
       .def("flights", [](const Engine& e) {
              // (slot index, datagram, amount it took from the residual or None), per flight

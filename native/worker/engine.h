@@ -72,8 +72,9 @@ class Engine final {
   bool call_done() const;
   void end_call();
   // One received datagram, as the receive loop handles it; timers that fell due by `now`.
-  void on_datagram(const uint8_t* data, std::size_t size, double now) {
-    replies_.on_datagram(data, size, now);
+  // `arrived`: when it reached the worker (before `now` when it waited to be read).
+  void on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) {
+    replies_.on_datagram(data, size, now, arrived);
   }
   void tick(double now);
   // One turn of a call's loop at `now` (allreduce runs it between waits): timers, JOINs,

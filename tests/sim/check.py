@@ -325,7 +325,10 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     a round that stayed open, that a restart or a re-install wiped, or whose answers it
     never heard) before it dropped what it had in flight (a call aborted, a new switch
     state learned), or sent before a state reset and counted after it (a copy of a packet
-    the worker carried in full when it learned of the new state). A
+    the worker carried in full when it learned of the new state), or counted in a round
+    that closed in a switch state a restart or a re-install then wiped, whose result no
+    member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
+    the result that would have told every replica is gone with the state). A
     worker is held to it only where it could not know: it died, a call of its aborted, or
     the switch's state was lost; None for every other worker (its books balance exactly)."""
     if not (wk.dead or rec.state_resets or
@@ -336,7 +339,10 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         if w != wk.w:
             continue
         acked = wk.acked.get(closed) if closed is not None else None
-        if crossed or acked is None or any(sent < t < acked for t in wk.aborts):
+        lost_with_state = closed is not None and closed[0] != rec.state_resets and \
+            closed not in rec.applied
+        if crossed or acked is None or lost_with_state or \
+                any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 

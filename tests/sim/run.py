@@ -122,7 +122,8 @@ class Worker:
     grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
     calls: list[Call] = field(default_factory=list)
     values: np.ndarray | None = None  # the call's buffer, alive while the engine writes it
-    inbox: list[bytes] = field(default_factory=list)
+    # what reached the worker while it did not read, with when it arrived
+    inbox: list[tuple[bytes, float]] = field(default_factory=list)
     in_call: bool = False
     paused_until: float = 0.0
     dead: bool = False
@@ -245,6 +246,8 @@ class Sim:
         self.up_losses: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
         self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
+        # (w, chunk and lanes of a datagram) -> its Record.contribs entry, the last counted
+        self.counted_as: dict[tuple[int, bytes], list[Any]] = {}
         self.may_async = plan.mode == wire.Mode.ASYNC or any(
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
@@ -323,7 +326,9 @@ class Sim:
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
             rto_initial=RTO_INITIAL, rto_min=RTO_MIN, stall_after=STALL_AFTER,
             missed_after=MISSED_AFTER, staleness_decay=1.0, seed=p.seed * 64 + w,
-            **{"rto_max": p.rto_max, "dead_after": p.dead_after, **self.engine_options})
+            **{"rto_max": p.rto_max, "dead_after": p.dead_after,
+               # the tag of the install it attaches to, given with the job (§9)
+               "install_tag": wire.install_tag(self.switch.job.epoch), **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
         keys = [f"key{i}" for i in range(len(p.sizes))]
         for key, n in zip(keys, p.sizes, strict=True):
@@ -364,7 +369,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         for d in wk.inbox:  # allreduce drains the socket first
-            self._hand(wk, d)
+            self._hand(wk, *d)
         wk.inbox.clear()
         e.begin_call(wk.keys[k], wk.values)
         self._note_absorbed(wk)
@@ -470,7 +475,7 @@ class Sim:
             self._say(f"w{wk.w} <- {self.describe(data)}{' (queued)' if held else ''}")
         if not wk.in_call or self.now < wk.paused_until:
             if len(wk.inbox) < 4096:  # a socket buffer
-                wk.inbox.append(data)
+                wk.inbox.append((data, self.now))
             return
         if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] in _PROGRESS_REASONS:
             self.last_progress = self.now  # what a worker's dead timer hears (§9 Failures)
@@ -485,18 +490,20 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             self._turn(wk)
 
     # ------------------------------------------------------------ the network
-    def _hand(self, wk: Worker, data: bytes) -> None:
-        """The worker's engine takes a datagram; a RESULT it drops as a duplicate of none
-        it applied is noted (a result lost to the replica unless it is flagged)."""
+    def _hand(self, wk: Worker, data: bytes, arrived: float | None = None) -> None:
+        """The worker's engine takes a datagram that arrived at `arrived` (default: now); a
+        RESULT it drops as a duplicate of none it applied is noted (a result lost to the
+        replica unless it is flagged)."""
         e = wk.engine
+        arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
-            e.on_datagram(data, self.now)
+            e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
             return
         wk.heard.add(tag[0])
@@ -505,20 +512,27 @@ class Sim:
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
         flagged = e.needs_resync
-        e.on_datagram(data, self.now)
+        e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
         if e.needs_resync and not flagged:
             wk.aborts.append(self.now)
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
+        # An ACK echoes the contribution's round field - in async its sequence number, not
+        # the round that counted it: the round is the one the switch counted the flight in.
+        counted_in = (tag[0], slot, rnd)
+        if data[_OFF_OP] == wire.Op.ACK and flight is not None:
+            c = self.counted_as.get((wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
+            if c is not None and c[3] is not None and c[3][0] == tag[0]:
+                counted_in = c[3]
         if (data[_OFF_OP] == wire.Op.ACK or (
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
-            wk.acked.setdefault((tag[0], slot, rnd), self.now)
+            wk.acked.setdefault(counted_in, self.now)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
-                self.rec.applied.add((tag[0], slot, rnd))
+                self.rec.applied.add(counted_in)
                 if flight is not None:
                     self._applied_lanes(wk, flight)  # the ACK applied my own lanes
             return
@@ -670,6 +684,7 @@ class Sim:
         crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
+        self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""
@@ -779,7 +794,7 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             e.tick(self.now)
             self._note_absorbed(wk)
