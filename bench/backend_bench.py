@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.launcher_logs import read_back, records
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 ELEMENTS = 1_000_000
@@ -129,18 +131,12 @@ def _run_path(inventory: Path, rendezvous: list[str], path: str, what: str, n: i
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)  # torchrun and its worker: their session
             p.wait()
-    outputs = []
-    for log in logs:
-        log.seek(0)
-        outputs.append(log.read())
-        log.close()
+    outputs = read_back(logs)
     for p, out in zip(procs, outputs, strict=True):
         if p.returncode:
             raise SystemExit(f"{path} {what} failed (rc {p.returncode}):\n{out[-3000:]}")
     # rank 0's line (ranks go in the order the launchers joined)
-    line = next(line for out in outputs for line in out.splitlines()
-                if line.startswith('{"median_ms"'))
-    return json.loads(line)["median_ms"]
+    return records(outputs, "median_ms")[0]["median_ms"]
 
 
 def main() -> None:

@@ -44,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.launcher_logs import read_back, records
 from hysync.controlplane.testbed.addresses import host_ip
 from hysync.controlplane.testbed.netns import missing_netns_tools
 from tests.testbed.conftest import kill_tree
@@ -144,16 +145,11 @@ class Rack:
             for p in procs:
                 kill_tree(p)  # `ip netns exec` became torchrun; its ranks are children
                 p.wait()
-        outputs = []
-        for log in logs:
-            log.seek(0)
-            outputs.append(log.read())
-            log.close()
+        outputs = read_back(logs)
         if error is None and any(p.returncode for p in procs):
             error = "a launcher failed: " + " | ".join(
                 out[-600:] for p, out in zip(procs, outputs, strict=True) if p.returncode)
-        ranks = {r["rank"]: r for out in outputs for line in out.splitlines()
-                 if line.startswith('{"rank"') for r in [json.loads(line)]}
+        ranks = {r["rank"]: r for r in records(outputs, "rank")}
         if error is None and sorted(ranks) != list(range(HOSTS * RANKS_PER_HOST)):
             error = f"ranks {sorted(ranks)} reported, not all 6"
         return {"error": error, "wall_s": round(time.monotonic() - began, 2),

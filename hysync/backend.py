@@ -225,7 +225,7 @@ class HySyncProcessGroup(ProcessGroup):
         in_place = tensor.dtype == torch.float32 and tensor.is_contiguous()
         # One key per size: see the module's doc. A call nobody waits for asynchronously
         # (dist.all_reduce without async_op) runs on the caller's thread where it can.
-        future = self.worker.allreduce_async(tensor, key=("allreduce", tensor.numel()),
+        future = self.worker.allreduce_async(tensor, key=size_key(tensor.numel()),
                                              in_place=in_place, blocking=not opts.asyncOp)
 
         def finish(fut: torch.futures.Future) -> list[torch.Tensor]:
@@ -245,7 +245,7 @@ class HySyncProcessGroup(ProcessGroup):
         work = tensor if tensor.dtype == torch.float32 and tensor.is_contiguous() else \
             tensor.detach().to(torch.float32, copy=True).contiguous()
         switch = None if self._member is None else switch_call(
-            self._member, ("allreduce", tensor.numel()))
+            self._member, size_key(tensor.numel()))
         future = self.host.allreduce(work, switch)
 
         def finish(fut: torch.futures.Future) -> list[torch.Tensor]:
@@ -298,6 +298,11 @@ FORWARDED = {name: name for name in (
 FORWARDED |= {"all_gather_single": "_allgather_base",
               "reduce_scatter_single": "_reduce_scatter_base",
               "all_to_all_single": "alltoall_base"}
+
+
+def size_key(numel: int) -> str:
+    """The key of an all-reduce of `numel` elements: one key per size (the module's doc)."""
+    return f"allreduce/{numel}"
 
 
 def _first_tensor(value: object) -> torch.Tensor | None:

@@ -280,7 +280,7 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
             job_id=job["job_id"], worker_id=member, switch_host=switch["ipv4"],
             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port_of(sock),
             bind_fd=sock.fileno(), slot_base=job["slot_base"], slot_count=job["slot_count"],
-            members=size, dead_after=timeout)
+            members=size, dead_after=timeout, install_tag=job.get("install_tag", -1))
         sock.detach()  # the transport owns the descriptor from here
         return HySyncWorker(config, scale=scale)
 

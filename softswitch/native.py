@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from hysync import _core, p4names, wire
-from hysync.softswitch.levels import JobRole, Level
+from hysync.softswitch.levels import JobRole
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
 
@@ -86,8 +86,53 @@ class NativeCounter:
         self._engine.clear_counter(self._id)
 
 
+class NativeRegister:
+    """One register array of the compiled pipeline, indexed like the model's list of it
+    (slot registers by slot, member_seq and member_epoch by slot * MAX_WORKERS + worker)."""
+
+    __slots__ = ("_engine", "_name")
+
+    def __init__(self, engine: _engine.Pipeline, name: str) -> None:
+        self._engine, self._name = engine, name
+
+    def __getitem__(self, index: int) -> int:
+        return self._engine.read_register(self._name, index)
+
+    def __setitem__(self, index: int, value: int) -> None:
+        """member_seq and member_epoch only: the cells a P4Runtime register write sets."""
+        self._engine.write_member_register(self._name, index, value)
+
+
+def _register(name: str) -> property:
+    return property(lambda self: NativeRegister(self.engine, name),
+                    doc=f"The engine's `{name}` register, read cell by cell.")
+
+
 class NativePipeline(Pipeline):
     """The model's tables, groups and write API; registers, counters and packets native."""
+
+    # The registers the reference model keeps as lists, read from the engine (tests look
+    # into them; the data plane never goes through these).
+    slot_epoch = _register("slot_epoch")
+    res_valid = _register("res_valid")
+    round = _register("round")
+    count = _register("count")
+    bitmap = _register("bitmap")
+    chunk = _register("chunk")
+    mode = _register("mode")
+    quorum = _register("quorum")
+    res_bitmap = _register("res_bitmap")
+    res_count = _register("res_count")
+    res_chunk = _register("res_chunk")
+    member_seq = _register("member_seq")
+    member_epoch = _register("member_epoch")
+    weight = _register("weight")
+    up_pending = _register("up_pending")
+    up_round = _register("up_round")
+    up_bitmap = _register("up_bitmap")
+    up_count = _register("up_count")
+    up_chunk = _register("up_chunk")
+    up_tx = _register("up_tx")
 
     def __init__(self, num_slots: int = wire.NUM_SLOTS) -> None:
         self.engine = _engine.Pipeline(num_slots)
@@ -121,11 +166,10 @@ class NativePipeline(Pipeline):
                     self._publish()
 
     def set_role(self, job: int, role: JobRole | None) -> None:
-        """Two levels run on the Python pipeline only (docs/protocol.md §11)."""
-        if role is not None and role.level != Level.SINGLE:
-            raise ValueError(f"job {job}: the native engine runs a job on one switch only; "
-                             "run a leaf or a spine with --engine python")
-        super().set_role(job, role)
+        """The job's level (docs/protocol.md §11), published with the tables."""
+        with self.lock:
+            super().set_role(job, role)
+            self._changed()
 
     def write_group(self, update: str, group_id: int, replicas: list[Replica]) -> None:
         with self.lock:
@@ -157,7 +201,10 @@ class NativePipeline(Pipeline):
             l2=[(e.match[0], e.params[0]) for e in entries[p4names.FORWARDING_L2]],
             rewrites=[(e.match[0], *e.params) for e in entries[p4names.REPLICATION_REWRITE]],
             groups=[(gid, [(r.port, r.rid) for r in replicas])
-                    for gid, replicas in self.groups.items()])
+                    for gid, replicas in self.groups.items()],
+            roles=[(job, int(role.level), *((u.spine_addr, u.spine_mac, u.uplink_id, u.leaf_addr)
+                                            if (u := role.uplink) else (0, 0, 0, 0)))
+                   for job, role in self._roles.items()])
 
     # ------------------------------------------------------- one packet
     def process_datagram(self, src_ip: int, src_port: int,

@@ -440,10 +440,13 @@ class Pipeline:
                 self.bitmap[s] |= bit
                 self.weight[s] += hosts
                 return None
+            # The weight is the RESULT's count byte: leaves that claim more than 255 hosts
+            # between them wrap it, as a P4 bit<8> field does (a two-level job has at most 255).
             if emit == Emit.CLOSE:
-                return self._close(s, job, w, group, cur, bank, chunk, self.weight[s] + hosts,
-                                   self.bitmap[s] | bit, version, nbytes)
-            return self._close(s, job, w, group, cur, bank, self.chunk[s], self.weight[s],
+                return self._close(s, job, w, group, cur, bank, chunk,
+                                   (self.weight[s] + hosts) & 0xFF, self.bitmap[s] | bit,
+                                   version, nbytes)
+            return self._close(s, job, w, group, cur, bank, self.chunk[s], self.weight[s] & 0xFF,
                                self.bitmap[s], version, nbytes)
         pending = self.up_pending[s]
         if emit == Emit.ABSORB or emit == Emit.CLOSE and pending:
@@ -558,8 +561,8 @@ class Pipeline:
                 return None
             return self._spine_result(payload, s, version, mode, job, w, count, quorum, r,
                                       chunk, bitmap, role, epoch, group, nbytes)
-        return self._spine_resync(s, version, flags, mode, job, w, reason, quorum, r, epoch,
-                                  group, nbytes)
+        return self._spine_resync(s, version, flags, mode, job, w, reason, quorum, r, chunk,
+                                  epoch, group, nbytes)
 
     def _spine_result(self, payload: bytes, s: int, version: int, mode: int, job: int, w: int,
                       count: int, quorum: int, r: int, chunk: int, bitmap: int, role: JobRole,
@@ -595,7 +598,7 @@ class Pipeline:
         return MULTICAST, group, head + lanes
 
     def _spine_resync(self, s: int, version: int, flags: int, mode: int, job: int, w: int,
-                      reason: int, quorum: int, r: int, epoch: int, group: int,
+                      reason: int, quorum: int, r: int, chunk: int, epoch: int, group: int,
                       nbytes: int) -> tuple[int, int, bytes] | None:
         """The spine's RESYNC answering the latest uplink (the echo ties them): the sum is
         counted (STALE_COUNTED: its result is gone) or not, then relayed to its hosts."""
@@ -607,9 +610,13 @@ class Pipeline:
         if reason != ResyncReason.STALE_COUNTED:
             hosts = self.up_bitmap[s]
             self._refuse_hosts(s, hosts, self.up_round[s], epoch)
+            # Which flight it settles: a STALE_ROUND names it by the sum's chunk (the spine's
+            # round may be ahead of it); a CHUNK_MISMATCH answers the spine's open round, the
+            # sum's, and carries the chunk that round aggregates, which the hosts send instead.
+            about = chunk if reason == ResyncReason.CHUNK_MISMATCH else self.up_chunk[s]
             out = MULTICAST_BITMAP, group, _HDR.pack(
                 version, Op.RESYNC, Flag.RELAYED, mode, job, w, 0, s, reason, quorum, r,
-                self.up_chunk[s], hosts)
+                about, hosts)
         cur = self.round[s]
         if serial_after(r, cur):
             # Forward only: a RESYNC delayed behind later results must not take the leaf

@@ -25,12 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from hysync.controlplane.controller import Controller
 from hysync.errors import HySyncError
 from hysync.topologies import report
 from hysync.topologies.children import signals_end_the_run
 from hysync.topologies.progress import make_display
-from hysync.topologies.runner import LocalHarness, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.runner import LocalHarness, RunConfig, RunFailed, run_configs
 from hysync.topologies.scenario import Scenario, ScenarioError, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"  # shipped with the package
@@ -113,12 +112,7 @@ def run(args: argparse.Namespace, scenario: Scenario) -> int:
           f"{harness.switch_data_addr()}", flush=True)
     display = make_display()
     try:
-        with connect(harness) as switch:
-            controller = Controller(switch).attach()
-            runs, swaps = {}, {}
-            for config in configs:
-                runs[config.name], swaps[config.name] = run_config(
-                    harness, controller, scenario, config, args.out, display)
+        runs, swaps = run_configs(harness, scenario, configs, args.out, display)
     except (RunFailed, HySyncError) as err:
         print(f"demo: error: {err} (worker output above; switch log {harness.log})",
               file=sys.stderr)

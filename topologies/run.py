@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from hysync.controlplane.controller import Controller
 from hysync.topologies import report
 from hysync.topologies.progress import make_display
-from hysync.topologies.runner import POLICIES, RunConfig, RunFailed, connect, run_config
+from hysync.topologies.runner import POLICIES, RunConfig, RunFailed, run_configs
 from hysync.topologies.scenario import ScenarioError, load_scenario
 from hysync.topologies.switches import SWITCH_CLASSES
 
@@ -69,12 +68,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(P4Runtime {harness.grpc_addr}); logs in {out}", flush=True)
     display = make_display()
     try:
-        with connect(harness) as switch:
-            controller = Controller(switch).attach()
-            runs, swaps = {}, {}
-            for config in configs:
-                runs[config.name], swaps[config.name] = run_config(
-                    harness, controller, scenario, config, out, display)
+        runs, swaps = run_configs(harness, scenario, configs, out, display)
     except RunFailed as err:
         print(f"run: error: {err} (worker output above)", file=sys.stderr)
         return 1

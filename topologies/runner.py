@@ -225,6 +225,20 @@ class Swap:
     reason: str = ""
 
 
+def run_configs(harness: Harness, scenario: Scenario, configs: list[RunConfig], out_dir: Path,
+                display: Display | None = None) -> tuple[dict[str, list[dict]],
+                                                        dict[str, list[Swap]]]:
+    """Each configuration trained to the end, one after the other, on the harness's switch:
+    the workers' logs and the swaps made, by configuration name."""
+    with connect(harness) as switch:
+        controller = Controller(switch).attach()
+        runs, swaps = {}, {}
+        for config in configs:
+            runs[config.name], swaps[config.name] = run_config(
+                harness, controller, scenario, config, out_dir, display)
+    return runs, swaps
+
+
 def run_config(harness: Harness, controller: Controller, scenario: Scenario, config: RunConfig,
                out_dir: Path, display: Display | None = None, seed: int = 0,
                ) -> tuple[list[dict], list[Swap]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -27,7 +27,7 @@ from hysync import _core
 from hysync.worker.call_stats import CallStats
 from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer
-from hysync.worker.transport import Transport
+from hysync.worker.transport import Transport, check_key
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,11 @@ class HySyncWorker:
         # that have not finished.
         self._calling = threading.Lock()
         self._queued = 0
-        self._last: dict[Hashable, CallStats] = {}
+        self._last: dict[str, CallStats] = {}
         self._uneven_calls = 0  # see uneven_calls
         # the CUDA path: a copy stream per device, pinned staging buffers per key
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
-        self._staging: dict[tuple[Hashable, torch.device], list[torch.Tensor]] = {}
+        self._staging: dict[tuple[str, torch.device], list[torch.Tensor]] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -88,16 +88,14 @@ class HySyncWorker:
         with self._stats_lock:
             return self._uneven_calls
 
-    def allreduce(self, tensor: torch.Tensor, key: Hashable = "default", *,
-                  in_place: bool = False, residual: np.ndarray | None = None) -> torch.Tensor:
+    def allreduce(self, tensor: torch.Tensor, key: str = "default", *,
+                  in_place: bool = False) -> torch.Tensor:
         """All-reduce `tensor` under `key`; returns a new tensor (same shape, dtype, device),
         or with `in_place` the tensor itself, overwritten (see allreduce_async)."""
-        return self.allreduce_async(tensor, key, in_place=in_place, residual=residual,
-                                    blocking=True).wait()
+        return self.allreduce_async(tensor, key, in_place=in_place, blocking=True).wait()
 
-    def allreduce_async(self, tensor: torch.Tensor, key: Hashable = "default", *,
-                        in_place: bool = False, residual: np.ndarray | None = None,
-                        blocking: bool = False) -> torch.futures.Future:
+    def allreduce_async(self, tensor: torch.Tensor, key: str = "default", *,
+                        in_place: bool = False, blocking: bool = False) -> torch.futures.Future:
         """Start an all-reduce; the future holds the result tensor, on the tensor's device.
 
         The tensor is copied now, so the caller may reuse it at once. With `in_place` (a
@@ -106,9 +104,8 @@ class HySyncWorker:
         in its own memory; a CUDA tensor through a pinned staging buffer, copied on a
         stream of the worker's own, so backward goes on computing meanwhile. The future
         carries the tensor's device (a CUDA-aware future: who waits on it, waits on the
-        copy back too). With `residual`, the caller owns the key's residual (see
-        Transport.allreduce): the call adds it in and writes the new one over it, so the
-        caller must not touch it until the future completes either.
+        copy back too). The key's residual stays in the worker's engine from call to call
+        (Transport.residual reads it).
 
         `blocking`: the caller waits for this result next (a synchronous call, the last
         bucket of a backward pass). A CPU tensor's call then runs on the caller's thread
@@ -121,12 +118,13 @@ class HySyncWorker:
                 f"{kind.__module__}.{kind.__qualname__}"
             raise TypeError(f"HySyncWorker.allreduce takes a torch.Tensor (CPU or CUDA), got "
                             f"{name}: convert it first, e.g. torch.as_tensor(x)")
+        check_key(key)
         if in_place and (tensor.dtype != torch.float32 or not tensor.is_contiguous()
                          or tensor.device.type not in ("cpu", "cuda")):
             raise ValueError(f"allreduce(in_place=True) needs a contiguous float32 CPU or "
                              f"CUDA tensor, got {tensor.dtype} on {tensor.device}")
         if tensor.device.type == "cuda":
-            return self._allreduce_cuda(tensor, key, in_place, residual)
+            return self._allreduce_cuda(tensor, key, in_place)
         if in_place:
             values = tensor.detach().reshape(-1).numpy()
         else:
@@ -138,7 +136,7 @@ class HySyncWorker:
         def run() -> None:
             try:
                 # values: our copy, or with in_place the caller's tensor
-                self._reduce(key, values, residual)
+                self._reduce(key, values)
                 out = tensor if in_place else torch.from_numpy(values).reshape(
                     shape).to(dtype=dtype, device=device)
                 future.set_result(out)
@@ -149,6 +147,21 @@ class HySyncWorker:
             return future
         self._submit(run)
         return future
+
+    def restore_residual(self, key: str, residual: np.ndarray) -> None:
+        """Add `residual` (float32, one element per element of `key`) into the residual the
+        engine keeps for `key`, registering the key with that size if it is new: a
+        checkpoint's residual handed back. It runs in order with the calls: after those
+        started before it, before those started after it."""
+        check_key(key)
+        residual = np.asarray(residual, dtype=np.float32).reshape(-1)
+
+        def run() -> None:
+            self.transport.register(key, residual.size)
+            self.transport.residual(key)[:residual.size] += residual
+
+        if not self._run_here(run):
+            self._submit(run)
 
     def _submit(self, call: Callable[[], None]) -> None:
         """Queue `call` on the worker's thread, after the calls queued before it."""
@@ -175,8 +188,8 @@ class HySyncWorker:
             self._calling.release()
         return True
 
-    def _allreduce_cuda(self, tensor: torch.Tensor, key: Hashable, in_place: bool,
-                        residual: np.ndarray | None) -> torch.futures.Future:
+    def _allreduce_cuda(self, tensor: torch.Tensor, key: str,
+                        in_place: bool) -> torch.futures.Future:
         """The CUDA path: device -> pinned staging (on our stream, after the caller's work
         on the tensor), the transport on the staging memory (the worker's thread, once
         that copy is done), staging -> device (on our stream), then the future."""
@@ -199,7 +212,7 @@ class HySyncWorker:
         def run() -> None:
             try:
                 copied.synchronize()
-                self._reduce(key, staging.numpy(), residual)
+                self._reduce(key, staging.numpy())
                 with torch.cuda.stream(stream):
                     out = tensor if in_place else torch.empty_like(tensor)
                     out.view(-1).copy_(staging, non_blocking=True)
@@ -214,7 +227,7 @@ class HySyncWorker:
         self._submit(run)
         return future
 
-    def _take_staging(self, key: Hashable, device: torch.device, numel: int) -> torch.Tensor:
+    def _take_staging(self, key: str, device: torch.device, numel: int) -> torch.Tensor:
         """A pinned float32 buffer of `numel` for `key`: reused call after call (pinning is
         slow), one per call in flight."""
         with self._stats_lock:
@@ -225,14 +238,14 @@ class HySyncWorker:
                     return buffer
         return torch.empty(numel, dtype=torch.float32, pin_memory=True)
 
-    def _give_staging(self, key: Hashable, device: torch.device, buffer: torch.Tensor) -> None:
+    def _give_staging(self, key: str, device: torch.device, buffer: torch.Tensor) -> None:
         with self._stats_lock:
             self._staging.setdefault((key, device), []).append(buffer)
 
-    def _reduce(self, key: Hashable, values: np.ndarray, residual: np.ndarray | None) -> None:
+    def _reduce(self, key: str, values: np.ndarray) -> None:
         """One transport call on `values`, in place (the worker's thread, or a blocking
         caller's)."""
-        result = self.transport.allreduce(key, values, in_place=True, residual=residual)
+        result = self.transport.allreduce(key, values, in_place=True)
         even = _even(result.stats)
         with self._stats_lock:
             self._last.pop(key, None)  # keep insertion order = finishing order
@@ -241,7 +254,7 @@ class HySyncWorker:
         if log.isEnabledFor(logging.DEBUG):  # summary() walks every result's header
             log.debug("allreduce %s", result.stats.summary())
 
-    def last_stats(self, key: Hashable | None = None) -> CallStats | None:
+    def last_stats(self, key: str | None = None) -> CallStats | None:
         """Stats of the latest finished call (for `key`, or any key)."""
         with self._stats_lock:
             if key is not None:

@@ -17,7 +17,7 @@ _DEFAULTS = _core.worker.EngineConfig()
 # address, the quantizer's scale and the seed).
 ENGINE_FIELDS = ("job_id", "worker_id", "slot_base", "slot_count", "members", "rto_initial",
                  "rto_min", "rto_max", "dead_after", "stall_after", "missed_after", "join_after",
-                 "staleness_decay")
+                 "staleness_decay", "install_tag")
 
 
 def engine_config(**fields: Any) -> Any:
@@ -53,6 +53,9 @@ class TransportConfig:
     missed_after: float = _DEFAULTS.missed_after
     join_after: float = _DEFAULTS.join_after
     staleness_decay: float = _DEFAULTS.staleness_decay
+    # The low byte of the job's install epoch, as serve's admit gives it (wire.install_tag):
+    # a reply of a newer state of the switch is told apart from the first. -1: unknown.
+    install_tag: int = _DEFAULTS.install_tag
     recv_buffer: int = 32 * 1024 * 1024
     seed: int | None = None  # seeds the async sequence starts
 
@@ -71,6 +74,8 @@ class TransportConfig:
             (self.stall_after > 0, "stall_after", "a positive number of seconds"),
             (self.join_after > 0, "join_after", "a positive number of seconds"),
             (0.0 <= self.staleness_decay <= 1.0, "staleness_decay", "0.0..1.0 (1.0 = off)"),
+            (-1 <= self.install_tag <= 255, "install_tag",
+             "the low byte of the job's install epoch, 0..255 (-1: unknown)"),
             (0 <= self.switch_port < 65536 and 0 <= self.bind_port < 65536, "switch_port/bind_port",
              "0..65535"),
         ]

@@ -8,12 +8,13 @@ As torch/distributed/algorithms/ddp_comm_hooks: the second parameter is named
 averaged result is copied into that buffer in place. The future carries the bucket's
 device, so on CUDA DDP's streams wait for the copy back, not the host. DDP still needs a process
 group (it broadcasts parameters with it); the hook replaces only the gradient
-all-reduce. Error feedback is per bucket and the state owns it, as PowerSGD's state
-owns `error_dict`: `state.residuals[bucket.index()]` is lent to the transport for
-that bucket's call and handed back when the call ends (docs/design.md, worker/).
+all-reduce. Error feedback is per bucket, and one thing owns it, as PowerSGD's state owns
+`error_dict`: the worker's engine keeps bucket i's residual under `bucket_key(i)` from
+call to call; `state.residuals()` reads them (docs/design.md, worker/).
 
 The state pickles, e.g. in a checkpoint with `torch.save`, between steps: the
-residuals and the stats travel, the worker (socket, transport thread) does not.
+residuals (read from the engine) and the stats travel, the worker (socket, transport
+thread) does not; each bucket's next call hands its residual to the new worker's engine.
 After unpickling, attach a worker before the next step:
 
     state = torch.load(path, weights_only=False)
@@ -29,7 +30,7 @@ the switch, and the leader's result and clock are broadcast to the host's ranks.
 # No `from __future__ import annotations`: DDP checks the hook's annotations at run
 # time and needs `bucket: dist.GradBucket` as a type, not a string.
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,34 +51,46 @@ class HookStats:
 
 
 class HySyncHookState:
-    __slots__ = ("worker", "residuals", "stats", "_lent")
+    __slots__ = ("worker", "stats", "_buckets", "_calling", "_restored")
 
     def __init__(self, worker: HySyncWorker) -> None:
         self.worker: HySyncWorker | None = worker  # None after unpickling, until attach()
-        # bucket.index() -> its float32 residual, one element per bucket element. Only the
-        # buckets between calls are here: a bucket's call takes its array and gives it back
-        # when it ends, so no array here is ever written by the worker's thread.
-        self.residuals: dict[int, np.ndarray] = {}
         self.stats = HookStats()
-        self._lent: set[int] = set()  # buckets whose call holds their residual
+        self._buckets: dict[int, int] = {}  # bucket.index() -> its size, for residuals()
+        self._calling: set[int] = set()  # buckets whose call is under way
+        # bucket.index() -> the residual a pickle brought, until the bucket's next call hands
+        # it to the worker's engine
+        self._restored: dict[int, np.ndarray] = {}
 
     def attach(self, worker: HySyncWorker) -> None:
         """Give an unpickled state the worker its next steps all-reduce through."""
         self.worker = worker
 
+    def residuals(self) -> dict[int, np.ndarray]:
+        """bucket.index() -> a copy of its float32 residual, one element per bucket element:
+        what the worker's engine keeps (and what a pickle brought for buckets not called
+        since). Between steps: a bucket's call writes its residual."""
+        out = {i: r.copy() for i, r in self._restored.items()}
+        if self.worker is not None:
+            transport = self.worker.transport
+            for index, numel in self._buckets.items():
+                if index not in out:
+                    out[index] = transport.residual(bucket_key(index))[:numel].copy()
+        return out
+
     def __getstate__(self) -> dict[str, object]:
-        if self._lent:
-            raise RuntimeError(f"HySyncHookState pickled while buckets {sorted(self._lent)} "
+        if self._calling:
+            raise RuntimeError(f"HySyncHookState pickled while buckets {sorted(self._calling)} "
                                "are being all-reduced: pickle it between steps (after "
                                "backward() returns)")
-        return {"residuals": {i: r.copy() for i, r in self.residuals.items()},
-                "stats": self.stats}
+        return {"residuals": self.residuals(), "stats": self.stats}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.worker = None
-        self.residuals = state["residuals"]  # type: ignore[assignment]
         self.stats = state["stats"]  # type: ignore[assignment]
-        self._lent = set()
+        self._restored = state["residuals"]  # type: ignore[assignment]
+        self._buckets = {}
+        self._calling = set()
 
     def attached(self) -> HySyncWorker:
         if self.worker is None:
@@ -85,21 +98,23 @@ class HySyncHookState:
                                "state.attach(HySyncWorker(...)) before the next step")
         return self.worker
 
-    def lend(self, index: int, numel: int) -> np.ndarray:
-        """Bucket `index`'s residual for its call (zeros for a new bucket)."""
-        residual = self.residuals.pop(index, None)
-        if residual is not None and residual.size != numel:
-            # DDP rebuilds its buckets after the first step; the transport starts the key
-            # afresh too (Transport._index).
-            log.info("bucket %d changed size %d -> %d: its residual (at most the last "
-                     "quantization error in sync) is dropped", index, residual.size, numel)
-            residual = None
-        self._lent.add(index)
-        return np.zeros(numel, dtype=np.float32) if residual is None else residual
+    def begin(self, index: int, numel: int) -> None:
+        """Bucket `index`'s call of `numel` elements starts: a residual restored from a pickle
+        goes into the engine first (where the bucket kept its size: the engine starts a
+        bucket whose size changed afresh, as DDP's rebuild after the first step does)."""
+        worker = self.attached()
+        restored = self._restored.pop(index, None)
+        if restored is not None:
+            if restored.size == numel:
+                worker.restore_residual(bucket_key(index), restored)
+            else:
+                log.info("bucket %d changed size %d -> %d: its residual (at most the last "
+                         "quantization error in sync) is dropped", index, restored.size, numel)
+        self._buckets[index] = numel
+        self._calling.add(index)
 
-    def give_back(self, index: int, residual: np.ndarray) -> None:
-        self.residuals[index] = residual
-        self._lent.discard(index)
+    def end(self, index: int) -> None:
+        self._calling.discard(index)
 
     def last_stats(self) -> "CallStats | None":
         return self.attached().last_stats()
@@ -111,8 +126,9 @@ class HySyncHookState:
         return 0.0 if stats is None else worker.updates_applied(stats)
 
 
-def bucket_key(index: int) -> tuple[str, int]:
-    return ("bucket", index)
+def bucket_key(index: int) -> str:
+    """The key of DDP bucket `index`: its one name from the hook to the wire."""
+    return f"bucket/{index}"
 
 
 def hysync_hook(state: HySyncHookState,
@@ -126,18 +142,18 @@ def hysync_hook(state: HySyncHookState,
     # dtypes are reduced as a float32 copy and copied back below.
     in_place = buffer.device.type in ("cpu", "cuda") and buffer.dtype == torch.float32 \
         and buffer.is_contiguous()
-    residual = state.lend(index, buffer.numel())
+    state.begin(index, buffer.numel())
     try:
         # The last bucket of the pass: DDP waits for it next, so it may run on this thread
         # (HySyncWorker.allreduce_async, `blocking`).
         future = worker.allreduce_async(buffer, key=bucket_key(index), in_place=in_place,
-                                        residual=residual, blocking=bucket.is_last())
+                                        blocking=bucket.is_last())
     except BaseException:
-        state.give_back(index, residual)
+        state.end(index)
         raise
 
     def copy_back(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        state.give_back(index, residual)  # the call has ended, failed or not
+        state.end(index)  # the call has ended, failed or not
         result = fut.value()  # a failed call raises here
         if not in_place:
             buffer.copy_(result)
@@ -177,21 +193,22 @@ class HostHookState:
         self._updates = applied.updates
 
 
-def switch_call(member: HySyncHookState, key: Hashable, index: int | None = None
+def switch_call(member: HySyncHookState, key: str, index: int | None = None
                 ) -> Callable[[torch.Tensor], Applied]:
     """The leader's share of a host-level all-reduce: the host's mean through the switch,
-    in place, with the residual of bucket `index` where given (the hook's) or the
-    transport's own for `key` (the backend's)."""
+    in place, under `key`; `index`: the hook's bucket (`key` is its bucket_key), which the
+    state then counts as its own."""
     worker = member.attached()
 
     def call(host_mean: torch.Tensor) -> Applied:
         in_place = host_mean.dtype == torch.float32 and host_mean.is_contiguous()
-        residual = None if index is None else member.lend(index, host_mean.numel())
+        if index is not None:
+            member.begin(index, host_mean.numel())
         try:
-            result = worker.allreduce(host_mean, key=key, in_place=in_place, residual=residual)
+            result = worker.allreduce(host_mean, key=key, in_place=in_place)
         finally:
-            if residual is not None:
-                member.give_back(index, residual)
+            if index is not None:
+                member.end(index)
         if not in_place:
             host_mean.copy_(result)
         stats = worker.last_stats(key)

@@ -14,7 +14,6 @@ import random
 import socket
 import time
 from collections import Counter
-from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
 
 __all__ = ["CallAbortedError", "CallResult", "NoReplyError", "SwitchRestartedError", "Transport",
-           "TransportConfig"]
+           "TransportConfig", "check_key"]
 
 log = logging.getLogger(__name__)
 # A call that retransmitted more than once per chunk, and at least this often, is a storm.
@@ -49,6 +48,15 @@ class SwitchRestartedError(CallAbortedError):
     as residual, the replica needs a resync, and the next call learns the switch's new rounds."""
 
 
+def check_key(key: object) -> str:
+    """`key` itself if it is a str (what a key is); else a TypeError that names the fix."""
+    if type(key) is not str:
+        raise TypeError(f"a HySync key is a str (its name from the caller to the wire), got "
+                        f"{type(key).__name__} {key!r}: name it, e.g. 'layer1' or "
+                        f"bucket_key(index)")
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class CallResult:
     output: np.ndarray  # float32, one element per input element
@@ -69,46 +77,37 @@ class Transport:
         seed = config.seed if config.seed is not None else random.getrandbits(63)
         self._engine = _core.worker.Engine(
             config.engine_config(switch_ip, quantizer.scale, seed), fd=self._sock.fileno())
-        self._keys: dict[Hashable, tuple[int, int]] = {}  # key -> (engine index, numel)
         self._busy = False
 
     def close(self) -> None:
         self._sock.close()
 
     # ------------------------------------------------------------ keys
-    def register(self, key: Hashable, numel: int) -> None:
+    # A key is a str, its name from the caller to the wire: the engine keeps each key, and its
+    # residual from call to call, under it (native/worker/keys.h, "the key's path").
+    def register(self, key: str, numel: int) -> None:
         """Give `key` its chunk range now (otherwise its first call does). Every worker of a
-        job must register the same keys, with the same sizes, in the same order (DDP does)."""
-        self._index(key, numel)
+        job must register the same keys, with the same sizes, in the same order (DDP does).
+        A key registered again with another size gets a new chunk range, and its residual
+        (at most the last quantization error in sync) is dropped: every worker sees the same
+        change, e.g. DDP rebuilding its buckets after the first step."""
+        self._engine.register(check_key(key), numel)
+        self._emit_logs()
 
-    def _index(self, key: Hashable, numel: int) -> int:
-        known = self._keys.get(key)
-        if known is not None and known[1] == numel:
-            return known[0]
-        if known is not None:
-            # Every worker sees the same change (e.g. DDP rebuilding its buckets after the
-            # first step), so a new range keeps chunk ids consistent across the job.
-            log.info("key %r changed size %d -> %d: new chunk range; its residual "
-                     "(at most the last quantization error in sync) is dropped",
-                     key, known[1], numel)
-            self._engine.retire(known[0])
-        index = self._engine.register(numel)
-        self._keys[key] = (index, numel)
-        return index
-
-    def first_chunk(self, key: Hashable) -> int:
+    def first_chunk(self, key: str) -> int:
         """The global id of `key`'s first chunk."""
-        return self._engine.first_chunk(self._keys[key][0])
+        return self._engine.first_chunk(check_key(key))
 
-    def residual(self, key: Hashable) -> np.ndarray:
-        """The float32 residual carried for `key` (padded to whole chunks; a live view)."""
-        return self._engine.residual(self._keys[key][0])
+    def residual(self, key: str) -> np.ndarray:
+        """The float32 residual the engine keeps for `key` from call to call: a live, writable
+        view, padded to whole chunks. The one way Python sees it - to checkpoint or restore
+        it (between calls: a call's thread writes it), or to inspect it."""
+        return self._engine.residual(check_key(key))
 
-    def take(self, key: Hashable) -> np.ndarray:
+    def take(self, key: str) -> np.ndarray:
         """Hand over what has been applied for `key` since its last call, without contributing."""
-        index, numel = self._keys[key]
-        out = np.empty(numel, dtype=np.float32)
-        self._engine.take(index, out)
+        out = np.empty(self._engine.size(check_key(key)), dtype=np.float32)
+        self._engine.take(key, out)
         return out
 
     # ------------------------------------------------------------ health
@@ -132,26 +131,15 @@ class Transport:
         return self._engine.bad_datagrams
 
     # ------------------------------------------------------------ the call
-    def allreduce(self, key: Hashable, values: np.ndarray, *, in_place: bool = False,
-                  residual: np.ndarray | None = None) -> CallResult:
+    def allreduce(self, key: str, values: np.ndarray, *, in_place: bool = False) -> CallResult:
         """Contribute `values` under `key`; return what was applied for it: float32 per
         element, the sum of `sum / count` (an async result's `sum / members`) of every result
         applied for the key's chunks since its last call, divided by the quantizer's scale.
         With `in_place`, `values` (float32, contiguous) receives the output: no copy of a
-        large tensor.
-
-        With `residual` (float32, contiguous, one element per value) the caller owns the key's
-        residual between calls: it is added into the engine's before the call and what the
-        call leaves is moved back into it, even when the call fails (the engine keeps zeros,
-        plus whatever residual-only packets still in flight return later, carried next time)."""
+        large tensor. The key's residual (error feedback) stays in the engine from call to
+        call, a failed call's included (see `residual`)."""
         values = np.asarray(values)
-        if residual is not None and (residual.dtype != np.float32 or residual.ndim != 1
-                                     or residual.size != values.size
-                                     or not residual.flags.c_contiguous
-                                     or not residual.flags.writeable):
-            raise ValueError(f"allreduce(residual=...) needs a writable contiguous 1-d float32 "
-                             f"array of {values.size} elements (one per value), got a "
-                             f"{residual.dtype} one of shape {residual.shape}")
+        check_key(key)
         if in_place:
             if values.dtype != np.float32 or not values.flags.c_contiguous \
                     or not values.flags.writeable:
@@ -163,18 +151,11 @@ class Transport:
             out = np.array(values, dtype=np.float32, copy=True).reshape(-1)
         if self._busy:
             raise RuntimeError("Transport.allreduce is not reentrant: one call at a time")
-        index = self._index(key, out.size)
         self._engine.reset_stats()
         start = time.monotonic()
         self._busy = True
         try:
-            if residual is not None:
-                self._engine.give_residual(index, residual)
-            try:
-                done = self._engine.allreduce(index, out)
-            finally:
-                if residual is not None:
-                    self._engine.export_residual(index, residual)
+            done = self._engine.allreduce(key, out)
         finally:
             self._busy = False
             self._emit_logs()

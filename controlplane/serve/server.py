@@ -451,8 +451,11 @@ class Server:
                     name=train.name, members=len(members), slots=list(train.slots),
                     averaging_job=jobs[1].job_id if averaging else None, policy=policy,
                     hosts=[member_fields(w, hosts) for w in sorted(hosts)])
+        # install_tag: the state of the switch the workers attach to (docs/protocol.md §9)
         return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
-                          "slot_count": j.slot_count} for j in jobs], "key": key,
+                          "slot_count": j.slot_count,
+                          "install_tag": wire.install_tag(self.controller.jobs[j.job_id].epoch)}
+                         for j in jobs], "key": key,
                 "switch": {"ipv4": self.inv.switch.data_ipv4,
                            "udp_port": self.inv.switch.data_udp_port}}
 

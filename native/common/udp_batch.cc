@@ -18,36 +18,57 @@ constexpr std::size_t COALESCED_BYTES = 65536;
 constexpr std::size_t USUAL_SEGMENTS = 64;
 }  // namespace
 
-std::size_t coalesced_segment_size(const msghdr& msg) {
-  if (msg.msg_control == nullptr || (msg.msg_flags & MSG_CTRUNC)) return 0;
-  // Walked by offsets, each header copied out, rather than with CMSG_NXTHDR: a length that no
-  // kernel writes must end the walk, not move a pointer out of the buffer.
+namespace {
+
+// The data of the first control message of `level` and `type` in a received message, and its
+// length; nullptr when there is none. Walked by offsets, each header copied out, rather than
+// with CMSG_NXTHDR: a length that no kernel writes must end the walk, not move a pointer out
+// of the buffer.
+const uint8_t* control_data(const msghdr& msg, int level, int type, std::size_t& data_len) {
+  if (msg.msg_control == nullptr || (msg.msg_flags & MSG_CTRUNC)) return nullptr;
   const auto* base = static_cast<const uint8_t*>(msg.msg_control);
   const std::size_t total = msg.msg_controllen;
   std::size_t at = 0;
   while (total - at >= sizeof(cmsghdr)) {
     cmsghdr c;
     std::memcpy(&c, base + at, sizeof(c));
-    if (c.cmsg_len < CMSG_LEN(0) || c.cmsg_len > total - at) return 0;
-    const std::size_t data_len = c.cmsg_len - CMSG_LEN(0);
-    const uint8_t* data = base + at + CMSG_LEN(0);
-    if (c.cmsg_level == SOL_UDP && c.cmsg_type == UDP_GRO) {
-      // The kernel writes an int; accept the u16 that UDP_SEGMENT takes as well.
-      if (data_len >= sizeof(int)) {
-        int size;
-        std::memcpy(&size, data, sizeof(size));
-        return size > 0 ? std::size_t(size) : 0;
-      }
-      if (data_len >= sizeof(uint16_t)) {
-        uint16_t size;
-        std::memcpy(&size, data, sizeof(size));
-        return size;
-      }
-      return 0;
+    if (c.cmsg_len < CMSG_LEN(0) || c.cmsg_len > total - at) return nullptr;
+    if (c.cmsg_level == level && c.cmsg_type == type) {
+      data_len = c.cmsg_len - CMSG_LEN(0);
+      return base + at + CMSG_LEN(0);
     }
     const std::size_t step = CMSG_ALIGN(c.cmsg_len);
-    if (step >= total - at) return 0;
+    if (step >= total - at) return nullptr;
     at += step;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+double received_timestamp(const msghdr& msg) {
+  std::size_t len = 0;
+  const uint8_t* data = control_data(msg, SOL_SOCKET, SCM_TIMESTAMPNS, len);
+  if (data == nullptr || len < sizeof(timespec)) return 0;
+  timespec ts;
+  std::memcpy(&ts, data, sizeof(ts));
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+std::size_t coalesced_segment_size(const msghdr& msg) {
+  std::size_t data_len = 0;
+  const uint8_t* data = control_data(msg, SOL_UDP, UDP_GRO, data_len);
+  if (data == nullptr) return 0;
+  // The kernel writes an int; accept the u16 that UDP_SEGMENT takes as well.
+  if (data_len >= sizeof(int)) {
+    int size;
+    std::memcpy(&size, data, sizeof(size));
+    return size > 0 ? std::size_t(size) : 0;
+  }
+  if (data_len >= sizeof(uint16_t)) {
+    uint16_t size;
+    std::memcpy(&size, data, sizeof(size));
+    return size;
   }
   return 0;
 }
@@ -95,6 +116,16 @@ bool DatagramBatch::set_coalescing(int fd) {
   return true;
 }
 
+bool DatagramBatch::set_timestamping(int fd) {
+  int on = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) != 0) return false;
+  timestamping_ = true;
+  rx_controls_.resize(capacity_);
+  arrivals_.assign(capacity_, 0);
+  changed_ = capacity_;
+  return true;
+}
+
 std::size_t DatagramBatch::receive(int fd, bool wait) {
   for (std::size_t i = 0; i < changed_; ++i) {
     iovs_[i] = {&buffers_[i * stride_], stride_};
@@ -103,7 +134,7 @@ std::size_t DatagramBatch::receive(int fd, bool wait) {
     msgs_[i].msg_hdr.msg_iovlen = 1;
     msgs_[i].msg_hdr.msg_name = &addrs_[i];
     msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
-    if (coalescing_) {
+    if (coalescing_ || timestamping_) {
       msgs_[i].msg_hdr.msg_control = rx_controls_[i].bytes;
       msgs_[i].msg_hdr.msg_controllen = sizeof(ReceiveControl);
     }
@@ -115,8 +146,10 @@ std::size_t DatagramBatch::receive(int fd, bool wait) {
                      nullptr);
     if (n >= 0) {
       messages_ = changed_ = std::size_t(n);
-      for (std::size_t i = 0; i < messages_; ++i)
+      for (std::size_t i = 0; i < messages_; ++i) {
         split_received(msgs_[i].msg_hdr, msgs_[i].msg_len, max_bytes_, uint32_t(i), received_);
+        if (timestamping_) arrivals_[i] = received_timestamp(msgs_[i].msg_hdr);
+      }
       count_ = received_.size();
       return count_;
     }

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <vector>
 #include <system_error>
@@ -46,6 +47,9 @@ inline constexpr std::size_t MAX_COALESCED = 256;
 // The UDP_GRO segment size in a received message's control data; 0 when there is none (or it
 // is malformed).
 std::size_t coalesced_segment_size(const msghdr& msg);
+// The SCM_TIMESTAMPNS arrival time in a received message's control data, in seconds of
+// CLOCK_REALTIME; 0 when there is none (or it is malformed).
+double received_timestamp(const msghdr& msg);
 
 class DatagramBatch {
  public:
@@ -65,6 +69,14 @@ class DatagramBatch {
   // arrives is touched). False when the kernel has no UDP GRO (before 5.0): one datagram per
   // message, as without this.
   bool set_coalescing(int fd);
+  // Before the first receive(): the kernel stamps each message with when it arrived
+  // (SO_TIMESTAMPNS, the real-time clock), read back by arrival(). False when the socket
+  // refuses it: arrival() is then 0.
+  bool set_timestamping(int fd);
+  // When datagram i's message arrived, in seconds of CLOCK_REALTIME; 0 when not stamped.
+  double arrival(std::size_t i) const {
+    return timestamping_ ? arrivals_[received_[i].message] : 0;
+  }
   // How many messages the last receive() read: capacity() says more may be queued.
   std::size_t messages() const { return messages_; }
   const uint8_t* data(std::size_t i) const {
@@ -115,7 +127,8 @@ class DatagramBatch {
   std::size_t stride_;  // bytes between two messages' buffers: max_bytes_, or a coalesced run's
   uint64_t send_errors_ = 0;
   enum class Segmenting { OFF, UNTRIED, WORKS } segmenting_ = Segmenting::OFF;
-  bool coalescing_ = false;
+  bool coalescing_ = false, timestamping_ = false;
+  std::vector<double> arrivals_;  // per message, with timestamping
   // Not value-initialized: a coalescing batch reserves 64 KiB a message, and only the pages
   // that datagrams land in become resident.
   std::unique_ptr<uint8_t[]> buffers_;
@@ -123,10 +136,11 @@ class DatagramBatch {
   std::vector<iovec> iovs_;
   std::vector<mmsghdr> msgs_;
   std::vector<ReceivedDatagram> received_;
-  // A coalescing receive's control buffer per message, for the UDP_GRO segment size (room for
-  // a few more control messages, so that one enabled elsewhere does not cut it off).
+  // A coalescing or timestamping receive's control buffer per message, for the UDP_GRO segment
+  // size and the arrival time (room for a few more control messages, so that one enabled
+  // elsewhere does not cut them off).
   struct alignas(cmsghdr) ReceiveControl {
-    char bytes[CMSG_SPACE(sizeof(int)) * 4];
+    char bytes[CMSG_SPACE(sizeof(int)) * 4 + CMSG_SPACE(sizeof(timespec))];
   };
   std::vector<ReceiveControl> rx_controls_;
   // echo() of a coalesced receive where segmenting is off: datagram by datagram.

@@ -30,6 +30,8 @@ using ModeRow = std::tuple<uint32_t, int64_t, uint32_t, uint32_t, uint32_t, uint
 using L2Row = std::pair<uint64_t, uint16_t>;
 using RewriteRow = std::tuple<uint32_t, uint64_t, uint32_t, uint16_t>;
 using GroupRow = std::pair<uint32_t, std::vector<std::pair<uint16_t, uint32_t>>>;
+// job, level, spine address, spine MAC, uplink id, leaf address (softswitch/levels.py JobRole)
+using RoleRow = std::tuple<uint32_t, uint32_t, uint32_t, uint64_t, uint32_t, uint32_t>;
 
 // The pipeline plus the counter shard that calls from Python (tests, the bench) count in.
 struct Engine {
@@ -45,7 +47,8 @@ std::shared_ptr<const Tables> build_tables(const std::vector<MemberRow>& members
                                            const std::vector<ModeRow>& modes,
                                            const std::vector<L2Row>& l2,
                                            const std::vector<RewriteRow>& rewrites,
-                                           const std::vector<GroupRow>& groups) {
+                                           const std::vector<GroupRow>& groups,
+                                           const std::vector<RoleRow>& roles) {
   auto t = std::make_shared<Tables>();
   for (const auto& [job, worker, ip, port] : members)
     t->members.insert(MemberKey{uint16_t(job), uint8_t(worker), ip, uint16_t(port)});
@@ -63,6 +66,15 @@ std::shared_ptr<const Tables> build_tables(const std::vector<MemberRow>& members
       auto rw = by_rid.find(rid);
       out.push_back(Replica{port, rid, rw != by_rid.end(), rw != by_rid.end() ? rw->second : Rewrite{}});
     }
+  }
+  for (const auto& [job, level, spine_addr, spine_mac, uplink_id, leaf_addr] : roles) {
+    if (level > uint32_t(Level::SPINE) || uplink_id >= w::MAX_WORKERS)
+      throw std::invalid_argument("job " + std::to_string(job) + ": level " +
+                                  std::to_string(level) + ", uplink id " +
+                                  std::to_string(uplink_id) +
+                                  " is not a role: levels are 0..2, uplink ids 0..31");
+    if (level != uint32_t(Level::SINGLE))
+      t->roles[job] = JobRole{Level(level), spine_addr, spine_mac, uint8_t(uplink_id), leaf_addr};
   }
   return t;
 }
@@ -108,14 +120,32 @@ void bind(nb::module_& m) {
           "set_tables",
           [](Engine& e, const std::vector<MemberRow>& members, const std::vector<JobRow>& jobs,
              const std::vector<ModeRow>& modes, const std::vector<L2Row>& l2,
-             const std::vector<RewriteRow>& rewrites, const std::vector<GroupRow>& groups) {
-            auto tables = build_tables(members, jobs, modes, l2, rewrites, groups);
+             const std::vector<RewriteRow>& rewrites, const std::vector<GroupRow>& groups,
+             const std::vector<RoleRow>& roles) {
+            auto tables = build_tables(members, jobs, modes, l2, rewrites, groups, roles);
             nb::gil_scoped_release release;
             e.pipeline.set_tables(std::move(tables));
           },
           nb::arg("members"), nb::arg("jobs"), nb::arg("modes"), nb::arg("l2"),
-          nb::arg("rewrites"), nb::arg("groups"),
-          "Swap in a whole new snapshot of the tables and groups, between two packet batches.")
+          nb::arg("rewrites"), nb::arg("groups"), nb::arg("roles") = std::vector<RoleRow>{},
+          "Swap in a whole new snapshot of the tables, groups and jobs' roles, between two "
+          "packet batches.")
+      .def(
+          "read_register",
+          [](Engine& e, const std::string& name, std::size_t index) {
+            return e.pipeline.read_register(name, index);
+          },
+          nb::arg("name"), nb::arg("index"),
+          "One register cell by the reference model's name: by slot, or for member_seq and "
+          "member_epoch by slot * MAX_WORKERS + worker.")
+      .def(
+          "write_member_register",
+          [](Engine& e, const std::string& name, std::size_t index, uint32_t value) {
+            e.pipeline.write_member_register(name, index, value);
+          },
+          nb::arg("name"), nb::arg("index"), nb::arg("value"),
+          "member_seq or member_epoch at slot * MAX_WORKERS + worker, as a P4Runtime "
+          "register write sets it.")
       .def("reset_registers", [](Engine& e) { e.pipeline.reset_registers(); },
            nb::call_guard<nb::gil_scoped_release>())
       .def(

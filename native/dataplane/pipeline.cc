@@ -1,13 +1,15 @@
 #include "dataplane/pipeline.h"
 
+#include "common/banks.h"
 #include "hysync_decision.h"
-
-#include <sched.h>
 
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <tuple>
+#include <utility>
 
 namespace hysync::dataplane {
 
@@ -20,34 +22,10 @@ bool ModeRange::operator<(const ModeRange& o) const {
          std::tie(o.neg_priority, o.lo, o.hi, o.mode, o.quorum);
 }
 
-// A slot's spinlock: held for one packet's few hundred nanoseconds. Yields after a while so
-// that a lock holder preempted on an oversubscribed machine gets the core back.
-class Pipeline::SlotLock {
- public:
-  explicit SlotLock(Slot& slot) : flag_(slot.locked) {
-    for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
-      while (flag_.load(std::memory_order_relaxed)) {
-        if (++spins % 128 == 0) {
-          sched_yield();
-        } else {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        }
-      }
-    }
-  }
-  ~SlotLock() { flag_.store(false, std::memory_order_release); }
-  SlotLock(const SlotLock&) = delete;
-  SlotLock& operator=(const SlotLock&) = delete;
-
- private:
-  std::atomic<bool>& flag_;
-};
-
 Pipeline::Pipeline(uint32_t num_slots)
     : num_slots_(num_slots),
       slots_(num_slots),
+      levels_(num_slots),
       lanes_(std::size_t(2) * num_slots * w::LANES),
       // + MAX_WORKERS * 8: a worker id up to 255 stays inside the array (the controller
       // refuses ids >= 32; the reference model would index the next slot's cells too).
@@ -77,6 +55,7 @@ void Pipeline::reset_registers() {
     s.round = s.count = s.bitmap = s.chunk = s.mode = s.quorum = 0;
     s.res_bitmap = s.res_count = s.res_chunk = s.res_mode = s.res_quorum = 0;
   }
+  std::fill(levels_.begin(), levels_.end(), LevelSlot{});
   std::fill(lanes_.begin(), lanes_.end(), 0);
   std::fill(member_seq_.begin(), member_seq_.end(), 0);
   std::fill(member_epoch_.begin(), member_epoch_.end(), 0);
@@ -159,6 +138,13 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                             uint32_t src_ip, uint16_t src_port, uint64_t nbytes, uint8_t* out) {
   constexpr Verdict none{Emit::NONE, 0, 0};
   if (size < w::HEADER_BYTES) return drop(c, 0, DropReason::MALFORMED, nbytes), none;
+  if (!t.roles.empty() &&
+      (p[w::OFF_OP] == uint8_t(Op::RESULT) || p[w::OFF_OP] == uint8_t(Op::RESYNC))) {
+    // A RESULT or RESYNC reaching a leaf of its job is the spine's verdict (§11).
+    auto role = t.roles.find(load_be16(p + w::OFF_JOB_ID));
+    if (role != t.roles.end() && role->second.level == Level::LEAF)
+      return verdict(c, t, role->second, p, size, src_ip, nbytes, out);
+  }
   const w::Header h = w::load_header(p);
   const uint8_t version = h.version, op = h.op, wk = h.worker_id;
   const uint16_t job = h.job_id, s = h.slot;
@@ -180,11 +166,8 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
 
   Slot& slot = slots_[s];
   SlotLock lock(slot);
-  if (slot.epoch != cfg.epoch) {  // 8. a slot another install used last starts afresh
-    slot.epoch = cfg.epoch;
-    slot.round = slot.count = slot.bitmap = slot.chunk = 0;
-    slot.res_valid = false;
-  }
+  // 8. a slot another install used last starts afresh
+  if (slot.epoch != cfg.epoch) start_afresh(slot, s, cfg.epoch);
   if (slot.count == 0) {  // latch the desired mode when no round is under way
     const ModeRange* m = desired_mode(t, job, s);
     slot.mode = m ? m->mode : uint32_t(w::Mode::SYNC);
@@ -201,6 +184,13 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   const bool counted = seq_epoch == cfg.epoch && seq == r;
   // r is an older contribution of w's than the one the cell counted (protocol.md §4 step 10).
   const bool behind = seq_epoch == cfg.epoch && seq - r - 1 < w::ASYNC_WINDOW - 1;
+  const JobRole* role = nullptr;
+  if (!t.roles.empty()) {
+    auto it = t.roles.find(job);
+    if (it != t.roles.end() && it->second.level != Level::SINGLE) role = &it->second;
+  }
+  if (role && role->level == Level::LEAF && levels_[s].up_pending && r == levels_[s].up_round)
+    return pending_round(c, slot, *role, s, job, wk, r, version, echo, cfg.epoch, nbytes, out);
 
   // The decision table (hysync/protocol_spec/decision.py, generated into hysync_decision.h).
   namespace f = decision::fact;
@@ -222,7 +212,10 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       seq_epoch = cfg.epoch;
       break;
     case decision::SeqOp::REFUSE:  // r answered "not counted": never counted later
-      if (!counted) seq = r, seq_epoch = refused_mark;
+      if (role)
+        refuse_unless_later(seq_index, r, cfg.epoch);
+      else if (!counted)
+        seq = r, seq_epoch = refused_mark;
       break;
     case decision::SeqOp::JOIN_MARK:  // a copy of this JOIN must not count in a later round r
       if (!counted) seq = ~r, seq_epoch = refused_mark;
@@ -234,7 +227,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
                                                  STALE};
   if (o.counter != decision::Counter::NONE)
     c.count(MEMBER_COUNTER[std::size_t(o.counter)], member, nbytes);
-  const uint32_t bank = 2 * s + (cur & 1);
+  const uint32_t bank = register_bank(s, cur);
   int32_t* bank_lanes = &lanes_[std::size_t(bank) * w::LANES];
   const uint8_t* lanes_in = p + w::HEADER_BYTES;
   switch (o.lanes) {
@@ -252,6 +245,10 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       break;
   }
 
+  if (role && (o.emit == decision::Emit::CLOSE || o.emit == decision::Emit::ABSORB ||
+               o.emit == decision::Emit::CLOSE_AS_IS))
+    return level_update(c, slot, *role, o.emit, p, s, job, wk, cfg.group, cur, bank, chunk,
+                        count, bit, version, nbytes, out);
   switch (o.emit) {
     case decision::Emit::NONE: return none;
     case decision::Emit::ABSORB:
@@ -268,7 +265,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       put_header(out, version, uint8_t(Op::RESULT), uint8_t(w::Flag::RESEND) | echo,
                  slot.res_mode, job, wk, slot.res_count, s, install_tag(slot.epoch),
                  slot.res_quorum, r, slot.res_chunk, slot.res_bitmap);
-      put_lanes(2 * s + (r & 1), out);
+      put_lanes(register_bank(s, r), out);
       return {Emit::REPLY, 0, w::PACKET_BYTES};
     case decision::Emit::ACK:
       put_header(out, version, uint8_t(Op::ACK), echo, slot.mode, job, wk, 0, s,
@@ -278,6 +275,14 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, o.reason, out)};
   }
   return none;
+}
+
+void Pipeline::start_afresh(Slot& slot, uint32_t s, uint32_t epoch) {
+  slot.epoch = epoch;
+  slot.round = slot.count = slot.bitmap = slot.chunk = 0;
+  slot.res_valid = false;
+  levels_[s].weight = 0;  // and, at a spine or a leaf, no weight and no sum at the spine
+  levels_[s].up_pending = false;
 }
 
 Verdict Pipeline::close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, uint8_t wk,
@@ -306,6 +311,44 @@ std::size_t Pipeline::resync(const Slot& slot, uint32_t s, uint8_t version, uint
   put_header(out, version, uint8_t(Op::RESYNC), echo, slot.mode, job, wk, slot.count, uint16_t(s),
              uint8_t(reason), slot.quorum, slot.round, slot.chunk, slot.bitmap);
   return w::HEADER_BYTES;
+}
+
+uint32_t& Pipeline::member_cell(const std::string& name, std::size_t index) {
+  if (index >= std::size_t(num_slots_) * w::MAX_WORKERS)
+    throw std::out_of_range("member register index " + std::to_string(index) + " is outside 0.." +
+                            std::to_string(num_slots_ * w::MAX_WORKERS - 1));
+  return name == "member_seq" ? member_seq_[index] : member_epoch_[index];
+}
+
+void Pipeline::write_member_register(const std::string& name, std::size_t index,
+                                     uint32_t value) {
+  if (name != "member_seq" && name != "member_epoch")
+    throw std::invalid_argument("register " + name + " is not a member register: write "
+                                "member_seq or member_epoch");
+  auto lock = exclusive();
+  member_cell(name, index) = value;
+}
+
+uint32_t Pipeline::read_register(const std::string& name, std::size_t index) {
+  auto lock = exclusive();
+  if (name == "member_seq" || name == "member_epoch") return member_cell(name, index);
+  if (index >= num_slots_)
+    throw std::out_of_range("slot " + std::to_string(index) + " is outside 0.." +
+                            std::to_string(num_slots_ - 1));
+  const Slot& sl = slots_[index];
+  const LevelSlot& lv = levels_[index];
+  const std::pair<const char*, uint32_t> cells[] = {
+      {"slot_epoch", sl.epoch},     {"res_valid", sl.res_valid}, {"round", sl.round},
+      {"count", sl.count},          {"bitmap", sl.bitmap},       {"chunk", sl.chunk},
+      {"mode", sl.mode},            {"quorum", sl.quorum},       {"res_bitmap", sl.res_bitmap},
+      {"res_count", sl.res_count},  {"res_chunk", sl.res_chunk}, {"res_mode", sl.res_mode},
+      {"res_quorum", sl.res_quorum}, {"weight", lv.weight},      {"up_pending", lv.up_pending},
+      {"up_round", lv.up_round},    {"up_bitmap", lv.up_bitmap}, {"up_count", lv.up_count},
+      {"up_chunk", lv.up_chunk},    {"up_tx", lv.up_tx}};
+  for (const auto& [cell, value] : cells)
+    if (name == cell) return value;
+  throw std::invalid_argument("no register " + name + ": name one of the reference model's "
+                              "(round, count, member_seq, up_pending, ...)");
 }
 
 }  // namespace hysync::dataplane

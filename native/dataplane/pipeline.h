@@ -9,27 +9,34 @@
 // Control-plane changes (a new Tables snapshot, a register reset) take `guard_` exclusively;
 // packet batches hold it shared, so a P4Runtime write batch lands between two packet batches.
 #pragma once
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/bytes.h"
 #include "dataplane/counters.h"
+#include "dataplane/levels.h"
 #include "dataplane/tables.h"
+#include "hysync_decision.h"
 #include "hysync_wire.h"
 
 namespace hysync::dataplane {
 
-// What aggregate() asks its caller to emit (the reference model's REPLY / MULTICAST).
-enum class Emit : uint8_t { NONE, REPLY, MULTICAST };
+// What aggregate() asks its caller to emit (the reference model's REPLY / MULTICAST; at a
+// leaf also UPLINK, its sum to the spine, and MULTICAST_BITMAP, to the replicas of the group
+// whose workers' bits the packet's bitmap holds).
+enum class Emit : uint8_t { NONE, REPLY, MULTICAST, UPLINK, MULTICAST_BITMAP };
 
 struct Verdict {
   Emit kind;
-  uint32_t group;   // MULTICAST: the job's multicast group
+  uint32_t group;   // MULTICAST*: the job's multicast group; UPLINK: the job
   std::size_t len;  // bytes written to the output buffer
 };
 
@@ -48,6 +55,11 @@ class Pipeline {
   // ------------------------------------------------------------ control plane
   void set_tables(std::shared_ptr<const Tables> tables);
   void reset_registers();  // power-on state: every register zero
+  // One register cell by the reference model's name (`round`, `member_seq`, `up_pending`...):
+  // slot registers are indexed by slot, member ones by slot * MAX_WORKERS + worker.
+  uint32_t read_register(const std::string& name, std::size_t index);
+  // A member cell (member_seq or member_epoch) written as a P4Runtime register write would.
+  void write_member_register(const std::string& name, std::size_t index, uint32_t value);
 
   // --------------------------------------------------------------- data plane
   // Held (shared) around a batch of packets; tables() is valid while it is held. A waiting
@@ -86,6 +98,30 @@ class Pipeline {
   };
   class SlotLock;
 
+  void start_afresh(Slot& slot, uint32_t s, uint32_t epoch);
+  uint32_t& member_cell(const std::string& name, std::size_t index);
+  // Two levels (docs/protocol.md §11), in levels.cc.
+  Verdict verdict(CounterShard& c, const Tables& t, const JobRole& role, const uint8_t* p,
+                  std::size_t size, uint32_t src_ip, uint64_t nbytes, uint8_t* out);
+  Verdict spine_result(CounterShard& c, Slot& slot, const JobRole& role, const uint8_t* p,
+                       uint32_t epoch, uint32_t group, uint64_t nbytes, uint8_t* out);
+  Verdict spine_resync(CounterShard& c, Slot& slot, const uint8_t* p, uint32_t epoch,
+                       uint32_t group, uint64_t nbytes, uint8_t* out);
+  Verdict level_update(CounterShard& c, Slot& slot, const JobRole& role, decision::Emit emit,
+                       const uint8_t* p, uint32_t s, uint16_t job, uint8_t wk, uint32_t group,
+                       uint32_t cur, uint32_t bank, uint32_t chunk, uint32_t count,
+                       uint32_t bit, uint8_t version, uint64_t nbytes, uint8_t* out);
+  Verdict close_up(CounterShard& c, Slot& slot, const JobRole& role, uint32_t s, uint16_t job,
+                   uint8_t wk, uint32_t cur, uint32_t chunk, uint32_t count, uint32_t bitmap,
+                   uint8_t version, uint64_t nbytes, uint8_t* out);
+  Verdict uplink(const Slot& slot, const JobRole& role, uint32_t s, uint16_t job,
+                 uint8_t version, bool retransmit, uint8_t* out);
+  Verdict pending_round(CounterShard& c, Slot& slot, const JobRole& role, uint32_t s,
+                        uint16_t job, uint8_t wk, uint32_t r, uint8_t version, uint8_t echo,
+                        uint32_t epoch, uint64_t nbytes, uint8_t* out);
+  void refuse_unless_later(std::size_t seq_index, uint32_t r, uint32_t epoch);
+  void refuse_hosts(uint32_t s, uint32_t hosts, uint32_t r, uint32_t epoch);
+
   void drop(CounterShard& c, uint32_t job, wire::DropReason reason, uint64_t nbytes);
   Verdict close(CounterShard& c, Slot& slot, uint32_t s, uint16_t job, uint8_t w,
                 uint32_t group, uint32_t cur, uint32_t bank, uint32_t chunk, uint32_t count,
@@ -95,12 +131,14 @@ class Pipeline {
                      uint8_t echo, wire::ResyncReason reason, uint8_t* out) const;
   void put_lanes(uint32_t bank, uint8_t* out) const;
   // Count a RESULT for each replica of `group` that has a rewrite; visit(replica) for each.
+  // `filtered`: only the replicas whose worker's bit `only` holds (MULTICAST_BITMAP).
   template <class Visit>
   void replicate(CounterShard& c, const Tables& t, uint32_t group, uint64_t nbytes,
-                 Visit&& visit);
+                 Visit&& visit, uint32_t only = 0, bool filtered = false);
 
   uint32_t num_slots_;
   std::vector<Slot> slots_;
+  std::vector<LevelSlot> levels_;     // per slot, beside slots_ (guarded by its lock)
   std::vector<int32_t> lanes_;        // 2 banks x LANES per slot, host order
   std::vector<uint32_t> member_seq_;    // slot * MAX_WORKERS + worker
   std::vector<uint32_t> member_epoch_;  // the epoch member_seq_ counted in, or its complement: refused
@@ -111,11 +149,38 @@ class Pipeline {
   std::shared_ptr<const Tables> tables_;
 };
 
+// A slot's spinlock: held for one packet's few hundred nanoseconds. Yields after a while so
+// that a lock holder preempted on an oversubscribed machine gets the core back.
+class Pipeline::SlotLock {
+ public:
+  explicit SlotLock(Slot& slot) : flag_(slot.locked) {
+    for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins % 128 == 0) {
+          sched_yield();
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        }
+      }
+    }
+  }
+  ~SlotLock() { flag_.store(false, std::memory_order_release); }
+  SlotLock(const SlotLock&) = delete;
+  SlotLock& operator=(const SlotLock&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 // ------------------------------------------------------------------ helpers
 void put_header(uint8_t* o, uint8_t version, uint8_t op, uint8_t flags, uint32_t mode,
                 uint16_t job, uint8_t worker, uint32_t count, uint16_t slot, uint8_t reason,
                 uint32_t quorum, uint32_t round, uint32_t chunk, uint32_t bitmap);
 uint16_t ipv4_checksum(const uint8_t* header);
+// What a RESULT or an ACK carries in `reason`: the low byte of the install epoch.
+uint8_t install_tag(uint32_t epoch);
 // A switch-generated frame around the datagram already at out + HYSYNC_OFFSET: IPv4 fields
 // copied from the trigger's header `ip_in`, lengths and checksum new (pipeline.py's _build).
 void build_frame(uint8_t* out, const uint8_t* src_mac, uint64_t dst_mac, const uint8_t* ip_in,
@@ -123,10 +188,11 @@ void build_frame(uint8_t* out, const uint8_t* src_mac, uint64_t dst_mac, const u
 
 template <class Visit>
 void Pipeline::replicate(CounterShard& c, const Tables& t, uint32_t group, uint64_t nbytes,
-                         Visit&& visit) {
+                         Visit&& visit, uint32_t only, bool filtered) {
   auto it = t.groups.find(group);
   if (it == t.groups.end()) return;
   for (const Replica& r : it->second) {
+    if (filtered && !(only >> (r.rid + wire::MAX_WORKERS - 1) % wire::MAX_WORKERS & 1)) continue;
     if (!r.has_rewrite) continue;
     // rid 0 counts in the last cell, as the reference model's index -1 does.
     c.count(RESULTS, r.rid == 0 ? MEMBER_CELLS - 1 : r.rid - 1, nbytes);
@@ -153,8 +219,14 @@ void Pipeline::process_datagram(CounterShard& c, const Tables& t, uint32_t src_i
     sink(src_ip, src_port, scratch, v.len);
     return;
   }
-  replicate(c, t, v.group, out_bytes,
-            [&](const Replica& r) { sink(r.rewrite.ip, r.rewrite.port, scratch, v.len); });
+  if (v.kind == Emit::UPLINK) {
+    sink(t.roles.at(v.group).spine_addr, wire::HYSYNC_UDP_PORT, scratch, v.len);
+    return;
+  }
+  replicate(
+      c, t, v.group, out_bytes,
+      [&](const Replica& r) { sink(r.rewrite.ip, r.rewrite.port, scratch, v.len); },
+      load_be32(scratch + wire::OFF_BITMAP), v.kind == Emit::MULTICAST_BITMAP);
 }
 
 template <class Sink>
@@ -209,11 +281,22 @@ void Pipeline::process_frame(CounterShard& c, const Tables& t, uint16_t port,
     build_frame(scratch, frame, src_mac, ip, load_be32(ip + 16), src_ip, src_port, v.len);
     return sink(port, scratch, out_len);
   }
-  replicate(c, t, v.group, out_len, [&](const Replica& r) {
-    build_frame(scratch, frame, r.rewrite.mac, ip, load_be32(ip + 16), r.rewrite.ip,
-                r.rewrite.port, v.len);
-    sink(r.port, scratch, out_len);
-  });
+  if (v.kind == Emit::UPLINK) {  // the controller installs the spine's L2 entry with the role
+    const JobRole& role = t.roles.at(v.group);
+    auto hit = t.l2.find(role.spine_mac);
+    if (hit == t.l2.end()) return;
+    build_frame(scratch, frame, role.spine_mac, ip, role.leaf_addr, role.spine_addr,
+                w::HYSYNC_UDP_PORT, v.len);
+    return sink(hit->second, scratch, out_len);
+  }
+  replicate(
+      c, t, v.group, out_len,
+      [&](const Replica& r) {
+        build_frame(scratch, frame, r.rewrite.mac, ip, load_be32(ip + 16), r.rewrite.ip,
+                    r.rewrite.port, v.len);
+        sink(r.port, scratch, out_len);
+      },
+      load_be32(out + w::OFF_BITMAP), v.kind == Emit::MULTICAST_BITMAP);
 }
 
 }  // namespace hysync::dataplane

@@ -8,6 +8,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "dataplane/levels.h"
+
 namespace hysync::dataplane {
 
 struct MemberKey {
@@ -63,6 +65,7 @@ struct Tables {
   std::unordered_map<uint32_t, std::vector<ModeRange>> modes;  // per job, sorted
   std::unordered_map<uint64_t, uint16_t> l2;                   // dst MAC -> egress port
   std::unordered_map<uint32_t, std::vector<Replica>> groups;   // in replica order
+  std::unordered_map<uint32_t, JobRole> roles;  // a job that spans switches; absent: single
 };
 
 }  // namespace hysync::dataplane

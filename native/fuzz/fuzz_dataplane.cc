@@ -5,7 +5,9 @@
 // Every input then runs twice: as a UDP datagram from an admitted member's address (the worker
 // byte picks which), and inside an Ethernet/IPv4/UDP frame to the HySync port; the raw input
 // also runs as a frame by itself. One pipeline lives across inputs, so rounds open, close,
-// go stale and switch modes as the inputs accumulate.
+// go stale and switch modes as the inputs accumulate. Jobs 4 and 5 run two levels
+// (docs/protocol.md §11): a leaf whose spine is the members' own address, so that RESULTs and
+// RESYNCs from it are verdicts, and a spine.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -25,7 +27,7 @@ constexpr uint16_t BASE_PORT = 5000;
 
 std::shared_ptr<const dp::Tables> fuzz_tables() {
   auto t = std::make_shared<dp::Tables>();
-  for (uint16_t job = 1; job <= 3; ++job) {
+  for (uint16_t job = 1; job <= 5; ++job) {
     for (uint8_t wk = 0; wk < 5; ++wk) {
       t->members.insert(dp::MemberKey{job, wk, MEMBER_IP, uint16_t(BASE_PORT + wk)});
       uint32_t rid = uint32_t(job) * w::MAX_WORKERS + wk + 1;
@@ -34,8 +36,10 @@ std::shared_ptr<const dp::Tables> fuzz_tables() {
                                                        uint16_t(BASE_PORT + wk)}});
     }
     // job 1: sync over 4 of 5; job 2: partial(2) on half its slots; job 3: async.
-    t->jobs[job] = dp::JobConfig{uint32_t(job - 1) * 4, 6, 4, job, 1};
+    t->jobs[job] = dp::JobConfig{job <= 3 ? uint32_t(job - 1) * 4 : 8, 6, 4, job, 1};
   }
+  t->roles[4] = dp::JobRole{dp::Level::LEAF, MEMBER_IP, 0x0A0000000002ull, 1, 0x0A000064};
+  t->roles[5] = dp::JobRole{dp::Level::SPINE, 0, 0, 0, 0};
   t->modes[2].push_back(dp::ModeRange{-1, 4, 5, uint32_t(w::Mode::PARTIAL), 2});
   t->modes[3].push_back(dp::ModeRange{-1, 0, 100, uint32_t(w::Mode::ASYNC), 0});
   t->l2[0x0A0000000002ull] = 2;
@@ -61,7 +65,7 @@ std::vector<uint8_t>& shaped(uint8_t selector, const uint8_t* data, std::size_t 
   for (std::size_t i = 0; i < packet.size(); ++i) packet[i] = byte(i + 7);
   packet[w::OFF_VERSION] = selector & 2 ? byte(0) : w::VERSION;
   packet[w::OFF_OP] = selector & 4 ? byte(1) % 6 : uint8_t(w::Op::CONTRIB);
-  hysync::store_be16(&packet[w::OFF_JOB_ID], uint16_t(1 + byte(2) % 3));
+  hysync::store_be16(&packet[w::OFF_JOB_ID], uint16_t(1 + byte(2) % 5));
   packet[w::OFF_WORKER_ID] = byte(3) % 6;
   hysync::store_be16(&packet[w::OFF_SLOT], uint16_t(byte(4) % 16));
   hysync::store_be32(&packet[w::OFF_ROUND], uint32_t(byte(5) % 5) - 1);

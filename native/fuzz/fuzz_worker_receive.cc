@@ -48,8 +48,8 @@ struct Harness {
   }
   Harness()
       : engine(config(sink_addr), std::make_unique<hw::SocketBackend>(fd, sink_addr)) {
-    keys[0] = engine.register_key(300);  // chunks 0..4, the last one partial
-    keys[1] = engine.register_key(64);   // chunk 5
+    keys[0] = engine.key_of("a", 300);  // chunks 0..4, the last one partial
+    keys[1] = engine.key_of("b", 64);   // chunk 5
     begin();
   }
   void begin() {
@@ -64,7 +64,7 @@ struct Harness {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* h = new Harness();  // one engine across inputs: state builds up
   const double now = hw::monotonic_now();
-  h->engine.on_datagram(data, size, now);
+  h->engine.on_datagram(data, size, now, now);
   if (++h->inputs % 16 == 0) h->engine.tick(now + 0.01 * double(h->inputs % 64));
   if (h->engine.call_done()) {
     h->engine.end_call();

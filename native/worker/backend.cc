@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -17,9 +18,20 @@ double monotonic_now() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+namespace {
+
+double realtime_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
 SocketBackend::SocketBackend(int fd, const sockaddr_in& to)
     : fd_(fd), to_(to), rx_(RECEIVE_BATCH, 2048), tx_(RECEIVE_BATCH, wire::PACKET_BYTES) {
   rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
+  rx_.set_timestamping(fd);  // when each arrived, for a late packet of a state left (rounds.h)
   tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
 }
 
@@ -39,9 +51,14 @@ void SocketBackend::flush() {
 std::size_t SocketBackend::receive(DatagramSink& sink) {
   const std::size_t n = rx_.receive(fd_);
   const double now = monotonic_now();
+  // The kernel stamps arrivals on the real-time clock; the engine's is monotonic. Both are
+  // read in user space (vDSO), once per batch.
+  const double realtime_to_monotonic = n ? now - realtime_now() : 0;
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t size = rx_.truncated(j) ? rx_.max_bytes() + 1 : rx_.length(j);
-    sink.on_datagram(rx_.data(j), size, now);
+    const double stamp = rx_.arrival(j);  // 0: none (the socket refused timestamps)
+    const double arrived = stamp > 0 ? std::min(now, stamp + realtime_to_monotonic) : now;
+    sink.on_datagram(rx_.data(j), size, now, arrived);
   }
   return rx_.messages();
 }

@@ -1,7 +1,8 @@
 // The engine's I/O: where its datagrams go and come from, and its clock. The engine runs the
 // same code over either backend; only these calls differ.
-//   SocketBackend: a UDP socket to the switch (sendmmsg / recvmmsg batches, GSO runs), the
-//     monotonic clock, ppoll for waits. What worker/transport.py uses.
+//   SocketBackend: a UDP socket to the switch (sendmmsg / recvmmsg batches, GSO runs, the
+//     kernel's receive timestamps), the monotonic clock, ppoll for waits. What
+//     worker/transport.py uses.
 //   MemoryBackend: no socket and no wall clock, for a deterministic driver (tests/sim, the
 //     retransmission tests): the driver sets the time, takes what was sent and hands replies
 //     to Engine::on_datagram.
@@ -18,10 +19,12 @@ namespace hysync::worker {
 
 double monotonic_now();
 
-// Where a backend hands the datagrams it reads (the engine's receive path).
+// Where a backend hands the datagrams it reads (the engine's receive path): `now` is when it
+// is read, `arrived` when it reached the worker (the socket's receive timestamp), earlier
+// when it waited in the socket's buffer while the worker computed.
 class DatagramSink {
  public:
-  virtual void on_datagram(const uint8_t* data, std::size_t size, double now) = 0;
+  virtual void on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) = 0;
 
  protected:
   ~DatagramSink() = default;

@@ -108,17 +108,30 @@ void bind_config(nb::module_& m) {
       .def_rw("missed_after", &EngineConfig::missed_after)
       .def_rw("join_after", &EngineConfig::join_after)
       .def_rw("staleness_decay", &EngineConfig::staleness_decay)
-      .def_rw("seed", &EngineConfig::seed);
+      .def_rw("seed", &EngineConfig::seed)
+      .def_prop_rw(
+          "install_tag", [](const EngineConfig& c) { return c.install_tag; },
+          [](EngineConfig& c, int tag) {
+            if (tag < -1 || tag > 255)
+              throw std::invalid_argument(
+                  "install_tag " + std::to_string(tag) +
+                  " is invalid: give the low byte of the job's install epoch (0..255), or -1 "
+                  "when it is unknown");
+            c.install_tag = tag;
+          });
   nb::class_<Faults>(m, "Faults",
                      "Protocol rules a simulation takes out (native/worker/faults.h).")
       .def(nb::init<>())
       .def_rw("ignore_echo", &Faults::ignore_echo)
       .def_rw("no_chase", &Faults::no_chase)
+      .def_rw("fixed_order", &Faults::fixed_order)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
       .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
-      .def_rw("send_dropped", &Faults::send_dropped);
+      .def_rw("send_dropped", &Faults::send_dropped)
+      .def_rw("read_time_window", &Faults::read_time_window)
+      .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.
@@ -139,9 +152,12 @@ hysync::worker::MemoryBackend& memory_of(Engine& e, const char* what) {
   return *memory;
 }
 
-int checked_key(Engine& e, int index) {
-  if (index < 0 || index >= e.key_count())
-    throw std::out_of_range("no key with index " + std::to_string(index));
+// The live key named `name`: KeyError names the fix if none.
+int known_key(Engine& e, const std::string& name) {
+  const int index = e.find_key(name);
+  if (index < 0)
+    throw nb::key_error(("no key '" + name + "': register it, or make a call under it, first")
+                            .c_str());
   return index;
 }
 
@@ -199,42 +215,41 @@ void bind(nb::module_& m) {
   nb::class_<Engine>(m, "Engine")
       .def("__init__", &make_engine, "config"_a, "fd"_a = -1, "faults"_a.none() = nb::none(),
            "An engine on the socket fd (bound UDP), or with fd=-1 on the in-memory backend.")
-      .def("register", &Engine::register_key, "numel"_a)
-      .def("retire", [](Engine& e, int k) { e.retire_key(checked_key(e, k)); }, "index"_a)
-      .def("first_chunk", [](Engine& e, int k) { return e.key(checked_key(e, k)).first; })
-      .def("residual", [](nb::handle_t<Engine> self, int k) {
+      // A key is its name (a str), from the caller to the wire (native/worker/keys.h); the
+      // engine keeps each key's residual under it from call to call.
+      .def("register", [](Engine& e, const std::string& key, int64_t numel) {
+             e.key_of(key, numel);
+           }, "key"_a, "numel"_a,
+           "Give `key` its chunk range for numel elements now (a call under it does otherwise).")
+      .def("first_chunk", [](Engine& e, const std::string& key) {
+             return e.key(known_key(e, key)).first;
+           }, "key"_a)
+      .def("size", [](Engine& e, const std::string& key) { return e.key(known_key(e, key)).numel; },
+           "key"_a)
+      .def("residual", [](nb::handle_t<Engine> self, const std::string& key) {
              Engine& e = nb::cast<Engine&>(self);
-             auto& res = e.key(checked_key(e, k)).residual;
+             auto& res = e.key(known_key(e, key)).residual;
              return FloatsOut(res.data(), {res.size()}, self);  // a view kept alive by self
-           })
-      .def("allreduce", [](Engine& e, int k, Floats values) {
-             checked_key(e, k);
-             if (int64_t(values.shape(0)) != e.key(k).numel)
-               throw std::invalid_argument("allreduce: values do not match the key's size");
+           }, "key"_a,
+           "The residual the engine keeps for `key`: a writable view, padded to whole chunks "
+           "(read or restore it between calls only).")
+      .def("allreduce", [](Engine& e, const std::string& key, Floats values) {
+             const int k = e.key_of(key, int64_t(values.shape(0)));
              hysync::worker::CallStatus status;
              {
                nb::gil_scoped_release unlocked;
                status = e.allreduce(k, values.data(), int64_t(values.shape(0)));
              }
              return finished(status);
-           }, "index"_a, "values"_a,
-           "Contribute values (float32, written over with the output); False: unreachable.")
-      .def("take", [](Engine& e, int k, Floats out) {
-             checked_key(e, k);
+           }, "key"_a, "values"_a,
+           "Contribute values (float32, written over with the output) under `key`, with the "
+           "residual the engine keeps for it; False: unreachable.")
+      .def("take", [](Engine& e, const std::string& key, Floats out) {
+             const int k = known_key(e, key);
              if (int64_t(out.shape(0)) != e.key(k).numel)
                throw std::invalid_argument("take: out does not match the key's size");
              e.take(k, out.data());
-           }, "index"_a, "out"_a)
-      .def("give_residual", [](Engine& e, int k, Floats values) {
-             if (int64_t(values.shape(0)) != e.key(checked_key(e, k)).numel)
-               throw std::invalid_argument("give_residual: values do not match the key's size");
-             e.give_residual(k, values.data());
-           }, "index"_a, "values"_a, "Add values (float32, the key's size) into its residual.")
-      .def("export_residual", [](Engine& e, int k, Floats out) {
-             if (int64_t(out.shape(0)) != e.key(checked_key(e, k)).numel)
-               throw std::invalid_argument("export_residual: out does not match the key's size");
-             e.export_residual(k, out.data());
-           }, "index"_a, "out"_a, "Move the key's residual into out (float32, the key's size).")
+           }, "key"_a, "out"_a)
       .def("poll", [](Engine& e, double duration) {
              hysync::worker::CallStatus status;
              {
@@ -256,20 +271,20 @@ void bind(nb::module_& m) {
                out.append(nb::bytes(reinterpret_cast<const char*>(d.data()), d.size()));
              return out;
            })
-      .def("begin_call", [](Engine& e, int k, Floats values) {
-             checked_key(e, k);
-             if (int64_t(values.shape(0)) != e.key(k).numel)
-               throw std::invalid_argument("begin_call: values do not match the key's size");
+      .def("begin_call", [](Engine& e, const std::string& key, Floats values) {
              if (!e.call_done())
                throw std::runtime_error("begin_call: a call is under way");
+             const int k = e.key_of(key, int64_t(values.shape(0)));
              e.begin_call(k, values.data(), int64_t(values.shape(0)));
-           }, "index"_a, "values"_a)
+           }, "key"_a, "values"_a)
       .def("step", [](Engine& e, double now) { return int(e.step(now)); }, "now"_a,
            "One turn of the call's loop: 0 DONE, 1 UNREACHABLE, 3 PENDING, 4 RESET.")
       .def("next_wake", &Engine::next_wake)
-      .def("on_datagram", [](Engine& e, nb::bytes data, double now) {
-             e.on_datagram(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), now);
-           }, "data"_a, "now"_a)
+      .def("on_datagram", [](Engine& e, nb::bytes data, double now, double arrived) {
+             e.on_datagram(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), now,
+                           arrived < 0 ? now : arrived);
+           }, "data"_a, "now"_a, "arrived"_a = -1.0,
+           "Hand the engine a datagram read at `now` that arrived at `arrived` (default: now).")
       .def("tick", &Engine::tick, "now"_a)
       .def("flights", [](const Engine& e) {
              // (slot index, datagram, amount it took from the residual or None), per flight

@@ -39,14 +39,14 @@ struct Call {
     for (uint32_t i = 0; i < window; ++i) {
       queues[i].clear();
       held[i].clear();
-      // Local chunk l goes to slot (first + l) % W: every W-th chunk from its start.
-      const int64_t first = (int64_t(i) - int64_t(reg.first % window) + window) % window;
-      for (int64_t l = first; l < reg.chunks; l += window) queues[i].push_back(l);
+      // Slot i carries every window-th chunk of the key from its first there (slot_of).
+      for (int64_t l = reg.first_local_on(i, window); l < reg.chunks; l += window)
+        queues[i].push_back(l);
     }
   }
   // Local index of global `chunk` if it waits in slot i's queue, else -1.
   int64_t pending(const Key& reg, uint32_t chunk, uint32_t i) const {
-    int64_t local = int64_t(chunk) - int64_t(reg.first);
+    const int64_t local = reg.local_of(chunk);
     if (local < 0 || local >= reg.chunks || outcome[std::size_t(local)] != Outcome::PENDING)
       return -1;
     const auto& q = queues[i];

@@ -27,6 +27,10 @@ struct EngineConfig {
   double join_after = 1.0;
   float staleness_decay = 1.0f;  // weight of a carried chunk's residual (1.0: off)
   uint64_t seed = 0;             // seeds the async sequence starts
+  // The install tag of the switch's state the job was attached to (the low byte of its install
+  // epoch, given with the job at attach): a reply with another tag shows a new state even
+  // before this worker heard any. -1: unknown, the first RESULT or ACK heard teaches it.
+  int install_tag = -1;
 };
 
 }  // namespace hysync::worker

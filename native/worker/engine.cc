@@ -27,6 +27,16 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend, con
 
 Engine::~Engine() = default;
 
+int Engine::key_of(const std::string& name, int64_t numel) {
+  int64_t was = -1;
+  const int index = keys_.name_key(name, numel, &was);
+  if (was >= 0)
+    log_(Log::INFO, "key '" + name + "' changed size " + std::to_string(was) + " -> " +
+                        std::to_string(numel) + ": new chunk range; its residual (at most the "
+                        "last quantization error in sync) is dropped");
+  return index;
+}
+
 // ------------------------------------------------------------------ the call
 CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
   drain();

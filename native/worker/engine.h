@@ -46,9 +46,12 @@ class Engine final {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Keys (keys.h): register returns the key's index, the next chunk range.
-  int register_key(int64_t numel) { return keys_.add_key(numel); }
-  void retire_key(int index) { keys_.retire(index); }  // its name now maps to another range
+  // Keys (keys.h), by name: the engine owns each key's residual from call to call.
+  // key_of: the key named `name` of numel elements, registered on first use; a name that comes
+  // with another size gets a new chunk range and an empty residual (logged). find_key: the
+  // live key named `name`, or -1.
+  int key_of(const std::string& name, int64_t numel);
+  int find_key(const std::string& name) const { return keys_.find(name); }
   Key& key(int index) { return keys_.at(index); }
   int key_count() const { return keys_.count(); }
 
@@ -61,14 +64,6 @@ class Engine final {
   void set_interrupt_check(std::function<bool()> check) { interrupted_ = std::move(check); }
   // What was applied for a key since its last call, into out (numel floats); zeroes it.
   void take(int index, float* out) { keys_.take(index, out); }
-  // For a caller that owns a key's residual between its calls (worker/ddp_hook.py's state, which
-  // pickles it): give_residual adds `in` (numel floats) into the key's residual before a call,
-  // export_residual moves it into `out` after one (the engine keeps zeros). Residual-only packets
-  // still in flight add back into the engine's copy, which the next give/export pair carries; one
-  // sent for the key between its calls carries only that copy (what the owner holds rides on the
-  // key's next call instead: later, never lost).
-  void give_residual(int index, const float* in) { keys_.give_residual(index, in); }
-  void export_residual(int index, float* out) { keys_.export_residual(index, out); }
   // Between calls: serve the socket for `duration` seconds (results, retransmissions).
   CallStatus poll(double duration);
   // The steps of allreduce, for a driver that feeds datagrams itself (the fuzz target): start
@@ -77,8 +72,9 @@ class Engine final {
   bool call_done() const;
   void end_call();
   // One received datagram, as the receive loop handles it; timers that fell due by `now`.
-  void on_datagram(const uint8_t* data, std::size_t size, double now) {
-    replies_.on_datagram(data, size, now);
+  // `arrived`: when it reached the worker (before `now` when it waited to be read).
+  void on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) {
+    replies_.on_datagram(data, size, now, arrived);
   }
   void tick(double now);
   // One turn of a call's loop at `now` (allreduce runs it between waits): timers, JOINs,

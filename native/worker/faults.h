@@ -25,6 +25,16 @@ struct Faults {
   // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
   // switch state may count what the residual holds again.
   bool send_dropped = false;
+  // A late packet of the state left is told by when it is read, not by when it arrived (§9,
+  // "A switch that lost the job's state"): one read after a long pause between calls is taken
+  // for a newer state.
+  bool read_time_window = false;
+  // A reply that shows a new state by its tag and counted my flight does not settle it: the
+  // reset forgets the flight and the residual keeps what the new state counted (§9).
+  bool forget_counted_at_reset = false;
+  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
+  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  bool fixed_order = false;
 };
 
 }  // namespace hysync::worker

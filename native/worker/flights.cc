@@ -40,6 +40,8 @@ Flights::Flights(const EngineConfig& config, const Faults& faults, const Quantiz
 void Flights::start_call(double now) {
   progress_at_ = now;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
+  ++calls_;
+  for (uint32_t i = 0; i < w_; ++i) order_queue(i);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
   // grace period would otherwise never end (the worker falls silent).
@@ -50,6 +52,30 @@ void Flights::start_call(double now) {
     else if (slots_[i].flight->parked)
       hold_queue(i, now);
   }
+}
+
+// Partial: slot i's chunks go out longest-waiting first. A call whose slot is held by a parked
+// packet carries what it has not sent there after one RTO (expire), so behind a switch slower
+// than the workers' compute a call sends one chunk a slot; in the fixed order it is the same
+// chunk every call, and the chunks behind it never reach a round (their gradient piles up in
+// the residual). Counted least recently first (a chunk displaced by another's round keeps its
+// turn), a chunk waits at most as many calls as its slot has chunks of its key (§9 "Sync /
+// partial sending", bounded staleness). Members whose calls
+// carry alike send alike; one that sends another chunk meets CHUNK_MISMATCH and joins the round
+// (retarget). Other modes keep the fixed order, which needs no slot to be told apart: in sync
+// every call sends every chunk, and members pair on it.
+void Flights::order_queue(uint32_t i) {
+  if (!call_ || faults_.fixed_order || slots_[i].mode != PARTIAL) return;
+  auto& queue = call_->queues[i];
+  const auto& last = slots_[i].last_counted;
+  if (queue.size() < 2 || last.empty()) return;
+  const uint32_t first = keys_.at(call_->key).first;
+  auto counted = [&](int64_t local) {
+    const auto it = last.find(first + uint32_t(local));
+    return it == last.end() ? uint64_t(0) : it->second;
+  };
+  std::stable_sort(queue.begin(), queue.end(),
+                   [&](int64_t a, int64_t b) { return counted(a) < counted(b); });
 }
 
 // ------------------------------------------------------------------ sending
@@ -83,7 +109,7 @@ void Flights::send_chased(uint32_t i, double now) {
   const bool gone = k < 0 || !keys_.at(k).alive;
   // Sent again as this call's own chunk: a round took it, or will.
   const bool own = !gone && call_ && k == call_->key &&
-                   call_->outcome[std::size_t(chunk - keys_.at(k).first)] != Outcome::CARRIED;
+                   call_->outcome[std::size_t(keys_.at(k).local_of(chunk))] != Outcome::CARRIED;
   if (gone || own) return send_chased(i, now);
   send_extra(i, Kind::RESIDUAL, k, chunk, slots_[i].next_round, now, false);
   slots_[i].flight->chase = true;
@@ -102,7 +128,7 @@ void Flights::send_own(uint32_t i, int64_t local, const uint32_t* rnd, double no
   f->kind = Kind::OWN;
   f->key = c.key;
   f->local = local;
-  f->chunk = uint32_t(reg.first + uint32_t(local));
+  f->chunk = reg.chunk_id(local);
   int32_t fixed[LANES];
   keys_.prepare_chunk(c, local, fixed, f->err.data());
   for (std::size_t j = 0; j < LANES; ++j) store_be32(&f->data[H + 4 * j], uint32_t(fixed[j]));
@@ -120,7 +146,7 @@ void Flights::send_extra(uint32_t i, Kind kind, int k, uint32_t chunk, uint32_t 
   f->chunk = chunk;
   f->join = join;
   if (k >= 0) {
-    f->local = int64_t(chunk) - int64_t(keys_.at(k).first);
+    f->local = keys_.at(k).local_of(chunk);
     keys_.take_residual(k, f->local, f->amount.data(), call_.get());
     f->has_amount = true;
     int32_t fixed[LANES];
@@ -155,9 +181,9 @@ void Flights::join_idle_slots(double now) {
 // (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
 void Flights::offer_join(uint32_t i, double now) {
   const Key& reg = keys_.at(call_->key);
-  const int64_t start = (int64_t(i) - int64_t(reg.first % w_) + w_) % w_;
+  const int64_t start = reg.first_local_on(i, w_);
   const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
-  const uint32_t chunk = uint32_t(reg.first + uint32_t(last));
+  const uint32_t chunk = reg.chunk_id(last);
   const bool owned = last < reg.chunks;
   send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
              slots_[i].next_round, now, true);
@@ -180,7 +206,7 @@ void Flights::launch(uint32_t i, const uint32_t* rnd, double now) {
   h.op = uint8_t(wire::Op::CONTRIB);
   h.job_id = uint16_t(cfg_.job_id);
   h.worker_id = uint8_t(cfg_.worker_id);
-  h.slot = uint16_t(cfg_.slot_base + i);
+  h.slot = wire_slot(cfg_, i);
   h.round = f.round;
   h.chunk = f.chunk;
   wire::store_header(f.data.data(), h);
@@ -365,6 +391,7 @@ void Flights::park(uint32_t i) {
     f.has_amount = true;
     keys_.settle(*call_, f.local, Outcome::INCLUDED, &f);
     --call_->remaining;
+    slots_[i].last_counted[f.chunk] = calls_;
   }
   carry_queue(i);
 }
@@ -448,6 +475,7 @@ void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
   progress_at_ = now;
+  if (included && f.kind != Kind::NULLS) slots_[i].last_counted[f.chunk] = calls_;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {

@@ -20,8 +20,27 @@ constexpr std::size_t H = wire::HEADER_BYTES;
 }  // namespace
 
 // ------------------------------------------------------------------ keys
-int Keys::add_key(int64_t numel) {
+int Keys::find(const std::string& name) const {
+  auto it = names_.find(name);
+  return it == names_.end() ? -1 : it->second;
+}
+
+int Keys::name_key(const std::string& name, int64_t numel, int64_t* was_numel) {
+  *was_numel = -1;
+  const int known = find(name);
+  if (known >= 0) {
+    if (at(known).numel == numel) return known;
+    *was_numel = at(known).numel;
+    at(known).alive = false;  // a result for its old range is nobody's now
+  }
+  const int index = add_key(name, numel);
+  names_[name] = index;
+  return index;
+}
+
+int Keys::add_key(const std::string& name, int64_t numel) {
   auto reg = std::make_unique<Key>();
+  reg->name = name;
   reg->numel = numel;
   reg->chunks = std::max<int64_t>(1, (numel + int64_t(LANES) - 1) / int64_t(LANES));
   reg->first = uint32_t(next_chunk_);
@@ -66,19 +85,6 @@ void Keys::take(int index, float* out) {
   std::vector<float>().swap(reg.acc);
 }
 
-// The padding lanes past numel hold zeros by construction (zeros are quantized there), so only
-// numel floats cross.
-void Keys::give_residual(int index, const float* in) {
-  Key& reg = at(index);
-  for (int64_t j = 0; j < reg.numel; ++j) reg.residual[std::size_t(j)] += in[j];
-}
-
-void Keys::export_residual(int index, float* out) {
-  Key& reg = at(index);
-  std::copy(reg.residual.begin(), reg.residual.begin() + reg.numel, out);
-  std::fill(reg.residual.begin(), reg.residual.begin() + reg.numel, 0.0f);
-}
-
 // ------------------------------------------------------------------ residuals (RULE B)
 // Gradient + residual of a local chunk of the call's key (zeros past the tensor's end).
 void Keys::chunk_value(const Call& c, int64_t local, float* value) const {
@@ -120,7 +126,7 @@ void Keys::prepare_chunk(Call& c, int64_t local, int32_t* fixed, float* err) {
     for (std::size_t j = 0; j < LANES; ++j)
       if (fixed[j] == quantizer_.sentinel() && !std::isfinite(applied[j])) {
         fixed[j] = 0;
-        stats_.absorbed.push_back(uint64_t(reg.first + local) * LANES + j);
+        stats_.absorbed.push_back(uint64_t(reg.chunk_id(local)) * LANES + j);
       }
   }
   std::copy(err, err + LANES, &reg.residual[std::size_t(local) * LANES]);
@@ -239,7 +245,7 @@ float* Keys::output_row(uint32_t chunk, Call* call) {
   if (k < 0) return nullptr;
   Key& reg = at(k);
   if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
-  const int64_t local = int64_t(chunk) - int64_t(reg.first);
+  const int64_t local = reg.local_of(chunk);
   if (call && call->key == k && call->prepared[std::size_t(local)]) {
     return call->values + std::size_t(local) * LANES;  // straight into the call's output
   }

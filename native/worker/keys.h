@@ -1,17 +1,20 @@
-// Keys and their residuals: the registered tensors, each a range of global chunk ids, what was
-// applied for each since its last call, and RULE B - what each chunk keeps as residual once
+// Keys and their residuals: the registered tensors, each a range of global chunk ids, the
+// residual each carries from call to call (the engine is its one owner: docs/design.md), what
+// was applied for each since its last call, and RULE B - what each chunk keeps as residual once
 // its fate is known (docs/protocol.md §9).
 //
-// A gradient's names, from the hook to the wire (the one place they are listed):
-//   DDP bucket i (worker/ddp_hook.py) -> the transport's key ("bucket", i)
-//   -> the engine's key index (Keys::add_key, in registration order; every member registers
-//      the same keys in the same order, so indices and chunk ranges agree across the job)
-//   -> its chunks: local chunk l of the key is global chunk first + l, the `chunk` field on
-//      the wire
-//   -> the slot that carries it: (first + l) % W of the job's W slots, slot_base + that on the
-//      wire (a slot aggregates one chunk at a time, round after round)
+// The key's path, from the hook to the wire (the one place it is listed; each step is one
+// function below):
+//   the key's name, a string: the DDP hook's bucket_key(bucket.index()), or any caller's name;
+//     Transport hands it to the engine as it is, and the engine keeps the key under it
+//     (Keys::find / Keys::name_key; a size change gives the name a new range)
+//   -> its chunks: local chunk l of the key is global chunk first + l (Key::chunk_id), the
+//      `chunk` field on the wire; every member registers the same names, with the same sizes,
+//      in the same order, so the ranges agree across the job
+//   -> the slot that carries it: chunk % W of the job's W slots (slot_of), slot_base + that
+//      on the wire (wire_slot); a slot aggregates one chunk at a time, round after round
 //   -> in the switch, the slot's register bank for the round's parity, 2 * slot + (round & 1)
-//      (docs/protocol.md §4).
+//      (register_bank in common/banks.h; docs/protocol.md §4).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -21,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/banks.h"
 #include "worker/config.h"
 #include "worker/flight.h"
 #include "worker/quantize.h"
@@ -30,14 +34,30 @@ namespace hysync::worker {
 struct Call;
 struct EngineStats;
 
-// A registered tensor: its chunk range, residual (RULE B) and what was applied for it since
-// its last call (output units, allocated on the first result).
+// The slot of `window` that carries global `chunk`, and that slot's number on the wire.
+inline uint32_t slot_of(uint32_t chunk, uint32_t window) { return chunk % window; }
+inline uint16_t wire_slot(const EngineConfig& config, uint32_t i) {
+  return uint16_t(config.slot_base + i);
+}
+
+// A registered tensor: its name, chunk range, residual (RULE B; the engine keeps it from call
+// to call) and what was applied for it since its last call (output units, allocated on the
+// first result).
 struct Key {
+  std::string name;
   int64_t numel = 0, chunks = 0;
   uint32_t first = 0;
   bool alive = true;
-  std::vector<float> residual;  // chunks * LANES, float32 per element
+  std::vector<float> residual;  // chunks * LANES, float32 per element; kept across calls
   std::vector<float> acc;       // empty, or chunks * LANES
+
+  uint32_t chunk_id(int64_t local) const { return first + uint32_t(local); }
+  int64_t local_of(uint32_t chunk) const { return int64_t(chunk) - int64_t(first); }
+  // The key's first local chunk that slot i of `window` carries (>= chunks: none); the others
+  // follow every `window` chunks.
+  int64_t first_local_on(uint32_t i, uint32_t window) const {
+    return (int64_t(i) - int64_t(slot_of(first, window)) + window) % window;
+  }
 };
 
 class Keys {
@@ -45,9 +65,13 @@ class Keys {
   Keys(const EngineConfig& config, const Quantizer& quantizer, EngineStats& stats)
       : cfg_(config), quantizer_(quantizer), stats_(stats) {}
 
-  // A new key of numel elements: the next chunk range; returns its index.
-  int add_key(int64_t numel);
-  void retire(int index) { at(index).alive = false; }  // its name now maps to another range
+  // The live key named `name`, or -1.
+  int find(const std::string& name) const;
+  // The key named `name` of numel elements: the one registered, or a new one with the next
+  // chunk range. A name registered with another size gets a new range (every member sees the
+  // same change, e.g. DDP rebuilding its buckets); the old key is retired with its residual,
+  // and *was_numel says its size (else -1).
+  int name_key(const std::string& name, int64_t numel, int64_t* was_numel);
   Key& at(int index) { return *keys_.at(std::size_t(index)); }
   const Key& at(int index) const { return *keys_.at(std::size_t(index)); }
   int count() const { return int(keys_.size()); }
@@ -55,11 +79,6 @@ class Keys {
   int live_owner(uint32_t chunk) const;  // the same, -1 for a retired key
   // What was applied for a key since its last call, into out (numel floats); zeroes it.
   void take(int index, float* out);
-  // A caller that owns a key's residual between its calls (worker/ddp_hook.py's state):
-  // give adds `in` into the key's residual before a call, export moves it out after one.
-  void give_residual(int index, const float* in);
-  void export_residual(int index, float* out);
-
   // A result's average (lanes in fixed point) for global `chunk`, added to its key's output:
   // straight into the call's buffer for a chunk of `call` already prepared. A chunk no key
   // owns yet is held until one does; false: too many such chunks held, the result is dropped.
@@ -87,6 +106,7 @@ class Keys {
   static constexpr std::size_t MAX_ORPHANS = 65536;
 
  private:
+  int add_key(const std::string& name, int64_t numel);
   float* output_row(uint32_t chunk, Call* call);
   void chunk_value(const Call& call, int64_t local, float* value) const;
   void open_output(Call& call, int64_t local);
@@ -99,6 +119,7 @@ class Keys {
   EngineStats& stats_;
   std::vector<std::unique_ptr<Key>> keys_;
   std::vector<uint32_t> starts_;
+  std::unordered_map<std::string, int> names_;  // name -> its live key
   int64_t next_chunk_ = 0;
   // Results held for chunk ids no key owns yet (a peer registered a key first).
   std::unordered_map<uint32_t, std::array<double, LANES>> orphans_;

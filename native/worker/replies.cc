@@ -38,7 +38,8 @@ std::string decode_error(const uint8_t* d, std::size_t size) {
   return "";
 }
 
-void Replies::on_datagram(const uint8_t* data, std::size_t size, double now) {
+void Replies::on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) {
+  arrived_ = faults_.read_time_window ? now : arrived;
   if (size == P)
     on_full(data, now);
   else
@@ -61,14 +62,20 @@ void Replies::on_full(const uint8_t* d, double now) {
     return;
   }
   flights_.heard(now);
-  if (!current_state(h.reason, i, "RESULT", now)) return;
-  slots_[i].mode = h.mode;
+  // My bit with my flight's chunk in its round (async: a round of one with its lanes): the
+  // round counted my flight. If this result is what shows the state to be new, it settles the
+  // flight before the reset forgets it, or the residual would keep what the new state counted.
   const bool mine = h.bitmap & bit_;
+  auto counts = [&](const Flight* f) {
+    return f && mine && f->chunk == h.chunk &&
+           (h.mode != ASYNC ? h.round == f->round
+                            : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  };
+  if (!current_state(h.reason, i, "RESULT", counts(slots_[i].flight.get()), now)) return;
+  slots_[i].mode = h.mode;
   bool fresh = rounds_.is_new(i, h.round);
   Flight* f = slots_[i].flight.get();
-  const bool counted = f && mine && f->chunk == h.chunk &&
-      (h.mode != ASYNC ? h.round == f->round
-                       : h.count == 1 && std::memcmp(d + H, &f->data[H], 4 * LANES) == 0);
+  const bool counted = counts(f);
   // RULE A for this result, once. Before a flight it settles is done where possible: done()
   // sends the slot's next chunk, whose non-finite elements this result may absorb
   // (prepare_chunk) - in partial, the round that closed without me holds the element already.
@@ -169,7 +176,11 @@ void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK) || h.reason == STALE_COUNTED ||
       (h.reason == CHUNK_MISMATCH && !(f && f->join)))
     flights_.heard(now);
-  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", now)) return;
+  // An ACK that answers my flight's latest transmission says the switch counted it.
+  const bool counts_flight = h.op == uint8_t(wire::Op::ACK) && f && h.round == f->round &&
+                             h.chunk == f->chunk && answers_latest(i, h.flags);
+  if (h.op == uint8_t(wire::Op::ACK) && !current_state(h.reason, i, "ACK", counts_flight, now))
+    return;
   slots_[i].mode = h.mode;
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
@@ -254,7 +265,7 @@ void Replies::switch_reset(const std::string& what) {
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
-  rounds_.forget(clock_.now());
+  rounds_.forget(arrived_);
   rounds_.flag_resync(reset_why_);
   if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
     log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);
@@ -263,9 +274,11 @@ void Replies::switch_reset(const std::string& what) {
   }
 }
 
-// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag).
-bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, double now) {
-  switch (rounds_.see_tag(tag, now)) {
+// RESULT and ACK carry the install tag of the switch's state for the job (Rounds::see_tag),
+// told apart by when the datagram arrived.
+bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight,
+                            double now) {
+  switch (rounds_.see_tag(tag, arrived_)) {
     case Rounds::Tag::KNOWN:
       return true;
     case Rounds::Tag::LEFT:  // a late packet of the state before: the replica misses it
@@ -277,6 +290,8 @@ bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, double no
       break;
   }
   const int was = rounds_.tag();
+  // The new state counted my flight: settled as counted, not forgotten with the others.
+  if (counts_flight && !faults_.forget_counted_at_reset) flights_.done(i, true, now, false);
   switch_reset("the switch's " + std::string(what) + " on slot " +
                std::to_string(cfg_.slot_base + i) + " carries install tag " +
                std::to_string(tag) + ", not " + std::to_string(was));

@@ -34,7 +34,7 @@ class Replies final : public DatagramSink {
         results_(results), flights_(flights), stats_(stats), log_(log), call_(call),
         w_(uint32_t(slots.size())), bit_(1u << config.worker_id) {}
 
-  void on_datagram(const uint8_t* data, std::size_t size, double now) override;
+  void on_datagram(const uint8_t* data, std::size_t size, double now, double arrived) override;
   // Why a reply showed the switch's state to be new during the call ("" if none did): the
   // call aborts with RESET. Cleared when a call starts.
   const std::string& reset_why() const { return reset_why_; }
@@ -49,7 +49,9 @@ class Replies final : public DatagramSink {
   bool answers_latest(uint32_t i, uint8_t flags) const;
   // RESULT and ACK carry the install tag of the switch's state for the job: false for a
   // packet of a state this worker has left (a new tag resets, see switch_reset).
-  bool current_state(uint8_t tag, uint32_t i, const char* what, double now);
+  // `counts_flight`: the packet shows that slot i's flight was counted (settled so before a
+  // new tag's reset forgets the flights).
+  bool current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight, double now);
   void switch_reset(const std::string& what);
 
   const EngineConfig& cfg_;
@@ -64,6 +66,7 @@ class Replies final : public DatagramSink {
   const std::unique_ptr<Call>& call_;
   const uint32_t w_, bit_;
   std::string reset_why_;
+  double arrived_ = 0;  // when the datagram being handled arrived (DatagramSink)
 };
 
 }  // namespace hysync::worker

@@ -115,9 +115,9 @@ void Rounds::clear_resync() {
 // than two rto_max after a change the one left is taken for a new state too: packets are not
 // delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
 // predecessor's, not unlike every older one's).
-Rounds::Tag Rounds::see_tag(uint8_t tag, double now) {
+Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
   if (tag == tag_) return Tag::KNOWN;
-  if (tag == left_tag_ && now - tag_changed_at_ < 2 * cfg_.rto_max) return Tag::LEFT;
+  if (tag == left_tag_ && arrived - tag_changed_at_ < 2 * cfg_.rto_max) return Tag::LEFT;
   if (tag_ < 0) {  // the first tag heard, or the first since a reset
     tag_ = tag;
     return Tag::KNOWN;
@@ -125,10 +125,10 @@ Rounds::Tag Rounds::see_tag(uint8_t tag, double now) {
   return Tag::NEW;
 }
 
-void Rounds::forget(double now) {
+void Rounds::forget(double arrived) {
   if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
   tag_ = -1;
-  tag_changed_at_ = now;
+  tag_changed_at_ = arrived;
   for (Slot& s : slots_) {
     s.next_round = 0;
     s.known = false;

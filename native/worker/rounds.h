@@ -19,7 +19,7 @@ class Rounds {
  public:
   // `clock`: the engine's backend, whose time stamps a suspect.
   Rounds(const EngineConfig& config, std::vector<Slot>& slots, Log& log, const Backend& clock)
-      : cfg_(config), slots_(slots), log_(log), clock_(clock) {}
+      : cfg_(config), slots_(slots), log_(log), clock_(clock), tag_(config.install_tag) {}
 
   // Slot i's rounds before `upto` are closed: suspect those not seen yet.
   void advance(uint32_t i, uint32_t upto);
@@ -35,14 +35,17 @@ class Rounds {
   // The replica was re-synchronized: forget missed and suspected rounds.
   void clear_resync();
 
-  // The install tag a RESULT or ACK carries, as this worker knows the switch's state.
+  // The install tag a RESULT or ACK carries, as this worker knows the switch's state, for a
+  // datagram that arrived at `arrived` (a late packet of the state left is told by when it
+  // arrived, not by when it is read: a worker reads between calls what came during them).
   enum class Tag { KNOWN, LEFT, NEW };  // LEFT: a late packet of the state before
-  Tag see_tag(uint8_t tag, double now);
+  Tag see_tag(uint8_t tag, double arrived);
   int tag() const { return tag_; }  // -1: none yet
   void learn_tag(uint8_t tag) { tag_ = tag; }
-  // The switch's state for the job is new: every slot forgets its rounds, the tag known
-  // becomes the one left, and the next tag heard is learned.
-  void forget(double now);
+  // The switch's state for the job is new, as a datagram that arrived at `arrived` showed:
+  // every slot forgets its rounds, the tag known becomes the one left, and the next tag heard
+  // is learned.
+  void forget(double arrived);
 
  private:
   void log_resync(const std::string& why);
@@ -55,7 +58,7 @@ class Rounds {
   std::atomic<uint64_t> missed_results_{0};
   std::atomic<bool> resync_flagged_{false};
   std::string resync_why_;  // what cannot heal: aborts, huge gaps
-  int tag_ = -1;       // the install tag of the switch's state this worker knows (-1: none yet)
+  int tag_;            // the install tag of the switch's state this worker knows (-1: none yet)
   int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
   double tag_changed_at_ = 0;
 };

@@ -57,7 +57,10 @@ RULES = {
                   "later of its start and the last call of the members its mode waits for, "
                   "who finished the job before it",
     "lossy_straggler": "a call ends NoReplyError after its dead timer started "
-                       "while the network still lost packets, with a live peer behind it",
+                       "while the network still lost packets, with a live peer behind it, "
+                       "or, no peer more than one call ahead, with a live member (itself "
+                       "included) still in the call that the network lost a contribution of "
+                       "twice or more in a row while its dead timer ran",
     "died_with_member": "the key of the call a member died in is not held to its books: "
                         "what the call had not sent died with it",
     "nonfinite_unknown_fate": "the non-finite books and outputs of a worker that died or "
@@ -219,15 +222,29 @@ def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0,
 
 def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     """Did the call's dead timer start while the network still lost packets, with a live
-    member still in an earlier call? A sync round waits for every member, and a member
-    whose replies the network lost time after time is a straggler: one slower than
+    member still in an earlier call, or in this one with a contribution lost twice or more
+    in a row while the dead timer ran? A sync round waits for every member, and a member
+    whose packets the network lost time after time is a straggler: one slower than
     `dead_after` fails its peers' calls, as any straggler that slow does (docs/protocol.md
-    §9 Failures). Loss makes that a matter of chance (k losses in a row), never of a rule."""
+    §9 Failures, §10 lossy_straggler). Loss makes that a matter of chance (k losses in a
+    row), never of a rule."""
     plan = rec.plan
     if call.end - plan.dead_after >= plan.lossy_until or not (plan.up.loss or plan.down.loss):
         return False
-    return any(sum(1 for c in x.calls if c.status == "done" and c.end <= call.end) < call.index
-               for x in sim.workers if x is not wk and not x.dead)
+    done = {x.w: sum(1 for c in x.calls if c.status == "done" and c.end <= call.end)
+            for x in sim.workers if not x.dead}
+    if any(n < call.index for w, n in done.items() if w != wk.w):
+        return True
+    # A member of this very call (a first call has no one behind it) whose contribution the
+    # network lost time after time: with many members in sync every slot waits, and a silent
+    # window sends one probe per silence period (§9 Failures), so k losses in a row hold that
+    # member back k probe periods times its window, past dead_after. Only while no peer is
+    # more than this call ahead (rounds it left behind are another matter: JOIN's).
+    if any(n > call.index + 1 for n in done.values()):
+        return False
+    since = max(call.start, call.end - plan.dead_after - plan.fail_within)
+    return any(since <= t <= call.end and done.get(w, call.index + 1) <= call.index
+               for t, w in rec.loss_streaks)
 
 
 def _uncounted_flights(rec: Record, wk):
@@ -269,7 +286,7 @@ def _exactly_once(rec: Record, wk) -> list[str]:
                 skip[element] = True
         res[skip] = 0.0
         if not np.array_equal(res, np.rint(res)):
-            out.append(f"exactly-once: worker {wk.w} key {k}: residual not in fixed point")
+            out.append(f"exactly-once: worker {wk.w} key {index}: residual not in fixed point")
             continue
         res = res.astype(np.int64)
         for local in range(len(given) // wire.LANES):
@@ -308,7 +325,10 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     a round that stayed open, that a restart or a re-install wiped, or whose answers it
     never heard) before it dropped what it had in flight (a call aborted, a new switch
     state learned), or sent before a state reset and counted after it (a copy of a packet
-    the worker carried in full when it learned of the new state). A
+    the worker carried in full when it learned of the new state), or counted in a round
+    that closed in a switch state a restart or a re-install then wiped, whose result no
+    member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
+    the result that would have told every replica is gone with the state). A
     worker is held to it only where it could not know: it died, a call of its aborted, or
     the switch's state was lost; None for every other worker (its books balance exactly)."""
     if not (wk.dead or rec.state_resets or
@@ -319,7 +339,10 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         if w != wk.w:
             continue
         acked = wk.acked.get(closed) if closed is not None else None
-        if crossed or acked is None or any(sent < t < acked for t in wk.aborts):
+        lost_with_state = closed is not None and closed[0] != rec.state_resets and \
+            closed not in rec.applied
+        if crossed or acked is None or lost_with_state or \
+                any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 

@@ -117,12 +117,13 @@ class Worker:
     w: int
     member: Member
     engine: Any
-    keys: list[int]
+    keys: list[str]                   # per key: its name in the engine
     firsts: list[int]
     grads: list[np.ndarray]           # per key: every gradient given, in fixed point (int64)
     calls: list[Call] = field(default_factory=list)
     values: np.ndarray | None = None  # the call's buffer, alive while the engine writes it
-    inbox: list[bytes] = field(default_factory=list)
+    # what reached the worker while it did not read, with when it arrived
+    inbox: list[tuple[bytes, float]] = field(default_factory=list)
     in_call: bool = False
     paused_until: float = 0.0
     dead: bool = False
@@ -188,6 +189,9 @@ class Record:
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> when w first sent it
     launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
+    # (when, w) of every transmission of a contribution the network lost after losing the
+    # one before it (same slot, round and chunk): a member held back by losses in a row
+    loss_streaks: list[tuple[float, int]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     packets: int = 0
     swaps: int = 0
@@ -238,8 +242,12 @@ class Sim:
         self.baseline = [0] * plan.workers
         self.by_addr = {(m.ip, m.udp_port): m.worker for m in members}
         self.last_arrival: dict[tuple[str, int], float] = {}
+        # (w, slot) -> (round and chunk of its latest contribution sent, its losses in a row)
+        self.up_losses: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
         self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
+        # (w, chunk and lanes of a datagram) -> its Record.contribs entry, the last counted
+        self.counted_as: dict[tuple[int, bytes], list[Any]] = {}
         self.may_async = plan.mode == wire.Mode.ASYNC or any(
             f.kind == "swap" and f.mode == wire.Mode.ASYNC for f in plan.faults)
         self.workers = [self._worker(w, m) for w, m in enumerate(members)]
@@ -318,9 +326,13 @@ class Sim:
             slot_base=p.slot_base, slot_count=p.slots, members=p.workers, scale=SCALE,
             rto_initial=RTO_INITIAL, rto_min=RTO_MIN, stall_after=STALL_AFTER,
             missed_after=MISSED_AFTER, staleness_decay=1.0, seed=p.seed * 64 + w,
-            **{"rto_max": p.rto_max, "dead_after": p.dead_after, **self.engine_options})
+            **{"rto_max": p.rto_max, "dead_after": p.dead_after,
+               # the tag of the install it attaches to, given with the job (§9)
+               "install_tag": wire.install_tag(self.switch.job.epoch), **self.engine_options})
         engine = _core.worker.Engine(config, faults=self.faults)
-        keys = [engine.register(n) for n in p.sizes]
+        keys = [f"key{i}" for i in range(len(p.sizes))]
+        for key, n in zip(keys, p.sizes, strict=True):
+            engine.register(key, n)
         firsts = [engine.first_chunk(k) for k in keys]
         grads = [np.zeros(-(-n // wire.LANES) * wire.LANES, np.int64) for n in p.sizes]
         return Worker(w, m, engine, keys, firsts, grads)
@@ -357,7 +369,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         for d in wk.inbox:  # allreduce drains the socket first
-            self._hand(wk, d)
+            self._hand(wk, *d)
         wk.inbox.clear()
         e.begin_call(wk.keys[k], wk.values)
         self._note_absorbed(wk)
@@ -463,7 +475,7 @@ class Sim:
             self._say(f"w{wk.w} <- {self.describe(data)}{' (queued)' if held else ''}")
         if not wk.in_call or self.now < wk.paused_until:
             if len(wk.inbox) < 4096:  # a socket buffer
-                wk.inbox.append(data)
+                wk.inbox.append((data, self.now))
             return
         if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] in _PROGRESS_REASONS:
             self.last_progress = self.now  # what a worker's dead timer hears (§9 Failures)
@@ -478,18 +490,20 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             self._turn(wk)
 
     # ------------------------------------------------------------ the network
-    def _hand(self, wk: Worker, data: bytes) -> None:
-        """The worker's engine takes a datagram; a RESULT it drops as a duplicate of none
-        it applied is noted (a result lost to the replica unless it is flagged)."""
+    def _hand(self, wk: Worker, data: bytes, arrived: float | None = None) -> None:
+        """The worker's engine takes a datagram that arrived at `arrived` (default: now); a
+        RESULT it drops as a duplicate of none it applied is noted (a result lost to the
+        replica unless it is flagged)."""
         e = wk.engine
+        arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
-            e.on_datagram(data, self.now)
+            e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
             return
         wk.heard.add(tag[0])
@@ -498,20 +512,27 @@ class Sim:
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
         flagged = e.needs_resync
-        e.on_datagram(data, self.now)
+        e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
         if e.needs_resync and not flagged:
             wk.aborts.append(self.now)
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
+        # An ACK echoes the contribution's round field - in async its sequence number, not
+        # the round that counted it: the round is the one the switch counted the flight in.
+        counted_in = (tag[0], slot, rnd)
+        if data[_OFF_OP] == wire.Op.ACK and flight is not None:
+            c = self.counted_as.get((wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
+            if c is not None and c[3] is not None and c[3][0] == tag[0]:
+                counted_in = c[3]
         if (data[_OFF_OP] == wire.Op.ACK or (
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
-            wk.acked.setdefault((tag[0], slot, rnd), self.now)
+            wk.acked.setdefault(counted_in, self.now)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
-                self.rec.applied.add((tag[0], slot, rnd))
+                self.rec.applied.add(counted_in)
                 if flight is not None:
                     self._applied_lanes(wk, flight)  # the ACK applied my own lanes
             return
@@ -578,7 +599,10 @@ class Sim:
         link = self.plan.up if up else self.plan.down
         lossy = self.now < self.plan.lossy_until
         copies = 1
-        if lossy and self.rng.random() < link.loss:
+        lost = lossy and self.rng.random() < link.loss
+        if up and data[_OFF_OP] == wire.Op.CONTRIB:
+            self._count_up_loss(who, data, lost)
+        if lost:
             if self.trace is not None:
                 self._say(f"lost {'up' if up else 'down'} (w{who}): {self.describe(data)}")
             return
@@ -598,6 +622,16 @@ class Sim:
                 self.at(t, self._switch_receive, who, data)
             else:
                 self.at(t, self._deliver, self.workers[who], data)
+
+    def _count_up_loss(self, who: int, data: bytes, lost: bool) -> None:
+        """Losses in a row of one contribution (rule lossy_straggler's evidence)."""
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        which = data[_OFF_ROUND:_OFF_ROUND + 4] + data[_OFF_CHUNK:_OFF_CHUNK + 4]
+        before, streak = self.up_losses.get((who, slot), (b"", 0))
+        streak = (streak if before == which else 0) + 1 if lost else 0
+        self.up_losses[(who, slot)] = (which, streak)
+        if streak >= 2:
+            self.rec.loss_streaks.append((self.now, who))
 
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():
@@ -650,6 +684,7 @@ class Sim:
         crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
+        self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""
@@ -759,7 +794,7 @@ class Sim:
             e = wk.engine
             e.set_time(self.now)
             for d in wk.inbox:
-                self._hand(wk, d)
+                self._hand(wk, *d)
             wk.inbox.clear()
             e.tick(self.now)
             self._note_absorbed(wk)

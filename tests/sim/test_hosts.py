@@ -61,6 +61,19 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
         _run(plan, "native", "32x4")
 
 
+# Seeds of hosts of several ranks, each fixed at its cause (docs/protocol.md §10): 1000489,
+# 32 hosts in sync with 15% loss each way and no fault, whose first calls failed while every
+# member was still in them (rule lossy_straggler: a member's contribution lost again and
+# again, its retransmissions one probe per silent window apart). Seed 1001019 (a slow switch
+# in partial after a re-install) is the limit "Bounded staleness against a short job" of §10.
+HOST_REGRESSIONS = (1000489,)
+
+
+@pytest.mark.parametrize("seed", HOST_REGRESSIONS)
+def test_host_regressions(seed: int) -> None:
+    _run(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), "native", HOSTS_DRAWN)
+
+
 def test_one_rank_per_host_is_the_run_without_hosts() -> None:
     """With R = 1 and no fault inside a host, a seed is its plan without hosts, run alike."""
     for seed in range(5):

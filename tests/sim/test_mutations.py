@@ -2,7 +2,8 @@
 
 Each row takes one fix out - a field of the engine's `Faults` (native/worker/faults.h, the
 simulation's only), a `join_after`
-longer than any run, or a pipeline without the install epoch - and replays a seed where the
+longer than any run, an engine given no install tag at attach, or a pipeline without the
+install epoch - and replays a seed where the
 checker then reports the rule the fix keeps (docs/protocol.md §10, "Allowed, by rule" and
 the invariants); with the fix in, the same seed passes. The seeds were found by running the
 fault kinds of the row from its first seed until one failed with the fix out and passed
@@ -55,14 +56,39 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                                  "liveness", "null chunk 1"),
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
-    "abort_discards_unsent": (("restart", "readd", "swap"), 80017,
+    "abort_discards_unsent": (("restart", "readd", "swap"), 80338,
                               {"faults": {"send_dropped": True}}, "exactly-once",
-                              "worker 1 chunk 9"),
+                              "worker 2 chunk 9"),
     # §9 "Timing": an engine whose RTO is capped below a slow switch's round trip never hears
     # the answer to its latest transmission; calls fail by dead_after with nobody gone.
     "engine_timing": (("slow_switch",), 90003,
                       {"engine": {"rto_max": RTO_MAX, "dead_after": DEAD_AFTER}}, "failure",
                       "'unreachable'"),
+    # §9 "A switch that lost the job's state", the install tag given at attach: a worker that
+    # hears its first reply from the state after a re-install learns that state's tag as its
+    # first, and its contribution the state before counted is counted again.
+    "install_tag_at_attach": (FAULT_KINDS, 9001408, {"engine": {"install_tag": -1}},
+                              "exactly-once", "worker 1 chunk 0"),
+    # §9 "A switch that lost the job's state", a late packet of the state left is told by when
+    # it arrived: read after a long pause between calls, a copy of a result applied already
+    # is taken for a newer state's and applied again. (The seed's worker meets that late
+    # packet only on the path where the reply that showed the state new leaves its flight
+    # unsettled: the settle is taken out with it, and alone, it passes; the rule's unit test
+    # is tests/worker/test_install_tag.py.)
+    "arrival_time_window": (FAULT_KINDS, 9003091,
+                            {"faults": {"read_time_window": True,
+                                        "forget_counted_at_reset": True}},
+                            "agreement", "applied slot 12 round 0"),
+    # §9 "A switch that lost the job's state": the result whose new tag shows the new state
+    # counted my flight (partial, round 0 of a re-install); forgotten by the reset, its
+    # amount stays in the residual and is counted again.
+    "settle_at_new_tag": (FAULT_KINDS, 9000946, {"faults": {"forget_counted_at_reset": True}},
+                          "exactly-once", "worker 1 chunk 0"),
+    # §9 "Sync / partial sending", bounded staleness: behind a switch slower than the workers'
+    # compute, every partial call sends the same first chunk of each slot and carries the
+    # rest; the chunks behind it reach no round.
+    "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
+                         "chunk(s) [12] of key 0"),
 }
 
 

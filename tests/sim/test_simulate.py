@@ -156,6 +156,21 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
     _run(draw(seed), target)
 
 
+# Seeds of a switch slower than the workers' compute in partial mode: a call carried its chunks
+# behind the slot's parked packet after one RTO, so every call sent the same first chunk of each
+# slot and the chunks behind it reached no round (starvation). A partial call now sends the
+# chunk counted least recently first (docs/protocol.md §9, "Sync / partial sending", bounded
+# staleness). 9000423, 9002095, 9002259: a slow switch and swaps; 9001676: and resets with
+# async reordering.
+SLOW_PARTIAL_REGRESSIONS = (9000423, 9002095, 9002259, 9001676)
+
+
+@pytest.mark.parametrize("target", ["native", "python", "tna-model"])
+@pytest.mark.parametrize("seed", SLOW_PARTIAL_REGRESSIONS)
+def test_slow_partial_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
 def test_a_straggler_that_loss_held_back_is_counted() -> None:
     """Seed 300033: the network's loss held a live member back; its peers' calls failed by
     dead_after while it caught up. Allowed, and counted (docs/protocol.md §10, rule

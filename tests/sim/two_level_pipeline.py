@@ -1,13 +1,14 @@
-"""The two-level model (tests/sim/two_level_model.py) with its switches replaced by the
-reference pipeline: the model draws the same events (hosts, losses, duplicates, reordering,
-swaps at either level, a slow rack or host) and checks the same invariants, while every
-packet a leaf or the spine handles is a real datagram through softswitch/pipeline.py.
+"""The two-level model (tests/sim/two_level_model.py) with its switches replaced by real
+pipelines: the model draws the same events (hosts, losses, duplicates, reordering, swaps at
+either level, a slow rack or host) and checks the same invariants, while every packet a leaf
+or the spine handles is a real datagram through the softswitch's reference pipeline
+(softswitch/pipeline.py, target `python`) or its native one (native/dataplane/, `native`).
 
 Gradients stay symbolic: a token (host, k) is one 4-bit field of the 2048 bits of a
 packet's lanes, so the switches' int32 sums are multisets of tokens, decoded exactly.
 
-    python -m tests.sim.two_level_pipeline --seeds 2000 [--start 0] [--out FILE]
-    python -m tests.sim.two_level_pipeline --seed 123 --trace      # replay one seed
+    python -m tests.sim.two_level_pipeline --seeds 2000 [--start 0] [--targets python,native]
+    python -m tests.sim.two_level_pipeline --seed 123 --trace [--targets native]  # replay one
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ _TOKENS_PER_HOST = 32
 _MAX_HOSTS = wire.LANES * 32 // _FIELD_BITS // _TOKENS_PER_HOST  # 16: the model's 4 x 4
 _MODES = {SYNC: Mode.SYNC, PARTIAL: Mode.PARTIAL}
 _NAMES = {Mode.SYNC: SYNC, Mode.PARTIAL: PARTIAL}
+# What each target's sweep writes by default, and what its results say it ran.
+RESULTS = {"python": Path("bench/results/simulate-two-level-pipeline.json"),
+           "native": Path("bench/results/simulate-two-level-native.json")}
+_TARGET_NAMES = {"python": "softswitch reference pipeline (softswitch/pipeline.py)",
+                 "native": "softswitch native pipeline (native/dataplane/, softswitch/native.py)"}
 
 
 class Tokens:
@@ -92,12 +98,12 @@ class LeafSwitch:
 
 
 class PipelineRun(Run):
-    def __init__(self, seed: int, trace: bool = False) -> None:
+    def __init__(self, seed: int, trace: bool = False, target: str = "python") -> None:
         super().__init__(seed, trace)
         if self.d.leaves * self.d.hosts > _MAX_HOSTS:
             raise ValueError(f"{self.d.leaves} x {self.d.hosts} hosts: the lanes hold "
                              f"{_MAX_HOSTS} hosts' tokens")
-        self.fabric = Fabric(self.d.leaves, self.d.hosts)
+        self.fabric = Fabric(self.d.leaves, self.d.hosts, engine=target)
         self.tokens = Tokens(self.d.hosts)
         self.spine = SpineSwitch(self.fabric, self.d.leaves)
         self.leaves = [LeafSwitch(self.fabric, i, self.d.hosts) for i in range(self.d.leaves)]
@@ -131,11 +137,59 @@ class PipelineRun(Run):
                           resend=bool(h.flags & Flag.RESEND))
         if h.op == Op.RESYNC:
             relayed = not reply and bool(h.flags & Flag.RELAYED)
+            # A relayed RESYNC names the flight it settles by its chunk (a chunk is its round
+            # here), except a CHUNK_MISMATCH: it answers the round of the sum, and its chunk
+            # is the one that round aggregates at the spine.
+            about = (h.round if h.reason == ResyncReason.CHUNK_MISMATCH else h.chunk) \
+                if relayed else trigger.round
             return Packet("RESYNC", src, dst, h.round, trigger.tx if reply else 0,
                           bitmap=bitmap, reason=ResyncReason(h.reason).name,
-                          mode=_NAMES[h.mode], about=h.chunk if relayed else trigger.round,
-                          relayed=relayed)
+                          mode=_NAMES[h.mode], about=about, relayed=relayed)
         raise AssertionError(f"a switch sent {Op(h.op).name} to host {dst}: {h}")
+
+
+def targets_of(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in RESULTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"targets {text!r}: name one or more of {','.join(RESULTS)}, comma-separated")
+    return names
+
+
+def sweep(target: str, start: int, seeds: int, out: Path) -> int:
+    """Seeds start.. on one target, results to `out` (every 100 seeds, and at the end);
+    the number of failing seeds."""
+    t0, cpu0 = time.time(), time.process_time()
+    totals, failures = Counter(), []
+    done = 0
+
+    def report() -> dict:
+        return {"target": _TARGET_NAMES[target], "seeds": done, "first_seed": start, **totals,
+                "violations": sum(len(f["violations"]) for f in failures),
+                "failing_seeds": len(failures), "failures": failures[:20],
+                "cpu_seconds": round(time.process_time() - cpu0, 1),
+                "wall_seconds": round(time.time() - t0, 1)}
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for seed in range(start, start + seeds):
+        run = PipelineRun(seed, target=target)
+        problems = run.run()
+        run.stats.pop("refused_marks", None)  # the model's leaves count them; these are real
+        totals.update(run.stats)
+        done += 1
+        if problems:
+            failures.append({"seed": seed, "violations": problems[:5],
+                             "replay": f"python -m tests.sim.two_level_pipeline --seed {seed} "
+                                       f"--targets {target}"})
+        if done % 100 == 0:  # partial results survive an interrupted sweep
+            print(f"{target}: {done}/{seeds} seeds, {len(failures)} failing", file=sys.stderr)
+            out.write_text(json.dumps(report(), indent=1) + "\n")
+    out.write_text(json.dumps(report(), indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report().items() if k != "failures"}))
+    for f in failures[:5]:
+        print(f["replay"], "->", f["violations"][0])
+    return len(failures)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,43 +198,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--seed", type=int, help="replay one seed")
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--targets", type=targets_of, default=["python"],
+                    help="pipelines to run the seeds on, comma-separated: python,native")
     ap.add_argument("--out", type=Path,
-                    default=Path("bench/results/simulate-two-level-pipeline.json"))
+                    help="results file (one target only; default: " + ", ".join(
+                        f"{t}: {p}" for t, p in RESULTS.items()) + ")")
     args = ap.parse_args(argv)
+    if args.out is not None and len(args.targets) > 1:
+        ap.error("--out names one file: give one target, or leave --out to write each "
+                 "target's default")
     if args.seed is not None:
-        problems = PipelineRun(args.seed, trace=args.trace).run()
-        print("\n".join(problems) or f"seed {args.seed}: no violation")
-        return 1 if problems else 0
-    t0, cpu0 = time.time(), time.process_time()
-    totals, failures = Counter(), []
-    done = 0
-
-    def report() -> dict:
-        return {"target": "softswitch reference pipeline (softswitch/pipeline.py)",
-                "seeds": done, "first_seed": args.start, **totals,
-                "violations": sum(len(f["violations"]) for f in failures),
-                "failing_seeds": len(failures), "failures": failures[:20],
-                "cpu_seconds": round(time.process_time() - cpu0, 1),
-                "wall_seconds": round(time.time() - t0, 1)}
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    for seed in range(args.start, args.start + args.seeds):
-        run = PipelineRun(seed)
-        problems = run.run()
-        run.stats.pop("refused_marks", None)  # the model's leaves count them; these are real
-        totals.update(run.stats)
-        done += 1
-        if problems:
-            failures.append({"seed": seed, "violations": problems[:5],
-                             "replay": f"python -m tests.sim.two_level_pipeline --seed {seed}"})
-        if done % 100 == 0:  # partial results survive an interrupted sweep
-            print(f"{done}/{args.seeds} seeds, {len(failures)} failing", file=sys.stderr)
-            args.out.write_text(json.dumps(report(), indent=1) + "\n")
-    args.out.write_text(json.dumps(report(), indent=1) + "\n")
-    print(json.dumps({k: v for k, v in report().items() if k != "failures"}))
-    for f in failures[:5]:
-        print(f["replay"], "->", f["violations"][0])
-    return 1 if failures else 0
+        failing = 0
+        for target in args.targets:
+            problems = PipelineRun(args.seed, trace=args.trace, target=target).run()
+            print("\n".join(problems) or f"seed {args.seed} on {target}: no violation")
+            failing += bool(problems)
+        return 1 if failing else 0
+    failing = sum(sweep(t, args.start, args.seeds, args.out or RESULTS[t]) for t in args.targets)
+    return 1 if failing else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Two leaves of three hosts and a spine, each the reference pipeline, wired in-process
-(docs/protocol.md §11): the cases of the two-level protocol one by one, with real lanes.
+"""Two leaves of three hosts and a spine, each the reference pipeline or the native one, wired
+in-process (docs/protocol.md §11): the cases of the two-level protocol one by one, with real
+lanes, on both engines.
 
 The same pipelines under the events the two-level model draws: tests/sim/test_two_level_pipeline.py.
 """
@@ -56,9 +57,14 @@ def drops(fabric: Fabric, label: object, reason: DropReason) -> int:
         JOB * wire.NUM_DROP_REASONS + reason]
 
 
+@pytest.fixture(params=["python", "native"])
+def engine(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def fabric() -> Fabric:
-    return Fabric(LEAVES, HOSTS)
+def fabric(engine: str) -> Fabric:
+    return Fabric(LEAVES, HOSTS, engine=engine)
 
 
 def test_a_sync_round_gives_every_host_the_exact_sum_of_six(fabric):
@@ -214,22 +220,22 @@ def test_a_leaf_partial_inside_a_rack_leaves_its_slow_host_out(fabric):
     assert not header(late).bitmap >> 2 & 1  # not in it: the slow host carries
 
 
-def test_a_role_is_checked_when_it_is_set():
+def test_a_role_is_checked_when_it_is_set(engine):
     with pytest.raises(ValueError, match="uplink_id 40 is out of range"):
         Uplink(SPINE_ADDR, SPINE_MAC, 40, 1)
     with pytest.raises(ValueError, match="a leaf needs its uplink"):
         JobRole(Level.LEAF)
-    fabric = Fabric(1, 1)
+    fabric = Fabric(1, 1, engine=engine)
     with pytest.raises(ValueError, match="job 0 is out of range"):
         fabric.spine.set_role(0, JobRole(Level.SPINE))
     fabric.spine.set_role(JOB, None)
     assert fabric.spine.role(JOB).level == Level.SINGLE
 
 
-def test_the_frame_path_sends_the_uplink_out_of_the_spines_port():
+def test_the_frame_path_sends_the_uplink_out_of_the_spines_port(engine):
     """Ethernet frames in and out (the path BMv2 is compared on): the uplink leaves on the
     port the leaf's L2 table gives the spine's MAC, addressed leaf -> spine."""
-    fabric = Fabric(1, 1)
+    fabric = Fabric(1, 1, engine=engine)
     leaf_mac, host_mac, spine_port = bytes.fromhex("02000000b001"), bytes.fromhex("02000000c001"), 7
     leaf = fabric.pipeline(("leaf", 0))
     leaf.write_entry("INSERT", Entry(p4names.FORWARDING_L2, (SPINE_MAC,),
@@ -250,8 +256,84 @@ def test_the_frame_path_sends_the_uplink_out_of_the_spines_port():
     np.testing.assert_array_equal(lanes_of(datagram), gradient(0, 0, 0))
 
 
-def test_the_native_engine_refuses_a_role_it_does_not_run():
+def uplink_of(fabric: Fabric, leaf: int, packets: list) -> bytes:
+    """The sum `leaf` sends up once its hosts' packets are in."""
+    (up,) = [out for src, dst, d in packets for to, out in fabric.deliver(src, dst, d)
+             if to == SPINE]
+    return up
+
+
+def test_a_sum_the_spine_refused_as_stale_is_relayed_to_its_hosts_only(fabric):
+    """Rack 1's sum of round 0 reaches the spine two rounds late: the spine's STALE_ROUND
+    reaches the rack's hosts relayed, their flight named by the sum's chunk."""
+    fabric.set_mode(SPINE, Mode.PARTIAL, 1)
+    for r in (0, 1):  # rack 0 alone closes rounds 0 and 1; rack 1 hears none of them
+        fabric.settle(sends(0, r), lose=lambda src, dst, d: dst == ("leaf", 1))
+    fabric.set_mode(("leaf", 1), Mode.PARTIAL, 2)  # rack 1 closes without its host 2
+    uplink = uplink_of(fabric, 1, [(("host", 1, h), ("leaf", 1),
+                                    contrib(h, 0, gradient(1, h, 0), chunk=40))
+                                   for h in range(2)])
+    got = fabric.settle([(("leaf", 1), SPINE, uplink)])
+    assert sorted(got) == [("host", 1, 0), ("host", 1, 1)]  # host 2 is not in the sum
+    for h in range(2):
+        (relayed,) = got[("host", 1, h)]
+        hdr = header(relayed)
+        assert (hdr.op, hdr.flags, hdr.reason) == (Op.RESYNC, Flag.RELAYED,
+                                                   wire.ResyncReason.STALE_ROUND)
+        assert (hdr.round, hdr.chunk, hdr.bitmap) == (2, 40, 0b011)
+    leaf = fabric.pipeline(("leaf", 1))
+    assert leaf.round[0] == 2 and not leaf.up_pending[0]
+    for h in range(2):
+        assert leaf.member_epoch[h] == wire.refused_mark(fabric.epoch)
+        assert leaf.member_seq[h] == 0
+
+
+def test_a_chunk_mismatch_at_the_spine_reaches_the_hosts_with_the_spines_chunk(fabric):
+    """The racks' round 0 aggregates different chunks: the spine opened it with rack 0's, so
+    rack 1's hosts are told, relayed, which chunk to contribute instead (§9), for the round
+    of their sum."""
+    up0 = uplink_of(fabric, 0, [(("host", 0, h), ("leaf", 0),
+                                 contrib(h, 0, gradient(0, h, 0), chunk=5)) for h in range(HOSTS)])
+    up1 = uplink_of(fabric, 1, [(("host", 1, h), ("leaf", 1),
+                                 contrib(h, 0, gradient(1, h, 0), chunk=7)) for h in range(HOSTS)])
+    assert fabric.deliver(("leaf", 0), SPINE, up0) == []  # round 0 opens with chunk 5
+    got = fabric.settle([(("leaf", 1), SPINE, up1)])
+    assert sorted(got) == [("host", 1, h) for h in range(HOSTS)]
+    for h in range(HOSTS):
+        (relayed,) = got[("host", 1, h)]
+        hdr = header(relayed)
+        assert (hdr.op, hdr.flags, hdr.reason) == (Op.RESYNC, Flag.RELAYED,
+                                                   wire.ResyncReason.CHUNK_MISMATCH)
+        assert (hdr.round, hdr.chunk, hdr.bitmap) == (0, 5, 0b111)
+    leaf = fabric.pipeline(("leaf", 1))
+    assert not leaf.up_pending[0]
+    assert all(leaf.member_epoch[h] == wire.refused_mark(fabric.epoch) for h in range(HOSTS))
+
+
+def test_the_native_engine_names_what_is_wrong_with_a_register_or_a_role():
     from hysync.softswitch.native import NativePipeline
 
-    with pytest.raises(ValueError, match="run a leaf or a spine with --engine python"):
-        NativePipeline(num_slots=1).set_role(JOB, JobRole(Level.SPINE))
+    pipeline = NativePipeline(num_slots=1)
+    with pytest.raises(ValueError, match="no register rounds: name one of the reference"):
+        pipeline.engine.read_register("rounds", 0)
+    with pytest.raises(IndexError, match="slot 1 is outside 0..0"):
+        _ = pipeline.up_pending[1]
+    with pytest.raises(ValueError, match="round is not a member register"):
+        pipeline.round[0] = 3
+    pipeline.member_seq[2] = 7
+    assert pipeline.member_seq[2] == 7
+    with pytest.raises(ValueError, match="uplink id 40 is not a role"):
+        pipeline.engine.set_tables(members=[], jobs=[], modes=[], l2=[], rewrites=[], groups=[],
+                                   roles=[(JOB, int(Level.LEAF), SPINE_ADDR, SPINE_MAC, 40, 1)])
+
+
+def test_a_spine_whose_leaves_claim_more_than_255_hosts_wraps_the_count_byte(engine):
+    """The weight is the RESULT's count byte (a two-level job has at most 255 hosts): leaves
+    that claim 200 and 100 get a result of count 44 on both engines, as P4's bit<8> has it."""
+    fabric = Fabric(2, 1, engine=engine)
+    uplinks = [wire.Header(op=Op.CONTRIB, job_id=JOB, worker_id=i, slot=0, round=0,
+                           count=hosts, flags=1 << wire.TX_SHIFT).pack()
+               + bytes(wire.PAYLOAD_BYTES) for i, hosts in enumerate((200, 100))]
+    assert fabric.deliver(("leaf", 0), SPINE, uplinks[0]) == []
+    ((_, result), (_, _)) = fabric.deliver(("leaf", 1), SPINE, uplinks[1])
+    assert header(result).count == 300 & 0xFF

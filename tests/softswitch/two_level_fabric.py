@@ -1,6 +1,7 @@
-"""Two leaves (or more) and a spine of the reference pipeline wired in-process for one job
-(docs/protocol.md §11): datagrams in, datagrams out, addressed by the labels of the
-two-level model (tests/sim/two_level_model.py): "spine", ("leaf", i), ("host", i, h).
+"""Two leaves (or more) and a spine wired in-process for one job (docs/protocol.md §11), each
+the softswitch's reference pipeline (engine "python") or its native one ("native"): datagrams
+in, datagrams out, addressed by the labels of the two-level model
+(tests/sim/two_level_model.py): "spine", ("leaf", i), ("host", i, h).
 
 The controller's part is written here as table entries, groups and roles on each pipeline,
 as `hysync serve` would: the same job id, slot and install epoch on every switch.
@@ -12,6 +13,7 @@ import numpy as np
 
 from hysync import p4names, wire
 from hysync.softswitch.levels import JobRole, Level, Uplink
+from hysync.softswitch.native import NativePipeline
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
 from hysync.wire import Flag, Mode, Op
@@ -23,6 +25,7 @@ SPINE = "spine"
 SPINE_ADDR = 0x0A000001  # 10.0.0.1
 SPINE_MAC = 0x02000000A001
 MODE_PRIORITY = 1
+ENGINES = {"python": Pipeline, "native": NativePipeline}
 
 
 def leaf_addr(leaf: int) -> int:
@@ -51,10 +54,13 @@ def lanes_of(datagram: bytes) -> np.ndarray:
 
 
 class Fabric:
-    def __init__(self, leaves: int, hosts: int, epoch: int = 1) -> None:
+    def __init__(self, leaves: int, hosts: int, epoch: int = 1, engine: str = "python") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
         self.leaves, self.hosts, self.epoch = leaves, hosts, epoch
-        self.spine = Pipeline(num_slots=1)
-        self.leaf = [Pipeline(num_slots=1) for _ in range(leaves)]
+        self.engine = ENGINES[engine]
+        self.spine = self.engine(num_slots=1)
+        self.leaf = [self.engine(num_slots=1) for _ in range(leaves)]
         self._label = {SPINE_ADDR: SPINE}
         self._label.update({leaf_addr(i): ("leaf", i) for i in range(leaves)})
         self._label.update({host_addr(i, h): ("host", i, h)
@@ -103,7 +109,7 @@ class Fabric:
         """A leaf lost its registers and tables: the job is added again on every switch it
         spans, under a new install epoch (§11, "a switch restart is a restart of the job")."""
         self.epoch = epoch
-        self.leaf[i] = Pipeline(num_slots=1)
+        self.leaf[i] = self.engine(num_slots=1)
         self._install_leaf(i)
         for p in [self.spine, *(lf for j, lf in enumerate(self.leaf) if j != i)]:
             members = p.tables[p4names.ADMISSION_JOBS].entries[((JOB,), 0)].params[2]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.launcher_logs import records
 from hysync.controlplane.p4rt.switch import wait_for_server
 from hysync.controlplane.serve.server import Server
 from hysync.controlplane.testbed.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
@@ -28,18 +29,8 @@ RACK_HOSTS = 3  # host namespaces of the emulated rack
 
 
 def rank_records(outputs: list[str]) -> list[dict]:
-    """Every `{"rank": ...}` object the ranks printed. The ranks of one launcher share its
-    output, and an unbuffered print writes a line and its newline apart, so one rank's
-    line can run on into another's: objects are found where they start, not by line."""
-    decoder = json.JSONDecoder()
-    found = []
-    for out in outputs:
-        start = out.find('{"rank"')
-        while start != -1:
-            record, end = decoder.raw_decode(out, start)
-            found.append(record)
-            start = out.find('{"rank"', end)
-    return found
+    """Every `{"rank": ...}` object the ranks printed (bench.launcher_logs.records)."""
+    return records(outputs, "rank")
 
 
 def tree(pid: int) -> list[int]:

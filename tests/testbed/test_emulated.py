@@ -62,6 +62,39 @@ def built_rack(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path, list[
         assert down.returncode == 0, down.stderr
 
 
+def served_training(tmp_path: Path, inventory: Path, runs: list[list[str]],
+                    *serve_options: str) -> tuple[list[dict], list[str], str]:
+    """`hysync serve INVENTORY SERVE_OPTIONS` and one process per command of `runs`, each
+    to its end: each rank's record, each command's output, and what serve said. A command
+    that fails fails the test, with its output and serve's."""
+    serve_out = (tmp_path / "serve.log").open("w")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "hysync.controlplane.cli", "serve", str(inventory),
+         *serve_options], cwd=ROOT, stdout=serve_out, stderr=subprocess.STDOUT)
+    procs: list[subprocess.Popen] = []
+    try:
+        time.sleep(2)
+        assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+        procs = [subprocess.Popen(run, cwd=tmp_path, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for run in runs]
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            kill_tree(p)  # `ip netns exec` became torchrun; its ranks are children
+        serve.terminate()
+        serve.wait(timeout=10)
+        serve_out.close()
+    served = (tmp_path / "serve.log").read_text()
+    for p, out in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:] + served
+    return rank_records(outputs), outputs, served
+
+
+def printed(line: str) -> list[str]:
+    """A torchrun line as `rack up` printed it, as a command."""
+    return shlex.split(line.removesuffix(" &"))
+
+
 @pytest.fixture
 def rack_up(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
     with built_rack(tmp_path) as rack_built:
@@ -78,35 +111,14 @@ def test_a_rack_from_inventory_to_trained_model_and_back(rack_up, tmp_path: Path
     assert f"ok    probe: from h1 ({tag}h1, {host_ip(0)}): {HOSTS - 1} of " \
         f"{HOSTS - 1} hosts answered" in check.stdout
     policy_log = tmp_path / "policy.jsonl"
-    serve_out = (tmp_path / "serve.log").open("w")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "hysync.controlplane.cli", "serve", str(inventory),
-         "--policy-interval",
-         "0.25", "--policy-scale", "0.5", "--policy-log", str(policy_log)],
-        cwd=ROOT, stdout=serve_out, stderr=subprocess.STDOUT)
-    procs: list[subprocess.Popen] = []
-    try:
-        time.sleep(2)
-        assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-        assert len(runs) == HOSTS
-        for w, line in enumerate(runs):
-            # the printed line as it is, the test's pace after it (argparse: the last wins)
-            slow = ["--slowdown", "4"] if w == STRAGGLER else []
-            procs.append(subprocess.Popen(
-                [*shlex.split(line.removesuffix(" &")), "--compute-ms", "30",
-                 *slow], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True))
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            kill_tree(p)  # `ip netns exec` became torchrun; its worker is a child
-        serve.terminate()
-        serve.wait(timeout=10)
-        serve_out.close()
-    served = (tmp_path / "serve.log").read_text()
-    for p, out in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, out[-3000:] + served
-    results = {r["rank"]: r for r in rank_records(outputs)}
+    assert len(runs) == HOSTS
+    # each printed line as it is, the test's pace after it (argparse: the last wins)
+    records, outputs, served = served_training(
+        tmp_path, inventory,
+        [[*printed(line), "--compute-ms", "30", *(["--slowdown", "4"] if w == STRAGGLER else [])]
+         for w, line in enumerate(runs)],
+        "--policy-interval", "0.25", "--policy-scale", "0.5", "--policy-log", str(policy_log))
+    results = {r["rank"]: r for r in records}
     assert sorted(results) == list(range(HOSTS))
     decisions = [json.loads(line) for line in policy_log.read_text().splitlines()]
     swaps = [(d["action"], d.get("mode"), d.get("quorum"), d.get("worker"))
@@ -140,29 +152,10 @@ def test_hosts_of_two_ranks_train_with_one_member_each(tmp_path: Path) -> None:
     switch's job has three members, and both ranks of a host end with the same model."""
     with built_rack(tmp_path, "--ranks-per-host", "2") as (tag, inventory, runs):
         assert hysync("deploy", str(inventory)).returncode == 0
-        serve_out = (tmp_path / "serve.log").open("w")
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "hysync.controlplane.cli", "serve", str(inventory)],
-            cwd=ROOT, stdout=serve_out, stderr=subprocess.STDOUT)
-        procs: list[subprocess.Popen] = []
-        try:
-            time.sleep(2)
-            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
-            procs = [subprocess.Popen(shlex.split(line.removesuffix(" &")), cwd=tmp_path,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True) for line in runs]
-            outputs = [p.communicate(timeout=240)[0] for p in procs]
-        finally:
-            for p in procs:
-                kill_tree(p)
-            serve.terminate()
-            serve.wait(timeout=10)
-            serve_out.close()
-        served = (tmp_path / "serve.log").read_text()
-        for p, out in zip(procs, outputs, strict=True):
-            assert p.returncode == 0, out[-3000:] + served
+        records, _, served = served_training(tmp_path, inventory,
+                                             [printed(line) for line in runs])
         assert hysync("teardown", str(inventory)).returncode == 0
-    results = {r["rank"]: r for r in rank_records(outputs)}
+    results = {r["rank"]: r for r in records}
     assert sorted(results) == list(range(2 * HOSTS))
     assert "admitted job 1 'torchrun': 3 members" in served
     for r in results.values():

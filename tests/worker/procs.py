@@ -213,9 +213,9 @@ def ddp_worker(rank: int, spec: Spec, out: Any, events: dict[str, Any], barrier:
         gloo = train(hook=False)
         calls = record_calls(hw)
         hysync = train(hook=True)
-        residuals = state.residuals
+        residuals = state.residuals()
         # (bucket, on the training thread, start, end) of each call
-        calls_made = [(key[1], thread is threading.main_thread(), start, end)
+        calls_made = [(int(key.rpartition("/")[2]), thread is threading.main_thread(), start, end)
                       for key, thread, start, end in calls]
         out.put((rank, "result", {"gloo": gloo, "hysync": hysync, "calls": calls_made,
                                   "needs_resync": hw.needs_resync,

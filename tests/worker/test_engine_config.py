@@ -53,3 +53,14 @@ def test_faults_are_refused_on_a_socket() -> None:
     simulated = _core.worker.Engine(config, faults=faults)
     simulated.set_time(2.0)
     assert simulated.take_sent() == []
+
+
+def test_the_install_tag_is_carried_and_checked() -> None:
+    cfg = TransportConfig(job_id=3, worker_id=2, switch_host="127.0.0.1", install_tag=0x5A)
+    assert cfg.engine_config("127.0.0.1", 2.0**16, seed=1).install_tag == 0x5A
+    assert TransportConfig(job_id=3, worker_id=2, switch_host="127.0.0.1").install_tag == -1
+    with pytest.raises(ValueError, match="install_tag is invalid"):
+        TransportConfig(job_id=3, worker_id=2, switch_host="127.0.0.1", install_tag=256)
+    with pytest.raises(ValueError, match="low byte of the job's install epoch"):
+        engine_config(install_tag=300)
+

@@ -48,7 +48,7 @@ class Clocked:
             TransportConfig(JOB, m.worker, SWITCH_IP, slot_base=BASE, slot_count=SLOTS,
                             members=2).engine_config(SWITCH_IP, 2.0**20, seed=m.worker))
             for m in self.job.members]
-        self._keys: dict[str, list[int]] = {}
+        self._keys: set[str] = set()
         self._busy = [False, False]
         self._gen = [0, 0]
         self._values: list[np.ndarray | None] = [None, None]
@@ -67,7 +67,9 @@ class Clocked:
         """One call of both members; the late one starts `late_s` after the early one.
         Returns the early member's stats of the call (retransmits, rto)."""
         if key not in self._keys:
-            self._keys[key] = [e.register(values.size) for e in self.engines]
+            for e in self.engines:
+                e.register(key, values.size)
+            self._keys.add(key)
         self._stats = [None, None]
         start = self.now
         self._at(start, self._begin, 0, key, values)
@@ -80,7 +82,7 @@ class Clocked:
         e.set_time(self.now)
         e.reset_stats()
         self._values[w] = values.copy()  # the engine reads it until the call is done
-        e.begin_call(self._keys[key][w], self._values[w])
+        e.begin_call(key, self._values[w])
         self._busy[w] = True
         self._turn(w)
 

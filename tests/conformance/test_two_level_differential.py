@@ -1,0 +1,269 @@
+"""The native data plane against the reference model at two levels (docs/protocol.md §11).
+
+Two harnesses, byte for byte, like test_differential.py's:
+
+* **one switch with roles**: test_differential.py's random switch states and events, with a
+  random role per job (single, spine, or leaf of a spine at one of the hosts' addresses) and
+  the packets a spine and leaves exchange: uplinks that carry a host count, the spine's
+  RESULTs and RESYNCs (install tags, bitmaps, transmission numbers), forged ones from other
+  addresses, role changes. Every event's outputs and, at the end, every counter agree.
+* **a two-level topology**: 1-3 leaves of 1-3 hosts and a spine, once of reference pipelines
+  and once of native ones, driven in lockstep by the same random schedule: hosts' packets
+  (for their leaf's open round mostly, or one either side; their chunk or another; any
+  transmission number), the switches' packets delivered in any order, lost or duplicated,
+  mode swaps at either level; then what is still in flight, in order. Every switch's outputs
+  for every delivery are compared, and at the end every counter of every switch.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hysync import p4names, wire
+from hysync.softswitch.levels import JobRole, Level, Uplink
+from hysync.wire import Mode, Op
+from tests.softswitch.two_level_fabric import SPINE, Fabric, contrib
+
+from .conftest import make_target
+from .targets import SoftswitchTarget, Write
+from .test_differential import (
+    IPS,
+    JOB_IDS,
+    MACS,
+    RAN,
+    SMALL_SLOTS,
+    SWITCH_IP,
+    WORKERS,
+    counters_of,
+    describe,
+    events,
+    group_both,
+    groups,
+    job_entry,
+    lanes,
+    member_entry,
+    switch_state,
+    udp_port,
+    write_both,
+)
+from .topology import PORTS
+
+ONE_SWITCH, TOPOLOGY = "native with roles", "native two-level topology"
+SEQUENCES = {ONE_SWITCH: 600, TOPOLOGY: 300}
+
+# ------------------------------------------------------------------ one switch with roles
+# A job whose members, slots and group the random state cannot take away (its writes come
+# first; a random write that collides is refused by both), so that uplinks and verdicts
+# meet admitted members and slots of their job: workers 0-2, slots 0-3, group 1, epoch 1.
+LEVEL_JOB, LEVEL_WORKERS, LEVEL_SLOTS = JOB_IDS[0], range(3), 4
+
+
+def level_job_writes() -> list[tuple[str, Write]]:
+    writes = [member_entry(LEVEL_JOB, w) for w in LEVEL_WORKERS]
+    writes.append(job_entry(LEVEL_JOB, (0, LEVEL_SLOTS, len(LEVEL_WORKERS), 1, 1)))
+    writes += [Write(p4names.REPLICATION_REWRITE, (wire.member_rid(LEVEL_JOB, w),),
+                     p4names.REPLICATION_REWRITE_DST,
+                     (0x020000000000 + w, IPS[w % 2], udp_port(w))) for w in LEVEL_WORKERS]
+    writes.append(Write(p4names.FORWARDING_L2, (MACS[0],), p4names.FORWARDING_SET_EGRESS_PORT,
+                        (PORTS[1],)))
+    return [("INSERT", w) for w in writes]
+
+role = st.one_of(
+    st.none(),
+    st.just(JobRole(Level.SPINE)),
+    st.builds(lambda spine, mac, uplink_id: JobRole(Level.LEAF, Uplink(
+        IPS[spine], MACS[mac], uplink_id, SWITCH_IP)),
+        st.integers(0, 1), st.integers(0, 2), st.sampled_from((*WORKERS, 31))))
+roles = st.dictionaries(st.sampled_from(JOB_IDS), role, max_size=3)
+level_job_role = st.sampled_from((Level.LEAF, Level.LEAF, Level.SPINE)).flatmap(
+    lambda level: st.just(JobRole(Level.SPINE)) if level == Level.SPINE else st.builds(
+        lambda spine, uplink_id: JobRole(Level.LEAF, Uplink(IPS[spine], MACS[0], uplink_id,
+                                                             SWITCH_IP)),
+        st.integers(0, 1), st.sampled_from((0, 0, 1, 31))))
+
+
+@st.composite
+def level_datagram(draw: st.DrawFn) -> tuple[int, int, bytes]:
+    """What leaves and a spine send each other: an uplink (a CONTRIB with a host count), or
+    the spine's RESULT or RESYNC, from one of the addresses a role may name as the spine's."""
+    op = draw(st.sampled_from((Op.CONTRIB, Op.CONTRIB, Op.CONTRIB, Op.RESULT, Op.RESYNC)))
+    worker = draw(st.sampled_from((*LEVEL_WORKERS, *LEVEL_WORKERS, *WORKERS, 31)))
+    reason = (0 if op == Op.CONTRIB else draw(st.sampled_from((0, 1, 1, 1, 2, 2, 3))))
+    r = draw(st.sampled_from((0, 0, 1, 1, 2, 3, 0xFFFFFFFF)))
+    head = wire.Header(
+        op=op, job_id=draw(st.sampled_from((LEVEL_JOB,) * 6 + JOB_IDS)), worker_id=worker,
+        slot=draw(st.sampled_from((0, 0, 0, 1, 3, 4, 30))), round=r,
+        chunk=draw(st.sampled_from((r, r, r, 0, 5))), reason=reason,
+        count=draw(st.sampled_from((0, 1, 3, 255))), mode=draw(st.sampled_from((0, 1))),
+        quorum=draw(st.integers(0, 3)), bitmap=draw(st.sampled_from((0, 1, 0b11, 0b10110, -1)))
+        & 0xFFFFFFFF,
+        flags=draw(st.sampled_from((0, 0x01, 0x08, 0x09, 0x10, 0x18, 0xF8))))
+    payload = head.pack() + (draw(lanes) if op != Op.RESYNC else b"")
+    if draw(st.integers(0, 9)) == 0:
+        payload = payload[:draw(st.integers(0, len(payload) - 1))]
+    if op == Op.CONTRIB:  # a leaf's uplink comes from its own port, as a worker's does
+        return IPS[worker % 2], udp_port(worker), payload
+    return IPS[draw(st.integers(0, 1))], wire.HYSYNC_UDP_PORT, payload
+
+
+def role_events(shortest_frame: int) -> st.SearchStrategy:
+    # ("rack", (slot, round)): every member of LEVEL_JOB contributes, so its rounds close.
+    rack = st.tuples(st.just("rack"), st.tuples(st.sampled_from((0, 0, 1)),
+                                                 st.sampled_from((0, 0, 1, 2))))
+    return st.lists(st.one_of(
+        events(True, shortest_frame).map(lambda seq: seq[0]),
+        rack, rack,
+        st.tuples(st.just("datagram"), level_datagram()),
+        st.tuples(st.just("datagram"), level_datagram()),
+        st.tuples(st.just("datagram"), level_datagram()),
+        st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS), role)),
+    ), min_size=1, max_size=40)
+
+
+def set_role_both(reference: SoftswitchTarget, target, job: int, job_role) -> None:
+    reference.pipeline.set_role(job, job_role)
+    target.pipeline.set_role(job, job_role)
+
+
+def run_role_sequence(state, group_state, job_roles, sequence) -> None:
+    reference, target = SoftswitchTarget(SMALL_SLOTS), make_target("native", SMALL_SLOTS)
+    write_both(reference, target, level_job_writes() + state)
+    group_both(reference, target, 1, [(PORTS[0], wire.member_rid(LEVEL_JOB, w))
+                                      for w in LEVEL_WORKERS])
+    for gid, reps in group_state.items():
+        group_both(reference, target, gid, reps)
+    for job, job_role in job_roles.items():
+        set_role_both(reference, target, job, job_role)
+    for i, (event_kind, arg) in enumerate(sequence):
+        if event_kind == "rack":
+            slot, r = arg
+            sent = [(IPS[w % 2], udp_port(w), wire.Header(
+                op=Op.CONTRIB, job_id=LEVEL_JOB, worker_id=w, slot=slot, round=r, chunk=r,
+                count=w + 1, flags=1 << wire.TX_SHIFT).pack()
+                + np.full(wire.LANES, w + 1, dtype=">i4").tobytes())
+                for w in LEVEL_WORKERS]
+            want = [reference.pipeline.process_datagram(*d) for d in sent]
+            got = [target.pipeline.process_datagram(*d) for d in sent]
+        elif event_kind == "datagram":
+            want = reference.pipeline.process_datagram(*arg)
+            got = target.pipeline.process_datagram(*arg)
+        elif event_kind == "frame":
+            want, got = reference.send(*arg), target.send(*arg)
+        elif event_kind == "writes":
+            write_both(reference, target, arg)
+            continue
+        elif event_kind == "role":
+            set_role_both(reference, target, *arg)
+            continue
+        else:
+            group_both(reference, target, *arg)
+            continue
+        assert got == want, (f"event {i} ({event_kind}): native sent {describe(got)}, "
+                             f"the reference model {describe(want)}")
+    assert counters_of(target) == counters_of(reference)
+    RAN[ONE_SWITCH] += 1
+
+
+def test_native_one_switch_with_roles_matches_reference_byte_for_byte() -> None:
+    @settings(max_examples=SEQUENCES[ONE_SWITCH], deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(state=switch_state(True), group_state=groups,
+           job_roles=st.tuples(roles, level_job_role).map(
+               lambda drawn: {**drawn[0], LEVEL_JOB: drawn[1]}),
+           sequence=role_events(0))
+    def check(state, group_state, job_roles, sequence) -> None:
+        run_role_sequence(state, group_state, job_roles, sequence)
+
+    check()
+
+
+# ------------------------------------------------------------------ a two-level topology
+def host_packet(leaves: int, hosts: int) -> st.SearchStrategy:
+    """A host's CONTRIB to its leaf: for the leaf's open round mostly, else one round either
+    side; its chunk (the round) or another; any transmission number."""
+    return st.tuples(st.just("host"), st.tuples(
+        st.integers(0, leaves - 1), st.integers(0, hosts - 1),
+        st.sampled_from((0, 0, 0, 0, -1, 1)), st.sampled_from((False,) * 5 + (True,)),
+        st.integers(1, 4), st.booleans()))
+
+
+def topology_events(leaves: int, hosts: int) -> st.SearchStrategy:
+    level = st.sampled_from([SPINE] + [("leaf", i) for i in range(leaves)])
+    mode = st.tuples(st.sampled_from((Mode.SYNC, Mode.PARTIAL)), st.integers(0, max(leaves,
+                                                                                   hosts)))
+    in_flight = st.integers(0, 1 << 16)  # which packet on the wire, modulo how many there are
+    deliver = st.tuples(st.just("deliver"), in_flight)
+    return st.lists(st.one_of(
+        host_packet(leaves, hosts), host_packet(leaves, hosts),
+        st.tuples(st.just("rack"), st.integers(0, leaves - 1)),  # every host of a leaf, at once
+        deliver, deliver, deliver, deliver, deliver,
+        st.tuples(st.just("lose"), in_flight), st.tuples(st.just("duplicate"), in_flight),
+        st.tuples(st.just("swap"), st.tuples(level, mode)),
+    ), min_size=1, max_size=120)
+
+
+def switches(fabric: Fabric) -> dict:
+    return {SPINE: fabric.spine, **{("leaf", i): p for i, p in enumerate(fabric.leaf)}}
+
+
+def run_topology(leaves: int, hosts: int, sequence) -> None:
+    reference = Fabric(leaves, hosts, engine="python")
+    native = Fabric(leaves, hosts, engine="native")
+    wire_: list[tuple[object, object, bytes]] = []  # switch-sent packets not yet delivered
+
+    def deliver(i: int, src: object, dst: object, datagram: bytes) -> None:
+        want = reference.deliver(src, dst, datagram)
+        got = native.deliver(src, dst, datagram)
+        assert got == want, (f"event {i}: {dst} sent {describe(got)} on native, "
+                             f"{describe(want)} on the reference pipeline")
+        wire_.extend((dst, to, out) for to, out in want if to[0] != "host")  # type: ignore[index]
+
+    def send(i: int, leaf: int, host: int, dr: int = 0, other_chunk: bool = False, tx: int = 1,
+             retransmit: bool = False) -> None:
+        r = max(0, reference.leaf[leaf].round[0] + dr)
+        grad = np.full(wire.LANES, 1 << (3 * leaf + host), dtype=np.int64)
+        deliver(i, ("host", leaf, host), ("leaf", leaf),
+                contrib(host, r, grad, tx=tx, chunk=r + 100 if other_chunk else r,
+                        retransmit=retransmit))
+
+    for i, (kind, arg) in enumerate(sequence):
+        if kind == "host":
+            send(i, *arg)
+        elif kind == "rack":
+            for host in range(hosts):
+                send(i, arg, host)
+        elif kind == "swap":
+            label, (mode, quorum) = arg
+            reference.set_mode(label, mode, quorum)
+            native.set_mode(label, mode, quorum)
+        elif wire_:
+            k = arg % len(wire_)
+            if kind == "deliver":
+                deliver(i, *wire_.pop(k))
+            elif kind == "lose":
+                wire_.pop(k)
+            else:
+                wire_.append(wire_[k])
+    # Then the wire drains, oldest first: every uplink and verdict in flight is answered.
+    for i in range(len(sequence), len(sequence) + 1000):
+        if not wire_:
+            break
+        deliver(i, *wire_.pop(0))
+    for label, pipeline in switches(native).items():
+        assert counters_of(SimpleNamespace(pipeline=pipeline)) == counters_of(
+            SimpleNamespace(pipeline=switches(reference)[label])), f"{label}'s counters differ"
+    RAN[TOPOLOGY] += 1
+
+
+def test_native_two_level_topology_matches_reference_byte_for_byte() -> None:
+    @settings(max_examples=SEQUENCES[TOPOLOGY], deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data(), leaves=st.integers(1, 3), hosts=st.integers(1, 3))
+    def check(data, leaves, hosts) -> None:
+        run_topology(leaves, hosts, data.draw(topology_events(leaves, hosts)))
+
+    check()
