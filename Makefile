@@ -140,7 +140,7 @@ TARGETS ?= native,python
 KINDS ?= swap,storm,pause,readd,restart,restart_bare,death,slow_switch,async_reorder,latch_loss
 JOBS ?= 0
 simulate: setup
-	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS)) $(if $(HOSTS),--hosts $(HOSTS))
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS) --out bench/results/simulate.json) $(if $(HOSTS),--hosts $(HOSTS))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -7,8 +7,9 @@
     python -m tests.sim --seeds 1000 --hosts drawn    # members are hosts of 1-8 ranks
     python -m tests.sim --seeds 100 --hosts 32x4      # a job of 128 ranks on 32 hosts
 
-Writes seeds, simulated packets and swaps, violations and simulated seconds per CPU
-second to --out (bench/results/simulate.json by default). Exit status 1 if any run
+With --out FILE (`make simulate` gives bench/results/simulate.json), writes seeds, simulated
+packets and swaps, violations and simulated seconds per CPU second there; without it a run
+writes no file, so replaying a seed never replaces a committed sweep. Exit status 1 if any run
 violated an invariant; each violation is printed with its one-line reproduction.
 """
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                          "seeds: 128 ranks on 32 hosts) or HxR (H "
                          "hosts of R ranks, e.g. 32x4); the fault kinds then include "
                          f"{', '.join(HOST_KINDS)} (default: one rank per member)")
-    ap.add_argument("--out", default="bench/results/simulate.json")
+    ap.add_argument("--out", default=None, help="where to write the summary (no file without it)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--time-limit", type=float, default=float("inf"), metavar="SECONDS",
                     help="with --jobs: start no more seeds after this long; the summary "
