@@ -338,18 +338,18 @@ control MemberSeq(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b)(bit<
     };
 
     // The async path's: 1 if the cell held the key, 2 if it held a key 1 .. ASYNC_WINDOW - 1
-    // after it (an older copy: the cell keeps the newer one), else 0. The stateful ALU's two
-    // comparisons of value - key (signed) with 0 and with the window tell the three apart.
+    // after it (an older copy: the cell keeps the newer one), else 0. Tofino 1's stateful ALU
+    // has two comparisons: value - key below ASYNC_WINDOW (unsigned: 0 .. ASYNC_WINDOW - 1
+    // modulo 2^32) and value == key tell the three apart.
     RegisterAction<bit<32>, member_index_t, bit<8>>(member_seq) async_swap_register_action = {
         void apply(inout bit<32> value, out bit<8> counted) {
-            int<32> ahead = (int<32>) (value - b.seq_key);
-            if (ahead > 0 && ahead < (int<32>) ASYNC_WINDOW) {
+            if (value - b.seq_key < ASYNC_WINDOW) {
                 counted = 2;
-            } else {
-                counted = 0;
-                if (ahead == 0) {
+                if (value == b.seq_key) {
                     counted = 1;
                 }
+            } else {
+                counted = 0;
                 value = b.seq_key;
             }
         }
