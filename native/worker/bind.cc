@@ -308,6 +308,9 @@ void bind(nb::module_& m) {
       .def_prop_ro("needs_resync", &Engine::needs_resync)
       .def("clear_resync", &Engine::clear_resync)
       .def_prop_ro("missed_results", &Engine::missed_results)
+      .def_prop_ro("states_left", &Engine::states_left,
+                   "how many times a reply showed the switch's state for the job to be new "
+                   "(the flights then in flight were forgotten, their fate unknown)")
       .def_prop_ro("bad_datagrams", &Engine::bad_datagrams)
       .def_prop_ro("in_flight", &Engine::in_flight)
       .def_prop_ro("srtt", [](const Engine& e) -> nb::object {

@@ -142,8 +142,9 @@ class Worker:
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
     # the switch acknowledged its contribution there
     acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
-    # when the worker dropped what it had in flight: a call failed, or its replica was first
-    # flagged for a resync (a new switch state learned between calls)
+    # when the worker dropped what it had in flight: a call failed, its replica was first
+    # flagged for a resync, or it learned that the switch's state is new (in a call or between
+    # calls, flagged before or not: Engine.states_left)
     aborts: list[float] = field(default_factory=list)
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
@@ -502,9 +503,12 @@ class Sim:
         e = wk.engine
         arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
+        left = e.states_left
         if tag is None:
             e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
+            if e.states_left != left:  # a RESYNC's rounds showed a new state: as below
+                wk.aborts.append(self.now)
             return
         wk.heard.add(tag[0])
         before = e.stats()
@@ -514,7 +518,10 @@ class Sim:
         flagged = e.needs_resync
         e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
-        if e.needs_resync and not flagged:
+        # The replica newly flagged, or a new switch state learned (the engine forgot what it
+        # had in flight: its fate is unknown, rule unknown_fate - also where the replica was
+        # flagged before, and between calls, where no call aborts).
+        if (e.needs_resync and not flagged) or e.states_left != left:
             wk.aborts.append(self.now)
         after = e.stats()
         self._take_results(wk, after, tag[0])
