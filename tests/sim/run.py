@@ -139,6 +139,9 @@ class Worker:
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
     # (when, bitmap) of every RESULT its engine took: each restarts the engine's dead timer
     results_heard: list[tuple[float, int]] = field(default_factory=list)
+    # when it heard each CHUNK_MISMATCH that answered a contribution of its (not a JOIN): the
+    # open round of another chunk, which it joins; each restarts the engine's dead timer too
+    mismatches_heard: list[float] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
     # the switch acknowledged its contribution there
     acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
@@ -505,6 +508,11 @@ class Sim:
         tag = self.state_of.get(id(data))
         left = e.states_left
         if tag is None:
+            if data[_OFF_OP] == wire.Op.RESYNC and \
+                    data[_OFF_REASON] == wire.ResyncReason.CHUNK_MISMATCH:
+                flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])
+                if flight is None or not flight[_OFF_FLAGS] & wire.Flag.JOIN:
+                    wk.mismatches_heard.append(self.now)
             e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
             if e.states_left != left:  # a RESYNC's rounds showed a new state: as below
