@@ -347,8 +347,9 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         acked = wk.acked.get(closed) if closed is not None else None
         lost_with_state = closed is not None and closed[0] != rec.state_resets and \
             closed not in rec.applied
+        # (dropped after it was sent - in the same instant too - and before it was acked)
         if crossed or acked is None or lost_with_state or \
-                any(sent < t < acked for t in wk.aborts):
+                any(sent < t and t.at < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 

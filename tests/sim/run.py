@@ -20,7 +20,7 @@ import random
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,6 +103,14 @@ class Switch:
         return self.pipeline.counters[p4names.STATS_CONTRIBUTIONS].packets[cell]
 
 
+class Moment(NamedTuple):
+    """A point of a run: its simulated time and, to order what one instant did, the packets
+    sent in the run by then (a send is its own count; a drop after one is half a packet
+    later). Moments compare in that order."""
+    at: float
+    order: float
+
+
 @dataclass
 class Call:
     index: int           # the worker's call number (iteration * keys + key)
@@ -148,7 +156,7 @@ class Worker:
     # when the worker dropped what it had in flight: a call failed, its replica was first
     # flagged for a resync, or it learned that the switch's state is new (in a call or between
     # calls, flagged before or not: Engine.states_left)
-    aborts: list[float] = field(default_factory=list)
+    aborts: list[Moment] = field(default_factory=list)
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
     missettled: dict[int, np.ndarray] = field(default_factory=dict)
@@ -189,10 +197,10 @@ class Record:
     # every contribution the switch counted: [w, chunk, lanes, (state, slot, round) of the
     # round it closed in, or None while open or once wiped, whether its datagram was first
     # sent before a state reset that came before it was counted (it crossed the reset),
-    # when its datagram was first sent]
+    # when its datagram was first sent (Moment)]
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> when w first sent it
-    launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
+    launched: dict[tuple[int, bytes], Moment] = field(default_factory=dict)
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
@@ -397,7 +405,7 @@ class Sim:
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
         if call.status != "done":
-            wk.aborts.append(self.now)
+            self._dropped_flights(wk)
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
@@ -516,7 +524,7 @@ class Sim:
             e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
             if e.states_left != left:  # a RESYNC's rounds showed a new state: as below
-                wk.aborts.append(self.now)
+                self._dropped_flights(wk)
             return
         wk.heard.add(tag[0])
         before = e.stats()
@@ -530,7 +538,7 @@ class Sim:
         # had in flight: its fate is unknown, rule unknown_fate - also where the replica was
         # flagged before, and between calls, where no call aborts).
         if (e.needs_resync and not flagged) or e.states_left != left:
-            wk.aborts.append(self.now)
+            self._dropped_flights(wk)
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
@@ -567,6 +575,10 @@ class Sim:
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _dropped_flights(self, wk: Worker) -> None:
+        """The worker dropped what it had in flight now: after every packet sent so far."""
+        wk.aborts.append(Moment(self.now, self.rec.packets + 0.5))
 
     def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
         """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the
@@ -653,7 +665,7 @@ class Sim:
             self.rec.packets += 1
             if d[_OFF_OP] == wire.Op.CONTRIB:
                 self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
-                                             self.now)
+                                             Moment(self.now, self.rec.packets))
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
@@ -695,8 +707,9 @@ class Sim:
         acc += lanes
         self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
         self.open.setdefault(slot, []).append((w, chunk, lanes))
-        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), 0.0)
-        crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
+        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]),
+                                     Moment(0.0, 0))
+        crossed = any(sent.at < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
