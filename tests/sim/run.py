@@ -395,6 +395,7 @@ class Sim:
         e.set_time(self.now)
         status = e.step(self.now)
         self._note_absorbed(wk)
+        sent_before = self.rec.packets  # an aborted call dropped its flights in this step
         self._sent(wk)
         if status == PENDING:
             wk.gen += 1
@@ -405,7 +406,8 @@ class Sim:
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
         if call.status != "done":
-            self._dropped_flights(wk)
+            # (what the step sent is taken to follow the drop, as an abort's own sends do)
+            self._dropped_flights(wk, sent_before)
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
@@ -576,9 +578,10 @@ class Sim:
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
 
-    def _dropped_flights(self, wk: Worker) -> None:
-        """The worker dropped what it had in flight now: after every packet sent so far."""
-        wk.aborts.append(Moment(self.now, self.rec.packets + 0.5))
+    def _dropped_flights(self, wk: Worker, sent: int | None = None) -> None:
+        """The worker dropped what it had in flight now: after the packets sent so far (or
+        the first `sent` of them)."""
+        wk.aborts.append(Moment(self.now, (self.rec.packets if sent is None else sent) + 0.5))
 
     def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
         """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the
