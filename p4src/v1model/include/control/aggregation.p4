@@ -161,11 +161,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
         bool counted = (meta.facts & FACT_COUNTED) != 0;
 
-        // The member cell. A mark is never written over r counted in this install.
+        // The member cell. A mark is never written over r counted in this install, nor
+        // over a newer contribution counted within the async window (FACT_BEHIND).
         if (meta.cell_op == member_cell_op_t.RECORD) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = meta.epoch;
-        } else if (meta.cell_op == member_cell_op_t.REFUSE && !counted) {
+        } else if (meta.cell_op == member_cell_op_t.REFUSE && !counted &&
+                   (meta.facts & FACT_BEHIND) == 0) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = ~meta.epoch;
         } else if (meta.cell_op == member_cell_op_t.JOIN_MARK && !counted) {
