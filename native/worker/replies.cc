@@ -270,8 +270,8 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
 // CHUNK_MISMATCH by its round (the sum's: the spine answers it only for its open round) and
 // carries the chunk that round aggregates. It settles the flight whatever transmission it
 // echoes: the leaf counted exactly one of mine in the sum and has marked me refused for that
-// round, so none other can be counted there. The echo is the leaf's uplink's, not mine, and the
-// leaf may sit a round ahead of mine with no result kept, which §9 would take for a new state.
+// round, so none other can be counted there. (The relay echoes no transmission of mine, and the
+// spine's round in it may be any distance ahead of my flight's: neither says anything here.)
 void Replies::on_relayed(uint32_t i, const wire::Header& h, double now) {
   ++stats_.relayed;
   Flight* f = slots_[i].flight.get();

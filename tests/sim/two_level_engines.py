@@ -612,14 +612,15 @@ def sweep(target: str, start: int, seeds: int, out: Path) -> int:
     """Seeds start.. on one target, results to `out` (every 50 seeds, and at the end); the
     number of failing seeds."""
     t0, cpu0 = time.time(), time.process_time()
-    totals, failures, kinds = Counter(), [], Counter()
+    totals, failures, kinds, violations = Counter(), [], Counter(), Counter()
     done = 0
 
     def report() -> dict:
         return {"target": TARGETS[target], "hosts": "real worker engines (native/worker/)",
                 "seeds": done, "first_seed": start, "complete": done == seeds,
                 **{k: round(v, 3) if isinstance(v, float) else v for k, v in totals.items()},
-                "violations": sum(len(f["violations"]) for f in failures),
+                "violations": sum(violations.values()),
+                "violations_by_invariant": dict(violations),
                 "failing_seeds": len(failures), "failing_by_kind": dict(kinds),
                 "failures": failures[:20],
                 "cpu_seconds": round(time.process_time() - cpu0, 1),
@@ -630,6 +631,7 @@ def sweep(target: str, start: int, seeds: int, out: Path) -> int:
         problems, stats = simulate(seed, target)
         totals.update(stats)
         done += 1
+        violations.update(p.split(":", 1)[0] for p in problems)
         if problems:
             kinds["leaf_past_spine_round" if stats["leaves_past_spine"] else "other"] += 1
             failures.append({"seed": seed, "violations": problems[:5],
