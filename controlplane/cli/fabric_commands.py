@@ -1,0 +1,110 @@
+"""`hysync job add|remove` and `mode set` with `--inventory FILE`: on every switch of a
+testbed of leaves and a spine (controlplane/fabric.py). The inventory names the switches
+and their roles; each command opens one primary P4Runtime session per switch, with the
+command line's election id and deadline. A one-switch inventory names the switch the
+command acts on, as --grpc-addr would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+
+from hysync.controlplane.cli.output import Handler, Output, UsageError, emit_latch
+from hysync.controlplane.cli.switch_commands import (
+    cmd_job_add,
+    cmd_job_remove,
+    cmd_mode_set,
+    wait_for_latch,
+)
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.fabric import LEVEL_HELP, FabricController
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.tables.sync_mode import format_mode
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.wire import Mode
+
+
+@contextlib.contextmanager
+def fabric_controller(args: argparse.Namespace, inv: Inventory) -> Iterator[FabricController]:
+    assert inv.fabric is not None
+    with contextlib.ExitStack() as stack:
+        controllers = {}
+        for sw in inv.fabric.switches:
+            info = sw.switch
+            switch = stack.enter_context(Switch(
+                info.grpc_addr, device_id=info.device_id, election_id=args.election_id,
+                timeout=args.timeout, tls=info.tls))
+            controllers[sw.name] = Controller(switch).attach()
+        yield FabricController(inv.fabric, controllers)
+
+
+def _one_switch(args: argparse.Namespace, inv: Inventory) -> argparse.Namespace:
+    """The arguments of the one-switch command, aimed at the inventory's switch."""
+    if getattr(args, "level", None):
+        raise UsageError(f"--level {args.level}: {args.inventory} describes one switch; "
+                         "levels are the [[switches]] of a testbed of leaves and a spine")
+    return argparse.Namespace(**{**vars(args), "grpc_addr": inv.switch.grpc_addr,
+                                 "device_id": inv.switch.device_id})
+
+
+def fabric_job_add(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_job_add(_one_switch(args, inv), out)
+    job = JobConfig.load(args.file)
+    with fabric_controller(args, inv) as fabric:
+        report = fabric.add_job(job, replace=args.replace)
+    lo, hi = job.slots
+    lines = [f"job {job.job_id} across {len(report.switches)} switches, slots {lo}-{hi}, mode "
+             f"{format_mode(job.mode, job.quorum)} ({report.updates} updates)"]
+    lines += [f"  {name}: {r.outcome} ({r.updates} updates)" for name, r in report.switches]
+    out.emit({"job_id": job.job_id, "slots": [lo, hi], "updates": report.updates,
+              "switches": [{"name": name, "outcome": r.outcome, "updates": r.updates}
+                           for name, r in report.switches]}, "\n".join(lines))
+
+
+def fabric_job_remove(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_job_remove(_one_switch(args, inv), out)
+    with fabric_controller(args, inv) as fabric:
+        removed = fabric.remove_job(args.job)
+    out.emit({"job_id": args.job, "switches": [{"name": n, "updates": u} for n, u in removed]},
+             f"job {args.job} removed from " + ", ".join(f"{n} ({u} updates)"
+                                                         for n, u in removed))
+
+
+def fabric_mode_set(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_mode_set(_one_switch(args, inv), out)
+    mode = Mode[args.mode.upper()]
+    with fabric_controller(args, inv) as fabric:
+        reports = fabric.set_mode(args.job, level=args.level, slots=args.slots, mode=mode,
+                                  quorum=args.quorum)
+        waits = [(name, *wait_for_latch(fabric.controllers[name], args, mode))
+                 for name, _ in reports]
+    lines, data = [], []
+    for (name, report), (_, latched, pending) in zip(reports, waits, strict=True):
+        lo, hi = report.slots
+        lines.append(f"job {args.job} {name} slots {lo}-{hi}: {report.setting} "
+                     f"({report.strategy})")
+        data.append({"switch": name, "slots": [lo, hi], "mode": args.mode,
+                     "quorum": report.quorum, "strategy": report.strategy,
+                     "latched_s": latched, "not_latched": str(pending) if pending else None})
+    pending = next((p for _, _, p in waits if p is not None), None)
+    latched = max((s for _, s, _ in waits if s is not None), default=None)
+    emit_latch(out, {"job_id": args.job, "level": args.level or "every", "switches": data},
+               "\n".join(lines), args, latched if pending is None else None, pending)
+
+
+__all__ = ["LEVEL_HELP", "routes"]
+
+
+def routes() -> dict[str, Handler]:
+    """The one-switch commands that `--inventory` takes across switches."""
+    return {"cmd_job_add": fabric_job_add, "cmd_job_remove": fabric_job_remove,
+            "cmd_mode_set": fabric_mode_set}
