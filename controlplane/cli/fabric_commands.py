@@ -19,7 +19,8 @@ from hysync.controlplane.cli.switch_commands import (
     wait_for_latch,
 )
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.fabric import LEVEL_HELP, FabricController
+from hysync.controlplane.errors import ValidationError
+from hysync.controlplane.fabric import LEVEL_HELP, FabricController, parse_level
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.tables.sync_mode import format_mode
@@ -82,6 +83,11 @@ def fabric_mode_set(args: argparse.Namespace, out: Output) -> None:
     if inv.fabric is None:
         return cmd_mode_set(_one_switch(args, inv), out)
     mode = Mode[args.mode.upper()]
+    if args.level:
+        try:  # a bad --level is refused before any switch is contacted
+            parse_level(args.level, inv.fabric)
+        except ValidationError as err:
+            raise UsageError(str(err)) from None
     with fabric_controller(args, inv) as fabric:
         reports = fabric.set_mode(args.job, level=args.level, slots=args.slots, mode=mode,
                                   quorum=args.quorum)

@@ -77,7 +77,7 @@ def softswitch_process(data_ipv4: str, engine: str, log: Path) -> Iterator[str]:
 
 
 @dataclass
-class Testbed:
+class TwoLevelTestbed:
     inventory: Path
     job_file: Path
     grpc: dict[str, str]  # switch name -> P4Runtime address
@@ -115,7 +115,7 @@ def hysync(*argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture(params=["native", "python"])
-def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Testbed]:
+def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TwoLevelTestbed]:
     net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
     names = ["spine"] + [f"leaf-{i}" for i in range(LEAVES)]
     data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(LEAVES)}
@@ -142,11 +142,11 @@ def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Testbed]
         job_file.write_text(toml_text({"job_id": JOB, "mode": "sync",
                                        "slots": {"base": 0, "count": SLOTS},
                                        "members": members}))
-        yield Testbed(tmp_path / "fabric.toml", job_file, grpc, data, hosts)
+        yield TwoLevelTestbed(tmp_path / "fabric.toml", job_file, grpc, data, hosts)
 
 
 def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rack_out(
-        testbed: Testbed) -> None:
+        testbed: TwoLevelTestbed) -> None:
     code, out, err = hysync("--inventory", str(testbed.inventory), "job", "add",
                             str(testbed.job_file))
     assert (code, err) == (0, ""), err
@@ -212,16 +212,16 @@ def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rac
 
 
 def test_async_a_bad_level_and_a_level_without_inventory_are_refused_in_one_line(
-        testbed: Testbed) -> None:
+        testbed: TwoLevelTestbed) -> None:
     assert hysync("--inventory", str(testbed.inventory), "job", "add",
                   str(testbed.job_file))[0] == 0
     inv = ("--inventory", str(testbed.inventory))
     cases = [
         (["mode", "set", "1", "--slots", "0-3", "async", *inv], 1,
          "async is not offered across switches"),
-        (["mode", "set", "1", "--slots", "0-3", "--level", "leaf:leaf-7", "sync", *inv], 1,
+        (["mode", "set", "1", "--slots", "0-3", "--level", "leaf:leaf-7", "sync", *inv], 2,
          "no leaf 'leaf-7': the leaves are leaf-0, leaf-1"),
-        (["mode", "set", "1", "--slots", "0-3", "--level", "rack", "sync", *inv], 1,
+        (["mode", "set", "1", "--slots", "0-3", "--level", "rack", "sync", *inv], 2,
          "write spine, leaf (every leaf) or leaf:NAME"),
         (["mode", "set", "1", "--slots", "0-3", "--level", "spine", "partial", "--quorum",
           "3", *inv], 1, "quorum 3 at spine spine: it has 2 members (leaves)"),
@@ -246,7 +246,8 @@ def test_async_a_bad_level_and_a_level_without_inventory_are_refused_in_one_line
         [Mode.SYNC]
 
 
-def test_a_switch_that_refuses_its_part_leaves_no_entry_on_the_others(testbed: Testbed) -> None:
+def test_a_switch_that_refuses_its_part_leaves_no_entry_on_the_others(
+        testbed: TwoLevelTestbed) -> None:
     # leaf-1 already forwards a host's MAC to another port: it refuses the job.
     with Switch(testbed.grpc["leaf-1"]) as switch:
         switch.write([insert(forwarding.l2_entry("02:00:00:00:11:01", 7))])
