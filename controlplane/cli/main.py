@@ -186,9 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="P4INFO[,DEVICE_CONFIG]",
                    help="p4runtime-shell's form of the two options above")
 
-    def inventory(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--inventory", metavar="FILE", help="act on the switches of this TOML "
-                       "inventory: with leaves and a spine, on every switch the job spans")
+    def inventory(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+        p.add_argument("--inventory", metavar="FILE", default=default,
+                       help="job add, job remove, mode set: act on the switches of this TOML "
+                       "inventory; with leaves and a spine, on every switch the job spans")
+
+    inventory(parser, None)
 
     jobs = group("job", "install, remove and list jobs")
     p = command(jobs, "add", cmd_job_add)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hysync import wire
+from hysync import p4names, wire
 from hysync.controlplane.errors import ValidationError
 from hysync.controlplane.p4rt.entities import TableEntry
 from hysync.p4schema import Schema, SchemaError
 
-ROLES_TABLE = "HySyncIngress.admission.roles"
-SET_ROLE = "HySyncIngress.admission.set_role"
+ROLES_TABLE = p4names.ADMISSION_ROLES
+SET_ROLE = p4names.ADMISSION_SET_ROLE
 LEVELS = {0: "single", 1: "leaf", 2: "spine"}
 LEAF, SPINE = 1, 2
 
