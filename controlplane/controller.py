@@ -227,12 +227,13 @@ class Controller:
         phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
         phase1 += steps_insert([replication.job_group(job.job_id, job.members)])
         phase1 += steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
-        phase1 += steps_insert([role.entry()] if role is not None else [])
         if epoch is None:
             epoch = admission.new_epoch(self._removed_epochs.get(job.job_id))
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(job.members),
                                job.job_id, epoch)
-        phase2 = steps_insert([row.entry()])
+        # The role goes in the jobs entry's Write, before it (docs/protocol.md §11).
+        phase2 = steps_insert([role.entry()] if role is not None else [])
+        phase2 += steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
         written = execute(self.switch, [phase1, phase2, phase3])
         self._read()
@@ -251,10 +252,10 @@ class Controller:
         phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
         phase1 += steps_insert([replication.job_group(job.job_id, active)])
         phase1 += steps_insert(r.entry() for r in job.modes)
-        phase1 += steps_insert([job.role.entry()] if job.role is not None else [])
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(active),
                                job.mcast_grp, admission.new_epoch(job.epoch))
-        phase2 = steps_insert([row.entry()])
+        phase2 = steps_insert([job.role.entry()] if job.role is not None else [])
+        phase2 += steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in active)
         written = execute(self.switch, [phase1, phase2, phase3])
         self._read()
