@@ -18,7 +18,7 @@ failing or duplicating entries. What a job looks like on the switch:
 | `admission.roles` entry (leaf with its uplink, or spine) | job spanning switches, per switch |
 | `forwarding.l2` entry spine MAC -> uplink port | leaf, shared by the jobs on it |
 
-A job that spans switches is installed on each of them by controlplane/fabric.py, one
+A job that spans switches is installed on each of them by controlplane/testbed/fabric.py, one
 `Controller` per switch: this one writes a switch's part, its role among them.
 
 An excluded member keeps its rewrite entry (no replica refers to it): that is how
@@ -195,7 +195,7 @@ class Controller:
         definition (slots, members, role) is left as it is (its modes and exclusions kept);
         installed differently it is an error unless `replace`.
 
-        A switch's part of a job across switches (controlplane/fabric.py) adds its `role`
+        A switch's part of a job across switches (controlplane/testbed/fabric.py) adds its `role`
         (written before the jobs entry), a leaf's l2 entry for the spine's MAC on
         `uplink_port`, and the install `epoch` that every switch of the job shares."""
         state = self._read()

@@ -1,5 +1,5 @@
 """`hysync job add|remove` and `mode set` with `--inventory FILE`: on every switch of a
-testbed of leaves and a spine (controlplane/fabric.py). The inventory names the switches
+testbed of leaves and a spine (controlplane/testbed/fabric.py). The inventory names the switches
 and their roles; each command opens one primary P4Runtime session per switch, with the
 command line's election id and deadline. A one-switch inventory names the switch the
 command acts on, as --grpc-addr would.
@@ -10,26 +10,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from hysync.controlplane.cli.output import Handler, Output, UsageError, emit_latch
 from hysync.controlplane.cli.switch_commands import (
+    clock,
     cmd_job_add,
     cmd_job_remove,
     cmd_mode_set,
+    cmd_policy_run,
+    decision_text,
     wait_for_latch,
 )
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import ValidationError
-from hysync.controlplane.fabric import LEVEL_HELP, FabricController, parse_level
+from hysync.controlplane.errors import ControlPlaneError, ValidationError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.tables.sync_mode import format_mode
-from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.fabric import LEVEL_HELP, FabricController, parse_level
+from hysync.controlplane.testbed.inventory import FabricSwitch, Inventory
 from hysync.wire import Mode
 
 
 @contextlib.contextmanager
-def fabric_controller(args: argparse.Namespace, inv: Inventory) -> Iterator[FabricController]:
+def fabric_controller(args: argparse.Namespace, inv: Inventory, *,
+                      read_only: bool = False) -> Iterator[FabricController]:
     assert inv.fabric is not None
     with contextlib.ExitStack() as stack:
         controllers = {}
@@ -37,7 +43,7 @@ def fabric_controller(args: argparse.Namespace, inv: Inventory) -> Iterator[Fabr
             info = sw.switch
             switch = stack.enter_context(Switch(
                 info.grpc_addr, device_id=info.device_id, election_id=args.election_id,
-                timeout=args.timeout, tls=info.tls))
+                timeout=args.timeout, arbitrate=not read_only, tls=info.tls))
             controllers[sw.name] = Controller(switch).attach()
         yield FabricController(inv.fabric, controllers)
 
@@ -83,11 +89,7 @@ def fabric_mode_set(args: argparse.Namespace, out: Output) -> None:
     if inv.fabric is None:
         return cmd_mode_set(_one_switch(args, inv), out)
     mode = Mode[args.mode.upper()]
-    if args.level:
-        try:  # a bad --level is refused before any switch is contacted
-            parse_level(args.level, inv.fabric)
-        except ValidationError as err:
-            raise UsageError(str(err)) from None
+    _levels(args, inv)
     with fabric_controller(args, inv) as fabric:
         reports = fabric.set_mode(args.job, level=args.level, slots=args.slots, mode=mode,
                                   quorum=args.quorum)
@@ -110,7 +112,54 @@ def fabric_mode_set(args: argparse.Namespace, out: Output) -> None:
 __all__ = ["LEVEL_HELP", "routes"]
 
 
+def fabric_policy_run(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_policy_run(_one_switch(args, inv), out)
+    switches = _levels(args, inv)
+
+    def echo(record: dict[str, object]) -> None:
+        error = f" (FAILED: {record['error']})" if record.get("error") else ""
+        out.emit(record, f"{clock(record)} job {args.job} {record['level']}: "
+                         f"{decision_text(record)}{error}")
+
+    with fabric_controller(args, inv, read_only=args.dry_run) as fabric:
+        levels = [(level_name(sw.role, sw.name), fabric.controller(sw)) for sw in switches]
+        try:
+            with LevelPolicies(levels, args.job, policy=args.policy, interval=args.interval,
+                               dry_run=args.dry_run, echo=echo,
+                               log_path=Path(args.log) if args.log else None) as policies:
+                made = policies.run(duration=args.duration)
+        except OSError as err:
+            raise ControlPlaneError(f"cannot write the policy log {args.log}: "
+                                    f"{err.strerror}") from None
+        except KeyboardInterrupt:
+            made = []
+    dry = " (dry run)" if args.dry_run else ""
+    out.emit({"job_id": args.job, "policy": args.policy, "decisions": len(made),
+              "dry_run": args.dry_run, "levels": [r.level for r in policies.runners]},
+             f"policy {args.policy} on job {args.job}{dry} at "
+             f"{', '.join(str(r.level) for r in policies.runners)}: {len(made)} decisions")
+
+
+def level_name(role: str, name: str) -> str:
+    """How a policy record names a level: `spine` or `leaf:NAME`."""
+    return "spine" if role == "spine" else f"leaf:{name}"
+
+
+def _levels(args: argparse.Namespace, inv: Inventory) -> tuple[FabricSwitch, ...]:
+    """The switches --level names (every switch without it); a bad one is a usage error,
+    refused before any switch is contacted."""
+    assert inv.fabric is not None
+    if not args.level:
+        return inv.fabric.switches
+    try:
+        return parse_level(args.level, inv.fabric)
+    except ValidationError as err:
+        raise UsageError(str(err)) from None
+
+
 def routes() -> dict[str, Handler]:
     """The one-switch commands that `--inventory` takes across switches."""
     return {"cmd_job_add": fabric_job_add, "cmd_job_remove": fabric_job_remove,
-            "cmd_mode_set": fabric_mode_set}
+            "cmd_mode_set": fabric_mode_set, "cmd_policy_run": fabric_policy_run}

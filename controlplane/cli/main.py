@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def inventory(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
         p.add_argument("--inventory", metavar="FILE", default=default,
-                       help="job add, job remove, mode set: act on the switches of this TOML "
+                       help="job add, job remove, mode set, policy run: act on the switches "
+                       "of this TOML "
                        "inventory; with leaves and a spine, on every switch the job spans")
 
     inventory(parser, None)
@@ -239,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the decisions, change nothing on the switch")
     p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
+    p.add_argument("--level", metavar="LEVEL", help="with --inventory of leaves and a spine: "
+                   f"{fabric_commands.LEVEL_HELP} (default: a policy at every level)")
+    inventory(p)
     p = command(policies, "resume", cmd_policy_resume)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 

@@ -204,8 +204,8 @@ def cmd_policy_run(args: argparse.Namespace, out: Output) -> None:
 
         def echo(record: dict[str, object]) -> None:
             error = f" (FAILED: {record['error']})" if record.get("error") else ""
-            out.emit(record, f"{_clock(record)} job {args.job}: "
-                             f"{_decision_text(record)}{error}")
+            out.emit(record, f"{clock(record)} job {args.job}: "
+                             f"{decision_text(record)}{error}")
 
         try:
             with PolicyRunner(controller, args.job, policy, interval=args.interval,
@@ -225,7 +225,7 @@ def cmd_policy_run(args: argparse.Namespace, out: Output) -> None:
              f"active {', '.join(map(str, sorted(policy.active)))}")
 
 
-def _clock(record: dict[str, object]) -> str:
+def clock(record: dict[str, object]) -> str:
     """A decision's wall-clock time, local, to the tenth of a second (its `time` is the
     monotonic clock's, which only orders decisions)."""
     wall = record.get("wall")
@@ -242,7 +242,7 @@ def cmd_policy_resume(args: argparse.Namespace, out: Output) -> None:
                      "--serve ADDR (or HYSYNC_SERVE=ADDR)")
 
 
-def _decision_text(record: dict[str, object]) -> str:
+def decision_text(record: dict[str, object]) -> str:
     """One line for a decision-log record."""
     if record.get("action") == "start":
         dry = " (dry run)" if record.get("dry_run") else ""
@@ -303,7 +303,7 @@ def _with_policy(args: argparse.Namespace, data: dict[str, object],
     if args.policy_log is None:
         return data, text
     record = latest_decision(Path(args.policy_log), args.job)
-    line = (f"policy: {_decision_text(record)} (at {_clock(record)})" if record
+    line = (f"policy: {decision_text(record)} (at {clock(record)})" if record
             else f"policy: no decision for job {args.job} in {args.policy_log}")
     return dict(data, policy=record), f"{text}\n{line}"
 

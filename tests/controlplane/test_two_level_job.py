@@ -8,6 +8,7 @@ refuses its part leaves no entry behind on the others; removal clears every swit
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import re
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -25,11 +27,14 @@ import pytest
 
 from hysync import p4names, wire
 from hysync.controlplane.cli.main import main
+from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
 from hysync.controlplane.p4rt.entities import insert
 from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.tables import forwarding, roles
 from hysync.p4schema import Schema
+from hysync.softswitch.levels import serial_after
 from hysync.wire import Mode, Op
 from tests.softswitch.two_level_fabric import contrib, lanes_of
 from tests.testbed.conftest import fabric_inventory, toml_text
@@ -274,3 +279,70 @@ def test_a_program_without_the_roles_table_cannot_be_a_leaf_or_spine() -> None:
     assert message.startswith("the program on the switch at leaf-0 (10.1.0.10:9559) (t2na) has "
                               "no table HySyncIngress.admission.roles: it cannot be a leaf or "
                               "a spine")
+
+
+def drive(testbed: TwoLevelTestbed, leaf: int, host: int, stop: threading.Event,
+          delay: float) -> None:
+    """A host's rounds until `stop`: contribute (after `delay`: a slow rack), wait for the
+    round's answer (resend on a timeout), follow the round the answer names."""
+    sock = testbed.hosts[leaf, host]
+    sock.settimeout(0.5)
+    r, tx = 0, 1
+    while not stop.is_set():
+        time.sleep(delay)
+        testbed.send(leaf, host, r, tx)
+        try:
+            hdr, _ = testbed.receive(leaf, host)
+        except TimeoutError:
+            tx += 1
+            continue
+        if hdr.op == Op.RESULT and serial_after(hdr.round + 1, r):
+            r, tx = hdr.round + 1, 1
+        elif hdr.op == Op.RESYNC and serial_after(hdr.round, r):
+            r, tx = hdr.round, 1
+
+
+@pytest.mark.parametrize("testbed", ["native"], indirect=True)
+def test_the_spines_policy_reads_the_spines_counters_and_swaps_the_spine_only(
+        testbed: TwoLevelTestbed, tmp_path: Path) -> None:
+    assert hysync("--inventory", str(testbed.inventory), "job", "add",
+                  str(testbed.job_file))[0] == 0
+    code, out, err = hysync("--inventory", str(testbed.inventory), "policy", "run", "1",
+                            "--level", "spine", "--dry-run", "--duration", "0.5")
+    assert (code, err) == (0, ""), err
+    assert "policy adaptive on job 1 (dry run) at spine: " in out
+    stop = threading.Event()
+    hosts = [threading.Thread(target=drive, args=(testbed, i, h, stop, 0.05 if i else 0.0),
+                              daemon=True) for i in range(LEAVES) for h in range(HOSTS)]
+    log = tmp_path / "policy.jsonl"
+    with ExitStack() as stack:
+        switches = {name: stack.enter_context(Switch(addr)) for name, addr in
+                    testbed.grpc.items()}
+        levels = [("spine", Controller(switches["spine"]).attach())]
+        decided: list[tuple[str, object, str]] = []
+
+        def echo(record: dict[str, object]) -> None:
+            if record.get("action") == "set_mode":
+                decided.append((str(record["level"]), record["mode"], str(record["reason"])))
+                stop.set()
+
+        for thread in hosts:
+            thread.start()
+        try:
+            with LevelPolicies(levels, JOB, interval=0.25, log_path=log, echo=echo) as policy:
+                policy.run(duration=90, stop=stop)
+        finally:
+            stop.set()
+            for thread in hosts:
+                thread.join(5)
+    # The slow rack is the spine's member 1 (leaf-1's uplink): the spine's policy sees it
+    # close every round and leaves it out, without async (not offered across switches).
+    assert decided and decided[0][:2] == ("spine", "partial"), decided
+    assert "worker 1 slow" in decided[0][2], decided
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {r["level"] for r in records} == {"spine"} and records[0]["action"] == "start"
+    spine_modes = [e.params["mode"] for e in testbed.tables("spine")[p4names.SYNC_MODE_MODES]]
+    assert Mode[str(decided[0][1]).upper()] in spine_modes  # the swap reached the spine
+    for i in range(LEAVES):  # the leaves' modes are theirs: untouched
+        assert [e.params["mode"] for e in testbed.tables(f"leaf-{i}")[
+            p4names.SYNC_MODE_MODES]] == [Mode.SYNC]
