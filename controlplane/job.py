@@ -145,10 +145,13 @@ class JobConfig:
             members, leaves = _fabric_members(raw_members)
             n = min(sum(1 for lf in leaves if lf == leaf) for leaf in set(leaves))
             n = min(n, len(set(leaves)))
+            level_members = ("it starts every level: at most the leaves, and the hosts of "
+                             "the smallest leaf")
         else:
             members = _members(raw_members)
             n = len(members)
-        mode, quorum = _mode(data, n)
+            level_members = "the number of members"
+        mode, quorum = _mode(data, n, level_members)
         if leaves and mode == Mode.ASYNC:
             raise JobConfigError("mode = \"async\" on a job across switches: async is not "
                                  "offered there (docs/protocol.md §11); use sync or partial")
@@ -247,7 +250,8 @@ def _unique(members: list[Member]) -> None:
         port_of_mac.setdefault(m.mac, (m.switch_port, i))
 
 
-def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
+def _mode(data: Mapping[str, Any], n: int,
+          members: str = "the number of members") -> tuple[Mode, int]:
     text = data.get("mode", "sync")
     names = {m.name.lower(): m for m in Mode}
     if not isinstance(text, str) or text.lower() not in names:
@@ -261,8 +265,8 @@ def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
         return mode, 0
     if "quorum" not in data:
         raise JobConfigError(f"mode = \"partial\" needs quorum = Q with 1 <= Q <= {n} "
-                             "(the number of members)")
-    quorum = int_field(data, "quorum", 1, n, f"1..{n} (the number of members)")
+                             f"({members})")
+    quorum = int_field(data, "quorum", 1, n, f"1..{n} ({members})")
     return mode, quorum
 
 
