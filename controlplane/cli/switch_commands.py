@@ -33,8 +33,9 @@ def _job_line(job: InstalledJob) -> str:
                       for s in job.segments())
     excluded = sorted(m.worker for m in job.members if m.worker not in job.active)
     excl = f", excluded {', '.join(map(str, excluded))}" if excluded else ""
+    role = f"; {job.role.describe()}" if job.role is not None else ""
     return (f"job {job.job_id}: slots {lo}-{hi}, {len(job.active)}/{len(job.members)} "
-            f"members active{excl}; modes: {modes or 'none'}")
+            f"members active{excl}; modes: {modes or 'none'}{role}")
 
 
 

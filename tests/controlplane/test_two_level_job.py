@@ -174,6 +174,9 @@ def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rac
         assert ("02:00:00:00:00:f1", 9) in map(forwarding.l2_of, leaf[p4names.FORWARDING_L2])
         epochs.add(leaf[p4names.ADMISSION_JOBS][0].params["epoch"])
     assert len(epochs) == 1  # one install epoch on every switch of the job
+    code, out, _ = hysync("--grpc-addr", testbed.grpc["leaf-1"], "job", "list")
+    assert code == 0 and "3/3 members active" in out and (
+        f"leaf, member 1 of the spine at {testbed.data['spine']}") in out, out
 
     # A sync round: every host gets the exact sum of six, count 6, its leaf's bitmap.
     for i in range(LEAVES):
