@@ -5,11 +5,13 @@ inconsistent one is refused with one line that names what is wrong and how to fi
 from __future__ import annotations
 
 import copy
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hysync.controlplane.cli.main import main
 from hysync.controlplane.testbed.inventory import Inventory, InventoryError
 
 from .conftest import fabric_inventory, loopback_inventory, write_inventory
@@ -132,3 +134,13 @@ def test_more_than_32_hosts_behind_a_leaf_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="33 hosts behind leaf 'leaf-0'"):
         _load(tmp_path, data)
     assert len(_load(tmp_path, fabric_inventory(hosts=32)).hosts) == 64  # 32 + 32: allowed
+
+
+def test_deploy_teardown_and_serve_take_a_one_switch_inventory(tmp_path: Path) -> None:
+    path = write_inventory(tmp_path / "fabric.toml", VALID)
+    for command in (["deploy", str(path)], ["teardown", str(path)], ["serve", str(path)]):
+        out, err = io.StringIO(), io.StringIO()
+        assert main(command, stdout=out, stderr=err) == 2
+        assert out.getvalue() == "" and err.getvalue().count("\n") == 1
+        assert "describes leaves and a spine: deploy, teardown and serve take a one-switch " \
+               "inventory" in err.getvalue(), err.getvalue()
