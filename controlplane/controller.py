@@ -220,7 +220,7 @@ class Controller:
             self.remove_job(job.job_id)
             state = self._read()
             outcome = "replaced"
-        self._check_overlap(job)
+        self.check_overlap(job, role)
         phase1 = self._forwarding_steps(state, job.members, job.job_id)
         if role is not None and role.level == roles.LEAF and uplink_port is not None:
             phase1 += self._uplink_steps(state, role, uplink_port)
@@ -262,7 +262,10 @@ class Controller:
         log.info("job %d restored: %d updates", job.job_id, written)
         return AddReport(job.job_id, "restored", written)
 
-    def _check_overlap(self, job: JobConfig) -> None:
+    def check_overlap(self, job: JobConfig, role: RoleRow | None = None) -> None:
+        """Refuse a job whose slots or member addresses another installed job has. At a
+        spine the members are leaves, whose one address every job across them shares (the
+        members table tells their uplinks apart by job id)."""
         lo, hi = job.slots
         for other in self.jobs.values():
             if other.job_id == job.job_id or not other.complete:
@@ -274,6 +277,8 @@ class Controller:
                     f"{o_lo}-{o_hi}: give job {job.job_id} a slot range outside {o_lo}-{o_hi}")
             # One address, one member: the switch attributes a member's packets (and its
             # liveness) by source address, so two jobs must not share one.
+            if role is not None and role.level == roles.SPINE:
+                continue
             taken = {(m.ipv4, m.udp_port): m.worker for m in other.members}
             for m in job.members:
                 if (m.ipv4, m.udp_port) in taken:

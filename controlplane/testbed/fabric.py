@@ -109,12 +109,12 @@ class FabricController:
         install epoch. Refused before anything is written when a switch's program has no
         roles table or the slots are taken on any switch."""
         parts = self.parts(job)
-        for switch, part, _, _ in parts:
+        for switch, part, role, _ in parts:
             controller = self.controller(switch)
             roles.check_roles(controller.switch.schema,
                               f"{switch.name} ({controller.switch.grpc_addr})")
             if job.job_id not in controller.jobs:
-                controller._check_overlap(part)
+                controller.check_overlap(part, role)
         epoch = admission.new_epoch()
         done: list[tuple[str, AddReport]] = []
         for switch, part, role, uplink_port in parts:

@@ -211,6 +211,21 @@ def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rac
     hdr, _ = testbed.receive(1, 2)
     assert hdr.op in (Op.RESULT, Op.RESYNC) and not hdr.bitmap >> 2 & 1
 
+    # A second job across the same switches: other slots, other host ports (below the
+    # ephemeral range the hosts' sockets took theirs from); at the spine both jobs admit the
+    # same leaf addresses, told apart by job id.
+    ports = iter(range(1001, 1100))
+    second = testbed.job_file.with_name("job2.toml")
+    second.write_text(re.sub(r"udp_port = \d+", lambda _: f"udp_port = {next(ports)}",
+                             testbed.job_file.read_text())
+                      .replace("job_id = 1", "job_id = 2").replace("base = 0", "base = 4"))
+    code, out, err = hysync("--inventory", str(testbed.inventory), "job", "add", str(second))
+    assert (code, err) == (0, ""), err
+    code, out, err = hysync("--inventory", str(testbed.inventory), "job", "remove", "2")
+    assert (code, err) == (0, ""), err
+    assert ("02:00:00:00:00:f1", 9) in map(  # job 1 still needs the uplink's l2 entry
+        forwarding.l2_of, testbed.tables("leaf-0")[p4names.FORWARDING_L2])
+
     code, out, err = hysync("--inventory", str(testbed.inventory), "job", "remove", "1")
     assert (code, err) == (0, ""), err
     for name in testbed.grpc:
