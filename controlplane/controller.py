@@ -310,6 +310,10 @@ class Controller:
             steps.append(step_modify(forwarding.flood_group(flood.ports() | ports), flood))
         return steps
 
+    def removed_epoch(self, job_id: int) -> int | None:
+        """The epoch of the job's last install that this controller removed, if any."""
+        return self._removed_epochs.get(job_id)
+
     def _uplink_steps(self, state: SwitchState, role: RoleRow, port: int) -> list[Step]:
         """A leaf's l2 entry toward its spine, where the switch lacks it."""
         mac = wire.bytes_to_mac(role.spine_mac.to_bytes(6, "big"))

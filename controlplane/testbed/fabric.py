@@ -115,7 +115,11 @@ class FabricController:
                               f"{switch.name} ({controller.switch.grpc_addr})")
             if job.job_id not in controller.jobs:
                 controller.check_overlap(part, role)
-        epoch = admission.new_epoch()
+        # Another install tag than the job's last install that these controllers removed
+        # (or hold, for a --replace), so that its workers surely see the change.
+        before = [c.jobs[job.job_id].epoch if job.job_id in c.jobs
+                  else c.removed_epoch(job.job_id) for c in self.controllers.values()]
+        epoch = admission.new_epoch(next((e for e in before if e), None))
         done: list[tuple[str, AddReport]] = []
         for switch, part, role, uplink_port in parts:
             controller = self.controller(switch)
