@@ -16,10 +16,13 @@ from hysync.controlplane.cli.output import Handler, Output, UsageError, emit_lat
 from hysync.controlplane.cli.switch_commands import (
     clock,
     cmd_job_add,
+    cmd_job_list,
     cmd_job_remove,
     cmd_mode_set,
+    cmd_mode_show,
     cmd_policy_run,
     decision_text,
+    job_line,
     wait_for_latch,
 )
 from hysync.controlplane.controller import Controller
@@ -142,6 +145,46 @@ def fabric_policy_run(args: argparse.Namespace, out: Output) -> None:
              f"{', '.join(str(r.level) for r in policies.runners)}: {len(made)} decisions")
 
 
+def fabric_job_list(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_job_list(_one_switch(args, inv), out)
+    lines, data = [], []
+    with fabric_controller(args, inv, read_only=True) as fabric:
+        for sw in inv.fabric.switches:
+            controller = fabric.controller(sw)
+            jobs = [j for j in controller.list_jobs() if j.complete]
+            lines.append(f"{sw.role} {sw.name} ({sw.switch.grpc_addr}):")
+            lines += [f"  {job_line(j)}" for j in jobs] or ["  no jobs installed"]
+            lines += [f"  warning: {p}" for p in controller.problems]
+            data.append({"switch": sw.name, "role": sw.role,
+                         "jobs": [j.to_dict() for j in jobs], "problems": controller.problems})
+    out.emit({"switches": data}, "\n".join(lines))
+
+
+def fabric_mode_show(args: argparse.Namespace, out: Output) -> None:
+    inv = Inventory.load(args.inventory)
+    if inv.fabric is None:
+        return cmd_mode_show(_one_switch(args, inv), out)
+    lines, data = [], []
+    with fabric_controller(args, inv, read_only=True) as fabric:
+        for sw in inv.fabric.switches:
+            controller = fabric.controller(sw)
+            if args.job not in {j.job_id for j in controller.list_jobs() if j.complete}:
+                continue
+            job = controller.jobs[args.job]
+            level = level_name(sw.role, sw.name)
+            lines.append(f"job {args.job} at {level}, {len(job.active)} active members "
+                         f"({'leaves' if sw.role == 'spine' else 'hosts'})")
+            lines += [f"  slots {s.low}-{s.high}: {format_mode(s.mode, s.quorum)}"
+                      for s in job.segments()]
+            data.append({"level": level, "modes": job.to_dict()["modes"]})
+    if not data:
+        raise ValidationError(f"no switch of {args.inventory} holds job {args.job}: "
+                              f"`hysync --inventory {args.inventory} job list` shows theirs")
+    out.emit({"job_id": args.job, "levels": data}, "\n".join(lines))
+
+
 def level_name(role: str, name: str) -> str:
     """How a policy record names a level: `spine` or `leaf:NAME`."""
     return "spine" if role == "spine" else f"leaf:{name}"
@@ -162,4 +205,5 @@ def _levels(args: argparse.Namespace, inv: Inventory) -> tuple[FabricSwitch, ...
 def routes() -> dict[str, Handler]:
     """The one-switch commands that `--inventory` takes across switches."""
     return {"cmd_job_add": fabric_job_add, "cmd_job_remove": fabric_job_remove,
-            "cmd_mode_set": fabric_mode_set, "cmd_policy_run": fabric_policy_run}
+            "cmd_mode_set": fabric_mode_set, "cmd_policy_run": fabric_policy_run,
+            "cmd_job_list": fabric_job_list, "cmd_mode_show": fabric_mode_show}

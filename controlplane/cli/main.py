@@ -188,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def inventory(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
         p.add_argument("--inventory", metavar="FILE", default=default,
-                       help="job add, job remove, mode set, policy run: act on the switches "
-                       "of this TOML "
+                       help="job add|remove|list, mode set|show, policy run: act on the "
+                       "switches of this TOML "
                        "inventory; with leaves and a spine, on every switch the job spans")
 
     inventory(parser, None)
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(jobs, "remove", cmd_job_remove)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
     inventory(p)
-    command(jobs, "list", cmd_job_list)
+    inventory(command(jobs, "list", cmd_job_list))
 
     modes = group("mode", "hot-swap and show the sync mode of slot ranges")
     p = command(modes, "set", cmd_mode_set)
@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{fabric_commands.LEVEL_HELP} (default: every level)")
     inventory(p)
     p = command(modes, "show", cmd_mode_show)
+    inventory(p)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 
     members = group("member", "exclude and readmit members of a job")

@@ -27,7 +27,7 @@ from hysync.tls import ClientTls
 from hysync.wire import Mode
 
 
-def _job_line(job: InstalledJob) -> str:
+def job_line(job: InstalledJob) -> str:
     lo, hi = job.slots
     modes = ", ".join(f"{s.low}-{s.high} {format_mode(s.mode, s.quorum)}"
                       for s in job.segments())
@@ -93,7 +93,7 @@ def cmd_job_list(args: argparse.Namespace, out: Output) -> None:
     with connect(args, read_only=True) as switch:
         controller = Controller(switch).attach()
         jobs = controller.list_jobs()
-    lines = [_job_line(j) for j in jobs if j.complete] or ["no jobs installed"]
+    lines = [job_line(j) for j in jobs if j.complete] or ["no jobs installed"]
     lines += [f"warning: {p}" for p in controller.problems]
     out.emit({"jobs": [j.to_dict() for j in jobs], "problems": controller.problems},
              "\n".join(lines))

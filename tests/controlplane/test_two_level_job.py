@@ -196,6 +196,15 @@ def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rac
     assert "spine slots 0-3: partial(1)" in out and "leaf" not in out
     assert [e.params["mode"] for e in testbed.tables("leaf-0")[p4names.SYNC_MODE_MODES]] == \
         [Mode.SYNC]
+    code, out, err = hysync("--inventory", str(testbed.inventory), "mode", "show", "1")
+    assert (code, err) == (0, ""), err
+    assert out.splitlines() == [
+        "job 1 at spine, 2 active members (leaves)", "  slots 0-3: partial(1)",
+        "job 1 at leaf:leaf-0, 3 active members (hosts)", "  slots 0-3: sync",
+        "job 1 at leaf:leaf-1, 3 active members (hosts)", "  slots 0-3: sync"], out
+    code, out, err = hysync("--inventory", str(testbed.inventory), "job", "list")
+    assert (code, err) == (0, "") and out.startswith(f"spine spine ({testbed.grpc['spine']}):\n"
+                                                     "  job 1: slots 0-3, 2/2 members"), out
     for h in range(HOSTS):
         testbed.send(0, h, 1)
     for h in range(HOSTS):  # rack 0's sum is the round: count 3, its hosts' bits set
