@@ -342,7 +342,7 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         lost_with_state = closed is not None and closed[0] != rec.state_resets and \
             closed not in rec.applied
         if crossed or acked is None or lost_with_state or \
-                any(sent < t < acked for t in wk.aborts):
+                any(sent < t and t[0] < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 

@@ -143,8 +143,9 @@ class Worker:
     # the switch acknowledged its contribution there
     acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
     # when the worker dropped what it had in flight: a call failed, or its replica was first
-    # flagged for a resync (a new switch state learned between calls)
-    aborts: list[float] = field(default_factory=list)
+    # flagged for a resync (a new switch state learned between calls); a moment (Sim.moment)
+    # so that a packet sent at the same simulated time, before the abort, is ordered before it
+    aborts: list[tuple[float, int]] = field(default_factory=list)
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
     missettled: dict[int, np.ndarray] = field(default_factory=dict)
@@ -185,10 +186,10 @@ class Record:
     # every contribution the switch counted: [w, chunk, lanes, (state, slot, round) of the
     # round it closed in, or None while open or once wiped, whether its datagram was first
     # sent before a state reset that came before it was counted (it crossed the reset),
-    # when its datagram was first sent]
+    # the moment its datagram was first sent (Sim.moment)]
     contribs: list[list[Any]] = field(default_factory=list)
-    # (w, chunk and lanes of a datagram) -> when w first sent it
-    launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
+    # (w, chunk and lanes of a datagram) -> the moment w first sent it
+    launched: dict[tuple[int, bytes], tuple[float, int]] = field(default_factory=dict)
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
@@ -229,6 +230,7 @@ class Sim:
         self.events: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.seq = 0
         self.now = 0.0
+        self.moments = 0  # what Sim.moment has handed out
         self.rec = Record(plan, target)
         # id -> (the switch state that emitted it, the RESULT itself, kept alive so that
         # its id stays its own): the state a result came from, when a worker gets it
@@ -393,7 +395,7 @@ class Sim:
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
         if call.status != "done":
-            wk.aborts.append(self.now)
+            wk.aborts.append(self.moment())
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
@@ -515,7 +517,7 @@ class Sim:
         e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
         if e.needs_resync and not flagged:
-            wk.aborts.append(self.now)
+            wk.aborts.append(self.moment())
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
@@ -633,12 +635,18 @@ class Sim:
         if streak >= 2:
             self.rec.loss_streaks.append((self.now, who))
 
+    def moment(self) -> tuple[float, int]:
+        """Now, and the order of what happens at this simulated time: many events share an
+        instant (a reply answered, then the call aborted, at one arrival time)."""
+        self.moments += 1
+        return self.now, self.moments
+
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():
             self.rec.packets += 1
             if d[_OFF_OP] == wire.Op.CONTRIB:
                 self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
-                                             self.now)
+                                             self.moment())
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
@@ -680,8 +688,8 @@ class Sim:
         acc += lanes
         self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
         self.open.setdefault(slot, []).append((w, chunk, lanes))
-        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), 0.0)
-        crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
+        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), (0.0, 0))
+        crossed = any(sent[0] < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
