@@ -139,12 +139,13 @@ class Worker:
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
     # (when, bitmap) of every RESULT its engine took: each restarts the engine's dead timer
     results_heard: list[tuple[float, int]] = field(default_factory=list)
-    # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
-    # the switch acknowledged its contribution there
-    acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
-    # when the worker dropped what it had in flight: a call failed, or its replica was first
-    # flagged for a resync (a new switch state learned between calls); a moment (Sim.moment)
-    # so that a packet sent at the same simulated time, before the abort, is ordered before it
+    # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
+    # (the switch acknowledged its contribution there) -> the moment it first heard one
+    acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
+    # the moments the worker dropped what it had in flight: a call failed, or its replica was
+    # first flagged for a resync (a new switch state learned between calls). Moments
+    # (Sim.moment), not times: a send, an abort and an acknowledgement often share an
+    # instant, and which came first decides whether the worker could know a packet's fate.
     aborts: list[tuple[float, int]] = field(default_factory=list)
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
@@ -531,7 +532,7 @@ class Sim:
         if (data[_OFF_OP] == wire.Op.ACK or (
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
-            wk.acked.setdefault(counted_in, self.now)
+            wk.acked.setdefault(counted_in, self.moment())
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
                 self.rec.applied.add(counted_in)

@@ -149,9 +149,12 @@ def test_slow_switch_regressions(seed: int, target: str) -> None:
 # packet deadline covers a packet that holds a slot a chunk of the call waits for.
 # 9003263, 9003280 (a RESYNC answered with a contribution, then, at the same simulated
 # instant, a reply that showed a new switch state aborted the call and forgot that packet,
-# which the switch then counted) - the checker orders a send and an abort of one instant as
-# they happened, so the packet is one whose fate the worker could not know (unknown_fate).
-SWEEP_9M_REGRESSIONS = (9000578, 9000594, 9002414, 9000815, 9002514, 9003263, 9003280)
+# which the switch then counted), 9003430 (between calls, a result of a new switch state
+# dropped the parked packet, and the result that counted it, read at the same instant, came
+# after) - the checker orders sends, aborts and acknowledgements of one instant as they
+# happened, so each packet is one whose fate the worker could not know (unknown_fate).
+SWEEP_9M_REGRESSIONS = (9000578, 9000594, 9002414, 9000815, 9002514, 9003263, 9003280,
+                        9003430)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
