@@ -796,7 +796,9 @@ class Sim:
         self.at(self.now, self._quiesce_tick, end)
 
     def _quiesce_tick(self, end: float) -> None:
-        """Between calls a worker's packets in flight keep retrying (poll_results)."""
+        """Between calls a worker's packets in flight keep retrying, and its suspected rounds
+        are judged (poll_results: an ACKed contribution whose round's result never came flags
+        the replica once missed_after has passed)."""
         for wk in self.workers:
             if wk.dead or self.now < wk.paused_until:
                 continue
@@ -806,6 +808,7 @@ class Sim:
                 self._hand(wk, *d)
             wk.inbox.clear()
             e.tick(self.now)
+            e.poll(0.0)  # what poll_results does after its wait: judge suspected rounds
             self._note_absorbed(wk)
             self._sent(wk)
         if self.now < end:

@@ -94,6 +94,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # rest; the chunks behind it reach no round.
     "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
                          "chunk(s) [12] of key 0"),
+    # §9 RULE A: an ACK settles a parked partial contribution counted in a round of one whose
+    # result every member lost; a restart then wipes the state. Left suspected, the round is
+    # judged missed and the replica flagged; unsuspected, the gradient reached no replica and
+    # nobody knows it.
+    "ack_leaves_round_suspected": (FAULT_KINDS, 9001471,
+                                   {"faults": {"ack_leaves_no_suspect": True}}, "exactly-once",
+                                   "worker 1 chunk 0"),
 }
 
 
