@@ -182,6 +182,7 @@ nb::dict stats_of(Engine& e) {
   d["joins"] = s.joins;
   d["uneven_results"] = s.uneven_results;
   d["resent"] = s.resent;
+  d["state_resets"] = s.state_resets;
   d["waited_s"] = s.waited_s;
   d["absorbed"] = s.absorbed;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));

@@ -142,8 +142,8 @@ class Worker:
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
-    # the moments the worker dropped what it had in flight: a call failed, or its replica was
-    # first flagged for a resync (a new switch state learned between calls). Moments
+    # the moments the worker dropped what it had in flight: a call failed, or it learned of a
+    # new switch state (between calls it drops its packets in flight then). Moments
     # (Sim.moment), not times: a send, an abort and an acknowledgement often share an
     # instant, and which came first decides whether the worker could know a packet's fate.
     aborts: list[tuple[float, int]] = field(default_factory=list)
@@ -386,6 +386,8 @@ class Sim:
         e.set_time(self.now)
         status = e.step(self.now)
         self._note_absorbed(wk)
+        if status == RESET:  # aborted before the step sent anything of its own
+            wk.aborts.append(self.moment())
         self._sent(wk)
         if status == PENDING:
             wk.gen += 1
@@ -395,7 +397,7 @@ class Sim:
             return
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
-        if call.status != "done":
+        if status == UNREACHABLE:  # gave up after the step's own sends
             wk.aborts.append(self.moment())
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
@@ -506,19 +508,21 @@ class Sim:
         arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
+            before = e.stats()
+            self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
+            after = e.stats()
+            self._take_results(wk, after, None)
+            self._note_reset(wk, before, after)
             return
         wk.heard.add(tag[0])
         before = e.stats()
         self._take_results(wk, before, None)
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
-        flagged = e.needs_resync
         e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
-        if e.needs_resync and not flagged:
-            wk.aborts.append(self.moment())
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
@@ -533,6 +537,9 @@ class Sim:
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
             wk.acked.setdefault(counted_in, self.moment())
+        # (after the acknowledgement: a reply that shows a new state and counts my flight
+        # tells me its fate before the reset drops what I have in flight)
+        self._note_reset(wk, before, after)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
                 self.rec.applied.add(counted_in)
@@ -555,6 +562,13 @@ class Sim:
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _note_reset(self, wk: Worker, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """The datagram showed the engine a new switch state (its stats `before` and `after`
+        it): between calls it dropped what it had in flight then (a call under way aborts, and
+        its end is noted as well)."""
+        if after["state_resets"] != before["state_resets"]:
+            wk.aborts.append(self.moment())
 
     def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
         """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the

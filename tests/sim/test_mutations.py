@@ -71,9 +71,10 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                       "'unreachable'"),
     # §9 "A switch that lost the job's state", the install tag given at attach: a worker that
     # hears its first reply from the state after a re-install learns that state's tag as its
-    # first, and its contribution the state before counted is counted again.
-    "install_tag_at_attach": (FAULT_KINDS, 9001408, {"engine": {"install_tag": -1}},
-                              "exactly-once", "worker 1 chunk 0"),
+    # first, and the books of its contributions across the two states no longer balance,
+    # with its replica not flagged.
+    "install_tag_at_attach": (FAULT_KINDS, 9001487, {"engine": {"install_tag": -1}},
+                              "exactly-once", "worker 2 chunk 1"),
     # §9 "A switch that lost the job's state", a late packet of the state left is told by when
     # it arrived: read after a long pause between calls, a copy of a result applied already
     # is taken for a newer state's and applied again. (The seed's worker meets that late
