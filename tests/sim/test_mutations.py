@@ -5,9 +5,7 @@ simulation's only), a `join_after`
 longer than any run, an engine given no install tag at attach, or a pipeline without the
 install epoch - and replays a seed where the
 checker then reports the rule the fix keeps (docs/protocol.md §10, "Allowed, by rule" and
-the invariants); with the fix in, the same seed passes. The TNA verdict's duplicate test
-(docs/tofino.md, difference 5) is taken out the same way, on the tna-model: its rows are
-generated again from facts that ask the chunk first. The seeds were found by running the
+the invariants); with the fix in, the same seed passes. The seeds were found by running the
 fault kinds of the row from its first seed until one failed with the fix out and passed
 with it in; a change to the engine's timers or the plans' draw calls for new ones
 (`python -m tests.sim --seeds 40 --start <first seed> --kinds <kinds>` with the knob set
@@ -20,9 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from hysync.protocol_spec import tna_tables
-from hysync.protocol_spec.decision import Fact
 
 from .check import check
 from .plan import DEAD_AFTER, FAULT_KINDS, RTO_MAX, draw
@@ -117,35 +112,3 @@ def test_the_checker_catches_the_rule_taken_out(name: str) -> None:
     rec, sim = simulate(plan, "python")
     found = check(rec, sim)
     assert not found, f"seed {seed} fails with {name} in: {found[:3]}"
-
-
-@pytest.fixture
-def tna_chunk_before_duplicate(monkeypatch):
-    """The TNA verdict as it was generated when it asked the chunk before member_seq: a
-    member counted in the open round whose copy carries another chunk is not a duplicate
-    there (it meets CHUNK_MISMATCH); the rows are generated again for the test."""
-    facts = tna_tables.facts
-
-    def chunk_first(keys: dict[str, int], meaning: str) -> list[int]:
-        return [f if keys["chunk_ok"] else f & ~Fact.HAS_BIT for f in facts(keys, meaning)]
-
-    monkeypatch.setattr(tna_tables, "facts", chunk_first)
-    tna_tables.verdict_rows.cache_clear()
-    yield
-    monkeypatch.undo()
-    tna_tables.verdict_rows.cache_clear()
-
-
-def test_the_checker_catches_a_tna_verdict_that_asks_the_chunk_first(
-        tna_chunk_before_duplicate) -> None:
-    """docs/tofino.md difference 5: a member counted in a sync round that waits for a dead
-    member sends its next call's displaced chunk at that round; answered CHUNK_MISMATCH, it
-    sends the round's chunk again, and the displaced chunk reaches no round (invariant 6)."""
-    plan = draw(9001524)
-    found = check(*simulate(plan, "tna-model"))
-    assert any(v.startswith("starvation:") and "chunk(s) [9] of key 1" in v for v in found), (
-        f"the chunk asked first: seed 9001524 reports no starvation of chunk 9: {found[:3]}")
-
-
-def test_the_tna_verdict_takes_a_counted_member_for_a_duplicate_whatever_its_chunk() -> None:
-    assert not check(*simulate(draw(9001524), "tna-model"))
