@@ -69,6 +69,8 @@ def _difference(meaning: str, tna: tna_tables.Outcome, spec: decision.Outcome) -
     """The docs/tofino.md difference that explains a disagreement, or None."""
     if tna.action == Action.CLOSING and meaning == "close under way":
         return "2: refused while its round's close is under way"
+    if tna.verdict == Verdict.CHUNK_MISMATCH and spec.verdict == Verdict.DUPLICATE:
+        return "5: the chunk is checked before the duplicate test"
     return None
 
 

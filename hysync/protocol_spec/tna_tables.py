@@ -259,11 +259,11 @@ def facts(keys: dict[str, int], meaning: str) -> list[int]:
     """The decision table's facts a combination stands for. Every fact set it may stand
     for: the verdict does not know w's bit in the resent round's bitmap (the Resent pass
     reads it), so a resend stands for both. The program has no refusal or JOIN marks
-    (docs/tofino.md, difference 14) and tells duplicates by member_seq (difference 4): a
-    counted member's copy is a duplicate whatever chunk it carries, as on v1model, but
-    Count answers "full" only for the round's own chunk (difference 5). member_seq may say
-    "counted" in a round nobody has joined yet (a number an async round recorded that the
-    next sync round takes, difference 4): the round is empty, so w's bit is not in it."""
+    (docs/tofino.md, difference 14), tells duplicates by member_seq (difference 4), and
+    checks the chunk before the duplicate test (difference 5: on another chunk it does
+    not ask whether w was counted). member_seq may say "counted" in a round nobody has
+    joined yet (a number an async round recorded that the next sync round takes,
+    difference 4): the round is empty, so w's bit is not in it."""
     is_open = keys["open_sync"] or keys["fresh"] or keys["not_joined"]
     empty = keys["fresh"] or keys["not_joined"]
     known = 0
@@ -271,7 +271,7 @@ def facts(keys: dict[str, int], meaning: str) -> list[int]:
         (Fact.ASYNC, keys["async_path"]), (Fact.COUNTED, keys["counted"]),
         (Fact.JOIN, keys["join"]), (Fact.OPEN, is_open), (Fact.PREV, keys["prev"]),
         (Fact.EMPTY, empty),
-        (Fact.HAS_BIT, is_open and keys["counted"] and not empty),
+        (Fact.HAS_BIT, is_open and keys["counted"] and keys["chunk_ok"] and not empty),
         (Fact.FULL, meaning == "duplicate, full"),
         (Fact.CLOSES, "closes" in meaning),
         (Fact.CHUNK_DIFFERS, not keys["chunk_ok"]), (Fact.BEHIND, keys["behind"]),

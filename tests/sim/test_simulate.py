@@ -207,12 +207,7 @@ def test_async_reorder_regressions(seed: int, target: str) -> None:
 # contribution to round 1, opening that round, read as counted (docs/tofino.md, difference 4).
 # The TNA verdict rows, generated on the assumption that nobody is counted in a round nobody
 # joined, made it a duplicate that closed round 1 with nothing counted.
-# 9000285, 9000366, 9001131, 9001169, 9001372, 9001524 on tna-model: a member counted in a
-# sync round that waits for a dead member sends its next call's displaced chunk at that round;
-# the verdict rows checked the chunk before asking member_seq, answered CHUNK_MISMATCH where
-# v1model drops a duplicate, and the member answered it with the round's chunk, so the displaced
-# chunk reached no round again (starvation).
-TNA_REGRESSIONS = (303058, 9000285, 9000366, 9001131, 9001169, 9001372, 9001524)
+TNA_REGRESSIONS = (303058,)
 
 
 @pytest.mark.parametrize("seed", TNA_REGRESSIONS)

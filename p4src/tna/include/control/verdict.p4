@@ -49,7 +49,7 @@
         (_, _, _, 1, 0, 1, _, _, 1, _, _, 1) :
             duplicate(verdict_t.CLOSE, tna_lane_op_t.READ, result_op_t.WRITE);
         // a duplicate: the round's result will answer it
-        (_, _, _, 1, 0, _, _, _, 1, _, _, _) :
+        (_, _, _, 1, 0, 1, _, _, 1, _, _, _) :
             duplicate(verdict_t.DUPLICATE, tna_lane_op_t.NONE, result_op_t.NONE);
         // a JOIN never opens a round; it leaves the JOIN mark
         (1, _, _, _, _, _, _, _, _, _, _, _) :
