@@ -130,6 +130,8 @@ struct metadata_t {
 #ifdef HYSYNC_TWO_LEVELS
     // Roles -> every later control: the job's level here (§11).
     role_t           role;
+    // Aggregation: a spine's hosts in the slot's open round (weight[s]; count is leaves).
+    count_t          weight;
 #endif
 }
 

@@ -74,6 +74,9 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
     // ...and the epoch it was counted in, or its complement if it was refused: a
     // member_seq of another epoch means nothing.
     register<epoch_t>(MEMBER_SEQ_CELLS) member_epoch;
+    // A spine's hosts in the open round (§11 "The spine"): count[s] counts leaves, the
+    // RESULT's count is this, the uplinks' count bytes summed.
+    register<count_t>(SLOT_CELLS) weight;
 
 #define LANE_INSTANCE(i) Lane() lanes_##i;
     FOR_EACH_LANE(LANE_INSTANCE)
@@ -98,6 +101,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         member_seq.read(meta.slot.seq, seq_cell);
         member_epoch.read(meta.slot.seq_epoch, seq_cell);
         res_bitmap.read(res_bmp, s);
+        weight.read(meta.weight, s);
 
         // 8. A slot that another install of a job used last starts afresh: round 0,
         // nothing open, nothing to resend. The lanes need no clearing (the first
@@ -110,6 +114,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.slot.count = 0;
             meta.slot.bitmap = 0;
             meta.slot.chunk = 0;
+            meta.weight = 0;
         }
         // 8. Latch the desired mode only when no round is under way...
         if (meta.slot.count == 0) {
@@ -161,11 +166,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
         bool counted = (meta.facts & FACT_COUNTED) != 0;
 
-        // The member cell. A mark is never written over r counted in this install.
+        // The member cell. A mark is never written over r counted in this install; at a
+        // leaf or a spine (§11, step 6) not over a later round counted either, rounds
+        // compared as 32-bit serial numbers.
+        bool refusable = !counted;
+        if (meta.role.level != LEVEL_SINGLE) {
+            round_t ahead = r - meta.slot.seq;
+            refusable = meta.slot.seq_epoch != meta.epoch || (ahead != 0 && ahead[31:31] == 0);
+        }
         if (meta.cell_op == member_cell_op_t.RECORD) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = meta.epoch;
-        } else if (meta.cell_op == member_cell_op_t.REFUSE && !counted) {
+        } else if (meta.cell_op == member_cell_op_t.REFUSE && refusable) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = ~meta.epoch;
         } else if (meta.cell_op == member_cell_op_t.JOIN_MARK && !counted) {
@@ -197,9 +209,13 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         meta.out_reason = meta.epoch[7:0];
         meta.out_mode = meta.slot.mode;
         meta.out_quorum = meta.slot.quorum;
+        bool spine = meta.role.level == LEVEL_SPINE;
         if (meta.emit == emit_t.ABSORB) {
             meta.slot.count = meta.slot.count + 1;
             meta.slot.bitmap = meta.slot.bitmap | me;
+            if (spine) {
+                meta.weight = meta.weight + hdr.hysync.count;
+            }
         } else if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             // The round closes, with w counted now or (as is) before: its header goes out
             // and into res_*; the lanes are the sums (as is: read back).
@@ -214,6 +230,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             } else {
                 meta.lane_op = lane_op_t.READ;
             }
+            // A spine's RESULT counts hosts, not leaves: the divisor every host uses. It
+            // wraps at 8 bits (a two-level job has at most 255 hosts).
+            if (spine) {
+                meta.out_count = meta.weight;
+                if (meta.emit == emit_t.CLOSE) {
+                    meta.out_count = meta.weight + hdr.hysync.count;
+                }
+            }
+            meta.weight = 0;
             meta.slot.cur = meta.slot.cur + 1;
             meta.slot.count = 0;
             meta.slot.bitmap = 0;
@@ -248,6 +273,7 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         quorum.write(s, meta.slot.quorum);
         member_seq.write(seq_cell, meta.slot.seq);
         member_epoch.write(seq_cell, meta.slot.seq_epoch);
+        weight.write(s, meta.weight);
     }
 
     // The closed round's header stays readable until the next round closes.
