@@ -91,12 +91,6 @@ level_job_role = st.sampled_from((Level.LEAF, Level.LEAF, Level.SPINE)).flatmap(
                                                              SWITCH_IP)),
         st.integers(0, 1), st.sampled_from((0, 0, 1, 31))))
 
-# What the v1model program on BMv2 runs: single and spine.
-bmv2_role = st.one_of(st.none(), st.just(JobRole(Level.SPINE)))
-bmv2_roles = st.dictionaries(st.sampled_from(JOB_IDS), bmv2_role, max_size=3)
-bmv2_level_job_role = st.just(JobRole(Level.SPINE))
-
-
 @st.composite
 def level_datagram(draw: st.DrawFn) -> tuple[int, int, bytes]:
     """What leaves and a spine send each other: an uplink (a CONTRIB with a host count), or
@@ -121,7 +115,7 @@ def level_datagram(draw: st.DrawFn) -> tuple[int, int, bytes]:
     return IPS[draw(st.integers(0, 1))], wire.HYSYNC_UDP_PORT, payload
 
 
-def role_events(shortest_frame: int, one_role: st.SearchStrategy) -> st.SearchStrategy:
+def role_events(shortest_frame: int) -> st.SearchStrategy:
     # ("rack", (slot, round)): every member of LEVEL_JOB contributes, so its rounds close.
     rack = st.tuples(st.just("rack"), st.tuples(st.sampled_from((0, 0, 1)),
                                                  st.sampled_from((0, 0, 1, 2))))
@@ -131,7 +125,7 @@ def role_events(shortest_frame: int, one_role: st.SearchStrategy) -> st.SearchSt
         st.tuples(st.just("datagram"), level_datagram()),
         st.tuples(st.just("datagram"), level_datagram()),
         st.tuples(st.just("datagram"), level_datagram()),
-        st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS), one_role)),
+        st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS), role)),
     ), min_size=1, max_size=40)
 
 
@@ -174,8 +168,10 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> Non
                     count=w + 1, flags=1 << wire.TX_SHIFT).pack()
                     + np.full(wire.LANES, w + 1, dtype=">i4").tobytes())
                     for w in LEVEL_WORKERS]
-                outs = [datagram(d) for d in sent]
-                want, got = [o[0] for o in outs], [o[1] for o in outs]
+                want, got = [], []
+                for d in sent:  # in order, each answer after the last
+                    answers = datagram(d)
+                    want, got = want + answers[0], got + answers[1]
             elif event_kind == "datagram":
                 want, got = datagram(arg)
             elif event_kind == "frame":
@@ -205,11 +201,8 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> Non
 def test_one_switch_with_roles_matches_reference_byte_for_byte(kind: str) -> None:
     if kind == "bmv2":
         skip_unless_available(bmv2_unavailable())
-    # BMv2 gets whole Ethernet headers (the kernel pads a shorter frame on a veth), and the
-    # roles the v1model program runs.
+    # BMv2 gets whole Ethernet headers: the kernel pads a shorter frame on a veth.
     shortest = 0 if kind != "bmv2" else wire.ETH_BYTES
-    one_role, any_roles, job_role = (role, roles, level_job_role) if kind != "bmv2" else (
-        bmv2_role, bmv2_roles, bmv2_level_job_role)
 
     # A failing BMv2 sequence is reported as drawn: shrinking it would restart BMv2 for
     # every candidate, for many minutes.
@@ -219,9 +212,9 @@ def test_one_switch_with_roles_matches_reference_byte_for_byte(kind: str) -> Non
               phases=phases,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(state=switch_state(True), group_state=groups,
-           job_roles=st.tuples(any_roles, job_role).map(
+           job_roles=st.tuples(roles, level_job_role).map(
                lambda drawn: {**drawn[0], LEVEL_JOB: drawn[1]}),
-           sequence=role_events(shortest, one_role))
+           sequence=role_events(shortest))
     def check(state, group_state, job_roles, sequence) -> None:
         run_role_sequence(kind, state, group_state, job_roles, sequence)
 
