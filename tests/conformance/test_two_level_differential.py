@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from hysync import p4names, wire
 from hysync.softswitch.levels import JobRole, Level, Uplink, role_params
-from hysync.wire import Mode, Op
+from hysync.wire import Flag, Mode, Op, ResyncReason
 from tests.p4tools import skip_unless_available
 from tests.softswitch.two_level_fabric import SPINE, Fabric, contrib
 
@@ -141,7 +141,8 @@ def role_write(reference: SoftswitchTarget, job: int, job_role) -> list[tuple[st
                    role_params(job_role)))]
 
 
-def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> None:
+def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> dict[int, list]:
+    """Drive the reference and a `kind` target alike; what each packet event sent."""
     in_process = kind != "bmv2"
     num_slots = SMALL_SLOTS if in_process else wire.NUM_SLOTS
     reference, target = SoftswitchTarget(num_slots), make_target(kind, num_slots)
@@ -152,6 +153,7 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> Non
         frame = as_frame(*d)
         return reference.send(*frame), target.send(*frame)
 
+    sent_by: dict[int, list] = {}
     try:
         write_both(reference, target, level_job_writes() + state)
         group_both(reference, target, 1, [(PORTS[0], wire.member_rid(LEVEL_JOB, w))
@@ -187,6 +189,7 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> Non
                 continue
             assert got == want, (f"event {i} ({event_kind}): {kind} sent {describe(got)}, "
                                  f"the reference model {describe(want)}")
+            sent_by[i] = want
         if in_process:
             assert counters_of(target) == counters_of(reference)
         else:
@@ -195,6 +198,7 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> Non
     finally:
         target.close()
     RAN[ONE_SWITCH[kind]] += 1
+    return sent_by
 
 
 @pytest.mark.parametrize("kind", list(ONE_SWITCH))
@@ -219,6 +223,67 @@ def test_one_switch_with_roles_matches_reference_byte_for_byte(kind: str) -> Non
         run_role_sequence(kind, state, group_state, job_roles, sequence)
 
     check()
+
+
+def spine_verdict(op: int, r: int, bitmap: int = 0, reason: int = 1, tx: int = 0,
+                  chunk: int | None = None) -> tuple[str, tuple[int, int, bytes]]:
+    """A RESULT (reason: the install tag of epoch 1) or a RESYNC (reason: why) of the spine
+    at IPS[0] for LEVEL_JOB's slot 0, echoing transmission number `tx`."""
+    head = wire.Header(op=op, job_id=LEVEL_JOB, worker_id=0, slot=0, round=r,
+                       chunk=r if chunk is None else chunk, reason=reason, count=5,
+                       bitmap=bitmap, flags=tx << wire.TX_SHIFT).pack()
+    lanes_ = np.arange(wire.LANES, dtype=">i4").tobytes() if op == Op.RESULT else b""
+    return "datagram", (IPS[0], wire.HYSYNC_UDP_PORT, head + lanes_)
+
+
+def host_again(w: int, r: int) -> tuple[str, tuple[int, int, bytes]]:
+    head = wire.Header(op=Op.CONTRIB, job_id=LEVEL_JOB, worker_id=w, slot=0, round=r, chunk=r,
+                       flags=2 << wire.TX_SHIFT | Flag.RETRANSMIT).pack()
+    return "datagram", (IPS[w % 2], udp_port(w), head + np.ones(wire.LANES, ">i4").tobytes())
+
+
+# A leaf's sums refused by the spine, each way (§11 leaf steps 4-6): their hosts marked
+# refused one cell at a time, the verdicts relayed, and the hosts asking again afterwards.
+REFUSALS = [
+    ("rack", (0, 0)),                                    # round 0 goes up (tx 1)
+    spine_verdict(Op.RESULT, 0, bitmap=0b10),            # ...and is not counted
+    host_again(1, 0),
+    ("rack", (0, 1)),                                    # round 1 goes up (tx 2)
+    host_again(2, 1),                                    # asked again: the uplink again (tx 3)
+    spine_verdict(Op.RESYNC, 1, reason=ResyncReason.STALE_ROUND, tx=2),   # not the latest
+    spine_verdict(Op.RESYNC, 3, reason=ResyncReason.STALE_ROUND, tx=3),   # stale, ahead
+    host_again(0, 1),
+    host_again(0, 3),
+    ("rack", (0, 3)),                                    # round 3 goes up (tx 4)
+    spine_verdict(Op.RESYNC, 3, reason=ResyncReason.CHUNK_MISMATCH, tx=4, chunk=9),
+    ("rack", (0, 4)),                                    # round 4 goes up (tx 5)
+    spine_verdict(Op.RESULT, 4, bitmap=0b1),             # counted
+    spine_verdict(Op.RESULT, 4, bitmap=0b1),             # its duplicate
+    spine_verdict(Op.RESULT, 6),                         # a round without this rack
+    host_again(1, 4),
+]
+
+
+@pytest.mark.parametrize("kind", list(ONE_SWITCH))
+def test_a_leaf_marks_the_hosts_of_a_refused_sum_as_the_reference_does(kind: str) -> None:
+    if kind == "bmv2":
+        skip_unless_available(bmv2_unavailable())
+    leaf = JobRole(Level.LEAF, Uplink(IPS[0], MACS[0], 0, SWITCH_IP))
+    sent = run_role_sequence(kind, [], {}, {LEVEL_JOB: leaf}, REFUSALS)
+
+    def headers(i: int) -> list[wire.Header]:
+        """Event i's packets: frames (port, frame) on BMv2, datagrams (ip, port, payload)."""
+        return [wire.Header.unpack(out[-1], wire.HYSYNC_OFFSET if len(out) == 2 else 0)
+                for out in sent[i]]
+
+    # What the reference (and so the target) did: the refused round 0 relayed with no bit
+    # to all three hosts, the stale RESYNC relayed RELAYED to the three hosts of its sum,
+    # the counted round 4 with theirs.
+    assert [(h.op, h.bitmap) for h in headers(1)] == [(Op.RESULT, 0)] * 3
+    assert [(h.op, h.flags, h.bitmap) for h in headers(6)] == [
+        (Op.RESYNC, Flag.RELAYED, 0b111)] * 3
+    assert [(h.op, h.bitmap) for h in headers(12)] == [(Op.RESULT, 0b111)] * 3
+    assert headers(13) == []
 
 
 # ------------------------------------------------------------------ a two-level topology
