@@ -25,6 +25,7 @@ from tests.softswitch.two_level_fabric import (
     SPINE,
     SPINE_ADDR,
     SPINE_MAC,
+    Fabric,
     host_addr,
     host_port,
     leaf_addr,
@@ -49,12 +50,15 @@ class Bmv2Switch(Bmv2Target):
 
 
 class Bmv2Fabric:
-    """`leaves` leaves of `hosts` hosts and a spine, on `switches` (reset here), one job."""
+    """`leaves` leaves of `hosts` hosts and a spine, on `switches` (reset here), one job; with
+    `native_leaves`, the spine alone on BMv2 and the leaves the softswitch's native pipelines
+    (targets mixed as a testbed may mix them)."""
 
     def __init__(self, leaves: int, hosts: int, switches: list[Bmv2Switch],
-                 epoch: int = 1) -> None:
+                 epoch: int = 1, native_leaves: bool = False) -> None:
         self.leaves, self.hosts, self.epoch = leaves, hosts, epoch
-        self.spine, *self.leaf = switches[:leaves + 1]
+        self.native = Fabric(leaves, hosts, epoch, engine="native") if native_leaves else None
+        self.spine, *self.leaf = switches[:1 if native_leaves else leaves + 1]
         self._label: dict[int, object] = {SPINE_ADDR: SPINE}
         self._label.update({leaf_addr(i): ("leaf", i) for i in range(leaves)})
         self._label.update({host_addr(i, h): ("host", i, h)
@@ -91,6 +95,9 @@ class Bmv2Fabric:
         return self.spine if label == SPINE else self.leaf[label[1]]  # type: ignore[index]
 
     def set_mode(self, label: object, mode: Mode, quorum: int = 0) -> None:
+        if self.native is not None and label != SPINE:
+            self.native.set_mode(label, mode, quorum)
+            return
         self.pipeline(label).write("MODIFY", Write(
             p4names.SYNC_MODE_MODES, (JOB, (SLOT, SLOT)), p4names.SYNC_MODE_SET_MODE,
             (int(mode), quorum), MODE_PRIORITY))
@@ -106,6 +113,8 @@ class Bmv2Fabric:
     def deliver(self, src: object, dst: object, datagram: bytes) -> list[tuple[object, bytes]]:
         """`datagram` from `src` reaches switch `dst` as a frame: what the switch sends, by
         label, in the order of the labels (a switch's frames come out of several ports)."""
+        if self.native is not None and dst != SPINE:
+            return self.native.deliver(src, dst, datagram)
         addr, port = self.source(src)
         to = SPINE_ADDR if dst == SPINE else leaf_addr(dst[1])  # type: ignore[index]
         frame = wire.build_frame(wire.FrameAddress(
@@ -120,4 +129,6 @@ class Bmv2Fabric:
         return out
 
     def counter(self, label: object, name: str, index: int) -> int:
+        if self.native is not None and label != SPINE:
+            return self.native.pipeline(label).counters[name].packets[index]
         return self.pipeline(label).counter(name, index)

@@ -57,10 +57,11 @@ from .test_differential import (
 from .topology import PORTS
 
 ONE_SWITCH = {"native": "native with roles", "bmv2": "bmv2 with roles"}
-TOPOLOGY = {"native": "native two-level topology", "bmv2": "bmv2 two-level topology"}
+TOPOLOGY = {"native": "native two-level topology", "bmv2": "bmv2 two-level topology",
+            "mixed": "native leaves under a bmv2 spine"}
 # BMv2 restarts per sequence and waits for frames on veth ports.
 SEQUENCES = {ONE_SWITCH["native"]: 600, ONE_SWITCH["bmv2"]: 25, TOPOLOGY["native"]: 300,
-             TOPOLOGY["bmv2"]: 12}
+             TOPOLOGY["bmv2"]: 12, TOPOLOGY["mixed"]: 8}
 
 # ------------------------------------------------------------------ one switch with roles
 # A job whose members, slots and group the random state cannot take away (its writes come
@@ -316,17 +317,19 @@ def switches(fabric: Fabric) -> dict:
     return {SPINE: fabric.spine, **{("leaf", i): p for i, p in enumerate(fabric.leaf)}}
 
 
-def run_topology(leaves: int, hosts: int, sequence, bmv2: list | None = None) -> None:
+def run_topology(leaves: int, hosts: int, sequence, bmv2: list | None = None,
+                 native_leaves: bool = False) -> None:
     """The schedule on a fabric of reference pipelines and one of native pipelines, or of
-    the BMv2 switches `bmv2` (the spine and the leaves, in order)."""
+    the BMv2 switches `bmv2` (the spine and the leaves, in order; with `native_leaves`, the
+    spine only, the leaves native)."""
     reference = Fabric(leaves, hosts, engine="python")
     if bmv2 is None:
         other = Fabric(leaves, hosts, engine="native")
     else:
         from .bmv2_fabric import Bmv2Fabric  # only importable where BMv2 runs
 
-        other = Bmv2Fabric(leaves, hosts, bmv2)
-    kind = "native" if bmv2 is None else "bmv2"
+        other = Bmv2Fabric(leaves, hosts, bmv2, native_leaves=native_leaves)
+    kind = "native" if bmv2 is None else "mixed" if native_leaves else "bmv2"
     wire_: list[tuple[object, object, bytes]] = []  # switch-sent packets not yet delivered
 
     def deliver(i: int, src: object, dst: object, datagram: bytes) -> None:
@@ -427,5 +430,20 @@ def test_bmv2_two_level_topology_matches_reference_byte_for_byte(bmv2_switches) 
     @given(data=st.data(), leaves=st.integers(1, 2), hosts=st.integers(1, 3))
     def check(data, leaves, hosts) -> None:
         run_topology(leaves, hosts, data.draw(topology_events(leaves, hosts)), bmv2_switches)
+
+    check()
+
+
+def test_native_leaves_under_a_bmv2_spine_match_reference_byte_for_byte(bmv2_switches) -> None:
+    """Targets mixed: the leaves the softswitch's native pipelines, the spine BMv2, the same
+    schedules; the uplinks and verdicts between them cross as datagrams and frames."""
+
+    @settings(max_examples=SEQUENCES[TOPOLOGY["mixed"]], deadline=None, derandomize=True,
+              phases=(Phase.explicit, Phase.reuse, Phase.generate),
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data(), leaves=st.integers(1, 3), hosts=st.integers(1, 3))
+    def check(data, leaves, hosts) -> None:
+        run_topology(leaves, hosts, data.draw(topology_events(leaves, hosts)), bmv2_switches,
+                     native_leaves=True)
 
     check()
