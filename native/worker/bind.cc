@@ -127,6 +127,7 @@ void bind_config(nb::module_& m) {
       .def_rw("no_chase", &Faults::no_chase)
       .def_rw("fixed_order", &Faults::fixed_order)
       .def_rw("join_behind_waits", &Faults::join_behind_waits)
+      .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
@@ -184,6 +185,7 @@ nb::dict stats_of(Engine& e) {
   d["joins"] = s.joins;
   d["uneven_results"] = s.uneven_results;
   d["resent"] = s.resent;
+  d["state_resets"] = s.state_resets;
   d["relayed"] = s.relayed;
   d["waited_s"] = s.waited_s;
   d["absorbed"] = s.absorbed;
@@ -312,9 +314,6 @@ void bind(nb::module_& m) {
       .def_prop_ro("needs_resync", &Engine::needs_resync)
       .def("clear_resync", &Engine::clear_resync)
       .def_prop_ro("missed_results", &Engine::missed_results)
-      .def_prop_ro("states_left", &Engine::states_left,
-                   "how many times a reply showed the switch's state for the job to be new "
-                   "(the flights then in flight were forgotten, their fate unknown)")
       .def_prop_ro("bad_datagrams", &Engine::bad_datagrams)
       .def_prop_ro("in_flight", &Engine::in_flight)
       .def_prop_ro("srtt", [](const Engine& e) -> nb::object {

@@ -90,7 +90,6 @@ class Engine final {
   bool needs_resync() const { return rounds_.needs_resync(); }
   void clear_resync() { rounds_.clear_resync(); }
   uint64_t missed_results() const { return rounds_.missed_results(); }
-  uint64_t states_left() const { return rounds_.states_left(); }
   uint64_t bad_datagrams() const { return results_.bad_datagrams(); }
   int in_flight() const { return flights_.in_flight(); }
   EngineStats& stats() { return stats_; }

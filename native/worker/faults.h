@@ -43,6 +43,9 @@ struct Faults {
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).
   bool join_behind_waits = false;
+  // An ACK that settles a sync-style flight as counted leaves its round unsuspected
+  // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
+  bool ack_leaves_no_suspect = false;
 };
 
 }  // namespace hysync::worker

@@ -126,7 +126,6 @@ Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
 }
 
 void Rounds::forget(double arrived) {
-  ++states_left_;
   if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
   tag_ = -1;
   tag_changed_at_ = arrived;

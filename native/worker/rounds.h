@@ -46,9 +46,6 @@ class Rounds {
   // every slot forgets its rounds, the tag known becomes the one left, and the next tag heard
   // is learned.
   void forget(double arrived);
-  // How many times a datagram showed the switch's state for the job to be new (forget): each
-  // time, what was in flight then has a fate this worker cannot know.
-  uint64_t states_left() const { return states_left_; }
 
  private:
   void log_resync(const std::string& why);
@@ -64,7 +61,6 @@ class Rounds {
   int tag_;            // the install tag of the switch's state this worker knows (-1: none yet)
   int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
   double tag_changed_at_ = 0;
-  std::atomic<uint64_t> states_left_{0};
 };
 
 }  // namespace hysync::worker

@@ -336,7 +336,8 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
     the result that would have told every replica is gone with the state). A
     worker is held to it only where it could not know: it died, a call of its aborted, or
-    the switch's state was lost; None for every other worker (its books balance exactly)."""
+    the switch's state was lost; None for every other worker (its books balance exactly).
+    "Before" is the order things happened (Sim.moment), also within one simulated instant."""
     if not (wk.dead or rec.state_resets or
             any(c.status not in ("done", "") for c in wk.calls)):
         return None
@@ -347,9 +348,8 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         acked = wk.acked.get(closed) if closed is not None else None
         lost_with_state = closed is not None and closed[0] != rec.state_resets and \
             closed not in rec.applied
-        # (dropped after it was sent - in the same instant too - and before it was acked)
         if crossed or acked is None or lost_with_state or \
-                any(sent < t and t.at < acked for t in wk.aborts):
+                any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out
 
