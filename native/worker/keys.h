@@ -48,6 +48,10 @@ struct Key {
   int64_t numel = 0, chunks = 0;
   uint32_t first = 0;
   bool alive = true;
+  // Calls of the key begun, the one under way included: every member counts them alike, so a
+  // partial call's order of the key's chunks on a slot (Flights::order_queue) is the same at
+  // every member.
+  uint64_t calls = 0;
   std::vector<float> residual;  // chunks * LANES, float32 per element; kept across calls
   std::vector<float> acc;       // empty, or chunks * LANES
 
