@@ -108,7 +108,6 @@ void Engine::begin_call(int index, float* values, int64_t numel) {
     call_ = std::make_unique<Call>(index, key(index), values, numel, w_);
   }
   stats_.results.reserve(stats_.results.size() + std::size_t(key(index).chunks) * H);
-  ++key(index).calls;
   flights_.start_call(now());
 }
 

@@ -53,24 +53,26 @@ void Flights::start_call(double now) {
   }
 }
 
-// Partial: slot i's chunks of the key take turns at going first, by the call's number for its
-// key (Key::calls), which every member counts alike: every member calls every key once a step,
-// aborted calls included. A call whose slot is held by a parked packet carries what it has not
-// sent there after one RTO (expire), so behind a switch slower than the workers' compute a call
-// counts one chunk a slot; in the fixed order it is the same chunk every call, and the chunks
-// behind it never reach a round (their gradient piles up in the residual). Taking turns, each of
-// the slot's q chunks of the key goes first once in any q calls of the key, and all members
-// send the same one (§9 "Sync / partial sending", bounded staleness). An order drawn from each
-// member's own history would not be shared: after an abort or a restart the histories differ,
-// members open rounds of different chunks, and a chunk can lose its turn at every call. Other
-// modes keep the fixed order, which needs no slot to be told apart: in sync every call sends
-// every chunk, and members pair on it.
+// Partial: slot i's chunks of the key go out least recently closed first (Key::closed: the
+// order in which their rounds' results were applied). A call whose slot is held by a parked
+// packet carries what it has not sent there after one RTO (expire), so behind a switch slower
+// than the workers' compute a call counts one chunk a slot; in the fixed order it is the same
+// chunk every call, and the chunks behind it never reach a round (their gradient piles up in
+// the residual). Least recently closed first, a chunk that reached no round goes first in every
+// call until one closes with it (§9 "Sync / partial sending", bounded staleness). The order is
+// read from results, which every member applies (RULE A), so members send alike: an order drawn
+// from each member's own contributions departs after an abort or a restart, members open rounds
+// of different chunks, and a chunk can lose its turn at every call. Other modes keep the fixed
+// order, which needs no slot to be told apart: in sync every call sends every chunk, and members
+// pair on it.
 void Flights::order_queue(uint32_t i) {
   if (!call_ || faults_.fixed_order || slots_[i].mode != PARTIAL) return;
   auto& queue = call_->queues[i];
   if (queue.size() < 2) return;
-  const uint64_t turn = (keys_.at(call_->key).calls - 1) % queue.size();
-  std::rotate(queue.begin(), queue.begin() + std::ptrdiff_t(turn), queue.end());
+  const auto& closed = keys_.at(call_->key).closed;
+  std::stable_sort(queue.begin(), queue.end(), [&](int64_t a, int64_t b) {
+    return closed[std::size_t(a)] < closed[std::size_t(b)];
+  });
 }
 
 // ------------------------------------------------------------------ sending
