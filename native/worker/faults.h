@@ -32,8 +32,8 @@ struct Faults {
   // A reply that shows a new state by its tag and counted my flight does not settle it: the
   // reset forgets the flight and the residual keeps what the new state counted (§9).
   bool forget_counted_at_reset = false;
-  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
-  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
+  // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
 };
 
