@@ -36,8 +36,8 @@ struct Faults {
   // my contribution) is taken for a reply to another member and ignored: only replies to my own
   // transmissions settle a flight (§11, "What a host does").
   bool ignore_relayed = false;
-  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
-  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
+  // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
   // A JOIN that the stored result of the round it named answers (RESEND: that round had
   // closed) is offered again only after join_after, not at once at the slot's next round
