@@ -80,7 +80,7 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # its JOINs on slots behind by two rounds were answered by the closed round's RESEND and
 # offered again only a join_after later, past the peers' packet deadline (§9 JOIN).
 # 1003807: a late copy of a member's older contribution wrote the refusal mark over its newer
-# one counted (§4 step 8; tests/sim/test_races.py).
+# one counted (§4 step 8).
 HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807)
 
 
