@@ -39,6 +39,13 @@
 // path leaves unset (the compiler otherwise leaves them undefined).
 @pa_auto_init_metadata
 
+// A resend reads res_meta into bridge.res_packed through the stateful ALU's output, which
+// reaches the action data bus as one 32-bit word: an action can only move it into a field
+// held whole in one 32-bit container. Left to itself PHV allocation may split the field
+// over 8- and 16-bit containers (H[15:0] <- bits 23:8), which no ALU can write from one
+// action data slot.
+@pa_container_size("ingress", "meta.bridge.res_packed", 8, 8, 8, 8)
+
 control HySyncIngress(inout headers_t hdr,
                       inout ingress_metadata_t meta,
                       in ingress_intrinsic_metadata_t ig_intr_md,
