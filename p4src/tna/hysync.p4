@@ -39,11 +39,12 @@
 // path leaves unset (the compiler otherwise leaves them undefined).
 @pa_auto_init_metadata
 
-// A resend reads res_meta into bridge.res_packed through the stateful ALU's output, which
-// reaches the action data bus as one 32-bit word: an action can only move it into a field
-// held whole in one 32-bit container. Left to itself PHV allocation may split the field
-// over 8- and 16-bit containers (H[15:0] <- bits 23:8), which no ALU can write from one
-// action data slot.
+// A resend reads res_meta into bridge.res_packed straight from a stateful ALU, whose 32-bit
+// answer reaches the action data bus as one word; an 8-bit ALU reads any byte of it, a
+// 16-bit ALU only an aligned half. Left to itself PHV allocation may put res_packed[23:8]
+// in one 16-bit container (no ALU can write it from that word), and one 32-bit container
+// is not to be had (Resent copies its bytes into 8-bit header fields, which fixes where they
+// sit). So each byte gets an 8-bit container.
 @pa_container_size("ingress", "meta.bridge.res_packed", 8, 8, 8, 8)
 
 control HySyncIngress(inout headers_t hdr,
