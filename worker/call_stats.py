@@ -36,6 +36,7 @@ class CallStats:
     parked: int = 0  # partial: silent contributions settled as counted (see Transport._park)
     parked_missed: int = 0  # ... whose round then closed without them: back to residual
     resyncs: Counter = field(default_factory=Counter)  # ResyncReason name -> replies
+    relayed: int = 0  # RESYNCs a leaf relayed from the spine (flag RELAYED, docs/protocol.md §11)
     acks: int = 0
     duplicate_results: int = 0  # results already applied (a relay duplicated, or a RESEND)
     stray_replies: int = 0  # replies that answer an older packet, not the one in flight

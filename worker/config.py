@@ -17,7 +17,7 @@ _DEFAULTS = _core.worker.EngineConfig()
 # address, the quantizer's scale and the seed).
 ENGINE_FIELDS = ("job_id", "worker_id", "slot_base", "slot_count", "members", "rto_initial",
                  "rto_min", "rto_max", "dead_after", "stall_after", "missed_after", "join_after",
-                 "staleness_decay", "install_tag")
+                 "staleness_decay", "install_tag", "behind_leaf")
 
 
 def engine_config(**fields: Any) -> Any:
@@ -56,6 +56,8 @@ class TransportConfig:
     # The low byte of the job's install epoch, as serve's admit gives it (wire.install_tag):
     # a reply of a newer state of the switch is told apart from the first. -1: unknown.
     install_tag: int = _DEFAULTS.install_tag
+    # The switch is a leaf of a job that spans switches (docs/protocol.md §11).
+    behind_leaf: bool = _DEFAULTS.behind_leaf
     recv_buffer: int = 32 * 1024 * 1024
     seed: int | None = None  # seeds the async sequence starts
 

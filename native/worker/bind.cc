@@ -109,6 +109,7 @@ void bind_config(nb::module_& m) {
       .def_rw("join_after", &EngineConfig::join_after)
       .def_rw("staleness_decay", &EngineConfig::staleness_decay)
       .def_rw("seed", &EngineConfig::seed)
+      .def_rw("behind_leaf", &EngineConfig::behind_leaf)
       .def_prop_rw(
           "install_tag", [](const EngineConfig& c) { return c.install_tag; },
           [](EngineConfig& c, int tag) {
@@ -131,7 +132,8 @@ void bind_config(nb::module_& m) {
       .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
       .def_rw("send_dropped", &Faults::send_dropped)
       .def_rw("read_time_window", &Faults::read_time_window)
-      .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset);
+      .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset)
+      .def_rw("ignore_relayed", &Faults::ignore_relayed);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.
@@ -181,6 +183,7 @@ nb::dict stats_of(Engine& e) {
   d["joins"] = s.joins;
   d["uneven_results"] = s.uneven_results;
   d["resent"] = s.resent;
+  d["relayed"] = s.relayed;
   d["waited_s"] = s.waited_s;
   d["absorbed"] = s.absorbed;
   d["resyncs"] = std::vector<uint64_t>(std::begin(s.resyncs), std::end(s.resyncs));

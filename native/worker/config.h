@@ -31,6 +31,10 @@ struct EngineConfig {
   // epoch, given with the job at attach): a reply with another tag shows a new state even
   // before this worker heard any. -1: unknown, the first RESULT or ACK heard teaches it.
   int install_tag = -1;
+  // A host behind a leaf switch (docs/protocol.md §11): the leaf keeps no result of the round
+  // it closed while that round's sum is at the spine, so its STALE answer for the round just
+  // closed is a refusal, not a sign that the switch's state is new.
+  bool behind_leaf = false;
 };
 
 }  // namespace hysync::worker

@@ -32,6 +32,10 @@ struct Faults {
   // A reply that shows a new state by its tag and counted my flight does not settle it: the
   // reset forgets the flight and the residual keeps what the new state counted (§9).
   bool forget_counted_at_reset = false;
+  // A relayed RESYNC (flag RELAYED: a leaf's relay of the spine's refusal of the sum that holds
+  // my contribution) is taken for a reply to another member and ignored: only replies to my own
+  // transmissions settle a flight (§11, "What a host does").
+  bool ignore_relayed = false;
   // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
   // (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;

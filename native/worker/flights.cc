@@ -552,6 +552,13 @@ void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) 
   f->stale_mode = mode;
 }
 
+void Flights::refused(uint32_t i, uint8_t mode, double now) {
+  Flight& f = *slots_[i].flight;
+  f.stale_reason = uint8_t(wire::ResyncReason::STALE_ROUND);
+  f.stale_mode = mode;
+  decide_stale(i, now);
+}
+
 // A STALE reply stood for a grace period without the round's result arriving.
 void Flights::decide_stale(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;

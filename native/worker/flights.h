@@ -52,6 +52,9 @@ class Flights {
   // A STALE reply to its latest transmission: decided after a grace period (or at once for
   // a probe) unless the round's result arrives.
   void stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now);
+  // A relayed STALE_ROUND (docs/protocol.md §11): not counted, final - decided at once as a
+  // STALE reply's grace period would decide it (sync: again at the open round; partial: carried).
+  void refused(uint32_t i, uint8_t mode, double now);
   // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it instead.
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void offer_join(uint32_t i, double now);

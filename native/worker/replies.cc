@@ -159,6 +159,13 @@ void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
   }
   const Header h = wire::load_header(d);
   const uint32_t i = uint32_t(h.slot) - cfg_.slot_base;
+  // A leaf's relay of the spine's verdict carries the leaf's member id at the spine, not mine:
+  // whom it concerns is its bitmap (docs/protocol.md §11, "What a host does").
+  if (h.op == uint8_t(wire::Op::RESYNC) && (h.flags & uint8_t(wire::Flag::RELAYED)) &&
+      h.job_id == cfg_.job_id && h.slot >= cfg_.slot_base && i < w_) {
+    on_relayed(i, h, now);
+    return;
+  }
   const bool reply = h.op == uint8_t(wire::Op::RESYNC) || h.op == uint8_t(wire::Op::ACK);
   if (h.job_id != cfg_.job_id || h.slot < cfg_.slot_base || i >= w_ ||
       h.worker_id != cfg_.worker_id || !reply) {
@@ -240,8 +247,11 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
   // STALE_*: the contribution's round was neither open nor just closed, so the open round is at
   // least two ahead of a sync-style round in flight. (Not in async, which ignores rounds: there
   // a STALE_ROUND says the switch refused this round field before, §4 step 8.)
+  // Behind a leaf, the round just closed may have no result yet: its sum is at the spine, and
+  // a host late for it (a partial round at the leaf) is told STALE_ROUND (§11, the leaf).
+  const uint32_t least = cfg_.behind_leaf ? 1 : 2;
   if (!f->async_style && mode != ASYNC &&
-      !(uint32_t(rnd - f->round) >= 2 && uint32_t(rnd - f->round) < HALF32)) {
+      !(uint32_t(rnd - f->round) >= least && uint32_t(rnd - f->round) < HALF32)) {
     // The answer to my latest transmission says my round is not stale behind the open one:
     // the round I learned from this switch is ahead of it, or just closed with no result kept.
     // Rounds never step back and a result is kept until the next close, so the switch's state
@@ -252,6 +262,37 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
     return;
   }
   flights_.stale_reply(i, reason, mode, now);
+}
+
+// A RESYNC a leaf relayed from the spine (flag RELAYED): the spine did not count the leaf's sum
+// that holds my contribution (docs/protocol.md §11). Its bitmap names the hosts in that sum; a
+// STALE_ROUND names my flight by its chunk (the spine's round may be ahead of the sum's), a
+// CHUNK_MISMATCH by its round (the sum's: the spine answers it only for its open round) and
+// carries the chunk that round aggregates. It settles the flight whatever transmission it
+// echoes: the leaf counted exactly one of mine in the sum and has marked me refused for that
+// round, so none other can be counted there. (The relay echoes no transmission of mine, and the
+// spine's round in it may be any distance ahead of my flight's: neither says anything here.)
+void Replies::on_relayed(uint32_t i, const wire::Header& h, double now) {
+  ++stats_.relayed;
+  Flight* f = slots_[i].flight.get();
+  const bool mismatch = h.reason == CHUNK_MISMATCH;
+  if (faults_.ignore_relayed || !(h.bitmap & bit_) || h.mode == ASYNC ||
+      (h.reason != uint8_t(wire::ResyncReason::STALE_ROUND) && !mismatch) || !f ||
+      f->async_style || (mismatch ? h.round != f->round || h.chunk == f->chunk
+                                  : h.chunk != f->chunk)) {
+    ++stats_.stray_replies;
+    return;
+  }
+  ++stats_.resyncs[h.reason];
+  slots_[i].mode = h.mode;
+  rounds_.advance(i, h.round);
+  if (mismatch) {
+    flights_.heard(now);
+    flights_.retarget(i, h.chunk, h.round, h.mode, now);
+  } else {
+    flights_.refused(i, h.mode, now);
+  }
+  if (h.mode != PARTIAL) flights_.follow_mode(i, now);
 }
 
 // The switch's state for the job is new. What the old state counted of the packets in flight
