@@ -39,6 +39,14 @@
 // path leaves unset (the compiler otherwise leaves them undefined).
 @pa_auto_init_metadata
 
+// A resend reads res_meta into bridge.res_packed straight from a stateful ALU, whose 32-bit
+// answer reaches the action data bus as one word; an 8-bit ALU reads any byte of it, a
+// 16-bit ALU only an aligned half. Left to itself PHV allocation may put res_packed[23:8]
+// in one 16-bit container (no ALU can write it from that word), and one 32-bit container
+// is not to be had (Resent copies its bytes into 8-bit header fields, which fixes where they
+// sit). So each byte gets an 8-bit container.
+@pa_container_size("ingress", "meta.bridge.res_packed", 8, 8, 8, 8)
+
 control HySyncIngress(inout headers_t hdr,
                       inout ingress_metadata_t meta,
                       in ingress_intrinsic_metadata_t ig_intr_md,
