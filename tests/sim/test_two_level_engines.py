@@ -1,6 +1,6 @@
 """Real worker engines behind real leaves and a spine (tests/sim/two_level_engines.py): seeds
 that hold every invariant on both pipelines, a seed that replays, and the checker finding the
-runs that break without the host's rules of docs/protocol.md §11 ("What a host does")."""
+runs that break without the leaf's step back or the host's rules of docs/protocol.md §11."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ def test_a_seed_replays_exactly() -> None:
 def test_without_the_relayed_rule_hosts_stall() -> None:
     """A host that takes a relayed verdict for another member's reply keeps waiting on a
     sum the spine refused; with the spine's round waiting on its rack, calls fail."""
-    problems, _ = simulate(6, faults={"ignore_relayed": True})
+    problems, _ = simulate(29, faults={"ignore_relayed": True})
     assert any(p.startswith("failure:") for p in problems), problems
+    assert simulate(29)[0] == []
 
 
 def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
@@ -46,6 +47,9 @@ def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
 # Seeds where the spine answers a leaf's sum CHUNK_MISMATCH while the spine's round waits on
 # that rack: the leaf must take the round back open (§11, the leaf, step 5).
 STEP_BACK = (0, 1, 2, 5, 11)
+# A seed where a host that learned the round after the one its leaf took back open is told
+# STALE_ROUND for that round.
+STEP_BACK_HOST = 13
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
@@ -92,3 +96,4 @@ def test_without_the_hosts_step_back_a_leafs_round_back_reads_as_a_restart() -> 
     STALE_ROUND for that round as a new switch state, and its call aborts."""
     problems, _ = simulate(STEP_BACK_HOST, faults={"no_step_back": True})
     assert any("ended 'reset'" in p for p in problems), problems
+    assert simulate(STEP_BACK_HOST)[0] == []
