@@ -15,6 +15,11 @@ failing or duplicating entries. What a job looks like on the switch:
 | `replication.rewrite` entry on rid job*32+worker+1 | member, excluded ones too |
 | `forwarding.l2` entry MAC -> switch_port | host, shared by the jobs on it |
 | flood group 1024 replica (switch_port, 0) | port, shared by the jobs on it |
+| `admission.roles` entry (leaf with its uplink, or spine) | job spanning switches, per switch |
+| `forwarding.l2` entry spine MAC -> uplink port | leaf, shared by the jobs on it |
+
+A job that spans switches is installed on each of them by controlplane/testbed/fabric.py, one
+`Controller` per switch: this one writes a switch's part, its role among them.
 
 An excluded member keeps its rewrite entry (no replica refers to it): that is how
 a fresh process knows the member's address to readmit it. Shared l2 entries and
@@ -55,8 +60,16 @@ from hysync.controlplane.p4rt.transaction import (
     steps_delete,
     steps_insert,
 )
-from hysync.controlplane.tables import admission, counters, forwarding, replication, sync_mode
+from hysync.controlplane.tables import (
+    admission,
+    counters,
+    forwarding,
+    replication,
+    roles,
+    sync_mode,
+)
 from hysync.controlplane.tables.installed import InstalledJob, SwitchState, read_state
+from hysync.controlplane.tables.roles import RoleRow
 from hysync.controlplane.tables.sync_mode import ModeRange, ModeSetting
 from hysync.wire import Mode
 
@@ -175,16 +188,26 @@ class Controller:
         return list(self.jobs.values())
 
     # ---------------------------------------------------------- jobs
-    def add_job(self, job: JobConfig, *, replace: bool = False) -> AddReport:
+    def add_job(self, job: JobConfig, *, replace: bool = False, role: RoleRow | None = None,
+                uplink_port: int | None = None, epoch: int | None = None) -> AddReport:
         """Install a job: admission, jobs entry, base modes entry, multicast group, rewrite
         entries, l2 entries and flood ports. A job already installed with the same
-        definition (slots, members) is left as it is (its modes and exclusions kept);
-        installed differently it is an error unless `replace`."""
+        definition (slots, members, role) is left as it is (its modes and exclusions kept);
+        installed differently it is an error unless `replace`.
+
+        A switch's part of a job across switches (controlplane/testbed/fabric.py) adds its `role`
+        (written before the jobs entry), a leaf's l2 entry for the spine's MAC on
+        `uplink_port`, and the install `epoch` that every switch of the job shares."""
         state = self._read()
+        if role is not None:
+            roles.check_roles(self.switch.schema, self.switch.grpc_addr)
         outcome = "installed"
         if job.job_id in self.jobs:
             installed = self.jobs[job.job_id]
             diffs = installed.differences(job)
+            if installed.role != role:
+                diffs.append(f"role {_role_text(installed.role)} installed, "
+                             f"{_role_text(role)} asked")
             if not diffs:
                 repair = self._forwarding_steps(state, job.members, job.job_id)
                 written = execute(self.switch, [repair])
@@ -197,15 +220,20 @@ class Controller:
             self.remove_job(job.job_id)
             state = self._read()
             outcome = "replaced"
-        self._check_overlap(job)
+        self.check_overlap(job, role)
         phase1 = self._forwarding_steps(state, job.members, job.job_id)
+        if role is not None and role.level == roles.LEAF and uplink_port is not None:
+            phase1 += self._uplink_steps(state, role, uplink_port)
         phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
         phase1 += steps_insert([replication.job_group(job.job_id, job.members)])
         phase1 += steps_insert([ModeRange(job.job_id, *job.slots, job.mode, job.quorum).entry()])
+        if epoch is None:
+            epoch = admission.new_epoch(self._removed_epochs.get(job.job_id))
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(job.members),
-                               job.job_id,
-                               admission.new_epoch(self._removed_epochs.get(job.job_id)))
-        phase2 = steps_insert([row.entry()])
+                               job.job_id, epoch)
+        # The role goes in the jobs entry's Write, before it (docs/protocol.md §11).
+        phase2 = steps_insert([role.entry()] if role is not None else [])
+        phase2 += steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in job.members)
         written = execute(self.switch, [phase1, phase2, phase3])
         self._read()
@@ -226,14 +254,18 @@ class Controller:
         phase1 += steps_insert(r.entry() for r in job.modes)
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(active),
                                job.mcast_grp, admission.new_epoch(job.epoch))
-        phase2 = steps_insert([row.entry()])
+        phase2 = steps_insert([job.role.entry()] if job.role is not None else [])
+        phase2 += steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in active)
         written = execute(self.switch, [phase1, phase2, phase3])
         self._read()
         log.info("job %d restored: %d updates", job.job_id, written)
         return AddReport(job.job_id, "restored", written)
 
-    def _check_overlap(self, job: JobConfig) -> None:
+    def check_overlap(self, job: JobConfig, role: RoleRow | None = None) -> None:
+        """Refuse a job whose slots or member addresses another installed job has. At a
+        spine the members are leaves, whose one address every job across them shares (the
+        members table tells their uplinks apart by job id)."""
         lo, hi = job.slots
         for other in self.jobs.values():
             if other.job_id == job.job_id or not other.complete:
@@ -245,6 +277,8 @@ class Controller:
                     f"{o_lo}-{o_hi}: give job {job.job_id} a slot range outside {o_lo}-{o_hi}")
             # One address, one member: the switch attributes a member's packets (and its
             # liveness) by source address, so two jobs must not share one.
+            if role is not None and role.level == roles.SPINE:
+                continue
             taken = {(m.ipv4, m.udp_port): m.worker for m in other.members}
             for m in job.members:
                 if (m.ipv4, m.udp_port) in taken:
@@ -276,6 +310,22 @@ class Controller:
             steps.append(step_modify(forwarding.flood_group(flood.ports() | ports), flood))
         return steps
 
+    def removed_epoch(self, job_id: int) -> int | None:
+        """The epoch of the job's last install that this controller removed, if any."""
+        return self._removed_epochs.get(job_id)
+
+    def _uplink_steps(self, state: SwitchState, role: RoleRow, port: int) -> list[Step]:
+        """A leaf's l2 entry toward its spine, where the switch lacks it."""
+        mac = wire.bytes_to_mac(role.spine_mac.to_bytes(6, "big"))
+        have = state.l2.get(mac)
+        if have is None:
+            return steps_insert([forwarding.l2_entry(mac, port)])
+        if have != port:
+            raise JobError(f"the spine's MAC {mac} is on port {have} in the l2 table of the "
+                           f"switch at {self.switch.grpc_addr}, but the inventory puts the "
+                           f"uplink on port {port}: fix the leaf's uplink_port or that entry")
+        return []
+
     def remove_job(self, job_id: int) -> int:
         """Delete every entry of the job (also the traces of a partial install), and the
         l2 entries and flood ports no other job uses. Returns the number of updates."""
@@ -293,12 +343,19 @@ class Controller:
         row = state.jobs.get(job_id)
         phase2 = steps_delete([row.entry()] if row else [])
         phase3 = steps_delete(r.entry() for r in state.modes.get(job_id, ()))
+        role = state.roles.get(job_id)
+        phase3 += steps_delete([role.entry()] if role is not None else [])
         group = state.groups.get(job_id)
         phase3 += steps_delete([group] if group else [])
         phase3 += steps_delete(replication.rewrite_entry(job_id, m) for m in job.members)
         other_macs = {m.mac for j in others for m in j.members} | self.keep_macs
         other_ports = {m.switch_port for j in others for m in j.members} | self.keep_ports
-        for mac in sorted({m.mac for m in job.members} - other_macs):
+        other_macs |= {_spine_mac(r) for j, r in state.roles.items()
+                       if j != job_id and r.level == roles.LEAF}
+        job_macs = {m.mac for m in job.members}
+        if role is not None and role.level == roles.LEAF:
+            job_macs.add(_spine_mac(role))
+        for mac in sorted(job_macs - other_macs):
             if mac in state.l2:
                 phase3 += steps_delete([forwarding.l2_entry(mac, state.l2[mac])])
         flood = state.groups.get(forwarding.FLOOD_GROUP)
@@ -328,6 +385,11 @@ class Controller:
         low, high = self._check_slots(job, slots or job.slots)
         n = len(job.active)
         setting = ModeSetting.checked(mode, quorum, n, job_id)
+        if setting.mode == Mode.ASYNC and job.role is not None:
+            raise ValidationError(
+                f"job {job_id} spans switches (this one is its {job.role.name}): async is not "
+                "offered across switches (docs/protocol.md §11 \"Modes per level\"); set sync "
+                "or partial at each level")
         refusal = sync_mode.async_swap_refusal(self.arch, job.modes, job_id, low, high,
                                                setting.mode)
         if refusal is not None:
@@ -524,3 +586,11 @@ class Controller:
         time.sleep(interval)
         return counters.rates_between(before, self._stats(job))
 
+
+
+def _spine_mac(role: RoleRow) -> str:
+    return wire.bytes_to_mac(role.spine_mac.to_bytes(6, "big"))
+
+
+def _role_text(role: RoleRow | None) -> str:
+    return "single" if role is None else role.describe()

@@ -17,6 +17,11 @@
     udp_port = 47001
     switch_port = 1
 
+A job across switches (docs/protocol.md §11) names, for every member, the leaf it sits
+behind (`leaf = "leaf-a"`, a switch of the inventory's `[[switches]]`); worker ids are then
+unique per leaf (each leaf aggregates its own members), up to 32 per leaf and 255 in all.
+Such a job starts in sync or partial: async is not offered across switches.
+
 Every error is a `JobConfigError` whose message names the field and the fix.
 """
 
@@ -35,7 +40,8 @@ from hysync.wire import Mode
 MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
 _TOP_KEYS = {"job_id", "lanes", "scale", "mode", "quorum", "slots", "members", "name"}
 _SLOT_KEYS = {"base", "count"}
-_MEMBER_KEYS = {"worker", "ipv4", "mac", "udp_port", "switch_port"}
+_MEMBER_KEYS = {"worker", "ipv4", "mac", "udp_port", "switch_port", "leaf"}
+MAX_FABRIC_MEMBERS = 255  # a RESULT's count byte carries the hosts in a two-level sum
 # A larger scale saturates every gradient a float32 can hold above its smallest normal
 # (2^-126); the bound keeps inf and huge TOML integers out.
 _MAX_SCALE = 2.0**126
@@ -69,6 +75,21 @@ class JobConfig:
     mode: Mode = Mode.SYNC
     quorum: int = 0  # partial: 1..len(members); sync and async: 0
     name: str = ""
+    leaves: tuple[str, ...] = ()  # across switches: the leaf of each member; () on one switch
+
+    @property
+    def spans_switches(self) -> bool:
+        return bool(self.leaves)
+
+    def leaf_names(self) -> tuple[str, ...]:
+        """The leaves the job spans, in the order of their first member."""
+        return tuple(dict.fromkeys(self.leaves))
+
+    def on_leaf(self, leaf: str) -> JobConfig:
+        """The part of a job across switches that `leaf` aggregates: its members."""
+        members = tuple(m for m, lf in zip(self.members, self.leaves, strict=True) if lf == leaf)
+        return JobConfig(self.job_id, members, self.slot_base, self.slot_count, self.lanes,
+                         self.scale, self.mode, self.quorum, self.name)
 
     @property
     def slots(self) -> tuple[int, int]:
@@ -117,12 +138,28 @@ class JobConfig:
             raise JobConfigError(
                 f"slots.base + slots.count = {base + count} exceeds the switch's "
                 f"{wire.NUM_SLOTS} slots: lower slots.count to at most {wire.NUM_SLOTS - base}")
-        members = _members(data.get("members"))
-        mode, quorum = _mode(data, len(members))
+        raw_members = data.get("members")
+        leaves: tuple[str, ...] = ()
+        if isinstance(raw_members, list) and any(
+                isinstance(m, Mapping) and "leaf" in m for m in raw_members):
+            members, leaves = _fabric_members(raw_members)
+            n = min(sum(1 for lf in leaves if lf == leaf) for leaf in set(leaves))
+            n = min(n, len(set(leaves)))
+            level_members = ("it starts every level: at most the leaves, and the hosts of "
+                             "the smallest leaf")
+        else:
+            members = _members(raw_members)
+            n = len(members)
+            level_members = "the number of members"
+        mode, quorum = _mode(data, n, level_members)
+        if leaves and mode == Mode.ASYNC:
+            raise JobConfigError("mode = \"async\" on a job across switches: async is not "
+                                 "offered there (docs/protocol.md §11); use sync or partial")
         name = data.get("name", "")
         if not isinstance(name, str):
             raise JobConfigError(f"name = {name!r}: give a string, e.g. name = \"resnet\"")
-        return cls(job_id, members, base, count, lanes, float(scale), mode, quorum, name)
+        return cls(job_id, members, base, count, lanes, float(scale), mode, quorum, name,
+                   leaves)
 
 
 def _members(raw: Any) -> tuple[Member, ...]:
@@ -161,6 +198,36 @@ def _members(raw: Any) -> tuple[Member, ...]:
     return tuple(sorted(members))
 
 
+def _fabric_members(raw: list[Any]) -> tuple[tuple[Member, ...], tuple[str, ...]]:
+    """Members each behind a named leaf: worker ids unique per leaf, addresses over the
+    job; sorted by leaf, then worker."""
+    if len(raw) > MAX_FABRIC_MEMBERS:
+        raise JobConfigError(f"{len(raw)} members: a job across switches has at most "
+                             f"{MAX_FABRIC_MEMBERS} (a RESULT's count byte); split the job")
+    by_leaf: dict[str, list[Any]] = {}
+    for i, item in enumerate(raw):
+        leaf = item.get("leaf") if isinstance(item, Mapping) else None
+        if not isinstance(leaf, str) or not leaf:
+            raise JobConfigError(f"members[{i}].leaf is missing: a job across switches names "
+                                 "the leaf of every member (leaf = \"NAME\", a switch of the "
+                                 "inventory)")
+        by_leaf.setdefault(leaf, []).append({k: v for k, v in item.items() if k != "leaf"})
+    pairs: list[tuple[str, Member]] = []
+    for leaf, items in sorted(by_leaf.items()):
+        try:
+            pairs += [(leaf, m) for m in _members(items)]
+        except JobConfigError as err:
+            raise JobConfigError(f"behind leaf {leaf!r}: {err}") from None
+    seen: dict[tuple[str, int], str] = {}
+    for leaf, m in pairs:
+        other = seen.get((m.ipv4, m.udp_port))
+        if other is not None:
+            raise JobConfigError(f"members behind leaves {other!r} and {leaf!r} share "
+                                 f"{m.ipv4}:{m.udp_port}: give each worker its own UDP port")
+        seen[(m.ipv4, m.udp_port)] = leaf
+    return tuple(m for _, m in pairs), tuple(lf for lf, _ in pairs)
+
+
 def _unique(members: list[Member]) -> None:
     seen_worker: dict[int, int] = {}
     seen_addr: dict[tuple[str, int], int] = {}
@@ -183,7 +250,8 @@ def _unique(members: list[Member]) -> None:
         port_of_mac.setdefault(m.mac, (m.switch_port, i))
 
 
-def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
+def _mode(data: Mapping[str, Any], n: int,
+          members: str = "the number of members") -> tuple[Mode, int]:
     text = data.get("mode", "sync")
     names = {m.name.lower(): m for m in Mode}
     if not isinstance(text, str) or text.lower() not in names:
@@ -197,8 +265,8 @@ def _mode(data: Mapping[str, Any], n: int) -> tuple[Mode, int]:
         return mode, 0
     if "quorum" not in data:
         raise JobConfigError(f"mode = \"partial\" needs quorum = Q with 1 <= Q <= {n} "
-                             "(the number of members)")
-    quorum = int_field(data, "quorum", 1, n, f"1..{n} (the number of members)")
+                             f"({members})")
+    quorum = int_field(data, "quorum", 1, n, f"1..{n} ({members})")
     return mode, quorum
 
 

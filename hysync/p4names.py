@@ -11,6 +11,9 @@ Param = tuple[str, int]  # (param name, bit width)
 
 
 # ------------------------------------------------------------------ tables
+ADMISSION_ROLES: Final = "HySyncIngress.admission.roles"  # table
+ADMISSION_ROLES_ID: Final = 45827723
+ADMISSION_ROLES_SIZE: Final = 256
 ADMISSION_MEMBERS: Final = "HySyncIngress.admission.members"  # table
 ADMISSION_MEMBERS_ID: Final = 43442016
 ADMISSION_MEMBERS_SIZE: Final = 8192
@@ -30,6 +33,8 @@ REPLICATION_REWRITE_SIZE: Final = 8192
 # ----------------------------------------------------------------- actions
 NO_ACTION: Final = "NoAction"  # action
 NO_ACTION_ID: Final = 21257015
+ADMISSION_SET_ROLE: Final = "HySyncIngress.admission.set_role"  # action
+ADMISSION_SET_ROLE_ID: Final = 29412646
 ADMISSION_ADMIT: Final = "HySyncIngress.admission.admit"  # action
 ADMISSION_ADMIT_ID: Final = 19925421
 ADMISSION_SET_JOB: Final = "HySyncIngress.admission.set_job"  # action
@@ -73,6 +78,7 @@ REPLICATION_RESULTS_SIZE: Final = 8192
 # Match fields and params in P4Info order (the order of the softswitch's
 # Entry.match and Entry.params); a table's actions, entry actions first.
 TABLE_KEYS: Final[dict[str, tuple[MatchKey, ...]]] = {
+    ADMISSION_ROLES: (("job_id", 16, "EXACT"),),
     ADMISSION_MEMBERS: (
         ("job_id", 16, "EXACT"),
         ("worker_id", 8, "EXACT"),
@@ -85,6 +91,7 @@ TABLE_KEYS: Final[dict[str, tuple[MatchKey, ...]]] = {
     REPLICATION_REWRITE: (("egress_rid", 16, "EXACT"),),
 }
 TABLE_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
+    ADMISSION_ROLES: (ADMISSION_SET_ROLE, NO_ACTION),
     ADMISSION_MEMBERS: (ADMISSION_ADMIT, NO_ACTION),
     ADMISSION_JOBS: (ADMISSION_SET_JOB, NO_ACTION),
     SYNC_MODE_MODES: (SYNC_MODE_SET_MODE, NO_ACTION),
@@ -92,6 +99,7 @@ TABLE_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     REPLICATION_REWRITE: (REPLICATION_REWRITE_DST, NO_ACTION),
 }
 TABLE_DEFAULT_ACTION: Final[dict[str, str]] = {
+    ADMISSION_ROLES: NO_ACTION,
     ADMISSION_MEMBERS: NO_ACTION,
     ADMISSION_JOBS: NO_ACTION,
     SYNC_MODE_MODES: NO_ACTION,
@@ -100,6 +108,13 @@ TABLE_DEFAULT_ACTION: Final[dict[str, str]] = {
 }
 ACTION_PARAMS: Final[dict[str, tuple[Param, ...]]] = {
     NO_ACTION: (),
+    ADMISSION_SET_ROLE: (
+        ("level", 8),
+        ("uplink_id", 8),
+        ("spine_addr", 32),
+        ("spine_mac", 48),
+        ("leaf_addr", 32),
+    ),
     ADMISSION_ADMIT: (),
     ADMISSION_SET_JOB: (
         ("slot_base", 16),

@@ -61,6 +61,29 @@ class JobRole:
         return self.level == Level.SPINE
 
 
+def role_params(role: JobRole) -> tuple[int, ...]:
+    """The parameters of the roles table's set_role action (docs/protocol.md §8) for `role`, in
+    P4Info order: level, uplink_id, spine_addr, spine_mac, leaf_addr (zeros without an uplink)."""
+    u = role.uplink
+    return (int(role.level), *((u.uplink_id, u.spine_addr, u.spine_mac, u.leaf_addr)
+                               if u is not None else (0, 0, 0, 0)))
+
+
+def role_of_params(params: tuple[int, ...]) -> JobRole:
+    """The role a roles-table entry sets; ValueError, saying what to change, for one that no
+    switch can run."""
+    level, uplink_id, spine_addr, spine_mac, leaf_addr = params
+    if level not in tuple(Level):
+        raise ValueError(f"set_role level {level} is not a level: use 0 (single), 1 (leaf) or "
+                         "2 (spine)")
+    if level != Level.LEAF:
+        if any((uplink_id, spine_addr, spine_mac, leaf_addr)):
+            raise ValueError(f"a {Level(level).name.lower()} job has no uplink: set uplink_id, "
+                             "spine_addr, spine_mac and leaf_addr to 0")
+        return JobRole(Level(level))
+    return JobRole(Level.LEAF, Uplink(spine_addr, spine_mac, uplink_id, leaf_addr))
+
+
 def serial_after(a: int, b: int) -> bool:
     """a is later than b, as 32-bit serial numbers (rounds wrap)."""
     return 0 < (a - b) & 0xFFFFFFFF < 1 << 31

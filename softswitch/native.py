@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from hysync import _core, p4names, wire
-from hysync.softswitch.levels import JobRole
 from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
 
@@ -164,12 +163,6 @@ class NativePipeline(Pipeline):
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
                     self._publish()
-
-    def set_role(self, job: int, role: JobRole | None) -> None:
-        """The job's level (docs/protocol.md §11), published with the tables."""
-        with self.lock:
-            super().set_role(job, role)
-            self._changed()
 
     def write_group(self, update: str, group_id: int, replicas: list[Replica]) -> None:
         with self.lock:

@@ -33,6 +33,9 @@ DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
 # params in the order the pipeline's Entry.match and Entry.params hold them. P4Info ids
 # are mapped onto these positions by name, so a P4Info that orders them differently
 # still works. A table's first action is required, the rest allowed.
+# Tables only the v1model program declares (a job at two levels, docs/protocol.md §11): a
+# P4Info without them (the TNA program's) binds, and its switch runs every job at one level.
+TWO_LEVEL_TABLES = frozenset({p4names.ADMISSION_ROLES})
 
 
 class ConfigError(ValueError):
@@ -128,7 +131,7 @@ def bind_p4info(p4info: p4info_pb2.P4Info, pipeline: Pipeline,
     by_name = {a.preamble.name: a for a in p4info.actions}
     p4_tables = {t.preamble.name: t for t in p4info.tables}
     for name in pipeline.tables:
-        if name not in p4_tables:
+        if name not in p4_tables and name not in TWO_LEVEL_TABLES:
             raise ConfigError(f"the P4Info has no table {name}, which the softswitch pipeline "
                               "implements: push the P4Info of p4src/v1model/hysync.p4")
     for name, table in p4_tables.items():

@@ -18,7 +18,8 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 
-from hysync import p4rt_codec
+from hysync import p4names, p4rt_codec
+from hysync.softswitch.levels import role_of_params
 from hysync.softswitch.p4binding import BoundCounter, BoundTable, PipelineBinding
 from hysync.softswitch.p4status import BatchError, P4RuntimeError, p4_error, unsupported_entity
 from hysync.softswitch.p4values import (
@@ -178,6 +179,12 @@ class Writer:
         else:  # MODIFY without an action keeps the entry's action (spec §9.1.2)
             assert existing is not None
             action, params = existing.action, existing.params
+        if table.name == p4names.ADMISSION_ROLES and action == p4names.ADMISSION_SET_ROLE:
+            try:
+                role_of_params(params)
+            except ValueError as err:
+                raise P4RuntimeError(grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"{_where(table, match, priority)}: {err}") from None
         entries[key] = Entry(table.name, match, action, params, priority)
         meta = (te.controller_metadata, te.metadata)
         overlay.entry_meta.append((table.name, key, None if meta == (0, b"") else meta))

@@ -25,7 +25,7 @@ import numpy as np
 from hysync import p4names, wire
 from hysync.protocol_spec.decision import Counter as MemberCounter
 from hysync.protocol_spec.decision import Emit, LaneOp, SeqOp, decide, facts_of
-from hysync.softswitch.levels import JobRole, Level, serial_after
+from hysync.softswitch.levels import JobRole, Level, role_of_params, role_params, serial_after
 from hysync.softswitch.tables import Counter, Entry, EntryError, Replica, Table
 from hysync.wire import DropReason, Flag, Mode, Op, ResyncReason
 
@@ -71,6 +71,7 @@ class Pipeline:
             name: Table(name, size, p4names.TABLE_DEFAULT_ACTION[name]) for name, size in (
                 (p4names.ADMISSION_MEMBERS, p4names.ADMISSION_MEMBERS_SIZE),
                 (p4names.ADMISSION_JOBS, wire.MAX_JOBS),
+                (p4names.ADMISSION_ROLES, p4names.ADMISSION_ROLES_SIZE),
                 (p4names.SYNC_MODE_MODES, p4names.SYNC_MODE_MODES_SIZE),
                 (p4names.FORWARDING_L2, p4names.FORWARDING_L2_SIZE),
                 (p4names.REPLICATION_REWRITE, MEMBER_CELLS))}
@@ -86,7 +87,8 @@ class Pipeline:
                                  MemberCounter.LATE: self._late,
                                  MemberCounter.DUPLICATES: self._duplicates,
                                  MemberCounter.STALE: self._stale}
-        # The level of each job that spans switches (docs/protocol.md §11); absent: single.
+        # The level of each job that spans switches (docs/protocol.md §11), derived from the
+        # roles table; absent: single.
         self._roles: dict[int, JobRole] = {}
         self.reset_registers()
         for name in self.tables:
@@ -202,21 +204,26 @@ class Pipeline:
             for table in self.tables.values():
                 table.entries.clear()
             self.groups.clear()
-            self._roles.clear()
             self.reset_counters()
             self.reset_registers()
             for name in self.tables:
                 self._rebuild_index(name)
 
     def set_role(self, job: int, role: JobRole | None) -> None:
-        """The job's level on this switch (docs/protocol.md §11); None or single: §4."""
+        """The job's level on this switch (docs/protocol.md §11); None or single: §4. Written
+        as the roles table's entry for the job, what a P4Runtime client writes."""
         if not 0 < job < wire.MAX_JOBS:
             raise ValueError(f"job {job} is out of range: job ids are 1..{wire.MAX_JOBS - 1}")
+        table = self.tables[p4names.ADMISSION_ROLES]
         with self.lock:
+            exists = ((job,), 0) in table.entries
             if role is None or role.level == Level.SINGLE:
-                self._roles.pop(job, None)
-            else:
-                self._roles[job] = role
+                if exists:
+                    self.write_entry("DELETE", Entry(table.name, (job,), p4names.NO_ACTION))
+                return
+            self.write_entry("MODIFY" if exists else "INSERT",
+                             Entry(table.name, (job,), p4names.ADMISSION_SET_ROLE,
+                                   role_params(role)))
 
     def role(self, job: int) -> JobRole:
         return self._roles.get(job) or JobRole(Level.SINGLE)
@@ -736,6 +743,9 @@ def _index(name: str, entries: Iterable[Entry]) -> tuple[str, Any]:
         return "_members", {e.match for e in entries}
     if name == p4names.ADMISSION_JOBS:
         return "_jobs", {e.match[0]: e.params for e in entries}
+    if name == p4names.ADMISSION_ROLES:
+        roles = ((e.match[0], role_of_params(e.params)) for e in entries)
+        return "_roles", {job: role for job, role in roles if role.level != Level.SINGLE}
     if name == p4names.SYNC_MODE_MODES:
         modes: dict[int, list[tuple[int, ...]]] = {}
         for e in entries:

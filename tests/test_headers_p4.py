@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from hysync import wire
+from hysync.softswitch.levels import Level
 from tests.p4tools import skip_unless_available
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,6 +196,7 @@ def test_constant_matches_wire(constants, p4_name, value):
     ("FLAG_", wire.Flag, ("NONE",)),
     ("RESYNC_", wire.ResyncReason, ()),
     ("DROP_", wire.DropReason, ()),
+    ("LEVEL_", Level, ()),
 ])
 def test_enumeration_matches_wire(constants, prefix, enum, skip):
     """Same members and values both ways: a value added on one side only fails."""
@@ -240,6 +242,11 @@ CONTRACT_TABLES = {
         {"HySyncIngress.admission.set_job": [("slot_base", 16), ("slot_count", 16),
                                              ("members", 8), ("mcast_grp", 16), ("epoch", 32)],
          "NoAction": []}),
+    "HySyncIngress.admission.roles": (
+        [("job_id", 16, "EXACT")],
+        {"HySyncIngress.admission.set_role": [("level", 8), ("uplink_id", 8), ("spine_addr", 32),
+                                              ("spine_mac", 48), ("leaf_addr", 32)],
+         "NoAction": []}),
     "HySyncIngress.sync_mode.modes": (
         [("job_id", 16, "EXACT"), ("slot", 16, "RANGE")],
         {"HySyncIngress.sync_mode.set_mode": [("mode", 8), ("quorum", 8)], "NoAction": []}),
@@ -256,6 +263,7 @@ CONTRACT_TABLES = {
 CONTRACT_DEFAULTS = {
     "HySyncIngress.admission.members": "NoAction",
     "HySyncIngress.admission.jobs": "NoAction",
+    "HySyncIngress.admission.roles": "NoAction",
     "HySyncIngress.sync_mode.modes": "NoAction",
     "HySyncIngress.forwarding.l2": "HySyncIngress.forwarding.flood",
     "HySyncEgress.replication.rewrite": "NoAction",

@@ -29,7 +29,14 @@ from typing import NoReturn, TextIO
 
 import hysync
 from hysync import wire
-from hysync.controlplane.cli import completion, limits, rack, testbed_commands, top
+from hysync.controlplane.cli import (
+    completion,
+    fabric_commands,
+    limits,
+    rack,
+    testbed_commands,
+    top,
+)
 from hysync.controlplane.cli.output import Handler, NotLatchedError, Output, UsageError
 from hysync.controlplane.cli.switch_commands import (
     cmd_job_add,
@@ -179,14 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="P4INFO[,DEVICE_CONFIG]",
                    help="p4runtime-shell's form of the two options above")
 
+    def inventory(p: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+        p.add_argument("--inventory", metavar="FILE", default=default,
+                       help="job add|remove|list, mode set|show, policy run: act on the "
+                       "switches of this TOML "
+                       "inventory; with leaves and a spine, on every switch the job spans")
+
+    inventory(parser, None)
+
     jobs = group("job", "install, remove and list jobs")
     p = command(jobs, "add", cmd_job_add)
     p.add_argument("file", metavar="FILE", help="TOML job file")
     p.add_argument("--replace", action="store_true",
                    help="replace a job installed with the same id but a different definition")
+    inventory(p)
     p = command(jobs, "remove", cmd_job_remove)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
-    command(jobs, "list", cmd_job_list)
+    inventory(p)
+    inventory(command(jobs, "list", cmd_job_list))
 
     modes = group("mode", "hot-swap and show the sync mode of slot ranges")
     p = command(modes, "set", cmd_mode_set)
@@ -198,7 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="partial: close a round at the first Q contributions")
     p.add_argument("--wait", type=limits.seconds, metavar="SECONDS",
                    help="wait up to SECONDS until every slot has latched the mode")
+    p.add_argument("--level", metavar="LEVEL", help="with --inventory of leaves and a spine: "
+                   f"{fabric_commands.LEVEL_HELP} (default: every level)")
+    inventory(p)
     p = command(modes, "show", cmd_mode_show)
+    inventory(p)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 
     members = group("member", "exclude and readmit members of a job")
@@ -220,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the decisions, change nothing on the switch")
     p.add_argument("--log", metavar="FILE", help="append every decision to FILE (JSON lines)")
+    p.add_argument("--level", metavar="LEVEL", help="with --inventory of leaves and a spine: "
+                   f"{fabric_commands.LEVEL_HELP} (default: a policy at every level)")
+    inventory(p)
     p = command(policies, "resume", cmd_policy_resume)
     p.add_argument("job", type=_job_id, metavar="JOB", help=JOB_HELP)
 
@@ -256,6 +280,14 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     try:
         args = parser.parse_args(argv)
         handler = args.handler
+        if getattr(args, "level", None) and not getattr(args, "inventory", None):
+            raise UsageError(f"--level {args.level} needs --inventory FILE: the testbed's "
+                             "inventory says which switch is the spine and which are leaves")
+        if getattr(args, "inventory", None) and handler.__name__ in fabric_commands.routes():
+            if args.serve:
+                raise UsageError("--inventory and --serve together: the serve holds the "
+                                 "switches; send the command to it, or give --inventory alone")
+            handler = fabric_commands.routes()[handler.__name__]
         if args.serve:
             handler = testbed_commands.routes().get(handler.__name__, handler)
         handler(args, Output(args.json, stdout))

@@ -27,14 +27,15 @@ from hysync.tls import ClientTls
 from hysync.wire import Mode
 
 
-def _job_line(job: InstalledJob) -> str:
+def job_line(job: InstalledJob) -> str:
     lo, hi = job.slots
     modes = ", ".join(f"{s.low}-{s.high} {format_mode(s.mode, s.quorum)}"
                       for s in job.segments())
     excluded = sorted(m.worker for m in job.members if m.worker not in job.active)
     excl = f", excluded {', '.join(map(str, excluded))}" if excluded else ""
+    role = f"; {job.role.describe()}" if job.role is not None else ""
     return (f"job {job.job_id}: slots {lo}-{hi}, {len(job.active)}/{len(job.members)} "
-            f"members active{excl}; modes: {modes or 'none'}")
+            f"members active{excl}; modes: {modes or 'none'}{role}")
 
 
 
@@ -92,7 +93,7 @@ def cmd_job_list(args: argparse.Namespace, out: Output) -> None:
     with connect(args, read_only=True) as switch:
         controller = Controller(switch).attach()
         jobs = controller.list_jobs()
-    lines = [_job_line(j) for j in jobs if j.complete] or ["no jobs installed"]
+    lines = [job_line(j) for j in jobs if j.complete] or ["no jobs installed"]
     lines += [f"warning: {p}" for p in controller.problems]
     out.emit({"jobs": [j.to_dict() for j in jobs], "problems": controller.problems},
              "\n".join(lines))
@@ -204,8 +205,8 @@ def cmd_policy_run(args: argparse.Namespace, out: Output) -> None:
 
         def echo(record: dict[str, object]) -> None:
             error = f" (FAILED: {record['error']})" if record.get("error") else ""
-            out.emit(record, f"{_clock(record)} job {args.job}: "
-                             f"{_decision_text(record)}{error}")
+            out.emit(record, f"{clock(record)} job {args.job}: "
+                             f"{decision_text(record)}{error}")
 
         try:
             with PolicyRunner(controller, args.job, policy, interval=args.interval,
@@ -225,7 +226,7 @@ def cmd_policy_run(args: argparse.Namespace, out: Output) -> None:
              f"active {', '.join(map(str, sorted(policy.active)))}")
 
 
-def _clock(record: dict[str, object]) -> str:
+def clock(record: dict[str, object]) -> str:
     """A decision's wall-clock time, local, to the tenth of a second (its `time` is the
     monotonic clock's, which only orders decisions)."""
     wall = record.get("wall")
@@ -242,7 +243,7 @@ def cmd_policy_resume(args: argparse.Namespace, out: Output) -> None:
                      "--serve ADDR (or HYSYNC_SERVE=ADDR)")
 
 
-def _decision_text(record: dict[str, object]) -> str:
+def decision_text(record: dict[str, object]) -> str:
     """One line for a decision-log record."""
     if record.get("action") == "start":
         dry = " (dry run)" if record.get("dry_run") else ""
@@ -303,7 +304,7 @@ def _with_policy(args: argparse.Namespace, data: dict[str, object],
     if args.policy_log is None:
         return data, text
     record = latest_decision(Path(args.policy_log), args.job)
-    line = (f"policy: {_decision_text(record)} (at {_clock(record)})" if record
+    line = (f"policy: {decision_text(record)} (at {clock(record)})" if record
             else f"policy: no decision for job {args.job} in {args.policy_log}")
     return dict(data, policy=record), f"{text}\n{line}"
 

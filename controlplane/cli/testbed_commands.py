@@ -42,6 +42,10 @@ from hysync.wire import Mode
 def _inventory(args: argparse.Namespace) -> Inventory:
     """The INVENTORY; a --grpc-addr other than its switch's is refused, not ignored."""
     inv = Inventory.load(args.inventory)
+    if inv.fabric is not None:
+        raise UsageError(f"{args.inventory} describes leaves and a spine: deploy, teardown and "
+                         "serve take a one-switch inventory; install a job across them with "
+                         f"`hysync --inventory {args.inventory} job add FILE` (docs/testbed.md)")
     given = getattr(args, "grpc_addr", DEFAULT_GRPC_ADDR)
     if given not in (DEFAULT_GRPC_ADDR, inv.switch.grpc_addr):
         raise UsageError(f"--grpc-addr {given} is not the switch of {args.inventory} "

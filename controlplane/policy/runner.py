@@ -53,10 +53,20 @@ class PolicyRunner:
     def __init__(self, controller: Controller, job_id: int, policy: AdaptivePolicy, *,
                  interval: float = 0.5, dry_run: bool = False, log_path: Path | None = None,
                  echo: Callable[[dict[str, object]], None] | None = None,
-                 hosts: Hosts | None = None) -> None:
+                 hosts: Hosts | None = None, level: str | None = None) -> None:
+        """`level`: the level of a job across switches this runner acts on (`spine`,
+        `leaf:NAME`), named in every record it writes (policy/levels.py)."""
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         self.controller, self.job_id, self.policy = controller, job_id, policy
+        self.level = level
+        job = controller.jobs.get(job_id)
+        if job is not None and job.role is not None:
+            # Across switches async is not offered (docs/protocol.md §11), and a leaf left
+            # out of the spine's group would leave its whole rack without results.
+            keep = len(job.members) if job.role.name == "spine" else policy.config.min_members
+            policy.config = replace(policy.config, allow_async=False,
+                                    min_members=max(policy.config.min_members, keep))
         if policy.config.allow_async and not controller.hot_swaps_async:
             # The Tofino program cannot hot-swap async (sync_mode.async_swap_refusal): the
             # policy probes and adapts with partial instead.
@@ -134,7 +144,7 @@ class PolicyRunner:
                     log.warning("policy decision %s failed: %s", d.describe(), error)
             record = self.record(d, applied=not self.dry_run and error is None, error=error)
             if record["applied"]:
-                _log_decision(self.job_id, d, self.hosts)
+                _log_decision(self.job_id, d, self.hosts, self.level)
             self._write(record)
             if self.echo is not None:
                 self.echo(record)
@@ -148,6 +158,8 @@ class PolicyRunner:
         hosts and ranks of the members it names."""
         record: dict[str, object] = dict(d.to_dict(), job_id=self.job_id, applied=applied,
                                          error=error, dry_run=self.dry_run, wall=_time.time())
+        if self.level is not None:
+            record["level"] = self.level
         if d.worker is not None:
             record.update(member_fields(d.worker, self.hosts))
         inputs = record["inputs"]  # to_dict()'s own copy: annotated in place
@@ -210,6 +222,8 @@ class PolicyRunner:
         self._write(record)
 
     def _write(self, record: Mapping[str, object]) -> None:
+        if self.level is not None:
+            record = dict(record, level=self.level)
         if self._log is not None:
             self._log.write(json.dumps(record, sort_keys=True) + "\n")
             self._log.flush()
@@ -218,11 +232,15 @@ class PolicyRunner:
 _EVENTS = {SET_MODE: "mode_swap", EXCLUDE: "exclusion", READMIT: "readmission"}
 
 
-def _log_decision(job_id: int, d: Decision, hosts: Hosts) -> None:
+def _log_decision(job_id: int, d: Decision, hosts: Hosts, level: str | None = None) -> None:
     """An applied decision as the event it is (serve's metrics count the swaps); an
-    exclusion or readmission names the member's host and ranks where they are known."""
+    exclusion or readmission names the member's host and ranks where they are known, a
+    decision at one level of a job across switches names the level."""
     fields: dict[str, object] = {"by": "policy", "reason": d.reason}
     text = d.describe()
+    if level is not None:
+        fields["job_level"] = level  # `level` is the logging level of logs.event
+        text = f"{level}: {text}"
     if d.action == SET_MODE:
         fields.update(mode=d.mode, quorum=d.quorum)
     else:

@@ -16,7 +16,8 @@ from hysync import p4names, wire
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.p4rt.entities import MulticastGroup
 from hysync.controlplane.p4rt.switch import Switch
-from hysync.controlplane.tables import admission, forwarding, replication, sync_mode
+from hysync.controlplane.tables import admission, forwarding, replication, roles, sync_mode
+from hysync.controlplane.tables.roles import RoleRow
 from hysync.controlplane.tables.sync_mode import ModeRange, Segment
 from hysync.wire import Mode
 
@@ -35,6 +36,7 @@ class InstalledJob:
     modes: tuple[ModeRange, ...]
     complete: bool = True  # False: traces of the job without a jobs entry
     epoch: int = 0  # the jobs entry's install epoch (0: no jobs entry)
+    role: RoleRow | None = None  # its level in a job across switches; None: single
 
     @property
     def slots(self) -> tuple[int, int]:
@@ -68,6 +70,8 @@ class InstalledJob:
                        "quorum": s.quorum} for s in self.segments()],
             "mode_entries": [{"slots": [r.low, r.high], "mode": Mode(r.mode).name.lower(),
                               "quorum": r.quorum, "priority": r.priority} for r in self.modes],
+            **({"role": self.role.name, "uplink_id": self.role.uplink_id}
+               if self.role is not None else {}),
         }
 
 
@@ -82,9 +86,11 @@ class SwitchState:
     rewrites: dict[tuple[int, int], replication.Rewrite]
     groups: dict[int, MulticastGroup]
     problems: list[str] = field(default_factory=list)
+    roles: dict[int, RoleRow] = field(default_factory=dict)
 
     def job_ids(self) -> set[int]:
         ids = set(self.jobs) | set(self.modes) | {a.job_id for a in self.admitted}
+        ids |= set(self.roles)
         ids |= {job for job, _ in self.rewrites}
         ids |= {g for g in self.groups if 0 < g < wire.MAX_JOBS}
         return ids
@@ -100,12 +106,13 @@ class SwitchState:
             port = port_of_rid.get(wire.member_rid(job, worker), self.l2.get(rw.mac, -1))
             members.append(Member(worker, rw.ipv4, rw.mac, rw.udp_port, port))
         active = frozenset(a.worker for a in self.admitted if a.job_id == job_id)
+        role = self.roles.get(job_id)
         if row is None:
             return InstalledJob(job_id, 0, 0, 0, job_id, tuple(members), active,
-                                tuple(self.modes.get(job_id, ())), complete=False)
+                                tuple(self.modes.get(job_id, ())), complete=False, role=role)
         return InstalledJob(job_id, row.slot_base, row.slot_count, row.members, row.mcast_grp,
                             tuple(members), active, tuple(self.modes.get(job_id, ())),
-                            epoch=row.epoch)
+                            epoch=row.epoch, role=role)
 
     def check(self, job: InstalledJob) -> None:
         """Record inconsistencies of an installed job in `problems`."""
@@ -129,11 +136,13 @@ class SwitchState:
 
 
 def read_state(switch: Switch) -> SwitchState:
-    """One read of everything the controller programs: five tables in one Read RPC, and
-    the multicast groups."""
+    """One read of everything the controller programs: five tables (six with the roles
+    table, where the program has one) in one Read RPC, and the multicast groups."""
+    with_roles = roles.has_roles(switch.schema)
     tables = switch.read_tables([p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS,
                                  p4names.SYNC_MODE_MODES, p4names.FORWARDING_L2,
-                                 p4names.REPLICATION_REWRITE])
+                                 p4names.REPLICATION_REWRITE,
+                                 *([roles.ROLES_TABLE] if with_roles else [])])
     state = SwitchState(
         admitted=[admission.Admitted.from_entry(e) for e in tables[p4names.ADMISSION_MEMBERS]],
         jobs={r.job_id: r
@@ -151,6 +160,9 @@ def read_state(switch: Switch) -> SwitchState:
     for entry in tables[p4names.REPLICATION_REWRITE]:
         rw = replication.Rewrite.from_entry(entry)
         state.rewrites[(rw.job_id, rw.worker)] = rw
+    for entry in tables.get(roles.ROLES_TABLE, ()):
+        role = RoleRow.from_entry(entry)
+        state.roles[role.job_id] = role
     return state
 
 

@@ -33,6 +33,37 @@
     mac = "02:00:00:00:01:01"
     switch_port = 1
 
+A testbed of several switches, a job aggregated at each top-of-rack switch (leaf) and again
+at a spine (docs/protocol.md §11), replaces `[switch]` with one `[[switches]]` table per
+switch, each with every key of `[switch]` and its `name` and `role`; each host names the
+leaf it sits behind:
+
+    [[switches]]
+    name = "spine"
+    role = "spine"
+    grpc_addr = "10.1.0.1:9559"     # ... and the other keys of [switch]
+    data_ipv4 = "10.0.0.250"
+    data_mac = "02:00:00:00:00:fa"
+
+    [[switches]]
+    name = "leaf-a"
+    role = "leaf"
+    uplink_port = 9                 # the leaf's port toward the spine
+    spine_port = 1                  # the spine's port toward this leaf
+    grpc_addr = "10.1.0.10:9559"    # ...
+    data_ipv4 = "10.0.1.254"        # the spine admits the leaf's sums from this address
+    data_mac = "02:00:00:00:01:fe"
+
+    [[hosts]]
+    name = "h1"
+    leaf = "leaf-a"                 # switch_port is then a port of leaf-a
+    ...
+
+One spine, 1..32 leaves (a leaf is a member of the spine's job: its position among the
+leaves is its member id there), at most 32 hosts behind a leaf and 255 in all (a RESULT's
+count byte). Every switch gets its slots from the one `[pool]`: a job has the same slot
+range on every switch it spans.
+
 Every error is an `InventoryError` naming the file, the field and what would be valid.
 """
 
@@ -59,15 +90,20 @@ from hysync.errors import BadFileError
 from hysync.tls import ClientTls
 
 TARGETS = ("softswitch", "bmv2", "tofino")
+ROLES = ("leaf", "spine")
 DEFAULT_SERVE = "127.0.0.1:9600"
-_TOP_KEYS = {"name", "switch", "pool", "serve", "hosts"}
+MAX_LEAVES = wire.MAX_WORKERS  # a leaf is a member of the spine's job
+MAX_FABRIC_HOSTS = 255  # a RESULT's count byte carries the hosts in a sum
+_TOP_KEYS = {"name", "switch", "switches", "pool", "serve", "hosts"}
 _SWITCH_KEYS = {"grpc_addr", "device_id", "election_id", "target", "p4info", "device_config",
                 "data_ipv4", "data_mac", "data_udp_port", "cacert", "cert", "private_key",
                 "insecure"}
 _POOL_KEYS = {"slot_base", "slot_count", "job_slots", "averaging_slots"}
 _SERVE_KEYS = {"listen", "token_file", "operator_token_file", "socket_mode", "cacert", "cert",
                "private_key", "client_cert", "client_key", "operators"}
+_FABRIC_SWITCH_KEYS = _SWITCH_KEYS | {"name", "role", "uplink_port", "spine_port"}
 _HOST_KEYS = {"name", "interface", "ipv4", "mac", "switch_port"}
+_FABRIC_HOST_KEYS = _HOST_KEYS | {"leaf"}
 
 
 class InventoryError(ControlPlaneError, BadFileError):
@@ -120,6 +156,38 @@ class Host:
     ipv4: str
     mac: str
     switch_port: int
+    leaf: str = ""  # the leaf switch it sits behind; "" on a one-switch testbed
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSwitch:
+    """One switch of a testbed of leaves and a spine."""
+
+    name: str
+    role: str  # leaf | spine
+    switch: SwitchInfo
+    uplink_id: int = -1  # a leaf: its member id at the spine (its position among the leaves)
+    uplink_port: int = -1  # a leaf: its port toward the spine
+    spine_port: int = -1  # a leaf: the spine's port toward it
+
+
+@dataclass(frozen=True, slots=True)
+class Fabric:
+    """The switches of a two-level testbed and which hosts sit behind which leaf."""
+
+    spine: FabricSwitch
+    leaves: tuple[FabricSwitch, ...]
+
+    @property
+    def switches(self) -> tuple[FabricSwitch, ...]:
+        return (self.spine, *self.leaves)
+
+    def leaf(self, name: str) -> FabricSwitch:
+        for leaf in self.leaves:
+            if leaf.name == name:
+                return leaf
+        raise InventoryError(f"no leaf {name!r}: the leaves are "
+                             f"{', '.join(lf.name for lf in self.leaves)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +199,10 @@ class Inventory:
     serve: str  # HOST:PORT or unix:PATH
     hosts: tuple[Host, ...]
     access: ServeAccess = ServeAccess()  # who may talk to serve
+    fabric: Fabric | None = None  # leaves and a spine; `switch` is then the spine's
+
+    def hosts_behind(self, leaf: str) -> tuple[Host, ...]:
+        return tuple(h for h in self.hosts if h.leaf == leaf)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:
@@ -159,7 +231,16 @@ class Inventory:
         name = data.get("name", "")
         if not isinstance(name, str):
             raise InventoryError(f"name = {name!r}: give a string, e.g. name = \"rack-1\"")
-        switch = _switch(_table(data, "switch", required=True), base)
+        fabric = None
+        if "switches" in data:
+            if "switch" in data:
+                raise InventoryError("[switch] and [[switches]] together: describe one switch "
+                                     "with [switch], or leaves and a spine with one "
+                                     "[[switches]] table each (see docs/testbed.md)")
+            fabric = _fabric(data["switches"], base)
+            switch = fabric.spine.switch
+        else:
+            switch = _switch(_table(data, "switch", required=True), base)
         pool = _pool(_table(data, "pool"))
         serve = _table(data, "serve")
         no_unknown_keys(serve, _SERVE_KEYS, "[serve]")
@@ -172,17 +253,88 @@ class Inventory:
             access = access_from_table(dict(serve), base)
         except ValueError as err:
             raise InventoryError(str(err)) from None
-        hosts = _hosts(data.get("hosts"))
-        for h in hosts:
-            if h.mac == switch.data_mac or (h.ipv4 == switch.data_ipv4
-                                            and not _loopback(h.ipv4)):
-                raise InventoryError(f"hosts[{h.name}] has the switch's data address "
-                                     f"({switch.data_ipv4} / {switch.data_mac}): give the "
-                                     "switch and every host their own")
-        return cls(path, name, switch, pool, listen, hosts, access)
+        hosts = _hosts(data.get("hosts"), fabric)
+        for sw in fabric.switches if fabric else ():
+            _check_data_address(hosts, sw.switch, f"switch {sw.name!r}")
+        if fabric is None:
+            _check_data_address(hosts, switch, "the switch")
+        return cls(path, name, switch, pool, listen, hosts, access, fabric)
+
+
+def _check_data_address(hosts: tuple[Host, ...], switch: SwitchInfo, which: str) -> None:
+    for h in hosts:
+        if h.mac == switch.data_mac or (h.ipv4 == switch.data_ipv4 and not _loopback(h.ipv4)):
+            raise InventoryError(f"hosts[{h.name}] has {which}'s data address "
+                                 f"({switch.data_ipv4} / {switch.data_mac}): give the "
+                                 "switch and every host their own")
 
 
 # ------------------------------------------------------------------ sections
+def _fabric(raw: Any, base: Path) -> Fabric:
+    if not isinstance(raw, list) or not raw:
+        raise InventoryError("switches is empty or not a list of tables: add one [[switches]] "
+                             "table per switch, one with role = \"spine\" and the leaves with "
+                             "role = \"leaf\"")
+    spines: list[FabricSwitch] = []
+    leaves: list[FabricSwitch] = []
+    seen: dict[tuple[str, object], str] = {}
+    for i, item in enumerate(raw):
+        where = f"switches[{i}]"
+        if not isinstance(item, Mapping):
+            raise InventoryError(f"{where} must be a table ([[switches]])")
+        no_unknown_keys(item, _FABRIC_SWITCH_KEYS, where)
+        name = _string(item, f"{where}.name", "name", 'e.g. name = "leaf-a"')
+        role = item.get("role")
+        if role not in ROLES:
+            raise InventoryError(f"{where}.role = {role!r}: choose leaf or spine (a testbed of "
+                                 "one switch uses [switch] instead of [[switches]])")
+        switch_table = {k: v for k, v in item.items()
+                        if k not in ("name", "role", "uplink_port", "spine_port")}
+        try:
+            info = _switch(switch_table, base)
+        except InventoryError as err:
+            raise InventoryError(str(err).replace("switch.", f"switches[{name}].")) from None
+        for field, value in (("name", name), ("grpc_addr", (info.grpc_addr, info.device_id)),
+                             ("data_ipv4", info.data_ipv4), ("data_mac", info.data_mac)):
+            other = seen.get((field, value))
+            if other is not None:
+                raise InventoryError(f"switches {other!r} and {name!r} have the same {field} "
+                                     f"{value!r}: every switch needs its own")
+            seen[(field, value)] = name
+        if role == "spine":
+            for key in ("uplink_port", "spine_port"):
+                if key in item:
+                    raise InventoryError(f"switches[{name}].{key}: only a leaf has one; the "
+                                         "spine's ports are its leaves' spine_port")
+            spines.append(FabricSwitch(name, role, info))
+            continue
+        ports = {key: int_field(item, key, 0, MAX_SWITCH_PORT, f"0..{MAX_SWITCH_PORT}",
+                                field=f"switches[{name}].{key}")
+                 for key in ("uplink_port", "spine_port")}
+        leaves.append(FabricSwitch(name, role, info, len(leaves), ports["uplink_port"],
+                                   ports["spine_port"]))
+    if not spines:
+        raise InventoryError("no switch has role = \"spine\": a job across leaves is summed "
+                             "again at one spine; add its [[switches]] table")
+    if len(spines) > 1:
+        raise InventoryError(f"two spines ({spines[0].name!r} and {spines[1].name!r}): a "
+                             "testbed has one spine; make the others leaves or leave them out")
+    if not leaves:
+        raise InventoryError(f"spine {spines[0].name!r} has no leaves: add [[switches]] with "
+                             "role = \"leaf\" (or describe one switch with [switch])")
+    if len(leaves) > MAX_LEAVES:
+        raise InventoryError(f"{len(leaves)} leaves: a spine admits at most {MAX_LEAVES} (each "
+                             "leaf is one of its job's members); split the testbed")
+    taken: dict[int, str] = {}
+    for leaf in leaves:
+        if leaf.spine_port in taken:
+            raise InventoryError(f"leaves {taken[leaf.spine_port]!r} and {leaf.name!r} both "
+                                 f"have spine_port = {leaf.spine_port}: each leaf is cabled to "
+                                 "its own port of the spine")
+        taken[leaf.spine_port] = leaf.name
+    return Fabric(spines[0], tuple(leaves))
+
+
 def _table(data: Mapping[str, Any], key: str, *, required: bool = False) -> Mapping[str, Any]:
     value = data.get(key)
     if value is None and not required:
@@ -255,10 +407,12 @@ def _pool(t: Mapping[str, Any]) -> Pool:
     return Pool(base, count, job, avg)
 
 
-def _hosts(raw: Any) -> tuple[Host, ...]:
+def _hosts(raw: Any, fabric: Fabric | None = None) -> tuple[Host, ...]:
     if not isinstance(raw, list) or not raw:
         raise InventoryError("hosts is missing or empty: add one [[hosts]] table per server "
                              "with name, interface, ipv4, mac, switch_port")
+    if fabric is not None:
+        return _fabric_hosts(raw, fabric)
     if len(raw) > wire.MAX_WORKERS:
         raise InventoryError(f"{len(raw)} hosts: a job has at most {wire.MAX_WORKERS} members; "
                              "split the testbed into inventories of 32 hosts")
@@ -287,6 +441,63 @@ def _hosts(raw: Any) -> tuple[Host, ...]:
             seen[(field, str(value))] = i
         hosts.append(host)
     return tuple(hosts)
+
+
+def _fabric_hosts(raw: list[Any], fabric: Fabric) -> tuple[Host, ...]:
+    """Hosts behind leaves: names, MACs and addresses unique over the testbed, switch ports
+    unique per leaf."""
+    if len(raw) > MAX_FABRIC_HOSTS:
+        raise InventoryError(f"{len(raw)} hosts: a job across leaves has at most "
+                             f"{MAX_FABRIC_HOSTS} (a RESULT's count byte); split the testbed")
+    leaf_names = [lf.name for lf in fabric.leaves]
+    leaf_of: dict[str, str] = {}
+    hosts: list[Host] = []
+    for i, item in enumerate(raw):
+        where = f"hosts[{i}]"
+        if not isinstance(item, Mapping):
+            raise InventoryError(f"{where} must be a table ([[hosts]])")
+        no_unknown_keys(item, _FABRIC_HOST_KEYS, where)
+        name = _string(item, f"{where}.name", "name", 'e.g. name = "h1"')
+        leaf = item.get("leaf")
+        if isinstance(leaf, list):
+            raise InventoryError(f"{where}.leaf = {leaf!r}: a host sits behind one leaf; "
+                                 "name one of " + ", ".join(leaf_names))
+        if leaf not in leaf_names:
+            raise InventoryError(f"{where}.leaf = {leaf!r} is not a leaf of the testbed: name "
+                                 "the one it sits behind, one of " + ", ".join(leaf_names))
+        if leaf_of.get(name, leaf) != leaf:
+            raise InventoryError(f"host {name!r} is behind leaf {leaf_of[name]!r} and leaf "
+                                 f"{leaf!r}: a host sits behind one leaf; list it once")
+        leaf_of[name] = leaf
+        (host,) = _hosts([{k: v for k, v in item.items() if k != "leaf"}])
+        hosts.append(Host(host.name, host.interface, host.ipv4, host.mac, host.switch_port,
+                          leaf))
+    for leaf in leaf_names:  # per leaf: its ports and, off loopback, its addresses
+        behind = [h for h in hosts if h.leaf == leaf]
+        if len(behind) > wire.MAX_WORKERS:
+            raise InventoryError(f"{len(behind)} hosts behind leaf {leaf!r}: a leaf's job has "
+                                 f"at most {wire.MAX_WORKERS} members; move some to another leaf")
+        _hosts([_host_table(h) for h in behind])
+    _unique_over_testbed(hosts)
+    return tuple(hosts)
+
+
+def _host_table(h: Host) -> dict[str, Any]:
+    return {"name": h.name, "interface": h.interface, "ipv4": h.ipv4, "mac": h.mac,
+            "switch_port": h.switch_port}
+
+
+def _unique_over_testbed(hosts: list[Host]) -> None:
+    seen: dict[tuple[str, str], str] = {}
+    for h in hosts:
+        for field, value in (("name", h.name), ("mac", h.mac), ("ipv4", h.ipv4)):
+            if field == "ipv4" and _loopback(value):
+                continue
+            other = seen.get((field, value))
+            if other is not None:
+                raise InventoryError(f"hosts {other!r} and {h.name!r} have the same {field} "
+                                     f"{value!r}: every host needs its own {field}")
+            seen[(field, value)] = h.name
 
 
 # ------------------------------------------------------------------ fields

@@ -17,6 +17,12 @@ typedef bit<9>  port_num_t;      // v1model port; the TNA shim uses PortId_t
 typedef bit<16> mcast_group_t;
 typedef bit<32> epoch_t;         // a job install's epoch (non-zero); a slot latches it
 typedef bit<32> cell_index_t;    // index into a register or counter array
+typedef bit<8>  level_t;         // a job's level on a switch (protocol.md §11)
+
+// The levels, as softswitch/levels.py numbers them.
+const level_t LEVEL_SINGLE = 0;
+const level_t LEVEL_LEAF = 1;
+const level_t LEVEL_SPINE = 2;
 
 // ------------------------------------------------------ pipeline-internal values
 // What a Lane control does with its register on this packet.

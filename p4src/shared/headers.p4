@@ -67,6 +67,18 @@ struct slot_state_t {
     epoch_t  seq_epoch;    // member_epoch of (slot, sender)
 }
 
+#ifdef HYSYNC_TWO_LEVELS
+// A job's level on this switch and a leaf's uplink (protocol.md §11), as the roles table
+// set them; v1model only (the TNA program runs one level).
+struct role_t {
+    level_t     level;
+    bit<8>      uplink_id;      // the leaf's member id at the spine
+    ipv4_addr_t spine_addr;
+    mac_addr_t  spine_mac;
+    ipv4_addr_t leaf_addr;      // the uplink's source address
+}
+#endif
+
 // Per-packet metadata: each group is written by one control and read by later ones.
 struct metadata_t {
     // Admission (steps 5-7): the job's configuration.
@@ -114,6 +126,11 @@ struct metadata_t {
 
     // Forwarding -> Replication: this copy is an L2 flood.
     bool             flooded;
+
+#ifdef HYSYNC_TWO_LEVELS
+    // Roles -> every later control: the job's level here (§11).
+    role_t           role;
+#endif
 }
 
 #endif  // __HYSYNC_HEADERS__

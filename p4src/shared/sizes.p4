@@ -7,6 +7,7 @@
 // ---------------------------------------------------------------------- tables
 #define MEMBERS_TABLE_SIZE (MAX_JOBS * MAX_WORKERS)  // one entry per (job, worker)
 #define JOBS_TABLE_SIZE MAX_JOBS                     // one entry per job id
+#define ROLES_TABLE_SIZE MAX_JOBS                    // one role per job id (v1model)
 #define MODES_TABLE_SIZE 4096                        // 16 slot ranges per job on average
 #define L2_TABLE_SIZE 4096                           // hosts behind one top-of-rack switch
 #define REWRITE_TABLE_SIZE (MAX_JOBS * MAX_WORKERS)  // one replica rewrite per (job, worker)

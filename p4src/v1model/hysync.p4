@@ -9,11 +9,15 @@
 #include <core.p4>
 #include <v1model.p4>
 
+// This program runs a job at two levels, leaf and spine (protocol.md §11).
+#define HYSYNC_TWO_LEVELS
+
 #include "../shared/defines.p4"
 #include "../shared/sizes.p4"
 #include "../shared/headers.p4"
 
 #include "include/parser.p4"
+#include "include/control/roles.p4"
 #include "../shared/control/admission.p4"
 #include "../shared/control/sync_mode.p4"
 #include "include/control/aggregation.p4"
@@ -26,6 +30,7 @@ control HySyncIngress(inout headers_t hdr,
                       inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
 
+    Roles() roles;
     Admission() admission;
     SyncMode() sync_mode;
     Aggregation() aggregation;
@@ -40,6 +45,10 @@ control HySyncIngress(inout headers_t hdr,
     }
 
     apply {
+        // §11. The job's level here, for every packet that names a job.
+        if (hdr.hysync.isValid()) {
+            roles.apply(hdr, meta);
+        }
         if (standard_metadata.parser_error != error.NoError) {
             // 1. Truncated: changes no state, counted.
             drop(DROP_MALFORMED);

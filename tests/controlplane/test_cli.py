@@ -42,7 +42,7 @@ def hysync(softswitch: Softswitch) -> Run:
 def pushed(hysync: Run) -> Run:
     code, out, err = hysync("pipeline", "push", "--p4info", str(P4INFO))
     assert (code, err) == (0, ""), err
-    assert "5 tables, 8 counters" in out
+    assert "6 tables, 8 counters" in out
     return hysync
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from hysync import wire
 from hysync.controlplane.cli.main import main
-from hysync.controlplane.cli.switch_commands import _decision_text
+from hysync.controlplane.cli.switch_commands import decision_text
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.policy.detect import Detector, DetectorConfig, Health, Interval, JobView
 from hysync.controlplane.policy.member_hosts import MemberHost, describe, member_fields
@@ -878,9 +878,9 @@ def test_a_member_is_named_by_its_host_and_ranks() -> None:
     assert member_fields(5, hosts) == {"member": 5, "host": None, "ranks": None}
     record = dict(Decision(1.0, EXCLUDE, "sync", 0, 1, "slow").to_dict(),
                   **member_fields(1, hosts))
-    assert _decision_text(record) == "exclude member 1 (host h2, ranks 2, 3): slow"
+    assert decision_text(record) == "exclude member 1 (host h2, ranks 2, 3): slow"
     record = Decision(1.0, EXCLUDE, "sync", 0, 1, "slow").to_dict()  # no host known
-    assert _decision_text(record) == "exclude worker 1: slow"
+    assert decision_text(record) == "exclude worker 1: slow"
 
 
 def test_a_decision_log_record_reads_back_as_the_decision() -> None:

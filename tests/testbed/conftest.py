@@ -63,6 +63,32 @@ def loopback_inventory(grpc_addr: str = "127.0.0.1:9559", udp_port: int = 48620,
     }
 
 
+def fabric_inventory(grpc_addrs: tuple[str, ...] = ("127.0.0.1:9559", "127.0.0.1:9560",
+                                                    "127.0.0.1:9561"),
+                     net: str = "127.0.0", hosts: int = 3) -> Data:
+    """A spine and len(grpc_addrs) - 1 leaves on loopback: the spine's data address is
+    NET.1, leaf i's NET.(2 + i), the hosts' NET.10 (told apart by their UDP ports); each
+    leaf has `hosts` hosts on its ports 1.., its uplink on port 9, the spine's port i + 1."""
+    p4info = str(P4INFO)
+    switches: list[Data] = [{
+        "name": "spine", "role": "spine", "grpc_addr": grpc_addrs[0], "target": "softswitch",
+        "p4info": p4info, "data_ipv4": f"{net}.1", "data_mac": "02:00:00:00:00:f1"}]
+    for i, addr in enumerate(grpc_addrs[1:]):
+        switches.append({
+            "name": f"leaf-{i}", "role": "leaf", "uplink_port": 9, "spine_port": i + 1,
+            "grpc_addr": addr, "target": "softswitch", "p4info": p4info,
+            "data_ipv4": f"{net}.{2 + i}", "data_mac": f"02:00:00:00:0{i}:fe"})
+    return {
+        "name": "two-level",
+        "switches": switches,
+        "pool": {"job_slots": 32, "averaging_slots": 8},
+        "hosts": [{"name": f"h{i}-{h}", "leaf": f"leaf-{i}", "interface": "lo",
+                   "ipv4": f"{net}.10", "mac": f"02:00:00:00:1{i}:{h + 1:02x}",
+                   "switch_port": h + 1}
+                  for i in range(len(grpc_addrs) - 1) for h in range(hosts)],
+    }
+
+
 # serve.listen of the inventories here: the server binds a port the kernel chose, and
 # `published` writes the bound address into the file for the clients that read it.
 ANY_PORT = "127.0.0.1:0"

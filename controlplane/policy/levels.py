@@ -1,0 +1,76 @@
+"""The adaptive policy at each level of a job across switches (docs/protocol.md §11): one
+`PolicyRunner` per switch that holds the job, each reading that switch's counters and
+swapping that switch's modes only. At the spine the members are the leaves, so a slow
+rack is a slow member there and the spine's policy leaves it out (`partial`); inside a
+rack the members are its hosts, so a slow host moves only its leaf. Every record names
+the level it acted on (`"level": "spine"` or `"leaf:NAME"`).
+
+Across switches the policies run without async (not offered there), and the spine's never
+excludes a leaf: a leaf out of the spine's multicast group would leave its whole rack
+without results. A leaf's policy may exclude a host, as on one switch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.errors import ValidationError
+from hysync.controlplane.policy.policies import Decision, make_policy
+from hysync.controlplane.policy.runner import PolicyRunner
+
+
+class LevelPolicies:
+    """A policy per level of `job_id`, stepped together every `interval` seconds: `levels`
+    is (level name, the attached controller of its switch) for each level to run, e.g.
+    [("spine", ...), ("leaf:rack-a", ...)]; a switch that does not hold the job is
+    skipped."""
+
+    def __init__(self, levels: Sequence[tuple[str, Controller]], job_id: int, *,
+                 policy: str = "adaptive", interval: float = 0.5, dry_run: bool = False,
+                 log_path: Path | None = None,
+                 echo: Callable[[dict[str, object]], None] | None = None) -> None:
+        self.interval = interval
+        self.runners: list[PolicyRunner] = []
+        for level, controller in levels:
+            controller.attach()
+            if job_id not in controller.jobs:
+                continue
+            self.runners.append(PolicyRunner(
+                controller, job_id, make_policy(policy), interval=interval, dry_run=dry_run,
+                log_path=log_path, echo=echo, level=level))
+        if not self.runners:
+            raise ValidationError(f"job {job_id} is not on {', '.join(n for n, _ in levels)}: "
+                                  "add it with `hysync --inventory FILE job add`")
+
+    def close(self) -> None:
+        for runner in self.runners:
+            runner.close()
+
+    def __enter__(self) -> LevelPolicies:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, *, duration: float | None = None,
+            stop: threading.Event | None = None) -> list[tuple[str, Decision]]:
+        """Step every level's policy each interval until `duration` or `stop`; the
+        decisions made, each with its level."""
+        stop = stop or threading.Event()
+        made: list[tuple[str, Decision]] = []
+        for runner in self.runners:
+            runner.start()
+        end = float("inf") if duration is None else time.monotonic() + duration
+        next_at = time.monotonic() + self.interval
+        while not stop.wait(max(0.0, min(next_at, end) - time.monotonic())):
+            if time.monotonic() >= end:
+                break
+            for runner in self.runners:
+                assert runner.level is not None
+                made += [(runner.level, d) for d in runner.step()]
+            next_at = max(next_at + self.interval, time.monotonic())
+        return made
