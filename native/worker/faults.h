@@ -43,6 +43,9 @@ struct Faults {
   // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
   // (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
+  // An ACK that settles a sync-style flight as counted leaves its round unsuspected
+  // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
+  bool ack_leaves_no_suspect = false;
 };
 
 }  // namespace hysync::worker

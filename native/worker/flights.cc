@@ -583,7 +583,7 @@ void Flights::counted_without_result(uint32_t i, double now) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     results_.apply_own(i, f);
-  } else {
+  } else if (!faults_.ack_leaves_no_suspect) {
     rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
   }
   done(i, true, now);
