@@ -40,8 +40,8 @@ struct Faults {
   // switch state, as one not ahead of it (§9), not for a leaf that took its round back open
   // after a spine CHUNK_MISMATCH (§11, "What a host does").
   bool no_step_back = false;
-  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
-  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
+  // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
   // An ACK that settles a sync-style flight as counted leaves its round unsuspected
   // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.

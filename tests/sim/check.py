@@ -195,7 +195,7 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         starved = [c for c in range(first, first + -(-n // wire.LANES)) if c not in reached]
         if starved:
             out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
-                       f"no round in its {len(calls)} sync calls after {settle:.3f} s (their "
+                       f"no round in its {len(calls)} calls after {settle:.3f} s (their "
                        "gradient piles up in its residual)")
     return out
 

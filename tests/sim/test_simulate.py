@@ -168,10 +168,10 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 
 # Seeds of a switch slower than the workers' compute in partial mode: a call carried its chunks
 # behind the slot's parked packet after one RTO, so every call sent the same first chunk of each
-# slot and the chunks behind it reached no round (starvation). A partial call now sends the
-# chunk counted least recently first (docs/protocol.md §9, "Sync / partial sending", bounded
-# staleness). 9000423, 9002095, 9002259: a slow switch and swaps; 9001676: and resets with
-# async reordering.
+# slot and the chunks behind it reached no round (starvation). A partial call now sends a slot's
+# chunks least recently closed first, in the order their results were applied
+# (docs/protocol.md §9, "Sync / partial sending", bounded staleness). 9000423, 9002095,
+# 9002259: a slow switch and swaps; 9001676: and resets with async reordering.
 SLOW_PARTIAL_REGRESSIONS = (9000423, 9002095, 9002259, 9001676)
 
 

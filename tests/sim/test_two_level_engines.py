@@ -12,7 +12,7 @@ from tests.sim.two_level_engines import simulate
 
 # Seeds whose runs relay spine verdicts (RESYNCs with flag RELAYED) to hosts, after a spine
 # CHUNK_MISMATCH, with mode swaps at either level.
-RELAYING = (4, 6, 22, 43)
+RELAYING = (1, 22, 33, 43)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
@@ -40,7 +40,7 @@ def test_without_the_relayed_rule_hosts_stall() -> None:
 def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
     """The leaf keeps no result of the round it closed while its sum is at the spine: its
     STALE answer for that round is taken for a new switch state, and the call aborts."""
-    problems, _ = simulate(4, engine={"behind_leaf": False})
+    problems, _ = simulate(1, engine={"behind_leaf": False})
     assert any("ended 'reset'" in p for p in problems), problems
 
 
@@ -85,7 +85,7 @@ def test_without_the_leafs_step_back_the_spine_round_stalls(monkeypatch) -> None
     """A leaf that stays a round ahead of the spine after a CHUNK_MISMATCH sends its next sum
     for a round the spine has not reached: the spine's round waits on the rack for ever."""
     monkeypatch.setattr(Pipeline, "_spine_resync", _without_the_leafs_step_back)
-    problems, stats = simulate(1, "python")
+    problems, stats = simulate(0, "python")
     assert stats["leaves_past_spine"] > 0
     assert any(p.startswith("failure:") and "a leaf moved past a spine round" in p
                for p in problems), problems
