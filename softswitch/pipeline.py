@@ -317,6 +317,7 @@ class Pipeline:
             return self._pending_round(s, job, w, r, version, echo, epoch, role, nbytes)
         cell_seq, cell_epoch = self.member_seq[seq_index], self.member_epoch[seq_index]
         counted = cell_epoch == epoch and cell_seq == r
+        behind = self._behind(seq_index, r, epoch)
         o = decide(facts_of(
             asynchronous=mode == Mode.ASYNC, counted=counted,
             refused=cell_epoch == wire.refused_mark(epoch) and cell_seq == r,
@@ -325,14 +326,14 @@ class Pipeline:
             count=count, has_bit=bool(self.bitmap[s] & bit),
             q=members if quorum == 0 else min(quorum, members),
             chunk_differs=chunk != self.chunk[s], res_has_bit=bool(self.res_bitmap[s] & bit),
-            behind=self._behind(seq_index, r, epoch)))
+            behind=behind))
 
         if o.seq == SeqOp.RECORD:
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = epoch
         elif o.seq == SeqOp.REFUSE:
             if role is None:
-                self._refuse(seq_index, r, epoch, counted)
+                self._refuse(seq_index, r, epoch, counted or behind)
             else:
                 self._refuse_unless_later(seq_index, r, epoch)
         elif o.seq in (SeqOp.JOIN_MARK, SeqOp.JOIN_SPEND):
@@ -384,10 +385,13 @@ class Pipeline:
         return (self.member_epoch[seq_index] == epoch
                 and wire.behind_counted(r, self.member_seq[seq_index]))
 
-    def _refuse(self, seq_index: int, r: int, epoch: int, counted: bool) -> None:
+    def _refuse(self, seq_index: int, r: int, epoch: int, kept: bool) -> None:
         """Step 8's refusal mark: `r` was answered "not counted" and never will be, should a
-        copy of it meet the slot in another mode (a duplicate behind a swap into async)."""
-        if not counted:
+        copy of it meet the slot in another mode (a duplicate behind a swap into async).
+        `kept`: the cell says `r` counted, or a newer contribution within the async window
+        (a late copy of an older one must not erase that: its owner, asking about the newer
+        one, would be told "not counted" and carry what was summed)."""
+        if not kept:
             self.member_seq[seq_index] = r
             self.member_epoch[seq_index] = wire.refused_mark(epoch)
 

@@ -214,7 +214,7 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
     case decision::SeqOp::REFUSE:  // r answered "not counted": never counted later
       if (role)
         refuse_unless_later(seq_index, r, cfg.epoch);
-      else if (!counted)
+      else if (!counted && !behind)  // (never over a newer contribution counted)
         seq = r, seq_epoch = refused_mark;
       break;
     case decision::SeqOp::JOIN_MARK:  // a copy of this JOIN must not count in a later round r

@@ -43,6 +43,10 @@ struct Faults {
   // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
   // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
+  // A JOIN that the stored result of the round it named answers (RESEND: that round had
+  // closed) is offered again only after join_after, not at once at the slot's next round
+  // (§9 "Swap storms", JOIN).
+  bool join_behind_waits = false;
   // An ACK that settles a sync-style flight as counted leaves its round unsuspected
   // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
   bool ack_leaves_no_suspect = false;

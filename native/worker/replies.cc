@@ -119,7 +119,13 @@ void Replies::on_full(const uint8_t* d, double now) {
   } else if (counted) {
     take_result();
     if (h.mode == ASYNC) results_.keep_own(i, d);
+    // A JOIN answered by the stored result of the round it named: that round had closed (with
+    // my place in it) and the slot's open round is the next, which may be waiting for me.
+    const bool join_behind = f->join && (h.flags & uint8_t(wire::Flag::RESEND)) &&
+                             h.mode != ASYNC && !faults_.join_behind_waits;
     flights_.done(i, true, now);
+    if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())
+      flights_.offer_join(i, now);
   } else if (f && h.round == f->round && !f->async_style) {
     // (My bit with another chunk, or in an async round my chunk with other lanes: another
     // contribution of mine holds my place in the round - one an aborted call forgot, or an

@@ -152,12 +152,18 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
 
 def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
     """Where a NoReplyError rule's bound starts: the later of the call's start, the cause
-    (a death, a finish) and the last result the worker heard before the call ended of a
-    round a member then gone had joined. Rounds that counted a member before it went still
+    (a death, a finish), the last result the worker heard before the call ended of a
+    round a member then gone had joined, and the last CHUNK_MISMATCH it heard then that
+    answered a contribution of its. Rounds that counted a member before it went still
     close (once a paused peer comes back), and each result restarts the dead timer; no
-    round the gone member had not joined closes, so the results that move it are few."""
+    round the gone member had not joined closes, so the results that move it are few. A
+    CHUNK_MISMATCH restarts the dead timer too (docs/protocol.md §9, a sign of life): the
+    worker joins the open round it names, and its later copies there are dropped without
+    a word, so each slot hears one per round joined, and those rounds close only as
+    above."""
     mask = sum(1 << w for w in gone)
     heard = [t for t, bitmap in wk.results_heard if cause < t <= c.end and bitmap & mask]
+    heard += [t for t in wk.mismatches_heard if cause < t <= c.end]
     return max(c.start, cause, *heard)
 
 

@@ -139,6 +139,9 @@ class Worker:
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
     # (when, bitmap) of every RESULT its engine took: each restarts the engine's dead timer
     results_heard: list[tuple[float, int]] = field(default_factory=list)
+    # when it heard each CHUNK_MISMATCH that answered a contribution of its (not a JOIN): the
+    # open round of another chunk, which it joins; each restarts the engine's dead timer too
+    mismatches_heard: list[float] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -508,6 +511,11 @@ class Sim:
         arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
+            if data[_OFF_OP] == wire.Op.RESYNC and \
+                    data[_OFF_REASON] == wire.ResyncReason.CHUNK_MISMATCH:
+                flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])
+                if flight is None or not flight[_OFF_FLAGS] & wire.Flag.JOIN:
+                    wk.mismatches_heard.append(self.now)
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)

@@ -66,7 +66,22 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # member was still in them (rule lossy_straggler: a member's contribution lost again and
 # again, its retransmissions one probe per silent window apart). The seeds of partial calls
 # whose members' orders departed after an abort are tests/sim/test_races.py's.
-HOST_REGRESSIONS = (1000489,)
+# 1001170: a worker already flagged for a resync learns of a restart between calls from a
+# STALE reply on one slot and forgets its parked packet on another, which the new state had
+# counted: that packet's fate was unknown to it (rule unknown_fate), and the books now note
+# every new state learned, not only the first flag.
+# 1000100: a call that failed after a death, dead_after after a CHUNK_MISMATCH (a sign of
+# life) that named a round the dead member never joined: the rule dead_member's bound starts
+# there too.
+# 1002826: a CHUNK_MISMATCH sends a worker's chunk and a STALE reply on another slot, read in
+# the same instant, shows a new state and drops it: sent before the drop, its fate is unknown
+# though both happened at one simulated time (the books order an instant's events).
+# 1003408: 32 members in sync after a lossy phase, one a call ahead after its packet deadline;
+# its JOINs on slots behind by two rounds were answered by the closed round's RESEND and
+# offered again only a join_after later, past the peers' packet deadline (§9 JOIN).
+# 1003807: a late copy of a member's older contribution wrote the refusal mark over its newer
+# one counted (§4 step 8).
+HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807)
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)

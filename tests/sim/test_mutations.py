@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from .check import check
-from .plan import DEAD_AFTER, FAULT_KINDS, RTO_MAX, draw
+from .plan import DEAD_AFTER, FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, RTO_MAX, draw
 from .run import simulate
 from .test_races import NoEpochPipeline
 
@@ -98,6 +98,30 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                                    {"faults": {"ack_leaves_no_suspect": True}}, "exactly-once",
                                    "worker 1 chunk 0"),
 }
+
+
+# The same for rules found with members that are hosts of several ranks (--hosts drawn).
+HOST_MUTATIONS: dict[str, tuple[int, dict[str, Any], str, str]] = {
+    # §9 "Swap storms", JOIN behind the slot: after a lossy phase a member's calls are behind
+    # on several rounds of its idle slots; re-offered one round per join_after, the JOINs
+    # realign them too slowly for the peers' packets waiting there (their deadline).
+    "join_behind": (1003408, {"faults": {"join_behind_waits": True}}, "failure",
+                    "'unreachable'"),
+}
+
+
+@pytest.mark.parametrize("name", HOST_MUTATIONS)
+def test_the_checker_catches_the_host_rule_taken_out(name: str) -> None:
+    seed, mutation, invariant, detail = HOST_MUTATIONS[name]
+    plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    rec, sim = simulate(plan, "python", **mutation)
+    found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
+    assert any(detail in v for v in found), (
+        f"{name} taken out: host seed {seed} reports no {invariant} violation with "
+        f"{detail!r}: {check(rec, sim)[:3]}")
+    rec, sim = simulate(plan, "python")
+    found = check(rec, sim)
+    assert not found, f"host seed {seed} fails with {name} in: {found[:3]}"
 
 
 @pytest.mark.parametrize("name", MUTATIONS)

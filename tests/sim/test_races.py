@@ -52,8 +52,9 @@ class NoRefusalPipeline(Pipeline):
     """The reference model with the refusal mark taken out: an async slot counts a copy of
     a contribution the switch answered "not counted"."""
 
-    def _refuse(self, seq_index, r, epoch, counted):  # type: ignore[no-untyped-def]
+    def _refuse(self, seq_index, r, epoch, kept):  # type: ignore[no-untyped-def]
         pass
+
 
 
 class NoJoinMarkPipeline(Pipeline):
@@ -166,7 +167,6 @@ def test_without_the_async_window_a_copy_behind_the_next_counts_twice() -> None:
     assert found and "exactly-once" in found[0], found
     rec, sim = simulate(plan, "python")
     assert not check(rec, sim), f"seed {ASYNC_COPY_BEHIND_SEED} fails with the window too"
-
 
 # Seeds of hosts of several ranks (`--hosts drawn`) on a slow switch in partial, where an
 # abort (a re-install, a restart) left members with different counting histories: when each

@@ -211,10 +211,11 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
         bool counted = (meta.facts & FACT_COUNTED) != 0;
 
-        // The member cell. A mark is never written over r counted in this install; at a
+        // The member cell. A mark is never written over r counted in this install, nor
+        // over a newer contribution counted within the async window (FACT_BEHIND); at a
         // leaf or a spine (§11, step 6) not over a later round counted either, rounds
         // compared as 32-bit serial numbers.
-        bool refusable = !counted;
+        bool refusable = !counted && (meta.facts & FACT_BEHIND) == 0;
         if (meta.role.level != LEVEL_SINGLE) {
             round_t ahead = r - meta.slot.seq;
             refusable = meta.slot.seq_epoch != meta.epoch || (ahead != 0 && ahead[31:31] == 0);
