@@ -630,8 +630,17 @@ class Pipeline:
                 about, hosts)
         cur = self.round[s]
         if serial_after(r, cur):
-            # Forward only: a RESYNC delayed behind later results must not take the leaf
-            # back to a round its hosts are past.
+            # Forward: a RESYNC delayed behind later results must not take the leaf back to a
+            # round its hosts are past.
+            self._refuse_hosts(s, self.bitmap[s], cur, epoch)
+            self.round[s] = r
+            self.count[s] = self.bitmap[s] = 0
+            self.res_valid[s] = False
+        elif (reason == ResyncReason.CHUNK_MISMATCH and r == self.up_round[s]
+              and cur == (r + 1) & _U32):
+            # Back by one: the spine's open round r waits on this rack with another chunk, and
+            # no result of r exists anywhere, so r opens again here (nothing in it) for the
+            # chunk the hosts were told; what the leaf held open at r + 1 can go up no more.
             self._refuse_hosts(s, self.bitmap[s], cur, epoch)
             self.round[s] = r
             self.count[s] = self.bitmap[s] = 0

@@ -230,8 +230,17 @@ Verdict Pipeline::spine_resync(CounterShard& c, Slot& slot, const uint8_t* p, ui
     v = {Emit::MULTICAST_BITMAP, group, w::HEADER_BYTES};
   }
   if (serial_after(r, slot.round)) {
-    // Forward only: a RESYNC delayed behind later results must not take the leaf back to a
-    // round its hosts are past.
+    // Forward: a RESYNC delayed behind later results must not take the leaf back to a round
+    // its hosts are past.
+    refuse_hosts(s, slot.bitmap, slot.round, epoch);
+    slot.round = r;
+    slot.count = slot.bitmap = 0;
+    slot.res_valid = false;
+  } else if (h.reason == uint8_t(w::ResyncReason::CHUNK_MISMATCH) && r == lv.up_round &&
+             slot.round == r + 1) {
+    // Back by one: the spine's open round r waits on this rack with another chunk, and no
+    // result of r exists anywhere, so r opens again here (nothing in it) for the chunk the
+    // hosts were told; what the leaf held open at r + 1 can go up no more.
     refuse_hosts(s, slot.bitmap, slot.round, epoch);
     slot.round = r;
     slot.count = slot.bitmap = 0;

@@ -36,6 +36,10 @@ struct Faults {
   // my contribution) is taken for a reply to another member and ignored: only replies to my own
   // transmissions settle a flight (§11, "What a host does").
   bool ignore_relayed = false;
+  // Behind a leaf, a STALE reply whose open round is one behind my flight's is taken for a new
+  // switch state, as one not ahead of it (§9), not for a leaf that took its round back open
+  // after a spine CHUNK_MISMATCH (§11, "What a host does").
+  bool no_step_back = false;
   // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
   // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;

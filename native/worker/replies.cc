@@ -256,8 +256,17 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
   // Behind a leaf, the round just closed may have no result yet: its sum is at the spine, and
   // a host late for it (a partial round at the leaf) is told STALE_ROUND (§11, the leaf).
   const uint32_t least = cfg_.behind_leaf ? 1 : 2;
-  if (!f->async_style && mode != ASYNC &&
-      !(uint32_t(rnd - f->round) >= least && uint32_t(rnd - f->round) < HALF32)) {
+  // Behind a leaf, the open round may also be one behind my flight's: the spine answered the
+  // leaf's sum of that round CHUNK_MISMATCH, and the leaf took the round back open for the
+  // spine's chunk (§11, the leaf, step 5), after its next round had opened. No result of that
+  // round exists yet, so it is my next round again: a refusal, as any other STALE reply.
+  const bool stepped_back = cfg_.behind_leaf && !faults_.no_step_back && !f->async_style &&
+                            mode != ASYNC && reason == uint8_t(wire::ResyncReason::STALE_ROUND) &&
+                            rnd + 1 == f->round;
+  if (stepped_back) {
+    rounds_.step_back(i, rnd);
+  } else if (!f->async_style && mode != ASYNC &&
+             !(uint32_t(rnd - f->round) >= least && uint32_t(rnd - f->round) < HALF32)) {
     // The answer to my latest transmission says my round is not stale behind the open one:
     // the round I learned from this switch is ahead of it, or just closed with no result kept.
     // Rounds never step back and a result is kept until the next close, so the switch's state

@@ -34,6 +34,12 @@ void Rounds::advance(uint32_t i, uint32_t upto) {
   slots_[i].next_round = upto;
 }
 
+void Rounds::step_back(uint32_t i, uint32_t rnd) {
+  if (slots_[i].next_round != rnd + 1) return;
+  slots_[i].next_round = rnd;
+  slots_[i].suspect.erase(rnd);
+}
+
 bool Rounds::is_new(uint32_t i, uint32_t rnd) {
   if (ahead(rnd, slots_[i].next_round)) {
     advance(i, rnd);

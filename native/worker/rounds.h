@@ -23,6 +23,9 @@ class Rounds {
 
   // Slot i's rounds before `upto` are closed: suspect those not seen yet.
   void advance(uint32_t i, uint32_t upto);
+  // Slot i's round `rnd`, the one before the round learned last, is open again (a leaf took
+  // it back open for the spine, docs/protocol.md §11): it is the next round, not a suspect.
+  void step_back(uint32_t i, uint32_t rnd);
   // A result of round `rnd` on slot i: true the first time (a round ahead, or a suspect).
   bool is_new(uint32_t i, uint32_t rnd);
   // Count suspected rounds older than missed_after as missed; forget very old ones.

@@ -257,12 +257,12 @@ REFUSALS = [
     host_again(0, 1),
     host_again(0, 3),
     ("rack", (0, 3)),                                    # round 3 goes up (tx 4)
-    spine_verdict(Op.RESYNC, 3, reason=ResyncReason.CHUNK_MISMATCH, tx=4, chunk=9),
-    ("rack", (0, 4)),                                    # round 4 goes up (tx 5)
-    spine_verdict(Op.RESULT, 4, bitmap=0b1),             # counted
-    spine_verdict(Op.RESULT, 4, bitmap=0b1),             # its duplicate
+    spine_verdict(Op.RESYNC, 3, reason=ResyncReason.CHUNK_MISMATCH, tx=4, chunk=9),  # back to 3
+    ("rack", (0, 3)),                                    # round 3 goes up again (tx 5)
+    spine_verdict(Op.RESULT, 3, bitmap=0b1),             # counted
+    spine_verdict(Op.RESULT, 3, bitmap=0b1),             # its duplicate
     spine_verdict(Op.RESULT, 6),                         # a round without this rack
-    host_again(1, 4),
+    host_again(1, 3),
 ]
 
 
@@ -280,7 +280,7 @@ def test_a_leaf_marks_the_hosts_of_a_refused_sum_as_the_reference_does(kind: str
 
     # What the reference (and so the target) did: the refused round 0 relayed with no bit
     # to all three hosts, the stale RESYNC relayed RELAYED to the three hosts of its sum,
-    # the counted round 4 with theirs.
+    # round 3, taken back open on the spine's CHUNK_MISMATCH and counted, with theirs.
     assert [(h.op, h.bitmap) for h in headers(1)] == [(Op.RESULT, 0)] * 3
     assert [(h.op, h.flags, h.bitmap) for h in headers(6)] == [
         (Op.RESYNC, Flag.RELAYED, 0b111)] * 3

@@ -1,11 +1,13 @@
 """Real worker engines behind real leaves and a spine (tests/sim/two_level_engines.py): seeds
 that hold every invariant on both pipelines, a seed that replays, and the checker finding the
-runs that break without the host's rules of docs/protocol.md §11 ("What a host does")."""
+runs that break without the leaf's step back or the host's rules of docs/protocol.md §11."""
 
 from __future__ import annotations
 
 import pytest
 
+from hysync import wire
+from hysync.softswitch.pipeline import Pipeline
 from tests.sim.two_level_engines import simulate
 
 # Seeds whose runs relay spine verdicts (RESYNCs with flag RELAYED) to hosts, after a spine
@@ -30,8 +32,9 @@ def test_a_seed_replays_exactly() -> None:
 def test_without_the_relayed_rule_hosts_stall() -> None:
     """A host that takes a relayed verdict for another member's reply keeps waiting on a
     sum the spine refused; with the spine's round waiting on its rack, calls fail."""
-    problems, _ = simulate(43, faults={"ignore_relayed": True})
+    problems, _ = simulate(29, faults={"ignore_relayed": True})
     assert any(p.startswith("failure:") for p in problems), problems
+    assert simulate(29)[0] == []
 
 
 def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
@@ -39,3 +42,58 @@ def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
     STALE answer for that round is taken for a new switch state, and the call aborts."""
     problems, _ = simulate(1, engine={"behind_leaf": False})
     assert any("ended 'reset'" in p for p in problems), problems
+
+
+# Seeds where the spine answers a leaf's sum CHUNK_MISMATCH while the spine's round waits on
+# that rack: the leaf must take the round back open (§11, the leaf, step 5).
+STEP_BACK = (0, 1, 2, 5, 11)
+# A seed where a host that learned the round after the one its leaf took back open is told
+# STALE_ROUND for that round.
+STEP_BACK_HOST = 13
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", STEP_BACK)
+def test_a_leaf_takes_its_round_back_open_for_the_spines_chunk(seed: int, target: str) -> None:
+    problems, stats = simulate(seed, target)
+    assert problems == []
+    assert stats["spine_chunk_mismatch"] > 0 and stats["leaves_past_spine"] == 0
+
+
+def _without_the_leafs_step_back(self, s, *args):
+    """Pipeline._spine_resync with the step back undone: the round, what it held open and its
+    hosts' cells as they were before the verdict (the sum's own hosts stay marked refused)."""
+    base = s * wire.MAX_WORKERS
+    before = (self.round[s], self.count[s], self.bitmap[s], self.res_valid[s])
+    cells = (self.member_seq[base:base + wire.MAX_WORKERS],
+             self.member_epoch[base:base + wire.MAX_WORKERS])
+    out = _spine_resync(self, s, *args)
+    if self.round[s] == (before[0] - 1) & 0xFFFFFFFF:
+        self.round[s], self.count[s], self.bitmap[s], self.res_valid[s] = before
+        held = before[2]
+        for w in range(wire.MAX_WORKERS):
+            if held >> w & 1:
+                self.member_seq[base + w] = cells[0][w]
+                self.member_epoch[base + w] = cells[1][w]
+    return out
+
+
+_spine_resync = Pipeline._spine_resync
+
+
+def test_without_the_leafs_step_back_the_spine_round_stalls(monkeypatch) -> None:
+    """A leaf that stays a round ahead of the spine after a CHUNK_MISMATCH sends its next sum
+    for a round the spine has not reached: the spine's round waits on the rack for ever."""
+    monkeypatch.setattr(Pipeline, "_spine_resync", _without_the_leafs_step_back)
+    problems, stats = simulate(0, "python")
+    assert stats["leaves_past_spine"] > 0
+    assert any(p.startswith("failure:") and "a leaf moved past a spine round" in p
+               for p in problems), problems
+
+
+def test_without_the_hosts_step_back_a_leafs_round_back_reads_as_a_restart() -> None:
+    """A host that learned the round after the one the leaf took back open reads the leaf's
+    STALE_ROUND for that round as a new switch state, and its call aborts."""
+    problems, _ = simulate(STEP_BACK_HOST, faults={"no_step_back": True})
+    assert any("ended 'reset'" in p for p in problems), problems
+    assert simulate(STEP_BACK_HOST)[0] == []

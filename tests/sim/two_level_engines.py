@@ -196,6 +196,8 @@ class TwoLevelSim:
         self.spine_counted: dict[int, set[int]] = {}
         self.spine_results: dict[int, tuple[int, int, int, int, bytes]] = {}
         self.told_counted: list[tuple[int, int, int]] = []  # (leaf, host, round) of bits set
+        # (leaf, part) counted at a leaf whose round was then taken back open: in no sum
+        self.withdrawn: list[tuple[int, Part]] = []
         self.leaf_past_spine: set[int] = set()  # leaves that sent a sum ahead of the spine
         self.violations: list[str] = []
         self.stats: Counter = Counter()
@@ -401,7 +403,16 @@ class TwoLevelSim:
         h = wire.Header.unpack(data)
         member = h.worker_id
         before = self._counted(dst, member) if h.op == Op.CONTRIB else 0
+        verdict_at_leaf = src == SPINE and dst != SPINE
+        was = self.fabric.pipeline(dst).round[0] if verdict_at_leaf else 0
         out = self.fabric.deliver(src, dst, data)
+        if verdict_at_leaf and self.fabric.pipeline(dst).round[0] == (was - 1) & 0xFFFFFFFF:
+            # The leaf took round was - 1 back open (§11, the leaf, step 5): the sum the spine
+            # refused there and what it held open at `was` are in no sum that goes up.
+            self.stats["leaf_steps_back"] += 1
+            for rnd in (was, (was - 1) & 0xFFFFFFFF):
+                leaf = dst[1]  # type: ignore[index]
+                self.withdrawn += [(leaf, p) for p in self.parts.pop((leaf, rnd), [])]
         self.stats["switch_packets"] += 1
         counted = h.op == Op.CONTRIB and self._counted(dst, member) != before
         if self.trace is not None:
@@ -538,10 +549,10 @@ class TwoLevelSim:
                 np.rint(np.asarray(amount, np.float64) * SCALE).astype(np.int64)
             pending[chunk] = pending.get(chunk, 0) + lanes
         unknown: dict[int, np.ndarray] = {}  # chunk -> |lanes| of all it had counted
-        for (leaf, _rnd), parts in self.parts.items():
-            for p in parts:
-                if leaf == hs.leaf and p.host == hs.h:
-                    unknown[p.chunk] = unknown.get(p.chunk, 0) + np.abs(p.lanes)
+        every = [(leaf, p) for (leaf, _rnd), parts in self.parts.items() for p in parts]
+        for leaf, p in every + self.withdrawn:
+            if leaf == hs.leaf and p.host == hs.h:
+                unknown[p.chunk] = unknown.get(p.chunk, 0) + np.abs(p.lanes)
         out = []
         for k, first in enumerate(hs.firsts):
             res = np.asarray(hs.engine.residual(hs.keys[k]), np.float64) * SCALE

@@ -337,3 +337,44 @@ def test_a_spine_whose_leaves_claim_more_than_255_hosts_wraps_the_count_byte(eng
     assert fabric.deliver(("leaf", 0), SPINE, uplinks[0]) == []
     ((_, result), (_, _)) = fabric.deliver(("leaf", 1), SPINE, uplinks[1])
     assert header(result).count == 300 & 0xFF
+
+
+def test_a_leaf_takes_its_round_back_open_for_the_spines_chunk(fabric):
+    """Rack 1's sum of round 0 holds chunk 7, the spine's round 0 chunk 5: the leaf, already
+    at round 1 with its late host's contribution open there, takes round 0 back open. The late
+    host is told refused at round 1 and pointed back to round 0; the rack's contributions of
+    chunk 5 at round 0 then close the spine's round with all six hosts."""
+    up0 = uplink_of(fabric, 0, [(("host", 0, h), ("leaf", 0),
+                                 contrib(h, 0, gradient(0, h, 0), chunk=5)) for h in range(HOSTS)])
+    assert fabric.deliver(("leaf", 0), SPINE, up0) == []  # round 0 opens with chunk 5
+    fabric.set_mode(("leaf", 1), Mode.PARTIAL, 2)  # rack 1 closes round 0 without host 2
+    up1 = uplink_of(fabric, 1, [(("host", 1, h), ("leaf", 1),
+                                 contrib(h, 0, gradient(1, h, 0), chunk=7)) for h in range(2)])
+    late = fabric.deliver(("host", 1, 2), ("leaf", 1), contrib(2, 0, gradient(1, 2, 0), chunk=7))
+    (stale,) = [out for _to, out in late]
+    assert (header(stale).reason, header(stale).round) == (wire.ResyncReason.STALE_ROUND, 1)
+    # host 2 sends again at round 1, which absorbs it while the sum is at the spine
+    assert fabric.deliver(("host", 1, 2), ("leaf", 1),
+                          contrib(2, 1, gradient(1, 2, 0), chunk=7, tx=2)) == []
+    leaf = fabric.pipeline(("leaf", 1))
+    assert (leaf.round[0], leaf.count[0], leaf.bitmap[0]) == (1, 1, 0b100)
+
+    got = fabric.settle([(("leaf", 1), SPINE, up1)])
+    for h in range(2):
+        (relayed,) = got[("host", 1, h)]
+        assert (header(relayed).reason, header(relayed).round, header(relayed).chunk) == (
+            wire.ResyncReason.CHUNK_MISMATCH, 0, 5)
+    assert (leaf.round[0], leaf.count[0], leaf.bitmap[0], leaf.res_valid[0]) == (0, 0, 0, 0)
+    assert (leaf.member_seq[2], leaf.member_epoch[2]) == (1, wire.refused_mark(fabric.epoch))
+    (back,) = [out for _to, out in fabric.deliver(
+        ("host", 1, 2), ("leaf", 1), contrib(2, 1, gradient(1, 2, 0), chunk=7, tx=3))]
+    assert (header(back).reason, header(back).round) == (wire.ResyncReason.STALE_ROUND, 0)
+
+    fabric.set_mode(("leaf", 1), Mode.SYNC)
+    got = fabric.settle([(("host", 1, h), ("leaf", 1),
+                          contrib(h, 0, gradient(1, h, 0), chunk=5, tx=4)) for h in range(HOSTS)])
+    for i, h in every():
+        (result,) = got[("host", i, h)]
+        hdr = header(result)
+        assert (hdr.op, hdr.round, hdr.chunk, hdr.count) == (Op.RESULT, 0, 5, 6)
+        assert np.array_equal(lanes_of(result), total(0, every()))
