@@ -266,7 +266,15 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("kind", list(ONE_SWITCH))
+# The v1model leaf does not yet take its round back open on the spine's CHUNK_MISMATCH
+# (docs/protocol.md §11, "The leaf" step 5): this sequence has that step, so BMv2 differs
+# from the reference until it does. Strict, so the day BMv2 matches it fails as a reminder.
+LEAF_STEP_BACK_MISSING = pytest.mark.xfail(
+    strict=True, reason="the v1model leaf does not take the step back on CHUNK_MISMATCH (§11)")
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=LEAF_STEP_BACK_MISSING) if k == "bmv2"
+                                  else k for k in ONE_SWITCH])
 def test_a_leaf_marks_the_hosts_of_a_refused_sum_as_the_reference_does(kind: str) -> None:
     if kind == "bmv2":
         skip_unless_available(bmv2_unavailable())
