@@ -152,8 +152,9 @@ struct metadata_t {
     bool             spine_verdict;
     bool             resubmitted;
     // Kept across the resubmitted passes of a verdict (field list 1): one pass marks one
-    // host refused, the hosts of mark_hosts for mark_round first, then those of
-    // mark_hosts2 for mark_round2; the pass that marks the last relays the verdict.
+    // host refused, a host of mark_hosts for mark_round, or of mark_hosts2 for
+    // mark_round2 (a host of both: for mark_round2); the pass that marks the last relays
+    // the verdict.
     @field_list(1) bitmap_t mark_hosts;
     @field_list(1) round_t  mark_round;
     @field_list(1) bitmap_t mark_hosts2;

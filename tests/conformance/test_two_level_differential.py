@@ -244,6 +244,14 @@ def host_again(w: int, r: int) -> tuple[str, tuple[int, int, bytes]]:
     return "datagram", (IPS[w % 2], udp_port(w), head + np.ones(wire.LANES, ">i4").tobytes())
 
 
+def host_first(w: int, r: int) -> tuple[str, tuple[int, int, bytes]]:
+    """Host w's first transmission of round r (chunk r) to the leaf, slot 0."""
+    head = wire.Header(op=Op.CONTRIB, job_id=LEVEL_JOB, worker_id=w, slot=0, round=r, chunk=r,
+                       count=1, flags=1 << wire.TX_SHIFT).pack()
+    return "datagram", (IPS[w % 2], udp_port(w), head + np.full(wire.LANES, w + 1, ">i4")
+                        .tobytes())
+
+
 # A leaf's sums refused by the spine, each way (§11 leaf steps 4-6): their hosts marked
 # refused one cell at a time, the verdicts relayed, and the hosts asking again afterwards.
 REFUSALS = [
@@ -266,15 +274,7 @@ REFUSALS = [
 ]
 
 
-# The v1model leaf does not yet take its round back open on the spine's CHUNK_MISMATCH
-# (docs/protocol.md §11, "The leaf" step 5): this sequence has that step, so BMv2 differs
-# from the reference until it does. Strict, so the day BMv2 matches it fails as a reminder.
-LEAF_STEP_BACK_MISSING = pytest.mark.xfail(
-    strict=True, reason="the v1model leaf does not take the step back on CHUNK_MISMATCH (§11)")
-
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=LEAF_STEP_BACK_MISSING) if k == "bmv2"
-                                  else k for k in ONE_SWITCH])
+@pytest.mark.parametrize("kind", ONE_SWITCH)
 def test_a_leaf_marks_the_hosts_of_a_refused_sum_as_the_reference_does(kind: str) -> None:
     if kind == "bmv2":
         skip_unless_available(bmv2_unavailable())
@@ -295,6 +295,49 @@ def test_a_leaf_marks_the_hosts_of_a_refused_sum_as_the_reference_does(kind: str
     assert [(h.op, h.bitmap) for h in headers(12)] == [(Op.RESULT, 0b111)] * 3
     assert headers(13) == []
 
+
+# The leaf's step back (§11 leaf step 5): round 0's sum is at the spine while hosts 0 and 1
+# are counted in round 1; the spine answers the sum CHUNK_MISMATCH, so round 0 opens again.
+# Host 2 is marked refused in round 0 (the sum's), hosts 0 and 1 in round 1 (what the leaf
+# held open, over their mark of round 0), and each host's next packets show its mark.
+STEP_BACK = [
+    ("rack", (0, 0)),                                    # round 0 goes up (tx 1)
+    host_first(0, 1),                                    # round 1 absorbs: the sum is pending
+    host_first(1, 1),
+    spine_verdict(Op.RESYNC, 0, reason=ResyncReason.CHUNK_MISMATCH, tx=1, chunk=7),  # back
+    host_again(2, 0),                                    # refused in round 0
+    host_again(1, 1),                                    # refused in round 1
+    host_again(0, 0),                                    # round 0 is open to it again
+    host_again(1, 0),
+    host_again(2, 0),
+    spine_verdict(Op.RESULT, 0, bitmap=0b1),             # round 0 counted at last
+    host_again(0, 1),                                    # round 1 opens afresh
+]
+
+
+@pytest.mark.parametrize("kind", ONE_SWITCH)
+def test_a_leaf_takes_its_round_back_open_as_the_reference_does(kind: str) -> None:
+    if kind == "bmv2":
+        skip_unless_available(bmv2_unavailable())
+    leaf = JobRole(Level.LEAF, Uplink(IPS[0], MACS[0], 0, SWITCH_IP))
+    sent = run_role_sequence(kind, [], {}, {LEVEL_JOB: leaf}, STEP_BACK)
+
+    def headers(i: int) -> list[wire.Header]:
+        return [wire.Header.unpack(out[-1], wire.HYSYNC_OFFSET if len(out) == 2 else 0)
+                for out in sent[i]]
+
+    # The CHUNK_MISMATCH reaches the three hosts of the sum, with the spine's chunk.
+    assert [(h.op, h.flags, h.reason, h.round, h.chunk, h.bitmap) for h in headers(3)] == [
+        (Op.RESYNC, Flag.RELAYED, ResyncReason.CHUNK_MISMATCH, 0, 7, 0b111)] * 3
+    # Round 0 is open again: host 2 is counted in it afresh, host 1's round 1 (marked, not
+    # counted) is told the leaf's round is 0, and host 1's round 0 closes it again.
+    assert headers(4) == []
+    assert [(h.op, h.reason, h.round, h.bitmap) for h in headers(5)] == [
+        (Op.RESYNC, ResyncReason.STALE_ROUND, 0, 0b100)]
+    assert [(h.op, h.round, h.count, h.flags >> wire.TX_SHIFT) for h in headers(7)] == [
+        (Op.CONTRIB, 0, 3, 2)]
+    assert [(h.op, h.round, h.bitmap) for h in headers(9)] == [(Op.RESULT, 0, 0b111)] * 3
+    assert headers(10) == []
 
 # ------------------------------------------------------------------ a two-level topology
 def host_packet(leaves: int, hosts: int) -> st.SearchStrategy:

@@ -483,9 +483,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
                 }
             }
             round_t ahead = r - meta.slot.cur;
-            if (ahead != 0 && ahead[31:31] == 0) {
-                // Forward only: a RESYNC delayed behind later results must not take the
-                // leaf back to a round its hosts are past.
+            // Forward: a RESYNC delayed behind later results must not take the leaf back
+            // to a round its hosts are past. Back by one: the spine's open round r waits
+            // on this rack with another chunk and no result of r exists anywhere, so r
+            // opens again here (nothing in it) for the chunk the hosts were told; what the
+            // leaf held open at r + 1 can go up no more.
+            bool forward = ahead != 0 && ahead[31:31] == 0;
+            bool back = hdr.hysync.reason == RESYNC_CHUNK_MISMATCH
+                        && r == meta.up.round && meta.slot.cur == meta.up.round + 1;
+            if (forward || back) {
                 meta.mark_hosts2 = meta.slot.bitmap;
                 meta.mark_round2 = meta.slot.cur;
                 meta.slot.cur = r;
@@ -503,23 +509,24 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         up_pending.write(s, meta.up.pending);
     }
 
-    // Step 6, one host per pass: the lowest host still to mark reads "not counted in the
-    // round" from now on, over the leaf's own "counted", unless its cell is about a later
-    // round of this install.
+    // Step 6, one host per pass: the lowest host still to mark reads "not counted" from
+    // now on, over the leaf's own "counted", unless its cell is about a later round of
+    // this install. A host of both sets is marked once, for mark_round2 (the round the
+    // leaf held open, after mark_round, the sum's): the cell the two marks in a row leave.
     @hidden action mark_action() {
-        bitmap_t hosts = meta.mark_hosts;
+        bitmap_t low = (meta.mark_hosts | meta.mark_hosts2)
+                       & (~(meta.mark_hosts | meta.mark_hosts2) + 1);
         round_t r = meta.mark_round;
-        if (hosts == 0) {
-            hosts = meta.mark_hosts2;
+        if ((meta.mark_hosts2 & low) != 0) {
             r = meta.mark_round2;
         }
-        bitmap_t low = hosts & (~hosts + 1);
+        bitmap_t lowest = low;
         cell_index_t h = 0;
-        if (low[15:0] == 0) { h = h + 16; low = low >> 16; }
-        if (low[7:0] == 0) { h = h + 8; low = low >> 8; }
-        if (low[3:0] == 0) { h = h + 4; low = low >> 4; }
-        if (low[1:0] == 0) { h = h + 2; low = low >> 2; }
-        if (low[0:0] == 0) { h = h + 1; }
+        if (lowest[15:0] == 0) { h = h + 16; lowest = lowest >> 16; }
+        if (lowest[7:0] == 0) { h = h + 8; lowest = lowest >> 8; }
+        if (lowest[3:0] == 0) { h = h + 4; lowest = lowest >> 4; }
+        if (lowest[1:0] == 0) { h = h + 2; lowest = lowest >> 2; }
+        if (lowest[0:0] == 0) { h = h + 1; }
         cell_index_t cell = (cell_index_t) hdr.hysync.slot * MAX_WORKERS + h;
         round_t seq;
         epoch_t seq_epoch;
@@ -533,11 +540,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         }
         member_seq.write(cell, seq);
         member_epoch.write(cell, seq_epoch);
-        if (meta.mark_hosts != 0) {
-            meta.mark_hosts = meta.mark_hosts & (meta.mark_hosts - 1);
-        } else {
-            meta.mark_hosts2 = meta.mark_hosts2 & (meta.mark_hosts2 - 1);
-        }
+        meta.mark_hosts = meta.mark_hosts & ~low;
+        meta.mark_hosts2 = meta.mark_hosts2 & ~low;
     }
 
 #define LANE_APPLY(i) lanes_##i.apply(hdr.lanes[i].value, meta.lane_cell, meta.lane_op, meta.lane_keep);
