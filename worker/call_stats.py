@@ -33,6 +33,7 @@ class CallStats:
     uneven_results: int = 0  # results applied that were not a sync round of every member
     retransmits: int = 0  # sent again because a timer ran out: lost, or late
     resent: int = 0  # parked packets sent again without a timeout (a call's hurry, parking)
+    state_resets: int = 0  # replies that showed the switch's state for the job to be new
     parked: int = 0  # partial: silent contributions settled as counted (see Transport._park)
     parked_missed: int = 0  # ... whose round then closed without them: back to residual
     resyncs: Counter = field(default_factory=Counter)  # ResyncReason name -> replies

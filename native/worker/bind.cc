@@ -126,6 +126,7 @@ void bind_config(nb::module_& m) {
       .def_rw("ignore_echo", &Faults::ignore_echo)
       .def_rw("no_chase", &Faults::no_chase)
       .def_rw("fixed_order", &Faults::fixed_order)
+      .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
@@ -183,6 +184,7 @@ nb::dict stats_of(Engine& e) {
   d["joins"] = s.joins;
   d["uneven_results"] = s.uneven_results;
   d["resent"] = s.resent;
+  d["state_resets"] = s.state_resets;
   d["relayed"] = s.relayed;
   d["waited_s"] = s.waited_s;
   d["absorbed"] = s.absorbed;

@@ -36,9 +36,12 @@ struct Faults {
   // my contribution) is taken for a reply to another member and ignored: only replies to my own
   // transmissions settle a flight (§11, "What a host does").
   bool ignore_relayed = false;
-  // Partial: every call sends a slot's chunks in their fixed order, whichever waited longest
-  // (order_queue; §9 "Sync / partial sending", bounded staleness).
+  // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
+  // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
+  // An ACK that settles a sync-style flight as counted leaves its round unsuspected
+  // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
+  bool ack_leaves_no_suspect = false;
 };
 
 }  // namespace hysync::worker

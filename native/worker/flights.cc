@@ -40,7 +40,6 @@ Flights::Flights(const EngineConfig& config, const Faults& faults, const Quantiz
 void Flights::start_call(double now) {
   progress_at_ = now;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
-  ++calls_;
   for (uint32_t i = 0; i < w_; ++i) order_queue(i);
   // Timers that fell due between calls first: a call whose every slot is held by a parked
   // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
@@ -54,28 +53,26 @@ void Flights::start_call(double now) {
   }
 }
 
-// Partial: slot i's chunks go out longest-waiting first. A call whose slot is held by a parked
+// Partial: slot i's chunks of the key go out least recently closed first (Key::closed: the
+// order in which their rounds' results were applied). A call whose slot is held by a parked
 // packet carries what it has not sent there after one RTO (expire), so behind a switch slower
-// than the workers' compute a call sends one chunk a slot; in the fixed order it is the same
+// than the workers' compute a call counts one chunk a slot; in the fixed order it is the same
 // chunk every call, and the chunks behind it never reach a round (their gradient piles up in
-// the residual). Counted least recently first (a chunk displaced by another's round keeps its
-// turn), a chunk waits at most as many calls as its slot has chunks of its key (§9 "Sync /
-// partial sending", bounded staleness). Members whose calls
-// carry alike send alike; one that sends another chunk meets CHUNK_MISMATCH and joins the round
-// (retarget). Other modes keep the fixed order, which needs no slot to be told apart: in sync
-// every call sends every chunk, and members pair on it.
+// the residual). Least recently closed first, a chunk that reached no round goes first in every
+// call until one closes with it (§9 "Sync / partial sending", bounded staleness). The order is
+// read from results, which every member applies (RULE A), so members send alike: an order drawn
+// from each member's own contributions departs after an abort or a restart, members open rounds
+// of different chunks, and a chunk can lose its turn at every call. Other modes keep the fixed
+// order, which needs no slot to be told apart: in sync every call sends every chunk, and members
+// pair on it.
 void Flights::order_queue(uint32_t i) {
   if (!call_ || faults_.fixed_order || slots_[i].mode != PARTIAL) return;
   auto& queue = call_->queues[i];
-  const auto& last = slots_[i].last_counted;
-  if (queue.size() < 2 || last.empty()) return;
-  const uint32_t first = keys_.at(call_->key).first;
-  auto counted = [&](int64_t local) {
-    const auto it = last.find(first + uint32_t(local));
-    return it == last.end() ? uint64_t(0) : it->second;
-  };
-  std::stable_sort(queue.begin(), queue.end(),
-                   [&](int64_t a, int64_t b) { return counted(a) < counted(b); });
+  if (queue.size() < 2) return;
+  const auto& closed = keys_.at(call_->key).closed;
+  std::stable_sort(queue.begin(), queue.end(), [&](int64_t a, int64_t b) {
+    return closed[std::size_t(a)] < closed[std::size_t(b)];
+  });
 }
 
 // ------------------------------------------------------------------ sending
@@ -391,7 +388,6 @@ void Flights::park(uint32_t i) {
     f.has_amount = true;
     keys_.settle(*call_, f.local, Outcome::INCLUDED, &f);
     --call_->remaining;
-    slots_[i].last_counted[f.chunk] = calls_;
   }
   carry_queue(i);
 }
@@ -475,7 +471,6 @@ void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
   progress_at_ = now;
-  if (included && f.kind != Kind::NULLS) slots_[i].last_counted[f.chunk] = calls_;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {
@@ -583,7 +578,7 @@ void Flights::counted_without_result(uint32_t i, double now) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     results_.apply_own(i, f);
-  } else {
+  } else if (!faults_.ack_leaves_no_suspect) {
     rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
   }
   done(i, true, now);

@@ -127,7 +127,6 @@ class Flights {
   // malloc's bins.
   std::vector<std::unique_ptr<Flight>> spare_flights_;
   int inflight_ = 0;
-  uint64_t calls_ = 0;  // calls started (Slot::last_counted)
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
   double woke_late_ = 0;
   double probed_at_ = 0;  // the last retransmission into a silent switch (expire())

@@ -45,6 +45,7 @@ int Keys::add_key(const std::string& name, int64_t numel) {
   reg->chunks = std::max<int64_t>(1, (numel + int64_t(LANES) - 1) / int64_t(LANES));
   reg->first = uint32_t(next_chunk_);
   reg->residual.assign(std::size_t(reg->chunks) * LANES, 0.0f);
+  reg->closed.assign(std::size_t(reg->chunks), 0);
   next_chunk_ += reg->chunks;
   for (auto it = orphans_.begin(); it != orphans_.end();) {
     if (it->first >= reg->first && int64_t(it->first) < next_chunk_) {
@@ -240,12 +241,13 @@ void Keys::restore(const Flight& f, const uint8_t* round) {
 }
 
 // ------------------------------------------------------------------ results
-float* Keys::output_row(uint32_t chunk, Call* call) {
+float* Keys::output_row(uint32_t chunk, Call* call, bool round_result) {
   const int k = owner(chunk);
   if (k < 0) return nullptr;
   Key& reg = at(k);
   if (!reg.alive) return nullptr;  // its name maps to a new range: nobody takes this one
   const int64_t local = reg.local_of(chunk);
+  if (round_result) reg.closed[std::size_t(local)] = ++round_results_;
   if (call && call->key == k && call->prepared[std::size_t(local)]) {
     return call->values + std::size_t(local) * LANES;  // straight into the call's output
   }
@@ -253,7 +255,7 @@ float* Keys::output_row(uint32_t chunk, Call* call) {
   return &reg.acc[std::size_t(local) * LANES];
 }
 
-bool Keys::apply(uint32_t chunk, const double* avg, Call* call) {
+bool Keys::apply(uint32_t chunk, const double* avg, Call* call, bool round_result) {
   if (int64_t(chunk) >= next_chunk_) {  // no key owns it yet: kept until one does
     if (orphans_.size() >= MAX_ORPHANS && !orphans_.count(chunk)) {
       return false;
@@ -262,7 +264,7 @@ bool Keys::apply(uint32_t chunk, const double* avg, Call* call) {
     for (std::size_t j = 0; j < LANES; ++j) held[j] += avg[j];
     return true;
   }
-  float* row = output_row(chunk, call);
+  float* row = output_row(chunk, call, round_result);
   if (!row) return true;
   std::size_t n = LANES;
   if (call && row >= call->values && row < call->values + call->numel)

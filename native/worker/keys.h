@@ -48,6 +48,11 @@ struct Key {
   int64_t numel = 0, chunks = 0;
   uint32_t first = 0;
   bool alive = true;
+  // Per local chunk: the number of round results the engine had applied (Keys::apply) when
+  // the latest result of this chunk was applied; 0: none yet. Every member applies every
+  // result (RULE A), so the order of these is the same at every member: a partial call sends
+  // a slot's chunks of the key least recently closed first (Flights::order_queue).
+  std::vector<uint64_t> closed;
   std::vector<float> residual;  // chunks * LANES, float32 per element; kept across calls
   std::vector<float> acc;       // empty, or chunks * LANES
 
@@ -82,7 +87,9 @@ class Keys {
   // A result's average (lanes in fixed point) for global `chunk`, added to its key's output:
   // straight into the call's buffer for a chunk of `call` already prepared. A chunk no key
   // owns yet is held until one does; false: too many such chunks held, the result is dropped.
-  bool apply(uint32_t chunk, const double* avg, Call* call);
+  // `round_result`: a RESULT every member applies (not an ACK's own lanes): it marks the
+  // chunk closed (Key::closed).
+  bool apply(uint32_t chunk, const double* avg, Call* call, bool round_result);
 
   // RULE B for the call's chunks.
   // Quantize gradient + residual for the chunk's first transmission; the residual becomes the
@@ -107,7 +114,7 @@ class Keys {
 
  private:
   int add_key(const std::string& name, int64_t numel);
-  float* output_row(uint32_t chunk, Call* call);
+  float* output_row(uint32_t chunk, Call* call, bool round_result);
   void chunk_value(const Call& call, int64_t local, float* value) const;
   void open_output(Call& call, int64_t local);
   void carry_unsent(Call& call, int64_t local);
@@ -120,6 +127,7 @@ class Keys {
   std::vector<std::unique_ptr<Key>> keys_;
   std::vector<uint32_t> starts_;
   std::unordered_map<std::string, int> names_;  // name -> its live key
+  uint64_t round_results_ = 0;                   // round results applied (Key::closed)
   int64_t next_chunk_ = 0;
   // Results held for chunk ids no key owns yet (a peer registered a key first).
   std::unordered_map<uint32_t, std::array<double, LANES>> orphans_;

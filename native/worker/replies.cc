@@ -303,6 +303,7 @@ void Replies::on_relayed(uint32_t i, const wire::Header& h, double now) {
 // switch answers STALE forever.
 void Replies::switch_reset(const std::string& what) {
   if (faults_.no_restart_detection) return;  // a simulation took the rule out
+  ++stats_.state_resets;
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";

@@ -36,7 +36,7 @@ void Results::apply_own(uint32_t i, const Flight& f) {
   const double share = divisor(uint8_t(wire::Mode::ASYNC), 1);
   double lanes[LANES];
   for (std::size_t j = 0; j < LANES; ++j) lanes[j] = lane_share(f.lane(j), share);
-  apply_result(f.chunk, lanes);
+  apply_result(f.chunk, lanes, false);
   auto& acked = slots_[i].acked;
   if (acked.size() == ACK_MEMORY) acked.pop_front();
   std::array<uint8_t, 4 * LANES> raw;
@@ -45,8 +45,8 @@ void Results::apply_own(uint32_t i, const Flight& f) {
   ++stats_.own_applied;
 }
 
-void Results::apply_result(uint32_t chunk, const double* avg) {
-  if (!keys_.apply(chunk, avg, call_.get()))
+void Results::apply_result(uint32_t chunk, const double* avg, bool round_result) {
+  if (!keys_.apply(chunk, avg, call_.get(), round_result))
     bad("result for chunk " + std::to_string(chunk) + ", which no key owns, beyond the " +
         std::to_string(Keys::MAX_ORPHANS) + " such chunks held");
 }
@@ -68,7 +68,7 @@ void Results::apply(const uint8_t* d) {
   double avg[LANES];
   for (std::size_t j = 0; j < LANES; ++j)
     avg[j] = lane_share(int32_t(load_be32(d + H + 4 * j)), share);
-  apply_result(load_be32(d + wire::OFF_CHUNK), avg);
+  apply_result(load_be32(d + wire::OFF_CHUNK), avg, true);
 }
 
 // A lane of a result (a sum of contributions) as its share of the output, in fixed point:

@@ -48,7 +48,7 @@ class Results {
   uint64_t bad_datagrams() const { return bad_datagrams_; }
 
  private:
-  void apply_result(uint32_t chunk, const double* avg);
+  void apply_result(uint32_t chunk, const double* avg, bool round_result);
   double divisor(uint8_t mode, uint8_t count) const;
   double lane_share(int32_t sum, double share) const;
 

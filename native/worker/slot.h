@@ -37,9 +37,6 @@ struct Slot {
   // Chunks (global ids) a sync round of another chunk displaced, to send again as residual
   // when the slot has nothing else to send in a call (send_chased).
   std::deque<uint32_t> chased;
-  // The call (Flights' count) in which a contribution of each chunk (global id) was last
-  // counted, so that a partial call sends the chunk that waited longest first (order_queue).
-  std::map<uint32_t, uint64_t> last_counted;
   OwnResults own_results;
   std::map<uint32_t, double> suspect;  // rounds skipped, not seen yet: round -> since
   std::deque<Acked> acked;             // at most ACK_MEMORY (results.cc)

@@ -13,6 +13,7 @@ struct EngineStats {
            stray_replies = 0, bad_datagrams = 0, joins = 0;
   uint64_t uneven_results = 0;  // results applied that are not a sync round of every member
   uint64_t resent = 0;  // parked packets sent again without a timeout (hurry, parking)
+  uint64_t state_resets = 0;  // replies that showed the switch's state for the job to be new
   uint64_t relayed = 0;  // RESYNCs a leaf relayed from the spine (docs/protocol.md §11)
   uint64_t resyncs[5] = {0, 0, 0, 0, 0};  // by ResyncReason
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)

@@ -24,6 +24,11 @@ const level_t LEVEL_SINGLE = 0;
 const level_t LEVEL_LEAF = 1;
 const level_t LEVEL_SPINE = 2;
 
+// What a leaf relays of a spine's verdict (§11 leaf steps 4-5).
+const bit<8> RELAY_NONE = 0;
+const bit<8> RELAY_RESULT = 1;     // to every host of the job
+const bit<8> RELAY_RESYNC = 2;     // flag RELAYED, to the hosts of its bitmap only
+
 // ------------------------------------------------------ pipeline-internal values
 // What a Lane control does with its register on this packet.
 enum bit<8> lane_op_t {

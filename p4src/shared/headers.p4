@@ -77,6 +77,19 @@ struct role_t {
     mac_addr_t  spine_mac;
     ipv4_addr_t leaf_addr;      // the uplink's source address
 }
+
+// A leaf's uplink registers of the slot as read (§11 "The leaf"), and what the packet
+// makes of them.
+struct uplink_state_t {
+    bit<1>   pending;      // up_pending: the sum of `round` is at the spine
+    round_t  round;        // up_round
+    bitmap_t bitmap;       // up_bitmap: the hosts in that sum
+    count_t  count;        // up_count
+    chunk_t  chunk;        // up_chunk
+    bit<5>   tx;           // up_tx: the latest uplink's transmission number
+    bool     send;         // the packet goes up to the spine as the leaf's CONTRIB
+    bool     retransmit;   // ...sent again, for a host that asked again
+}
 #endif
 
 // Per-packet metadata: each group is written by one control and read by later ones.
@@ -130,6 +143,24 @@ struct metadata_t {
 #ifdef HYSYNC_TWO_LEVELS
     // Roles -> every later control: the job's level here (§11).
     role_t           role;
+    // Aggregation: a spine's hosts in the slot's open round (weight[s]; count is leaves).
+    count_t          weight;
+    // Aggregation -> Replies, Forwarding: a leaf's uplink.
+    uplink_state_t   up;
+    // A spine's RESULT or RESYNC at a leaf of its job (§11 leaf steps 4-6), and whether
+    // this pass of it is a resubmitted one.
+    bool             spine_verdict;
+    bool             resubmitted;
+    // Kept across the resubmitted passes of a verdict (field list 1): one pass marks one
+    // host refused, the hosts of mark_hosts for mark_round first, then those of
+    // mark_hosts2 for mark_round2; the pass that marks the last relays the verdict.
+    @field_list(1) bitmap_t mark_hosts;
+    @field_list(1) round_t  mark_round;
+    @field_list(1) bitmap_t mark_hosts2;
+    @field_list(1) round_t  mark_round2;
+    @field_list(1) bit<8>   relay;          // RELAY_NONE, RELAY_RESULT or RELAY_RESYNC
+    @field_list(1) bitmap_t relay_hosts;    // the relayed header's bitmap
+    @field_list(1) chunk_t  relay_chunk;    // a relayed RESYNC's chunk
 #endif
 }
 

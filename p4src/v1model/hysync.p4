@@ -11,6 +11,10 @@
 
 // This program runs a job at two levels, leaf and spine (protocol.md §11).
 #define HYSYNC_TWO_LEVELS
+// standard_metadata.instance_type of a multicast replica and of a resubmitted packet
+// (BMv2 simple_switch).
+#define BMV2_REPLICATION 5
+#define BMV2_RESUBMIT 6
 
 #include "../shared/defines.p4"
 #include "../shared/sizes.p4"
@@ -45,16 +49,35 @@ control HySyncIngress(inout headers_t hdr,
     }
 
     apply {
-        // §11. The job's level here, for every packet that names a job.
+        // §11. The job's level here, for every packet that names a job: at a leaf, a
+        // spine's RESULT or RESYNC is a verdict on the leaf's sum (resubmitted to mark the
+        // hosts of a refused one, one per pass).
+        meta.up.send = false;
+        meta.spine_verdict = false;
+        meta.resubmitted = standard_metadata.instance_type == BMV2_RESUBMIT;
         if (hdr.hysync.isValid()) {
             roles.apply(hdr, meta);
+            meta.spine_verdict = meta.role.level == LEVEL_LEAF
+                           && (hdr.hysync.op == OP_RESULT || hdr.hysync.op == OP_RESYNC);
         }
-        if (standard_metadata.parser_error != error.NoError) {
+        bool admit = false;
+        if (meta.spine_verdict) {
+            // §11 leaf step 4: from the uplink's spine address only, then §4's checks
+            // that apply to a RESULT or RESYNC.
+            if (hdr.ipv4.src_addr != meta.role.spine_addr) {
+                drop(DROP_NOT_MEMBER);
+            } else if (standard_metadata.parser_error != error.NoError) {
+                drop(DROP_MALFORMED);
+            } else if (hdr.hysync.version != HYSYNC_VERSION) {
+                drop(DROP_BAD_VERSION);
+            } else {
+                admit = true;
+            }
+        } else if (standard_metadata.parser_error != error.NoError) {
             // 1. Truncated: changes no state, counted.
             drop(DROP_MALFORMED);
         } else if (!hdr.hysync.isValid()) {
-            // §7. Not HySync: L2.
-            forwarding.apply(hdr, meta, standard_metadata);
+            // §7. Not HySync: L2 (below).
         } else if (hdr.hysync.version != HYSYNC_VERSION) {
             drop(DROP_BAD_VERSION);                                 // 2.
         } else if (hdr.hysync.op != OP_CONTRIB) {
@@ -64,23 +87,43 @@ control HySyncIngress(inout headers_t hdr,
                    || standard_metadata.packet_length != CONTRIB_FRAME_LEN) {
             drop(DROP_BAD_LENGTH);                                  // 4.
         } else {
-            // 5-7. A member of a configured job, on one of the job's slots.
+            admit = true;
+        }
+        if (admit) {
+            // 5-7. A member of a configured job (a verdict: its job), on the job's slots.
             admission.apply(hdr, meta);
             if (!meta.admitted) {
                 mark_to_drop(standard_metadata);
             } else {
                 // 8. The mode the controller wants for this slot now.
-                sync_mode.apply(hdr, meta);
+                if (!meta.spine_verdict) {
+                    sync_mode.apply(hdr, meta);
+                }
                 // 8-10. Latch it if no round is under way; open, join, close or miss
-                // the slot's round; accumulate or read the lanes.
+                // the slot's round; accumulate or read the lanes. (§11: a verdict.)
                 aggregation.apply(hdr, meta);
-                // Make the RESULT / RESYNC / ACK the outcome calls for, or nothing.
+                // Make the RESULT / RESYNC / ACK the outcome calls for, an uplink, a
+                // relayed verdict, or nothing.
                 replies.apply(hdr, meta, standard_metadata);
+                if (meta.spine_verdict && (meta.mark_hosts != 0 || meta.mark_hosts2 != 0)) {
+                    resubmit_preserving_field_list(1);
+                }
             }
+        }
+
+        // §7. L2 for what is not HySync's, and for a leaf's uplink to its spine (§11).
+        if (standard_metadata.parser_error == error.NoError
+            && (!hdr.hysync.isValid() || meta.up.send)) {
+            forwarding.apply(hdr, meta, standard_metadata);
         }
 
         // §8. Count what the controls above decided to count.
         stats.apply(hdr, meta);
+
+        // §11. An uplink is the leaf's own contribution at the spine: its member id there.
+        if (meta.up.send) {
+            hdr.hysync.worker_id = meta.role.uplink_id;
+        }
     }
 }
 

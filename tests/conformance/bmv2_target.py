@@ -46,6 +46,7 @@ def _sh(*cmd: str) -> None:
 class Bmv2Target:
     name = "bmv2"
     _instance: Bmv2Target | None = None
+    _made = 0  # switches this process made
 
     @classmethod
     def shared(cls) -> Bmv2Target:
@@ -57,8 +58,11 @@ class Bmv2Target:
         return cls._instance
 
     def __init__(self) -> None:
-        tag = f"hsc{os.getpid() % 100000}"
-        self.netns = f"hsc-{os.getpid()}"
+        # Several switches of one process (a two-level fabric) are told apart by a letter.
+        n, Bmv2Target._made = Bmv2Target._made, Bmv2Target._made + 1
+        other = "abcdefghijklmnopqrstuvwxyz"[n - 1] if n else ""
+        tag = f"hsc{os.getpid() % 100000}{other}"
+        self.netns = f"hsc-{os.getpid()}{other}"
         self.host_ifs = {p: f"{tag}h{p}" for p in PORTS}
         self.json = self._compile()
         # a link-local management /30 no other switch of this machine uses

@@ -195,7 +195,7 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         starved = [c for c in range(first, first + -(-n // wire.LANES)) if c not in reached]
         if starved:
             out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
-                       f"no round in its {len(calls)} sync calls after {settle:.3f} s (their "
+                       f"no round in its {len(calls)} calls after {settle:.3f} s (their "
                        "gradient piles up in its residual)")
     return out
 
@@ -330,7 +330,8 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
     the result that would have told every replica is gone with the state). A
     worker is held to it only where it could not know: it died, a call of its aborted, or
-    the switch's state was lost; None for every other worker (its books balance exactly)."""
+    the switch's state was lost; None for every other worker (its books balance exactly).
+    "Before" is the order things happened (Sim.moment), also within one simulated instant."""
     if not (wk.dead or rec.state_resets or
             any(c.status not in ("done", "") for c in wk.calls)):
         return None

@@ -139,12 +139,14 @@ class Worker:
     heard: set[int] = field(default_factory=set)  # switch states it got a RESULT or ACK of
     # (when, bitmap) of every RESULT its engine took: each restarts the engine's dead timer
     results_heard: list[tuple[float, int]] = field(default_factory=list)
-    # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit:
-    # the switch acknowledged its contribution there
-    acked: dict[tuple[int, int, int], float] = field(default_factory=dict)  # -> when first
-    # when the worker dropped what it had in flight: a call failed, or its replica was first
-    # flagged for a resync (a new switch state learned between calls)
-    aborts: list[float] = field(default_factory=list)
+    # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
+    # (the switch acknowledged its contribution there) -> the moment it first heard one
+    acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
+    # the moments the worker dropped what it had in flight: a call failed, or it learned of a
+    # new switch state (between calls it drops its packets in flight then). Moments
+    # (Sim.moment), not times: a send, an abort and an acknowledgement often share an
+    # instant, and which came first decides whether the worker could know a packet's fate.
+    aborts: list[tuple[float, int]] = field(default_factory=list)
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
     missettled: dict[int, np.ndarray] = field(default_factory=dict)
@@ -185,10 +187,10 @@ class Record:
     # every contribution the switch counted: [w, chunk, lanes, (state, slot, round) of the
     # round it closed in, or None while open or once wiped, whether its datagram was first
     # sent before a state reset that came before it was counted (it crossed the reset),
-    # when its datagram was first sent]
+    # the moment its datagram was first sent (Sim.moment)]
     contribs: list[list[Any]] = field(default_factory=list)
-    # (w, chunk and lanes of a datagram) -> when w first sent it
-    launched: dict[tuple[int, bytes], float] = field(default_factory=dict)
+    # (w, chunk and lanes of a datagram) -> the moment w first sent it
+    launched: dict[tuple[int, bytes], tuple[float, int]] = field(default_factory=dict)
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
@@ -229,6 +231,7 @@ class Sim:
         self.events: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.seq = 0
         self.now = 0.0
+        self.moments = 0  # what Sim.moment has handed out
         self.rec = Record(plan, target)
         # id -> (the switch state that emitted it, the RESULT itself, kept alive so that
         # its id stays its own): the state a result came from, when a worker gets it
@@ -383,6 +386,8 @@ class Sim:
         e.set_time(self.now)
         status = e.step(self.now)
         self._note_absorbed(wk)
+        if status == RESET:  # aborted before the step sent anything of its own
+            wk.aborts.append(self.moment())
         self._sent(wk)
         if status == PENDING:
             wk.gen += 1
@@ -392,8 +397,8 @@ class Sim:
             return
         call = wk.calls[-1]
         call.end, call.status = self.now, STATUS[status]
-        if call.status != "done":
-            wk.aborts.append(self.now)
+        if status == UNREACHABLE:  # gave up after the step's own sends
+            wk.aborts.append(self.moment())
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
@@ -503,19 +508,21 @@ class Sim:
         arrived = self.now if arrived is None else arrived
         tag = self.state_of.get(id(data))
         if tag is None:
+            before = e.stats()
+            self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
             self._note_absorbed(wk)
+            after = e.stats()
+            self._take_results(wk, after, None)
+            self._note_reset(wk, before, after)
             return
         wk.heard.add(tag[0])
         before = e.stats()
         self._take_results(wk, before, None)
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         flight = self._flight(wk, slot)
-        flagged = e.needs_resync
         e.on_datagram(data, self.now, arrived)
         self._note_absorbed(wk)
-        if e.needs_resync and not flagged:
-            wk.aborts.append(self.now)
         after = e.stats()
         self._take_results(wk, after, tag[0])
         rnd = struct.unpack_from("!I", data, _OFF_ROUND)[0]
@@ -529,7 +536,10 @@ class Sim:
         if (data[_OFF_OP] == wire.Op.ACK or (
                 data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> wk.w) & 1)) and \
                 after["stray_replies"] == before["stray_replies"]:  # (not dropped as stray)
-            wk.acked.setdefault(counted_in, self.now)
+            wk.acked.setdefault(counted_in, self.moment())
+        # (after the acknowledgement: a reply that shows a new state and counts my flight
+        # tells me its fate before the reset drops what I have in flight)
+        self._note_reset(wk, before, after)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
                 self.rec.applied.add(counted_in)
@@ -552,6 +562,13 @@ class Sim:
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _note_reset(self, wk: Worker, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """The datagram showed the engine a new switch state (its stats `before` and `after`
+        it): between calls it dropped what it had in flight then (a call under way aborts, and
+        its end is noted as well)."""
+        if after["state_resets"] != before["state_resets"]:
+            wk.aborts.append(self.moment())
 
     def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
         """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the
@@ -633,12 +650,18 @@ class Sim:
         if streak >= 2:
             self.rec.loss_streaks.append((self.now, who))
 
+    def moment(self) -> tuple[float, int]:
+        """Now, and the order of what happens at this simulated time: many events share an
+        instant (a reply answered, then the call aborted, at one arrival time)."""
+        self.moments += 1
+        return self.now, self.moments
+
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():
             self.rec.packets += 1
             if d[_OFF_OP] == wire.Op.CONTRIB:
                 self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
-                                             self.now)
+                                             self.moment())
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
@@ -680,8 +703,8 @@ class Sim:
         acc += lanes
         self.rec.last_counted[(w, slot)] = data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]
         self.open.setdefault(slot, []).append((w, chunk, lanes))
-        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), 0.0)
-        crossed = any(sent < t <= self.now for t, _kind in self.rec.resets)
+        sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), (0.0, 0))
+        crossed = any(sent[0] < t <= self.now for t, _kind in self.rec.resets)
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
@@ -787,7 +810,9 @@ class Sim:
         self.at(self.now, self._quiesce_tick, end)
 
     def _quiesce_tick(self, end: float) -> None:
-        """Between calls a worker's packets in flight keep retrying (poll_results)."""
+        """Between calls a worker's packets in flight keep retrying, and its suspected rounds
+        are judged (poll_results: an ACKed contribution whose round's result never came flags
+        the replica once missed_after has passed)."""
         for wk in self.workers:
             if wk.dead or self.now < wk.paused_until:
                 continue
@@ -797,6 +822,7 @@ class Sim:
                 self._hand(wk, *d)
             wk.inbox.clear()
             e.tick(self.now)
+            e.poll(0.0)  # what poll_results does after its wait: judge suspected rounds
             self._note_absorbed(wk)
             self._sent(wk)
         if self.now < end:

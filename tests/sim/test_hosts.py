@@ -64,8 +64,8 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # Seeds of hosts of several ranks, each fixed at its cause (docs/protocol.md §10): 1000489,
 # 32 hosts in sync with 15% loss each way and no fault, whose first calls failed while every
 # member was still in them (rule lossy_straggler: a member's contribution lost again and
-# again, its retransmissions one probe per silent window apart). Seed 1001019 (a slow switch
-# in partial after a re-install) is the limit "Bounded staleness against a short job" of §10.
+# again, its retransmissions one probe per silent window apart). The seeds of partial calls
+# whose members' orders departed after an abort are tests/sim/test_races.py's.
 HOST_REGRESSIONS = (1000489,)
 
 

@@ -66,9 +66,10 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
                       "'unreachable'"),
     # §9 "A switch that lost the job's state", the install tag given at attach: a worker that
     # hears its first reply from the state after a re-install learns that state's tag as its
-    # first, and its contribution the state before counted is counted again.
-    "install_tag_at_attach": (FAULT_KINDS, 9001408, {"engine": {"install_tag": -1}},
-                              "exactly-once", "worker 1 chunk 0"),
+    # first, and the books of its contributions across the two states no longer balance,
+    # with its replica not flagged.
+    "install_tag_at_attach": (FAULT_KINDS, 9001487, {"engine": {"install_tag": -1}},
+                              "exactly-once", "worker 2 chunk 1"),
     # §9 "A switch that lost the job's state", a late packet of the state left is told by when
     # it arrived: read after a long pause between calls, a copy of a result applied already
     # is taken for a newer state's and applied again. (The seed's worker meets that late
@@ -89,6 +90,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # rest; the chunks behind it reach no round.
     "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
                          "chunk(s) [12] of key 0"),
+    # §9 RULE A: an ACK settles a parked partial contribution counted in a round of one whose
+    # result every member lost; a restart then wipes the state. Left suspected, the round is
+    # judged missed and the replica flagged; unsuspected, the gradient reached no replica and
+    # nobody knows it.
+    "ack_leaves_round_suspected": (FAULT_KINDS, 9001471,
+                                   {"faults": {"ack_leaves_no_suspect": True}}, "exactly-once",
+                                   "worker 1 chunk 0"),
 }
 
 

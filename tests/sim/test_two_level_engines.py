@@ -10,7 +10,7 @@ from tests.sim.two_level_engines import simulate
 
 # Seeds whose runs relay spine verdicts (RESYNCs with flag RELAYED) to hosts, after a spine
 # CHUNK_MISMATCH, with mode swaps at either level.
-RELAYING = (4, 6, 22, 43)
+RELAYING = (1, 22, 33, 43)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
@@ -30,12 +30,12 @@ def test_a_seed_replays_exactly() -> None:
 def test_without_the_relayed_rule_hosts_stall() -> None:
     """A host that takes a relayed verdict for another member's reply keeps waiting on a
     sum the spine refused; with the spine's round waiting on its rack, calls fail."""
-    problems, _ = simulate(6, faults={"ignore_relayed": True})
+    problems, _ = simulate(43, faults={"ignore_relayed": True})
     assert any(p.startswith("failure:") for p in problems), problems
 
 
 def test_without_behind_leaf_a_leafs_refusal_reads_as_a_restart() -> None:
     """The leaf keeps no result of the round it closed while its sum is at the spine: its
     STALE answer for that round is taken for a new switch state, and the call aborts."""
-    problems, _ = simulate(4, engine={"behind_leaf": False})
+    problems, _ = simulate(1, engine={"behind_leaf": False})
     assert any("ended 'reset'" in p for p in problems), problems

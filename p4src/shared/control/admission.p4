@@ -71,7 +71,17 @@ control Admission(in headers_t hdr, inout metadata_t meta) {
 
     apply {
         meta.admitted = true;
-        if (!members.apply().hit) {
+        bool member = true;
+#ifdef HYSYNC_TWO_LEVELS
+        // A spine's verdict at a leaf (§11) is admitted by its source, the uplink's spine
+        // address, not by the members table.
+        if (!meta.spine_verdict) {
+            member = members.apply().hit;
+        }
+#else
+        member = members.apply().hit;
+#endif
+        if (!member) {
             reject(DROP_NOT_MEMBER);                           // 5. not a member
         } else if (!jobs.apply().hit) {
             reject(DROP_NO_JOB);                               // 6. no job entry

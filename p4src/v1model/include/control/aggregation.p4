@@ -74,6 +74,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
     // ...and the epoch it was counted in, or its complement if it was refused: a
     // member_seq of another epoch means nothing.
     register<epoch_t>(MEMBER_SEQ_CELLS) member_epoch;
+    // A spine's hosts in the open round (§11 "The spine"): count[s] counts leaves, the
+    // RESULT's count is this, the uplinks' count bytes summed.
+    register<count_t>(SLOT_CELLS) weight;
+    // A leaf's uplink (§11 "The leaf"): its sum of round up_round[s] is at the spine and no
+    // verdict has come back (up_pending), the hosts in it, its count and chunk, and the
+    // transmission number of its latest uplink.
+    register<bit<1>>(SLOT_CELLS) up_pending;
+    register<round_t>(SLOT_CELLS) up_round;
+    register<bitmap_t>(SLOT_CELLS) up_bitmap;
+    register<count_t>(SLOT_CELLS) up_count;
+    register<chunk_t>(SLOT_CELLS) up_chunk;
+    register<bit<5>>(SLOT_CELLS) up_tx;
 
 #define LANE_INSTANCE(i) Lane() lanes_##i;
     FOR_EACH_LANE(LANE_INSTANCE)
@@ -98,6 +110,15 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         member_seq.read(meta.slot.seq, seq_cell);
         member_epoch.read(meta.slot.seq_epoch, seq_cell);
         res_bitmap.read(res_bmp, s);
+        weight.read(meta.weight, s);
+        up_pending.read(meta.up.pending, s);
+        up_round.read(meta.up.round, s);
+        up_bitmap.read(meta.up.bitmap, s);
+        up_count.read(meta.up.count, s);
+        up_chunk.read(meta.up.chunk, s);
+        up_tx.read(meta.up.tx, s);
+        meta.up.send = false;
+        meta.up.retransmit = false;
 
         // 8. A slot that another install of a job used last starts afresh: round 0,
         // nothing open, nothing to resend. The lanes need no clearing (the first
@@ -110,6 +131,8 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.slot.count = 0;
             meta.slot.bitmap = 0;
             meta.slot.chunk = 0;
+            meta.weight = 0;
+            meta.up.pending = 0;
         }
         // 8. Latch the desired mode only when no round is under way...
         if (meta.slot.count == 0) {
@@ -151,6 +174,33 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
 
 #include "decide.p4"
 
+    // §11 leaf step 3: a host's packet for the round whose sum is at the spine. From a host
+    // in the sum it asks again (its result or the uplink was lost): the uplink goes again,
+    // the uplink's only retransmission (switches have no timers). From any other host it is
+    // late: answered as §4 answers a contribution it does not count.
+    @hidden action pending_round_action() {
+        bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
+        meta.member_counter = member_counter_t.NONE;
+        meta.cell_op = member_cell_op_t.NONE;
+        meta.lane_write = lane_write_t.NONE;
+        meta.resync_reason = RESYNC_NONE;
+        meta.count_drop = true;
+        if ((meta.up.bitmap & me) != 0) {
+            meta.verdict = verdict_t.DUPLICATE;
+            meta.emit = emit_t.NONE;
+            meta.drop_reason = DROP_UPLINK_RESENT;
+            meta.up.send = true;
+            meta.up.retransmit = true;
+        } else {
+            meta.verdict = verdict_t.STALE;
+            meta.emit = emit_t.RESYNC;
+            meta.drop_reason = DROP_STALE;
+            meta.member_counter = member_counter_t.STALE;
+            meta.cell_op = member_cell_op_t.REFUSE;
+            meta.resync_reason = RESYNC_STALE_ROUND;
+        }
+    }
+
     // The outcome `decide` chose, applied in the order of hysync/protocol_spec/decision.py: the
     // member cell, the lanes, then the slot and the packet out; then every register
     // slot_read_action read is written back.
@@ -161,11 +211,18 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         bitmap_t me = (bitmap_t) 1 << hdr.hysync.worker_id;
         bool counted = (meta.facts & FACT_COUNTED) != 0;
 
-        // The member cell. A mark is never written over r counted in this install.
+        // The member cell. A mark is never written over r counted in this install; at a
+        // leaf or a spine (§11, step 6) not over a later round counted either, rounds
+        // compared as 32-bit serial numbers.
+        bool refusable = !counted;
+        if (meta.role.level != LEVEL_SINGLE) {
+            round_t ahead = r - meta.slot.seq;
+            refusable = meta.slot.seq_epoch != meta.epoch || (ahead != 0 && ahead[31:31] == 0);
+        }
         if (meta.cell_op == member_cell_op_t.RECORD) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = meta.epoch;
-        } else if (meta.cell_op == member_cell_op_t.REFUSE && !counted) {
+        } else if (meta.cell_op == member_cell_op_t.REFUSE && refusable) {
             meta.slot.seq = r;
             meta.slot.seq_epoch = ~meta.epoch;
         } else if (meta.cell_op == member_cell_op_t.JOIN_MARK && !counted) {
@@ -197,9 +254,24 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         meta.out_reason = meta.epoch[7:0];
         meta.out_mode = meta.slot.mode;
         meta.out_quorum = meta.slot.quorum;
+        bool spine = meta.role.level == LEVEL_SPINE;
+        bool leaf = meta.role.level == LEVEL_LEAF;
+        // §11 leaf step 2: while a sum is at the spine the open round absorbs and waits; it
+        // closes on a member's first packet after the verdict (the close on a
+        // retransmission).
+        if (leaf && meta.up.pending == 1) {
+            if (meta.emit == emit_t.CLOSE) {
+                meta.emit = emit_t.ABSORB;
+            } else if (meta.emit == emit_t.CLOSE_AS_IS) {
+                meta.emit = emit_t.NONE;
+            }
+        }
         if (meta.emit == emit_t.ABSORB) {
             meta.slot.count = meta.slot.count + 1;
             meta.slot.bitmap = meta.slot.bitmap | me;
+            if (spine) {
+                meta.weight = meta.weight + hdr.hysync.count;
+            }
         } else if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             // The round closes, with w counted now or (as is) before: its header goes out
             // and into res_*; the lanes are the sums (as is: read back).
@@ -214,10 +286,31 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             } else {
                 meta.lane_op = lane_op_t.READ;
             }
+            // A spine's RESULT counts hosts, not leaves: the divisor every host uses. It
+            // wraps at 8 bits (a two-level job has at most 255 hosts).
+            if (spine) {
+                meta.out_count = meta.weight;
+                if (meta.emit == emit_t.CLOSE) {
+                    meta.out_count = meta.weight + hdr.hysync.count;
+                }
+            }
             meta.slot.cur = meta.slot.cur + 1;
             meta.slot.count = 0;
             meta.slot.bitmap = 0;
-            meta.slot.has_result = 1;
+            if (leaf) {
+                // §11 leaf step 1: the close goes up, not down. The sum stays in the bank
+                // of its round; there is no result to resend until the spine's verdict.
+                meta.up.pending = 1;
+                meta.up.round = meta.out_round;
+                meta.up.bitmap = meta.out_bitmap;
+                meta.up.count = meta.out_count;
+                meta.up.chunk = meta.out_chunk;
+                meta.up.send = true;
+                meta.slot.has_result = 0;
+            } else {
+                meta.weight = 0;
+                meta.slot.has_result = 1;
+            }
         } else if (meta.emit == emit_t.RESEND) {
             // The round that closed last, to the sender alone: result_read_action fills
             // the header, the lanes are read from r's bank.
@@ -229,6 +322,10 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
             meta.out_count = 0;
             meta.out_bitmap = 0;
             meta.out_chunk = hdr.hysync.chunk;
+        } else if (meta.up.retransmit) {
+            // The pending sum again, from its bank.
+            meta.lane_op = lane_op_t.READ;
+            meta.lane_cell = 2 * s + (cell_index_t) (meta.up.round & 1);
         } else if (meta.emit == emit_t.RESYNC) {
             // The slot's open round as it stands now.
             meta.out_reason = meta.resync_reason;
@@ -248,6 +345,25 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         quorum.write(s, meta.slot.quorum);
         member_seq.write(seq_cell, meta.slot.seq);
         member_epoch.write(seq_cell, meta.slot.seq_epoch);
+        weight.write(s, meta.weight);
+
+        // The uplink's header: the leaf's CONTRIB of its sum, transmission number up_tx + 1.
+        if (meta.up.send) {
+            meta.up.tx = meta.up.tx + 1;
+            meta.out_mode = meta.slot.mode;
+            meta.out_quorum = meta.slot.quorum;
+            meta.out_reason = 0;
+            meta.out_round = meta.up.round;
+            meta.out_count = meta.up.count;
+            meta.out_chunk = meta.up.chunk;
+            meta.out_bitmap = 0;
+        }
+        up_pending.write(s, meta.up.pending);
+        up_round.write(s, meta.up.round);
+        up_bitmap.write(s, meta.up.bitmap);
+        up_count.write(s, meta.up.count);
+        up_chunk.write(s, meta.up.chunk);
+        up_tx.write(s, meta.up.tx);
     }
 
     // The closed round's header stays readable until the next round closes.
@@ -270,16 +386,189 @@ control Aggregation(inout headers_t hdr, inout metadata_t meta) {
         res_quorum.read(meta.out_quorum, s);
     }
 
+    // ------------------------------------------------ a spine's verdict at a leaf (§11)
+    // Steps 4-5, on the first pass of a spine's RESULT or RESYNC: what it settles, the
+    // slot's registers after it, the hosts to mark refused and what to relay.
+    @hidden action verdict_action() {
+        cell_index_t s = (cell_index_t) hdr.hysync.slot;
+        round_t r = hdr.hysync.round;
+        slot_epoch.read(meta.slot.epoch, s);
+        res_valid.read(meta.slot.has_result, s);
+        round.read(meta.slot.cur, s);
+        count.read(meta.slot.count, s);
+        bitmap.read(meta.slot.bitmap, s);
+        chunk.read(meta.slot.chunk, s);
+        weight.read(meta.weight, s);
+        up_pending.read(meta.up.pending, s);
+        up_round.read(meta.up.round, s);
+        up_bitmap.read(meta.up.bitmap, s);
+        up_tx.read(meta.up.tx, s);
+        if (meta.slot.epoch != meta.epoch) {   // step 8's fresh slot
+            meta.slot.epoch = meta.epoch;
+            meta.slot.has_result = 0;
+            meta.slot.cur = 0;
+            meta.slot.count = 0;
+            meta.slot.bitmap = 0;
+            meta.slot.chunk = 0;
+            meta.weight = 0;
+            meta.up.pending = 0;
+        }
+        meta.relay = RELAY_NONE;
+        meta.mark_hosts = 0;
+        meta.mark_hosts2 = 0;
+        meta.lane_op = lane_op_t.NONE;
+        meta.lane_cell = 2 * s + (cell_index_t) (r & 1);
+        meta.lane_keep = 0;
+        round_t behind = meta.slot.cur - r;     // cur after r, as serial numbers: > 0
+        bool cur_after = behind != 0 && behind[31:31] == 0;
+        if (hdr.hysync.op == OP_RESULT) {
+            bool counted = ((hdr.hysync.bitmap >> meta.role.uplink_id) & 1) == 1;
+            if (hdr.hysync.reason != meta.epoch[7:0]) {
+                // Another install's result (a spine restarted, the job added again).
+                meta.count_drop = true;
+                meta.drop_reason = DROP_STALE;
+            } else if (meta.up.pending == 1 && r == meta.up.round) {
+                // The answer to the sum: the hosts' bits go down only with the leaf's own.
+                meta.up.pending = 0;
+                meta.relay = RELAY_RESULT;
+                meta.relay_hosts = meta.up.bitmap;
+                if (!counted) {
+                    meta.mark_hosts = meta.up.bitmap;
+                    meta.mark_round = r;
+                    meta.relay_hosts = 0;
+                }
+            } else if (!cur_after) {
+                // A round the spine closed without this rack: what the leaf had open can
+                // no longer reach the spine. A sum pending for an earlier round stays.
+                meta.mark_hosts = meta.slot.bitmap;
+                meta.mark_round = meta.slot.cur;
+                meta.slot.cur = r + 1;
+                meta.slot.count = 0;
+                meta.slot.bitmap = 0;
+                meta.relay = RELAY_RESULT;
+                meta.relay_hosts = 0;
+            } else {
+                meta.count_drop = true;
+                meta.drop_reason = DROP_DUPLICATE;
+            }
+            // Only the last round's result is kept for RESENDs: a verdict delivered behind
+            // a later round's is relayed, not stored.
+            if (meta.relay == RELAY_RESULT && r == meta.slot.cur - 1) {
+                meta.lane_op = lane_op_t.ACCUMULATE;
+                meta.slot.has_result = 1;
+                res_bitmap.write(s, meta.relay_hosts);
+                res_count.write(s, hdr.hysync.count);
+                res_chunk.write(s, hdr.hysync.chunk);
+                res_mode.write(s, hdr.hysync.mode);
+                res_quorum.write(s, hdr.hysync.quorum);
+            }
+        } else if (meta.up.pending == 0
+                   || (hdr.hysync.flags & TX_MASK) != ((flags_t) meta.up.tx) << 3) {
+            // A RESYNC that answers no pending uplink, or not the latest one.
+            meta.count_drop = true;
+            meta.drop_reason = DROP_STALE;
+        } else {
+            meta.up.pending = 0;
+            if (hdr.hysync.reason != RESYNC_STALE_COUNTED) {
+                // Not counted: its hosts are marked refused and told, the flight named by
+                // the sum's chunk (a CHUNK_MISMATCH: by its round, with the spine's chunk).
+                meta.mark_hosts = meta.up.bitmap;
+                meta.mark_round = meta.up.round;
+                meta.relay = RELAY_RESYNC;
+                meta.relay_hosts = meta.up.bitmap;
+                up_chunk.read(meta.relay_chunk, s);
+                if (hdr.hysync.reason == RESYNC_CHUNK_MISMATCH) {
+                    meta.relay_chunk = hdr.hysync.chunk;
+                }
+            }
+            round_t ahead = r - meta.slot.cur;
+            if (ahead != 0 && ahead[31:31] == 0) {
+                // Forward only: a RESYNC delayed behind later results must not take the
+                // leaf back to a round its hosts are past.
+                meta.mark_hosts2 = meta.slot.bitmap;
+                meta.mark_round2 = meta.slot.cur;
+                meta.slot.cur = r;
+                meta.slot.count = 0;
+                meta.slot.bitmap = 0;
+                meta.slot.has_result = 0;
+            }
+        }
+        slot_epoch.write(s, meta.slot.epoch);
+        res_valid.write(s, meta.slot.has_result);
+        round.write(s, meta.slot.cur);
+        count.write(s, meta.slot.count);
+        bitmap.write(s, meta.slot.bitmap);
+        weight.write(s, meta.weight);
+        up_pending.write(s, meta.up.pending);
+    }
+
+    // Step 6, one host per pass: the lowest host still to mark reads "not counted in the
+    // round" from now on, over the leaf's own "counted", unless its cell is about a later
+    // round of this install.
+    @hidden action mark_action() {
+        bitmap_t hosts = meta.mark_hosts;
+        round_t r = meta.mark_round;
+        if (hosts == 0) {
+            hosts = meta.mark_hosts2;
+            r = meta.mark_round2;
+        }
+        bitmap_t low = hosts & (~hosts + 1);
+        cell_index_t h = 0;
+        if (low[15:0] == 0) { h = h + 16; low = low >> 16; }
+        if (low[7:0] == 0) { h = h + 8; low = low >> 8; }
+        if (low[3:0] == 0) { h = h + 4; low = low >> 4; }
+        if (low[1:0] == 0) { h = h + 2; low = low >> 2; }
+        if (low[0:0] == 0) { h = h + 1; }
+        cell_index_t cell = (cell_index_t) hdr.hysync.slot * MAX_WORKERS + h;
+        round_t seq;
+        epoch_t seq_epoch;
+        member_seq.read(seq, cell);
+        member_epoch.read(seq_epoch, cell);
+        round_t later = seq - r;
+        if ((seq_epoch != meta.epoch && seq_epoch != ~meta.epoch)
+            || later == 0 || later[31:31] == 1) {
+            seq = r;
+            seq_epoch = ~meta.epoch;
+        }
+        member_seq.write(cell, seq);
+        member_epoch.write(cell, seq_epoch);
+        if (meta.mark_hosts != 0) {
+            meta.mark_hosts = meta.mark_hosts & (meta.mark_hosts - 1);
+        } else {
+            meta.mark_hosts2 = meta.mark_hosts2 & (meta.mark_hosts2 - 1);
+        }
+    }
+
 #define LANE_APPLY(i) lanes_##i.apply(hdr.lanes[i].value, meta.lane_cell, meta.lane_op, meta.lane_keep);
 
     apply {
+        if (meta.spine_verdict) {
+            // §11: a spine's verdict at a leaf, then its hosts marked, one per pass.
+            if (!meta.resubmitted) {
+                verdict_action();
+                if (meta.lane_op != lane_op_t.NONE) {
+                    FOR_EACH_LANE(LANE_APPLY)
+                }
+            }
+            if (meta.mark_hosts != 0 || meta.mark_hosts2 != 0) {
+                mark_action();
+            }
+            return;
+        }
+
         // 8-10. Read and latch the slot, decide, apply the outcome.
         slot_read_action();
-        decide.apply();
+        if (meta.role.level == LEVEL_LEAF && meta.up.pending == 1
+            && hdr.hysync.round == meta.up.round) {
+            pending_round_action();
+        } else {
+            decide.apply();
+        }
         slot_write_action();
 
-        // The closing round's header is kept for resends; a resend reads it back.
-        if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
+        // The closing round's header is kept for resends (a leaf's waits for the spine's
+        // verdict); a resend reads it back.
+        if ((meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) && !meta.up.send) {
             result_write_action();
         } else if (meta.emit == emit_t.RESEND) {
             result_read_action();

@@ -32,7 +32,13 @@ control Forwarding(in headers_t hdr,
     }
 
     apply {
-        l2.apply();
+        // A leaf's uplink goes out of the spine MAC's port only: the controller installs
+        // that L2 entry with the role, and an uplink is never flooded.
+        if (!l2.apply().hit && meta.up.send) {
+            standard_metadata.mcast_grp = 0;
+            meta.flooded = false;
+            mark_to_drop(standard_metadata);
+        }
     }
 }
 

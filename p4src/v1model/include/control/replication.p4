@@ -33,12 +33,22 @@ control Replication(inout headers_t hdr,
     }
 
     apply {
+        // A packet the switch made is its headers alone: what a verdict it relays carried
+        // beyond them is not sent on.
+        if (hdr.hysync.isValid()) {
+            truncate((bit<32>) hdr.ipv4.total_len + 14);
+        }
         if (meta.flooded) {
             // An L2 flood (the flood group's replicas have rid 0, §7; a replica with
             // another rid is flooded as it is, never rewritten): not back where it came in.
             if (standard_metadata.egress_port == standard_metadata.ingress_port) {
                 mark_to_drop(standard_metadata);
             }
+        } else if (standard_metadata.egress_rid != 0 && hdr.hysync.op == OP_RESYNC
+                   && ((hdr.hysync.bitmap >> (bit<8>) ((standard_metadata.egress_rid - 1)
+                                                       & (MAX_WORKERS - 1))) & 1) == 0) {
+            // A leaf's relayed RESYNC (§11 leaf step 5) reaches the hosts it concerns only.
+            mark_to_drop(standard_metadata);
         } else if (standard_metadata.egress_rid != 0) {
             // A replica of a job's RESULT. Without its rewrite it would reach the member
             // addressed to the switch: the controller installs both together, so a
@@ -48,6 +58,9 @@ control Replication(inout headers_t hdr,
             } else {
                 mark_to_drop(standard_metadata);
             }
+        } else if (standard_metadata.instance_type == BMV2_REPLICATION) {
+            // A replica of a job's group without a member's rid: it has no rewrite either.
+            mark_to_drop(standard_metadata);
         } else if (hdr.hysync.isValid() && hdr.hysync.op == OP_RESULT) {
             // A resend, unicast to its sender.
             results.count((cell_index_t) hdr.hysync.job_id * MAX_WORKERS

@@ -66,8 +66,50 @@ control Replies(inout headers_t hdr,
         standard_metadata.mcast_grp = meta.mcast_grp;
     }
 
+    // A leaf's uplink (§11 leaf step 1): its CONTRIB from the leaf's address to the spine's,
+    // HySync port to HySync port; Forwarding sends it out of the spine MAC's port. (Its
+    // worker id becomes the leaf's uplink_id once Stats has counted the host's packet.)
+    @hidden action to_spine() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = meta.role.spine_mac;
+        hdr.ipv4.src_addr = meta.role.leaf_addr;
+        hdr.ipv4.dst_addr = meta.role.spine_addr;
+        hdr.udp.src_port = HYSYNC_UDP_PORT;
+        hdr.udp.dst_port = HYSYNC_UDP_PORT;
+        hdr.udp.checksum = 0;
+    }
+
+    // A spine's verdict relayed to the leaf's hosts (§11 leaf steps 4-5), by the pass that
+    // marked the last of the hosts it refuses: the spine's header with the leaf's bitmap
+    // (a RESYNC: flag RELAYED, no count, the chunk of the flight it settles).
+    @hidden action relay() {
+        hdr.hysync.bitmap = meta.relay_hosts;
+        if (meta.relay == RELAY_RESULT) {
+            hdr.hysync.flags = 0;
+            hdr.ipv4.total_len = CONTRIB_IPV4_LEN;
+            hdr.udp.length = CONTRIB_UDP_LEN;
+        } else {
+            hdr.hysync.flags = FLAG_RETRANSMIT;   // RELAYED: the same bit on a RESYNC
+            hdr.hysync.count = 0;
+            hdr.hysync.chunk = meta.relay_chunk;
+            hdr.ipv4.total_len = REPLY_IPV4_LEN;
+            hdr.udp.length = REPLY_UDP_LEN;
+        }
+    }
+
     apply {
-        if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
+        if (meta.spine_verdict) {
+            if (meta.relay != RELAY_NONE && meta.mark_hosts == 0 && meta.mark_hosts2 == 0) {
+                relay();
+                to_group();
+            } else {
+                mark_to_drop(standard_metadata);
+            }
+        } else if (meta.up.send) {
+            flags_t tx = ((flags_t) meta.up.tx) << 3;
+            write_hysync(OP_CONTRIB, meta.up.retransmit ? tx | FLAG_RETRANSMIT : tx, 0);
+            to_spine();
+        } else if (meta.emit == emit_t.CLOSE || meta.emit == emit_t.CLOSE_AS_IS) {
             write_hysync(OP_RESULT, 0, 0);
             to_group();
         } else if (meta.emit == emit_t.RESEND) {
