@@ -11,6 +11,13 @@ or on one machine, against the softswitch (README, quick start):
     torchrun --standalone --nproc-per-node 2 examples/train_ddp.py \\
         --inventory examples/loopback.toml
 
+or through leaves and a spine, on a job the operator installed from a job file (each rank
+one member of the file, behind its leaf; docs/testbed.md, "Training through leaves and a
+spine"):
+
+    torchrun --standalone --nproc-per-node 4 examples/train_ddp.py \\
+        --inventory fabric.toml --job job.toml
+
 It is an ordinary DDP script: the three lines marked `# HySync` are all it takes.
 `torchrun` sets up the process group (gloo: DDP broadcasts the initial parameters with
 it, and HySync publishes the workers' addresses through its store); the gradients are
@@ -41,6 +48,9 @@ import hysync.torch  # HySync
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--inventory", required=True, help="the testbed's inventory (TOML)")
+    p.add_argument("--job", metavar="FILE",
+                   help="join the job installed from this job file (no serve): rank r is "
+                   "its r-th member, or the one HYSYNC_MEMBER names (LEAF:WORKER)")
     p.add_argument("--steps", type=int, default=300, help="updates the job applies")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--batch-size", type=int, default=32)
@@ -99,7 +109,7 @@ def main() -> None:
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(),
                                                   nn.Linear(64, 10)).to(device))
     job = hysync.torch.attach(model, inventory=args.inventory,  # HySync
-                              average_every=args.average_every)
+                              average_every=args.average_every, job_file=args.job)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(rank)

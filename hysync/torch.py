@@ -24,6 +24,13 @@ are one switch member per host: the ranks of a host reduce there first, the host
 back (hysync/host_group.py). "local" takes the hosts as torchrun launched them
 (`--nproc-per-node N` on every host); the default, 1, makes every rank a member.
 
+A job installed from a job file (by the operator, `hysync job add`; across leaves and a
+spine, `hysync --inventory FILE job add`) is joined without serve: `attach(model,
+inventory=..., job_file="job.toml")` makes each rank one member of the file (rank r the
+r-th by leaf, then worker id, or the one `member` / HYSYNC_MEMBER names, `LEAF:WORKER`),
+bound to the member's address and sending to its switch: behind a leaf, that leaf, with
+the member's worker id there (docs/protocol.md §11, "What a host does").
+
 `steps(n)` counts the job's clock, not the local iterations: in partial or async mode
 a straggler applies several rounds in one call, and every replica stops at the same
 round. A rank that is done leaves the job (the others' rounds stop waiting for it),
@@ -46,9 +53,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync import logs
+from hysync.controlplane.errors import JobConfigError
+from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve.auth import TOKEN_ENV, inventory_client_context, read_token
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.testbed.inventory import Host, Inventory, InventoryError
+from hysync.controlplane.testbed.job_member import MEMBER_ENV, job_member
 from hysync.host_group import (
     HostGroup,
     HostLayoutError,
@@ -127,7 +137,7 @@ class HySyncJob:
         release the job."""
         if self._closed:
             return
-        if self.serve is not None:  # a switch member: the rank, or its host's leader
+        if self.serve is not None:  # an admitted job's member: the rank, or its host's leader
             member = self.rank if self.host is None else self.host.layout.host
             self.serve.request({"op": "leave", "job": self.job_id, "worker": member,
                                 "key": self.key})
@@ -140,8 +150,7 @@ class HySyncJob:
         if self._closed:
             return
         self._closed = True
-        if self.rank == 0:
-            assert self.serve is not None  # rank 0 leads its host
+        if self.rank == 0 and self.serve is not None:  # an admitted job: rank 0 holds it
             self.serve.request({"op": "release"})
         if self.serve is not None:
             self.serve.close()
@@ -290,6 +299,44 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
                     training, avg_worker, group)
 
 
+def join_installed(rank: int, world: int, inventory: str | Path | Inventory,
+                   job_file: str | Path, *, member: str | None = None,
+                   scale: float = DEFAULT_SCALE, timeout: float = DEFAULT_TIMEOUT) -> Admitted:
+    """A rank's share of a job already installed from `job_file` (no serve): it is the
+    member `member` names (or $HYSYNC_MEMBER, or the rank-th), binds that member's address
+    and sends to its switch: across switches its leaf, with its worker id there."""
+    try:
+        logs.from_environment()
+    except ValueError as err:
+        raise AttachError(str(err)) from None
+    try:
+        inv = inventory if isinstance(inventory, Inventory) else Inventory.load(inventory)
+        job = JobConfig.load(job_file)
+        me = job_member(inv, job, rank, world, member or os.environ.get(MEMBER_ENV) or None)
+    except (InventoryError, JobConfigError) as err:
+        raise AttachError(str(err)) from None
+    address = (me.member.ipv4, me.member.udp_port)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise AttachError(f"member {me.name} of {job_file} cannot bind its address "
+                          f"{address[0]}:{address[1]} ({err.strerror}): run it on the host "
+                          "of that address, with the port free, or fix its [[members]] "
+                          "entry") from None
+    config = TransportConfig(
+        job_id=job.job_id, worker_id=me.member.worker, switch_host=me.switch.data_ipv4,
+        switch_port=me.switch.data_udp_port, bind_host=address[0], bind_port=address[1],
+        bind_fd=sock.fileno(), slot_base=job.slot_base, slot_count=job.slot_count,
+        members=me.members, dead_after=timeout, behind_leaf=me.behind_leaf)
+    sock.detach()  # the transport owns the descriptor from here
+    training = HySyncWorker(config, scale=scale)
+    return Admitted(rank, world, {"job_id": job.job_id, "slot_base": job.slot_base,
+                                  "slot_count": job.slot_count, "key": None},
+                    None, training, None)
+
+
 def _host_member(store: dist.Store, rank: int, world: int, timeout: float,
                  group: HostGroup | None) -> Admitted:
     """A rank of a host that is not its leader: no socket, no worker, no serve connection;
@@ -304,23 +351,45 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
            host: str | None = None, mode: str = "sync", policy: str | None = None,
            average_every: float | None = None, scale: float = DEFAULT_SCALE,
            timeout: float = DEFAULT_TIMEOUT, token_file: str | Path | None = None,
-           ranks_per_host: int | str | None = None, quorum: int | None = None) -> HySyncJob:
+           ranks_per_host: int | str | None = None, quorum: int | None = None,
+           job_file: str | Path | None = None, member: str | None = None) -> HySyncJob:
     """Join HySync: admit the job (rank 0), register the DDP hook (every rank). With
     `average_every` seconds, the replicas' parameters are also averaged in the
     background through the switch, on a second job (worker/averaging.py). With
     `ranks_per_host` ("local": torchrun's hosts; a number: that many consecutive ranks
     per host), each host's ranks reduce there first and its leader is the switch member.
-    `quorum`: the members (hosts) a partial round waits for, where `mode` is "partial"."""
+    `quorum`: the members (hosts) a partial round waits for, where `mode` is "partial".
+
+    With `job_file`, the job is the one installed from that file (`hysync job add`; across
+    leaves and a spine `hysync --inventory FILE job add`) and no serve is asked: each rank
+    is one member of it (`member`, $HYSYNC_MEMBER, or the rank-th; join_installed), its
+    mode is the job file's and the operator's (`hysync mode set`), and the operator removes
+    the job when training is done."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
-    # The process group's store (private in torch, stable since 1.x): the rendezvous
-    # every rank already shares, whatever launched it.
-    store = dist.distributed_c10d._get_default_store()
-    admitted = admit(store, dist.get_rank(), dist.get_world_size(), inventory, host=host,
-                     mode=mode, policy=policy, averaging=bool(average_every), scale=scale,
-                     timeout=timeout, token_file=token_file, ranks_per_host=ranks_per_host,
-                     quorum=quorum)
+    if job_file is not None:
+        admission = {"host": host, "policy": policy, "average_every": average_every,
+                     "token_file": token_file, "ranks_per_host": ranks_per_host,
+                     "quorum": quorum, "mode": None if mode == "sync" else mode}
+        given = [name for name, value in admission.items() if value is not None]
+        if given:
+            raise AttachError(f"{', '.join(given)} with job_file: those are serve's "
+                              "admission settings; an installed job takes its members and "
+                              "mode from the job file (and `hysync mode set`): leave them out")
+        admitted = join_installed(dist.get_rank(), dist.get_world_size(), inventory, job_file,
+                                  member=member, scale=scale, timeout=timeout)
+    else:
+        if member is not None:
+            raise AttachError("member names a member of a job file: pass job_file too, or "
+                              "leave member out (serve admits the ranks as they come)")
+        # The process group's store (private in torch, stable since 1.x): the rendezvous
+        # every rank already shares, whatever launched it.
+        store = dist.distributed_c10d._get_default_store()
+        admitted = admit(store, dist.get_rank(), dist.get_world_size(), inventory, host=host,
+                         mode=mode, policy=policy, averaging=bool(average_every), scale=scale,
+                         timeout=timeout, token_file=token_file,
+                         ranks_per_host=ranks_per_host, quorum=quorum)
     averaging = None
     if admitted.averaging is not None:
         averaging = (admitted.averaging, list(model.module.parameters()), average_every)

@@ -1,0 +1,81 @@
+"""examples/train_ddp.py's model and data for test_fabric_training.py, joined to a job
+installed across leaves and a spine (`hysync.torch.attach(..., job_file=...)`), with a
+pause in the middle: when the job's clock reaches `--pause-at`, every rank prints its
+parameters' digest and waits for `--resume-file` to appear (the test swaps a level's mode
+meanwhile), then trains on to `--steps`. At the end each rank prints its held-out accuracy,
+its parameters' digest and how many results it applied in each mode.
+"""
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import hysync.torch
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--inventory", required=True)
+parser.add_argument("--job", required=True)
+parser.add_argument("--steps", type=int, default=150)
+parser.add_argument("--pause-at", type=int, required=True)
+parser.add_argument("--resume-file", required=True)
+args = parser.parse_args()
+
+spec = importlib.util.spec_from_file_location("train_ddp", EXAMPLE)
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+data, x_train, y_train, x_test, y_test = example.load_data()
+x, y = x_train[rank::world], y_train[rank::world]
+model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+job = hysync.torch.attach(model, inventory=args.inventory, job_file=args.job, timeout=60)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+loss_fn = nn.CrossEntropyLoss()
+generator = torch.Generator().manual_seed(rank)
+
+
+def params() -> str:
+    """A digest of this replica's parameters (short: the ranks' lines share one pipe)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+
+
+modes: Counter = Counter()
+paused = False
+for _ in job.steps(args.steps):
+    if not paused and job.updates >= args.pause_at - 1e-9:
+        paused = True
+        print(json.dumps({"rank": rank, "paused_at": example.whole(job.updates),
+                          "params": params()}), flush=True)
+        while not Path(args.resume_file).exists():
+            time.sleep(0.05)
+    idx = torch.randint(0, len(x), (32,), generator=generator)
+    loss = loss_fn(model(x[idx]), y[idx])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    stats = job.state.last_stats()
+    if stats is not None:
+        modes.update(stats.modes)
+member = job.worker.config
+with torch.no_grad():
+    accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+print(json.dumps({"rank": rank, "data": data, "worker_id": member.worker_id,
+                  "switch": member.switch_host, "behind_leaf": member.behind_leaf,
+                  "updates": example.whole(job.updates), "steps": job.local_steps,
+                  "modes": dict(modes), "accuracy": accuracy, "params": params()}), flush=True)
+dist.destroy_process_group()
