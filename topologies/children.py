@@ -78,12 +78,22 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
 def signals_end_the_run() -> Iterator[None]:
     """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the main thread while inside,
     so that clean-up runs as for Ctrl-C; the previous handlers are restored after."""
+    received: list[int] = []
+
     def stop(signum: int, _frame: object) -> None:
+        received.append(signum)
         raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
+    except Exception as err:
+        # Raised inside library code (a threading.Condition's `with` in grpc), the SystemExit
+        # can come out as another error ("cannot release un-acquired lock"): the signal still
+        # decides how the run ends.
+        if received:
+            raise SystemExit(128 + received[0]) from err
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
