@@ -7,7 +7,8 @@ the run ends, none of them outlives it.
 * `close()` (a context manager's exit) asks every group still there to stop (SIGTERM),
   waits up to `grace` seconds, then kills what is left (SIGKILL).
 * `signals_end_the_run()` turns SIGTERM and SIGHUP into SystemExit, so that the `with` and
-  `finally` blocks of the run unwind as they do for Ctrl-C (KeyboardInterrupt).
+  `finally` blocks of the run unwind as they do for Ctrl-C (KeyboardInterrupt), and raises
+  either only where the main thread runs the run's own code, never inside grpc or a lock.
 * A SIGKILL of the run runs none of that: each child is started through
   die_with_parent.py, which has the kernel kill it when the run ends. (Not what the child
   itself started: the softswitch and the workers start nothing.)
@@ -23,10 +24,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 GUARD = Path(__file__).with_name("die_with_parent.py")
@@ -74,27 +76,58 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)  # the child leads its group: the group's id is its pid
 
 
+# Code that an exception raised from a signal handler must not unwind through: grpc's
+# channel and threading's Condition hold a lock across their waits, and an exception raised
+# mid-wait leaves it held (the next caller hangs) or released twice ("cannot release
+# un-acquired lock").
+_GRPC = os.sep + "grpc" + os.sep
+_RETRY_S = 0.05  # how soon a deferred signal is looked at again
+
+
+def _inside_uninterruptible(frame: FrameType | None) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if _GRPC in code.co_filename or (code.co_filename == threading.__file__ and
+                                         code.co_qualname.startswith("Condition.")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def signals_end_the_run() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal) in the main thread while inside,
-    so that clean-up runs as for Ctrl-C; the previous handlers are restored after."""
+    """While inside, SIGTERM and SIGHUP raise SystemExit(128 + signal) and SIGINT raises
+    KeyboardInterrupt in the main thread, so that clean-up runs as for Ctrl-C; the previous
+    handlers are restored after.
+
+    The exception is raised where the main thread runs the run's own code: a signal that
+    arrives inside grpc or a threading Condition is deferred (SIGALRM looks again every
+    50 ms) until the call returns; grpc waits in short slices, so that is soon. The first
+    signal decides the exit status; later ones change nothing (the run is already ending).
+    """
     received: list[int] = []
+    raised = False
 
-    def stop(signum: int, _frame: object) -> None:
-        received.append(signum)
-        raise SystemExit(128 + signum)
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal raised
+        if signum != signal.SIGALRM and not received:
+            received.append(signum)
+        if raised or not received:
+            return
+        if _inside_uninterruptible(frame):
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+            return
+        raised = True
+        if received[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + received[0])
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    watched = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGALRM)
+    previous = {sig: signal.signal(sig, stop) for sig in watched}
     try:
         yield
-    except Exception as err:
-        # Raised inside library code (a threading.Condition's `with` in grpc), the SystemExit
-        # can come out as another error ("cannot release un-acquired lock"): the signal still
-        # decides how the run ends.
-        if received:
-            raise SystemExit(128 + received[0]) from err
-        raise
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -119,6 +119,49 @@ def test_a_child_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> 
     assert run.returncode == 1 and not proof.exists()
 
 
+GRPC_CALLER = textwrap.dedent("""
+    import sys, time
+    from concurrent import futures
+    import grpc
+    from hysync.topologies.children import signals_end_the_run
+
+    def slow(request, context):
+        time.sleep(1.5)
+        return b"ok"
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "test.Slow", {"Call": grpc.unary_unary_rpc_method_handler(slow)})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    call = grpc.insecure_channel(f"127.0.0.1:{port}").unary_unary("/test.Slow/Call")
+    with signals_end_the_run():
+        print("calling", flush=True)
+        answer = call(b"x", timeout=60)
+        print("returned", answer.decode(), flush=True)
+        time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_inside_a_grpc_call_ends_the_run_once_the_call_returns(how) -> None:
+    """Raised inside grpc's wait, the exception would unwind through a held lock (a hang,
+    or "cannot release un-acquired lock"): the run ends right after the call instead."""
+    caller = start(["-c", GRPC_CALLER], uuid.uuid4().hex, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True)
+    try:
+        assert caller.stdout.readline() == "calling\n"
+        time.sleep(0.5)  # inside the call: the server answers after 1.5 s
+        caller.send_signal(how)
+        out, err = caller.communicate(timeout=60)
+    finally:
+        caller.kill()
+        caller.wait()
+    assert out == "returned ok\n", err
+    assert caller.returncode == (-how if how == signal.SIGINT else 128 + how), err
+    assert "un-acquired" not in err
+
+
 # ------------------------------------------------------------------ the demo
 SCENARIO = """
 name = "kill-test"
