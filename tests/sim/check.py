@@ -71,6 +71,10 @@ RULES = {
                       "aborted a call or outlived a switch state are off by no more than "
                       "its unknown-fate contributions and a flight settled by a round that "
                       "had counted another transmission of its, with other lanes",
+    "limit_dead_latch": "(a limit, not a guarantee) a worker's chunks of a key reach no "
+                        "round after the faults stop, every one on a slot whose open round "
+                        "latched sync or partial with a quorum that counts a dead member "
+                        "and cannot close with the live members",
     "unknown_fate": "a chunk's books of a worker that died, aborted a call or outlived a "
                     "switch state are off by no more than its contributions the switch "
                     "counted and never acknowledged to it",
@@ -188,22 +192,65 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
     others = [o.calls[-1].end for o in sim.workers if o is not wk and not o.dead and o.calls]
     together = min(others, default=-1.0)
     reached = {chunk for t, chunk in wk.got if t > settle}
+    bare = _bare_spans(rec)
     out = []
     for k, n in enumerate(plan.sizes):
         # (and while the live members can close rounds of the modes desired: a partial
         # quorum that counts a dead member never closes, and its calls end by carrying)
         calls = [c for c in wk.calls if c.key == k and settle < c.start and c.end <= together
                  and c.status == "done" and not _members_gone(rec, sim, c.end, c.start,
-                                                              dead_only=True)]
+                                                              dead_only=True)
+                 and not any(c.start < until and since < c.end for since, until in bare)]
         if len(calls) < STARVE_CALLS:
             continue
         first = wk.firsts[k]
         starved = [c for c in range(first, first + -(-n // wire.LANES)) if c not in reached]
+        latched = [c for c in starved if _latched_with_dead(rec, sim, c)]
+        if latched and len(latched) == len(starved):
+            rec.excused["limit_dead_latch"] = rec.excused.get("limit_dead_latch", 0) + 1
+            continue
         if starved:
             out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
                        f"no round in its {len(calls)} calls after {settle:.3f} s (their "
                        "gradient piles up in its residual)")
     return out
+
+
+def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:
+    """Does the slot of `chunk` end the run holding a round of the job that the live members
+    cannot close: latched in sync or partial with a quorum that counts a dead member, and
+    short of it without that member's bit? A round keeps the mode it latched, so the live
+    members' contributions parked in it are never answered and the slot's chunks reach no
+    round (docs/protocol.md §10, limit "A partial round latched with a member who then
+    died")."""
+    sw, plan = sim.switch, rec.plan
+    pl, s = sw.pipeline, plan.slot_base + chunk % plan.slots
+    if not sw.installed or pl.slot_epoch[s] != sw.job.epoch or pl.count[s] == 0 or \
+            pl.mode[s] == wire.Mode.ASYNC:
+        return False
+    dead = {f.worker for f in plan.faults if f.kind == "death"}
+    need = plan.workers if pl.quorum[s] == 0 else min(pl.quorum[s], plan.workers)
+    live_missing = sum(1 for w in range(plan.workers)
+                       if w not in dead and not pl.bitmap[s] >> w & 1)
+    return bool(dead) and pl.count[s] + live_missing < need
+
+
+def _bare_spans(rec: Record) -> list[tuple[float, float]]:
+    """(from, until) of every stretch the switch held no job: from a bare restart to the
+    re-install of the next restart or re-add (until the run's end where none follows). No
+    round closes then, so a partial call that ends by carrying reaches none."""
+    spans, since = [], None
+    for f in sorted((f for f in rec.plan.faults if f.kind in ("restart", "readd",
+                                                               "restart_bare")),
+                    key=lambda f: f.at):
+        if f.kind == "restart_bare":
+            since = f.at if since is None else since
+        elif since is not None:
+            spans.append((since, f.at + f.length))
+            since = None
+    if since is not None:
+        spans.append((since, float("inf")))
+    return spans
 
 
 def _members_gone(rec: Record, sim: Sim, t: float, since: float = -1.0,

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from hysync.host_group import Applied, HostGroup, HostLayout
 
-from .check import check
+from .check import _bare_spans, check
 from .hosts import draw_gradients, reduce_mean
 from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, SCALE, Plan, draw
 from .run import Call, Sim, Worker, simulate
@@ -81,12 +81,64 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # offered again only a join_after later, past the peers' packet deadline (§9 JOIN).
 # 1003807: a late copy of a member's older contribution wrote the refusal mark over its newer
 # one counted (§4 step 8).
-HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807)
+# 1002797, 1003033, 1003213: the job's last reset is a bare restart (no re-install follows);
+# a partial member's calls then end by carrying, and no round closes for any chunk: calls
+# made while the switch holds no job are not held to invariant 6 (check._bare_spans).
+# 1002641: a member dies before a partial round with a quorum of every member latches on a
+# slot; the live members' contributions wait in it for ever, also after the swap into async
+# (limit "A partial round latched with a member who then died", rule limit_dead_latch).
+BARE_AT_THE_END = (1002797, 1003033, 1003213)
+LATCHED_WITH_THE_DEAD = (1002641,)
+HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807,
+                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD)
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)
 def test_host_regressions(seed: int) -> None:
     _run(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), "native", HOSTS_DRAWN)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_round_latched_with_the_dead_is_the_limit_on_both_pipelines(target: str) -> None:
+    """The slot's open round at the end counts a dead member in its quorum and cannot close:
+    its chunks' starvation is the limit, counted, not a pass; and only that case."""
+    rec, sim = simulate(draw(LATCHED_WITH_THE_DEAD[0], FAULT_KINDS + HOST_KINDS,
+                             HOSTS_DRAWN), target)
+    assert check(rec, sim) == []
+    assert rec.excused.get("limit_dead_latch", 0) >= 1
+    pl, s = sim.switch.pipeline, rec.plan.slot_base
+    assert (pl.mode[s], pl.quorum[s], pl.count[s]) == (1, 0, 2)  # partial, every member, 2 of 3
+    for seed in BARE_AT_THE_END:
+        rec, sim = simulate(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), target)
+        assert check(rec, sim) == [] and "limit_dead_latch" not in rec.excused
+
+
+def test_without_either_exclusion_the_pinned_seeds_starve(monkeypatch) -> None:
+    """Each exclusion taken out, its pinned seeds report invariant 6 again: the checker's
+    calls made on a switch without the job, and the round latched with the dead."""
+    from . import check as checker
+    monkeypatch.setattr(checker, "_bare_spans", lambda rec: [])
+    for seed in BARE_AT_THE_END:
+        rec, sim = simulate(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), "native")
+        assert any(v.startswith("starvation") for v in check(rec, sim)), seed
+    monkeypatch.undo()
+    monkeypatch.setattr(checker, "_latched_with_dead", lambda rec, sim, chunk: False)
+    rec, sim = simulate(draw(LATCHED_WITH_THE_DEAD[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN),
+                        "native")
+    assert any(v.startswith("starvation") for v in check(rec, sim))
+
+
+def test_bare_spans_end_at_the_next_install() -> None:
+    """A bare restart's stretch ends when a later restart or re-add installs the job again
+    (after its length), and runs to the end where none follows."""
+    plan = draw(1003033, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    bare = next(f for f in plan.faults if f.kind == "restart_bare")
+    readd = replace(bare, at=bare.at + 0.05, kind="readd", length=0.01)
+    rec, _ = simulate(replace(plan, faults=tuple(sorted(plan.faults + (readd,),
+                                                        key=lambda f: f.at))), "native")
+    assert _bare_spans(rec) == [(bare.at, readd.at + 0.01)]
+    rec, _ = simulate(plan, "native")
+    assert _bare_spans(rec) == [(bare.at, float("inf"))]
 
 
 def test_one_rank_per_host_is_the_run_without_hosts() -> None:
