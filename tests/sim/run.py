@@ -49,8 +49,8 @@ DONE, UNREACHABLE, PENDING, RESET = 0, 1, 3, 4
 STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
-_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK = (
-    wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk"))
+_OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK, _OFF_MODE = (
+    wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk", "mode"))
 _PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
 H = wire.HEADER_BYTES
 
@@ -142,6 +142,9 @@ class Worker:
     # when it heard each CHUNK_MISMATCH that answered a contribution of its (not a JOIN): the
     # open round of another chunk, which it joins; each restarts the engine's dead timer too
     mismatches_heard: list[float] = field(default_factory=list)
+    # (when, chunk) of each contribution of its a partial slot answered CHUNK_MISMATCH: the
+    # call carries that chunk (partial never chases it) and joins the other chunk's round
+    displaced: list[tuple[float, int]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -516,6 +519,10 @@ class Sim:
                 flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])
                 if flight is None or not flight[_OFF_FLAGS] & wire.Flag.JOIN:
                     wk.mismatches_heard.append(self.now)
+                if flight is not None and not flight[_OFF_FLAGS] & wire.Flag.JOIN and \
+                        data[_OFF_MODE] == wire.Mode.PARTIAL:
+                    wk.displaced.append((self.now, struct.unpack_from("!I", flight,
+                                                                      _OFF_CHUNK)[0]))
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)

@@ -87,10 +87,15 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # 1002641: a member dies before a partial round with a quorum of every member latches on a
 # slot; the live members' contributions wait in it for ever, also after the swap into async
 # (limit "A partial round latched with a member who then died", rule limit_dead_latch).
+# 1002377: four members on one slot, in partial with a quorum of every member behind a slow
+# switch, locked in two pairs half a call apart: each pair's call of the one-chunk key meets
+# the other pair's round of another chunk, joins it and carries its own (limit "Members out
+# of step on a partial slot", rule limit_out_of_step).
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
+OUT_OF_STEP = (1002377,)
 HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807,
-                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD)
+                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP)
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)
@@ -126,6 +131,23 @@ def test_without_either_exclusion_the_pinned_seeds_starve(monkeypatch) -> None:
     rec, sim = simulate(draw(LATCHED_WITH_THE_DEAD[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN),
                         "native")
     assert any(v.startswith("starvation") for v in check(rec, sim))
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_members_out_of_step_on_a_partial_slot_is_the_limit_and_only_it(target: str) -> None:
+    """Seed 1002377's starved chunk was displaced by a CHUNK_MISMATCH in every call judged:
+    the limit, counted; without its displacements on record it is starvation again; and the
+    raced seeds (a RESEND carried, no CHUNK_MISMATCH) stay violations."""
+    plan = draw(OUT_OF_STEP[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    rec, sim = simulate(plan, target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    rec, sim = simulate(plan, target)
+    for wk in sim.workers:
+        wk.displaced.clear()
+    assert any(v.startswith("starvation") for v in check(rec, sim))
+    for seed in (1000427, 1001981):  # limit "Rounds of one raced on a slow switch", open
+        rec, sim = simulate(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), target)
+        assert any(v.startswith("starvation") for v in check(rec, sim)), seed
 
 
 def test_bare_spans_end_at_the_next_install() -> None:
