@@ -142,9 +142,10 @@ class Worker:
     # when it heard each CHUNK_MISMATCH that answered a contribution of its (not a JOIN): the
     # open round of another chunk, which it joins; each restarts the engine's dead timer too
     mismatches_heard: list[float] = field(default_factory=list)
-    # (when, chunk) of each contribution of its a partial slot answered CHUNK_MISMATCH: the
-    # call carries that chunk (partial never chases it) and joins the other chunk's round
-    displaced: list[tuple[float, int]] = field(default_factory=list)
+    # (when, chunk, open round's chunk) of each contribution of its a partial slot answered
+    # CHUNK_MISMATCH: the call carries its chunk (partial never chases it) and joins the
+    # round of the other
+    displaced: list[tuple[float, int, int]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -522,7 +523,8 @@ class Sim:
                 if flight is not None and not flight[_OFF_FLAGS] & wire.Flag.JOIN and \
                         data[_OFF_MODE] == wire.Mode.PARTIAL:
                     wk.displaced.append((self.now, struct.unpack_from("!I", flight,
-                                                                      _OFF_CHUNK)[0]))
+                                                                      _OFF_CHUNK)[0],
+                                         struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
