@@ -235,7 +235,8 @@ def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:
     short of it without that member's bit? A round keeps the mode it latched, so the live
     members' contributions parked in it are never answered and the slot's chunks reach no
     round (docs/protocol.md §10, limit "A partial round latched with a member who then
-    died")."""
+    died"). Read from the reference layout of the registers (the native and Python
+    pipelines); the TNA model keeps its own, and its runs still report the case."""
     sw, plan = sim.switch, rec.plan
     pl, s = sw.pipeline, plan.slot_base + chunk % plan.slots
     if not sw.installed or pl.slot_epoch[s] != sw.job.epoch or pl.count[s] == 0 or \
