@@ -32,7 +32,8 @@ a `--window`, against (a) the UDP reflector (`python -m hysync.softswitch.reflec
 datagram straight back: the machine's limit), (b) one softswitch process holding a
 one-switch job of 4 members, (c) the 4 workers behind one leaf whose sums go up to the
 spine, (d) 2 workers behind each of two leaves. Contributions answered per second at the
-workers, and the datagrams per second each leaf sends up its uplink.
+workers, the datagrams per second each leaf sends up its uplink, and the serving processes'
+CPU time per contribution answered (read from /proc over the same interval).
 
     .venv/bin/python -m bench.two_level_bench [--repeat 1] [--steps 300] [--rate-only]
 
@@ -68,7 +69,7 @@ from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.topologies.rendezvous import torchrun_rendezvous
 from tests.controlplane.test_two_level_job import softswitch_process
-from tests.testbed.conftest import P4INFO, fabric_inventory, kill_tree, toml_text
+from tests.testbed.conftest import P4INFO, fabric_inventory, kill_tree, toml_text, tree
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -367,23 +368,39 @@ def reflector_process(ipv4: str, log: Path) -> Iterator[tuple[str, int]]:
             proc.stdout.close()
 
 
+def servers_cpu_s() -> float:
+    """CPU seconds (user + system) so far of this process's descendants: the switch or
+    reflector processes serving the stream."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in tree(os.getpid())[1:]:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def load(targets: list[tuple[str, int, int, int]], window: int, seconds: float) -> dict:
     """Load generators, one per (switch ipv4, port, workers, base port), together; over the
-    steady interval: contributions answered per second in all, and per generator."""
+    steady interval: contributions answered per second in all and per generator, and the
+    serving processes' CPU microseconds per contribution answered (what the rate costs,
+    which other load on the machine moves far less than the rate)."""
     gens = [_core.bench.LoadGenerator(ip, port, JOB, workers, base, 0, window, RATE_RTO_MS)
             for ip, port, workers, base in targets]
     for g in gens:
         g.start()
     try:
         time.sleep(WARMUP_S)
-        c0, t0 = [g.completed for g in gens], time.perf_counter()
+        c0, t0, cpu0 = [g.completed for g in gens], time.perf_counter(), servers_cpu_s()
         time.sleep(seconds)
-        c1, t1 = [g.completed for g in gens], time.perf_counter()
+        c1, t1, cpu1 = [g.completed for g in gens], time.perf_counter(), servers_cpu_s()
     finally:
         for g in gens:
             g.stop()
     per = [(b - a) / (t1 - t0) for a, b in zip(c0, c1, strict=True)]
+    answered = sum(c1) - sum(c0)
     return {"answered_per_s": round(sum(per)), "per_generator": [round(p) for p in per],
+            "servers_cpu_us_per_answer": round((cpu1 - cpu0) / max(answered, 1) * 1e6, 3),
             "retransmits": sum(g.retransmits for g in gens), "seconds": round(t1 - t0, 2)}
 
 
@@ -447,13 +464,16 @@ def rate_bench(args: argparse.Namespace, command: str) -> list[dict]:
             row = rate_run(layout, args.window, args.rate_seconds)
             samples[layout].append(row)
             print(f"rate round {i + 1}/{args.rate_repeat} {layout}: "
-                  f"{row['answered_per_s']:,} answered/s ({row['retransmits']} retransmits)"
+                  f"{row['answered_per_s']:,} answered/s, {row['servers_cpu_us_per_answer']} "
+                  f"server CPU us each ({row['retransmits']} retransmits)"
                   + (f", uplinks {row['uplink_datagrams_per_s']}/s"
                      if "uplink_datagrams_per_s" in row else ""), flush=True)
     rows = []
     for got in samples.values():
         got.sort(key=lambda r: r["answered_per_s"])
-        rows.append({**got[len(got) // 2], "runs_per_s": [r["answered_per_s"] for r in got]})
+        rows.append({**got[len(got) // 2], "runs_per_s": [r["answered_per_s"] for r in got],
+                     "servers_cpu_us_per_answer": statistics.median(
+                         r["servers_cpu_us_per_answer"] for r in got)})
     by = {r["layout"]: r["answered_per_s"] for r in rows}
     for r in rows:
         r["share_of_reflector"] = round(r["answered_per_s"] / by["reflector"], 3)
@@ -463,7 +483,8 @@ def rate_bench(args: argparse.Namespace, command: str) -> list[dict]:
         "what": "contributions answered per second at 4 workers (native load generator, one "
                 "in flight per slot of the window), UDP loopback: the reflector, one "
                 "softswitch, the 4 workers behind one leaf and the spine, 2 behind each of "
-                "two leaves; every switch its own process on the same cores",
+                "two leaves; every switch its own process on the same cores; beside each "
+                "rate, the serving processes' CPU microseconds per contribution answered",
         "command": command, "cpus": os.cpu_count(),
         "load_avg_1min": round(os.getloadavg()[0], 2), "rows": rows}, indent=2) + "\n")
     return rows
@@ -491,6 +512,12 @@ def plot(rows: list[dict], rate_rows: list[dict] | None, path: Path) -> None:
                 lo.append(t["median"] - t["min"])
                 hi.append(t["max"] - t["median"])
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)
+        firsts = [(j + (i - 1) * width, row["rank0_time_to_target_s"]["median"])
+                  for j, scenario in enumerate(SCENARIOS)
+                  for row in rows if (row["scenario"], row["config"]) == (scenario, config)
+                  and row["rank0_time_to_target_s"]]
+        ax.plot([x for x, _ in firsts], [y for _, y in firsts], "k_", markersize=14,
+                markeredgewidth=2, label="rank 0 (rack 0)" if i == 0 else None)
     ax.set_xticks(range(len(SCENARIOS)), ["every rack at pace", f"rack {SLOW_RACK} slow"])
     ax.set_ylabel("seconds to the target (slowest rank)")
     ax.set_title("2 racks x 3 hosts, 2 leaves + spine on loopback")
@@ -498,8 +525,11 @@ def plot(rows: list[dict], rate_rows: list[dict] | None, path: Path) -> None:
     ax.grid(axis="y", alpha=0.3)
     if rate_rows:
         ax = axes[0][1]
-        ax.bar(range(len(rate_rows)), [r["answered_per_s"] / 1e3 for r in rate_rows],
-               color=["0.6", "C0", "C1", "C2"][:len(rate_rows)])
+        bars = ax.bar(range(len(rate_rows)), [r["answered_per_s"] / 1e3 for r in rate_rows],
+                      color=["0.6", "C0", "C1", "C2"][:len(rate_rows)])
+        ax.bar_label(bars, [f"{r['servers_cpu_us_per_answer']:.2f} CPU us"
+                            if "servers_cpu_us_per_answer" in r else "" for r in rate_rows],
+                     fontsize=8)
         ax.set_xticks(range(len(rate_rows)), [r["layout"] for r in rate_rows])
         ax.set_ylabel("thousand contributions answered / s")
         ax.set_title(f"{RATE_WORKERS} workers, UDP loopback")
