@@ -159,10 +159,6 @@ def test_four_ranks_train_through_two_leaves_and_a_spine_to_equal_replicas(
     assert (code, err) == (0, ""), err
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "without serve nobody takes a finished rank out of the job: once the spine ran partial, "
-    "the ranks' clocks reach the end in different calls, and a rank whose leaf-mate "
-    "stopped waits for it until dead_after (about one run in three)"))
 def test_four_ranks_train_through_two_leaves_and_a_spine_and_a_partial_spine(
         fabric: Fabric, tmp_path: Path) -> None:
     code, out, err = hysync("--inventory", str(fabric.inventory), "job", "add",
