@@ -9,6 +9,8 @@ session holds; bad input is refused in one line with nothing written."""
 from __future__ import annotations
 
 import threading
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +22,9 @@ from hysync.controlplane.testbed.inventory import Inventory
 from hysync.controlplane.testbed.job_member import job_member
 from hysync.controlplane.testbed.member_leave import LeaveError, LeaveReport, leave
 from hysync.wire import Op
+from tests.testbed.conftest import toml_text
 
+from .conftest import P4INFO
 from .test_two_level_job import (  # noqa: F401 (testbed: the fixture)
     HOSTS,
     JOB,
@@ -130,3 +134,34 @@ def test_a_leave_that_cannot_be_made_says_why_in_one_line_and_writes_nothing(
                        r"primary controller .*a `hysync serve` takes its jobs' leaves"):
         leave_as(testbed, "leaf-0:0", wait=30.0)
     assert {name: testbed.tables(name) for name in testbed.grpc} == before
+
+
+def test_on_one_switch_a_member_leaves_there_and_the_last_one_stays(
+        testbed: TwoLevelTestbed, tmp_path: Path) -> None:  # noqa: F811 (the imported fixture)
+    # leaf-0's softswitch as a switch of its own: no roles entry, its hosts the job's members
+    job = tomllib.loads(testbed.job_file.read_text())
+    members = [{k: v for k, v in m.items() if k != "leaf"} for m in job["members"]
+               if m["leaf"] == "leaf-0"]
+    job_file = tmp_path / "one-job.toml"
+    job_file.write_text(toml_text(dict(job, members=members)))
+    inventory = tmp_path / "one.toml"
+    inventory.write_text(toml_text({
+        "name": "one", "pool": {"job_slots": 32, "averaging_slots": 8},
+        "switch": {"grpc_addr": testbed.grpc["leaf-0"], "target": "softswitch",
+                   "p4info": str(P4INFO), "data_ipv4": testbed.data["leaf-0"]},
+        "hosts": [{"name": f"h{h}", "interface": "lo", "ipv4": members[h]["ipv4"],
+                   "mac": f"02:00:00:00:10:{h + 1:02x}", "switch_port": h + 1}
+                  for h in range(HOSTS)]}))
+    code, out, err = hysync("--inventory", str(inventory), "job", "add", str(job_file))
+    assert (code, err) == (0, ""), err
+    one = TwoLevelTestbed(inventory, job_file, testbed.grpc, testbed.data, testbed.hosts)
+
+    inv, config = Inventory.load(inventory), JobConfig.load(job_file)
+    reports = [leave(inv, config, job_member(inv, config, 0, HOSTS, str(w))) for w in (0, 1)]
+    assert [r.excluded_at for r in reports] == [testbed.grpc["leaf-0"]] * 2
+    assert active(one, "leaf-0") == [2] and members_count(one, "leaf-0") == 1
+    round_trip(one, 0, [(0, 2)])  # the member left alone sums by itself
+    last = leave(inv, config, job_member(inv, config, 0, HOSTS, "2"))
+    assert last.excluded_at == "" and active(one, "leaf-0") == [2]
+    code, out, err = hysync("--inventory", str(inventory), "job", "remove", str(JOB))
+    assert (code, err) == (0, ""), err
