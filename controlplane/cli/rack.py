@@ -183,6 +183,10 @@ def cmd_rack_up(args: argparse.Namespace, out: Output) -> None:
     veths to a switch namespace running the softswitch; writes the inventory (--inventory,
     default rack.toml) and prints the commands that deploy, serve and train on it.
 
+    With --racks R (2 or more): R racks of N hosts, a leaf switch namespace per rack and a
+    spine namespace, the `[[switches]]` inventory and a job file of every host written,
+    and the commands that install the job and train on it printed (rack_fabric.py).
+
     `hysync rack down` removes what it built, and nothing else.
     """
     tag, inventory = args.tag, Path(args.inventory).resolve()
