@@ -333,8 +333,8 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
                    help="racks of N hosts each (default 1: one switch); 2 or more: a leaf "
                         "switch per rack and a spine, a job file of every host (--job)")
     p.add_argument("--job", metavar="FILE",
-                   help="with --racks: where to write the job file (default job.toml beside "
-                        "the inventory)")
+                   help="with --racks: where to write the job file (default NAME-job.toml "
+                        "beside the inventory NAME.toml)")
     p = command(racks, "down", cmd_rack_down)
     p.add_argument("--tag", type=_tag, default=DEFAULT_TAG,
                    help=f"the rack's tag (default {DEFAULT_TAG})")

@@ -25,6 +25,7 @@ from pathlib import Path
 from hysync import resources
 from hysync.controlplane.cli.output import Output
 from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET
 from hysync.controlplane.testbed.certificates import SERVE_NAME, fabric_certificates
 from hysync.controlplane.testbed.netns_fabric import (
     SPINE_IP,
@@ -36,6 +37,7 @@ from hysync.controlplane.testbed.netns_fabric import (
     host_mac,
     leaf_ip,
     leaf_mac,
+    management_net,
 )
 from hysync.tls import ClientTls
 
@@ -54,7 +56,8 @@ def switch_names(racks: int) -> list[str]:
     return ["spine", *(leaf_name(r) for r in range(racks))]
 
 
-def inventory_text(racks: int, hosts: int, tag: str, pki: Path) -> str:
+def inventory_text(racks: int, hosts: int, tag: str, pki: Path,
+                   net: str = FABRIC_MANAGEMENT_NET) -> str:
     """The `[[switches]]` inventory of the cluster `rack up N --racks R` builds."""
     lines = [
         f"# The emulated cluster of `hysync rack up {hosts} --racks {racks}` (docs/testbed.md): "
@@ -69,13 +72,13 @@ def inventory_text(racks: int, hosts: int, tag: str, pki: Path) -> str:
            f'private_key = "{pki}/{SERVE_NAME}.key"', 'target = "softswitch"',
            'p4info = "hysync:p4src/v1model/hysync.p4info.txtpb"']
     lines += ["", "[[switches]]", 'name = "spine"', 'role = "spine"',
-              f'grpc_addr = "{grpc_addr(0)}"', *tls, f'data_ipv4 = "{SPINE_IP}"',
+              f'grpc_addr = "{grpc_addr(0, net)}"', *tls, f'data_ipv4 = "{SPINE_IP}"',
               f'data_mac = "{SPINE_MAC}"']
     for r in range(racks):
         lines += ["", "[[switches]]", f'name = "{leaf_name(r)}"', 'role = "leaf"',
                   f"uplink_port = {hosts + 1}              # the leaf's port toward the spine",
                   f"spine_port = {r + 1}                # the spine's port toward this leaf",
-                  f'grpc_addr = "{grpc_addr(r + 1)}"', *tls, f'data_ipv4 = "{leaf_ip(r)}"',
+                  f'grpc_addr = "{grpc_addr(r + 1, net)}"', *tls, f'data_ipv4 = "{leaf_ip(r)}"',
                   f'data_mac = "{leaf_mac(r)}"']
     lines += ["", "[pool]", f"job_slots = {JOB_SLOTS}", "averaging_slots = 8"]
     for r in range(racks):
@@ -127,8 +130,9 @@ def next_steps(racks: int, hosts: int, tag: str, inventory: Path, job: Path, *,
 
 
 def job_path(args: argparse.Namespace, inventory: Path) -> Path:
-    """--job, or job.toml beside the inventory."""
-    return Path(args.job).resolve() if args.job else inventory.with_name("job.toml")
+    """--job, or beside the inventory its job file: cluster.toml -> cluster-job.toml."""
+    return (Path(args.job).resolve() if args.job
+            else inventory.with_name(f"{inventory.stem}-job.toml"))
 
 
 def build(args: argparse.Namespace, out: Output, *, state: Path, pki: Path, logs: Path,
@@ -140,14 +144,15 @@ def build(args: argparse.Namespace, out: Output, *, state: Path, pki: Path, logs
     inventory = Path(args.inventory).resolve()
     job = job_path(args, inventory)
     names = switch_names(racks)
-    addrs = [grpc_addr(i) for i in range(len(names))]
+    net = management_net()
+    addrs = [grpc_addr(i, net) for i in range(len(names))]
     try:
         certs = fabric_certificates(pki, {n: a.rpartition(":")[0]
                                           for n, a in zip(names, addrs, strict=True)})
     except BaseException:
         shutil.rmtree(pki, ignore_errors=True)
         raise
-    fabric = NetnsFabric(racks, hosts, tag=tag)
+    fabric = NetnsFabric(racks, hosts, tag=tag, net=net)
     switches: list[subprocess.Popen] = []
     p4info = resources.path(resources.V1MODEL_P4INFO)
     serve_tls = ClientTls(certs["ca"], certs["serve_cert"], certs["serve_key"])
@@ -170,7 +175,7 @@ def build(args: argparse.Namespace, out: Output, *, state: Path, pki: Path, logs
         for proc, addr, log in zip(switches, addrs, log_files, strict=True):
             wait_for_server(addr, 30, lambda p=proc, lg=log: None if p.poll() is None else
                             f"the softswitch exited; see {lg}", tls=serve_tls)
-        inventory.write_text(inventory_text(racks, hosts, tag, pki))
+        inventory.write_text(inventory_text(racks, hosts, tag, pki, net))
         job.write_text(job_text(racks, hosts))
         state.write_text(json.dumps({
             **fabric.created(),

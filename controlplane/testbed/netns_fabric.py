@@ -11,6 +11,7 @@ the emulated two-level cluster of `hysync rack up N --racks R` (docs/testbed.md)
     <tag>r<r>f<h> 10.1.0.<k>  <-veth->  <tag>r<r>g<h> on the bridge <tag>fe (in <tag>-fe)
     root namespace <tag>m<i> 169.254.98.(4i+1)/30 <-veth-> <tag>n<i> 169.254.98.(4i+2)/30
         in switch i's namespace (i = 0 the spine, i = r leaf r): its P4Runtime address
+        (another 169.254.X where a cluster holds 169.254.98: `management_net`)
 
 (<r>, <h> from 1; <k> numbers the hosts from 1, rack by rack.) The data veths (host <->
 leaf, leaf <-> spine) carry HySync's packets through the softswitches' raw data planes;
@@ -24,7 +25,10 @@ forward HySync's packets only (no switch of it is deployed with L2 entries for t
 
 from __future__ import annotations
 
-from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET
+import re
+import subprocess
+
+from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET, free_management_net
 from hysync.controlplane.testbed.netns import NetnsStar, _sh, remove
 
 SPINE_IP = "10.0.0.254"
@@ -55,17 +59,29 @@ def front_end_ip(index: int) -> str:
     return f"{FRONT_END_NET}.{index + 1}"
 
 
-def grpc_addr(switch: int) -> str:
+def grpc_addr(switch: int, net: str = FABRIC_MANAGEMENT_NET) -> str:
     """Switch `switch`'s P4Runtime address: 0 the spine, r + 1 the leaf of rack r."""
-    return f"{FABRIC_MANAGEMENT_NET}.{4 * switch + 2}:{GRPC_PORT}"
+    return f"{net}.{4 * switch + 2}:{GRPC_PORT}"
+
+
+def management_net() -> str:
+    """169.254.98, the cluster's management network, unless an address of this namespace
+    is in it (another cluster is up): then a free 169.254.X, so that two clusters side by
+    side never answer P4Runtime at the same address."""
+    shown = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                           check=True).stdout
+    if re.search(rf"inet {re.escape(FABRIC_MANAGEMENT_NET)}\.", shown):
+        return free_management_net()
+    return FABRIC_MANAGEMENT_NET
 
 
 class NetnsFabric:
     """`racks` leaf namespaces of `hosts` host namespaces each, the leaves on a spine
     namespace, the hosts on a front-end bridge."""
 
-    def __init__(self, racks: int, hosts: int, *, tag: str) -> None:
-        self.tag, self.racks, self.per_rack = tag, racks, hosts
+    def __init__(self, racks: int, hosts: int, *, tag: str,
+                 net: str = FABRIC_MANAGEMENT_NET) -> None:
+        self.tag, self.racks, self.per_rack, self.net = tag, racks, hosts, net
         self.spine_ns, self.front_end_ns = f"{tag}-sp", f"{tag}-fe"
         self.leaf_ns = [f"{tag}-l{r + 1}" for r in range(racks)]
         self.host_ns = [[f"{tag}-r{r + 1}h{h + 1}" for h in range(hosts)] for r in range(racks)]
@@ -130,9 +146,9 @@ class NetnsFabric:
         for i, ns in enumerate(self.switch_namespaces):
             root_if, switch_if = f"{self.tag}m{i}", f"{self.tag}n{i}"
             self._veth(root_if, None, switch_if, ns, data=False)
-            _sh("ip", "addr", "add", f"{FABRIC_MANAGEMENT_NET}.{4 * i + 1}/30", "dev", root_if)
-            _sh(*self.exec_in(ns), "ip", "addr", "add",
-                f"{FABRIC_MANAGEMENT_NET}.{4 * i + 2}/30", "dev", switch_if)
+            _sh("ip", "addr", "add", f"{self.net}.{4 * i + 1}/30", "dev", root_if)
+            _sh(*self.exec_in(ns), "ip", "addr", "add", f"{self.net}.{4 * i + 2}/30",
+                "dev", switch_if)
         index = 0
         for r, leaf_ns in enumerate(self.leaf_ns):
             self._veth(self.ports[leaf_ns][self.uplink_port], leaf_ns,

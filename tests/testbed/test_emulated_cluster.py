@@ -19,6 +19,8 @@ import pytest
 
 from hysync import resources
 from hysync.controlplane.cli import rack
+from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.testbed.inventory import Inventory
 from hysync.controlplane.testbed.netns import missing_netns_tools
 from hysync.controlplane.testbed.netns_fabric import leaf_ip
 
@@ -60,7 +62,7 @@ def test_two_racks_behind_leaves_and_a_spine_train_to_equal_replicas(tmp_path: P
     if reason:
         pytest.skip(reason)
     tag = f"hyc{os.getpid() % 10000}"
-    inventory, job = tmp_path / "cluster.toml", tmp_path / "job.toml"
+    inventory, job = tmp_path / "cluster.toml", tmp_path / "cluster-job.toml"
     up = hysync("rack", "up", str(HOSTS), "--racks", str(RACKS), "--tag", tag,
                 "--inventory", str(inventory), "--json")
     assert up.returncode == 0, up.stderr
@@ -115,3 +117,30 @@ def test_two_racks_behind_leaves_and_a_spine_train_to_equal_replicas(tmp_path: P
     assert f" {tag}m0" not in links and f" {tag}m2" not in links
     assert not rack.state_file(tag).exists() and not rack.pki_dir(tag).exists()
     assert not list(rack.STATE_DIR.glob(f"{tag}-*softswitch.log"))
+
+
+def test_two_clusters_side_by_side_answer_at_their_own_addresses(tmp_path: Path) -> None:
+    """A second cluster while one is up: another management network, every switch of both
+    answers P4Runtime (mutual TLS, the inventory's certificates), and each `down` removes
+    its own cluster only."""
+    reason = missing_netns_tools("it builds network namespaces and veth links (run `.ci/run`)")
+    if reason:
+        pytest.skip(reason)
+    tags = [f"hy{c}{os.getpid() % 10000}" for c in "ab"]
+    addrs: list[dict[str, str]] = []
+    try:
+        for tag in tags:
+            up = hysync("rack", "up", "2", "--racks", "2", "--tag", tag,
+                        "--inventory", str(tmp_path / f"{tag}.toml"), "--json")
+            assert up.returncode == 0, up.stderr
+            addrs.append(json.loads(up.stdout)["grpc_addrs"])
+        assert set(addrs[0].values()).isdisjoint(addrs[1].values()), addrs
+        for tag in tags:
+            inv = Inventory.load(tmp_path / f"{tag}.toml")
+            assert inv.fabric is not None
+            for sw in inv.fabric.switches:
+                wait_for_server(sw.switch.grpc_addr, 10, tls=sw.switch.tls)
+    finally:
+        downs = [hysync("rack", "down", "--tag", tag) for tag in tags]
+    assert [d.returncode for d in downs] == [0, 0], [d.stderr for d in downs]
+    assert namespaces(tags[0]) == set() and namespaces(tags[1]) == set()
