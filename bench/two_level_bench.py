@@ -59,7 +59,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,14 +178,20 @@ class Launcher:
         self.reader.join(10)
 
 
-def wait_run(launcher: Launcher, grace: float) -> dict:
+def wait_run(launcher: Launcher, grace: float,
+             on_trained: Callable[[], None] = lambda: None) -> dict:
     """Until torchrun ends, or `grace` seconds after the first rank finished (a rank that
-    waits for a stopped leaf-mate), or RUN_TIMEOUT."""
+    waits for a stopped leaf-mate), or RUN_TIMEOUT; `on_trained` runs once, when the first
+    rank has applied the job's last update."""
     began = time.monotonic()
     first_done: float | None = None
+    trained = False
     outcome = None
     while launcher.proc.poll() is None:
         now = time.monotonic()
+        if not trained and any("trained" in r for r in launcher.records()):
+            trained = True
+            on_trained()
         if now - began > RUN_TIMEOUT:
             outcome = f"did not finish within {RUN_TIMEOUT} s"
             break
@@ -264,7 +270,19 @@ def train_run(config: str, scenario: str, seed: int, args: argparse.Namespace) -
             fab = stack.enter_context(fabric(workdir))
             job = fab.job_file(workdir / "job.toml", training_members(fab))
             hysync("--inventory", str(fab.inventory), "job", "add", str(job))
-            policy = None
+            policy: subprocess.Popen | None = None
+
+            def stop_policy() -> None:
+                # A policy run holds its switches' sessions; a rank that is done leaves the
+                # job through them, so the policy ends when training does.
+                if policy is not None and policy.poll() is None:
+                    policy.send_signal(signal.SIGINT)
+                    try:
+                        policy.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        policy.kill()
+                        policy.wait()
+
             if config == "adaptive":
                 policy_log = workdir / "policy.jsonl"
                 policy_log.unlink(missing_ok=True)
@@ -276,14 +294,9 @@ def train_run(config: str, scenario: str, seed: int, args: argparse.Namespace) -
                     cwd=ROOT, stdout=policy_out, stderr=subprocess.STDOUT)
             launcher = Launcher(["--backend", "hysync", "--inventory", str(fab.inventory),
                                  "--job", str(job), *worker_argv], workdir / "ranks.log", stack)
-            outcome = wait_run(launcher, args.grace)
+            outcome = wait_run(launcher, args.grace, on_trained=stop_policy)
+            stop_policy()
             if policy is not None:
-                policy.send_signal(signal.SIGINT)
-                try:
-                    policy.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    policy.kill()
-                    policy.wait()
                 extra["policy"] = policy_summary(workdir / "policy.jsonl")
     return {**summarize(launcher.records(), outcome), **extra}
 

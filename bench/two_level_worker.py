@@ -7,9 +7,10 @@ Rank r sits in rack r // `--hosts-per-rack` (the job file's members by leaf); ev
 rack `--slow-rack` computes `--slowdown` times longer (the emulated compute of the
 one-switch benches, times the straggler's factor). Each rank measures its replica's held-out
 accuracy every `--eval-every` local steps and prints a `reached` line the first time it is
-at `--target` or above (seconds since the ranks started together), then one line at the
-end: its accuracy, local steps, the job's updates, the seconds of its training loop and how
-many results it applied in each mode.
+at `--target` or above (seconds since the ranks started together), a `trained` line when the
+job's clock reached `--steps` (before the rank leaves the job), then one line at the end:
+its accuracy, local steps, the job's updates, the seconds of its training loop and how many
+results it applied in each mode.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
     generator = torch.Generator().manual_seed(1000 * args.seed + rank)
     modes: Counter = Counter()
     reached: float | None = None
+    trained = False
     local = 0
     dist.barrier()  # every rank attached: the clocks start together
     start = time.monotonic()
@@ -90,6 +92,10 @@ def main() -> None:
         local += 1
         if job is not None and (stats := job.state.last_stats()) is not None:
             modes.update(stats.modes)
+        if job is not None and not trained and job.updates >= args.steps - 1e-9:
+            # the job's last update is applied here: the next turn of the loop leaves the job
+            trained = True
+            say({"rank": rank, "trained": local})
         if (reached is None and local % args.eval_every == 0
                 and accuracy(model, data.x_test, data.y_test) >= args.target):
             reached = time.monotonic() - start
