@@ -92,8 +92,10 @@ def main() -> None:
         local += 1
         if job is not None and (stats := job.state.last_stats()) is not None:
             modes.update(stats.modes)
-        if job is not None and not trained and job.updates >= args.steps - 1e-9:
-            # the job's last update is applied here: the next turn of the loop leaves the job
+        # job.updates counts this step's call when the loop turns; the call itself says now
+        if (job is not None and not trained
+                and job.updates + job.state.updates_applied() >= args.steps - 1e-9):
+            # the job's last update is applied: the next turn of the loop leaves the job
             trained = True
             say({"rank": rank, "trained": local})
         if (reached is None and local % args.eval_every == 0
