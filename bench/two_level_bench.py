@@ -275,13 +275,17 @@ def train_run(config: str, scenario: str, seed: int, args: argparse.Namespace) -
             def stop_policy() -> None:
                 # A policy run holds its switches' sessions; a rank that is done leaves the
                 # job through them, so the policy ends when training does.
-                if policy is not None and policy.poll() is None:
-                    policy.send_signal(signal.SIGINT)
-                    try:
-                        policy.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        policy.kill()
-                        policy.wait()
+                # The ranks' leaves retry for --dead-after seconds: a policy that does not
+                # end on Ctrl-C within a few is terminated, then killed.
+                if policy is None:
+                    return
+                for end in (lambda: policy.send_signal(signal.SIGINT), policy.terminate,
+                            policy.kill):
+                    if policy.poll() is not None:
+                        return
+                    end()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        policy.wait(timeout=4)
 
             if config == "adaptive":
                 policy_log = workdir / "policy.jsonl"
@@ -561,7 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slowdown", type=float, default=2.0, help="the slow rack's factor")
     p.add_argument("--target", type=float, default=0.93, help="held-out accuracy")
     p.add_argument("--lr", type=float, default=0.03)
-    p.add_argument("--dead-after", type=float, default=20.0,
+    p.add_argument("--dead-after", type=float, default=60.0,
                    help="seconds a HySync round waits for a member")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds after the first rank finished before the run is ended")
