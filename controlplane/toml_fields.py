@@ -4,7 +4,7 @@ in size and nesting, and the checks every table's fields share. A refused field 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,18 @@ def no_unknown_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> 
     if unknown:
         raise JobConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are "
                              f"{', '.join(sorted(allowed))}")
+
+
+def tables(raw: list[Any], section: str, allowed: set[str],
+           error: type[Exception] = JobConfigError) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each table of the array of tables `[[section]]` with where it stands (`section[i]`),
+    its keys checked against `allowed`; anything else in the array is `error`."""
+    for i, item in enumerate(raw):
+        where = f"{section}[{i}]"
+        if not isinstance(item, Mapping):
+            raise error(f"{where} must be a table ([[{section}]])")
+        no_unknown_keys(item, allowed, where)
+        yield where, item
 
 
 def int_field(table: Mapping[str, Any], key: str, low: int | None, high: int | None, hint: str,

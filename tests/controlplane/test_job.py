@@ -80,6 +80,7 @@ _DELETE = object()
     ("members.0.mac", "02:00:00:00:01", r"members\[0\].mac = .* six hex bytes"),
     ("members.0.udp_port", 70000, r"members\[0\].udp_port = 70000 is out of range"),
     ("members.0.switch_port", 511, r"members\[0\].switch_port = 511 is out of range: use 0..510"),
+    ("members.1", "h2", r"members\[1\] must be a table \(\[\[members\]\]\)"),
     ("members.0.port", 1, r"members\[0\]: unknown key\(s\) port"),
     ("member", [], r"unknown key\(s\) member; allowed keys are"),
 ])

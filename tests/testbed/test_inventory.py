@@ -105,6 +105,13 @@ def test_every_invalid_field_is_named_with_its_fix(tmp_path: Path, field: str, v
         assert fragment in message, message
 
 
+def test_a_host_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
+    data = copy.deepcopy(VALID)
+    data["hosts"].append("h3")
+    with pytest.raises(InventoryError, match=r"^hosts\[2\] must be a table \(\[\[hosts\]\]\)$"):
+        Inventory.from_dict(data, base=tmp_path)
+
+
 def test_duplicate_ipv4_is_refused_except_on_loopback(tmp_path: Path) -> None:
     data = copy.deepcopy(VALID)
     for i, host in enumerate(data["hosts"]):
