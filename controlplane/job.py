@@ -34,7 +34,7 @@ from typing import Any
 
 from hysync import wire
 from hysync.controlplane.errors import JobConfigError
-from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml, tables
+from hysync.controlplane.toml_fields import int_field, load_toml, no_unknown_keys, tables
 from hysync.wire import Mode
 
 MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
@@ -104,13 +104,8 @@ class JobConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:
-        path = Path(path)
-        data = read_toml(path, JobConfigError, "the job file",
+        return load_toml(Path(path), cls.from_dict, JobConfigError, "the job file",
                          "controlplane/examples/job-loopback.toml")
-        try:
-            return cls.from_dict(data)
-        except JobConfigError as err:
-            raise JobConfigError(f"{path}: {err}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobConfig:

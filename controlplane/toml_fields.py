@@ -4,12 +4,14 @@ in size and nesting, and the checks every table's fields share. A refused field 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hysync import files
 from hysync.controlplane.errors import JobConfigError
+
+Parsed = TypeVar("Parsed")
 
 
 def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
@@ -17,6 +19,17 @@ def read_toml(path: Path, error: type[Exception], what: str, example: str) -> di
     wrong and an example of a good file."""
     return files.read_toml(path, what=what, fix=f"pass a TOML file such as {example}",
                            error=error)
+
+
+def load_toml(path: Path, parse: Callable[[dict[str, Any]], Parsed], error: type[Exception],
+              what: str, example: str) -> Parsed:
+    """`parse` of the TOML file at `path`; what it refuses, a field helper's `JobConfigError`
+    included, is `error` with the file's name in front."""
+    data = read_toml(path, error, what, example)
+    try:
+        return parse(data)
+    except (JobConfigError, error) as err:
+        raise error(f"{path}: {err}") from None
 
 
 def no_unknown_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:

@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from hysync import resources, wire
-from hysync.controlplane.errors import ControlPlaneError, JobConfigError
+from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.job import MAX_SWITCH_PORT
 from hysync.controlplane.p4rt.switch import ElectionId, parse_election_id
 from hysync.controlplane.testbed.serve_access import (
@@ -85,7 +85,7 @@ from hysync.controlplane.testbed.serve_access import (
     loopback,
     parse_listen,
 )
-from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml, tables
+from hysync.controlplane.toml_fields import int_field, load_toml, no_unknown_keys, tables
 from hysync.errors import BadFileError
 from hysync.tls import ClientTls
 
@@ -214,14 +214,9 @@ class Inventory:
     @classmethod
     def load(cls, path: str | Path) -> Inventory:
         path = Path(path)
-        data = read_toml(path, InventoryError, "the inventory",
-                         "the one docs/testbed.md shows")
-        try:
-            return cls.from_dict(data, base=path.resolve().parent, path=path)
-        except JobConfigError as err:  # from the field helpers shared with job files
-            raise InventoryError(f"{path}: {err}") from None
-        except InventoryError as err:
-            raise InventoryError(f"{path}: {err}") from None
+        return load_toml(path, lambda data: cls.from_dict(data, base=path.resolve().parent,
+                                                          path=path),
+                         InventoryError, "the inventory", "the one docs/testbed.md shows")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: Path,
