@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from hysync import wire
 from hysync.controlplane.cli.main import main
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.topologies.rendezvous import torchrun_rendezvous
-from tests.controlplane.test_two_level_job import softswitch_process
+from tests.softswitch.switch_process import softswitch_process
 
 from .conftest import P4INFO, ROOT, fabric_inventory, kill_tree, rank_records, toml_text
 from .test_torchrun import TARGET_ACCURACY
@@ -67,7 +68,8 @@ def fabric(tmp_path: Path) -> Iterator[Fabric]:
     data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(LEAVES)}
     with ExitStack() as stack:
         grpc = {name: stack.enter_context(softswitch_process(
-            data[name], "native", tmp_path / f"{name}.log")) for name in names}
+            tmp_path / f"{name}.log", udp=f"{data[name]}:{wire.HYSYNC_UDP_PORT}",
+            engine="native")).grpc_addr for name in names}
         for addr in grpc.values():
             with Switch(addr) as switch:
                 switch.push_pipeline(P4INFO)
