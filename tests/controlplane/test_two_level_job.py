@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 import re
 import socket
 import threading
@@ -33,9 +32,9 @@ from hysync.controlplane.tables import forwarding, roles
 from hysync.p4schema import Schema
 from hysync.softswitch.levels import serial_after
 from hysync.wire import Mode, Op
-from tests.softswitch.switch_process import softswitch_process
+from tests.softswitch.switch_process import softswitch_fabric
 from tests.softswitch.two_level_fabric import contrib, lanes_of
-from tests.testbed.conftest import fabric_inventory, toml_text
+from tests.testbed.conftest import toml_text
 
 from .conftest import P4INFO, ROOT
 
@@ -85,18 +84,10 @@ def hysync(*argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(params=["native", "python"])
 def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TwoLevelTestbed]:
-    net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
-    names = ["spine"] + [f"leaf-{i}" for i in range(LEAVES)]
-    data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(LEAVES)}
     with ExitStack() as stack:
-        grpc = {name: stack.enter_context(softswitch_process(
-            tmp_path / f"{name}.log", udp=f"{data[name]}:{wire.HYSYNC_UDP_PORT}",
-            engine=request.param)).grpc_addr for name in names}
-        for addr in grpc.values():
-            with Switch(addr) as switch:
-                switch.push_pipeline(P4INFO)
-        inventory = fabric_inventory(tuple(grpc[n] for n in names), net=net, hosts=HOSTS)
-        (tmp_path / "fabric.toml").write_text(toml_text(inventory))
+        fabric = stack.enter_context(softswitch_fabric(tmp_path, leaves=LEAVES, hosts=HOSTS,
+                                                       engine=request.param))
+        net = fabric.net
         hosts = {}
         for leaf in range(LEAVES):
             for host in range(HOSTS):
@@ -112,7 +103,7 @@ def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TwoLevel
         job_file.write_text(toml_text({"job_id": JOB, "mode": "sync",
                                        "slots": {"base": 0, "count": SLOTS},
                                        "members": members}))
-        yield TwoLevelTestbed(tmp_path / "fabric.toml", job_file, grpc, data, hosts)
+        yield TwoLevelTestbed(fabric.inventory, job_file, fabric.grpc, fabric.data, hosts)
 
 
 def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rack_out(

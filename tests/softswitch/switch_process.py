@@ -1,18 +1,23 @@
-"""`python -m hysync.softswitch` as a child process of a test: started on the addresses asked
-for, found by the line it prints once it listens, and stopped (killed if it lingers) when the
-test leaves it."""
+"""`python -m hysync.softswitch` as child processes of a test: one, started on the addresses
+asked for, found by the line it prints once it listens, and stopped (killed if it lingers)
+when the test leaves it; or a spine and its leaves with the inventory that describes them."""
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from hysync import wire
+from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from tests.testbed.conftest import P4INFO, fabric_inventory, toml_text
 
 REPO = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"P4Runtime on ([\d.]+):(\d+) .*data plane UDP ([\d.]+):(\d+)")
@@ -31,9 +36,6 @@ def softswitch_process(log: Path, *, udp: str = "127.0.0.1:0", engine: str | Non
     """The softswitch with its P4Runtime on a free loopback port and its UDP data plane at
     `udp` (a free loopback port by default), on `engine` (the softswitch's default if None),
     its stderr in `log`; ready for P4Runtime when it is yielded."""
-    # Imported here: the e2e worker processes import this module's neighbours without grpc.
-    from hysync.controlplane.p4rt.switch import wait_for_server
-
     engine_args = ["--engine", engine] if engine else []
     with open(log, "w") as err:
         proc = subprocess.Popen(
@@ -64,3 +66,33 @@ def softswitch_process(log: Path, *, udp: str = "127.0.0.1:0", engine: str | Non
             proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@dataclass(frozen=True)
+class SoftswitchFabric:
+    net: str  # the fabric's loopback 127.x.y: switches at .1 (spine), .2.., hosts at .10
+    inventory: Path
+    grpc: dict[str, str]  # switch name -> P4Runtime address
+    data: dict[str, str]  # switch name -> data address
+
+
+@contextmanager
+def softswitch_fabric(workdir: Path, *, leaves: int, hosts: int,
+                      engine: str) -> Iterator[SoftswitchFabric]:
+    """A spine and `leaves` leaves, each a softswitch process on `engine` with the HySync
+    pipeline pushed, each on its own address of a loopback net drawn at random (the test's
+    own), and the inventory of them, workdir/fabric.toml, with `hosts` hosts per leaf."""
+    net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+    names = ["spine"] + [f"leaf-{i}" for i in range(leaves)]
+    data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(leaves)}
+    with ExitStack() as stack:
+        grpc = {name: stack.enter_context(softswitch_process(
+            workdir / f"{name}.log", udp=f"{data[name]}:{wire.HYSYNC_UDP_PORT}",
+            engine=engine)).grpc_addr for name in names}
+        for addr in grpc.values():
+            with Switch(addr) as switch:
+                switch.push_pipeline(P4INFO)
+        inventory = workdir / "fabric.toml"
+        inventory.write_text(toml_text(fabric_inventory(tuple(grpc.values()), net=net,
+                                                        hosts=hosts)))
+        yield SoftswitchFabric(net, inventory, grpc, data)
