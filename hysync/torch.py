@@ -153,7 +153,12 @@ class HySyncJob:
             try:
                 log.info("%s", self._leave().text(self.job_id))
             except ControlPlaneError as err:
-                raise AttachError(str(err)) from None
+                # Training is done and every update applied: a leave the switches refuse
+                # (no route to their P4Runtime, a writer-only switch) costs the members still
+                # finishing a wait of dead_after, not this rank's result.
+                log.warning("job %d: could not leave the switches (%s); members still "
+                            "finishing wait for this one until their dead_after",
+                            self.job_id, err)
         if self.averager is not None:
             self.averager.finish(self.updates)
         dist.barrier()
@@ -379,8 +384,8 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     leaves and a spine `hysync --inventory FILE job add`) and no serve is asked: each rank
     is one member of it (`member`, $HYSYNC_MEMBER, or the rank-th; join_installed), its
     mode is the job file's and the operator's (`hysync mode set`), a rank that is done
-    leaves the job at every level (member_leave.py), and the operator removes the job
-    when training is done."""
+    leaves the job at every level (member_leave.py; where the switches refuse it, a
+    warning), and the operator removes the job when training is done."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")

@@ -9,6 +9,7 @@ the emulated two-level cluster of `hysync rack up N --racks R` (docs/testbed.md)
                                           <tag>r<r>u     (leaf port N+1)
                                              <-veth->  <tag>r<r>d  (spine port r, in <tag>-sp)
     <tag>r<r>f<h> 10.1.0.<k>  <-veth->  <tag>r<r>g<h> on the bridge <tag>fe (in <tag>-fe)
+    switch i's <tag>k<i> 10.1.0.(250-i) <-veth-> <tag>j<i> on the bridge <tag>fe
     root namespace <tag>m<i> 169.254.98.(4i+1)/30 <-veth-> <tag>n<i> 169.254.98.(4i+2)/30
         in switch i's namespace (i = 0 the spine, i = r leaf r): its P4Runtime address
         (another 169.254.X where a cluster holds 169.254.98: `management_net`)
@@ -18,9 +19,12 @@ leaf, leaf <-> spine) carry HySync's packets through the softswitches' raw data 
 offloads are off on every end (a user-space switch fills in no checksums) and IPv6 is off
 before link-up (the kernel would send router solicitations the switches flood). Each host
 knows its leaf's data address 10.0.<r>.254 as a static neighbour. The front-end bridge
-carries what is not HySync's, torchrun's rendezvous and gloo's process group, as a
-cluster's Ethernet front-end network does: the switches of a job across leaves and a spine
-forward HySync's packets only (no switch of it is deployed with L2 entries for the hosts).
+carries what is not HySync's, as a cluster's Ethernet front-end network does: torchrun's
+rendezvous, gloo's process group, and the ranks' P4Runtime sessions (a rank leaves its job
+at every level when its training is done; each host routes every switch's P4Runtime
+address via that switch's front-end address, whose kernel answers for it). The switches of
+a job across leaves and a spine forward HySync's packets only (no switch of it is deployed
+with L2 entries for the hosts).
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ def leaf_mac(rack: int) -> str:
 def front_end_ip(index: int) -> str:
     """The front-end address of the index-th host of the cluster (rack by rack)."""
     return f"{FRONT_END_NET}.{index + 1}"
+
+
+def switch_front_end_ip(switch: int) -> str:
+    """Switch `switch`'s address on the front-end network (0 the spine, r + 1 leaf r)."""
+    return f"{FRONT_END_NET}.{250 - switch}"
 
 
 def grpc_addr(switch: int, net: str = FABRIC_MANAGEMENT_NET) -> str:
@@ -149,6 +158,14 @@ class NetnsFabric:
             _sh("ip", "addr", "add", f"{self.net}.{4 * i + 1}/30", "dev", root_if)
             _sh(*self.exec_in(ns), "ip", "addr", "add", f"{self.net}.{4 * i + 2}/30",
                 "dev", switch_if)
+        for i, ns in enumerate(self.switch_namespaces):
+            # the switch on the front-end network too: the ranks on the hosts reach its
+            # P4Runtime address over it (a rank leaves its job when its training is done)
+            switch_if, bridge_port = f"{self.tag}k{i}", f"{self.tag}j{i}"
+            self._veth(switch_if, ns, bridge_port, self.front_end_ns, data=False)
+            _sh(*fe, "ip", "link", "set", bridge_port, "master", bridge)
+            _sh(*self.exec_in(ns), "ip", "addr", "add", f"{switch_front_end_ip(i)}/24",
+                "dev", switch_if)
         index = 0
         for r, leaf_ns in enumerate(self.leaf_ns):
             self._veth(self.ports[leaf_ns][self.uplink_port], leaf_ns,
@@ -165,6 +182,10 @@ class NetnsFabric:
                 self._veth(fif, ns, bridge_port, self.front_end_ns, data=False)
                 _sh(*fe, "ip", "link", "set", bridge_port, "master", bridge)
                 _sh(*inns, "ip", "addr", "add", f"{front_end_ip(index)}/24", "dev", fif)
+                for i in range(len(self.switch_namespaces)):
+                    _sh(*inns, "ip", "route", "add",
+                        f"{grpc_addr(i, self.net).rpartition(':')[0]}/32", "via",
+                        switch_front_end_ip(i))
                 index += 1
 
     def created(self) -> dict[str, list[str]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -27,11 +26,10 @@ from pathlib import Path
 import pytest
 
 from hysync.controlplane.cli.main import main
-from hysync.controlplane.p4rt.switch import Switch
 from hysync.topologies.rendezvous import torchrun_rendezvous
-from tests.controlplane.test_two_level_job import softswitch_process
+from tests.softswitch.switch_process import softswitch_fabric
 
-from .conftest import P4INFO, ROOT, fabric_inventory, kill_tree, rank_records, toml_text
+from .conftest import ROOT, kill_tree, rank_records, toml_text
 from .test_torchrun import TARGET_ACCURACY
 
 pytestmark = pytest.mark.slow
@@ -64,18 +62,8 @@ class Fabric:
 
 @pytest.fixture
 def fabric(tmp_path: Path) -> Iterator[Fabric]:
-    net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
-    names = ["spine"] + [f"leaf-{i}" for i in range(LEAVES)]
-    data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(LEAVES)}
-    with ExitStack() as stack:
-        grpc = {name: stack.enter_context(softswitch_process(
-            data[name], "native", tmp_path / f"{name}.log")) for name in names}
-        for addr in grpc.values():
-            with Switch(addr) as switch:
-                switch.push_pipeline(P4INFO)
-        inventory = tmp_path / "fabric.toml"
-        inventory.write_text(toml_text(fabric_inventory(tuple(grpc[n] for n in names),
-                                                        net=net, hosts=HOSTS)))
+    with softswitch_fabric(tmp_path, leaves=LEAVES, hosts=HOSTS, engine="native") as switches:
+        net = switches.net
         members = [{"leaf": f"leaf-{i}", "worker": h, "ipv4": f"{net}.10",
                     "mac": f"02:00:00:00:1{i}:{h + 1:02x}",
                     "udp_port": free_udp_port(f"{net}.10"), "switch_port": h + 1}
@@ -84,7 +72,7 @@ def fabric(tmp_path: Path) -> Iterator[Fabric]:
         job_file.write_text(toml_text({"job_id": JOB, "mode": "sync",
                                        "slots": {"base": 0, "count": SLOTS},
                                        "members": members}))
-        yield Fabric(inventory, job_file, data)
+        yield Fabric(switches.inventory, job_file, switches.data)
 
 
 class Launcher:
