@@ -60,7 +60,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.launcher_logs import records
@@ -68,8 +67,12 @@ from hysync import _core, wire
 from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.topologies.rendezvous import torchrun_rendezvous
-from tests.controlplane.test_two_level_job import softswitch_process
-from tests.testbed.conftest import P4INFO, fabric_inventory, kill_tree, toml_text, tree
+from tests.softswitch.switch_process import (
+    SoftswitchFabric,
+    softswitch_fabric,
+    softswitch_process,
+)
+from tests.testbed.conftest import P4INFO, kill_tree, toml_text, tree
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -104,40 +107,20 @@ def free_udp_port(ipv4: str) -> int:
         return sock.getsockname()[1]
 
 
-@dataclass
-class Fabric:
-    net: str  # 127.A.B: the spine's data address is NET.1, leaf i's NET.(2 + i)
-    inventory: Path
-    grpc: dict[str, str]  # switch name -> P4Runtime address
-
-    def job_file(self, path: Path, members: list[dict], window: int = SLOTS) -> Path:
-        path.write_text(toml_text({"job_id": JOB, "mode": "sync",
-                                   "slots": {"base": 0, "count": window},
-                                   "members": members}))
-        return path
+def write_job_file(path: Path, members: list[dict], window: int = SLOTS) -> Path:
+    """Job JOB in sync over `members`, slots 0..window-1."""
+    path.write_text(toml_text({"job_id": JOB, "mode": "sync",
+                               "slots": {"base": 0, "count": window}, "members": members}))
+    return path
 
 
-@contextlib.contextmanager
-def fabric(workdir: Path, leaves: int = RACKS) -> Iterator[Fabric]:
-    """A spine and `leaves` leaves, each its own softswitch process, their pipelines
+def fabric(workdir: Path, leaves: int = RACKS) -> contextlib.AbstractContextManager:
+    """A spine and `leaves` leaves, each its own native softswitch process, their pipelines
     pushed and the inventory written; stopped on the way out."""
-    net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
-    names = ["spine"] + [f"leaf-{i}" for i in range(leaves)]
-    data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(leaves)}
-    with contextlib.ExitStack() as stack:
-        grpc = {name: stack.enter_context(softswitch_process(
-            data[name], "native", workdir / f"{name}.log")) for name in names}
-        for addr in grpc.values():
-            with Switch(addr) as switch:
-                switch.push_pipeline(P4INFO)
-        inventory = workdir / "fabric.toml"
-        spec = fabric_inventory(tuple(grpc[n] for n in names), net=net, hosts=HOSTS)
-        spec["pool"] = {"job_slots": 1024, "averaging_slots": 8}
-        inventory.write_text(toml_text(spec))
-        yield Fabric(net, inventory, grpc)
+    return softswitch_fabric(workdir, leaves=leaves, hosts=HOSTS, engine="native")
 
 
-def training_members(fab: Fabric) -> list[dict]:
+def training_members(fab: SoftswitchFabric) -> list[dict]:
     """The job file's members: host h of rack i on NET.10, a port free now (the address is
     this fabric's own, so nothing else takes it before the rank binds it)."""
     return [{"leaf": f"leaf-{i}", "worker": h, "ipv4": f"{fab.net}.10",
@@ -268,7 +251,7 @@ def train_run(config: str, scenario: str, seed: int, args: argparse.Namespace) -
             outcome = wait_run(launcher, args.grace)
         else:
             fab = stack.enter_context(fabric(workdir))
-            job = fab.job_file(workdir / "job.toml", training_members(fab))
+            job = write_job_file(workdir / "job.toml", training_members(fab))
             hysync("--inventory", str(fab.inventory), "job", "add", str(job))
             policy: subprocess.Popen | None = None
 
@@ -446,8 +429,9 @@ def rate_run(layout: str, window: int, seconds: float) -> dict:
             ip, port = stack.enter_context(reflector_process(f"{net}.1", workdir / "r.log"))
             row = load([(ip, port, RATE_WORKERS, RATE_BASE_PORT)], window, seconds)
         elif layout == "one-switch":
-            grpc = stack.enter_context(softswitch_process(f"{net}.1", "native",
-                                                          workdir / "switch.log"))
+            grpc = stack.enter_context(softswitch_process(
+                workdir / "switch.log", udp=f"{net}.1:{wire.HYSYNC_UDP_PORT}",
+                engine="native")).grpc_addr
             with Switch(grpc) as switch:
                 switch.push_pipeline(P4INFO)
             job = workdir / "job-one.toml"
@@ -460,8 +444,8 @@ def rate_run(layout: str, window: int, seconds: float) -> dict:
         else:
             per_leaf = [RATE_WORKERS] if layout == "one-leaf" else [RATE_WORKERS // 2] * 2
             fab = stack.enter_context(fabric(workdir, leaves=len(per_leaf)))
-            job = fab.job_file(workdir / f"job-{layout}.toml", rate_members(per_leaf, True),
-                               window)
+            job = write_job_file(workdir / f"job-{layout}.toml", rate_members(per_leaf, True),
+                                 window)
             hysync("--inventory", str(fab.inventory), "job", "add", str(job))
             row = load([(f"{fab.net}.{2 + g}", wire.HYSYNC_UDP_PORT, n, RATE_BASE_PORT + 10 * g)
                         for g, n in enumerate(per_leaf)], window, seconds)
