@@ -20,10 +20,11 @@ leaf-1's three ranks - computes `--slowdown` times longer, as the one-switch ben
 straggler). Each cell runs `--repeat` times, interleaved; run k trains from seed k, the same
 for every cell. A run's time to target is the time its *slowest* rank first measured its
 replica at `--target` held-out accuracy (each rank evaluates every 5 of its steps); rank 0's
-own time is kept beside it. A run ends when torchrun does; where a rank waits for a
-leaf-mate that stopped (a job across switches that ran partial at the spine ends its ranks
-in different calls) the bench ends the run `--grace` seconds after the first rank finished
-and says so in the row (`ended_by_bench`): its time to target stands, it was reached before.
+own time is kept beside it. A rank whose training is done leaves the job at every level
+through the switches' sessions, which a policy run holds: the bench ends the policy when the
+first rank has applied the job's last update. A run ends when torchrun does; should a rank
+still wait for a leaf-mate that stopped, the bench ends the run `--grace` seconds after the
+first rank finished and says so in the row (`ended_by_bench`): its time to target stands.
 
 Then `--rate`: the packet rate through a leaf and the spine against one switch for the same
 stream: the native load generator (hysync._core.bench.LoadGenerator, as bench/
