@@ -30,6 +30,7 @@ from hysync.controlplane.errors import ControlPlaneError, ValidationError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies
+from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.tables.sync_mode import format_mode
 from hysync.controlplane.testbed.fabric import LEVEL_HELP, FabricController, parse_level
 from hysync.controlplane.testbed.inventory import FabricSwitch, Inventory
@@ -49,6 +50,20 @@ def fabric_controller(args: argparse.Namespace, inv: Inventory, *,
                 timeout=args.timeout, arbitrate=not read_only, tls=info.tls))
             controllers[sw.name] = Controller(switch).attach()
         yield FabricController(inv.fabric, controllers)
+
+
+def _installed_jobs(args: argparse.Namespace, inv: Inventory
+                    ) -> list[tuple[FabricSwitch, list[InstalledJob], list[str]]]:
+    """Every switch of the testbed with the jobs wholly installed on it and the problems its
+    tables showed, read in one read-only session per switch."""
+    assert inv.fabric is not None
+    read = []
+    with fabric_controller(args, inv, read_only=True) as fabric:
+        for sw in inv.fabric.switches:
+            controller = fabric.controller(sw)
+            jobs = [j for j in controller.list_jobs() if j.complete]
+            read.append((sw, jobs, controller.problems))
+    return read
 
 
 def _one_switch(args: argparse.Namespace, inv: Inventory) -> argparse.Namespace:
@@ -150,15 +165,12 @@ def fabric_job_list(args: argparse.Namespace, out: Output) -> None:
     if inv.fabric is None:
         return cmd_job_list(_one_switch(args, inv), out)
     lines, data = [], []
-    with fabric_controller(args, inv, read_only=True) as fabric:
-        for sw in inv.fabric.switches:
-            controller = fabric.controller(sw)
-            jobs = [j for j in controller.list_jobs() if j.complete]
-            lines.append(f"{sw.role} {sw.name} ({sw.switch.grpc_addr}):")
-            lines += [f"  {job_line(j)}" for j in jobs] or ["  no jobs installed"]
-            lines += [f"  warning: {p}" for p in controller.problems]
-            data.append({"switch": sw.name, "role": sw.role,
-                         "jobs": [j.to_dict() for j in jobs], "problems": controller.problems})
+    for sw, jobs, problems in _installed_jobs(args, inv):
+        lines.append(f"{sw.role} {sw.name} ({sw.switch.grpc_addr}):")
+        lines += [f"  {job_line(j)}" for j in jobs] or ["  no jobs installed"]
+        lines += [f"  warning: {p}" for p in problems]
+        data.append({"switch": sw.name, "role": sw.role,
+                     "jobs": [j.to_dict() for j in jobs], "problems": problems})
     out.emit({"switches": data}, "\n".join(lines))
 
 
@@ -167,18 +179,16 @@ def fabric_mode_show(args: argparse.Namespace, out: Output) -> None:
     if inv.fabric is None:
         return cmd_mode_show(_one_switch(args, inv), out)
     lines, data = [], []
-    with fabric_controller(args, inv, read_only=True) as fabric:
-        for sw in inv.fabric.switches:
-            controller = fabric.controller(sw)
-            if args.job not in {j.job_id for j in controller.list_jobs() if j.complete}:
-                continue
-            job = controller.jobs[args.job]
-            level = level_name(sw.role, sw.name)
-            lines.append(f"job {args.job} at {level}, {len(job.active)} active members "
-                         f"({'leaves' if sw.role == 'spine' else 'hosts'})")
-            lines += [f"  slots {s.low}-{s.high}: {format_mode(s.mode, s.quorum)}"
-                      for s in job.segments()]
-            data.append({"level": level, "modes": job.to_dict()["modes"]})
+    for sw, jobs, _ in _installed_jobs(args, inv):
+        job = next((j for j in jobs if j.job_id == args.job), None)
+        if job is None:
+            continue
+        level = level_name(sw.role, sw.name)
+        lines.append(f"job {args.job} at {level}, {len(job.active)} active members "
+                     f"({'leaves' if sw.role == 'spine' else 'hosts'})")
+        lines += [f"  slots {s.low}-{s.high}: {format_mode(s.mode, s.quorum)}"
+                  for s in job.segments()]
+        data.append({"level": level, "modes": job.to_dict()["modes"]})
     if not data:
         raise ValidationError(f"no switch of {args.inventory} holds job {args.job}: "
                               f"`hysync --inventory {args.inventory} job list` shows theirs")

@@ -32,7 +32,6 @@ import heapq
 import json
 import random
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from hysync.worker.config import engine_config
 from tests.softswitch.two_level_fabric import JOB, SPINE, Fabric
 
 from .plan import JOIN_AFTER, LIVENESS_BOUND, MISSED_AFTER, RTO_INITIAL, RTO_MIN, SCALE, STALL_AFTER
+from .seed_sweep import sweep_seeds
 
 H = wire.HEADER_BYTES
 DONE, PENDING = 0, 3
@@ -702,41 +702,12 @@ def simulate(seed: int, target: str = "native", faults: dict[str, bool] | None =
 def sweep(target: str, start: int, seeds: int, out: Path) -> int:
     """Seeds start.. on one target, results to `out` (every 50 seeds, and at the end); the
     number of failing seeds."""
-    t0, cpu0 = time.time(), time.process_time()
-    totals, failures, kinds, violations = Counter(), [], Counter(), Counter()
-    done = 0
-
-    def report() -> dict:
-        return {"target": TARGETS[target], "hosts": "real worker engines (native/worker/)",
-                "seeds": done, "first_seed": start, "complete": done == seeds,
-                **{k: round(v, 3) if isinstance(v, float) else v for k, v in totals.items()},
-                "violations": sum(violations.values()),
-                "violations_by_invariant": dict(violations),
-                "failing_seeds": len(failures), "failing_by_kind": dict(kinds),
-                "failures": failures[:20],
-                "cpu_seconds": round(time.process_time() - cpu0, 1),
-                "wall_seconds": round(time.time() - t0, 1)}
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for seed in range(start, start + seeds):
-        problems, stats = simulate(seed, target)
-        totals.update(stats)
-        done += 1
-        violations.update(p.split(":", 1)[0] for p in problems)
-        if problems:
-            kinds["leaf_past_spine_round" if stats["leaves_past_spine"] else "other"] += 1
-            failures.append({"seed": seed, "violations": problems[:5],
-                             "replay": f"python -m tests.sim.two_level_engines --seed {seed} "
-                                       f"--target {target}"})
-        if done % 50 == 0:  # partial results survive an interrupted sweep
-            print(f"{target}: {done}/{seeds} seeds, {len(failures)} failing", file=sys.stderr,
-                  flush=True)
-            out.write_text(json.dumps(report(), indent=1) + "\n")
-    out.write_text(json.dumps(report(), indent=1) + "\n")
-    print(json.dumps({k: v for k, v in report().items() if k != "failures"}))
-    for f in failures[:5]:
-        print(f["replay"], "->", f["violations"][0])
-    return len(failures)
+    return sweep_seeds(
+        lambda seed: simulate(seed, target), label=target, start=start, seeds=seeds, out=out,
+        about={"target": TARGETS[target], "hosts": "real worker engines (native/worker/)"},
+        replay=f"python -m tests.sim.two_level_engines --seed {{seed}} --target {target}",
+        every=50,
+        kind=lambda stats: "leaf_past_spine_round" if stats["leaves_past_spine"] else "other")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,16 +14,14 @@ packet's lanes, so the switches' int32 sums are multisets of tokens, decoded exa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
+from tests.sim.seed_sweep import sweep_seeds
 from tests.sim.two_level_model import PARTIAL, SPINE, SYNC, Packet, Run
 from tests.softswitch.two_level_fabric import Fabric, contrib
 
@@ -157,39 +155,21 @@ def targets_of(text: str) -> list[str]:
     return names
 
 
+def _seed(seed: int, target: str) -> tuple[list[str], dict[str, int]]:
+    run = PipelineRun(seed, target=target)
+    problems = run.run()
+    run.stats.pop("refused_marks", None)  # the model's leaves count them; these are real
+    return problems, run.stats
+
+
 def sweep(target: str, start: int, seeds: int, out: Path) -> int:
     """Seeds start.. on one target, results to `out` (every 100 seeds, and at the end);
     the number of failing seeds."""
-    t0, cpu0 = time.time(), time.process_time()
-    totals, failures = Counter(), []
-    done = 0
-
-    def report() -> dict:
-        return {"target": _TARGET_NAMES[target], "seeds": done, "first_seed": start, **totals,
-                "violations": sum(len(f["violations"]) for f in failures),
-                "failing_seeds": len(failures), "failures": failures[:20],
-                "cpu_seconds": round(time.process_time() - cpu0, 1),
-                "wall_seconds": round(time.time() - t0, 1)}
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for seed in range(start, start + seeds):
-        run = PipelineRun(seed, target=target)
-        problems = run.run()
-        run.stats.pop("refused_marks", None)  # the model's leaves count them; these are real
-        totals.update(run.stats)
-        done += 1
-        if problems:
-            failures.append({"seed": seed, "violations": problems[:5],
-                             "replay": f"python -m tests.sim.two_level_pipeline --seed {seed} "
-                                       f"--targets {target}"})
-        if done % 100 == 0:  # partial results survive an interrupted sweep
-            print(f"{target}: {done}/{seeds} seeds, {len(failures)} failing", file=sys.stderr)
-            out.write_text(json.dumps(report(), indent=1) + "\n")
-    out.write_text(json.dumps(report(), indent=1) + "\n")
-    print(json.dumps({k: v for k, v in report().items() if k != "failures"}))
-    for f in failures[:5]:
-        print(f["replay"], "->", f["violations"][0])
-    return len(failures)
+    return sweep_seeds(
+        lambda seed: _seed(seed, target), label=target, start=start, seeds=seeds, out=out,
+        about={"target": _TARGET_NAMES[target]},
+        replay=f"python -m tests.sim.two_level_pipeline --seed {{seed}} --targets {target}",
+        every=100)
 
 
 def main(argv: list[str] | None = None) -> int:
