@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 BENCHES = ("softswitch_bench", "hotswap_bench", "write_bench", "worker_bench", "straggler_bench",
-           "adaptive_bench", "bmv2_bench", "host_reduce_bench")
+           "adaptive_bench", "bmv2_bench", "host_reduce_bench", "two_level_bench")
 
 
 def main() -> None:

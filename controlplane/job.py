@@ -34,7 +34,7 @@ from typing import Any
 
 from hysync import wire
 from hysync.controlplane.errors import JobConfigError
-from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml
+from hysync.controlplane.toml_fields import int_field, load_toml, no_unknown_keys, tables
 from hysync.wire import Mode
 
 MAX_SWITCH_PORT = 510  # 9-bit v1model port; 511 is BMv2's drop port
@@ -104,13 +104,8 @@ class JobConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:
-        path = Path(path)
-        data = read_toml(path, JobConfigError, "the job file",
+        return load_toml(Path(path), cls.from_dict, JobConfigError, "the job file",
                          "controlplane/examples/job-loopback.toml")
-        try:
-            return cls.from_dict(data)
-        except JobConfigError as err:
-            raise JobConfigError(f"{path}: {err}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobConfig:
@@ -170,11 +165,7 @@ def _members(raw: Any) -> tuple[Member, ...]:
         raise JobConfigError(f"{len(raw)} members: a job has at most {wire.MAX_WORKERS} "
                              "(the contributor bitmap is 32 bits); split the job")
     members: list[Member] = []
-    for i, item in enumerate(raw):
-        where = f"members[{i}]"
-        if not isinstance(item, Mapping):
-            raise JobConfigError(f"{where} must be a table ([[members]])")
-        no_unknown_keys(item, _MEMBER_KEYS, where)
+    for where, item in tables(raw, "members", _MEMBER_KEYS, JobConfigError):
         worker = int_field(item, "worker", 0, wire.MAX_WORKERS - 1, "0..31",
                            field=f"{where}.worker")
         ipv4 = _str(item, "ipv4", where, 'e.g. ipv4 = "10.0.0.1"')

@@ -4,12 +4,14 @@ in size and nesting, and the checks every table's fields share. A refused field 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hysync import files
 from hysync.controlplane.errors import JobConfigError
+
+Parsed = TypeVar("Parsed")
 
 
 def read_toml(path: Path, error: type[Exception], what: str, example: str) -> dict[str, Any]:
@@ -19,11 +21,34 @@ def read_toml(path: Path, error: type[Exception], what: str, example: str) -> di
                            error=error)
 
 
+def load_toml(path: Path, parse: Callable[[dict[str, Any]], Parsed], error: type[Exception],
+              what: str, example: str) -> Parsed:
+    """`parse` of the TOML file at `path`; what it refuses, a field helper's `JobConfigError`
+    included, is `error` with the file's name in front."""
+    data = read_toml(path, error, what, example)
+    try:
+        return parse(data)
+    except (JobConfigError, error) as err:
+        raise error(f"{path}: {err}") from None
+
+
 def no_unknown_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise JobConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed keys are "
                              f"{', '.join(sorted(allowed))}")
+
+
+def tables(raw: list[Any], section: str, allowed: set[str],
+           error: type[Exception] = JobConfigError) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each table of the array of tables `[[section]]` with where it stands (`section[i]`),
+    its keys checked against `allowed`; anything else in the array is `error`."""
+    for i, item in enumerate(raw):
+        where = f"{section}[{i}]"
+        if not isinstance(item, Mapping):
+            raise error(f"{where} must be a table ([[{section}]])")
+        no_unknown_keys(item, allowed, where)
+        yield where, item
 
 
 def int_field(table: Mapping[str, Any], key: str, low: int | None, high: int | None, hint: str,

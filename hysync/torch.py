@@ -29,7 +29,10 @@ spine, `hysync --inventory FILE job add`) is joined without serve: `attach(model
 inventory=..., job_file="job.toml")` makes each rank one member of the file (rank r the
 r-th by leaf, then worker id, or the one `member` / HYSYNC_MEMBER names, `LEAF:WORKER`),
 bound to the member's address and sending to its switch: behind a leaf, that leaf, with
-the member's worker id there (docs/protocol.md §11, "What a host does").
+the member's worker id there (docs/protocol.md §11, "What a host does"). When its
+training is done it leaves the job through its switches itself
+(controlplane/testbed/member_leave.py): excluded at its leaf, and its leaf at the spine
+once the leaf's last host is done.
 
 `steps(n)` counts the job's clock, not the local iterations: in partial or async mode
 a straggler applies several rounds in one call, and every replica stops at the same
@@ -41,9 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -53,12 +57,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hysync import logs
-from hysync.controlplane.errors import JobConfigError
+from hysync.controlplane.errors import ControlPlaneError, JobConfigError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.serve.auth import TOKEN_ENV, inventory_client_context, read_token
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.testbed.inventory import Host, Inventory, InventoryError
 from hysync.controlplane.testbed.job_member import MEMBER_ENV, job_member
+from hysync.controlplane.testbed.member_leave import LeaveReport, leave
 from hysync.host_group import (
     HostGroup,
     HostLayoutError,
@@ -76,6 +81,7 @@ from hysync.worker.ddp_hook import (
 from hysync.worker.transport import TransportConfig
 
 STORE_PREFIX = "hysync"
+log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 120.0  # seconds: the admission's waits and the transport's dead_after
 
 
@@ -91,13 +97,15 @@ class HySyncJob:
     def __init__(self, rank: int, world: int, job: dict, worker: HySyncWorker | None,
                  state: HySyncHookState | HostHookState, serve: ServeClient | None,
                  averaging: tuple[HySyncWorker, list[torch.Tensor], float] | None,
-                 host: HostGroup | None = None) -> None:
+                 host: HostGroup | None = None,
+                 leave: Callable[[], LeaveReport] | None = None) -> None:
         self.rank, self.world = rank, world
         self.host = host
         self.job_id: int = job["job_id"]
         self.key: str | None = job.get("key")  # the admit's: this rank acts on the job
         self.slots = (job["slot_base"], job["slot_base"] + job["slot_count"] - 1)
         self.worker, self.state, self.serve = worker, state, serve
+        self._leave = leave  # an installed job's member leaves through its switches
         self._averaging = averaging  # (worker, parameters, period): started by steps()
         self.averager: BackgroundAverager | None = None
         self.updates = 0.0  # the job's clock: all-member updates applied at this replica
@@ -141,6 +149,16 @@ class HySyncJob:
             member = self.rank if self.host is None else self.host.layout.host
             self.serve.request({"op": "leave", "job": self.job_id, "worker": member,
                                 "key": self.key})
+        elif self._leave is not None:
+            try:
+                log.info("%s", self._leave().text(self.job_id))
+            except ControlPlaneError as err:
+                # Training is done and every update applied: a leave the switches refuse
+                # (no route to their P4Runtime, a writer-only switch) costs the members still
+                # finishing a wait of dead_after, not this rank's result.
+                log.warning("job %d: could not leave the switches (%s); members still "
+                            "finishing wait for this one until their dead_after",
+                            self.job_id, err)
         if self.averager is not None:
             self.averager.finish(self.updates)
         dist.barrier()
@@ -219,6 +237,8 @@ class Admitted:
     training: HySyncWorker | None  # a switch member's: None at a host's other ranks
     averaging: HySyncWorker | None  # the averaging job's worker, where asked for
     host: HostGroup | None = None  # the host's group, where hosts run several ranks
+    # an installed job's member (no serve): takes it out of the job at every level
+    leave: Callable[[], LeaveReport] | None = None
 
 
 def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inventory, *,
@@ -334,7 +354,7 @@ def join_installed(rank: int, world: int, inventory: str | Path | Inventory,
     training = HySyncWorker(config, scale=scale)
     return Admitted(rank, world, {"job_id": job.job_id, "slot_base": job.slot_base,
                                   "slot_count": job.slot_count, "key": None},
-                    None, training, None)
+                    None, training, None, leave=lambda: leave(inv, job, me, wait=timeout))
 
 
 def _host_member(store: dist.Store, rank: int, world: int, timeout: float,
@@ -363,8 +383,9 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
     With `job_file`, the job is the one installed from that file (`hysync job add`; across
     leaves and a spine `hysync --inventory FILE job add`) and no serve is asked: each rank
     is one member of it (`member`, $HYSYNC_MEMBER, or the rank-th; join_installed), its
-    mode is the job file's and the operator's (`hysync mode set`), and the operator removes
-    the job when training is done."""
+    mode is the job file's and the operator's (`hysync mode set`), a rank that is done
+    leaves the job at every level (member_leave.py; where the switches refuse it, a
+    warning), and the operator removes the job when training is done."""
     if not dist.is_initialized():
         raise AttachError("call torch.distributed.init_process_group before "
                           "hysync.torch.attach (torchrun sets up its environment)")
@@ -398,7 +419,7 @@ def attach(model: DistributedDataParallel, *, inventory: str | Path | Inventory,
         state = HySyncHookState(admitted.training)
         model.register_comm_hook(state, hysync_hook)
         return HySyncJob(admitted.rank, admitted.world, admitted.job, admitted.training,
-                         state, admitted.serve, averaging)
+                         state, admitted.serve, averaging, leave=admitted.leave)
     member = None if admitted.training is None else HySyncHookState(admitted.training)
     host_state = HostHookState(admitted.host, member)
     model.register_comm_hook(host_state, hysync_host_hook)

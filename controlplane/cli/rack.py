@@ -1,4 +1,5 @@
-"""`hysync rack up N` / `hysync rack down`: an emulated rack on one machine (root).
+"""`hysync rack up N` / `hysync rack down`: an emulated rack on one machine (root); with
+`--racks R`, R racks of N hosts behind leaves and a spine (rack_fabric.py).
 
 `up` builds N host namespaces, each on a veth to a switch namespace (offloads off on
 every veth end: a user-space switch fills in no checksums), starts the softswitch on its
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hysync import resources
+from hysync.controlplane.cli import rack_fabric
 from hysync.controlplane.cli.output import Output, UsageError
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.p4rt.switch import wait_for_server
@@ -116,6 +118,18 @@ def inventory_text(hosts: int, tag: str = DEFAULT_TAG, *, net: str = MGMT_NET) -
     return "\n".join(lines) + "\n"
 
 
+def _racks(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= rack_fabric.MAX_RACKS:
+        raise argparse.ArgumentTypeError(
+            f"--racks {text!r}: give 1 (one switch) or 2..{rack_fabric.MAX_RACKS} (a leaf per "
+            "rack and a spine)")
+    return n
+
+
 def _ranks_per_host(text: str) -> int:
     try:
         ranks = int(text)
@@ -169,10 +183,24 @@ def cmd_rack_up(args: argparse.Namespace, out: Output) -> None:
     veths to a switch namespace running the softswitch; writes the inventory (--inventory,
     default rack.toml) and prints the commands that deploy, serve and train on it.
 
+    With --racks R (2 or more): R racks of N hosts, a leaf switch namespace per rack and a
+    spine namespace, the `[[switches]]` inventory and a job file of every host written,
+    and the commands that install the job and train on it printed (rack_fabric.py).
+
     `hysync rack down` removes what it built, and nothing else.
     """
     tag, inventory = args.tag, Path(args.inventory).resolve()
     state = state_file(tag)
+    if args.racks > 1 and args.ranks_per_host > 1:
+        raise UsageError(f"--ranks-per-host {args.ranks_per_host} with --racks {args.racks}: "
+                         "a job across leaves and a spine has one rank per host; leave "
+                         "--ranks-per-host out")
+    if args.job is not None and args.racks == 1:
+        raise UsageError("--job FILE names the job file of a cluster of racks: give --racks "
+                         "2 or more, or leave --job out (one rack's jobs are serve's)")
+    if args.job is not None and not Path(args.job).resolve().parent.is_dir():
+        raise UsageError(f"--job {args.job}: {Path(args.job).resolve().parent} is not a "
+                         "directory")
     if state.exists():
         raise RackError(f"rack {tag!r} is up already ({state}): `hysync rack down"
                         + ("" if tag == DEFAULT_TAG else f" --tag {tag}") + "` first")
@@ -187,6 +215,11 @@ def cmd_rack_up(args: argparse.Namespace, out: Output) -> None:
         raise UsageError(f"--inventory {args.inventory}: {inventory.parent} is not a directory")
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     pki = pki_dir(tag)
+    if args.racks > 1:
+        rack_fabric.build(args, out, state=state, pki=pki, logs=STATE_DIR,
+                          start_time=_start_time, stop=_stop, default_tag=DEFAULT_TAG,
+                          master_port=MASTER_PORT)
+        return
     try:
         certs = rack_certificates(pki, f"{MGMT_NET}.2")
     except BaseException:
@@ -241,19 +274,22 @@ def cmd_rack_down(args: argparse.Namespace, out: Output) -> None:
     except (OSError, ValueError) as err:
         raise RackError(f"{state} is unreadable ({err}): remove the rack's namespaces "
                         "by hand (ip netns list) and the file") from None
-    switch = made.get("softswitch", {})
-    stopped = switch.get("pid") and switch.get("start") == _start_time(switch["pid"]) \
-        and _stop(switch["pid"])
+    switches = made.get("softswitches") or [made.get("softswitch", {})]
+    stopped = [bool(sw.get("pid") and sw.get("start") == _start_time(sw["pid"])
+                    and _stop(sw["pid"])) for sw in switches]
     remove(made.get("namespaces", []), made.get("links", []))
-    with contextlib.suppress(FileNotFoundError):
-        Path(made.get("log", "")).unlink()
+    for log in made.get("logs") or ([made["log"]] if made.get("log") else []):
+        with contextlib.suppress(FileNotFoundError):
+            Path(log).unlink()
     if made.get("pki"):
         shutil.rmtree(made["pki"], ignore_errors=True)
     state.unlink()
     out.emit({"tag": args.tag, **made},
              f"rack {args.tag!r} removed: namespaces {', '.join(made.get('namespaces', []))}"
-             + ("; the softswitch stopped" if stopped else "")
-             + f" (the inventory {made.get('inventory')} stays)")
+             + ("" if not any(stopped) else "; the softswitch stopped" if len(stopped) == 1
+                else f"; {sum(stopped)} softswitches stopped")
+             + (f" (the inventory {made.get('inventory')} and the job file {made['job']} stay)"
+                if made.get("job") else f" (the inventory {made.get('inventory')} stays)"))
 
 
 def _stop(pid: int, timeout: float = 10.0) -> bool:
@@ -293,6 +329,12 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p.add_argument("--ranks-per-host", type=_ranks_per_host, default=1, metavar="R",
                    help="ranks each host runs, as a server runs one per GPU (default 1); the "
                         "printed commands start R per host, reduced on the host first")
+    p.add_argument("--racks", type=_racks, default=1, metavar="R",
+                   help="racks of N hosts each (default 1: one switch); 2 or more: a leaf "
+                        "switch per rack and a spine, a job file of every host (--job)")
+    p.add_argument("--job", metavar="FILE",
+                   help="with --racks: where to write the job file (default NAME-job.toml "
+                        "beside the inventory NAME.toml)")
     p = command(racks, "down", cmd_rack_down)
     p.add_argument("--tag", type=_tag, default=DEFAULT_TAG,
                    help=f"the rack's tag (default {DEFAULT_TAG})")

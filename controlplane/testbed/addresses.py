@@ -22,8 +22,10 @@ def host_mac(worker: int) -> str:
 _LINK_LOCAL = "169.254"
 # `hysync rack up`'s management network, fixed so that its inventory and docs can name it
 RACK_MANAGEMENT_NET = f"{_LINK_LOCAL}.99"
-# never handed out: the rack's, and a cloud's metadata service (169.254.169.254)
-_RESERVED = {99, 169}
+# `hysync rack up N --racks R`'s: one /30 per switch (spine first, then each leaf)
+FABRIC_MANAGEMENT_NET = f"{_LINK_LOCAL}.98"
+# never handed out: the racks', and a cloud's metadata service (169.254.169.254)
+_RESERVED = {98, 99, 169}
 _handed_out: set[int] = set()
 _handing_out = threading.Lock()
 

@@ -63,3 +63,18 @@ def rack_certificates(d: Path, switch_ip: str) -> dict[str, Path]:
     serve = make_signed(d, SERVE_NAME, ca, "extendedKeyUsage=clientAuth", days=365)
     return {"ca": ca[0], "switch_cert": switch[0], "switch_key": switch[1],
             "serve_cert": serve[0], "serve_key": serve[1]}
+
+
+def fabric_certificates(d: Path, switch_ips: dict[str, str]) -> dict[str, Path]:
+    """A cluster's CA, a certificate for each switch (name -> its P4Runtime address), and
+    serve's (the one certificate every switch takes writes from), in `d`: keys "ca",
+    "serve_cert", "serve_key", and "<name>_cert", "<name>_key" per switch."""
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ca = make_ca(d, "rack-ca", days=365)
+    made = {"ca": ca[0]}
+    for name, ip in switch_ips.items():
+        cert, key = make_signed(d, name, ca, f"subjectAltName=IP:{ip}\n"
+                                "extendedKeyUsage=serverAuth", days=365)
+        made |= {f"{name}_cert": cert, f"{name}_key": key}
+    serve = make_signed(d, SERVE_NAME, ca, "extendedKeyUsage=clientAuth", days=365)
+    return made | {"serve_cert": serve[0], "serve_key": serve[1]}

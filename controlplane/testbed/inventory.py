@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from hysync import resources, wire
-from hysync.controlplane.errors import ControlPlaneError, JobConfigError
+from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.job import MAX_SWITCH_PORT
 from hysync.controlplane.p4rt.switch import ElectionId, parse_election_id
 from hysync.controlplane.testbed.serve_access import (
@@ -85,7 +85,7 @@ from hysync.controlplane.testbed.serve_access import (
     loopback,
     parse_listen,
 )
-from hysync.controlplane.toml_fields import int_field, no_unknown_keys, read_toml
+from hysync.controlplane.toml_fields import int_field, load_toml, no_unknown_keys, tables
 from hysync.errors import BadFileError
 from hysync.tls import ClientTls
 
@@ -214,14 +214,9 @@ class Inventory:
     @classmethod
     def load(cls, path: str | Path) -> Inventory:
         path = Path(path)
-        data = read_toml(path, InventoryError, "the inventory",
-                         "the one docs/testbed.md shows")
-        try:
-            return cls.from_dict(data, base=path.resolve().parent, path=path)
-        except JobConfigError as err:  # from the field helpers shared with job files
-            raise InventoryError(f"{path}: {err}") from None
-        except InventoryError as err:
-            raise InventoryError(f"{path}: {err}") from None
+        return load_toml(path, lambda data: cls.from_dict(data, base=path.resolve().parent,
+                                                          path=path),
+                         InventoryError, "the inventory", "the one docs/testbed.md shows")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: Path,
@@ -278,11 +273,7 @@ def _fabric(raw: Any, base: Path) -> Fabric:
     spines: list[FabricSwitch] = []
     leaves: list[FabricSwitch] = []
     seen: dict[tuple[str, object], str] = {}
-    for i, item in enumerate(raw):
-        where = f"switches[{i}]"
-        if not isinstance(item, Mapping):
-            raise InventoryError(f"{where} must be a table ([[switches]])")
-        no_unknown_keys(item, _FABRIC_SWITCH_KEYS, where)
+    for where, item in tables(raw, "switches", _FABRIC_SWITCH_KEYS, InventoryError):
         name = _string(item, f"{where}.name", "name", 'e.g. name = "leaf-a"')
         role = item.get("role")
         if role not in ROLES:
@@ -417,12 +408,8 @@ def _hosts(raw: Any, fabric: Fabric | None = None) -> tuple[Host, ...]:
         raise InventoryError(f"{len(raw)} hosts: a job has at most {wire.MAX_WORKERS} members; "
                              "split the testbed into inventories of 32 hosts")
     hosts: list[Host] = []
-    seen: dict[tuple[str, str], int] = {}
-    for i, item in enumerate(raw):
-        where = f"hosts[{i}]"
-        if not isinstance(item, Mapping):
-            raise InventoryError(f"{where} must be a table ([[hosts]])")
-        no_unknown_keys(item, _HOST_KEYS, where)
+    seen: dict[tuple[str, str], str] = {}
+    for where, item in tables(raw, "hosts", _HOST_KEYS, InventoryError):
         name = _string(item, f"{where}.name", "name", 'e.g. name = "h1"')
         interface = _string(item, f"{where}.interface", "interface", 'e.g. interface = "eth1"')
         ipv4 = _ipv4(item, "ipv4", where)
@@ -436,9 +423,9 @@ def _hosts(raw: Any, fabric: Fabric | None = None) -> tuple[Host, ...]:
                 continue  # hosts emulated on one machine share 127.0.0.1
             other = seen.get((field, str(value)))
             if other is not None:
-                raise InventoryError(f"{where}.{field} = {value!r} is also hosts[{other}]."
-                                     f"{field}: every host needs its own {field}")
-            seen[(field, str(value))] = i
+                raise InventoryError(f"{where}.{field} = {value!r} is also {other}.{field}: "
+                                     f"every host needs its own {field}")
+            seen[(field, str(value))] = where
         hosts.append(host)
     return tuple(hosts)
 
@@ -452,11 +439,7 @@ def _fabric_hosts(raw: list[Any], fabric: Fabric) -> tuple[Host, ...]:
     leaf_names = [lf.name for lf in fabric.leaves]
     leaf_of: dict[str, str] = {}
     hosts: list[Host] = []
-    for i, item in enumerate(raw):
-        where = f"hosts[{i}]"
-        if not isinstance(item, Mapping):
-            raise InventoryError(f"{where} must be a table ([[hosts]])")
-        no_unknown_keys(item, _FABRIC_HOST_KEYS, where)
+    for where, item in tables(raw, "hosts", _FABRIC_HOST_KEYS, InventoryError):
         name = _string(item, f"{where}.name", "name", 'e.g. name = "h1"')
         leaf = item.get("leaf")
         if isinstance(leaf, list):

@@ -146,11 +146,9 @@ Verdict Pipeline::verdict(CounterShard& c, const Tables& t, const JobRole& role,
   if (p[w::OFF_VERSION] != w::VERSION) return drop(c, job, DropReason::BAD_VERSION, nbytes), none;
   if (size != (op == uint8_t(Op::RESULT) ? w::PACKET_BYTES : w::HEADER_BYTES))
     return drop(c, job, DropReason::BAD_LENGTH, nbytes), none;
-  auto job_it = t.jobs.find(job);
-  if (job_it == t.jobs.end()) return drop(c, job, DropReason::NO_JOB, nbytes), none;
-  const JobConfig& cfg = job_it->second;
-  if (s < cfg.slot_base || s >= uint64_t(cfg.slot_base) + cfg.slot_count || s >= num_slots_)
-    return drop(c, job, DropReason::SLOT_RANGE, nbytes), none;
+  const JobConfig* job_cfg = job_of_slot(c, t, job, s, nbytes);
+  if (job_cfg == nullptr) return none;
+  const JobConfig& cfg = *job_cfg;
   Slot& slot = slots_[s];
   SlotLock lock(slot);
   if (slot.epoch != cfg.epoch) start_afresh(slot, s, cfg.epoch);

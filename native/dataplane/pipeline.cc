@@ -158,11 +158,9 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
   if (size != w::PACKET_BYTES) return drop(c, job, DropReason::BAD_LENGTH, nbytes), none;
   if (!t.members.count(MemberKey{job, wk, src_ip, src_port}))
     return drop(c, job, DropReason::NOT_MEMBER, nbytes), none;
-  auto job_it = t.jobs.find(job);
-  if (job_it == t.jobs.end()) return drop(c, job, DropReason::NO_JOB, nbytes), none;
-  const JobConfig& cfg = job_it->second;
-  if (s < cfg.slot_base || s >= uint64_t(cfg.slot_base) + cfg.slot_count || s >= num_slots_)
-    return drop(c, job, DropReason::SLOT_RANGE, nbytes), none;
+  const JobConfig* job_cfg = job_of_slot(c, t, job, s, nbytes);
+  if (job_cfg == nullptr) return none;
+  const JobConfig& cfg = *job_cfg;
 
   Slot& slot = slots_[s];
   SlotLock lock(slot);
@@ -275,6 +273,16 @@ Verdict Pipeline::aggregate(CounterShard& c, const Tables& t, const uint8_t* p, 
       return {Emit::REPLY, 0, resync(slot, s, version, job, wk, echo, o.reason, out)};
   }
   return none;
+}
+
+const JobConfig* Pipeline::job_of_slot(CounterShard& c, const Tables& t, uint16_t job,
+                                       uint16_t s, uint64_t nbytes) {
+  auto job_it = t.jobs.find(job);
+  if (job_it == t.jobs.end()) return drop(c, job, DropReason::NO_JOB, nbytes), nullptr;
+  const JobConfig& cfg = job_it->second;
+  if (s < cfg.slot_base || s >= uint64_t(cfg.slot_base) + cfg.slot_count || s >= num_slots_)
+    return drop(c, job, DropReason::SLOT_RANGE, nbytes), nullptr;
+  return &cfg;
 }
 
 void Pipeline::start_afresh(Slot& slot, uint32_t s, uint32_t epoch) {

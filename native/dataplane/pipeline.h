@@ -99,6 +99,10 @@ class Pipeline {
   class SlotLock;
 
   void start_afresh(Slot& slot, uint32_t s, uint32_t epoch);
+  // The config of `job` where `s` is one of its slots here; else the packet is dropped
+  // (NO_JOB or SLOT_RANGE) and the answer is null.
+  const JobConfig* job_of_slot(CounterShard& c, const Tables& t, uint16_t job, uint16_t s,
+                               uint64_t nbytes);
   uint32_t& member_cell(const std::string& name, std::size_t index);
   // Two levels (docs/protocol.md §11), in levels.cc.
   Verdict verdict(CounterShard& c, const Tables& t, const JobRole& role, const uint8_t* p,

@@ -26,8 +26,10 @@ from tests.softswitch.two_level_fabric import (
     SPINE_ADDR,
     SPINE_MAC,
     Fabric,
+    address_of,
     host_addr,
     host_port,
+    labels,
     leaf_addr,
 )
 
@@ -59,10 +61,7 @@ class Bmv2Fabric:
         self.leaves, self.hosts, self.epoch = leaves, hosts, epoch
         self.native = Fabric(leaves, hosts, epoch, engine="native") if native_leaves else None
         self.spine, *self.leaf = switches[:1 if native_leaves else leaves + 1]
-        self._label: dict[int, object] = {SPINE_ADDR: SPINE}
-        self._label.update({leaf_addr(i): ("leaf", i) for i in range(leaves)})
-        self._label.update({host_addr(i, h): ("host", i, h)
-                            for i in range(leaves) for h in range(hosts)})
+        self._label = labels(leaves, hosts)
         for switch in (self.spine, *self.leaf):
             switch.reset()
         self._install(self.spine, [(i, leaf_addr(i), wire.HYSYNC_UDP_PORT)
@@ -102,20 +101,12 @@ class Bmv2Fabric:
             p4names.SYNC_MODE_MODES, (JOB, (SLOT, SLOT)), p4names.SYNC_MODE_SET_MODE,
             (int(mode), quorum), MODE_PRIORITY))
 
-    def source(self, label: object) -> tuple[int, int]:
-        if label == SPINE:
-            return SPINE_ADDR, wire.HYSYNC_UDP_PORT
-        if label[0] == "leaf":  # type: ignore[index]
-            return leaf_addr(label[1]), wire.HYSYNC_UDP_PORT  # type: ignore[index]
-        _, i, h = label  # type: ignore[misc]
-        return host_addr(i, h), host_port(h)
-
     def deliver(self, src: object, dst: object, datagram: bytes) -> list[tuple[object, bytes]]:
         """`datagram` from `src` reaches switch `dst` as a frame: what the switch sends, by
         label, in the order of the labels (a switch's frames come out of several ports)."""
         if self.native is not None and dst != SPINE:
             return self.native.deliver(src, dst, datagram)
-        addr, port = self.source(src)
+        addr, port = address_of(src)
         to = SPINE_ADDR if dst == SPINE else leaf_addr(dst[1])  # type: ignore[index]
         frame = wire.build_frame(wire.FrameAddress(
             src_mac=(0x020000000000 | addr).to_bytes(6, "big"),

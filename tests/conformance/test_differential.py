@@ -268,6 +268,22 @@ def describe(out: list[tuple]) -> str:
     return repr([(o[0], len(o[-1]), bytes(o[-1][:48]).hex()) for o in out])
 
 
+def assert_same_sent(kind: str, i: int, event_kind: str, got: list, want: list) -> None:
+    """Event `i` made the `kind` target send what it made the reference send."""
+    assert got == want, (f"event {i} ({event_kind}): {kind} sent {describe(got)}, "
+                         f"the reference model {describe(want)}")
+
+
+def assert_same_counters(reference: SoftswitchTarget, target) -> None:
+    """The target's counters hold what the reference's do: every cell in process, the cells
+    P4Runtime reads otherwise."""
+    if getattr(target, "pipeline", None) is not None:
+        assert counters_of(target) == counters_of(reference)
+    else:
+        assert counters_of(target) == {cell: reference.counter(*cell)
+                                       for cell in counter_cells()}
+
+
 def run_sequence(kind: str, state, group_state, sequence) -> None:
     in_process = kind != "bmv2"
     num_slots = SMALL_SLOTS if in_process else wire.NUM_SLOTS
@@ -289,13 +305,8 @@ def run_sequence(kind: str, state, group_state, sequence) -> None:
             else:
                 group_both(reference, target, *arg)
                 continue
-            assert got == want, (f"event {i} ({event_kind}): {kind} sent {describe(got)}, "
-                                 f"the reference model {describe(want)}")
-        if in_process:
-            assert counters_of(target) == counters_of(reference)
-        else:
-            assert counters_of(target) == {cell: reference.counter(*cell)
-                                           for cell in counter_cells()}
+            assert_same_sent(kind, i, event_kind, got, want)
+        assert_same_counters(reference, target)
     finally:
         target.close()
     RAN[kind] += 1

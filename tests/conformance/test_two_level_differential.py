@@ -41,7 +41,8 @@ from .test_differential import (
     SWITCH_IP,
     WORKERS,
     as_frame,
-    counter_cells,
+    assert_same_counters,
+    assert_same_sent,
     counters_of,
     describe,
     events,
@@ -189,14 +190,9 @@ def run_role_sequence(kind: str, state, group_state, job_roles, sequence) -> dic
             else:
                 group_both(reference, target, *arg)
                 continue
-            assert got == want, (f"event {i} ({event_kind}): {kind} sent {describe(got)}, "
-                                 f"the reference model {describe(want)}")
+            assert_same_sent(kind, i, event_kind, got, want)
             sent_by[i] = want
-        if in_process:
-            assert counters_of(target) == counters_of(reference)
-        else:
-            assert counters_of(target) == {cell: reference.counter(*cell)
-                                           for cell in counter_cells()}
+        assert_same_counters(reference, target)
     finally:
         target.close()
     RAN[ONE_SWITCH[kind]] += 1

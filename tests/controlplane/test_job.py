@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from hysync.controlplane.errors import JobConfigError
 from hysync.controlplane.job import JobConfig
 from hysync.wire import Mode
+from tests.nested_data import DELETE, changed
 
 from .conftest import EXAMPLE_JOB
 
@@ -41,34 +41,22 @@ def test_a_valid_dict_loads() -> None:
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:
-    data = copy.deepcopy(GOOD)
-    *parents, last = path.split(".")
-    node: Any = data
-    for key in parents:
-        node = node[int(key)] if key.isdigit() else node[key]
-    if value is _DELETE:
-        del node[last]
-    else:
-        node[int(last) if last.isdigit() else last] = value
-    return data
-
-
-_DELETE = object()
+    return changed(GOOD, path, value)
 
 
 @pytest.mark.parametrize(("path", "value", "message"), [
     ("job_id", 0, "job_id = 0 is out of range: use a job id 1..255"),
     ("job_id", 256, "job_id = 256 is out of range"),
     ("job_id", "one", "job_id = 'one' must be an integer"),
-    ("job_id", _DELETE, "job_id is missing"),
+    ("job_id", DELETE, "job_id is missing"),
     ("lanes", 32, "lanes = 32: .* set lanes = 64"),
     ("scale", 0, "scale = 0: .* > 0"),
     ("scale", "big", "scale = 'big'"),
     ("mode", "eager", "mode = 'eager': choose one of sync, partial, async"),
     ("quorum", 3, r"quorum = 3 is out of range: use 1..2 \(the number of members\)"),
     ("quorum", 0, "quorum = 0 is out of range"),
-    ("quorum", _DELETE, "needs quorum = Q with 1 <= Q <= 2"),
-    ("slots", _DELETE, r"\[slots\] is missing"),
+    ("quorum", DELETE, "needs quorum = Q with 1 <= Q <= 2"),
+    ("slots", DELETE, r"\[slots\] is missing"),
     ("slots.base", -1, "slots.base = -1 is out of range"),
     ("slots.count", 0, "slots.count = 0 is out of range"),
     ("slots.count", 8000, "exceeds the switch's 8192 slots: lower slots.count to at most 7936"),
@@ -80,6 +68,7 @@ _DELETE = object()
     ("members.0.mac", "02:00:00:00:01", r"members\[0\].mac = .* six hex bytes"),
     ("members.0.udp_port", 70000, r"members\[0\].udp_port = 70000 is out of range"),
     ("members.0.switch_port", 511, r"members\[0\].switch_port = 511 is out of range: use 0..510"),
+    ("members.1", "h2", r"members\[1\] must be a table \(\[\[members\]\]\)"),
     ("members.0.port", 1, r"members\[0\]: unknown key\(s\) port"),
     ("member", [], r"unknown key\(s\) member; allowed keys are"),
 ])

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import random
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,55 +26,22 @@ from hysync.controlplane.cli.main import main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
 from hysync.controlplane.p4rt.entities import insert
-from hysync.controlplane.p4rt.switch import Switch, wait_for_server
+from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.tables import forwarding, roles
 from hysync.p4schema import Schema
 from hysync.softswitch.levels import serial_after
 from hysync.wire import Mode, Op
+from tests.softswitch.switch_process import softswitch_fabric
 from tests.softswitch.two_level_fabric import contrib, lanes_of
-from tests.testbed.conftest import fabric_inventory, toml_text
+from tests.testbed.conftest import toml_text
 
 from .conftest import P4INFO, ROOT
 
 LEAVES, HOSTS, JOB, SLOTS = 2, 3, 1, 4
 DEADLINE = 20.0  # seconds a host waits for an answer that must come
-_LISTENING = re.compile(r"P4Runtime on ([\d.]+):(\d+) ")
 JOB_TABLES = [p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS, p4names.SYNC_MODE_MODES,
               p4names.REPLICATION_REWRITE, roles.ROLES_TABLE]
-
-
-@contextmanager
-def softswitch_process(data_ipv4: str, engine: str, log: Path) -> Iterator[str]:
-    """`python -m hysync.softswitch` with its UDP data plane on data_ipv4:48620 (a leaf's
-    sums go to the spine's address at the HySync port); yields its P4Runtime address."""
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
-             f"{data_ipv4}:{wire.HYSYNC_UDP_PORT}", "--engine", engine, "--log-level",
-             "warning"], stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()),
-                                  daemon=True)
-        reader.start()
-        reader.join(60)
-        match = _LISTENING.search(line[0]) if line else None
-        if match is None:
-            raise RuntimeError(f"the softswitch at {data_ipv4} did not start (exit code "
-                               f"{proc.poll()}): {log.read_text()[-2000:]}")
-        grpc_addr = f"{match[1]}:{match[2]}"
-        wait_for_server(grpc_addr, 60)
-        yield grpc_addr
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        proc.stdout.close()
 
 
 @dataclass
@@ -121,17 +84,10 @@ def hysync(*argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(params=["native", "python"])
 def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TwoLevelTestbed]:
-    net = f"127.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
-    names = ["spine"] + [f"leaf-{i}" for i in range(LEAVES)]
-    data = {"spine": f"{net}.1"} | {f"leaf-{i}": f"{net}.{2 + i}" for i in range(LEAVES)}
     with ExitStack() as stack:
-        grpc = {name: stack.enter_context(softswitch_process(
-            data[name], request.param, tmp_path / f"{name}.log")) for name in names}
-        for addr in grpc.values():
-            with Switch(addr) as switch:
-                switch.push_pipeline(P4INFO)
-        inventory = fabric_inventory(tuple(grpc[n] for n in names), net=net, hosts=HOSTS)
-        (tmp_path / "fabric.toml").write_text(toml_text(inventory))
+        fabric = stack.enter_context(softswitch_fabric(tmp_path, leaves=LEAVES, hosts=HOSTS,
+                                                       engine=request.param))
+        net = fabric.net
         hosts = {}
         for leaf in range(LEAVES):
             for host in range(HOSTS):
@@ -147,7 +103,7 @@ def testbed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TwoLevel
         job_file.write_text(toml_text({"job_id": JOB, "mode": "sync",
                                        "slots": {"base": 0, "count": SLOTS},
                                        "members": members}))
-        yield TwoLevelTestbed(tmp_path / "fabric.toml", job_file, grpc, data, hosts)
+        yield TwoLevelTestbed(fabric.inventory, job_file, fabric.grpc, fabric.data, hosts)
 
 
 def test_a_job_across_two_leaves_sums_six_hosts_and_a_partial_spine_leaves_a_rack_out(

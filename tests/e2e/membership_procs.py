@@ -32,19 +32,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import queue
-import re
-import subprocess
-import sys
-import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +45,6 @@ from hysync.wire import Mode
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
 
-REPO = Path(__file__).resolve().parents[2]
 KEY = "g"
 MODEL_KEY = "model"
 WAIT = 120.0  # a worker waiting for the test process's next signal
@@ -272,51 +263,3 @@ class Cluster:
             if not self._take(min(left, 1.0)):
                 self._check_alive()
         return dict(self._got[tag])
-
-
-# ------------------------------------------------------------------ the softswitch
-@dataclass(frozen=True)
-class SwitchProcess:
-    grpc_addr: str
-    udp_addr: tuple[str, int]
-    log: Path
-
-
-_LISTENING = re.compile(r"P4Runtime on ([\d.]+):(\d+) .*data plane UDP ([\d.]+):(\d+)")
-
-
-@contextmanager
-def softswitch_process(workdir: Path, timeout: float = 60.0) -> Iterator[SwitchProcess]:
-    """`python -m hysync.softswitch` on free loopback ports, as topologies/runner.py runs it."""
-    from hysync.controlplane.p4rt.switch import wait_for_server  # grpc: not in the worker processes
-
-    log = workdir / "softswitch.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hysync.softswitch", "--grpc-addr", "127.0.0.1:0", "--udp",
-             "127.0.0.1:0", "--log-level", "warning"], stdout=subprocess.PIPE,
-            stderr=err, text=True, cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    try:
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()),
-                                  daemon=True)
-        reader.start()
-        reader.join(timeout)
-        match = _LISTENING.search(line[0]) if line else None
-        if match is None:
-            raise RuntimeError(f"the softswitch did not say where it listens within "
-                               f"{timeout:g} s (exit code {proc.poll()}): {line!r}; "
-                               f"log: {log.read_text()[-2000:]}")
-        grpc_addr = f"{match[1]}:{match[2]}"
-        wait_for_server(grpc_addr, timeout, failed=lambda: None if proc.poll() is None
-                        else f"the softswitch exited with code {proc.returncode}")
-        yield SwitchProcess(grpc_addr, (match[3], int(match[4])), log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()

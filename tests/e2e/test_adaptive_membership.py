@@ -51,7 +51,8 @@ from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.wire import Mode
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
-from tests.e2e.membership_procs import Cluster, Spec, gradient, softswitch_process
+from tests.e2e.membership_procs import Cluster, Spec, gradient
+from tests.softswitch.switch_process import softswitch_process
 from tests.worker.relay import Impairment, LossyRelay
 
 pytestmark = pytest.mark.slow
@@ -161,7 +162,7 @@ def test_a_straggler_is_excluded_and_readmitted_and_every_gradient_applied_once(
         workdir: Path) -> None:
     began = time.monotonic()
     log_file = workdir / "policy.jsonl"
-    with softswitch_process(workdir) as sw_proc, \
+    with softswitch_process(workdir / "softswitch.log") as sw_proc, \
             Switch(sw_proc.grpc_addr, connect_timeout=10.0, timeout=20.0) as sw, \
             contextlib.ExitStack() as stack:
         sw.push_pipeline(P4INFO)
@@ -305,7 +306,7 @@ def test_an_excluded_worker_keeps_its_heartbeat_between_calls(workdir: Path) -> 
     sleeps in between (no poll_results): its parked packets must keep retransmitting
     (the heartbeat the policy readmits on), and once readmitted it must contribute."""
     job_id, base, slots = 13, 40, 4
-    with softswitch_process(workdir) as sw_proc, \
+    with softswitch_process(workdir / "softswitch.log") as sw_proc, \
             Switch(sw_proc.grpc_addr, connect_timeout=10.0, timeout=20.0) as sw, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
         sw.push_pipeline(P4INFO)

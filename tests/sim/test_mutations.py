@@ -110,29 +110,29 @@ HOST_MUTATIONS: dict[str, tuple[int, dict[str, Any], str, str]] = {
 }
 
 
+def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invariant: str,
+                            detail: str) -> None:
+    """With `name` taken out the checker reports `invariant` (with `detail`); with it in, the
+    same plan holds every invariant. `which` names the seed in the messages."""
+    rec, sim = simulate(plan, "python", **mutation)
+    found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
+    assert any(detail in v for v in found), (
+        f"{name} taken out: {which} reports no {invariant} violation with {detail!r}: "
+        f"{check(rec, sim)[:3]}")
+    rec, sim = simulate(plan, "python")
+    found = check(rec, sim)
+    assert not found, f"{which} fails with {name} in: {found[:3]}"
+
+
 @pytest.mark.parametrize("name", HOST_MUTATIONS)
 def test_the_checker_catches_the_host_rule_taken_out(name: str) -> None:
     seed, mutation, invariant, detail = HOST_MUTATIONS[name]
     plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
-    rec, sim = simulate(plan, "python", **mutation)
-    found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
-    assert any(detail in v for v in found), (
-        f"{name} taken out: host seed {seed} reports no {invariant} violation with "
-        f"{detail!r}: {check(rec, sim)[:3]}")
-    rec, sim = simulate(plan, "python")
-    found = check(rec, sim)
-    assert not found, f"host seed {seed} fails with {name} in: {found[:3]}"
+    assert_caught_and_clean(name, f"host seed {seed}", plan, mutation, invariant, detail)
 
 
 @pytest.mark.parametrize("name", MUTATIONS)
 def test_the_checker_catches_the_rule_taken_out(name: str) -> None:
     kinds, seed, mutation, invariant, detail = MUTATIONS[name]
-    plan = draw(seed, kinds)
-    rec, sim = simulate(plan, "python", **mutation)
-    found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
-    assert any(detail in v for v in found), (
-        f"{name} taken out: seed {seed} reports no {invariant} violation with {detail!r}: "
-        f"{check(rec, sim)[:3]}")
-    rec, sim = simulate(plan, "python")
-    found = check(rec, sim)
-    assert not found, f"seed {seed} fails with {name} in: {found[:3]}"
+    assert_caught_and_clean(name, f"seed {seed}", draw(seed, kinds), mutation, invariant,
+                            detail)

@@ -40,6 +40,22 @@ def host_port(host: int) -> int:
     return 40000 + host
 
 
+def labels(leaves: int, hosts: int) -> dict[int, object]:
+    """Every address of a fabric of `leaves` leaves of `hosts` hosts, to its label."""
+    return {SPINE_ADDR: SPINE, **{leaf_addr(i): ("leaf", i) for i in range(leaves)},
+            **{host_addr(i, h): ("host", i, h) for i in range(leaves) for h in range(hosts)}}
+
+
+def address_of(label: object) -> tuple[int, int]:
+    """The address and UDP port that `label` sends from."""
+    if label == SPINE:
+        return SPINE_ADDR, wire.HYSYNC_UDP_PORT
+    if label[0] == "leaf":  # type: ignore[index]
+        return leaf_addr(label[1]), wire.HYSYNC_UDP_PORT  # type: ignore[index]
+    _, i, h = label  # type: ignore[misc]
+    return host_addr(i, h), host_port(h)
+
+
 def contrib(host: int, r: int, lanes: np.ndarray, tx: int = 1, chunk: int | None = None,
             retransmit: bool = False) -> bytes:
     """A host's CONTRIB for round r (its chunk defaults to r), transmission number tx."""
@@ -61,10 +77,7 @@ class Fabric:
         self.engine = ENGINES[engine]
         self.spine = self.engine(num_slots=1)
         self.leaf = [self.engine(num_slots=1) for _ in range(leaves)]
-        self._label = {SPINE_ADDR: SPINE}
-        self._label.update({leaf_addr(i): ("leaf", i) for i in range(leaves)})
-        self._label.update({host_addr(i, h): ("host", i, h)
-                            for i in range(leaves) for h in range(hosts)})
+        self._label = labels(leaves, hosts)
         self._install_spine()
         for i in range(leaves):
             self._install_leaf(i)
@@ -118,17 +131,9 @@ class Fabric:
                                           (SLOT, 1, members, GROUP, epoch)))
 
     # -------------------------------------------------------------------- the wire
-    def source(self, label: object) -> tuple[int, int]:
-        if label == SPINE:
-            return SPINE_ADDR, wire.HYSYNC_UDP_PORT
-        if label[0] == "leaf":  # type: ignore[index]
-            return leaf_addr(label[1]), wire.HYSYNC_UDP_PORT  # type: ignore[index]
-        _, i, h = label  # type: ignore[misc]
-        return host_addr(i, h), host_port(h)
-
     def deliver(self, src: object, dst: object, datagram: bytes) -> list[tuple[object, bytes]]:
         """`datagram` from `src` reaches switch `dst`: what the switch sends, by label."""
-        addr, port = self.source(src)
+        addr, port = address_of(src)
         return [(self._label[ip], out)
                 for ip, _port, out in self.pipeline(dst).process_datagram(addr, port, datagram)]
 

@@ -13,6 +13,7 @@ import pytest
 from hysync.controlplane.cli.main import main
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.testbed.inventory import Inventory, InventoryError
+from tests.nested_data import DELETE, changed
 
 from .conftest import P4INFO, Softswitch, loopback_inventory, write_inventory
 
@@ -39,32 +40,20 @@ def test_a_valid_inventory_loads_with_paths_relative_to_the_file(tmp_path: Path)
 
 
 def _set(path: str, value: Any) -> dict[str, Any]:
-    data = copy.deepcopy(VALID)
-    where: Any = data
-    *parents, last = path.split(".")
-    for p in parents:
-        where = where[int(p)] if p.isdigit() else where[p]
-    if value is _DELETE:
-        del where[last]
-    else:
-        where[last] = value
-    return data
-
-
-_DELETE = object()
+    return changed(VALID, path, value)
 
 # (field path, bad value, fragments the one-line error must contain)
 INVALID = [
     ("name", 5, ["name = 5", "string"]),
     ("colour", "red", ["unknown key(s) colour", "allowed keys"]),
-    ("switch", _DELETE, ["[switch] is missing"]),
+    ("switch", DELETE, ["[switch] is missing"]),
     ("switch.grpc_addr", "switch-1", ["switch.grpc_addr", "HOST:PORT"]),
-    ("switch.grpc_addr", _DELETE, ["switch.grpc_addr is missing"]),
+    ("switch.grpc_addr", DELETE, ["switch.grpc_addr is missing"]),
     ("switch.device_id", 0, ["switch.device_id = 0", "device id >= 1"]),
     ("switch.election_id", "ten", ["switch.election_id", "number or 'high,low'"]),
     ("switch.election_id", 0, ["switch.election_id", "use 1 or more"]),
     ("switch.target", "p4", ["switch.target = 'p4'", "softswitch, bmv2, tofino"]),
-    ("switch.p4info", _DELETE, ["switch.p4info is missing", "hysync.p4info.txtpb"]),
+    ("switch.p4info", DELETE, ["switch.p4info is missing", "hysync.p4info.txtpb"]),
     ("switch.p4info", "nowhere.txtpb", ["switch.p4info = 'nowhere.txtpb'", "does not exist"]),
     ("switch.target", "bmv2", ["switch.device_config is missing", "make p4"]),
     ("switch.data_ipv4", "10.0.0", ["switch.data_ipv4 = '10.0.0'", "IPv4"]),
@@ -79,7 +68,7 @@ INVALID = [
     ("serve.listen", "nowhere", ["serve.listen", "HOST:PORT nor unix:PATH"]),
     ("hosts", [], ["hosts is missing or empty"]),
     ("hosts.1.name", "h1", ["hosts[1].name = 'h1' is also hosts[0].name"]),
-    ("hosts.0.interface", _DELETE, ["hosts[0].interface is missing"]),
+    ("hosts.0.interface", DELETE, ["hosts[0].interface is missing"]),
     ("hosts.0.ipv4", "10.0.0.300", ["hosts[0].ipv4 = '10.0.0.300'", "IPv4"]),
     ("hosts.0.mac", "zz:00:00:00:00:01", ["hosts[0].mac", "six hex bytes"]),
     ("hosts.1.mac", "02:00:00:00:01:01", ["hosts[1].mac", "also hosts[0].mac"]),
@@ -103,6 +92,13 @@ def test_every_invalid_field_is_named_with_its_fix(tmp_path: Path, field: str, v
     assert message.startswith(f"{tmp_path / 'rack.toml'}: "), message
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_a_host_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
+    data = copy.deepcopy(VALID)
+    data["hosts"].append("h3")
+    with pytest.raises(InventoryError, match=r"^hosts\[2\] must be a table \(\[\[hosts\]\]\)$"):
+        Inventory.from_dict(data, base=tmp_path)
 
 
 def test_duplicate_ipv4_is_refused_except_on_loopback(tmp_path: Path) -> None:

@@ -144,3 +144,12 @@ def test_deploy_teardown_and_serve_take_a_one_switch_inventory(tmp_path: Path) -
         assert out.getvalue() == "" and err.getvalue().count("\n") == 1
         assert "describes leaves and a spine: deploy, teardown and serve take a one-switch " \
                "inventory" in err.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("section", ["switches", "hosts"])
+def test_an_entry_that_is_not_a_table_is_refused(tmp_path: Path, section: str) -> None:
+    data = copy.deepcopy(VALID)
+    data[section][1] = "leaf-0"
+    with pytest.raises(InventoryError,
+                       match=rf"^{section}\[1\] must be a table \(\[\[{section}\]\]\)$"):
+        Inventory.from_dict(data, base=tmp_path)

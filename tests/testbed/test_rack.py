@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from hysync import resources
-from hysync.controlplane.cli import rack
+from hysync.controlplane.cli import rack, rack_fabric
 from hysync.controlplane.cli.main import main
+from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import wait_for_server
+from hysync.controlplane.testbed import netns_fabric
 from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.job_member import job_member
 from hysync.controlplane.testbed.netns import missing_netns_tools
 from hysync.tls import ClientTls
 
@@ -153,3 +156,59 @@ def test_up_builds_a_rack_with_a_switch_and_down_removes_exactly_it(tmp_path: Pa
     assert f" {tag}m" not in links  # the management veth's root end went with it
     assert not rack.state_file(tag).exists() and not rack.pki_dir(tag).exists()
     assert inventory.exists()  # the inventory is the user's now
+
+
+def test_a_cluster_of_two_racks_writes_an_inventory_and_a_job_that_fit(tmp_path: Path) -> None:
+    """`rack up 3 --racks 2`'s inventory: a spine, a leaf per rack, three hosts behind each;
+    its job file: every host a member behind its leaf, rank k the k-th host rack by rack,
+    sending to its own leaf's data address."""
+    pki = tmp_path / "pki"
+    rack_fabric.fabric_certificates(pki, {"spine": "169.254.98.2"})
+    inventory, job_file = tmp_path / "cluster.toml", tmp_path / "job.toml"
+    inventory.write_text(rack_fabric.inventory_text(2, 3, "hyr", pki))
+    job_file.write_text(rack_fabric.job_text(2, 3))
+    inv, job = Inventory.load(inventory), JobConfig.load(job_file)
+    assert inv.fabric is not None
+    assert [(s.name, s.role) for s in inv.fabric.switches] == [
+        ("spine", "spine"), ("leaf-1", "leaf"), ("leaf-2", "leaf")]
+    assert all(s.switch.tls is not None for s in inv.fabric.switches)
+    assert [(lf.uplink_port, lf.spine_port) for lf in inv.fabric.leaves] == [(4, 1), (4, 2)]
+    assert [h.name for h in inv.hosts_behind("leaf-2")] == ["r2h1", "r2h2", "r2h3"]
+    assert job.spans_switches and job.leaf_names() == ("leaf-1", "leaf-2")
+    for k in range(6):
+        r, h = divmod(k, 3)
+        member = job_member(inv, job, k, 6)
+        assert (member.leaf, member.member.worker) == (f"leaf-{r + 1}", h)
+        assert member.member.ipv4 == netns_fabric.host_ip(r, h)
+        assert member.switch.data_ipv4 == netns_fabric.leaf_ip(r)
+
+
+def test_the_printed_cluster_commands_run_one_rank_per_host(tmp_path: Path) -> None:
+    lines = rack_fabric.next_steps(2, 3, "hyr", tmp_path / "c.toml", tmp_path / "job.toml",
+                                   default_tag="hyr", master_port=29500)
+    assert lines[0].endswith(f"--inventory {tmp_path}/c.toml job add {tmp_path}/job.toml")
+    runs = [line for line in lines if "--node-rank" in line]
+    assert len(runs) == 6
+    for k, line in enumerate(runs):
+        r, h = divmod(k, 3)
+        assert line.startswith(f"ip netns exec hyr-r{r + 1}h{h + 1} env "
+                               f"GLOO_SOCKET_IFNAME=hyrr{r + 1}f{h + 1} ")
+        assert f"--nnodes 6 --nproc-per-node 1 --node-rank {k} " in line
+        assert "--master-addr 10.1.0.1 " in line and f"--job {tmp_path}/job.toml" in line
+    assert lines[-2].endswith("job remove 1") and lines[-1].endswith("rack down")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["rack", "up", "3", "--racks", "9"], "--racks '9': give 1 (one switch) or 2..8"),
+    (["rack", "up", "3", "--racks", "0"], "--racks '0': give 1 (one switch) or 2..8"),
+    (["rack", "up", "3", "--racks", "2", "--ranks-per-host", "2"],
+     "--ranks-per-host 2 with --racks 2: a job across leaves and a spine has one rank per host"),
+    (["rack", "up", "3", "--job", "job.toml"], "--job FILE names the job file of a cluster"),
+    (["rack", "up", "3", "--racks", "2", "--job", "/no/such/dir/job.toml"],
+     "--job /no/such/dir/job.toml: /no/such/dir is not a directory"),
+])
+def test_bad_cluster_arguments_are_one_line_and_build_nothing(state_dir: Path, argv: list[str],
+                                                              says: str) -> None:
+    code, _, err = run(*argv)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not state_dir.exists()

@@ -1,0 +1,114 @@
+"""A member of a job installed from a job file leaves it when its training is done, at
+every level, so that the members still finishing their last steps never wait for it.
+
+On one switch, as serve's leave does for an admitted job: the member is excluded (its
+admission goes, the job's member count drops, its replica leaves the multicast group),
+unless it is the job's last active member, which has nobody left to hold up.
+
+Across switches (docs/protocol.md §11) the member is excluded at its leaf; when it is its
+leaf's last active host, its rack is gone and the leaf is excluded at the spine instead,
+so that the spine's rounds stop waiting for that leaf (unless it is the spine's last
+active leaf). A leaf keeps its last host as a member: a job's member count never drops
+to 0, and nothing sends to that leaf any more.
+
+Each step opens a primary P4Runtime session with one switch, under the election id that
+`hysync` commands use by default (1), and closes it when the exclusion is written. The
+members of a job finish close together and the operator's `hysync` commands take the
+same sessions: a switch that another live session holds is asked again until `wait`
+seconds have passed. A switch that remembers a higher election id (a `hysync serve` ran
+on it) is refused at once: the serve's jobs leave through the serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.p4rt.switch import ElectionId, Switch
+from hysync.controlplane.testbed.inventory import Inventory, SwitchInfo
+from hysync.controlplane.testbed.job_member import JobMember
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ELECTION_ID: ElectionId = (0, 1)  # `hysync`'s --election-id default
+RETRY_S = 0.2  # between two arbitrations while another session holds the switch
+
+
+class LeaveError(ControlPlaneError):
+    """A member could not leave its job."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveReport:
+    member: str
+    excluded_at: str  # the switch that excluded it: its leaf, the spine (with its leaf), or ""
+
+    def text(self, job_id: int) -> str:
+        if not self.excluded_at:
+            return f"member {self.member} of job {job_id} was its last active member: it stays"
+        return f"member {self.member} of job {job_id} left: excluded at {self.excluded_at}"
+
+
+def leave(inv: Inventory, job: JobConfig, me: JobMember, *,
+          election_id: ElectionId = DEFAULT_ELECTION_ID, timeout: float = 5.0,
+          wait: float = 60.0) -> LeaveReport:
+    """Take `me` out of `job` (installed from its job file on the switches of `inv`) at
+    every level it holds others up; LeaveError says why it could not."""
+    deadline = time.monotonic() + wait
+    leaf_active = _exclude(me.switch, job.job_id, me.member.worker, election_id, timeout,
+                           deadline)
+    if leaf_active is not None:
+        return LeaveReport(me.name, me.leaf or me.switch.grpc_addr)
+    if not me.behind_leaf:
+        return LeaveReport(me.name, "")
+    assert inv.fabric is not None  # job_member found its leaf there
+    spine, leaf = inv.fabric.spine, inv.fabric.leaf(me.leaf)
+    if _exclude(spine.switch, job.job_id, leaf.uplink_id, election_id, timeout,
+                deadline) is None:
+        return LeaveReport(me.name, "")
+    return LeaveReport(me.name, f"{spine.name} (its leaf {leaf.name} was done)")
+
+
+def _exclude(info: SwitchInfo, job_id: int, worker: int, election_id: ElectionId,
+             timeout: float, deadline: float) -> int | None:
+    """Exclude `worker` from `job_id` on one switch; the members left active there, or
+    None when it was the last active one (it stays; nothing is written)."""
+    with _primary(info, election_id, timeout, deadline) as switch:
+        controller = Controller(switch).attach()
+        job = controller.jobs.get(job_id)
+        if job is None or not job.complete:
+            raise LeaveError(f"job {job_id} is not installed on the switch at {info.grpc_addr}: "
+                             "install it with `hysync --inventory FILE job add JOB_FILE` "
+                             "before training")
+        if worker not in {m.worker for m in job.members}:
+            raise LeaveError(f"worker {worker} is not a member of job {job_id} on the switch "
+                             f"at {info.grpc_addr}: the job file does not match what is "
+                             "installed; re-add it with --replace")
+        if worker not in job.active:  # the operator excluded it: it holds nobody up
+            return len(job.active)
+        if len(job.active) == 1:
+            return None
+        report = controller.exclude(job_id, worker)
+        log.info("job %d: worker %d excluded at %s, %d active", job_id, worker, info.grpc_addr,
+                 report.members)
+        return report.members
+
+
+def _primary(info: SwitchInfo, election_id: ElectionId, timeout: float,
+             deadline: float) -> Switch:
+    """A primary session with the switch of `info`, asked again while another live
+    session holds it."""
+    while True:
+        try:
+            return Switch(info.grpc_addr, device_id=info.device_id, election_id=election_id,
+                          timeout=timeout, tls=info.tls)
+        except NotPrimaryError as err:
+            if err.live is False or time.monotonic() >= deadline:
+                raise LeaveError(f"cannot leave through the switch at {info.grpc_addr}: {err}; "
+                                 "stop the session that holds it (a `hysync serve` takes "
+                                 "its jobs' leaves itself)") from None
+            time.sleep(RETRY_S)
