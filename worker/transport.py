@@ -30,6 +30,8 @@ __all__ = ["CallAbortedError", "CallResult", "NoReplyError", "SwitchRestartedErr
 log = logging.getLogger(__name__)
 # A call that retransmitted more than once per chunk, and at least this often, is a storm.
 STORM_RETRANSMITS = 16
+# Transport.finish looks at what is still in flight this often (seconds).
+FINISH_POLL = 0.05
 
 
 class CallAbortedError(ConnectionError):
@@ -194,6 +196,21 @@ class Transport:
         finally:
             self._emit_logs()
         return self._stats()
+
+    def finish(self, timeout: float | None = None) -> CallStats:
+        """After the last call: keep the packets in flight retrying until every one is
+        settled, or `timeout` seconds (default `dead_after`) have passed; what comes in is
+        applied as poll_results applies it. Behind a leaf a host's retries are what move its
+        leaf's pending sum and held round (docs/protocol.md §11, "What a host does"); the
+        returned stats' `in_flight` is what was still unsettled."""
+        limit = self.config.dead_after if timeout is None else timeout
+        if limit < 0:
+            raise ValueError(f"finish timeout {limit} s is negative: give seconds >= 0")
+        end = time.monotonic() + limit
+        stats = self._stats()
+        while stats.in_flight and time.monotonic() < end:
+            stats = self.poll_results(min(FINISH_POLL, max(0.0, end - time.monotonic())))
+        return stats
 
     def _stats(self, **fields: object) -> CallStats:
         raw = self._engine.stats()

@@ -97,3 +97,27 @@ def test_without_the_hosts_step_back_a_leafs_round_back_reads_as_a_restart() -> 
     problems, _ = simulate(STEP_BACK_HOST, faults={"no_step_back": True})
     assert any("ended 'reset'" in p for p in problems), problems
     assert simulate(STEP_BACK_HOST)[0] == []
+
+
+# Seeds where a rack's hosts make their last calls with flights unsettled at their leaf: a
+# spine verdict lost on the way down (33, 350), an uplink lost on the way up (987), a close
+# held while a sum was at the spine (400), a spine result that skipped the rack lost (1075).
+LAST_CALL = (33, 350, 400, 987, 1075)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", LAST_CALL)
+def test_hosts_past_their_last_call_keep_the_leaf_moving(seed: int, target: str) -> None:
+    problems, stats = simulate(seed, target)
+    assert problems == []
+    assert stats["hosts_draining"] > 0
+
+
+@pytest.mark.parametrize("seed", LAST_CALL)
+def test_hosts_that_stop_at_their_last_call_stall_the_other_racks(seed: int) -> None:
+    """Without the host's rule of §11 the leaf waits for a packet that never comes, and the
+    spine's round waits on that rack: the other racks' calls fail, and the checker does not
+    take it for a round waiting on hosts that left (end_behind)."""
+    problems, _ = simulate(seed, drain=False)
+    failures = [p for p in problems if p.startswith("failure:")]
+    assert failures and all("spine round" in p for p in failures), problems

@@ -19,7 +19,13 @@ levels"):
   contribution is in the sum at both levels;
 * divisor: a spine result's count is the number of hosts in its sum, over the leaves it
   counted; every leaf's uplink is the exact sum of what the leaf counted;
-* and no call fails (no switch restarts, no deaths are drawn), each one ends.
+* and no call fails (no switch restarts, no deaths are drawn), each one ends, save by §10's
+  end_behind, held no wider than its cause: at the failure the spine's open round cannot
+  close with the racks that can still send, for the rounds it needs wait on hosts that made
+  their last call and hold nothing in flight.
+
+A host past its last call keeps its flights retrying until each is settled, as
+`Transport.finish` does (§11, "What a host does"); `drain=False` takes that rule out.
 
     python -m tests.sim.two_level_engines --seeds 2000 [--start 0] [--target native] [--out F]
     python -m tests.sim.two_level_engines --seed 17 --trace    # replay one seed, every packet
@@ -52,6 +58,7 @@ H = wire.HEADER_BYTES
 DONE, PENDING = 0, 3
 STATUS = {0: "done", 1: "unreachable", 4: "reset"}
 QUIESCE = 2.0           # simulated seconds the engines keep ticking after the last call
+DRAIN_TICK = 0.01       # simulated seconds between two turns of a host past its last call
 MAX_EVENTS = 2_000_000  # a run past this many events is reported as a hang
 RESULTS = Path("bench/results/simulate-two-level-engines.json")
 TARGETS = {"python": "softswitch reference pipeline (softswitch/pipeline.py)",
@@ -155,6 +162,10 @@ class Host:
     inbox: list[bytes] = field(default_factory=list)
     in_call: bool = False
     finished: bool = False
+    draining: bool = False  # made its last call, its flights still retrying (§11)
+    # call index -> what the spine's open round waited on when the call failed ("" where only
+    # on racks whose own rounds wait on hosts that made their last call)
+    stalled: dict[int, str] = field(default_factory=dict)
     gen: int = 0
     results: list[bytes] = field(default_factory=list)  # the header of every result applied
 
@@ -165,18 +176,22 @@ class Host:
 
 class TwoLevelSim:
     """`faults` takes rules out of the hosts' engines (`hysync._core.worker.Faults`'s fields
-    set true): how the mutation test takes the RELAYED rule out."""
+    set true): how the mutation test takes the RELAYED rule out. `drain` False takes out the
+    host's rule of keeping its flights retrying after its last call (§11, "What a host does")."""
 
     def __init__(self, d: Draw, target: str = "native", faults: dict[str, bool] | None = None,
                  trace: Callable[[str], None] | None = None,
-                 engine: dict[str, Any] | None = None) -> None:
+                 engine: dict[str, Any] | None = None, drain: bool = True) -> None:
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}: python or native")
-        self.d, self.target, self.trace = d, target, trace
+        self.d, self.target, self.trace, self.drain = d, target, trace, drain
+        self.quiescing = False
         self.engine_options = {"behind_leaf": True, **(engine or {})}
         self.fabric = Fabric(d.leaves, d.hosts, engine=target)
+        self.desired: dict[object, tuple[int, int]] = {}  # level -> (mode, quorum) set last
         for level, mode, quorum in d.modes:
             self.fabric.set_mode(level, Mode(mode), quorum)
+            self.desired[level] = (mode, quorum)
         self.faults = _core.worker.Faults()
         for name, on in (faults or {}).items():
             if not hasattr(self.faults, name):
@@ -267,13 +282,18 @@ class TwoLevelSim:
         self._say(f"swap {s.level} to mode {s.mode} quorum {s.quorum}")
         self.stats["swaps"] += 1
         self.fabric.set_mode(s.level, Mode(s.mode), s.quorum)
+        self.desired[s.level] = (s.mode, s.quorum)
 
     def _next_call(self, hs: Host) -> None:
         d = self.d
         if len(hs.calls) == d.calls * len(d.sizes):
             hs.finished = True
             if all(x.finished for x in self.hosts):
+                self.quiescing = True
                 self.at(self.now, self._quiesce, max(self.now, d.lossy_until) + QUIESCE)
+            elif self.drain and hs.engine.in_flight:
+                self.stats["hosts_draining"] += 1
+                self._drain(hs)
             return
         k = len(hs.calls) % len(d.sizes)
         # Whole multiples of 1/scale, small: float32 holds every sum exactly, so the
@@ -307,6 +327,8 @@ class TwoLevelSim:
             return
         start, _, _ = hs.calls[-1]
         hs.calls[-1] = (start, self.now, STATUS.get(status, str(status)))
+        if hs.calls[-1][2] != "done":
+            hs.stalled[len(hs.calls) - 1] = self._spine_waits_on()
         self._say(f"host {hs.leaf}.{hs.h} call {len(hs.calls) - 1} {hs.calls[-1][2]}")
         hs.in_call = False
         self._take_results(hs)
@@ -340,7 +362,12 @@ class TwoLevelSim:
     def _deliver(self, hs: Host, data: bytes) -> None:
         if self.trace is not None:
             self._say(f"host {hs.leaf}.{hs.h} <- {self.describe(data)}"
-                      f"{'' if hs.in_call else ' (queued)'}")
+                      f"{'' if hs.in_call or hs.draining else ' (queued)'}")
+        if hs.draining and not self.quiescing:
+            hs.engine.set_time(self.now)
+            self._hand(hs, data)
+            self._drain(hs)
+            return
         if not hs.in_call:
             hs.inbox.append(data)
             return
@@ -354,6 +381,25 @@ class TwoLevelSim:
             if self.trace is not None:
                 self._say(f"host {hs.leaf}.{hs.h} -> {self.describe(data)}")
             self._send(hs.label, ("leaf", hs.leaf), data)
+
+    def _drain(self, hs: Host, gen: int | None = None) -> None:
+        """A host past its last call keeps its flights retrying until each is settled, as
+        `Transport.finish` does (§11, "What a host does"): a leaf's pending sum and its held
+        close move only on its hosts' packets. Until every host has finished; the quiesce
+        ticks everyone after that."""
+        if self.quiescing or gen is not None and gen != hs.gen:
+            return
+        e = hs.engine
+        e.set_time(self.now)
+        for data in hs.inbox:
+            self._hand(hs, data)
+        hs.inbox.clear()
+        e.tick(self.now)
+        self._sent(hs)
+        hs.gen += 1
+        hs.draining = e.in_flight > 0
+        if hs.draining:  # poll_results' pace: timers fall due between its reads
+            self.at(self.now + DRAIN_TICK, self._drain, hs, hs.gen)
 
     def _quiesce(self, end: float) -> None:
         """Between calls a host's packets in flight keep retrying (poll_results)."""
@@ -492,6 +538,45 @@ class TwoLevelSim:
                     f"contribution for chunk {p.chunk}")
 
     # ------------------------------------------------------------ the checker
+    def _quorum(self, level: object, members: int) -> int:
+        """How many members the level's open round needs: its latched mode while it holds a
+        contribution, the mode set last before its next latch."""
+        p = self.fabric.pipeline(level)
+        mode, quorum = (p.mode[0], p.quorum[0]) if p.count[0] else self.desired[level]
+        return members if mode != Mode.PARTIAL or quorum == 0 else min(quorum, members)
+
+    def _spine_waits_on(self) -> str:
+        """What the spine's open round waits on, leaf by leaf, where the racks it can still hear
+        from are enough to close it; "" where they are not: the rounds it needs wait on hosts
+        that made their last call and hold nothing in flight (§10's end_behind, two levels)."""
+        spine = self.fabric.pipeline(SPINE)
+        rnd, counted = spine.round[0], spine.bitmap[0]
+        live = []
+        for i in range(self.d.leaves):
+            if counted >> i & 1:
+                continue
+            leaf = self.fabric.pipeline(("leaf", i))
+            hosts = [x for x in self.hosts if x.leaf == i]
+            able = sum(1 for x in hosts if not leaf.bitmap[0] >> x.h & 1 and (
+                not x.finished or x.engine.in_flight))
+            at = leaf.round[0]
+            if leaf.up_pending[0]:
+                live.append(f"leaf {i} pending round {leaf.up_round[0]}")
+            elif _serial_after(at, rnd):
+                live.append(f"leaf {i} at round {at}")
+            elif leaf.count[0] >= self._quorum(("leaf", i), self.d.hosts):
+                live.append(f"leaf {i} holds round {at} at its quorum, closing on a host's "
+                            f"next packet")
+            elif leaf.count[0] + able >= self._quorum(("leaf", i), self.d.hosts):
+                # (a round behind the spine's closes as any round does, and the spine's
+                # STALE reply to its sum takes the leaf to the spine's round)
+                live.append(f"leaf {i} round {at} with {leaf.count[0]} hosts counted, "
+                            f"{able} to come")
+        need = self._quorum(SPINE, self.d.leaves)
+        if bin(counted).count("1") + len(live) < need:
+            return ""
+        return f"spine round {rnd} waits on " + "; ".join(live)
+
     def check(self) -> list[str]:
         out = list(self.violations)
         total = self.d.calls * len(self.d.sizes)
@@ -499,17 +584,19 @@ class TwoLevelSim:
         for hs in self.hosts:
             failed = [(i, c) for i, c in enumerate(hs.calls) if c[2] not in ("done", "")]
             for i, (start, end, status) in failed:
-                # (rule end_behind of §10: a level's round waits for a host that made its
-                # last call and left the job)
+                # (rule end_behind of §10 at two levels: the spine's open round cannot close
+                # with the racks it can still hear from, because the rounds it needs wait on
+                # hosts that made their last call)
                 # (not where a leaf moved past a round the spine waits on: that round
                 # cannot close whoever is left)
                 if status == "unreachable" and any(t <= end for t in finished) and \
-                        not self.leaf_past_spine:
+                        not hs.stalled[i] and not self.leaf_past_spine:
                     self.stats["excused_end_behind"] += 1
                     continue
                 out.append(f"failure: host {hs.leaf}.{hs.h} call {i} (started {start:.3f} s) "
                            f"ended {status!r} at {end:.3f} s: no switch restarted "
                            f"({hs.engine.reset_why or 'silence'})"
+                           f"{'; ' + hs.stalled[i] if hs.stalled[i] else ''}"
                            f"{'; a leaf moved past a spine round' if self.leaf_past_spine else ''}")
                 break
             if len(hs.calls) < total:
@@ -612,10 +699,12 @@ def _same(data: bytes, total: Any) -> bool:
 
 def simulate(seed: int, target: str = "native", faults: dict[str, bool] | None = None,
              trace: Callable[[str], None] | None = None,
-             engine: dict[str, Any] | None = None) -> tuple[list[str], Counter]:
+             engine: dict[str, Any] | None = None,
+             drain: bool = True) -> tuple[list[str], Counter]:
     """One seed's run: its violations and its counters. `faults` takes engine rules out,
-    `engine` overrides the hosts' engine settings."""
-    sim = TwoLevelSim(draw(seed), target, faults, trace, engine)
+    `engine` overrides the hosts' engine settings, `drain` False stops a host at its last
+    call with its flights unsettled."""
+    sim = TwoLevelSim(draw(seed), target, faults, trace, engine, drain)
     return sim.run(), sim.stats
 
 
