@@ -47,6 +47,11 @@ struct Faults {
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).
   bool join_behind_waits = false;
+  // A RESYNC answering an async-style flight with an open round behind the one the slot had
+  // reached when the flight was launched is not taken for a new switch state (Replies::
+  // on_resync; §9 "A switch that lost the job's state"): a STALE_COUNTED of a re-install that
+  // counted a retransmission the old state had counted too settles it once, unflagged.
+  bool async_floor_unread = false;
   // An ACK that settles a sync-style flight as counted leaves its round unsuspected
   // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
   bool ack_leaves_no_suspect = false;

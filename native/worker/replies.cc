@@ -228,6 +228,21 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
     ++stats_.stray_replies;
     return;
   }
+  // A RESYNC carries the slot's open round, which within one install never steps back. My
+  // async-style flight knew the round the slot had reached when I launched it: an answer to
+  // its latest transmission with an open round behind that one is a new state's (an async
+  // flight's own round field is a sequence number, so the sync-style test below cannot tell).
+  // A STALE_COUNTED there says the new state counted it: settled as counted before the reset
+  // forgets it (the old state may have counted it too, a fate the flag below owns).
+  if (f->async_style && f->floor_known && !cfg_.behind_leaf && !faults_.async_floor_unread &&
+      !ahead(rnd, f->floor)) {
+    if (reason == STALE_COUNTED && !faults_.forget_counted_at_reset)
+      flights_.done(i, true, now, false);
+    switch_reset("the switch answered my async contribution on slot " +
+                 std::to_string(cfg_.slot_base + i) + " with open round " + std::to_string(rnd) +
+                 ", behind round " + std::to_string(f->floor) + " that it had reached before");
+    return;
+  }
   if (reason == NOT_JOINED) {
     if (!f->join) {
       ++stats_.stray_replies;

@@ -107,6 +107,12 @@ HOST_MUTATIONS: dict[str, tuple[int, dict[str, Any], str, str]] = {
     # realign them too slowly for the peers' packets waiting there (their deadline).
     "join_behind": (1003408, {"faults": {"join_behind_waits": True}}, "failure",
                     "'unreachable'"),
+    # §9 "A switch that lost the job's state", an async flight's floor: a retransmission the
+    # old state counted (its RESULT lost) is counted again by a re-install, whose replies
+    # with a tag are lost too; the STALE_COUNTED that answers it, with an open round behind
+    # the flight's, is taken for the old state's and settles it once, the replica unflagged.
+    "async_floor": (1004571, {"faults": {"async_floor_unread": True}}, "exactly-once",
+                    "worker 0 chunk 0"),
 }
 
 
