@@ -168,7 +168,7 @@ int known_key(Engine& e, const std::string& name) {
 }
 
 // The call's counters; its results' headers are handed over without a copy (the engine starts
-// a new list).
+// a new list), and the flights it applied as their own results (a copy; the list starts anew).
 nb::dict stats_of(Engine& e) {
   auto& s = e.stats();
   nb::dict d;
@@ -198,6 +198,8 @@ nb::dict stats_of(Engine& e) {
   nb::capsule owner(results, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
   d["results"] = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(results->data(), {results->size()},
                                                                owner);
+  d["own"] = nb::bytes(reinterpret_cast<const char*>(s.own.data()), s.own.size());
+  s.own.clear();
   return d;
 }
 

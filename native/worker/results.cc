@@ -43,6 +43,7 @@ void Results::apply_own(uint32_t i, const Flight& f) {
   std::memcpy(raw.data(), &f.data[H], raw.size());
   acked.emplace_back(f.chunk, raw);
   ++stats_.own_applied;
+  stats_.own.insert(stats_.own.end(), f.data.begin(), f.data.end());
 }
 
 void Results::apply_result(uint32_t chunk, const double* avg, bool round_result) {

@@ -19,6 +19,9 @@ struct EngineStats {
   double waited_s = 0;  // blocked until the switch replied (or a timer fell due)
   QuantStats quant;
   std::vector<uint8_t> results;  // the header of every result applied, HEADER_BYTES each
+  // The datagram (PACKET_BYTES) of every flight of mine applied as its own async round's result
+  // (an ACK, a STALE_COUNTED: counted, its RESULT lost): the simulation's books.
+  std::vector<uint8_t> own;
   // Sentinels of mine absorbed by a non-finite round (settle(), prepare_chunk()): chunk * 64 +
   // lane each (the simulation's books; CallStats counts them).
   std::vector<uint64_t> absorbed;

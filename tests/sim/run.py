@@ -393,6 +393,7 @@ class Sim:
         e.set_time(self.now)
         status = e.step(self.now)
         self._note_absorbed(wk)
+        self._take_results(wk, e.stats(), None)  # (at once: a timer may apply my own lanes)
         if status == RESET:  # aborted before the step sent anything of its own
             wk.aborts.append(self.moment())
         self._sent(wk)
@@ -417,11 +418,20 @@ class Sim:
         wk.values = None
         self.at(self.now + self.rng.uniform(0, self._compute(wk.w)), self._next_call, wk)
 
-    @staticmethod
-    def _take_results(wk: Worker, stats: dict[str, Any], state: int | None) -> None:
-        """The headers of the results the engine applied since it was last asked."""
+    def _take_results(self, wk: Worker, stats: dict[str, Any], state: int | None) -> None:
+        """The headers of the results the engine applied since it was last asked, and the
+        flights it applied as their own async rounds' results (an ACK's, or a STALE_COUNTED's
+        once its grace period passed): their non-finite lanes, and the round that counted
+        them, in the state the switch holds now, which a member has then applied."""
         raw = stats["results"]
         wk.results += [(state, bytes(raw[i:i + H])) for i in range(0, len(raw), H)]
+        own = stats["own"]
+        for i in range(0, len(own), wire.PACKET_BYTES):
+            flight = own[i:i + wire.PACKET_BYTES]
+            self._applied_lanes(wk, flight)
+            c = self.counted_as.get((wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
+            if c is not None and c[3] is not None and c[3][0] == self.rec.state_resets:
+                self.rec.applied.add(c[3])
 
     # ------------------------------------------------------------ hosts of several ranks
     def _host_gradient(self, wk: Worker, index: int, k: int, n: int) -> np.ndarray:
@@ -559,9 +569,7 @@ class Sim:
         self._note_reset(wk, before, after)
         if data[_OFF_OP] == wire.Op.ACK:
             if after["own_applied"] != before["own_applied"]:
-                self.rec.applied.add(counted_in)
-                if flight is not None:
-                    self._applied_lanes(wk, flight)  # the ACK applied my own lanes
+                self.rec.applied.add(counted_in)  # (its lanes: _take_results)
             return
         if data[_OFF_OP] != wire.Op.RESULT:
             return

@@ -91,10 +91,15 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # switch, locked in two pairs half a call apart: each pair's call of the one-chunk key meets
 # the other pair's round of another chunk, joins it and carries its own (limit "Members out
 # of step on a partial slot", rule limit_out_of_step).
+# 1004571: a re-install counted again an async retransmission the old state had counted; the
+# STALE_COUNTED that answered it showed an open round behind the flight's (Replies::on_resync).
+# 1007284, 1007640: an async sentinel counted, its RESULT lost, settled by a STALE_COUNTED that
+# applies my own lanes (non-finite in the call's output): the books note that apply too.
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
 OUT_OF_STEP = (1002377,)
-HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 1004571,
+HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 1004571, 1007284,
+                    1007640,
                     *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP)
 
 
