@@ -302,6 +302,9 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
             for x in sim.workers if not x.dead}
     if any(n < call.index for w, n in done.items() if w != wk.w):
         return True
+    since = max(call.start, call.end - plan.dead_after - plan.fail_within)
+    if _answers_lost(rec, call, since, set(done)):
+        return True
     # A member of this very call (a first call has no one behind it) whose contribution the
     # network lost time after time: with many members in sync every slot waits, and a silent
     # window sends one probe per silence period (§9 Failures), so k losses in a row hold that
@@ -309,9 +312,19 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     # more than this call ahead (rounds it left behind are another matter: JOIN's).
     if any(n > call.index + 1 for n in done.values()):
         return False
-    since = max(call.start, call.end - plan.dead_after - plan.fail_within)
     return any(since <= t <= call.end and done.get(w, call.index + 1) <= call.index
                for t, w in rec.loss_streaks)
+
+
+def _answers_lost(rec: Record, call, since: float, live: set[int]) -> bool:
+    """Did the network lose the answers to one round of a live member's twice or more in a
+    row (its RESULT, then the RESEND its retransmission met) while the call's dead timer
+    ran, on a slot where the call still had a packet in flight when it failed? That member
+    holds the slot's next round back by the silent window's probe periods (§9 Failures),
+    whatever call it is in: a member ahead that JOINed a round this call waits in is held
+    there as long (docs/protocol.md §10 lossy_straggler, seed 1006182 with --hosts drawn)."""
+    return any(since <= t <= call.end and w in live and slot in call.waiting
+               for t, w, slot in rec.answer_loss_streaks)
 
 
 def _uncounted_flights(rec: Record, wk):

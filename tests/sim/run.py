@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from .plan import (
 SWITCH_IP = "10.0.0.254"
 DONE, UNREACHABLE, PENDING, RESET = 0, 1, 3, 4
 STATUS = {DONE: "done", UNREACHABLE: "unreachable", RESET: "reset"}
+_SLOT_NAMED = re.compile(r"slot (\d+): ")  # a flight in the engine's description of its own
 QUIESCE = 2.0          # simulated seconds the engines keep ticking after the last call
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK, _OFF_MODE = (
@@ -110,6 +112,8 @@ class Call:
     start: float
     end: float = -1.0
     status: str = ""
+    # absolute slots of the packets it still had in flight when it failed 'unreachable'
+    waiting: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -201,6 +205,10 @@ class Record:
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
+    # (when, w, slot) of every answer to a contribution of w's (a RESULT with its bit, a
+    # RESEND) the network lost after losing the one before it, of the same round: a member
+    # held back by its round's answers lost in a row
+    answer_loss_streaks: list[tuple[float, int, int]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     packets: int = 0
     swaps: int = 0
@@ -254,6 +262,8 @@ class Sim:
         self.last_arrival: dict[tuple[str, int], float] = {}
         # (w, slot) -> (round and chunk of its latest contribution sent, its losses in a row)
         self.up_losses: dict[tuple[int, int], tuple[bytes, int]] = {}
+        # (w, slot) -> (round of the latest answer with w's bit sent to w, its losses in a row)
+        self.down_losses: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.open: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # slot -> (w, chunk, lanes)
         self.open_contribs: dict[int, list[list[Any]]] = {}  # slot -> its Record.contribs
         # (w, chunk and lanes of a datagram) -> its Record.contribs entry, the last counted
@@ -407,6 +417,12 @@ class Sim:
         call.end, call.status = self.now, STATUS[status]
         if status == UNREACHABLE:  # gave up after the step's own sends
             wk.aborts.append(self.moment())
+            # (the engine forgets them as it gives up: its log line names them)
+            gave_up = [m for _level, m in e.take_logs() if "gives up waiting" in m]
+            call.waiting = frozenset(int(x) for x in _SLOT_NAMED.findall(gave_up[-1])) \
+                if gave_up else frozenset()
+        else:
+            e.take_logs()  # (kept by the engine until taken)
         self._say(f"w{wk.w} call {call.index} {call.status}")
         wk.in_call = False
         if call.status == "done":
@@ -644,6 +660,8 @@ class Sim:
         lost = lossy and self.rng.random() < link.loss
         if up and data[_OFF_OP] == wire.Op.CONTRIB:
             self._count_up_loss(who, data, lost)
+        if not up and data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> who) & 1:
+            self._count_answer_loss(who, data, lost)
         if lost:
             if self.trace is not None:
                 self._say(f"lost {'up' if up else 'down'} (w{who}): {self.describe(data)}")
@@ -674,6 +692,17 @@ class Sim:
         self.up_losses[(who, slot)] = (which, streak)
         if streak >= 2:
             self.rec.loss_streaks.append((self.now, who))
+
+    def _count_answer_loss(self, who: int, data: bytes, lost: bool) -> None:
+        """Losses in a row of the answer to one round of who's (rule lossy_straggler's
+        evidence: the round's RESULT lost, then the RESEND its retransmission met)."""
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        which = data[_OFF_ROUND:_OFF_ROUND + 4]
+        before, streak = self.down_losses.get((who, slot), (b"", 0))
+        streak = (streak if before == which else 0) + 1 if lost else 0
+        self.down_losses[(who, slot)] = (which, streak)
+        if streak >= 2:
+            self.rec.answer_loss_streaks.append((self.now, who, slot))
 
     def moment(self) -> tuple[float, int]:
         """Now, and the order of what happens at this simulated time: many events share an

@@ -95,12 +95,15 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # STALE_COUNTED that answered it showed an open round behind the flight's (Replies::on_resync).
 # 1007284, 1007640: an async sentinel counted, its RESULT lost, settled by a STALE_COUNTED that
 # applies my own lanes (non-finite in the call's output): the books note that apply too.
+# 1006182: 32 hosts in sync on a lossy downlink: a member's round answers lost twice in a
+# row hold a slot's next round back past a peer's packet deadline (rule lossy_straggler).
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
 OUT_OF_STEP = (1002377,)
+ANSWERS_LOST = (1006182,)
 HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 1004571, 1007284,
                     1007640,
-                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP)
+                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP, *ANSWERS_LOST)
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)
@@ -153,6 +156,21 @@ def test_members_out_of_step_on_a_partial_slot_is_the_limit_and_only_it(target: 
     for seed in (1000427, 1001981):  # limit "Rounds of one raced on a slow switch", open
         rec, sim = simulate(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), target)
         assert any(v.startswith("starvation") for v in check(rec, sim)), seed
+
+
+def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch) -> None:
+    """Seed 1006182: 32 hosts in sync, a sixth of the RESULTs lost downstream. A member
+    ahead that had JOINed a round lost its RESULT, then the RESEND its probe met, and held
+    the slot's next round back past a peer's packet deadline: `lossy_straggler`, counted;
+    without the answers' losses on record it is a failure no rule allows."""
+    from . import check as checker
+    plan = draw(ANSWERS_LOST[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    rec, sim = simulate(plan, "native")
+    assert check(rec, sim) == [] and rec.excused.get("lossy_straggler", 0) >= 1
+    failed = [c for wk in sim.workers for c in wk.calls if c.status == "unreachable"]
+    assert failed and all(c.waiting for c in failed)  # the slots it gave up on, from its log
+    monkeypatch.setattr(checker, "_answers_lost", lambda rec, call, since, live: False)
+    assert any(v.startswith("failure: worker 15 call 2") for v in check(rec, sim))
 
 
 def test_bare_spans_end_at_the_next_install() -> None:
