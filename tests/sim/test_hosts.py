@@ -97,13 +97,16 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # applies my own lanes (non-finite in the call's output): the books note that apply too.
 # 1006182: 32 hosts in sync on a lossy downlink: a member's round answers lost twice in a
 # row hold a slot's next round back past a peer's packet deadline (rule lossy_straggler).
+# 1007444: a bare restart in a member's pause: its dead timer starts when the pause ends.
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
 OUT_OF_STEP = (1002377,)
 ANSWERS_LOST = (1006182,)
+PAUSED_AT_THE_CAUSE = (1007444,)
 HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 1004571, 1007284,
                     1007640,
-                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP, *ANSWERS_LOST)
+                    *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP, *ANSWERS_LOST,
+                    *PAUSED_AT_THE_CAUSE)
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)
@@ -171,6 +174,19 @@ def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch
     assert failed and all(c.waiting for c in failed)  # the slots it gave up on, from its log
     monkeypatch.setattr(checker, "_answers_lost", lambda rec, call, since, live: False)
     assert any(v.startswith("failure: worker 15 call 2") for v in check(rec, sim))
+
+
+def test_a_cause_met_in_a_pause_counts_from_its_end(monkeypatch) -> None:
+    """Seed 1007444: a bare restart comes 0.26 s into a member's 0.93 s pause; its call
+    fails 'unreachable' within the bound counted from the pause's end (the first packet it
+    can send), not from the restart: `bare_unreachable`. Counted from the restart it is a
+    failure no rule allows."""
+    from . import check as checker
+    plan = draw(PAUSED_AT_THE_CAUSE[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    rec, sim = simulate(plan, "native")
+    assert check(rec, sim) == [] and rec.excused.get("bare_unreachable", 0) >= 1
+    monkeypatch.setattr(checker, "_awake", lambda rec, wk, cause: cause)
+    assert any(v.startswith("failure: worker 1 call 0") for v in check(rec, sim))
 
 
 def test_bare_spans_end_at_the_next_install() -> None:
