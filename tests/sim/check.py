@@ -179,10 +179,15 @@ def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
     CHUNK_MISMATCH restarts the dead timer too (docs/protocol.md §9, a sign of life): the
     worker joins the open round it names, and its later copies there are dropped without
     a word, so each slot hears one per round joined, and those rounds close only as
-    above."""
+    above. A RESEND restarts it too: the stored result of the round a contribution of its
+    named, which had closed (an async round of a peer's, say, before the slot latched a
+    round that waits for the gone member); the worker then names the slot's open round, so
+    each slot sends it one per round closed (seed 1011063 with --hosts drawn: a JOIN met
+    the last async round's result 1.3 s before a sync round that waits for a finished
+    member)."""
     mask = sum(1 << w for w in gone)
     heard = [t for t, bitmap in wk.results_heard if cause < t <= c.end and bitmap & mask]
-    heard += [t for t in wk.mismatches_heard if cause < t <= c.end]
+    heard += [t for t in wk.mismatches_heard + wk.resends_heard if cause < t <= c.end]
     return max(c.start, cause, *heard)
 
 
