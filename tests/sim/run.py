@@ -149,6 +149,10 @@ class Worker:
     # when it heard each RESEND (the stored result of the round its contribution named, which
     # had closed): it restarts the dead timer as any RESULT does
     resends_heard: list[float] = field(default_factory=list)
+    # when it heard each STALE reply that answered its flight's latest transmission (not a
+    # JOIN): the flight is sent again at the open round after one RTO's grace (sync), which
+    # starts that packet's deadline afresh
+    stales_heard: list[float] = field(default_factory=list)
     # (when, chunk, open round's chunk) of each contribution of its a partial slot answered
     # CHUNK_MISMATCH: the call carries its chunk (partial never chases it) and joins the
     # round of the other
@@ -554,6 +558,12 @@ class Sim:
                     wk.displaced.append((self.now, struct.unpack_from("!I", flight,
                                                                       _OFF_CHUNK)[0],
                                          struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
+            if data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in (
+                    wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED):
+                flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])
+                if flight is not None and not flight[_OFF_FLAGS] & wire.Flag.JOIN and \
+                        (flight[_OFF_FLAGS] ^ data[_OFF_FLAGS]) & wire.TX_MASK == 0:
+                    wk.stales_heard.append(self.now)
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
