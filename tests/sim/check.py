@@ -179,20 +179,15 @@ def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
     CHUNK_MISMATCH restarts the dead timer too (docs/protocol.md §9, a sign of life): the
     worker joins the open round it names, and its later copies there are dropped without
     a word, so each slot hears one per round joined, and those rounds close only as
-    above. A RESEND restarts it too: the stored result of the round a contribution of its
-    named, which had closed (an async round of a peer's, say, before the slot latched a
-    round that waits for the gone member); the worker then names the slot's open round, so
-    each slot sends it one per round closed (seed 1011063 with --hosts drawn: a JOIN met
-    the last async round's result 1.3 s before a sync round that waits for a finished
-    member). So does a STALE reply to its flight's latest transmission for the packet's
+    above. A STALE reply to its flight's latest transmission restarts the packet's
     deadline: the flight is sent again at the open round it names, after one RTO's grace,
     and waits there afresh; then it names the open round, so a slot answers one per round
-    moved (seed 1011479: a re-install's async rounds moved a slot on while the flight's
-    probe waited, and the round it was sent again to latched sync with members finished)."""
+    moved (seeds 1011479 and 1011063 with --hosts drawn: a re-install's async rounds, or a
+    swap's, moved a slot on while the flight waited, and the round it was sent again to
+    latched sync with members finished)."""
     mask = sum(1 << w for w in gone)
     heard = [t for t, bitmap in wk.results_heard if cause < t <= c.end and bitmap & mask]
-    heard += [t for t in wk.mismatches_heard + wk.resends_heard + wk.stales_heard
-              if cause < t <= c.end]
+    heard += [t for t in wk.mismatches_heard + wk.stales_heard if cause < t <= c.end]
     return max(c.start, cause, *heard)
 
 

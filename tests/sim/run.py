@@ -146,9 +146,6 @@ class Worker:
     # when it heard each CHUNK_MISMATCH that answered a contribution of its (not a JOIN): the
     # open round of another chunk, which it joins; each restarts the engine's dead timer too
     mismatches_heard: list[float] = field(default_factory=list)
-    # when it heard each RESEND (the stored result of the round its contribution named, which
-    # had closed): it restarts the dead timer as any RESULT does
-    resends_heard: list[float] = field(default_factory=list)
     # when it heard each STALE reply that answered its flight's latest transmission (not a
     # JOIN): the flight is sent again at the open round after one RTO's grace (sync), which
     # starts that packet's deadline afresh
@@ -603,8 +600,6 @@ class Sim:
         if data[_OFF_OP] != wire.Op.RESULT:
             return
         wk.results_heard.append((self.now, _bitmap(data)))
-        if data[_OFF_FLAGS] & wire.Flag.RESEND:
-            wk.resends_heard.append(self.now)
         key = (tag[0], slot, rnd)
         if flight is not None and (_bitmap(data) >> wk.w) & 1 and \
                 data[_OFF_CHUNK:_OFF_CHUNK + 4] == flight[_OFF_CHUNK:_OFF_CHUNK + 4]:
