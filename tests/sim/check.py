@@ -76,10 +76,13 @@ RULES = {
                         "latched sync or partial with a quorum that counts a dead member "
                         "and cannot close with the live members",
     "limit_out_of_step": "(a limit, not a guarantee) a worker's chunks of a key reach no "
-                         "round after the faults stop, each answered CHUNK_MISMATCH by a "
-                         "partial slot (the open round of a chunk of another key) in every "
-                         "call of the key judged: the members' calls stay out of step on "
-                         "the slot, and partial carries a displaced chunk, never chases it",
+                         "round after the faults stop, each, in every call of the key "
+                         "judged, answered CHUNK_MISMATCH by a partial slot (the open round "
+                         "of a chunk of another key, or of this key's that the round's "
+                         "members went on to after such a displacement of their own) or "
+                         "carried behind the call's own earlier packet holding the slot: "
+                         "the members' calls stay out of step on the slot, and partial "
+                         "carries a displaced chunk, never chases it",
     "unknown_fate": "a chunk's books of a worker that died, aborted a call or outlived a "
                     "switch state are off by no more than its contributions the switch "
                     "counted and never acknowledged to it",
@@ -229,11 +232,8 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         if latched and len(latched) == len(starved):
             rec.excused["limit_dead_latch"] = rec.excused.get("limit_dead_latch", 0) + 1
             continue
-        # (a round of a chunk of another key: members in calls of different keys; within
-        # one key, members' orders realign on the results they hear, §9 bounded staleness)
         keyed = range(first, first + -(-n // wire.LANES))
-        if starved and all(any(call.start <= t <= call.end and d == x and o not in keyed
-                                   for t, d, o in wk.displaced)
+        if starved and all(_out_of_step(rec, sim, wk, call, x, keyed)
                            for call in calls for x in starved):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
@@ -242,6 +242,37 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
                        f"no round in its {len(calls)} calls after {settle:.3f} s (their "
                        "gradient piles up in its residual)")
     return out
+
+
+def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> bool:
+    """Did `call` meet the members out of step on the slot of `chunk`, a chunk of the key
+    (`keyed`) it carried (docs/protocol.md §10, limit "Members out of step on a partial
+    slot")? Its contribution of `chunk` was answered CHUNK_MISMATCH by a partial slot whose
+    open round was of a chunk of another key (members in calls of different keys), or of a
+    chunk of this key that every member in that round sent after a round of another key
+    had displaced their own `chunk` earlier in the calls they were in (seed 1005345 with
+    --hosts drawn); or the call started with the slot held by a packet of its of another
+    chunk, which a round of an earlier call still held (the others had not come to it), so
+    the call carried its chunks there. Within one key, members' orders otherwise realign
+    on the results they hear (§9 bounded staleness)."""
+    for t, d, o, bitmap in wk.displaced:
+        if not call.start <= t <= call.end or d != chunk:
+            continue
+        if o not in keyed:
+            return True
+        members = [x for x in sim.workers if x is not wk and (bitmap >> x.w) & 1]
+        if members and all(_displaced_before(x, chunk, keyed, t) for x in members):
+            return True
+    slot = rec.plan.slot_base + chunk % rec.plan.slots
+    return any(s == slot and c != chunk for s, c in call.held)
+
+
+def _displaced_before(wk, chunk: int, keyed: range, t: float) -> bool:
+    """Was the worker's `chunk` displaced by a round of another key's chunk in its call under
+    way at `t`, before `t`?"""
+    under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
+    return any(under_way[-1].start <= u <= t and d == chunk and o not in keyed
+               for u, d, o, _bitmap in wk.displaced) if under_way else False
 
 
 def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:

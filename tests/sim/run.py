@@ -114,6 +114,9 @@ class Call:
     status: str = ""
     # absolute slots of the packets it still had in flight when it failed 'unreachable'
     waiting: frozenset[int] = frozenset()
+    # (absolute slot, chunk) of the packets it had in flight when it started (an earlier
+    # call's, parked in a round, say)
+    held: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass
@@ -150,10 +153,10 @@ class Worker:
     # JOIN): the flight is sent again at the open round after one RTO's grace (sync), which
     # starts that packet's deadline afresh
     stales_heard: list[float] = field(default_factory=list)
-    # (when, chunk, open round's chunk) of each contribution of its a partial slot answered
-    # CHUNK_MISMATCH: the call carries its chunk (partial never chases it) and joins the
-    # round of the other
-    displaced: list[tuple[float, int, int]] = field(default_factory=list)
+    # (when, chunk, open round's chunk, the open round's bitmap) of each contribution of its
+    # a partial slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases
+    # it) and joins the round of the other
+    displaced: list[tuple[float, int, int, int]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -395,6 +398,9 @@ class Sim:
         for d in wk.inbox:  # allreduce drains the socket first
             self._hand(wk, *d)
         wk.inbox.clear()
+        wk.calls[-1].held = frozenset(
+            (self.plan.slot_base + i, struct.unpack_from("!I", d, _OFF_CHUNK)[0])
+            for i, d, _a in e.flights())
         e.begin_call(wk.keys[k], wk.values)
         self._note_absorbed(wk)
         wk.in_call = True
@@ -554,7 +560,8 @@ class Sim:
                         data[_OFF_MODE] == wire.Mode.PARTIAL:
                     wk.displaced.append((self.now, struct.unpack_from("!I", flight,
                                                                       _OFF_CHUNK)[0],
-                                         struct.unpack_from("!I", data, _OFF_CHUNK)[0]))
+                                         struct.unpack_from("!I", data, _OFF_CHUNK)[0],
+                                         _bitmap(data)))
             if data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in (
                     wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED):
                 flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])

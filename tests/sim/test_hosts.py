@@ -100,9 +100,11 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # 1007444: a bare restart in a member's pause: its dead timer starts when the pause ends.
 # 1011479, 1011063: a STALE reply sends a flight again to a round that waits for finished
 # members: its packet deadline starts afresh (rule end_behind).
+# 1005345: the same limit as two groups of five members: chunk 6 displaced by a round of
+# another key, or of its own key's chunk the other group went on to, or its slot held.
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
-OUT_OF_STEP = (1002377,)
+OUT_OF_STEP = (1002377, 1005345)
 ANSWERS_LOST = (1006182,)
 PAUSED_AT_THE_CAUSE = (1007444,)
 STALE_HEARD = (1011479, 1011063)
@@ -207,6 +209,24 @@ def test_a_stale_reply_heard_restarts_the_bound_of_a_gone_member() -> None:
         for wk in sim.workers:
             wk.stales_heard.clear()
         assert any(v.startswith("failure: " + failed) for v in check(rec, sim)), seed
+
+
+def test_two_groups_out_of_step_on_a_partial_slot_are_the_limit(monkeypatch) -> None:
+    """Seed 1005345: five members left of eight, partial with a quorum of all five behind a
+    0.93 s switch, run as two groups half a call apart. Key 0's chunk 6 meets the other
+    group's round of key 2's chunk, or of key 0's chunk 12 that group went on to once its
+    own chunk 6 was displaced so, or finds its slot held by the member's own packet of an
+    earlier call: the limit, counted. Read as the first form alone (no chain, no held
+    slot), it is starvation again."""
+    from . import check as checker
+    plan = draw(OUT_OF_STEP[1], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
+    rec, sim = simulate(plan, "native")
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    monkeypatch.setattr(checker, "_displaced_before", lambda wk, chunk, keyed, t: False)
+    for wk in sim.workers:
+        for call in wk.calls:
+            call.held = frozenset()
+    assert any(v.startswith("starvation") for v in check(rec, sim))
 
 
 def test_bare_spans_end_at_the_next_install() -> None:
