@@ -169,7 +169,7 @@ int known_key(Engine& e, const std::string& name) {
 }
 
 // The call's counters; its results' headers are handed over without a copy (the engine starts
-// a new list), and the flights it applied as their own results (a copy; the list starts anew).
+// a new list).
 nb::dict stats_of(Engine& e) {
   auto& s = e.stats();
   nb::dict d;
@@ -199,8 +199,6 @@ nb::dict stats_of(Engine& e) {
   nb::capsule owner(results, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
   d["results"] = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(results->data(), {results->size()},
                                                                owner);
-  d["own"] = nb::bytes(reinterpret_cast<const char*>(s.own.data()), s.own.size());
-  s.own.clear();
   return d;
 }
 
@@ -313,6 +311,15 @@ void bind(nb::module_& m) {
              return out;
            })
       .def("stats", &stats_of)
+      .def("take_own",
+           [](Engine& e) {
+             auto& own = e.stats().own;
+             nb::bytes out(reinterpret_cast<const char*>(own.data()), own.size());
+             own.clear();
+             return out;
+           },
+           "the datagrams of the flights applied as their own async rounds' results since the "
+           "last look (an ACK's, a STALE_COUNTED's), PACKET_BYTES each")
       .def("absorbed", [](Engine& e) { return e.stats().absorbed; },
            "chunk * 64 + lane of every sentinel absorbed since the stats were reset (a copy)")
       .def("reset_stats", &Engine::reset_stats)

@@ -451,7 +451,7 @@ class Sim:
         them, in the state the switch holds now, which a member has then applied."""
         raw = stats["results"]
         wk.results += [(state, bytes(raw[i:i + H])) for i in range(0, len(raw), H)]
-        own = stats["own"]
+        own = wk.engine.take_own()
         for i in range(0, len(own), wire.PACKET_BYTES):
             flight = own[i:i + wire.PACKET_BYTES]
             self._applied_lanes(wk, flight)
