@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hysync.topologies.report import ConfigSummary, outcome, time_split_rows
+from hysync.topologies.report import ConfigSummary, level_rows, outcome, time_split_rows
 
 
 def summary(config: str, time_to_target: float | None, wait_ms: float | None = 10.0,
@@ -39,3 +39,18 @@ def test_time_split_names_what_dominates_and_leaves_gloo_waiting_blank():
                                     compute_ms=99.0)])
     assert rows == [["gloo", "33.3", "-", "33.0", "compute"],
                     ["hysync-sync", "99.0", "651.0", "232.0", "waiting for the switch"]]
+
+
+def test_level_rows_show_each_level_of_a_run_across_switches():
+    def swap(level: str, mode: str, quorum: int, t: float) -> dict:
+        return {"action": "set_mode", "level": level, "mode": mode, "quorum": quorum, "t": t}
+
+    events = {"gloo": [], "hysync-adaptive": [
+        swap("leaf:leaf-2", "partial", 2, 1.0), swap("spine", "partial", 1, 1.2),
+        swap("leaf:leaf-2", "sync", 0, 3.0),
+        {"action": "exclude", "level": "", "mode": "", "quorum": 0, "t": 9.0}]}
+    assert level_rows(events) == [
+        ["hysync-adaptive", "leaf:leaf-2", "2", "1.0 s", "sync"],
+        ["hysync-adaptive", "spine", "1", "1.2 s", "partial(1)"]]
+    # one switch: no level, no rows (the one-switch report is unchanged)
+    assert level_rows({"hysync-adaptive": [swap("", "partial", 3, 1.0)]}) == []
