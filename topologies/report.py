@@ -104,17 +104,17 @@ def time_split_rows(summaries: list[ConfigSummary]) -> list[list[str]]:
 
 
 def level_rows(events: dict[str, list[dict]]) -> list[list[str]]:
-    """Across switches, per configuration and level: the mode changes made there, when it
-    first went partial (seconds into the run) and its mode at the end."""
+    """Across switches, per configuration and level: the mode changes made there, at which
+    step of worker 0 it first went partial, and its mode at the end."""
     rows = []
     for config, made in events.items():
         swaps = [e for e in made if e["action"] == "set_mode" and e.get("level")]
         for level in dict.fromkeys(e["level"] for e in swaps):
             here = [e for e in swaps if e["level"] == level]
-            partial = next((e["t"] for e in here if e["mode"] == "partial"), None)
+            partial = next((e["at_step"] for e in here if e["mode"] == "partial"), None)
             last = here[-1]
             rows.append([config, level, str(len(here)),
-                         "never" if partial is None else f"{partial:.1f} s",
+                         "never" if partial is None else f"step {partial}",
                          last["mode"] + (f"({last['quorum']})" if last["mode"] == "partial"
                                          else "")])
     return rows

@@ -42,15 +42,16 @@ def test_time_split_names_what_dominates_and_leaves_gloo_waiting_blank():
 
 
 def test_level_rows_show_each_level_of_a_run_across_switches():
-    def swap(level: str, mode: str, quorum: int, t: float) -> dict:
-        return {"action": "set_mode", "level": level, "mode": mode, "quorum": quorum, "t": t}
+    def swap(level: str, mode: str, quorum: int, step: int) -> dict:
+        return {"action": "set_mode", "level": level, "mode": mode, "quorum": quorum,
+                "at_step": step}
 
     events = {"gloo": [], "hysync-adaptive": [
-        swap("leaf:leaf-2", "partial", 2, 1.0), swap("spine", "partial", 1, 1.2),
-        swap("leaf:leaf-2", "sync", 0, 3.0),
-        {"action": "exclude", "level": "", "mode": "", "quorum": 0, "t": 9.0}]}
+        swap("leaf:leaf-2", "partial", 2, 10), swap("spine", "partial", 1, 12),
+        swap("leaf:leaf-2", "sync", 0, 30),
+        {"action": "exclude", "level": "", "mode": "", "quorum": 0, "at_step": 90}]}
     assert level_rows(events) == [
-        ["hysync-adaptive", "leaf:leaf-2", "2", "1.0 s", "sync"],
-        ["hysync-adaptive", "spine", "1", "1.2 s", "partial(1)"]]
+        ["hysync-adaptive", "leaf:leaf-2", "2", "step 10", "sync"],
+        ["hysync-adaptive", "spine", "1", "step 12", "partial(1)"]]
     # one switch: no level, no rows (the one-switch report is unchanged)
-    assert level_rows({"hysync-adaptive": [swap("", "partial", 3, 1.0)]}) == []
+    assert level_rows({"hysync-adaptive": [swap("", "partial", 3, 10)]}) == []
