@@ -48,10 +48,11 @@ def test_level_rows_show_each_level_of_a_run_across_switches():
 
     events = {"gloo": [], "hysync-adaptive": [
         swap("leaf:leaf-2", "partial", 2, 10), swap("spine", "partial", 1, 12),
-        swap("leaf:leaf-2", "sync", 0, 30),
+        swap("leaf:leaf-2", "sync", 0, 30), swap("", "sync", 0, 40),
         {"action": "exclude", "level": "", "mode": "", "quorum": 0, "at_step": 90}]}
     assert level_rows(events) == [
         ["hysync-adaptive", "leaf:leaf-2", "2", "step 10", "sync"],
-        ["hysync-adaptive", "spine", "1", "step 12", "partial(1)"]]
+        ["hysync-adaptive", "spine", "1", "step 12", "partial(1)"],
+        ["hysync-adaptive", "every level", "1", "never", "sync"]]
     # one switch: no level, no rows (the one-switch report is unchanged)
     assert level_rows({"hysync-adaptive": [swap("", "partial", 3, 10)]}) == []
