@@ -68,11 +68,11 @@ class FabricJobs:
         return {w for w in range(len(self.leaves))
                 if self.ids[w] in self._leaf(w).job(job_id).active}
 
-    def exclude(self, job_id: int, worker: int) -> str:
+    def exclude(self, job_id: int, worker: int) -> str | None:
         leaf = self._leaf(worker)
         active = leaf.job(job_id).active
         if self.ids[worker] not in active:
-            return ""
+            return None
         if len(active) > 1:
             leaf.exclude(job_id, self.ids[worker])
             return f"leaf {self.leaves[worker]}"
@@ -80,7 +80,7 @@ class FabricJobs:
         spine = self.fabric.controller(self.fabric.fabric.spine)
         at_spine = spine.job(job_id).active
         if uplink not in at_spine or len(at_spine) == 1:
-            return ""  # the job's last active member: nobody left to hold up
+            return None  # the job's last active member: nobody left to hold up
         spine.exclude(job_id, uplink)
         return f"the spine (its leaf {self.leaves[worker]} was done)"
 

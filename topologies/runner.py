@@ -90,7 +90,9 @@ class JobControl(Protocol):
     def set_mode(self, job_id: int, *, slots: tuple[int, int], mode: Mode,
                  quorum: int | None, level: str = "") -> None: ...
     def active(self, job_id: int) -> set[int]: ...
-    def exclude(self, job_id: int, worker: int) -> str: ...  # where, or "" if it must stay
+    # Where it was excluded ("": its one switch), None where it stays (its job's last
+    # active member, or already out).
+    def exclude(self, job_id: int, worker: int) -> str | None: ...
     def readmit(self, job_id: int, worker: int) -> None: ...
     def policy(self, job_id: int, log_path: Path) -> Policies: ...
 
@@ -261,12 +263,12 @@ class SwitchJobs:
     def active(self, job_id: int) -> set[int]:
         return set(self.controller.job(job_id).active)
 
-    def exclude(self, job_id: int, worker: int) -> str:
+    def exclude(self, job_id: int, worker: int) -> str | None:
         active = self.controller.job(job_id).active
         if worker not in active or len(active) == 1:
-            return ""
+            return None
         self.controller.exclude(job_id, worker)
-        return "the switch"
+        return ""
 
     def readmit(self, job_id: int, worker: int) -> None:
         self.controller.readmit(job_id, worker)
@@ -459,9 +461,9 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
         job_ids = [JOB_ID] if completed else [JOB_ID, AVG_JOB_ID]
         for job_id in job_ids:
             where = control.exclude(job_id, worker)
-            if where:
-                say(f"controller: worker {worker} {why}; excluded it from job {job_id} "
-                    f"at {where}")
+            if where is not None:
+                say(f"controller: worker {worker} {why}; excluded it from job {job_id}"
+                    + (f" at {where}" if where else ""))
         if not completed:
             record("exclude", "", 0, worker, f"worker {why} before finishing")
 
