@@ -59,8 +59,8 @@ from hysync.topologies.mininet_harness import (
 from hysync.topologies.runner import P4INFO, REPO
 from hysync.topologies.scenario import Scenario
 
-# Slots in flight per worker: three softswitches and every worker share the machine's
-# cores, so the Mininet softswitch run's window.
+# The training job's slots, as on the Mininet softswitch run: more than the 57 chunks of
+# the MLP's step, few enough for three softswitch processes sharing the workers' cores.
 WINDOW = 256
 SWITCH_START_S = 60.0  # a generous deadline for a softswitch to listen on a busy machine
 
