@@ -1,0 +1,197 @@
+"""`hysync serve` across a spine and two leaves (controlplane/serve/fabric_server.py), over
+real P4Runtime on three softswitch processes, each with its UDP data plane on its own
+loopback address: four ranks admitted for real (`hysync.torch.admit`, two hosts behind each
+leaf) get their leaf's address and worker id there, all-reduce through both levels, leave
+through the serve (at their leaf, and the rack at the spine once its last host is done), a
+mode set names a level, and the switches hold nothing once the job is released. A leaf that
+refuses its part leaves no entry on any switch; bad requests get one line."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from hysync import p4names
+from hysync.controlplane.cli.main import main
+from hysync.controlplane.p4rt.entities import insert
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.serve.fabric_server import FabricServer
+from hysync.controlplane.serve.server import SERVE
+from hysync.controlplane.tables import forwarding, roles
+from hysync.controlplane.testbed.inventory import Inventory
+from hysync.torch import Admitted, admit
+from tests.softswitch.switch_process import softswitch_fabric
+
+from .conftest import ANY_PORT, fabric_inventory, published, toml_text
+from .test_hosts import QUANTIZATION, together
+
+LEAVES, HOSTS = 2, 2
+WORLD = LEAVES * HOSTS
+WAIT = 60.0  # seconds: a generous deadline for a round on a busy machine
+JOB_TABLES = [p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS, p4names.SYNC_MODE_MODES,
+              p4names.REPLICATION_REWRITE, roles.ROLES_TABLE]
+
+
+@dataclass
+class Served:
+    inv: Inventory
+    grpc: dict[str, str]  # switch name -> P4Runtime address
+    data: dict[str, str]  # switch name -> data address
+    server: FabricServer
+    events: list[str]
+
+    def tables(self, name: str) -> dict[str, list]:
+        with Switch(self.grpc[name], arbitrate=False) as switch:
+            return switch.read_tables(JOB_TABLES + [p4names.FORWARDING_L2])
+
+    def job_entries(self, name: str) -> int:
+        tables = self.tables(name)
+        return sum(len(tables[t]) for t in JOB_TABLES)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with softswitch_fabric(tmp_path, leaves=LEAVES, hosts=HOSTS, engine="native") as fabric:
+        data = fabric_inventory(tuple(fabric.grpc.values()), net=fabric.net, hosts=HOSTS)
+        data["serve"] = {"listen": ANY_PORT}
+        fabric.inventory.write_text(toml_text(data))
+        events: list[str] = []
+        server = published(FabricServer(Inventory.load(fabric.inventory), policy=None,
+                                        say=events.append).start())
+        try:
+            yield Served(Inventory.load(fabric.inventory), fabric.grpc, fabric.data, server,
+                         events)
+        finally:
+            server.close()
+
+
+def hysync(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def host_of(rank: int) -> str:
+    return f"h{rank // HOSTS}-{rank % HOSTS}"  # ranks 0, 1 behind leaf-0; 2, 3 behind leaf-1
+
+
+def mean_of(admitted: dict[int, Admitted], ranks: list[int]) -> dict[int, float]:
+    """One all-reduce of `ranks` (rank r gives r + 1 everywhere): each rank's mean."""
+    def call(rank: int) -> float:
+        worker = admitted[rank].training
+        assert worker is not None
+        return float(worker.allreduce(torch.full((64,), float(rank + 1))).mean())
+    return together(ranks, call, deadline=WAIT)
+
+
+def test_four_ranks_admitted_across_two_leaves_reduce_leave_and_leave_nothing_behind(
+        served: Served) -> None:
+    store = dist.HashStore()
+    admitted = together(list(range(WORLD)), lambda rank: admit(
+        store, rank, WORLD, served.inv.path, host=host_of(rank), timeout=WAIT))
+    try:
+        job = admitted[0].job
+        job_id, lo = job["job_id"], job["slot_base"]
+        for rank, a in admitted.items():  # each rank sends to its leaf, as its worker id there
+            assert a.training is not None
+            c = a.training.config
+            leaf = f"leaf-{rank // HOSTS}"
+            assert (c.switch_host, c.worker_id, c.behind_leaf, c.members) == (
+                served.data[leaf], rank % HOSTS, True, WORLD), (rank, c)
+        # one slot range and one install epoch on every switch; the spine admits the leaves
+        spine = served.tables("spine")
+        assert sorted(e.match["worker_id"] for e in spine[p4names.ADMISSION_MEMBERS]) == [0, 1]
+        epochs = {spine[p4names.ADMISSION_JOBS][0].params["epoch"]}
+        for i in range(LEAVES):
+            leaf = served.tables(f"leaf-{i}")
+            assert sorted(e.match["worker_id"] for e in leaf[p4names.ADMISSION_MEMBERS]) == \
+                list(range(HOSTS))
+            epochs.add(leaf[p4names.ADMISSION_JOBS][0].params["epoch"])
+        assert len(epochs) == 1
+        assert served.events[0].startswith(f"admitted job {job_id} 'torchrun': 4 members, "
+                                           f"slots {lo}-{lo + 31}"), served.events
+
+        # the mean of 1, 2, 3, 4 through both leaves and the spine
+        assert mean_of(admitted, list(range(WORLD))) == pytest.approx(
+            dict.fromkeys(range(WORLD), 2.5), abs=QUANTIZATION)
+
+        def leave(rank: int) -> str:
+            assert admitted[rank].serve is not None
+            return admitted[rank].serve.request({"op": "leave", "job": job_id, "worker": rank,
+                                                 "key": job["key"]})["excluded_at"]
+        assert leave(0) == "leaf-0"
+        assert leave(1) == "spine (its leaf leaf-0 was done)"  # rack 0 is gone
+        spine = served.tables("spine")
+        assert [e.match["worker_id"] for e in spine[p4names.ADMISSION_MEMBERS]] == [1]
+        # rack 1 alone: the spine's rounds no longer wait for leaf-0
+        assert mean_of(admitted, [2, 3]) == pytest.approx({2: 3.5, 3: 3.5}, abs=QUANTIZATION)
+
+        # a mode set that names a level goes through the serve: the spine alone is partial
+        code, out, err = hysync("--serve", served.server.address, "mode", "set", str(job_id),
+                                "--slots", f"{lo}-{lo + 31}", "partial", "--quorum", "1",
+                                "--level", "spine")
+        assert (code, err) == (0, ""), err
+        assert "spine" in out, out
+        modes = {name: {e.params.get("mode") for e in served.tables(name)[
+            p4names.SYNC_MODE_MODES]} for name in served.grpc}
+        assert modes["leaf-0"] == modes["leaf-1"] != modes["spine"], modes
+        code, out, err = hysync("--serve", served.server.address, "mode", "set", str(job_id),
+                                "--slots", f"{lo}-{lo + 31}", "partial", "--level", "rack")
+        assert code == 1 and err.count("\n") == 1 and "--level 'rack'" in err, err
+
+        assert admitted[0].serve is not None
+        admitted[0].serve.request({"op": "release"})  # rank 0 holds the job's lease
+        for name in served.grpc:
+            assert served.job_entries(name) == 0, (name, served.tables(name))
+    finally:
+        for a in admitted.values():
+            if a.training is not None:
+                a.training.close()
+            if a.serve is not None:
+                a.serve.close()
+
+
+def test_a_leaf_that_refuses_its_part_leaves_nothing_on_any_switch(served: Served) -> None:
+    # leaf-1 already forwards host h1-0's MAC to another port: it refuses the job. The
+    # serve holds leaf-1, so the entry is written through the serve's own session.
+    served.server.fabric.controllers["leaf-1"].switch.write(
+        [insert(forwarding.l2_entry("02:00:00:00:11:01", 7))])
+    members = [{"worker": r, "host": host_of(r), "udp_port": 42000 + r} for r in range(WORLD)]
+    with ServeClient(served.server.address) as client:
+        with pytest.raises(ServeError) as refused:
+            client.request({"op": "admit", "members": members})
+        message = str(refused.value)
+        assert "\n" not in message and "switch leaf-1" in message, message
+        assert "MAC 02:00:00:00:11:01 is on port 7" in message, message
+        for name in served.grpc:
+            assert served.job_entries(name) == 0, name
+        # bad input, one line each, nothing written
+        for request, said in (
+                ({"op": "admit", "members": [{"worker": 0, "host": "h9", "udp_port": 1}]},
+                 "no host 'h9'"),
+                ({"op": "admit", "members": members[:2], "policy": "adaptive"},
+                 "runs no straggler policy"),
+                ({"op": "admit", "members": [dict(members[0], avg_udp_port=42100)]},
+                 "averaging is not offered across switches"),
+                ({"op": "leave", "job": 9, "worker": 0}, "job 9 is not")):
+            with pytest.raises(ServeError, match=said) as err:
+                client.request(request)
+            assert "\n" not in str(err.value)
+        for name in served.grpc:
+            assert served.job_entries(name) == 0, name
+    status = served.server.handle(SERVE, {"op": "status"})
+    assert status["jobs"] == [] and set(status["switches"]) == {"spine", "leaf-0", "leaf-1"}
+
+
+def test_a_second_serve_of_the_fabric_is_refused_in_one_line(served: Served) -> None:
+    with pytest.raises(ServeError) as refused:
+        FabricServer(served.inv, policy=None)
+    message = str(refused.value)
+    assert "\n" not in message and "one switch has one `hysync serve`" in message, message
