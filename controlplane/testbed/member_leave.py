@@ -19,8 +19,9 @@ steps through the sessions it holds.
 
 The members of a job finish close together and the operator's `hysync` commands take
 the same sessions: a switch that another live session holds is asked again until `wait`
-seconds have passed. A switch that remembers a higher election id (a `hysync serve` ran
-on it) is refused at once: the serve's jobs leave through the serve.
+seconds have passed. A switch that a `hysync serve` or `hysync deploy` held is left under
+the inventory's election id where nobody holds it now (controlplane/testbed/election.py);
+while a serve holds it the leave is refused: the serve's jobs leave through the serve.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import ElectionId, Switch
+from hysync.controlplane.testbed.election import open_session
 from hysync.controlplane.testbed.inventory import Inventory, SwitchInfo
 from hysync.controlplane.testbed.job_member import JobMember
 
@@ -119,8 +121,7 @@ def _primary(info: SwitchInfo, election_id: ElectionId, timeout: float,
     session holds it."""
     while True:
         try:
-            return Switch(info.grpc_addr, device_id=info.device_id, election_id=election_id,
-                          timeout=timeout, tls=info.tls)
+            return open_session(info, election_id, timeout=timeout)
         except NotPrimaryError as err:
             if err.live is False or time.monotonic() >= deadline:
                 raise LeaveError(f"cannot leave through the switch at {info.grpc_addr}: {err}; "

@@ -195,3 +195,38 @@ def test_a_second_serve_of_the_fabric_is_refused_in_one_line(served: Served) -> 
         FabricServer(served.inv, policy=None)
     message = str(refused.value)
     assert "\n" not in message and "one switch has one `hysync serve`" in message, message
+
+
+def test_deploy_and_teardown_prepare_and_clear_every_switch(tmp_path: Path) -> None:
+    with softswitch_fabric(tmp_path, leaves=LEAVES, hosts=HOSTS, engine="native") as fabric:
+        inventory = str(fabric.inventory)
+        code, out, err = hysync("deploy", inventory)
+        assert (code, err) == (0, ""), err
+        assert out.splitlines()[-1] == "deployed two-level on 3 switches: 6 writes", out
+        inv = Inventory.load(inventory)
+        for i in range(LEAVES):  # each leaf forwards to its own hosts; the spine has none
+            with Switch(fabric.grpc[f"leaf-{i}"], arbitrate=False) as switch:
+                l2 = switch.read_tables([p4names.FORWARDING_L2])[p4names.FORWARDING_L2]
+            assert dict(map(forwarding.l2_of, l2)) == {
+                h.mac: h.switch_port for h in inv.hosts_behind(f"leaf-{i}")}
+        code, out, err = hysync("deploy", inventory)
+        assert (code, out.split(":")[0]) == (0, "nothing to do"), (out, err)
+
+        members = [{"leaf": f"leaf-{i}", "worker": h, "ipv4": f"{fabric.net}.10",
+                    "mac": f"02:00:00:00:1{i}:{h + 1:02x}", "udp_port": 43000 + 10 * i + h,
+                    "switch_port": h + 1} for i in range(LEAVES) for h in range(HOSTS)]
+        job_file = tmp_path / "job.toml"
+        job_file.write_text(toml_text({"job_id": 7, "slots": {"base": 0, "count": 8},
+                                       "members": members}))
+        code, out, err = hysync("--inventory", inventory, "job", "add", str(job_file))
+        assert (code, err) == (0, ""), err
+
+        code, out, err = hysync("teardown", "--dry-run", inventory)
+        assert code == 0 and "would remove job 7" in out, (out, err)
+        code, out, err = hysync("teardown", inventory)
+        assert (code, err) == (0, ""), err
+        assert "job 7 removed" in out, out
+        for name, addr in fabric.grpc.items():
+            with Switch(addr, arbitrate=False) as switch:
+                tables = switch.read_tables(JOB_TABLES + [p4names.FORWARDING_L2])
+            assert all(rows == [] for rows in tables.values()), (name, tables)
