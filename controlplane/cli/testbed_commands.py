@@ -183,6 +183,8 @@ def _serve(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     metrics = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
+    if inv.fabric is not None and args.policy != "none":
+        metrics += "; no straggler policy across switches (set each level's mode by hand)"
     switches = ({sw.name: sw.switch.grpc_addr for sw in inv.fabric.switches} if inv.fabric
                 else {"switch": inv.switch.grpc_addr})
     where = ", ".join(f"{name} {addr}" for name, addr in switches.items())

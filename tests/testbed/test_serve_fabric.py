@@ -9,6 +9,7 @@ refuses its part leaves no entry on any switch; bad requests get one line."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,11 +66,11 @@ def served(tmp_path: Path) -> Iterator[Served]:
         events: list[str] = []
         server = published(FabricServer(Inventory.load(fabric.inventory), policy=None,
                                         say=events.append).start())
+        bed = Served(Inventory.load(fabric.inventory), fabric.grpc, fabric.data, server, events)
         try:
-            yield Served(Inventory.load(fabric.inventory), fabric.grpc, fabric.data, server,
-                         events)
+            yield bed
         finally:
-            server.close()
+            bed.server.close()  # the one running now (a test may have restarted it)
 
 
 def hysync(*argv: str) -> tuple[int, str, str]:
@@ -121,6 +122,17 @@ def test_four_ranks_admitted_across_two_leaves_reduce_leave_and_leave_nothing_be
         # the mean of 1, 2, 3, 4 through both leaves and the spine
         assert mean_of(admitted, list(range(WORLD))) == pytest.approx(
             dict.fromkeys(range(WORLD), 2.5), abs=QUANTIZATION)
+
+        # an exclusion names the admit's member (rank 3: leaf-1's worker 1), made at its leaf
+        code, out, err = hysync("--serve", served.server.address, "member", "exclude",
+                                str(job_id), "3")
+        assert (code, err) == (0, ""), err
+        leaf1 = served.tables("leaf-1")[p4names.ADMISSION_MEMBERS]
+        assert [e.match["worker_id"] for e in leaf1] == [0], leaf1
+        code, out, err = hysync("--serve", served.server.address, "member", "readmit",
+                                str(job_id), "3")
+        assert (code, err) == (0, ""), err
+        assert len(served.tables("leaf-1")[p4names.ADMISSION_MEMBERS]) == 2
 
         def leave(rank: int) -> str:
             assert admitted[rank].serve is not None
@@ -188,6 +200,34 @@ def test_a_leaf_that_refuses_its_part_leaves_nothing_on_any_switch(served: Serve
             assert served.job_entries(name) == 0, name
     status = served.server.handle(SERVE, {"op": "status"})
     assert status["jobs"] == [] and set(status["switches"]) == {"spine", "leaf-0", "leaf-1"}
+
+
+def test_the_operator_adds_a_job_file_through_the_serve_and_a_restart_adopts_it(
+        served: Served) -> None:
+    members = [{"leaf": f"leaf-{i}", "worker": h, "ipv4": served.data["spine"].rsplit(".", 1)[0]
+                + ".10", "mac": f"02:00:00:00:1{i}:{h + 1:02x}", "udp_port": 44000 + 10 * i + h,
+                "switch_port": h + 1} for i in range(LEAVES) for h in range(HOSTS)]
+    job = {"job_id": 9, "slots": {"base": 100, "count": 8}, "members": members}
+    reply = served.server.handle(SERVE, {"op": "job_add", "job": job})
+    assert [s["name"] for s in reply["switches"]] == ["spine", "leaf-0", "leaf-1"], reply
+    assert all(served.job_entries(name) > 0 for name in served.grpc)
+    # a job file's members are named by leaf: the serve leaves their exclusion to the
+    # `hysync --inventory` commands (once it is stopped) and says so
+    with pytest.raises(ServeError, match="added from a job file"):
+        served.server.handle(SERVE, {"op": "exclude", "job": 9, "worker": 0})
+
+    # a restarted serve finds the job on the spine, keeps it for a claim, then removes it
+    # from every switch
+    served.server.close()
+    events: list[str] = []
+    served.server = FabricServer(served.inv, policy=None, claim_grace=0.5,
+                                 policy_interval=0.1, say=events.append).start()
+    assert events[0].startswith("adopted jobs 9 from the switch"), events
+    deadline = time.monotonic() + WAIT
+    while any(served.job_entries(name) for name in served.grpc):
+        assert time.monotonic() < deadline, events
+        time.sleep(0.1)
+    assert any(e.startswith("job 9 removed: nobody claimed it") for e in events), events
 
 
 def test_a_second_serve_of_the_fabric_is_refused_in_one_line(served: Served) -> None:
