@@ -3,7 +3,9 @@
 It holds the P4Runtime primary role under the inventory's election id for as long as
 it runs, so a second `serve` against the same switch is refused by the switch itself
 (two streams may not share an election id). It listens on `serve.listen` (TCP or a
-Unix socket) for one JSON request per line (controlplane/serve/client.py):
+Unix socket) for one JSON request per line (controlplane/serve/client.py). An inventory
+of leaves and a spine is served by controlplane/serve/fabric_server.py, which holds every
+switch of it and places each job across them; the requests are the same:
 
 * `admit`: a training script's job (and its model-averaging job); members are
   inventory hosts, each with the job's ranks it speaks for (a host of several ranks is

@@ -9,8 +9,12 @@ refuses its part leaves no entry on any switch; bad requests get one line."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,15 +31,28 @@ from hysync.controlplane.serve.fabric_server import FabricServer
 from hysync.controlplane.serve.server import SERVE
 from hysync.controlplane.tables import forwarding, roles
 from hysync.controlplane.testbed.inventory import Inventory
+from hysync.topologies.rendezvous import torchrun_rendezvous
 from hysync.torch import Admitted, admit
 from tests.softswitch.switch_process import softswitch_fabric
 
-from .conftest import ANY_PORT, fabric_inventory, published, toml_text
+from .conftest import (
+    ANY_PORT,
+    ROOT,
+    fabric_inventory,
+    kill_tree,
+    published,
+    rank_records,
+    toml_text,
+)
 from .test_hosts import QUANTIZATION, together
+from .test_torchrun import TARGET_ACCURACY
 
 LEAVES, HOSTS = 2, 2
 WORLD = LEAVES * HOSTS
 WAIT = 60.0  # seconds: a generous deadline for a round on a busy machine
+TRAIN_WAIT = 500  # seconds: four ranks training 150 steps through three switches, loaded
+STEPS = 150
+SCRIPT = Path(__file__).with_name("fabric_train.py")
 JOB_TABLES = [p4names.ADMISSION_MEMBERS, p4names.ADMISSION_JOBS, p4names.SYNC_MODE_MODES,
               p4names.REPLICATION_REWRITE, roles.ROLES_TABLE]
 
@@ -270,3 +287,34 @@ def test_deploy_and_teardown_prepare_and_clear_every_switch(tmp_path: Path) -> N
             with Switch(addr, arbitrate=False) as switch:
                 tables = switch.read_tables(JOB_TABLES + [p4names.FORWARDING_L2])
             assert all(rows == [] for rows in tables.values()), (name, tables)
+
+
+@pytest.mark.slow
+def test_four_ranks_train_through_the_serve_to_equal_replicas_and_leave_nothing(
+        served: Served) -> None:
+    """Real torchrun: each rank attaches through the serve (no job file), trains to the
+    one-switch tests' accuracy in sync at every level, leaves, and rank 0 releases."""
+    with ExitStack() as stack:
+        rendezvous = stack.enter_context(torchrun_rendezvous(1, timeout_s=TRAIN_WAIT))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--nproc-per-node",
+             str(WORLD), str(SCRIPT), "--inventory", str(served.inv.path), "--hosts-per-leaf",
+             str(HOSTS), "--steps", str(STEPS)],
+            cwd=ROOT, env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stack.callback(kill_tree, proc)
+        out, _ = proc.communicate(timeout=TRAIN_WAIT)
+    assert proc.returncode == 0, out[-3000:]
+    done = [r for r in rank_records([out]) if "accuracy" in r]
+    assert len(done) == WORLD, out[-3000:]
+    for r in done:
+        leaf, host = divmod(r["rank"], HOSTS)
+        assert (r["switch"], r["worker_id"], r["behind_leaf"]) == (
+            served.data[f"leaf-{leaf}"], host, True), r
+        assert r["updates"] == r["steps"] == STEPS and set(r["modes"]) == {"sync"}, r
+        assert r["accuracy"] >= TARGET_ACCURACY, r
+    assert len({r["params"] for r in done}) == 1, done  # the same sums everywhere
+    left = [e for e in served.events if " left: " in e or "was its last active member" in e]
+    assert len(left) == WORLD, served.events
+    for name in served.grpc:  # rank 0's release removed the job from every switch
+        assert served.job_entries(name) == 0, name
