@@ -62,7 +62,8 @@ def cmd_deploy(args: argparse.Namespace, out: Output) -> None:
     fails. Run on a host of the inventory (--from HOST, or found by its data interface and
     address), as root, the port map check also pings every other host through the switch
     and waits up to --probe-wait (default: --timeout) for answers. A switch running another
-    pipeline is refused unless --replace-pipeline.
+    pipeline is refused unless --replace-pipeline. An INVENTORY of leaves and a spine is
+    deployed on every switch, the spine first (--check takes one switch).
     """
     inv = _inventory(args)
     _refuse_exposed(inv, args)
@@ -138,7 +139,8 @@ def cmd_teardown(args: argparse.Namespace, out: Output) -> None:
     """Remove what deploy and the INVENTORY's jobs wrote. Nothing else goes: the jobs
     whose members are its hosts, the hosts' l2 entries and flood ports.
 
-    Stop `hysync serve` first (it holds the switch). --dry-run says what would go.
+    Stop `hysync serve` first (it holds the switch). --dry-run says what would go. With
+    leaves and a spine: the jobs across them from every switch, then each leaf's.
     """
     inv = _inventory(args)
     lines: list[str] = []
@@ -155,7 +157,9 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> None:
     policy, and carry out the CLI's writes (`hysync --serve ADDR ...`).
 
     A second serve against the same switch is refused; a restarted one reads the jobs
-    back from the switch and keeps them for --claim-grace seconds for their scripts.
+    back from the switch and keeps them for --claim-grace seconds for their scripts. With
+    leaves and a spine it holds every switch and admits each job across the leaves of its
+    hosts (no straggler policy there).
     """
     inv = _inventory(args)
     _refuse_exposed(inv, args)
