@@ -275,8 +275,29 @@ def test_deploy_and_teardown_prepare_and_clear_every_switch(tmp_path: Path) -> N
         job_file = tmp_path / "job.toml"
         job_file.write_text(toml_text({"job_id": 7, "slots": {"base": 0, "count": 8},
                                        "members": members}))
-        code, out, err = hysync("--inventory", inventory, "job", "add", str(job_file))
-        assert (code, err) == (0, ""), err
+        # `hysync serve` holds every switch: a deploy now is refused in one line, and a job
+        # file goes on through the serve
+        data = fabric_inventory(tuple(fabric.grpc.values()), net=fabric.net, hosts=HOSTS)
+        data["serve"] = {"listen": f"unix:{tmp_path / 'serve.sock'}"}
+        fabric.inventory.write_text(toml_text(data))
+        with ExitStack() as stack:
+            serve = subprocess.Popen(
+                [sys.executable, "-m", "hysync.controlplane.cli", "serve", inventory],
+                cwd=ROOT, stdout=subprocess.PIPE,
+                stderr=stack.enter_context(open(tmp_path / "serve.log", "w")), text=True)
+            stack.callback(lambda: (serve.terminate(), serve.wait(timeout=30)))
+            assert serve.stdout is not None
+            said = serve.stdout.readline()
+            assert said.startswith("serving two-level: spine 127."), (
+                said, (tmp_path / "serve.log").read_text()[-2000:])
+            assert "no straggler policy across switches" in said, said
+            code, out, err = hysync("deploy", inventory)
+            assert code == 1 and err.count("\n") == 1, err
+            assert "is `hysync serve" in err and "running? stop it first" in err, err
+            address = f"unix:{tmp_path / 'serve.sock'}"
+            code, out, err = hysync("--serve", address, "job", "add", str(job_file))
+            assert (code, err) == (0, ""), err
+            assert out.startswith("job 7 installed on 3 switches"), out
 
         code, out, err = hysync("teardown", "--dry-run", inventory)
         assert code == 0 and "would remove job 7" in out, (out, err)
