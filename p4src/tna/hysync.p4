@@ -19,6 +19,11 @@
 #include <tna.p4>
 #endif
 
+// A job's level per switch (protocol.md §11): this program runs a job as its spine, where
+// each member is a leaf whose uplink carries the hosts in its sum, or at one level; it
+// runs no leaf (docs/tofino.md, "Two levels"), and the controller sets no leaf role on it.
+#define HYSYNC_ROLES
+
 #include "../shared/defines.p4"
 #include "../shared/sizes.p4"
 #include "../shared/headers.p4"
@@ -26,6 +31,7 @@
 
 #include "include/parser.p4"
 #include "../shared/control/admission.p4"
+#include "../shared/control/roles.p4"
 #include "../shared/control/sync_mode.p4"
 #include "include/control/slot_registers.p4"
 #include "include/control/lanes.p4"
@@ -55,6 +61,9 @@ control HySyncIngress(inout headers_t hdr,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     Admission() admission;
+#ifdef HYSYNC_ROLES
+    Roles() roles;
+#endif
     SyncMode() sync_mode;
     Round() round;
     Lanes() lanes;
@@ -200,8 +209,11 @@ control HySyncIngress(inout headers_t hdr,
                 // packet are not caught here (docs/tofino.md).
                 drop(DROP_BAD_LENGTH);
             } else {
-                // 5-7. A member of a configured job, on its slots.
+                // 5-7. A member of a configured job, on its slots; the job's level here.
                 admission.apply(hdr, meta.hs);
+#ifdef HYSYNC_ROLES
+                roles.apply(hdr, meta.hs);
+#endif
                 if (!meta.hs.admitted) {
                     ig_dprsr_md.drop_ctl = 1;
                 }
