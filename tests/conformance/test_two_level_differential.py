@@ -37,7 +37,6 @@ from tests.p4tools import skip_unless_available
 from tests.softswitch.two_level_fabric import JOB, SPINE, Fabric, contrib
 
 from .conftest import make_target
-from .tna_model import TnaModelPipeline
 from .targets import SoftswitchTarget, Write, bmv2_unavailable
 from .test_differential import (
     IPS,
@@ -62,6 +61,7 @@ from .test_differential import (
     udp_port,
     write_both,
 )
+from .tna_model import TnaModelPipeline
 from .topology import PORTS
 
 ONE_SWITCH = {"native": "native with roles", "bmv2": "bmv2 with roles",
