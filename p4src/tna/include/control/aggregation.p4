@@ -216,10 +216,10 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
             hash_epoch();
             key_member_seq();
             carry();
+#ifdef HYSYNC_ROLES
             // What Weight adds if the contribution is counted: a spine's member is a leaf,
             // whose uplink carries the hosts in its sum (protocol.md §11).
             meta.bridge.weight_inc = 1;
-#ifdef HYSYNC_ROLES
             if (meta.hs.role.level == LEVEL_SPINE) {
                 meta.bridge.weight_inc = hdr.hysync.count;
             }
