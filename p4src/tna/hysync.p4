@@ -19,10 +19,14 @@
 #include <tna.p4>
 #endif
 
-// A job's level per switch (protocol.md §11): this program runs a job as its spine, where
-// each member is a leaf whose uplink carries the hosts in its sum, or at one level; it
-// runs no leaf (docs/tofino.md, "Two levels"), and the controller sets no leaf role on it.
+// A job's level per switch (protocol.md §11), on Tofino 2: this program runs a job as its
+// spine, where each member is a leaf whose uplink carries the hosts in its sum, or at one
+// level; it runs no leaf (docs/tofino.md, "Two levels"), and the controller sets no leaf
+// role on it. Tofino 1 has no stage to spare for the spine's Weight register (docs/tofino.md,
+// "How Tofino 1 fits"): its program has no roles table and runs every job at one level.
+#if __TARGET_TOFINO__ == 2
 #define HYSYNC_ROLES
+#endif
 
 #include "../shared/defines.p4"
 #include "../shared/sizes.p4"
@@ -31,7 +35,9 @@
 
 #include "include/parser.p4"
 #include "../shared/control/admission.p4"
+#ifdef HYSYNC_ROLES
 #include "../shared/control/roles.p4"
+#endif
 #include "../shared/control/sync_mode.p4"
 #include "include/control/slot_registers.p4"
 #include "include/control/lanes.p4"

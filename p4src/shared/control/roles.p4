@@ -25,6 +25,9 @@ control Roles(in headers_t hdr, inout metadata_t meta) {
 #endif
     }
 
+    // The id v1model's compiler gives it, pinned so that bf-p4c gives it too (§8: one
+    // P4Info contract on every target).
+    @id(0x02bb468b)
     @name(".HySyncIngress.admission.roles")
     table roles {
         key = {
