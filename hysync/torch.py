@@ -83,6 +83,7 @@ from hysync.worker.transport import TransportConfig
 STORE_PREFIX = "hysync"
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 120.0  # seconds: the admission's waits and the transport's dead_after
+LEAF_DRAIN_S = 10.0  # seconds a rank behind a leaf retries its unsettled flights before it leaves
 
 
 class AttachError(RuntimeError):
@@ -145,6 +146,7 @@ class HySyncJob:
         release the job."""
         if self._closed:
             return
+        self._drain_behind_leaf()
         if self.serve is not None:  # an admitted job's member: the rank, or its host's leader
             member = self.rank if self.host is None else self.host.layout.host
             self.serve.request({"op": "leave", "job": self.job_id, "worker": member,
@@ -163,6 +165,19 @@ class HySyncJob:
             self.averager.finish(self.updates)
         dist.barrier()
         self.close()
+
+    def _drain_behind_leaf(self) -> None:
+        """Behind a leaf, a host's retries are what move its leaf's pending sum and held
+        round (docs/protocol.md §11, "What a host does"): its flights keep retrying until
+        settled before it leaves. Bounded well under dead_after: a round that still waits
+        then waits on members that are gone, and leaving is what releases it."""
+        if self.worker is None or not self.worker.transport.config.behind_leaf:
+            return
+        left = self.worker.transport.finish(timeout=LEAF_DRAIN_S).in_flight
+        if left:
+            log.warning("job %d: %d packet(s) still unsettled after %.0f s of retries at the "
+                        "end; leaving the job releases the rounds that wait on them",
+                        self.job_id, left, LEAF_DRAIN_S)
 
     def close(self) -> None:
         if self._closed:
