@@ -22,8 +22,9 @@
 // A job's level per switch (protocol.md §11), on Tofino 2: this program runs a job as its
 // spine, where each member is a leaf whose uplink carries the hosts in its sum, or at one
 // level; it runs no leaf (docs/tofino.md, "Two levels"), and the controller sets no leaf
-// role on it. Tofino 1 has no stage to spare for the spine's Weight register (docs/tofino.md,
-// "How Tofino 1 fits"): its program has no roles table and runs every job at one level.
+// role on it. Tofino 1's passes take all 12 stages and Weight would lengthen its DECIDE pass
+// (docs/tofino.md, "Two levels"): its program has no roles table and runs every job at one
+// level.
 #if __TARGET_TOFINO__ == 2
 #define HYSYNC_ROLES
 #endif

@@ -30,6 +30,11 @@ which only round r + 2's close writes again. The one case where the passes are n
 same (an async bank write between a resend's lane passes, after a swap away from async,
 which the controller never makes on Tofino) is in docs/tofino.md, difference 3.
 
+A job's level (the roles table, protocol.md §11) is the Tofino 2 program's: a spine weighs
+each counted uplink by its count byte in `Weight` (t_weight), whose answer is every RESULT's
+count; no job is a leaf here (a leaf entry runs the job at one level, as the program reads
+the level alone; the controller writes none), so a RESULT or RESYNC is never a verdict.
+
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and
 takes a *reset pass* (the round, tagged with its epoch, back to 0 and the latches

@@ -14,6 +14,8 @@
 //   port: the whole decision is more stages than Tofino 1 has)
 //     4. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     5. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
+//        Weight        Tofino 2: the hosts in the sum, a RESULT's count (a spine's
+//                      member adds its uplink's count, any other 1)
 //     6. verdict       what Replies sends, and the lane op (write / add / read) the lane
 //                      passes apply; Results stores a close's header, reads a resend's
 //   lane passes (recirculated; Tofino 2: one, Tofino 1: one or two per half of the lanes)
@@ -403,8 +405,8 @@ control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
     ResultHeader() result;
 
     // The stored result header word, from a field each (a PHV container takes one source
-    // per action): a close's count is its count register's answer (the header gets it in
-    // the same stage), an async round's is in the header.
+    // per action): a close's count is its count or weight register's answer (the header
+    // gets it in the same stage), an async round's is in the header.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) close_packed_hash;
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) async_packed_hash;
 
