@@ -4,8 +4,9 @@ Always: the TNA sources declare every table, key, action, parameter and counter 
 committed v1model P4Info under the same P4Info name, kind, width and size (read from the
 P4 source with the small declaration parser of tests/test_headers_p4.py, not a P4
 compiler); the committed TNA P4Infos (p4src/tna/hysync.<chip>.p4info.txtpb, the Tofino
-compiler's output for each chip: they differ in the lane registers alone) agree with
-v1model's on every name and id the controller uses; the controller installs a job,
+compiler's output for each chip: they differ in the lane registers, and Tofino 2's has
+the roles table and the weight register) agree with v1model's on every name and id the
+controller uses (Tofino 1's without the roles table); the controller installs a job,
 hot-swaps it and excludes a member through each on BMv2's code path; and
 `make p4-tofino` says what to install when the compiler is missing.
 
