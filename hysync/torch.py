@@ -10,7 +10,9 @@
 `attach` finds which inventory host it runs on (the host whose address it can bind,
 or HYSYNC_HOST), reserves a UDP port there, publishes the address through the process
 group's store, and rank 0 asks `hysync serve` (the inventory's `serve.listen`) to admit
-the job: job id and slots come from the switch's pool, so jobs never collide. Rank 0's
+the job: job id and slots come from the switch's pool, so jobs never collide (across
+leaves and a spine, from every switch's, and each member sends to its host's leaf with
+its worker id there, as the admit's reply places it). Rank 0's
 connection to the serve is the job's lease: when the script ends, or crashes, the
 serve removes the job. Every rank then registers the HySync DDP communication hook.
 Where the serve asks for a token, every rank presents the one in `token_file`, else
@@ -317,14 +319,19 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
         store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
     store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
-    switch = reply["switch"]
+    # Across leaves and a spine the reply places each member behind its leaf, with its
+    # worker id there; on one switch every member sends to the switch as its rank.
+    place = reply.get("placement", {}).get(str(member))
+    switch = place or reply["switch"]
+    worker_id = member if place is None else place["worker"]
 
     def worker(job: dict, sock: socket.socket) -> HySyncWorker:
         config = TransportConfig(
-            job_id=job["job_id"], worker_id=member, switch_host=switch["ipv4"],
+            job_id=job["job_id"], worker_id=worker_id, switch_host=switch["ipv4"],
             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port_of(sock),
             bind_fd=sock.fileno(), slot_base=job["slot_base"], slot_count=job["slot_count"],
-            members=size, dead_after=timeout, install_tag=job.get("install_tag", -1))
+            members=reply.get("members", size), dead_after=timeout,
+            install_tag=job.get("install_tag", -1), behind_leaf=place is not None)
         sock.detach()  # the transport owns the descriptor from here
         return HySyncWorker(config, scale=scale)
 
