@@ -18,7 +18,9 @@ Each harness runs on native, on BMv2 (where it is installed) and on the tna-mode
 program's register plan, tna_model.py). The TNA program runs a job as its spine or at one
 level, never as a leaf (docs/tofino.md, "Two levels"), in sync and partial only (no slot
 enters async by a hot swap there): on the tna-model, a switch with roles is single or spine
-in sync and partial, and the two-level topology is native leaves under a tna-model spine.
+in sync and partial, its roles set before the packets (docs/tofino.md, differences 5, 15 and
+16 say what else it leaves out), and the two-level topology is native leaves under a
+tna-model spine.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def level_datagram(draw: st.DrawFn, other_chunks: bool = True) -> tuple[int, int
 
 
 def role_events(shortest_frame: int, leaves: bool = True, allow_async: bool = True,
-                other_chunks: bool = True, empty_jobs: bool = True) -> st.SearchStrategy:
+                other_chunks: bool = True, empty_jobs: bool = True,
+                role_changes: bool = True) -> st.SearchStrategy:
     # ("rack", (slot, round)): every member of LEVEL_JOB contributes, so its rounds close.
     rack = st.tuples(st.just("rack"), st.tuples(st.sampled_from((0, 0, 1)),
                                                  st.sampled_from((0, 0, 1, 2))))
@@ -151,8 +154,9 @@ def role_events(shortest_frame: int, leaves: bool = True, allow_async: bool = Tr
         st.tuples(st.just("datagram"), level_datagram(other_chunks)),
         st.tuples(st.just("datagram"), level_datagram(other_chunks)),
         st.tuples(st.just("datagram"), level_datagram(other_chunks)),
-        st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS),
-                                             role if leaves else role_without_leaves)),
+        *([st.tuples(st.just("role"), st.tuples(st.sampled_from(JOB_IDS),
+                                                role if leaves else role_without_leaves))]
+          if role_changes else []),
     ), min_size=1, max_size=40)
 
 
@@ -247,9 +251,10 @@ def test_one_switch_with_roles_matches_reference_byte_for_byte(kind: str) -> Non
     # BMv2 gets whole Ethernet headers: the kernel pads a shorter frame on a veth.
     shortest = 0 if kind != "bmv2" else wire.ETH_BYTES
     # On the TNA program a job is single or spine, no slot enters async by a hot swap, a
-    # counted uplink's copy with another chunk is answered otherwise (difference 5), and a
-    # job of no active member closes otherwise (difference 15).
-    leaves = allow_async = other_chunks = empty_jobs = RUNS_LEAVES[kind]
+    # counted uplink's copy with another chunk is answered otherwise (difference 5), a job
+    # of no active member closes otherwise (difference 15), and a role changed under an open
+    # round weighs it otherwise (difference 16): roles are set once, before the packets.
+    leaves = allow_async = other_chunks = empty_jobs = role_changes = RUNS_LEAVES[kind]
     job_role = (level_job_role if leaves
                 else st.sampled_from((None, JobRole(Level.SPINE), JobRole(Level.SPINE))))
 
@@ -265,7 +270,8 @@ def test_one_switch_with_roles_matches_reference_byte_for_byte(kind: str) -> Non
            group_state=groups,
            job_roles=st.tuples(roles if leaves else roles_without_leaves, job_role).map(
                lambda drawn: {**drawn[0], LEVEL_JOB: drawn[1]}),
-           sequence=role_events(shortest, leaves, allow_async, other_chunks, empty_jobs))
+           sequence=role_events(shortest, leaves, allow_async, other_chunks, empty_jobs,
+                                role_changes))
     def check(state, group_state, job_roles, sequence) -> None:
         run_role_sequence(kind, state, group_state, job_roles, sequence)
 
