@@ -31,6 +31,7 @@ help:
 	@echo "              straggler: gloo vs HySync sync vs HySync adaptive (POLICY=manual-schedule:"
 	@echo "              gloo vs HySync swapping sync -> partial on the scenario's schedule)"
 	@echo "make emulate  a Mininet run (root): SCENARIO=... SWITCH=softswitch|bmv2 POLICY=..."
+	@echo "              (SCENARIO=slow-rack: racks behind leaves and a spine, in namespaces)"
 	@echo "make test     set up if needed, lint, and run the test suite"
 	@echo "make test-asan  fuzz the native core's parsers under ASan/UBSan (FUZZ_RUNS=$(FUZZ_RUNS) each)"
 	@echo "make bench    run the benchmarks; numbers go to bench/results/"

@@ -10,7 +10,9 @@
 `attach` finds which inventory host it runs on (the host whose address it can bind,
 or HYSYNC_HOST), reserves a UDP port there, publishes the address through the process
 group's store, and rank 0 asks `hysync serve` (the inventory's `serve.listen`) to admit
-the job: job id and slots come from the switch's pool, so jobs never collide. Rank 0's
+the job: job id and slots come from the switch's pool, so jobs never collide (across
+leaves and a spine, from every switch's, and each member sends to its host's leaf with
+its worker id there, as the admit's reply places it). Rank 0's
 connection to the serve is the job's lease: when the script ends, or crashes, the
 serve removes the job. Every rank then registers the HySync DDP communication hook.
 Where the serve asks for a token, every rank presents the one in `token_file`, else
@@ -83,6 +85,7 @@ from hysync.worker.transport import TransportConfig
 STORE_PREFIX = "hysync"
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 120.0  # seconds: the admission's waits and the transport's dead_after
+LEAF_DRAIN_S = 10.0  # seconds a rank behind a leaf retries its unsettled flights before it leaves
 
 
 class AttachError(RuntimeError):
@@ -145,6 +148,7 @@ class HySyncJob:
         release the job."""
         if self._closed:
             return
+        self._drain_behind_leaf()
         if self.serve is not None:  # an admitted job's member: the rank, or its host's leader
             member = self.rank if self.host is None else self.host.layout.host
             self.serve.request({"op": "leave", "job": self.job_id, "worker": member,
@@ -163,6 +167,19 @@ class HySyncJob:
             self.averager.finish(self.updates)
         dist.barrier()
         self.close()
+
+    def _drain_behind_leaf(self) -> None:
+        """Behind a leaf, a host's retries are what move its leaf's pending sum and held
+        round (docs/protocol.md §11, "What a host does"): its flights keep retrying until
+        settled before it leaves. Bounded well under dead_after: a round that still waits
+        then waits on members that are gone, and leaving is what releases it."""
+        if self.worker is None or not self.worker.transport.config.behind_leaf:
+            return
+        left = self.worker.transport.finish(timeout=LEAF_DRAIN_S).in_flight
+        if left:
+            log.warning("job %d: %d packet(s) still unsettled after %.0f s of retries at the "
+                        "end; leaving the job releases the rounds that wait on them",
+                        self.job_id, left, LEAF_DRAIN_S)
 
     def close(self) -> None:
         if self._closed:
@@ -302,14 +319,19 @@ def admit(store: dist.Store, rank: int, world: int, inventory: str | Path | Inve
         store.set(f"{STORE_PREFIX}/job", json.dumps(reply))
     store.wait([f"{STORE_PREFIX}/job"], timedelta(seconds=timeout))
     reply = json.loads(store.get(f"{STORE_PREFIX}/job"))
-    switch = reply["switch"]
+    # Across leaves and a spine the reply places each member behind its leaf, with its
+    # worker id there; on one switch every member sends to the switch as its rank.
+    place = reply.get("placement", {}).get(str(member))
+    switch = place or reply["switch"]
+    worker_id = member if place is None else place["worker"]
 
     def worker(job: dict, sock: socket.socket) -> HySyncWorker:
         config = TransportConfig(
-            job_id=job["job_id"], worker_id=member, switch_host=switch["ipv4"],
+            job_id=job["job_id"], worker_id=worker_id, switch_host=switch["ipv4"],
             switch_port=switch["udp_port"], bind_host=me.ipv4, bind_port=port_of(sock),
             bind_fd=sock.fileno(), slot_base=job["slot_base"], slot_count=job["slot_count"],
-            members=size, dead_after=timeout, install_tag=job.get("install_tag", -1))
+            members=reply.get("members", size), dead_after=timeout,
+            install_tag=job.get("install_tag", -1), behind_leaf=place is not None)
         sock.detach()  # the transport owns the descriptor from here
         return HySyncWorker(config, scale=scale)
 

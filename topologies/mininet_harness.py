@@ -6,6 +6,7 @@ process this harness created (never `mn -c`, which kills processes machine-wide)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from hysync import wire
 from hysync.controlplane.job import Member
 from hysync.controlplane.testbed.addresses import SWITCH_IP, SWITCH_MAC, host_ip, host_mac
+from hysync.topologies.runner import SwitchJobs, switch_control
 from hysync.topologies.scenario import Scenario
 from hysync.topologies.switches import (
     REPO,
@@ -45,6 +47,8 @@ def check_mininet() -> None:
 
 
 class MininetHarness:
+    leaves: tuple[str, ...] = ()
+
     def __init__(self, scenario: Scenario, switch: str, log_dir: Path,
                  grpc_port: int = 9559) -> None:
         from mininet.link import Link, TCLink
@@ -109,6 +113,12 @@ class MininetHarness:
 
     def switch_data_addr(self) -> str:
         return f"{SWITCH_IP}:{wire.HYSYNC_UDP_PORT}"
+
+    def switch_argv(self, worker: int) -> list[str]:
+        return ["--switch", self.switch_data_addr()]
+
+    def control(self) -> contextlib.AbstractContextManager[SwitchJobs]:
+        return switch_control(self)
 
     def rendezvous(self) -> str:
         return f"{host_ip(0)}:{RENDEZVOUS_PORT}"

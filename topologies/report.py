@@ -103,6 +103,26 @@ def time_split_rows(summaries: list[ConfigSummary]) -> list[list[str]]:
     return rows
 
 
+def level_rows(events: dict[str, list[dict]]) -> list[list[str]]:
+    """Across switches, per configuration and level named by its swaps ("every level" for
+    a swap of them all): the mode changes made there, at which step of worker 0 it first
+    went partial, and the last mode set. No rows for a run on one switch."""
+    rows = []
+    for config, made in events.items():
+        swaps = [e for e in made if e["action"] == "set_mode"]
+        if not any(e.get("level") for e in swaps):
+            continue
+        for level in dict.fromkeys(e["level"] for e in swaps):
+            here = [e for e in swaps if e["level"] == level]
+            partial = next((e["at_step"] for e in here if e["mode"] == "partial"), None)
+            last = here[-1]
+            rows.append([config, level or "every level", str(len(here)),
+                         "never" if partial is None else f"step {partial}",
+                         last["mode"] + (f"({last['quorum']})" if last["mode"] == "partial"
+                                         else "")])
+    return rows
+
+
 def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenario,
                   out: Path, title: str, elapsed_s: float, extra: dict | None = None) -> str:
     """The summary of a comparison (the same for the demo and Mininet runs): writes
@@ -124,6 +144,10 @@ def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenar
     plot = plot_runs(runs, out / "plot.png", title, scenario.target_accuracy, stragglers,
                      events)
     sentence = outcome(summaries, scenario.target_accuracy)
+    per_level = level_rows(events)
+    levels = ["", "mode changes per level (across switches):",
+              table(per_level, ["config", "level", "mode changes", "first partial",
+                                "last mode set"])] if per_level else []
     (out / "summary.json").write_text(json.dumps(
         {"scenario": scenario.name, **(extra or {}), "outcome": sentence,
          "configs": [asdict(s) for s in summaries], "swaps": events}, indent=2) + "\n")
@@ -137,7 +161,7 @@ def write_summary(runs: dict[str, list[dict]], swaps: dict[str, list], *, scenar
         "time per step (ms, mean of the reference replica):",
         table(time_split_rows(summaries), ["config", "compute", "waiting for the switch",
                                            "communication", "dominates"]), "",
-        table(phase_rows, ["config", "phase", "mode", "local steps/s"]), "",
+        table(phase_rows, ["config", "phase", "mode", "local steps/s"]), *levels, "",
         f"plot: {plot}",
         f"logs: {out}/<config>/worker-<w>.json (policy decisions: policy.jsonl), "
         f"summary: {out}/summary.json",

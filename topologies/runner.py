@@ -1,14 +1,18 @@
 """Runs training configurations of a scenario on a switch, and reports on them.
 
 A *harness* says where things run: `LocalHarness` (the demo: processes on this
-machine, softswitch on UDP loopback, no root) or `hysync.topologies.mininet_harness`
-(Mininet hosts behind a softswitch or BMv2 switch). The run itself is the same:
-push the pipeline, add the job with the controller, start the workers, follow
-their progress, swap modes on the scenario's schedule, collect the logs.
+machine, softswitch on UDP loopback, no root), `hysync.topologies.mininet_harness`
+(Mininet hosts behind a softswitch or BMv2 switch) or `hysync.topologies.fabric_harness`
+(racks of hosts behind leaves and a spine). The run itself is the same: push the
+pipeline, add the job through the harness's control (`SwitchJobs` on one switch,
+`fabric_jobs.FabricJobs` across switches), start the workers, follow their progress,
+swap modes on the scenario's schedule or step the adaptive policy (one per level across
+switches), collect the logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -18,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,7 +31,7 @@ from hysync import resources
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.p4rt.switch import Switch, wait_for_server
-from hysync.controlplane.policy.policies import PolicyConfig, make_policy
+from hysync.controlplane.policy.policies import Decision, PolicyConfig, make_policy
 from hysync.controlplane.policy.runner import PolicyRunner
 from hysync.topologies.children import Children
 from hysync.topologies.progress import Display, QuietDisplay, RunLine, RunState
@@ -71,16 +75,40 @@ class RunConfig:
     quorum: int = 0  # partial
 
 
+class Policies(Protocol):
+    """The adaptive policy of a run's training job: one, or one per level across switches."""
+
+    def step(self) -> list[tuple[str, Decision]]: ...  # (level, decision); level "": one switch
+    def close(self) -> None: ...
+
+
+class JobControl(Protocol):
+    """What a run asks of the control plane, members named by their worker index (rank)."""
+
+    def add_job(self, job: JobConfig) -> None: ...
+    def remove_job(self, job_id: int) -> None: ...
+    def set_mode(self, job_id: int, *, slots: tuple[int, int], mode: Mode,
+                 quorum: int | None, level: str = "") -> None: ...
+    def active(self, job_id: int) -> set[int]: ...
+    # Where it was excluded ("": its one switch), None where it stays (its job's last
+    # active member, or already out).
+    def exclude(self, job_id: int, worker: int) -> str | None: ...
+    def readmit(self, job_id: int, worker: int) -> None: ...
+    def policy(self, job_id: int, log_path: Path) -> Policies: ...
+
+
 class Harness(Protocol):
     grpc_addr: str
     device_config: Path | None
     window: int  # the job's slot count: what the switch can take in flight without loss
+    leaves: tuple[str, ...]  # across switches: the leaf of each worker; () on one switch
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]: ...
     def bind_argv(self, flag: str, member: Member) -> list[str]: ...
-    def switch_data_addr(self) -> str: ...
+    def switch_argv(self, worker: int) -> list[str]: ...  # where the worker sends, as who
     def rendezvous(self) -> str: ...
     def start_worker(self, worker: int, argv: list[str]) -> subprocess.Popen: ...
+    def control(self) -> contextlib.AbstractContextManager[JobControl]: ...
 
 
 # The line the softswitch prints once it listens: where its P4Runtime server and UDP data
@@ -115,6 +143,8 @@ def start_softswitch(log: Path, *args: str,
 
 class LocalHarness:
     """The embedded default: softswitch on UDP loopback, workers as local processes."""
+
+    leaves: tuple[str, ...] = ()
 
     def __init__(self, log_dir: Path) -> None:
         self.device_config = None
@@ -162,6 +192,12 @@ class LocalHarness:
     def switch_data_addr(self) -> str:
         return f"127.0.0.1:{self.data_port}"
 
+    def switch_argv(self, worker: int) -> list[str]:
+        return ["--switch", self.switch_data_addr()]
+
+    def control(self) -> contextlib.AbstractContextManager[SwitchJobs]:
+        return switch_control(self)
+
     def rendezvous(self) -> str:
         if self._rendezvous is not None:  # the previous configuration's workers are done
             self._rendezvous.close()
@@ -195,6 +231,62 @@ def connect(harness: Harness, timeout: float = 30.0) -> Switch:
     return switch
 
 
+class _OneLevel:
+    """The policy of a job on one switch, as `Policies`."""
+
+    def __init__(self, runner: PolicyRunner) -> None:
+        self.runner = runner
+
+    def step(self) -> list[tuple[str, Decision]]:
+        return [("", d) for d in self.runner.step()]
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+class SwitchJobs:
+    """The run's jobs on one switch, through its controller (`JobControl`)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def add_job(self, job: JobConfig) -> None:
+        self.controller.add_job(job)
+
+    def remove_job(self, job_id: int) -> None:
+        self.controller.remove_job(job_id)
+
+    def set_mode(self, job_id: int, *, slots: tuple[int, int], mode: Mode,
+                 quorum: int | None, level: str = "") -> None:
+        self.controller.set_mode(job_id, slots=slots, mode=mode, quorum=quorum)
+
+    def active(self, job_id: int) -> set[int]:
+        return set(self.controller.job(job_id).active)
+
+    def exclude(self, job_id: int, worker: int) -> str | None:
+        active = self.controller.job(job_id).active
+        if worker not in active or len(active) == 1:
+            return None
+        self.controller.exclude(job_id, worker)
+        return ""
+
+    def readmit(self, job_id: int, worker: int) -> None:
+        self.controller.readmit(job_id, worker)
+
+    def policy(self, job_id: int, log_path: Path) -> Policies:
+        return _OneLevel(PolicyRunner(
+            self.controller, job_id,
+            make_policy("adaptive", PolicyConfig().scaled(POLICY_TIME_SCALE)),
+            interval=POLICY_INTERVAL_S, log_path=log_path))
+
+
+@contextlib.contextmanager
+def switch_control(harness: Harness) -> Iterator[SwitchJobs]:
+    """The control of a one-switch harness: a session with its switch, pipeline pushed."""
+    with connect(harness) as switch:
+        yield SwitchJobs(Controller(switch).attach())
+
+
 def job_for(harness: Harness, scenario: Scenario, config: RunConfig,
             slot_base: int = 0) -> JobConfig:
     members = tuple(harness.members(scenario.workers))
@@ -202,14 +294,15 @@ def job_for(harness: Harness, scenario: Scenario, config: RunConfig,
     return JobConfig(job_id=JOB_ID, members=members, slot_base=slot_base,
                      slot_count=harness.window,
                      mode=mode, quorum=config.quorum if mode == Mode.PARTIAL else 0,
-                     name=config.name)
+                     name=config.name, leaves=harness.leaves)
 
 
 def averaging_job_for(harness: Harness, scenario: Scenario, slot_base: int = 0) -> JobConfig:
     """The model-averaging job: the same members on their second port, in sync."""
     members = tuple(harness.members(scenario.workers, averaging=True))
     return JobConfig(job_id=AVG_JOB_ID, members=members, slot_base=slot_base + harness.window,
-                     slot_count=AVG_SLOTS, mode=Mode.SYNC, quorum=0, name="model-averaging")
+                     slot_count=AVG_SLOTS, mode=Mode.SYNC, quorum=0, name="model-averaging",
+                     leaves=harness.leaves)
 
 
 @dataclass
@@ -223,6 +316,7 @@ class Swap:
     action: str = "set_mode"  # set_mode | exclude | readmit
     worker: int | None = None
     reason: str = ""
+    level: str = ""  # across switches: spine, leaf or leaf:NAME; "": every level
 
 
 def run_configs(harness: Harness, scenario: Scenario, configs: list[RunConfig], out_dir: Path,
@@ -230,27 +324,28 @@ def run_configs(harness: Harness, scenario: Scenario, configs: list[RunConfig], 
                                                         dict[str, list[Swap]]]:
     """Each configuration trained to the end, one after the other, on the harness's switch:
     the workers' logs and the swaps made, by configuration name."""
-    with connect(harness) as switch:
-        controller = Controller(switch).attach()
+    with harness.control() as control:
         runs, swaps = {}, {}
         for config in configs:
             runs[config.name], swaps[config.name] = run_config(
-                harness, controller, scenario, config, out_dir, display)
+                harness, control, scenario, config, out_dir, display)
     return runs, swaps
 
 
-def run_config(harness: Harness, controller: Controller, scenario: Scenario, config: RunConfig,
-               out_dir: Path, display: Display | None = None, seed: int = 0,
+def run_config(harness: Harness, controller: Controller | JobControl, scenario: Scenario,
+               config: RunConfig, out_dir: Path, display: Display | None = None, seed: int = 0,
                ) -> tuple[list[dict], list[Swap]]:
     """Train one configuration to the end, its progress on a line of `display`; return the
-    workers' logs and the swaps made. `seed`: the model's initialization, the data split
-    and the batches (workload.py)."""
+    workers' logs and the swaps made. `controller`: the one switch's, or the harness's
+    control. `seed`: the model's initialization, the data split and the batches
+    (workload.py)."""
+    control = SwitchJobs(controller) if isinstance(controller, Controller) else controller
     jobs: list[JobConfig] = []
     if config.backend == "hysync":
         # Every run reuses slots 0..: a new install's epoch starts them afresh.
         jobs = [job_for(harness, scenario, config), averaging_job_for(harness, scenario)]
         for job in jobs:
-            controller.add_job(job)
+            control.add_job(job)
     rendezvous = harness.rendezvous()
     procs, lines = [], queue.Queue()
     for w in range(scenario.workers):
@@ -262,8 +357,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
                 "--out", str(out_dir.resolve() / config.name / f"worker-{w}.json")]
         if jobs:
             job, avg = jobs
-            m, a = job.member(w), avg.member(w)
-            argv += ["--switch", harness.switch_data_addr(), *harness.bind_argv("--bind", m),
+            m, a = job.members[w], avg.members[w]  # the workers' order, ids per switch
+            argv += [*harness.switch_argv(w), *harness.bind_argv("--bind", m),
                      "--job-id", str(job.job_id),
                      "--slot-base", str(job.slot_base), "--slot-count", str(job.slot_count),
                      *harness.bind_argv("--avg-bind", a), "--avg-job-id", str(avg.job_id),
@@ -277,11 +372,8 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     try:
         if config.policy == "adaptive":
             (out_dir / config.name).mkdir(parents=True, exist_ok=True)
-            policy = PolicyRunner(
-                controller, JOB_ID,
-                make_policy("adaptive", PolicyConfig().scaled(POLICY_TIME_SCALE)),
-                interval=POLICY_INTERVAL_S, log_path=out_dir / config.name / "policy.jsonl")
-        swaps = _follow(procs, lines, scenario, config, controller, policy,
+            policy = control.policy(JOB_ID, out_dir / config.name / "policy.jsonl")
+        swaps = _follow(procs, lines, scenario, config, control, policy,
                         (display or QuietDisplay()).line(config.name, scenario.steps),
                         jobs[0].slots if jobs else (0, 0))
     except BaseException:
@@ -294,7 +386,7 @@ def run_config(harness: Harness, controller: Controller, scenario: Scenario, con
     for proc in procs:
         proc.wait()
     for job in reversed(jobs):
-        controller.remove_job(job.job_id)
+        control.remove_job(job.job_id)
     logs = []
     for w in range(scenario.workers):
         path = out_dir / config.name / f"worker-{w}.json"
@@ -332,7 +424,7 @@ _RECORDS = json.JSONDecoder()
 
 
 def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
-            controller: Controller, policy: PolicyRunner | None, line: RunLine,
+            control: JobControl, policy: Policies | None, line: RunLine,
             slots: tuple[int, int]) -> list[Swap]:
     """Show progress on `line`; apply the manual schedule when the job's clock reaches a step, or
     step the adaptive policy every interval until the first worker finishes; exclude a
@@ -360,25 +452,25 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             # drain. A member it excluded is readmitted so that it can finish too (its
             # replica is resynchronized by the model averaging).
             policy = None
-            for w in sorted(set(range(len(procs))) - finished - controller.job(JOB_ID).active):
-                controller.readmit(JOB_ID, w)
+            for w in sorted(set(range(len(procs))) - finished - control.active(JOB_ID)):
+                control.readmit(JOB_ID, w)
                 record("readmit", "", 0, w, "the run is draining: the policy stopped")
                 say(f"controller: policy stopped; readmitted worker {w}")
         # Take it out of the job, so that a round it will never join cannot hold the
         # members still finishing their last steps (an exited worker: also the averaging).
         job_ids = [JOB_ID] if completed else [JOB_ID, AVG_JOB_ID]
         for job_id in job_ids:
-            active = controller.job(job_id).active
-            if worker in active and len(active) > 1:
-                controller.exclude(job_id, worker)
-                say(f"controller: worker {worker} {why}; excluded it from job {job_id}")
+            where = control.exclude(job_id, worker)
+            if where is not None:
+                say(f"controller: worker {worker} {why}; excluded it from job {job_id}"
+                    + (f" at {where}" if where else ""))
         if not completed:
             record("exclude", "", 0, worker, f"worker {why} before finishing")
 
     def record(action: str, mode: str, quorum: int, worker: int | None = None,
-               reason: str = "") -> None:
+               reason: str = "", level: str = "") -> None:
         swaps.append(Swap(steps.get(0, 0), time.monotonic() - start, mode, quorum, action,
-                          worker, reason))
+                          worker, reason, level))
 
     while open_streams:
         try:
@@ -410,19 +502,20 @@ def _follow(procs, lines: queue.Queue, scenario: Scenario, config: RunConfig,
             # stepping itself, and may reach the job's end before its own step 40.
             while schedule and w == ref and rec["progress"] >= schedule[0].at_step:
                 swap = schedule.pop(0)
-                controller.set_mode(JOB_ID, slots=slots,
-                                    mode=Mode[swap.mode.upper()],
-                                    quorum=swap.quorum if swap.mode == "partial" else None)
-                record("set_mode", swap.mode, swap.quorum)
+                control.set_mode(JOB_ID, slots=slots, mode=Mode[swap.mode.upper()],
+                                 quorum=swap.quorum if swap.mode == "partial" else None,
+                                 level=swap.level)
+                record("set_mode", swap.mode, swap.quorum, level=swap.level)
                 label = swap.mode + (f"({swap.quorum})" if swap.mode == "partial" else "")
+                at = f" at {swap.level}" if swap.level else ""
                 say(f"controller: job clock {rec['progress']:g} -> "
-                    f"mode {label} for slots {slots[0]}-{slots[1]}")
+                    f"mode {label}{at} for slots {slots[0]}-{slots[1]}")
         now = time.monotonic()
         if policy is not None and not finished and now >= next_policy_step:
             next_policy_step = max(next_policy_step + POLICY_INTERVAL_S, now)
-            for d in policy.step():
-                record(d.action, d.mode, d.quorum, d.worker, d.reason)
-                say(f"policy: {d.describe()}")
+            for level, d in policy.step():
+                record(d.action, d.mode, d.quorum, d.worker, d.reason, level)
+                say(f"policy{' at ' + level if level else ''}: {d.describe()}")
         if steps:
             line.update(state)
     line.finish(state)

@@ -7,6 +7,9 @@
     lr = 0.1                    # SGD learning rate (momentum 0.9)
     model = "mlp"               # mlp | cnn (topologies/workload.py)
     target_accuracy = 0.90      # for time-to-target: best on the rising part of the curve
+    racks = 1                   # 1: every worker behind one switch; 2..8: as many racks of
+                                # workers / racks each, a leaf switch per rack and a spine
+                                # (worker w sits in rack w // (workers / racks))
 
     [[straggler]]               # any number
     worker = 3
@@ -25,6 +28,8 @@
     at_step = 100               # when the job has applied this many updates
     mode = "partial"            # sync | partial | async
     quorum = 3                  # partial only
+    level = "spine"             # racks >= 2 only: spine | leaf (every leaf) | leaf:leaf-N
+                                # (the leaf of rack N, from 1); every level when left out
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ MAX_SECONDS = 86_400.0  # a straggler's period_s, until_s, at_s: a day
 SECONDS_HINT = "seconds {} 0 and at most 86400 (a day)"
 MAX_DELAY_MS = 10_000.0
 MAX_MBIT = 100_000.0  # 100 Gbit/s
+MAX_RACKS = 8  # leaves of one machine's emulated cluster (hysync rack up --racks)
 
 
 class ScenarioError(ValueError):
@@ -82,6 +88,7 @@ class ScheduledSwap:
     at_step: int
     mode: str
     quorum: int = 0
+    level: str = ""  # racks >= 2: "spine", "leaf" or "leaf:leaf-N"; "": every level
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,14 @@ class Scenario:
     path: Path | None = None
     model: str = "mlp"
     description: str = ""
+    racks: int = 1
+
+    @property
+    def per_rack(self) -> int:
+        return self.workers // self.racks
+
+    def rack_of(self, worker: int) -> int:
+        return worker // self.per_rack
 
     def straggler(self, worker: int) -> Straggler | None:
         return next((s for s in self.stragglers if s.worker == worker), None)
@@ -136,12 +151,17 @@ def load_scenario(path: str | Path) -> Scenario:
                            fix="pass a scenario such as topologies/scenarios/demo.toml")
     where = str(path)
     known = {"name", "workers", "steps", "compute_ms", "lr", "target_accuracy", "straggler",
-             "link", "schedule", "description", "model"}
+             "link", "schedule", "description", "model", "racks"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{where}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
     workers = _field(data, "workers", int, where, check=lambda v: 2 <= v <= 32,
                      hint="2..32 members")
+    racks = _field(data, "racks", int, where, 1, lambda v: 1 <= v <= MAX_RACKS,
+                   f"1 (one switch) or 2..{MAX_RACKS} racks behind leaves and a spine")
+    if workers % racks or workers // racks < 2 and racks > 1:
+        raise ScenarioError(f"{where}: 'workers' = {workers} cannot fill 'racks' = {racks} "
+                            "evenly with at least 2 each: make workers a multiple of racks")
     stragglers = []
     for i, s in enumerate(_tables(data, "straggler", where)):
         w = f"{where}: straggler[{i}]"
@@ -172,8 +192,21 @@ def load_scenario(path: str | Path) -> Scenario:
                         f"0..{workers} (partial needs 1..{workers})")
         if mode == "partial" and quorum < 1:
             raise ScenarioError(f"{w}: partial needs 'quorum' = 1..{workers}")
+        level = _level(s, w, racks)
+        if racks > 1 and mode == "async":
+            raise ScenarioError(f"{w}: async is not offered across switches (racks = {racks}): "
+                                "choose sync or partial")
+        if racks > 1 and mode == "partial":
+            # each switch's quorum counts its own members: leaves at the spine, hosts at a leaf
+            most = {"spine": racks}.get(level, workers // racks if level else
+                                        min(racks, workers // racks))
+            if quorum > most:
+                raise ScenarioError(f"{w}: 'quorum' = {quorum} is more than the {most} "
+                                    f"members at {level or 'every level'} (the spine's are "
+                                    "the leaves, a leaf's its hosts): give 1.."
+                                    f"{most} or name another level")
         schedule.append(ScheduledSwap(_field(s, "at_step", int, w, check=lambda v: v >= 0,
-                                             hint="a step >= 0"), mode, quorum))
+                                             hint="a step >= 0"), mode, quorum, level))
     link = data.get("link", {})
     if not isinstance(link, dict):
         raise ScenarioError(f"{where}: 'link' must be a table ([link]), got {link!r}")
@@ -199,4 +232,21 @@ def load_scenario(path: str | Path) -> Scenario:
         model=_field(data, "model", str, where, "mlp", lambda v: v in MODELS,
                      f"one of {', '.join(MODELS)}"),
         description=_field(data, "description", str, where, ""),
+        racks=racks,
     )
+
+
+def _level(swap: dict, where: str, racks: int) -> str:
+    """A [[schedule]] entry's level: "" (every level), "spine", "leaf" or "leaf:leaf-N", as
+    `hysync mode set --level` names them."""
+    if "level" not in swap:
+        return ""
+    leaves = [f"leaf:leaf-{r + 1}" for r in range(racks)]
+    level = swap["level"]
+    if racks == 1:
+        raise ScenarioError(f"{where}: 'level' = {level!r} needs racks >= 2 (one switch has "
+                            "one level): leave it out or set racks")
+    if level not in ("spine", "leaf", *leaves):
+        raise ScenarioError(f"{where}: 'level' = {level!r} is not a level: write spine, leaf "
+                            f"(every leaf) or one of {', '.join(leaves)}")
+    return level

@@ -56,6 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "on --rendezvous (the launcher bound the port)")
     p.add_argument("--out", required=True, type=Path, help="the run log file (JSON)")
     p.add_argument("--switch", metavar="HOST:PORT", help="HySync switch data-plane address")
+    p.add_argument("--member-id", type=WORKER, metavar="ID",
+                   help="this worker's member id at its switch (default: --worker); behind "
+                        "a leaf, its id among that leaf's hosts")
+    p.add_argument("--behind-leaf", action="store_true",
+                   help="--switch is the leaf of a job across leaves and a spine")
     p.add_argument("--bind", metavar="HOST:PORT", help="this worker's HySync UDP address")
     p.add_argument("--bind-fd", type=ranged(int, 0, 2**31 - 1, "--bind-fd"), metavar="FD",
                    help="an inherited UDP socket already bound to --bind (the launcher "
@@ -96,10 +101,11 @@ def _transport_config(args: argparse.Namespace, workers: int, *, job_id: int, bi
     switch_host, switch_port = _host_port(args.switch)
     bind_host, bind_port = _host_port(bind)
     # dead_after: an excluded member waits, retransmitting, until it is readmitted.
-    return TransportConfig(job_id=job_id, worker_id=args.worker, switch_host=switch_host,
+    member_id = args.worker if args.member_id is None else args.member_id
+    return TransportConfig(job_id=job_id, worker_id=member_id, switch_host=switch_host,
                            switch_port=switch_port, bind_host=bind_host, bind_port=bind_port,
                            bind_fd=bind_fd, slot_base=slot_base, slot_count=slot_count,
-                           members=workers, dead_after=120.0)
+                           members=workers, dead_after=120.0, behind_leaf=args.behind_leaf)
 
 
 def attach_hysync(model: DistributedDataParallel, args: argparse.Namespace, workers: int,

@@ -1,8 +1,9 @@
 """`hysync job add|remove` and `mode set` with `--inventory FILE`: on every switch of a
 testbed of leaves and a spine (controlplane/testbed/fabric.py). The inventory names the switches
 and their roles; each command opens one primary P4Runtime session per switch, with the
-command line's election id and deadline. A one-switch inventory names the switch the
-command acts on, as --grpc-addr would.
+command line's election id (or the inventory's, on a switch that a serve or deploy held
+and nobody holds now: controlplane/testbed/election.py) and deadline. A one-switch
+inventory names the switch the command acts on, as --grpc-addr would.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from hysync.controlplane.cli.switch_commands import (
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, ValidationError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.tables.sync_mode import format_mode
+from hysync.controlplane.testbed.election import open_session
 from hysync.controlplane.testbed.fabric import LEVEL_HELP, FabricController, parse_level
 from hysync.controlplane.testbed.inventory import FabricSwitch, Inventory
 from hysync.wire import Mode
@@ -45,9 +46,8 @@ def fabric_controller(args: argparse.Namespace, inv: Inventory, *,
         controllers = {}
         for sw in inv.fabric.switches:
             info = sw.switch
-            switch = stack.enter_context(Switch(
-                info.grpc_addr, device_id=info.device_id, election_id=args.election_id,
-                timeout=args.timeout, arbitrate=not read_only, tls=info.tls))
+            switch = stack.enter_context(open_session(
+                info, args.election_id, timeout=args.timeout, arbitrate=not read_only))
             controllers[sw.name] = Controller(switch).attach()
         yield FabricController(inv.fabric, controllers)
 

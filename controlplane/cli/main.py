@@ -280,9 +280,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     try:
         args = parser.parse_args(argv)
         handler = args.handler
-        if getattr(args, "level", None) and not getattr(args, "inventory", None):
-            raise UsageError(f"--level {args.level} needs --inventory FILE: the testbed's "
-                             "inventory says which switch is the spine and which are leaves")
+        if (getattr(args, "level", None) and not getattr(args, "inventory", None)
+                and not getattr(args, "serve", None)):
+            raise UsageError(f"--level {args.level} needs --inventory FILE (or --serve ADDR of "
+                             "a serve across switches): the testbed's inventory says which "
+                             "switch is the spine and which are leaves")
         if getattr(args, "inventory", None) and handler.__name__ in fabric_commands.routes():
             if args.serve:
                 raise UsageError("--inventory and --serve together: the serve holds the "

@@ -31,9 +31,10 @@ from hysync.controlplane.p4rt.switch import DEFAULT_GRPC_ADDR, Switch
 from hysync.controlplane.policy.member_hosts import MemberHost, describe
 from hysync.controlplane.serve.auth import client_context, read_token
 from hysync.controlplane.serve.client import ServeClient, ServeError
+from hysync.controlplane.serve.fabric_server import FabricServer
 from hysync.controlplane.serve.server import Server
 from hysync.controlplane.tables.sync_mode import format_mode
-from hysync.controlplane.testbed import deploy, probe
+from hysync.controlplane.testbed import deploy, fabric_deploy, probe
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.controlplane.toml_fields import read_toml
 from hysync.wire import Mode
@@ -42,10 +43,6 @@ from hysync.wire import Mode
 def _inventory(args: argparse.Namespace) -> Inventory:
     """The INVENTORY; a --grpc-addr other than its switch's is refused, not ignored."""
     inv = Inventory.load(args.inventory)
-    if inv.fabric is not None:
-        raise UsageError(f"{args.inventory} describes leaves and a spine: deploy, teardown and "
-                         "serve take a one-switch inventory; install a job across them with "
-                         f"`hysync --inventory {args.inventory} job add FILE` (docs/testbed.md)")
     given = getattr(args, "grpc_addr", DEFAULT_GRPC_ADDR)
     if given not in (DEFAULT_GRPC_ADDR, inv.switch.grpc_addr):
         raise UsageError(f"--grpc-addr {given} is not the switch of {args.inventory} "
@@ -65,12 +62,15 @@ def cmd_deploy(args: argparse.Namespace, out: Output) -> None:
     fails. Run on a host of the inventory (--from HOST, or found by its data interface and
     address), as root, the port map check also pings every other host through the switch
     and waits up to --probe-wait (default: --timeout) for answers. A switch running another
-    pipeline is refused unless --replace-pipeline.
+    pipeline is refused unless --replace-pipeline. An INVENTORY of leaves and a spine is
+    deployed on every switch, the spine first (--check takes one switch).
     """
     inv = _inventory(args)
     _refuse_exposed(inv, args)
     if args.probe_from is not None and not args.check:
         raise UsageError("--from HOST goes with --check (the host the probe starts on)")
+    if inv.fabric is not None:
+        return _deploy_fabric(args, out, inv)
     if args.check:
         source, no_source = probe.source_host(inv, args.probe_from)
         checks = deploy.check(inv, timeout=args.timeout, source=source, no_source=no_source,
@@ -101,20 +101,51 @@ def cmd_deploy(args: argparse.Namespace, out: Output) -> None:
               "dry_run": args.dry_run}, "\n".join(lines))
 
 
+def _deploy_fabric(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
+    """deploy on every switch of leaves and a spine, spine first."""
+    if args.check:
+        raise UsageError(f"--check takes a one-switch inventory; {args.inventory} has leaves "
+                         "and a spine: `hysync deploy --dry-run` reads every switch of it, "
+                         "`hysync --inventory FILE job list` shows what each holds")
+    done = fabric_deploy.deploy_fabric(inv, dry_run=args.dry_run,
+                                       replace_pipeline=args.replace_pipeline,
+                                       timeout=args.timeout)
+    prefix = "would " if args.dry_run else ""
+    lines, data = [], []
+    for name, view, report in done:
+        lines += ([f"{name}: {prefix}push pipeline {view.switch.p4info}"] if report.push
+                  else [])
+        lines += [f"{name}: {prefix}write {u}" for u in report.updates]
+        data.append({"switch": name, "push": report.push,
+                     "writes": [str(u) for u in report.updates]})
+    writes = sum(len(r.updates) for _, _, r in done)
+    if not lines:
+        lines.append(f"nothing to do: the {len(done)} switches of {inv.name or inv.path} "
+                     "already have the pipeline and their hosts' forwarding")
+    elif not args.dry_run:
+        lines.append(f"deployed {inv.name or inv.path} on {len(done)} switches: {writes} "
+                     "writes")
+    out.emit({"switches": data, "dry_run": args.dry_run}, "\n".join(lines))
+
+
 def _refuse_exposed(inv: Inventory, args: argparse.Namespace) -> None:
-    if not args.insecure and (why := inv.switch.exposed()):
-        raise ControlPlaneError(why)
+    switches = [sw.switch for sw in inv.fabric.switches] if inv.fabric else [inv.switch]
+    for info in switches:
+        if not args.insecure and (why := info.exposed()):
+            raise ControlPlaneError(why)
 
 
 def cmd_teardown(args: argparse.Namespace, out: Output) -> None:
     """Remove what deploy and the INVENTORY's jobs wrote. Nothing else goes: the jobs
     whose members are its hosts, the hosts' l2 entries and flood ports.
 
-    Stop `hysync serve` first (it holds the switch). --dry-run says what would go.
+    Stop `hysync serve` first (it holds the switch). --dry-run says what would go. With
+    leaves and a spine: the jobs across them from every switch, then each leaf's.
     """
     inv = _inventory(args)
     lines: list[str] = []
-    n = deploy.teardown(inv, dry_run=args.dry_run, timeout=args.timeout, say=lines.append)
+    tear = deploy.teardown if inv.fabric is None else fabric_deploy.teardown_fabric
+    n = tear(inv, dry_run=args.dry_run, timeout=args.timeout, say=lines.append)
     lines.append(f"{'would remove' if args.dry_run else 'removed'} {n} entries of "
                  f"{inv.name or inv.path}")
     out.emit({"updates": n, "dry_run": args.dry_run}, "\n".join(lines))
@@ -126,7 +157,9 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> None:
     policy, and carry out the CLI's writes (`hysync --serve ADDR ...`).
 
     A second serve against the same switch is refused; a restarted one reads the jobs
-    back from the switch and keeps them for --claim-grace seconds for their scripts.
+    back from the switch and keeps them for --claim-grace seconds for their scripts. With
+    leaves and a spine it holds every switch and admits each job across the leaves of its
+    hosts (no straggler policy there).
     """
     inv = _inventory(args)
     _refuse_exposed(inv, args)
@@ -135,7 +168,8 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> None:
 
 
 def _serve(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
-    server = Server(inv, policy=None if args.policy == "none" else args.policy,
+    kind = Server if inv.fabric is None else FabricServer
+    server = kind(inv, policy=None if args.policy == "none" else args.policy,
                     policy_interval=args.policy_interval, policy_scale=args.policy_scale,
                     policy_log=Path(args.policy_log) if args.policy_log else None,
                     claim_grace=args.claim_grace, timeout=args.timeout,
@@ -153,9 +187,14 @@ def _serve(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     metrics = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
+    if inv.fabric is not None and args.policy != "none":
+        metrics += "; no straggler policy across switches (set each level's mode by hand)"
+    switches = ({sw.name: sw.switch.grpc_addr for sw in inv.fabric.switches} if inv.fabric
+                else {"switch": inv.switch.grpc_addr})
+    where = ", ".join(f"{name} {addr}" for name, addr in switches.items())
     out.emit({"listen": server.address, "grpc_addr": inv.switch.grpc_addr,
-              "metrics": endpoint.address if endpoint else None},
-             f"serving {inv.name or inv.path}: switch {inv.switch.grpc_addr}, requests on "
+              "switches": switches, "metrics": endpoint.address if endpoint else None},
+             f"serving {inv.name or inv.path}: {where}, requests on "
              f"{server.address}{metrics}")
     try:
         stop.wait()
@@ -197,7 +236,7 @@ def routed_job_remove(args: argparse.Namespace, out: Output) -> None:
 def routed_mode_set(args: argparse.Namespace, out: Output) -> None:
     mode = Mode[args.mode.upper()]
     r = _request(args, {"op": "mode_set", "job": args.job, "slots": list(args.slots),
-                        "mode": args.mode, "quorum": args.quorum})
+                        "mode": args.mode, "quorum": args.quorum, "level": args.level})
     latched, pending = None, None
     if args.wait is not None:
         # Serve holds the write session; the latch shows in the counters, which any

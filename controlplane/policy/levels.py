@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
-from hysync.controlplane.policy.policies import Decision, make_policy
+from hysync.controlplane.policy.policies import Decision, PolicyConfig, make_policy
 from hysync.controlplane.policy.runner import PolicyRunner
 
 
@@ -31,7 +31,7 @@ class LevelPolicies:
 
     def __init__(self, levels: Sequence[tuple[str, Controller]], job_id: int, *,
                  policy: str = "adaptive", interval: float = 0.5, dry_run: bool = False,
-                 log_path: Path | None = None,
+                 log_path: Path | None = None, config: PolicyConfig | None = None,
                  echo: Callable[[dict[str, object]], None] | None = None) -> None:
         self.interval = interval
         self.runners: list[PolicyRunner] = []
@@ -40,7 +40,7 @@ class LevelPolicies:
             if job_id not in controller.jobs:
                 continue
             self.runners.append(PolicyRunner(
-                controller, job_id, make_policy(policy), interval=interval, dry_run=dry_run,
+                controller, job_id, make_policy(policy, config), interval=interval, dry_run=dry_run,
                 log_path=log_path, echo=echo, level=level))
         if not self.runners:
             raise ValidationError(f"job {job_id} is not on {', '.join(n for n, _ in levels)}: "
@@ -56,6 +56,14 @@ class LevelPolicies:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def step(self) -> list[tuple[str, Decision]]:
+        """One step of every level's policy: the decisions made, each with its level."""
+        made: list[tuple[str, Decision]] = []
+        for runner in self.runners:
+            assert runner.level is not None
+            made += [(runner.level, d) for d in runner.step()]
+        return made
+
     def run(self, *, duration: float | None = None,
             stop: threading.Event | None = None) -> list[tuple[str, Decision]]:
         """Step every level's policy each interval until `duration` or `stop`; the
@@ -69,8 +77,6 @@ class LevelPolicies:
         while not stop.wait(max(0.0, min(next_at, end) - time.monotonic())):
             if time.monotonic() >= end:
                 break
-            for runner in self.runners:
-                assert runner.level is not None
-                made += [(runner.level, d) for d in runner.step()]
+            made += self.step()
             next_at = max(next_at + self.interval, time.monotonic())
         return made

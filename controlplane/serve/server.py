@@ -3,7 +3,9 @@
 It holds the P4Runtime primary role under the inventory's election id for as long as
 it runs, so a second `serve` against the same switch is refused by the switch itself
 (two streams may not share an election id). It listens on `serve.listen` (TCP or a
-Unix socket) for one JSON request per line (controlplane/serve/client.py):
+Unix socket) for one JSON request per line (controlplane/serve/client.py). An inventory
+of leaves and a spine is served by controlplane/serve/fabric_server.py, which holds every
+switch of it and places each job across them; the requests are the same:
 
 * `admit`: a training script's job (and its model-averaging job); members are
   inventory hosts, each with the job's ranks it speaks for (a host of several ranks is
@@ -81,6 +83,7 @@ from hysync.controlplane.serve.auth import (
 from hysync.controlplane.serve.client import ServeError
 from hysync.controlplane.serve.keys import KeyStore, default_path, digest, key_matches
 from hysync.controlplane.serve.requests import LineTooLong, check, parse, read_line
+from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.testbed.deploy import (
     compare_pipeline,
     connect,
@@ -88,7 +91,7 @@ from hysync.controlplane.testbed.deploy import (
     held,
     inventory_jobs,
 )
-from hysync.controlplane.testbed.inventory import Inventory
+from hysync.controlplane.testbed.inventory import Inventory, SwitchInfo
 from hysync.controlplane.testbed.serve_access import parse_listen
 from hysync.wire import Mode
 
@@ -120,6 +123,8 @@ class Lease:
     client: tuple[str, object] | None = None  # who admitted it: the quota counts by it
     # member -> its host and ranks, as the admit said (empty: not admitted by a script)
     hosts: dict[int, MemberHost] = field(default_factory=dict)
+    # across leaves and a spine: member -> (its leaf, its worker id there), as admitted
+    placement: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 class Server:
@@ -156,22 +161,9 @@ class Server:
         self.gate = Gate(inv.access, *parse_listen(inv.serve), inv.path)
         s = inv.switch
         self.keys = KeyStore(state_file or default_path(s.grpc_addr, s.device_id))
+        self._open_switches()
         try:
-            self.switch = Switch(s.grpc_addr, device_id=s.device_id, election_id=s.election_id,
-                                 timeout=timeout, tls=s.tls)
-        except NotPrimaryError as err:
-            if err.live is False:  # no serve holds it: the switch remembers a higher id
-                raise ServeError(str(err)) from None
-            raise ServeError(f"{held(inv, err)}: one switch has one `hysync serve`; stop the "
-                             "other before starting this one") from None
-        try:
-            pipeline = compare_pipeline(self.switch, inv)
-            if pipeline.state != "same":
-                raise ServeError(f"{pipeline.detail}: run `hysync deploy {inv.path}` first")
-            self.controller = Controller(self.switch, keep_macs={h.mac for h in inv.hosts},
-                                         keep_ports={h.switch_port for h in inv.hosts})
-            self.controller.attach()
-            adopted = inventory_jobs(self.controller, inv)
+            adopted = self._adoptable()
             for job in adopted:
                 self.leases[job.job_id] = Lease(None, time.monotonic() + claim_grace,
                                                 key_digest=self.keys.get(job.job_id, job.slots))
@@ -183,8 +175,62 @@ class Server:
                             f" from the switch; their owners have {claim_grace:g} s to claim them",
                             jobs=[j.job_id for j in adopted])
         except BaseException:
+            self._close_switches()
+            raise
+
+    # ---------------------------------------------------------- the switch
+    # A serve across leaves and a spine (controlplane/serve/fabric_server.py) holds every
+    # switch of its fabric: these are the places where the number of switches matters.
+    runs_policies = True  # a straggler policy per admitted job, where asked for
+
+    def _open_switches(self) -> None:
+        """Become the primary of the inventory's switch, check its pipeline, attach."""
+        inv = self.inv
+        self.switch = open_primary(inv, inv.switch, self.timeout)
+        try:
+            pipeline = compare_pipeline(self.switch, inv)
+            if pipeline.state != "same":
+                raise ServeError(f"{pipeline.detail}: run `hysync deploy {inv.path}` first")
+            self.controller = Controller(self.switch, keep_macs={h.mac for h in inv.hosts},
+                                         keep_ports={h.switch_port for h in inv.hosts})
+            self.controller.attach()
+        except BaseException:
             self.switch.close()
             raise
+
+    def _close_switches(self) -> None:
+        self.switch.close()
+
+    def _adoptable(self) -> list[InstalledJob]:
+        """The jobs found on the switch that a restarted serve keeps for a claim."""
+        return inventory_jobs(self.controller, self.inv)
+
+    def _controllers(self) -> list[Controller]:
+        """Every switch's controller: job ids and slots are free where free on all."""
+        return [self.controller]
+
+    def _lost(self) -> bool:
+        return self.switch.lost
+
+    def _install(self, job: JobConfig) -> None:
+        self.controller.add_job(job)
+
+    def _uninstall(self, job_id: int) -> int:
+        return self.controller.remove_job(job_id)
+
+    def _job_config(self, job_id: int, members: list[dict[str, Any]], port_key: str, base: int,
+                    count: int, mode: str, quorum: object, name: str) -> JobConfig:
+        rows = []
+        for m in members:
+            host = self.inv.host(m["host"])
+            rows.append({"worker": m["worker"], "ipv4": host.ipv4, "mac": host.mac,
+                         "udp_port": m[port_key], "switch_port": host.switch_port})
+        return JobConfig.from_dict(_job_table(job_id, rows, base, count, mode, quorum, name))
+
+    def _placement(self, members: list[dict[str, Any]]) -> dict[str, Any]:
+        """Where the admitted members send (the admit reply's part that says so)."""
+        return {"switch": {"ipv4": self.inv.switch.data_ipv4,
+                           "udp_port": self.inv.switch.data_udp_port}}
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> Server:
@@ -204,7 +250,7 @@ class Server:
                 self._listener = _TcpServer(where, handler)
                 self._listener.tls = self.gate.tls
         except OSError as err:
-            self.switch.close()
+            self._close_switches()
             raise ServeError(f"cannot listen on {self.inv.serve}: {err.strerror or err}; pick "
                              f"another serve.listen in {self.inv.path}") from None
         listener = self._listener
@@ -241,13 +287,13 @@ class Server:
             for lease in self.leases.values():
                 if lease.policy is not None:
                     lease.policy.close()
-        self.switch.close()
+        self._close_switches()
 
     def _tick(self) -> None:
         """Every policy interval: reconnect to a switch whose session ended, step the
         policies, drop unclaimed adopted jobs."""
         while not self._stop.wait(self.policy_interval):
-            if self.switch.lost and not self._reconnect():
+            if self._lost() and not self._reconnect():
                 continue
             with self.lock:
                 now = time.monotonic()
@@ -423,15 +469,15 @@ class Server:
         installed: list[JobConfig] = []
         try:
             for job in jobs:
-                self.controller.add_job(job)
+                self._install(job)
                 installed.append(job)
         except ControlPlaneError:
             for job in installed:
-                self.controller.remove_job(job.job_id)
+                self._uninstall(job.job_id)
             raise
         self._cursor = base + need
         self._id_cursor = ids[-1] + 1
-        policy = request["policy"] or self.policy_name
+        policy = (request["policy"] or self.policy_name) if self.runs_policies else None
         key = secrets.token_hex(16)
         key_digest = digest(key)
         for job in jobs:
@@ -455,9 +501,7 @@ class Server:
         return {"jobs": [{"job_id": j.job_id, "slot_base": j.slot_base,
                           "slot_count": j.slot_count,
                           "install_tag": wire.install_tag(self.controller.jobs[j.job_id].epoch)}
-                         for j in jobs], "key": key,
-                "switch": {"ipv4": self.inv.switch.data_ipv4,
-                           "udp_port": self.inv.switch.data_udp_port}}
+                         for j in jobs], "key": key, **self._placement(members)}
 
     def op_claim(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         """After serve's restart: the jobs' owner (the key their admit gave) or the
@@ -517,6 +561,9 @@ class Server:
 
     def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         job_id = request["job"]
+        if request["level"]:
+            raise ServeError(f"level {request['level']!r}: this serve holds one switch; levels "
+                             "are those of a serve across leaves and a spine (leave it out)")
         lease = self._owner(conn, job_id, "set the mode of", request["key"])
         slots = request["slots"]  # None: the job's whole range
         mode = Mode[request["mode"].upper()]
@@ -594,7 +641,7 @@ class Server:
     def op_job_remove(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         job_id = request["job"]
         self._owner(conn, job_id, "remove", request["key"])
-        written = self.controller.remove_job(job_id)
+        written = self._uninstall(job_id)
         self._drop_lease(job_id)
         return {"job_id": job_id, "updates": written}
 
@@ -610,7 +657,7 @@ class Server:
         for job_id in job_ids:
             self._drop_lease(job_id)
             try:
-                self.controller.remove_job(job_id)
+                self._uninstall(job_id)
                 self._event("job_removed", f"job {job_id} removed: {why}", job=job_id, why=why)
             except ControlPlaneError as err:
                 self._event("job_remove_failed", f"job {job_id}: removing it failed ({err})",
@@ -640,24 +687,12 @@ class Server:
         runner.start()
         return runner
 
-    def _job_config(self, job_id: int, members: list[dict[str, Any]], port_key: str, base: int,
-                    count: int, mode: str, quorum: object, name: str) -> JobConfig:
-        rows = []
-        for m in members:
-            host = self.inv.host(m["host"])
-            rows.append({"worker": m["worker"], "ipv4": host.ipv4, "mac": host.mac,
-                         "udp_port": m[port_key], "switch_port": host.switch_port})
-        data: dict[str, Any] = {"job_id": job_id, "mode": mode, "name": name,
-                                "slots": {"base": base, "count": count}, "members": rows}
-        if quorum is not None:
-            data["quorum"] = quorum
-        return JobConfig.from_dict(data)
-
     def _allocate(self, need: int) -> int:
         """The first free range of `need` slots at or after the cursor (wrapping): slots
         after the last ones given out first, so a freed range rests before it is reused."""
         lo, hi = self.inv.pool.slots
-        used = sorted(j.slots for j in self.controller.list_jobs() if j.complete)
+        used = sorted({j.slots for c in self._controllers() for j in c.list_jobs()
+                       if j.complete})
         starts = [self._cursor] + [b + 1 for _, b in used] + [lo]
         for start in sorted(set(starts), key=lambda s: (s < self._cursor, s)):
             end = start + need - 1
@@ -670,13 +705,36 @@ class Server:
     def _free_ids(self, n: int) -> list[int]:
         """`n` ids no job on the switch has, from the one after the last given (wrapping
         past 255 to 1): a finished job's id is not handed out again at once."""
-        taken = set(self.controller.jobs)
+        taken = {j for c in self._controllers() for j in c.jobs}
         start = self._id_cursor if 1 <= self._id_cursor < wire.MAX_JOBS else 1
         order = [*range(start, wire.MAX_JOBS), *range(1, start)]
         free = [j for j in order if j not in taken][:n]
         if len(free) < n:
             raise ServeError("every job id 1..255 is in use on the switch")
         return free
+
+
+def open_primary(inv: Inventory, info: SwitchInfo, timeout: float) -> Switch:
+    """A primary session with one switch of `inv` under its election id; ServeError where
+    another controller holds it."""
+    try:
+        return Switch(info.grpc_addr, device_id=info.device_id, election_id=info.election_id,
+                      timeout=timeout, tls=info.tls)
+    except NotPrimaryError as err:
+        if err.live is False:  # no serve holds it: the switch remembers a higher id
+            raise ServeError(str(err)) from None
+        raise ServeError(f"{held(inv, err, info)}: one switch has one `hysync serve`; stop "
+                         "the other before starting this one") from None
+
+
+def _job_table(job_id: int, rows: list[dict[str, Any]], base: int, count: int, mode: str,
+               quorum: object, name: str) -> dict[str, Any]:
+    """A job file's table of an admitted job (JobConfig.from_dict checks it)."""
+    data: dict[str, Any] = {"job_id": job_id, "mode": mode, "name": name,
+                            "slots": {"base": base, "count": count}, "members": rows}
+    if quorum is not None:
+        data["quorum"] = quorum
+    return data
 
 
 def _member_hosts(members: list[dict[str, Any]]) -> dict[int, MemberHost]:

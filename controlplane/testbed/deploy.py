@@ -24,7 +24,7 @@ from hysync.controlplane.p4rt.switch import Switch, pipeline_cookie
 from hysync.controlplane.tables import forwarding
 from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.testbed import probe
-from hysync.controlplane.testbed.inventory import Host, Inventory
+from hysync.controlplane.testbed.inventory import Host, Inventory, SwitchInfo
 from hysync.p4schema import Schema
 
 
@@ -70,11 +70,13 @@ def connect(inv: Inventory, *, read_only: bool = False, timeout: float = 5.0) ->
                           "first") from None
 
 
-def held(inv: Inventory, err: NotPrimaryError) -> str:
-    """Who holds the switch, from a refused arbitration."""
-    high, low = err.primary or inv.switch.election_id
+def held(inv: Inventory, err: NotPrimaryError, info: SwitchInfo | None = None) -> str:
+    """Who holds the switch (`info`, by default the inventory's), from a refused
+    arbitration."""
+    info = info or inv.switch
+    high, low = err.primary or info.election_id
     who = f"{low}" if high == 0 else f"{high},{low}"
-    return f"a controller with election id {who} holds the switch at {inv.switch.grpc_addr}"
+    return f"a controller with election id {who} holds the switch at {info.grpc_addr}"
 
 
 def inventory_schema(inv: Inventory) -> tuple[Schema, int]:
@@ -113,6 +115,8 @@ def forwarding_updates(inv: Inventory, l2: dict[str, int],
         elif have != h.switch_port:
             updates.append(modify(forwarding.l2_entry(h.mac, h.switch_port)))
     ports = {h.switch_port for h in inv.hosts}
+    if not ports:  # a spine: its ports are its leaves', which the jobs program
+        return updates
     if flood is None:
         updates.append(insert(forwarding.flood_group(ports)))
     elif not ports <= flood.ports():

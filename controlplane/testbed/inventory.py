@@ -69,6 +69,7 @@ Every error is an `InventoryError` naming the file, the field and what would be 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -203,6 +204,12 @@ class Inventory:
 
     def hosts_behind(self, leaf: str) -> tuple[Host, ...]:
         return tuple(h for h in self.hosts if h.leaf == leaf)
+
+    def of_switch(self, sw: FabricSwitch) -> Inventory:
+        """One switch of the fabric as a one-switch testbed: its pipeline and the hosts on
+        its ports (a leaf's hosts; the spine has none, its ports are the leaves')."""
+        hosts = self.hosts_behind(sw.name) if sw.role == "leaf" else ()
+        return dataclasses.replace(self, switch=sw.switch, hosts=hosts, fabric=None)
 
     def host(self, name: str) -> Host:
         for h in self.hosts:

@@ -136,7 +136,8 @@ void bind_config(nb::module_& m) {
       .def_rw("read_time_window", &Faults::read_time_window)
       .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset)
       .def_rw("ignore_relayed", &Faults::ignore_relayed)
-      .def_rw("no_step_back", &Faults::no_step_back);
+      .def_rw("no_step_back", &Faults::no_step_back)
+      .def_rw("leaf_verdict_waits", &Faults::leaf_verdict_waits);
 }
 
 // A status of the engine's -> True (done), False (unreachable), or the pending exception.

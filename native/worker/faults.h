@@ -40,6 +40,10 @@ struct Faults {
   // switch state, as one not ahead of it (§9), not for a leaf that took its round back open
   // after a spine CHUNK_MISMATCH (§11, "What a host does").
   bool no_step_back = false;
+  // Behind a leaf, a relayed spine RESULT in partial for my flight's round and chunk without my
+  // bit does not settle the flight: it waits for the answer to its own retransmission, an RTO
+  // later (§11, "What a host does"), and its rack trails every later race at the spine.
+  bool leaf_verdict_waits = false;
   // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
   // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;

@@ -142,6 +142,17 @@ void Replies::on_full(const uint8_t* d, double now) {
       // round's own sum holds non-finite already is absorbed there (round() of done()).
       take_result();
       flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
+    } else if (cfg_.behind_leaf && h.mode == PARTIAL && h.chunk == f->chunk &&
+               !faults_.leaf_verdict_waits) {
+      // Behind a leaf, this result is the spine's verdict on my round, relayed by my leaf
+      // after it acted on it: the sum that held me was refused, or the round I sent to never
+      // reached the spine, or my leaf's partial round closed without me. In each case the leaf
+      // is past my round for good (it takes a round back open only before the spine closes
+      // it), so no transmission of mine can be counted there: carried now, as the RESEND my
+      // retransmission would get says, and not an RTO later, which would leave my rack
+      // behind in every later race at the spine (docs/protocol.md §11, "What a host does").
+      take_result();
+      flights_.done(i, false, now, true, d);
     } else if (h.mode != ASYNC) {
       f->closed = true;
       f->closed_chunk = h.chunk;

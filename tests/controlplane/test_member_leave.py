@@ -126,14 +126,28 @@ def test_a_leave_that_cannot_be_made_says_why_in_one_line_and_writes_nothing(
                              str(testbed.job_file))
     assert (code, err2) == (0, ""), err2
     before = {name: testbed.tables(name) for name in testbed.grpc}
-    # Another session held the leaf with a higher election id: the switch elects only ids
-    # that high from then on, so a leave under `hysync`'s default is refused at once.
-    with Switch(testbed.grpc["leaf-0"], election_id=(0, 10)):
+    # Another session held the leaf with an election id above the inventory's (10): the
+    # switch elects only ids that high from then on, so a leave is refused at once.
+    with Switch(testbed.grpc["leaf-0"], election_id=(0, 11)):
         pass
     with pytest.raises(LeaveError, match=r"^cannot leave through the switch at .*: not the "
                        r"primary controller .*a `hysync serve` takes its jobs' leaves"):
         leave_as(testbed, "leaf-0:0", wait=30.0)
     assert {name: testbed.tables(name) for name in testbed.grpc} == before
+
+
+def test_a_leave_after_a_serve_held_the_switches_takes_the_inventorys_election_id(
+        testbed: TwoLevelTestbed) -> None:  # noqa: F811 (the imported fixture)
+    code, out, err = hysync("--inventory", str(testbed.inventory), "job", "add",
+                            str(testbed.job_file))
+    assert (code, err) == (0, ""), err
+    for addr in testbed.grpc.values():  # as a serve or deploy leaves them: id 10 seen
+        with Switch(addr, election_id=(0, 10)):
+            pass
+    assert leave_as(testbed, "leaf-0:0").excluded_at == "leaf-0"
+    assert active(testbed, "leaf-0") == [1, 2]
+    code, out, err = hysync("--inventory", str(testbed.inventory), "job", "remove", str(JOB))
+    assert (code, err) == (0, ""), err
 
 
 def test_on_one_switch_a_member_leaves_there_and_the_last_one_stays(

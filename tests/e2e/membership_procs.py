@@ -172,7 +172,7 @@ def member_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         for _ in range(spec.flush_calls):
             call(zeros)
         barrier.wait(WAIT)
-        drained = train.poll_results(0.5)
+        drained = train.finish(timeout=60.0)
         model += train.take(KEY)
         out.put((worker, "result", {
             "model": model.copy(),

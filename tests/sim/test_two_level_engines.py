@@ -1,6 +1,7 @@
 """Real worker engines behind real leaves and a spine (tests/sim/two_level_engines.py): seeds
-that hold every invariant on both pipelines, a seed that replays, and the checker finding the
-runs that break without the leaf's step back or the host's rules of docs/protocol.md §11."""
+that hold every invariant on both pipelines, a seed that replays, fair races that leave no
+rack out, and the checker finding the runs that break without the leaf's step back or the
+host's rules of docs/protocol.md §11."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
-from tests.sim.two_level_engines import simulate
+from tests.sim.two_level_engines import fairness, simulate
 
 # Seeds whose runs relay spine verdicts (RESYNCs with flag RELAYED) to hosts, after a spine
 # CHUNK_MISMATCH, with mode swaps at either level.
@@ -100,9 +101,9 @@ def test_without_the_hosts_step_back_a_leafs_round_back_reads_as_a_restart() -> 
 
 
 # Seeds where a rack's hosts make their last calls with flights unsettled at their leaf: a
-# spine verdict lost on the way down (33, 350), an uplink lost on the way up (987), a close
+# spine verdict lost on the way down (33, 295), an uplink lost on the way up (987), a close
 # held while a sum was at the spine (400), a spine result that skipped the rack lost (1075).
-LAST_CALL = (33, 350, 400, 987, 1075)
+LAST_CALL = (33, 295, 400, 987, 1075)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
@@ -121,3 +122,26 @@ def test_hosts_that_stop_at_their_last_call_stall_the_other_racks(seed: int) -> 
     problems, _ = simulate(seed, drain=False)
     failures = [p for p in problems if p.startswith("failure:")]
     assert failures and all("spine round" in p for p in failures), problems
+
+
+# Fair races (equal-pace racks, the spine in partial(1)) where, without the host's rule for a
+# relayed result without its bit, the rack that loses the first race loses every later one.
+FAIR = (1, 2, 5, 6)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", FAIR)
+def test_equal_pace_racks_share_a_partial_spine(seed: int, target: str) -> None:
+    problems, counts = fairness(seed, target)
+    assert problems == []
+    assert min(counts) > 0
+
+
+@pytest.mark.parametrize("seed", FAIR)
+def test_hosts_that_wait_for_their_retransmission_leave_their_rack_out(seed: int) -> None:
+    """A host that settles a round its rack lost only on the answer to its own retransmission
+    starts its next call an RTO after the winners: the other rack's sum wins the next race
+    too, and every one after it while the hosts are calling."""
+    problems, counts = fairness(seed, faults={"leaf_verdict_waits": True})
+    assert 0 in counts
+    assert any(p.startswith("fairness:") for p in problems), problems

@@ -24,7 +24,7 @@ EXPECTED = {
     "verdict": ("exactly-once", 0),
     "weight": ("divisor", 0),
     "late_mark": ("exactly-once", 10_000),
-    "backward": ("not live", 18_000),
+    "backward": ("not live", 48_000),
 }
 
 

@@ -24,11 +24,16 @@ levels"):
   close with the racks that can still send, for the rounds it needs wait on hosts that made
   their last call and hold nothing in flight.
 
+Apart from the drawn seeds, `fairness` runs fair races (equal-pace racks, the spine in
+partial(1), no faults) and checks that no leaf is left out of every spine round while its
+hosts are calling.
+
 A host past its last call keeps its flights retrying until each is settled, as
 `Transport.finish` does (§11, "What a host does"); `drain=False` takes that rule out.
 
     python -m tests.sim.two_level_engines --seeds 2000 [--start 0] [--target native] [--out F]
     python -m tests.sim.two_level_engines --seed 17 --trace    # replay one seed, every packet
+    python -m tests.sim.two_level_engines --fair 20 [--start 0]  # spine rounds per leaf, fair races
 """
 
 from __future__ import annotations
@@ -210,6 +215,7 @@ class TwoLevelSim:
         self.parts: dict[tuple[int, int], list[Part]] = {}
         self.spine_counted: dict[int, set[int]] = {}
         self.spine_results: dict[int, tuple[int, int, int, int, bytes]] = {}
+        self.spine_closed_at: dict[int, float] = {}  # round -> when the spine closed it
         self.told_counted: list[tuple[int, int, int]] = []  # (leaf, host, round) of bits set
         # (leaf, part) counted at a leaf whose round was then taken back open: in no sum
         self.withdrawn: list[tuple[int, Part]] = []
@@ -522,6 +528,7 @@ class TwoLevelSim:
     def _spine_closed(self, h: wire.Header, data: bytes) -> None:
         """A spine result: its sum is the leaves' sums it counted, its count their hosts."""
         self.spine_results[h.round] = (h.chunk, h.count, h.bitmap, h.mode, data[H:])
+        self.spine_closed_at[h.round] = self.now
         self.stats["spine_results"] += 1
         leaves = self.spine_counted.get(h.round, set())
         parts = [p for i in leaves for p in self.parts.get((i, h.round), [])]
@@ -708,6 +715,46 @@ def simulate(seed: int, target: str = "native", faults: dict[str, bool] | None =
     return sim.run(), sim.stats
 
 
+# The fair race: racks of equal pace, the spine in partial(1), nothing lost or late.
+FAIR_LEAVES, FAIR_HOSTS, FAIR_CALLS = 2, 3, 20
+
+
+def fair_race(seed: int, calls: int = FAIR_CALLS) -> Draw:
+    """Equal-pace racks (leaves in sync) under a spine in partial(1), one chunk per call, no
+    loss, duplication, jitter or swap: each spine round is a race between the racks' sums, and
+    only the compute times drawn from the seed decide who wins it."""
+    return Draw(
+        seed=seed, leaves=FAIR_LEAVES, hosts=FAIR_HOSTS, sizes=(wire.LANES,), calls=calls,
+        host_link=Link(), uplink=Link(),
+        modes=((SPINE, int(Mode.PARTIAL), 1),
+               *((("leaf", i), int(Mode.SYNC), 0) for i in range(FAIR_LEAVES))),
+        swaps=(), compute=0.002, slow_rack=-1, slow_host=(-1, -1), slow_factor=1.0,
+        lossy_until=0.0)
+
+
+def rounds_per_leaf(sim: TwoLevelSim) -> list[int]:
+    """Per leaf, the spine rounds that counted its sum among those that closed while every
+    host was still calling (before the first host's last call ended)."""
+    window = min(hs.calls[-1][1] for hs in sim.hosts)
+    bitmaps = [sim.spine_results[r][2] for r, t in sim.spine_closed_at.items() if t <= window]
+    return [sum(1 for b in bitmaps if b >> i & 1) for i in range(sim.d.leaves)]
+
+
+def fairness(seed: int, target: str = "native", faults: dict[str, bool] | None = None,
+             calls: int = FAIR_CALLS) -> tuple[list[str], list[int]]:
+    """One fair race: the invariants' violations, plus a leaf left out of every spine round
+    while its hosts were calling (a rack that loses one race must not lose all the rest:
+    its hosts learn the verdict when the winners do, §11 "What a host does"); and the
+    rounds per leaf."""
+    sim = TwoLevelSim(fair_race(seed, calls), target, faults)
+    problems = sim.run()
+    counts = rounds_per_leaf(sim)
+    problems += [f"fairness: leaf {i} is in none of the {len(sim.spine_closed_at)} spine "
+                 f"rounds closed while its hosts were calling (per leaf: {counts})"
+                 for i, n in enumerate(counts) if n == 0]
+    return problems, counts
+
+
 def sweep(target: str, start: int, seeds: int, out: Path) -> int:
     """Seeds start.. on one target, results to `out` (every 50 seeds, and at the end); the
     number of failing seeds."""
@@ -725,10 +772,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--seed", type=int, help="replay one seed")
     ap.add_argument("--trace", action="store_true", help="with --seed: every packet")
+    ap.add_argument("--fair", type=int, metavar="N",
+                    help="N fair races (seeds --start..): spine rounds per leaf while all call")
     ap.add_argument("--target", choices=sorted(TARGETS), default="native",
                     help="the switches' pipeline (default: native)")
     ap.add_argument("--out", type=Path, default=RESULTS, help=f"results file (default {RESULTS})")
     args = ap.parse_args(argv)
+    if args.fair is not None:
+        failing = 0
+        for seed in range(args.start, args.start + args.fair):
+            problems, counts = fairness(seed, args.target)
+            failing += bool(problems)
+            print(f"seed {seed}: spine rounds per leaf {counts}"
+                  + "".join(f"\n  {p}" for p in problems))
+        return 1 if failing else 0
     if args.seed is not None:
         problems, stats = simulate(args.seed, args.target,
                                    trace=print if args.trace else None)

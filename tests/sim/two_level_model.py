@@ -336,7 +336,9 @@ class Host:
             return
         if self.index in p.bitmap:
             self.flight = None
-        elif p.resend and p.tx == f.tx:
+        elif p.resend and p.tx == f.tx or p.mode == PARTIAL:
+            # (In partial, a result of my round without my bit is my leaf's relay of the
+            # spine's verdict: the leaf is past my round for good, so it is carried at once.)
             self.carry()
 
     def on_resync(self, p: Packet, out: list) -> None:

@@ -1,9 +1,11 @@
 """examples/train_ddp.py's model and data for test_fabric_training.py, joined to a job
-installed across leaves and a spine (`hysync.torch.attach(..., job_file=...)`), with a
-pause in the middle: when the job's clock reaches `--pause-at`, every rank prints its
-parameters' digest and waits for `--resume-file` to appear (the test swaps a level's mode
-meanwhile), then trains on to `--steps`. At the end each rank prints its held-out accuracy,
-its parameters' digest and how many results it applied in each mode.
+installed across leaves and a spine (`hysync.torch.attach(..., job_file=...)`), or with
+`--hosts-per-leaf N` instead of `--job` admitted by a serve across them (rank r on host
+h{r // N}-{r % N} of the inventory, test_serve_fabric.py). With `--pause-at`, when the
+job's clock reaches it every rank prints its parameters' digest and waits for
+`--resume-file` to appear (the test swaps a level's mode meanwhile), then trains on to
+`--steps`. At the end each rank prints its held-out accuracy, its parameters' digest and
+how many results it applied in each mode.
 """
 
 import argparse
@@ -25,10 +27,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--inventory", required=True)
-parser.add_argument("--job", required=True)
+job_or_serve = parser.add_mutually_exclusive_group(required=True)
+job_or_serve.add_argument("--job")
+job_or_serve.add_argument("--hosts-per-leaf", type=int)
 parser.add_argument("--steps", type=int, default=150)
-parser.add_argument("--pause-at", type=int, required=True)
-parser.add_argument("--resume-file", required=True)
+parser.add_argument("--pause-at", type=int, default=10**9)  # default: never
+parser.add_argument("--resume-file", default="")
 args = parser.parse_args()
 
 spec = importlib.util.spec_from_file_location("train_ddp", EXAMPLE)
@@ -42,7 +46,12 @@ rank, world = dist.get_rank(), dist.get_world_size()
 data, x_train, y_train, x_test, y_test = example.load_data()
 x, y = x_train[rank::world], y_train[rank::world]
 model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
-job = hysync.torch.attach(model, inventory=args.inventory, job_file=args.job, timeout=60)
+if args.job:
+    job = hysync.torch.attach(model, inventory=args.inventory, job_file=args.job, timeout=60)
+else:
+    n = args.hosts_per_leaf
+    job = hysync.torch.attach(model, inventory=args.inventory, host=f"h{rank // n}-{rank % n}",
+                              timeout=60)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 generator = torch.Generator().manual_seed(rank)

@@ -136,14 +136,14 @@ def test_more_than_32_hosts_behind_a_leaf_are_refused(tmp_path: Path) -> None:
     assert len(_load(tmp_path, fabric_inventory(hosts=32)).hosts) == 64  # 32 + 32: allowed
 
 
-def test_deploy_teardown_and_serve_take_a_one_switch_inventory(tmp_path: Path) -> None:
+def test_deploy_check_takes_a_one_switch_inventory_and_says_what_to_use(
+        tmp_path: Path) -> None:
     path = write_inventory(tmp_path / "fabric.toml", VALID)
-    for command in (["deploy", str(path)], ["teardown", str(path)], ["serve", str(path)]):
-        out, err = io.StringIO(), io.StringIO()
-        assert main(command, stdout=out, stderr=err) == 2
-        assert out.getvalue() == "" and err.getvalue().count("\n") == 1
-        assert "describes leaves and a spine: deploy, teardown and serve take a one-switch " \
-               "inventory" in err.getvalue(), err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["deploy", "--check", str(path)], stdout=out, stderr=err) == 2
+    assert out.getvalue() == "" and err.getvalue().count("\n") == 1
+    assert "--check takes a one-switch inventory" in err.getvalue(), err.getvalue()
+    assert "`hysync deploy --dry-run` reads every switch" in err.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("section", ["switches", "hosts"])

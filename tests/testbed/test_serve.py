@@ -112,6 +112,18 @@ def test_bad_admissions_are_refused_and_change_nothing(deployed: Inventory,
         assert installed(deployed) == {}
 
 
+def test_a_mode_set_that_names_a_level_is_refused_by_a_one_switch_serve(
+        deployed: Inventory, start: Start) -> None:
+    server = start(policy=None)
+    with ServeClient(server.address) as client:
+        (job,) = client.request({"op": "admit", "members": members(1, 2)})["jobs"]
+        code, out, err = hysync("--serve", server.address, "mode", "set", str(job["job_id"]),
+                                "--slots", "0-31", "partial", "--quorum", "1", "--level",
+                                "spine")
+        assert (code, out) == (1, "") and err.count("\n") == 1, err
+        assert "level 'spine': this serve holds one switch" in err, err
+
+
 def test_a_full_pool_refuses_a_job_with_a_way_out(tmp_path: Path, softswitch: Softswitch,
                                                    deployed: Inventory) -> None:
     data = loopback_inventory(softswitch.grpc_addr, softswitch.udp_addr[1],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hysync.topologies.report import ConfigSummary, outcome, time_split_rows
+from hysync.topologies.report import ConfigSummary, level_rows, outcome, time_split_rows
 
 
 def summary(config: str, time_to_target: float | None, wait_ms: float | None = 10.0,
@@ -39,3 +39,20 @@ def test_time_split_names_what_dominates_and_leaves_gloo_waiting_blank():
                                     compute_ms=99.0)])
     assert rows == [["gloo", "33.3", "-", "33.0", "compute"],
                     ["hysync-sync", "99.0", "651.0", "232.0", "waiting for the switch"]]
+
+
+def test_level_rows_show_each_level_of_a_run_across_switches():
+    def swap(level: str, mode: str, quorum: int, step: int) -> dict:
+        return {"action": "set_mode", "level": level, "mode": mode, "quorum": quorum,
+                "at_step": step}
+
+    events = {"gloo": [], "hysync-adaptive": [
+        swap("leaf:leaf-2", "partial", 2, 10), swap("spine", "partial", 1, 12),
+        swap("leaf:leaf-2", "sync", 0, 30), swap("", "sync", 0, 40),
+        {"action": "exclude", "level": "", "mode": "", "quorum": 0, "at_step": 90}]}
+    assert level_rows(events) == [
+        ["hysync-adaptive", "leaf:leaf-2", "2", "step 10", "sync"],
+        ["hysync-adaptive", "spine", "1", "step 12", "partial(1)"],
+        ["hysync-adaptive", "every level", "1", "never", "sync"]]
+    # one switch: no level, no rows (the one-switch report is unchanged)
+    assert level_rows({"hysync-adaptive": [swap("", "partial", 3, 10)]}) == []

@@ -103,3 +103,70 @@ def test_a_binary_scenario_is_one_line_and_exit_2(tmp_path: Path, module: str, c
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "scenario.toml is not UTF-8 text" in err
+
+
+def test_slow_rack_scenario_is_two_racks_with_the_second_slower():
+    slow = load_scenario(SCENARIO_DIR / "slow-rack.toml")
+    assert (slow.racks, slow.per_rack) == (2, 3)
+    assert [slow.rack_of(w) for w in range(slow.workers)] == [0, 0, 0, 1, 1, 1]
+    assert {s.worker: s.factor_at(0.0) for s in slow.stragglers} == {3: 2.0, 4: 2.0, 5: 2.0}
+    assert not slow.schedule  # the per-level adaptive policy decides
+
+
+def test_racks_and_levels_are_read(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('name="x"\nworkers=4\nsteps=1\n')
+    assert load_scenario(f).racks == 1  # one switch unless told
+    f.write_text('name="x"\nworkers=6\nracks=2\nsteps=10\n'
+                 '[[schedule]]\nat_step=3\nmode="partial"\nquorum=1\nlevel="spine"\n'
+                 '[[schedule]]\nat_step=5\nmode="partial"\nquorum=2\nlevel="leaf:leaf-2"\n'
+                 '[[schedule]]\nat_step=8\nmode="sync"\n')
+    s = load_scenario(f)
+    assert [(w.mode, w.quorum, w.level) for w in s.schedule] == [
+        ("partial", 1, "spine"), ("partial", 2, "leaf:leaf-2"), ("sync", 0, "")]
+
+
+RACKED = 'name="x"\nworkers=6\nracks=2\nsteps=10\n'
+
+
+@pytest.mark.parametrize("body, message", [
+    ('name="x"\nworkers=6\nsteps=10\nracks=9\n',
+     "'racks' = 9 is out of range: 1 (one switch) or 2..8 racks"),
+    ('name="x"\nworkers=6\nsteps=10\nracks=0\n', "'racks' = 0 is out of range"),
+    ('name="x"\nworkers=6\nsteps=10\nracks="two"\n', "'racks' must be a int, got 'two'"),
+    ('name="x"\nworkers=5\nsteps=10\nracks=2\n',
+     "'workers' = 5 cannot fill 'racks' = 2 evenly with at least 2 each"),
+    ('name="x"\nworkers=3\nsteps=10\nracks=3\n',
+     "'workers' = 3 cannot fill 'racks' = 3 evenly with at least 2 each"),
+    ('name="x"\nworkers=4\nsteps=10\n[[schedule]]\nat_step=3\nmode="sync"\nlevel="spine"\n',
+     "'level' = 'spine' needs racks >= 2 (one switch has one level)"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="sync"\nlevel="leaf-3"\n',
+     "'level' = 'leaf-3' is not a level: write spine, leaf (every leaf) or one of "
+     "leaf:leaf-1, leaf:leaf-2"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="sync"\nlevel=1\n', "'level' = 1 is not a level"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="async"\n',
+     "async is not offered across switches (racks = 2): choose sync or partial"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="partial"\nquorum=3\nlevel="spine"\n',
+     "'quorum' = 3 is more than the 2 members at spine"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="partial"\nquorum=4\nlevel="leaf"\n',
+     "'quorum' = 4 is more than the 3 members at leaf"),
+    (RACKED + '[[schedule]]\nat_step=3\nmode="partial"\nquorum=3\n',
+     "'quorum' = 3 is more than the 2 members at every level"),
+])
+def test_bad_racks_and_levels_are_refused_in_one_line(tmp_path, body, message):
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(f)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_run_takes_a_scenario_name_and_refuses_async_across_racks(capsys) -> None:
+    from hysync.topologies.run import main
+
+    assert main(["slow-rack", "--policy", "async"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "slow-rack spans 2 racks" in err, err
+    assert main(["slow-rack", "--policy", "partial", "--quorum", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--quorum 4 must be 1..3" in err, err

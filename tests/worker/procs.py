@@ -24,6 +24,9 @@ from hysync.worker.transport import Transport, TransportConfig
 KEY = "g"
 POLL = 1.0  # how often a waiting worker checks that the test process is still there
 HUNG_AFTER = 1200.0  # backstop of a wait on the other workers (cluster.py says why)
+# At the end every flight settles (a lost result is recovered or its round is judged);
+# on a busy machine that can take seconds, so the drain waits for it, not for a fixed time.
+SETTLE_WITHIN = 60.0
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def phased_worker(worker: int, spec: Spec, out: Any, events: dict[str, Any],
         for _ in range(spec.flush_calls):
             call(zeros)
         barrier.wait(HUNG_AFTER)  # the test process ends us at once if a peer fails
-        drained = tr.poll_results(0.5)
+        drained = tr.finish(timeout=SETTLE_WITHIN)
         total_out += tr.take(KEY)
         out.put((worker, "result", {
             "output": total_out, "first_chunk": tr.first_chunk(KEY),

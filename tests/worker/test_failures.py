@@ -262,7 +262,7 @@ def test_a_chunk_that_meets_a_sync_round_of_another_chunk_is_carried(switch, pee
         np.testing.assert_allclose(tr.residual("b")[:64], 0.0, atol=1e-6)  # in flight
         peer.contribute(switch.address, len(rounds), 1, lanes_of(1.0))
         assert peer.result().header.chunk == 1
-        tr.poll_results(0.2)
+        assert tr.finish(timeout=60.0).in_flight == 0
         np.testing.assert_allclose(tr.take("b")[:64], (3.0 + 1.0) / 2, atol=1e-6)
         np.testing.assert_allclose(tr.residual("b")[:64], 0.0, atol=1e-6)
         assert not tr.needs_resync

@@ -152,3 +152,42 @@ def test_stale_for_the_round_just_closed_is_a_refusal_behind_a_leaf(behind_leaf:
     assert following and following[0].round == OPEN + 1
     residual = np.asarray(host.engine.residual("g"))
     assert np.all(residual[:wire.LANES] == np.float32(0.25))  # carried in full
+
+
+def _result(rnd: int, chunk: int, mode: Mode, bitmap: int) -> bytes:
+    """A spine result as a leaf relays it: its hosts' bits translated (none of mine here)."""
+    head = wire.Header(op=Op.RESULT, job_id=JOB, worker_id=UPLINK_ID, slot=0, round=rnd,
+                       chunk=chunk, mode=mode, count=3, bitmap=bitmap).pack()
+    return head + np.full(wire.LANES, 7, ">i4").tobytes()
+
+
+def test_a_relayed_result_of_my_round_without_my_bit_carries_the_flight_at_once() -> None:
+    """The spine's round OPEN closed without my leaf's sum (partial at the spine): the leaf
+    relays its result with my bit clear. The flight is carried now, not an RTO later, and the
+    result is applied as every relayed result is."""
+    host = Host(Mode.PARTIAL)
+    host.hand(_result(OPEN, host.first, Mode.PARTIAL, bitmap=0))
+    following = host.sent_one()  # the slot's next chunk, at the next round
+    assert (following.op, following.round, following.chunk) == (Op.CONTRIB, OPEN + 1,
+                                                                host.first + 1)
+    residual = np.asarray(host.engine.residual("g"))
+    assert np.all(residual[:wire.LANES] == np.float32(0.25))  # carried in full
+    stats = host.stats()
+    assert stats["stray_replies"] == 0
+    assert len(bytes(stats["results"])) == wire.HEADER_BYTES  # applied once
+
+
+@pytest.mark.parametrize("case", ["rule out", "sync", "another round", "another chunk",
+                                  "not behind a leaf"])
+def test_a_relayed_result_without_my_bit_waits_otherwise(case: str) -> None:
+    """Only a result in partial for my flight's round and chunk, behind a leaf, settles it:
+    anything else waits for the answer to my own packet (its retransmission)."""
+    mode = Mode.SYNC if case == "sync" else Mode.PARTIAL
+    host = Host(mode, behind_leaf=case != "not behind a leaf",
+                leaf_verdict_waits=case == "rule out")
+    rnd = OPEN - 1 if case == "another round" else OPEN
+    chunk = host.first + 1 if case == "another chunk" else host.first
+    host.hand(_result(rnd, chunk, mode, bitmap=0))
+    assert host.sent() == []
+    assert host.status == PENDING
+    assert not np.asarray(host.engine.residual("g"))[:wire.LANES].any()  # still in flight

@@ -1,0 +1,246 @@
+"""`hysync serve INVENTORY` where the inventory has leaves and a spine (`[[switches]]`).
+
+The serve holds the primary session of every switch of the fabric, under each switch's
+election id, for as long as it runs, and is the one writer of all of them: admissions,
+leaves, exclusions and mode sets go through it (controlplane/serve/server.py describes the
+requests, the leases and who may do what; they are the same here).
+
+An admitted job spans the leaves its members' hosts sit behind (docs/protocol.md §11): the
+job id and slot range come from the pool, free on every switch, and the job is installed
+by controlplane/testbed/fabric.py (spine first, then the leaves, one install epoch,
+rolled back on every switch when one refuses). A member's worker id is its id at its
+leaf: the members behind a leaf are numbered 0.. in the order of the admit's worker ids.
+The admit's reply adds `placement`: for each admitted member (by the admit's worker id),
+its leaf, its worker id there, the leaf's data address, and `members`, the job's members
+over every leaf (the divisor of the sum). `hysync.torch.attach` sends there.
+
+A member that finishes leaves at every level by the rule of
+controlplane/testbed/member_leave.py, through the sessions the serve holds. An exclusion
+or readmission names the member by the admit's worker id and is made at its leaf. A mode
+set may name a level (`level`: spine, leaf or leaf:NAME), as `hysync --inventory FILE
+mode set --level` does without a serve.
+
+Not across switches: straggler policies (a job is admitted without one; set its modes
+per level by hand), and reconnecting to a switch that restarted (the serve says so in its
+log; restart the serve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from hysync.controlplane.controller import Controller
+from hysync.controlplane.job import JobConfig
+from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.serve.client import ServeError
+from hysync.controlplane.serve.server import OPERATOR, Lease, Server, _job_table, open_primary
+from hysync.controlplane.tables.installed import InstalledJob
+from hysync.controlplane.testbed.deploy import compare_pipeline
+from hysync.controlplane.testbed.fabric import FabricController
+from hysync.controlplane.testbed.inventory import Fabric, Inventory, SwitchInfo
+from hysync.controlplane.testbed.job_member import JobMember
+from hysync.controlplane.testbed.member_leave import exclude_member, leave_levels
+from hysync.wire import Mode
+
+log = logging.getLogger(__name__)
+
+
+def leaf_placement(inv: Inventory, members: list[dict[str, Any]]) -> dict[int, tuple[str, int]]:
+    """Each admitted member's leaf (its host's) and worker id there: 0.. per leaf, in the
+    order of the admit's worker ids."""
+    by_leaf: dict[str, list[int]] = {}
+    for m in sorted(members, key=lambda m: m["worker"]):
+        host = inv.host(m["host"])
+        by_leaf.setdefault(host.leaf, []).append(m["worker"])
+    return {worker: (leaf, i) for leaf, workers in by_leaf.items()
+            for i, worker in enumerate(workers)}
+
+
+class FabricServer(Server):
+    """The serve of a testbed of leaves and a spine: one primary session per switch."""
+
+    runs_policies = False
+
+    @property
+    def fabric_spec(self) -> Fabric:
+        assert self.inv.fabric is not None
+        return self.inv.fabric
+
+    # ---------------------------------------------------------- the switches
+    def _open_switches(self) -> None:
+        self.switches: dict[str, Switch] = {}
+        controllers: dict[str, Controller] = {}
+        self._lost_said = False
+        try:
+            for sw in self.fabric_spec.switches:
+                view = self.inv.of_switch(sw)
+                switch = open_primary(self.inv, sw.switch, self.timeout)
+                self.switches[sw.name] = switch
+                pipeline = compare_pipeline(switch, view)
+                if pipeline.state != "same":
+                    raise ServeError(f"switch {sw.name}: {pipeline.detail}: run `hysync deploy "
+                                     f"{self.inv.path}` first")
+                controllers[sw.name] = Controller(
+                    switch, keep_macs={h.mac for h in view.hosts},
+                    keep_ports={h.switch_port for h in view.hosts}).attach()
+        except BaseException:
+            self._close_switches()
+            raise
+        self.fabric = FabricController(self.fabric_spec, controllers)
+        spine = self.fabric_spec.spine.name
+        self.switch, self.controller = self.switches[spine], controllers[spine]
+
+    def _close_switches(self) -> None:
+        for switch in self.switches.values():
+            switch.close()
+
+    def _adoptable(self) -> list[InstalledJob]:
+        return [j for j in self.controller.list_jobs() if j.complete]
+
+    def _controllers(self) -> list[Controller]:
+        return list(self.fabric.controllers.values())
+
+    def _lost(self) -> bool:
+        return any(s.lost for s in self.switches.values())
+
+    def _reconnect(self) -> bool:
+        if not self._lost_said:
+            self._lost_said = True
+            gone = ", ".join(name for name, s in self.switches.items() if s.lost)
+            self._event("switch_lost", f"the P4Runtime session with switch(es) {gone} ended; "
+                        "a serve across switches does not connect again: restart it (its "
+                        "jobs are kept on the other switches and adopted for a claim)",
+                        level=logging.WARNING)
+        return False
+
+    def _install(self, job: JobConfig) -> None:
+        self.fabric.add_job(job)
+
+    def _uninstall(self, job_id: int) -> int:
+        return sum(updates for _, updates in self.fabric.remove_job(job_id))
+
+    def _job_config(self, job_id: int, members: list[dict[str, Any]], port_key: str, base: int,
+                    count: int, mode: str, quorum: object, name: str) -> JobConfig:
+        placement = leaf_placement(self.inv, members)
+        rows = []
+        for m in members:
+            host = self.inv.host(m["host"])
+            leaf, worker = placement[m["worker"]]
+            rows.append({"leaf": leaf, "worker": worker, "ipv4": host.ipv4, "mac": host.mac,
+                         "udp_port": m[port_key], "switch_port": host.switch_port})
+        return JobConfig.from_dict(_job_table(job_id, rows, base, count, mode, quorum, name))
+
+    def _placement(self, members: list[dict[str, Any]]) -> dict[str, Any]:
+        placement = {}
+        for member, (leaf, worker) in leaf_placement(self.inv, members).items():
+            info = self.fabric_spec.leaf(leaf).switch
+            placement[str(member)] = {"leaf": leaf, "worker": worker, "ipv4": info.data_ipv4,
+                                      "udp_port": info.data_udp_port, "behind_leaf": True}
+        return {"placement": placement, "members": len(members)}
+
+    def _member_at_leaf(self, lease: Lease, job_id: int, worker: int) -> tuple[str, int]:
+        if not lease.placement:
+            raise ServeError(f"job {job_id} was added from a job file, not admitted: its "
+                             "members are named by leaf; `hysync --inventory FILE` acts on it "
+                             "once this serve is stopped")
+        if worker not in lease.placement:
+            raise ServeError(f"worker {worker} is not a member of job {job_id}: its members "
+                             f"are {', '.join(map(str, sorted(lease.placement)))}")
+        return lease.placement[worker]
+
+    # ---------------------------------------------------------- requests
+    def op_status(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        return dict(super().op_status(conn, request),
+                    switches={sw.name: sw.switch.grpc_addr for sw in self.fabric_spec.switches})
+
+    def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        if request["policy"] not in (None, "none"):
+            raise ServeError(f"policy {request['policy']!r}: a serve across switches runs no "
+                             "straggler policy; leave policy out (set modes per level with "
+                             "hysync --serve ADDR mode set --level)")
+        if any(m["avg_udp_port"] for m in request["members"]):
+            raise ServeError("background averaging is not offered across switches: leave "
+                             "average_every out")
+        placement = leaf_placement(self.inv, request["members"])  # unknown hosts fail here
+        reply = super().op_admit(conn, request)
+        for job in reply["jobs"]:
+            self.leases[job["job_id"]].placement = dict(placement)
+        return reply
+
+    def op_leave(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        """A member finished: excluded at its leaf, and its leaf at the spine when it was
+        the leaf's last active host (member_leave.py's rule, through serve's sessions)."""
+        job_id, worker = request["job"], request["worker"]
+        lease = self._owner(conn, job_id, "leave", request["key"])
+        if lease is None:
+            raise ServeError(f"job {job_id} is not one of this serve's jobs")
+        leaf, leaf_worker = self._member_at_leaf(lease, job_id, worker)
+        installed = self.fabric.controllers[leaf].job(job_id)
+        member = next(m for m in installed.members if m.worker == leaf_worker)
+        me = JobMember(member, leaf, self.fabric_spec.leaf(leaf).switch, len(lease.placement))
+        by_addr = {sw.switch.grpc_addr: self.fabric.controller(sw)
+                   for sw in self.fabric_spec.switches}
+
+        def exclude_at(info: SwitchInfo, w: int) -> int | None:
+            return exclude_member(by_addr[info.grpc_addr], job_id, w)
+        report = leave_levels(self.inv, me, exclude_at)
+        lease.left.add(worker)
+        self._event("leave", report.text(job_id), job=job_id, worker=worker, leaf=leaf,
+                    excluded_at=report.excluded_at)
+        return {"job_id": job_id, "worker": worker, "excluded_at": report.excluded_at}
+
+    def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        job_id = request["job"]
+        self._owner(conn, job_id, "set the mode of", request["key"])
+        slots = request["slots"]
+        mode = Mode[request["mode"].upper()]
+        reports = self.fabric.set_mode(job_id, level=request["level"],
+                                       slots=(slots[0], slots[1]) if slots else None,
+                                       mode=mode, quorum=request["quorum"])
+        switches = [{"name": name, "slots": list(r.slots), "quorum": r.quorum,
+                     "strategy": r.strategy, "deleted_entries": r.deleted}
+                    for name, r in reports]
+        level = request["level"] or "every level"
+        self._event("mode_swap", f"job {job_id} at {level}: operator set "
+                    f"{mode.name.lower()} on " + ", ".join(s["name"] for s in switches),
+                    job=job_id, by="operator", mode=mode.name.lower(), at=level,
+                    switches=switches)
+        first = reports[0][1]
+        return {"job_id": job_id, "slots": list(first.slots), "mode": mode.name.lower(),
+                "quorum": first.quorum, "level": request["level"],
+                "strategy": ", ".join(f"{s['name']} {s['strategy']}" for s in switches),
+                "deleted_entries": sum(s["deleted_entries"] for s in switches),
+                "override": False, "switches": switches}
+
+    def _at_leaf(self, conn: int, request: dict[str, Any], what: str, event: str) -> dict[str, Any]:
+        job_id, worker = request["job"], request["worker"]
+        lease = self._owner(conn, job_id, f"{what} a member of", request["key"])
+        if lease is None:
+            raise ServeError(f"job {job_id} is not one of this serve's jobs")
+        leaf, leaf_worker = self._member_at_leaf(lease, job_id, worker)
+        controller = self.fabric.controllers[leaf]
+        change = controller.exclude if what == "exclude" else controller.readmit
+        report = dataclasses.replace(change(job_id, leaf_worker), worker=worker)
+        reply = self._membership_changed(event, f"{what}d at {leaf}", report)
+        return dict(reply, leaf=leaf, leaf_worker=leaf_worker)
+
+    def op_exclude(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        return self._at_leaf(conn, request, "exclude", "exclusion")
+
+    def op_readmit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        return self._at_leaf(conn, request, "readmit", "readmission")
+
+    def op_job_add(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        if not self.peers[conn].operator:
+            raise ServeError("job_add is the operator's (hysync --serve ADDR job add FILE); a "
+                             "training script asks for a job with admit")
+        job = JobConfig.from_dict(request["job"])
+        report = self.fabric.add_job(job, replace=bool(request["replace"]))
+        self.leases.setdefault(job.job_id, Lease(OPERATOR))
+        outcomes = sorted({r.outcome for _, r in report.switches})
+        return {"job_id": job.job_id, "outcome": "/".join(outcomes) + f" on "
+                f"{len(report.switches)} switches", "updates": report.updates,
+                "switches": [{"name": n, "outcome": r.outcome, "updates": r.updates}
+                             for n, r in report.switches]}
