@@ -200,7 +200,7 @@ class Controller:
         `uplink_port`, and the install `epoch` that every switch of the job shares."""
         state = self._read()
         if role is not None:
-            roles.check_roles(self.switch.schema, self.switch.grpc_addr)
+            roles.check_roles(self.switch.schema, self.switch.grpc_addr, role.level)
         outcome = "installed"
         if job.job_id in self.jobs:
             installed = self.jobs[job.job_id]

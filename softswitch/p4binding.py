@@ -33,8 +33,8 @@ DEFAULT_ONLY = p4info_pb2.ActionRef.DEFAULT_ONLY
 # params in the order the pipeline's Entry.match and Entry.params hold them. P4Info ids
 # are mapped onto these positions by name, so a P4Info that orders them differently
 # still works. A table's first action is required, the rest allowed.
-# Tables only the v1model program declares (a job at two levels, docs/protocol.md §11): a
-# P4Info without them (the TNA program's) binds, and its switch runs every job at one level.
+# Tables a program may leave out (a job at two levels, docs/protocol.md §11): a P4Info
+# without them (the Tofino 1 program's) binds, and its switch runs every job at one level.
 TWO_LEVEL_TABLES = frozenset({p4names.ADMISSION_ROLES})
 
 

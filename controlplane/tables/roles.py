@@ -77,10 +77,26 @@ def has_roles(schema: Schema) -> bool:
     return True
 
 
-def check_roles(schema: Schema, where: str) -> None:
-    """Refuse a leaf or spine on a program without the roles table, in one line."""
+# Programs that declare the roles table and run a job as its spine, never as a leaf: the TNA
+# program (docs/tofino.md, "Two levels"), by its P4Info's architecture.
+SPINE_ONLY_ARCHS = ("tna", "t2na")
+
+
+def runs_leaves(schema: Schema) -> bool:
+    """Whether the program can be a job's leaf (has the roles table and runs the uplink)."""
+    return has_roles(schema) and schema.p4info.pkg_info.arch not in SPINE_ONLY_ARCHS
+
+
+def check_roles(schema: Schema, where: str, level: int) -> None:
+    """Refuse, in one line, a leaf or spine (`level`) on a program that cannot be one."""
+    arch = schema.p4info.pkg_info.arch or "its P4Info"
     if not has_roles(schema):
         raise ValidationError(
-            f"the program on the switch at {where} ({schema.p4info.pkg_info.arch or 'its P4Info'}"
-            f") has no table {ROLES_TABLE}: it cannot be a leaf or a spine; run a job across "
-            "switches on the softswitch or the v1model program, or on one switch")
+            f"the program on the switch at {where} ({arch}) has no table {ROLES_TABLE}: it "
+            "cannot be a leaf or a spine; run a job across switches on the softswitch or the "
+            "v1model program, or on one switch")
+    if level == LEAF and not runs_leaves(schema):
+        raise ValidationError(
+            f"the program on the switch at {where} ({arch}) runs a job as its spine or on one "
+            "switch, not as a leaf: put the job's leaves on the softswitch or the v1model "
+            "program")

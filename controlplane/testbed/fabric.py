@@ -112,7 +112,7 @@ class FabricController:
         for switch, part, role, _ in parts:
             controller = self.controller(switch)
             roles.check_roles(controller.switch.schema,
-                              f"{switch.name} ({controller.switch.grpc_addr})")
+                              f"{switch.name} ({controller.switch.grpc_addr})", role.level)
             if job.job_id not in controller.jobs:
                 controller.check_overlap(part, role)
         # Another install tag than the job's last install that these controllers removed

@@ -67,9 +67,9 @@ struct slot_state_t {
     epoch_t  seq_epoch;    // member_epoch of (slot, sender)
 }
 
-#ifdef HYSYNC_TWO_LEVELS
+#ifdef HYSYNC_ROLES
 // A job's level on this switch and a leaf's uplink (protocol.md §11), as the roles table
-// set them; v1model only (the TNA program runs one level).
+// set them (control/roles.p4; a program that runs no leaf reads the level alone).
 struct role_t {
     level_t     level;
     bit<8>      uplink_id;      // the leaf's member id at the spine
@@ -77,6 +77,9 @@ struct role_t {
     mac_addr_t  spine_mac;
     ipv4_addr_t leaf_addr;      // the uplink's source address
 }
+#endif
+
+#ifdef HYSYNC_TWO_LEVELS
 
 // A leaf's uplink registers of the slot as read (§11 "The leaf"), and what the packet
 // makes of them.
@@ -140,9 +143,11 @@ struct metadata_t {
     // Forwarding -> Replication: this copy is an L2 flood.
     bool             flooded;
 
-#ifdef HYSYNC_TWO_LEVELS
+#ifdef HYSYNC_ROLES
     // Roles -> every later control: the job's level here (§11).
     role_t           role;
+#endif
+#ifdef HYSYNC_TWO_LEVELS
     // Aggregation: a spine's hosts in the slot's open round (weight[s]; count is leaves).
     count_t          weight;
     // Aggregation -> Replies, Forwarding: a leaf's uplink.

@@ -19,6 +19,16 @@
 #include <tna.p4>
 #endif
 
+// A job's level per switch (protocol.md §11), on Tofino 2: this program runs a job as its
+// spine, where each member is a leaf whose uplink carries the hosts in its sum, or at one
+// level; it runs no leaf (docs/tofino.md, "Two levels"), and the controller sets no leaf
+// role on it. Tofino 1's passes take all 12 stages and Weight would lengthen its DECIDE pass
+// (docs/tofino.md, "Two levels"): its program has no roles table and runs every job at one
+// level.
+#if __TARGET_TOFINO__ == 2
+#define HYSYNC_ROLES
+#endif
+
 #include "../shared/defines.p4"
 #include "../shared/sizes.p4"
 #include "../shared/headers.p4"
@@ -26,6 +36,9 @@
 
 #include "include/parser.p4"
 #include "../shared/control/admission.p4"
+#ifdef HYSYNC_ROLES
+#include "../shared/control/roles.p4"
+#endif
 #include "../shared/control/sync_mode.p4"
 #include "include/control/slot_registers.p4"
 #include "include/control/lanes.p4"
@@ -55,6 +68,9 @@ control HySyncIngress(inout headers_t hdr,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     Admission() admission;
+#ifdef HYSYNC_ROLES
+    Roles() roles;
+#endif
     SyncMode() sync_mode;
     Round() round;
     Lanes() lanes;
@@ -200,8 +216,11 @@ control HySyncIngress(inout headers_t hdr,
                 // packet are not caught here (docs/tofino.md).
                 drop(DROP_BAD_LENGTH);
             } else {
-                // 5-7. A member of a configured job, on its slots.
+                // 5-7. A member of a configured job, on its slots; the job's level here.
                 admission.apply(hdr, meta.hs);
+#ifdef HYSYNC_ROLES
+                roles.apply(hdr, meta.hs);
+#endif
                 if (!meta.hs.admitted) {
                     ig_dprsr_md.drop_ctl = 1;
                 }

@@ -9,8 +9,10 @@
 #include <core.p4>
 #include <v1model.p4>
 
-// This program runs a job at two levels, leaf and spine (protocol.md §11).
+// This program runs a job at two levels, leaf and spine (protocol.md §11), set per job by
+// the roles table.
 #define HYSYNC_TWO_LEVELS
+#define HYSYNC_ROLES
 // standard_metadata.instance_type of a multicast replica and of a resubmitted packet
 // (BMv2 simple_switch).
 #define BMV2_REPLICATION 5
@@ -21,7 +23,7 @@
 #include "../shared/headers.p4"
 
 #include "include/parser.p4"
-#include "include/control/roles.p4"
+#include "../shared/control/roles.p4"
 #include "../shared/control/admission.p4"
 #include "../shared/control/sync_mode.p4"
 #include "include/control/aggregation.p4"

@@ -30,6 +30,11 @@ which only round r + 2's close writes again. The one case where the passes are n
 same (an async bank write between a resend's lane passes, after a swap away from async,
 which the controller never makes on Tofino) is in docs/tofino.md, difference 3.
 
+A job's level (the roles table, protocol.md §11) is the Tofino 2 program's: a spine weighs
+each counted uplink by its count byte in `Weight` (t_weight), whose answer is every RESULT's
+count; no job is a leaf here (a leaf entry runs the job at one level, as the program reads
+the level alone; the controller writes none), so a RESULT or RESYNC is never a verdict.
+
 The install epoch (protocol.md §4 step 8) follows the TNA plan too: `slot_epoch` is read
 in the first pass; a contribution that meets another install's epoch changes nothing and
 takes a *reset pass* (the round, tagged with its epoch, back to 0 and the latches
@@ -115,6 +120,7 @@ class TnaModelPipeline(Pipeline):
         self.t_bitmap = [0] * n
         self.t_member_seq = [0] * (n * wire.MAX_WORKERS)   # seq_key(seq, epoch)
         self.t_count = [0] * n              # int32; CLOSING bit while a close is under way
+        self.t_weight = [0] * n             # uint8: the hosts in the open round's sum
         # per bank, 2s + (round & 1): (bitmap, count << 16 | mode << 8 | quorum, chunk)
         self.t_res = [(0, 0, 0)] * (2 * n)
         self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
@@ -129,7 +135,10 @@ class TnaModelPipeline(Pipeline):
             emit, self._forced = self._forced, None
             return emit
         self._args = (payload, src_ip, src_port, nbytes)
-        return super()._aggregate(payload, src_ip, src_port, nbytes)
+        # The program reads a job's level only to weigh a spine's members: a RESULT or
+        # RESYNC is never a verdict on a sum here (it runs no leaf), §4 step 3 drops it.
+        admitted = self._admit(payload, src_ip, src_port, nbytes)
+        return None if admitted is None else self._slot_update(payload, admitted, nbytes)
 
     def _slot_update(self, payload: bytes, admitted: tuple[int, ...],
                      nbytes: int) -> tuple[int, int, bytes] | None:
@@ -205,6 +214,17 @@ class TnaModelPipeline(Pipeline):
                 self.t_count[s] = count_out
         else:
             count_out = stored_count
+        # 5'. Weight (HYSYNC_ROLES): the hosts in the sum, after Count. A spine's member is a
+        # leaf whose uplink's count byte is the hosts in its sum; anywhere else 1 (so that
+        # it is count's low byte). Eight bits, wrapping as the RESULT's count byte does.
+        role = self._roles.get(job)
+        weight_inc = payload[wire.FIELD_OFFSET["count"]] if role is not None and role.spine \
+            else 1
+        if open_sync and fresh:
+            self.t_weight[s] = weight_inc
+        elif open_sync and chunk_ok and not duplicate and count_out != 0:
+            self.t_weight[s] = (self.t_weight[s] + weight_inc) & 0xFF
+        weight_out = self.t_weight[s]
 
         # 6. The verdict: the program's generated rows, then what their action does.
         keys = dict(
@@ -219,7 +239,7 @@ class TnaModelPipeline(Pipeline):
         o = tna_tables.decide(keys)
         tag = wire.install_tag(epoch)   # RESULT and ACK; a RESYNC puts its reason there
         head = dict(version=version, op=Op.RESULT, flags=0, mode=mode, job_id=job, worker_id=w,
-                    count=count_out & 0xFF, slot=s, reason=tag, quorum=quorum, round=cur,
+                    count=weight_out, slot=s, reason=tag, quorum=quorum, round=cur,
                     chunk=chunk, bitmap=0)
         bank = 2 * s + (cur & 1)
         closes = o.verdict == Verdict.CLOSE

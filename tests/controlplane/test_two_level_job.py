@@ -253,15 +253,30 @@ def test_a_switch_that_refuses_its_part_leaves_no_entry_on_the_others(
 
 
 def test_a_program_without_the_roles_table_cannot_be_a_leaf_or_spine() -> None:
-    tna = Schema.from_file(ROOT / "p4src" / "tna" / "hysync.tofino2.p4info.txtpb")
-    assert not roles.has_roles(tna) and roles.has_roles(Schema.from_file(P4INFO))
+    tofino1 = Schema.from_file(ROOT / "p4src" / "tna" / "hysync.tofino.p4info.txtpb")
+    assert not roles.has_roles(tofino1) and roles.has_roles(Schema.from_file(P4INFO))
+    for level in (roles.LEAF, roles.SPINE):
+        with pytest.raises(ValidationError) as caught:
+            roles.check_roles(tofino1, "leaf-0 (10.1.0.10:9559)", level)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith("the program on the switch at leaf-0 (10.1.0.10:9559) (tna) "
+                                  "has no table HySyncIngress.admission.roles: it cannot be a "
+                                  "leaf or a spine")
+
+
+def test_the_tofino_2_program_is_a_spine_and_never_a_leaf() -> None:
+    tofino2 = Schema.from_file(ROOT / "p4src" / "tna" / "hysync.tofino2.p4info.txtpb")
+    assert roles.has_roles(tofino2) and not roles.runs_leaves(tofino2)
+    assert roles.runs_leaves(Schema.from_file(P4INFO))
+    roles.check_roles(tofino2, "spine (10.0.0.1:9559)", roles.SPINE)
+    roles.check_roles(Schema.from_file(P4INFO), "leaf-0 (10.1.0.10:9559)", roles.LEAF)
     with pytest.raises(ValidationError) as caught:
-        roles.check_roles(tna, "leaf-0 (10.1.0.10:9559)")
+        roles.check_roles(tofino2, "leaf-0 (10.1.0.10:9559)", roles.LEAF)
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("the program on the switch at leaf-0 (10.1.0.10:9559) (t2na) has "
-                              "no table HySyncIngress.admission.roles: it cannot be a leaf or "
-                              "a spine")
+    assert message.startswith("the program on the switch at leaf-0 (10.1.0.10:9559) (t2na) runs "
+                              "a job as its spine or on one switch, not as a leaf"), message
 
 
 def drive(testbed: TwoLevelTestbed, leaf: int, host: int, stop: threading.Event,

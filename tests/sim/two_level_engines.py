@@ -388,6 +388,16 @@ class TwoLevelSim:
                 self._say(f"host {hs.leaf}.{hs.h} -> {self.describe(data)}")
             self._send(hs.label, ("leaf", hs.leaf), data)
 
+    def _poll(self, hs: Host) -> None:
+        """What poll_results does between a host's calls: hand it what arrived, let its
+        timers fire, send what it wrote."""
+        hs.engine.set_time(self.now)
+        for data in hs.inbox:
+            self._hand(hs, data)
+        hs.inbox.clear()
+        hs.engine.tick(self.now)
+        self._sent(hs)
+
     def _drain(self, hs: Host, gen: int | None = None) -> None:
         """A host past its last call keeps its flights retrying until each is settled, as
         `Transport.finish` does (§11, "What a host does"): a leaf's pending sum and its held
@@ -395,28 +405,16 @@ class TwoLevelSim:
         ticks everyone after that."""
         if self.quiescing or gen is not None and gen != hs.gen:
             return
-        e = hs.engine
-        e.set_time(self.now)
-        for data in hs.inbox:
-            self._hand(hs, data)
-        hs.inbox.clear()
-        e.tick(self.now)
-        self._sent(hs)
+        self._poll(hs)
         hs.gen += 1
-        hs.draining = e.in_flight > 0
+        hs.draining = hs.engine.in_flight > 0
         if hs.draining:  # poll_results' pace: timers fall due between its reads
             self.at(self.now + DRAIN_TICK, self._drain, hs, hs.gen)
 
     def _quiesce(self, end: float) -> None:
         """Between calls a host's packets in flight keep retrying (poll_results)."""
         for hs in self.hosts:
-            e = hs.engine
-            e.set_time(self.now)
-            for data in hs.inbox:
-                self._hand(hs, data)
-            hs.inbox.clear()
-            e.tick(self.now)
-            self._sent(hs)
+            self._poll(hs)
         if self.now < end:
             self.at(self.now + 0.01, self._quiesce, end)
         else:

@@ -70,12 +70,15 @@ def lanes_of(datagram: bytes) -> np.ndarray:
 
 
 class Fabric:
-    def __init__(self, leaves: int, hosts: int, epoch: int = 1, engine: str = "python") -> None:
+    def __init__(self, leaves: int, hosts: int, epoch: int = 1, engine: str = "python",
+                 spine_pipeline: type[Pipeline] | None = None) -> None:
+        """`spine_pipeline`: the spine's pipeline class where it is not the engine's (a
+        conformance target's, such as the TNA program's register plan)."""
         if engine not in ENGINES:
             raise ValueError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
         self.leaves, self.hosts, self.epoch = leaves, hosts, epoch
         self.engine = ENGINES[engine]
-        self.spine = self.engine(num_slots=1)
+        self.spine = (spine_pipeline or self.engine)(num_slots=1)
         self.leaf = [self.engine(num_slots=1) for _ in range(leaves)]
         self._label = labels(leaves, hosts)
         self._install_spine()

@@ -21,7 +21,7 @@ QUANTIZER_SCALE = 2.0**16  # the scaled gradients fit its range: +-2184 for thre
 
 @dataclass(frozen=True)
 class AmpSpec(procs.Spec):
-    """The job (`size`: the gloo rendezvous port), and the overflow to inject."""
+    """The job (`rendezvous`: gloo's init_method), and the overflow to inject."""
     overflow: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (step, ranks whose loss overflows)
     in_turn: bool = False  # behind HySync, ranks take each step one after the other
 
@@ -52,7 +52,7 @@ def amp_worker(rank: int, spec: AmpSpec, out: Any, events: dict[str, Any],
         hw = HySyncWorker(config, scale=QUANTIZER_SCALE)
         out.put((rank, "bound", hw.address))
         procs._wait(events["go"])
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{base.size}",
+        dist.init_process_group("gloo", init_method=base.rendezvous,
                                 rank=rank, world_size=base.members)
         torch.manual_seed(2000 + rank)
         inputs = torch.randn(32, 16)

@@ -83,8 +83,9 @@ def switch() -> Iterator[Switch]:
 
 
 @pytest.fixture
-def dead_port() -> int:
-    """A UDP port on 127.0.0.1 that nothing listens on."""
+def dead_port() -> Iterator[int]:
+    """A UDP port on 127.0.0.1 that never answers: bound here for the whole test and never
+    read, so no other process on the machine can take it and reply."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        yield sock.getsockname()[1]

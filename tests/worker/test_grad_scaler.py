@@ -12,8 +12,6 @@ overflowing one first: an async round reaches the members whose step comes after
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from hysync.wire import Mode
@@ -25,12 +23,6 @@ pytestmark = pytest.mark.slow
 N = 3
 
 
-def free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 CASES = {
     # (mode, quorum, overflow: step -> ranks, ranks in turn)
     "sync": (Mode.SYNC, 0, ((3, (1,)), (6, (0, 1, 2))), False),
@@ -40,11 +32,13 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_scaler_skips_the_steps_it_skips_under_gloo(switch, case):
+def test_the_scaler_skips_the_steps_it_skips_under_gloo(switch, case, tmp_path):
     mode, quorum, overflow, in_turn = CASES[case]
     # 16 slots for the model's 11 chunks: one chunk a slot, one round a slot per step
     spec = AmpSpec(job_id=4, members=N, slot_base=0, slot_count=16, switch=switch.address,
-                   size=free_tcp_port(), rto_min=1.0, overflow=overflow, in_turn=in_turn)
+                   rto_min=1.0, overflow=overflow, in_turn=in_turn,
+                   # gloo's rendezvous through a file: no TCP port picked here to bind later
+                   rendezvous=f"file://{tmp_path / 'gloo-store'}")
     with Cluster(amp_worker, spec) as cluster:
         cluster.install(switch, None, mode, quorum)
         results = cluster.collect("result")

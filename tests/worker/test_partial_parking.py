@@ -12,39 +12,29 @@ import threading
 import numpy as np
 
 from hysync import wire
-from hysync.wire import Mode
-from hysync.worker.config import TransportConfig
-from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport
-from tests.worker.conftest import Job
+from tests.worker.partial_members import (
+    CALL_WAIT_S,
+    MEMBERS,
+    install_partial,
+    partial_member,
+    together,
+)
 
-JOB, BASE, SLOTS, MEMBERS = 12, 200, 16, 3
+JOB, BASE, SLOTS = 12, 200, 16
 HALF = SLOTS // 2 * wire.LANES  # a key of 8 chunks
 
 
 def transport(switch, worker: int) -> Transport:
-    config = TransportConfig(job_id=JOB, worker_id=worker, switch_host="127.0.0.1",
-                             switch_port=switch.address[1], bind_host="127.0.0.1",
-                             slot_base=BASE, slot_count=SLOTS, members=MEMBERS,
-                             rto_initial=2.0, rto_min=2.0, rto_max=4.0, stall_after=0.5,
-                             dead_after=20.0, seed=worker)
-    return Transport(config, FixedPointQuantizer(2.0**20, MEMBERS))
-
-
-def together(*calls) -> None:
-    threads = [threading.Thread(target=c) for c in calls]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=20)
+    return partial_member(switch, JOB, BASE, SLOTS, worker, rto=2.0, rto_max=4.0,
+                          stall_after=0.5)
 
 
 def test_a_held_contribution_is_parked_early_once_the_switch_answers_others(switch):
     a, b, c = (transport(switch, w) for w in range(MEMBERS))
     ones = np.ones(HALF, dtype=np.float32)
     try:
-        switch.install(Job(JOB, BASE, SLOTS, [(w, *t.address) for w, t in
-                                              enumerate((a, b, c))]), Mode.PARTIAL, quorum=2)
+        install_partial(switch, JOB, BASE, SLOTS, (a, b, c))
         # a and b close every round of both keys: a learns that its slots are partial
         together(lambda: a.allreduce("x", ones), lambda: b.allreduce("x", ones))
         together(lambda: a.allreduce("y", ones), lambda: b.allreduce("y", ones))
@@ -55,7 +45,7 @@ def test_a_held_contribution_is_parked_early_once_the_switch_answers_others(swit
         waiting = threading.Thread(target=lambda: calls.update(y=a.allreduce("y", ones)))
         waiting.start()
         together(lambda: b.allreduce("x", ones), lambda: c.allreduce("x", ones))
-        waiting.join(timeout=20)
+        waiting.join(timeout=CALL_WAIT_S)
         held = calls["y"].stats
         # parked at stall_after on the evidence, with nothing sent again (no retransmission:
         # before the RTO)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -28,16 +28,52 @@ JOB, SLOT, OPEN_ROUND = 9, 100, 5
 
 
 def receive(sock: socket.socket, timeout: float) -> wire.Packet | None:
+    """The next datagram within `timeout` seconds, or None (a timeout of 0: only one
+    already queued; a socket with timeout 0 is non-blocking and raises BlockingIOError)."""
     sock.settimeout(timeout)
     try:
         data, _ = sock.recvfrom(2048)
-    except TimeoutError:
+    except (TimeoutError, BlockingIOError):
         return None
     return wire.Packet.decode(data)
 
 
 def tx_of(packet: wire.Packet) -> int:
     return (packet.header.flags & wire.TX_MASK) >> wire.TX_SHIFT
+
+
+def answer_latest(switch: socket.socket, worker: tuple[str, int], latest: wire.Packet,
+                  reply: Callable[[int], bytes]) -> wire.Packet:
+    """Send `reply` (made for a transmission number) to the worker's latest transmission
+    until its next packet is not another transmission of the same round, and return that
+    packet. A retransmission that left before the reply arrived makes the reply stale
+    (rule 2), so it is answered again: the worker's RTO runs on its own clock, the test's
+    replies as fast as the machine lets them."""
+    for _ in range(50):
+        switch.sendto(reply(tx_of(latest)), worker)
+        packet = receive(switch, 10.0)
+        assert packet is not None, "the worker sent nothing after the reply"
+        if packet.header.round != latest.header.round:
+            return packet
+        latest = packet
+    raise AssertionError("every reply crossed a retransmission")
+
+
+def acknowledge_latest(call: ScriptedCall, latest: wire.Packet,
+                       ack: Callable[[int], bytes]) -> None:
+    """Send `ack` to the worker's latest transmission until its call ends, answering each
+    retransmission that crossed it (see answer_latest)."""
+    for _ in range(50):
+        call.switch.sendto(ack(tx_of(latest)), call.worker)
+        packet = None
+        while call.caller.is_alive() and (packet := receive(call.switch, 0.1)) is None:
+            pass
+        if not call.caller.is_alive():
+            return
+        assert packet is not None and packet.header.round == latest.header.round, \
+            "the worker sent its gradient again under another round"
+        latest = packet
+    raise AssertionError("every ACK crossed a retransmission")
 
 
 @dataclass
@@ -59,7 +95,7 @@ def scripted_call(rto: float) -> Iterator[ScriptedCall]:
     config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
                              switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
                              slot_base=SLOT, slot_count=1, members=2, rto_initial=rto,
-                             rto_min=rto, seed=3)
+                             rto_min=rto, seed=3, dead_after=120.0)
     tr = Transport(config, FixedPointQuantizer(SCALE, 2))
     outcome: dict = {}
     caller = threading.Thread(target=lambda: outcome.update(
@@ -68,7 +104,7 @@ def scripted_call(rto: float) -> Iterator[ScriptedCall]:
     try:
         yield ScriptedCall(switch, tr, (config.bind_host, tr.address[1]), caller, outcome)
     finally:
-        caller.join(10.0)
+        caller.join(60.0)
         tr.close()
         switch.close()
 
@@ -82,10 +118,10 @@ def stale_round(tx: int, mode: Mode) -> bytes:
 def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_elsewhere():
     with scripted_call(rto=0.02) as call:
         switch, worker, caller = call.switch, call.worker, call.caller
-        first = receive(switch, 2.0)
+        first = receive(switch, 10.0)
         assert first is not None and first.header.op == Op.CONTRIB
         seq = first.header.round  # first contact: the worker's own sequence number
-        second = receive(switch, 2.0)  # its retransmission, after one RTO
+        second = receive(switch, 10.0)  # its retransmission, after one RTO
         assert second is not None and second.header.flags & Flag.RETRANSMIT
         assert (second.header.round, tx_of(second)) == (seq, tx_of(first) + 1)
         # The reply to transmission 1 arrives after transmission 2 left: ignored.
@@ -96,24 +132,16 @@ def test_a_stale_reply_to_an_earlier_transmission_never_resends_the_gradient_els
             assert packet.header.round == seq, "sent the gradient again under another round"
             latest = packet
         # The reply to the latest transmission is acted on: sent again at the open round.
-        relaunched = None
-        for _ in range(20):
-            switch.sendto(stale_round(tx_of(latest), Mode.SYNC), worker)
-            packet = receive(switch, 1.0)
-            assert packet is not None
-            if packet.header.round == seq:  # a retransmission crossed the reply: answer it
-                latest = packet
-                continue
-            relaunched = packet
-            break
-        assert relaunched is not None and relaunched.header.round == OPEN_ROUND
+        relaunched = answer_latest(switch, worker, latest,
+                                   lambda tx: stale_round(tx, Mode.SYNC))
+        assert relaunched.header.round == OPEN_ROUND
         assert np.array_equal(relaunched.lanes, first.lanes)
         closed = wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=0, slot=SLOT,
                                          round=OPEN_ROUND, chunk=relaunched.header.chunk,
                                          count=1, bitmap=0b1, mode=Mode.SYNC),
                              relaunched.lanes).encode()
         switch.sendto(closed, worker)
-        caller.join(5.0)
+        caller.join(60.0)
         assert not caller.is_alive()
     result = call.outcome["result"]
     assert result.stats.included == 1 and result.stats.stray_replies >= 1
@@ -125,15 +153,14 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
     turned async before the retransmission arrived and counted it with round 0 for a
     sequence number. Taken for "not counted", the gradient would be carried and sent again."""
     with scripted_call(rto=0.3) as call:
-        switch, worker, caller = call.switch, call.worker, call.caller
-        probe = receive(switch, 2.0)
+        switch, worker = call.switch, call.worker
+        probe = receive(switch, 10.0)
         assert probe is not None and probe.header.op == Op.CONTRIB
         # First contact meets a partial slot whose open round is 0: sent again at round 0.
-        switch.sendto(wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT,
-                                  mode=Mode.PARTIAL, round=0, reason=ResyncReason.STALE_ROUND,
-                                  flags=tx_of(probe) << wire.TX_SHIFT).pack(), worker)
-        sent = receive(switch, 2.0)
-        assert sent is not None and sent.header.round == 0
+        sent = answer_latest(switch, worker, probe, lambda tx: wire.Header(
+            op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL, round=0,
+            reason=ResyncReason.STALE_ROUND, flags=tx << wire.TX_SHIFT).pack())
+        assert sent.header.round == 0
         # Round 0 closes without me (partial), then the slot turns async and counts my
         # retransmission; the result of that async round is lost, its ACK arrives.
         other = np.full(wire.LANES, int(0.5 * SCALE), dtype=np.int64)
@@ -141,13 +168,11 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
                                               round=0, chunk=sent.header.chunk, count=1,
                                               bitmap=0b10, mode=Mode.PARTIAL),
                                   other).encode(), worker)
-        again = receive(switch, 2.0)
+        again = receive(switch, 10.0)
         assert again is not None and again.header.round == 0
-        switch.sendto(wire.Header(op=Op.ACK, job_id=JOB, worker_id=0, slot=SLOT,
-                                  mode=Mode.ASYNC, round=0, chunk=sent.header.chunk,
-                                  flags=tx_of(again) << wire.TX_SHIFT).pack(), worker)
-        caller.join(5.0)
-        assert not caller.is_alive()
+        acknowledge_latest(call, again, lambda tx: wire.Header(
+            op=Op.ACK, job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.ASYNC, round=0,
+            chunk=sent.header.chunk, flags=tx << wire.TX_SHIFT).pack())
     result = call.outcome["result"]
     assert result.stats.included == 1 and result.stats.carried == 0
     # Round 0's result (partial: its sum / count) and my own async round's, the ACK's: my

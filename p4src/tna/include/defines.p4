@@ -148,6 +148,10 @@ header bridge_h {
                                 // round + CRC32 of the epoch, so another install's mismatch
     bit<32>  res_packed;        // a resend: the stored count << 16 | mode << 8 | quorum,
                                 // for its last lane pass (Resent)
+#ifdef HYSYNC_ROLES
+    count_t  weight_inc;        // what Weight adds for a counted contribution: the
+                                // uplink's count byte at a spine, else 1 (protocol.md §11)
+#endif
 }
 
 // What ResultHeader does with res_* on this pass.
@@ -214,6 +218,10 @@ struct tna_metadata_t {
     bit<32>       epoch_key;     // CRC32 of the install epoch: member_seq's key less the round
     int<32>       count_out;     // Count's answer: count[s] after this packet (bit 31:
                                  // closing), 0 if it refused or ignored the packet
+#ifdef HYSYNC_ROLES
+    count_t       weight_out;    // Weight's answer: the hosts in the open round's sum after
+                                 // this packet (a RESULT's count)
+#endif
     bit<32>       res_packed;    // what a close stores in res_meta: count << 16 | mode << 8
                                  // | quorum
     result_op_t   result_op;

@@ -14,6 +14,8 @@
 //   port: the whole decision is more stages than Tofino 1 has)
 //     4. Bitmap        add w's bit;    MemberSeq  record r (a swap: it was there = counted)
 //     5. Count         +1, and CLOSING when the quorum is reached (refuses later ones)
+//        Weight        Tofino 2: the hosts in the sum, a RESULT's count (a spine's
+//                      member adds its uplink's count, any other 1)
 //     6. verdict       what Replies sends, and the lane op (write / add / read) the lane
 //                      passes apply; Results stores a close's header, reads a resend's
 //   lane passes (recirculated; Tofino 2: one, Tofino 1: one or two per half of the lanes)
@@ -31,6 +33,15 @@
 
 #ifndef __HYSYNC_TNA_AGGREGATION__
 #define __HYSYNC_TNA_AGGREGATION__
+
+// A RESULT's count: the hosts in its sum (Weight's answer) where a spine may weigh its
+// members (HYSYNC_ROLES); else the members counted, the count register's low byte, which
+// is the same number at a single switch.
+#ifdef HYSYNC_ROLES
+#define RESULT_COUNT meta.tf.weight_out
+#else
+#define RESULT_COUNT meta.tf.count_out[7:0]
+#endif
 
 // A first pass (or a retry pass) and a reset pass, before admission (it needs none): the
 // contribution's round against the open one (Round, applied by ingress to every packet in
@@ -207,6 +218,14 @@ control Latching(inout headers_t hdr, inout ingress_metadata_t meta) {
             hash_epoch();
             key_member_seq();
             carry();
+#ifdef HYSYNC_ROLES
+            // What Weight adds if the contribution is counted: a spine's member is a leaf,
+            // whose uplink carries the hosts in its sum (protocol.md §11).
+            meta.bridge.weight_inc = 1;
+            if (meta.hs.role.level == LEVEL_SPINE) {
+                meta.bridge.weight_inc = hdr.hysync.count;
+            }
+#endif
         }
     }
 }
@@ -222,6 +241,9 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
     MemberSeq(2) member_seq_2;
     MemberSeq(3) member_seq_3;
     Count() count;
+#ifdef HYSYNC_ROLES
+    Weight() weight;
+#endif
 
     @hidden action widen_quorum() {
         meta.tf.q = (int<32>) (bit<32>) meta.bridge.q;
@@ -288,7 +310,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
         meta.bridge.lane_op = tna_lane_op_t.WRITE;
         hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
-        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.count = RESULT_COUNT;
         hdr.hysync.bitmap = meta.tf.me;
     }
 
@@ -300,7 +322,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.member_counter = member_counter_t.CONTRIBUTIONS;
         meta.bridge.lane_op = tna_lane_op_t.ADD;
         hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
-        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.count = RESULT_COUNT;
         hdr.hysync.bitmap = meta.tf.stored_bits | meta.tf.me;
     }
 
@@ -314,7 +336,7 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         meta.hs.member_counter = member_counter_t.DUPLICATES;
         meta.bridge.lane_op = op;
         hdr.hysync.reason = meta.hs.epoch[7:0];   // RESULT, ACK: the install tag (§2)
-        hdr.hysync.count = meta.tf.count_out[7:0];
+        hdr.hysync.count = RESULT_COUNT;
         hdr.hysync.bitmap = meta.tf.stored_bits;
     }
 
@@ -352,6 +374,9 @@ control Counting(inout headers_t hdr, inout ingress_metadata_t meta) {
         member_seq_2.apply(hdr, meta.tf, meta.bridge);
         member_seq_3.apply(hdr, meta.tf, meta.bridge);
         count.apply(hdr, meta.tf, meta.bridge);
+#ifdef HYSYNC_ROLES
+        weight.apply(hdr, meta.tf, meta.bridge);
+#endif
         // ---- 6. the verdict, and the lane op of the lane pass
         verdict.apply();
     }
@@ -380,13 +405,13 @@ control Results(inout headers_t hdr, inout ingress_metadata_t meta) {
     ResultHeader() result;
 
     // The stored result header word, from a field each (a PHV container takes one source
-    // per action): a close's count is its count register's answer (the header gets it in
-    // the same stage), an async round's is in the header.
+    // per action): a close's count is its count or weight register's answer (the header
+    // gets it in the same stage), an async round's is in the header.
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) close_packed_hash;
     Hash<bit<32>>(HashAlgorithm_t.IDENTITY) async_packed_hash;
 
     @hidden action pack_close() {
-        meta.tf.res_packed = close_packed_hash.get({meta.tf.count_out[7:0], hdr.hysync.mode,
+        meta.tf.res_packed = close_packed_hash.get({RESULT_COUNT, hdr.hysync.mode,
                                                     hdr.hysync.quorum});
     }
 

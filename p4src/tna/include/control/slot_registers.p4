@@ -475,6 +475,61 @@ control Count(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
     }
 }
 
+#ifdef HYSYNC_ROLES
+// weight[s] (protocol.md §11, "The spine"): the hosts in the open round's sum. Count
+// counts members (a spine's leaves: its quorum counts leaves); Weight adds each counted
+// contribution's weight_inc (the uplink's count byte at a spine, 1 elsewhere, so that at a
+// single switch it is count[s]'s low byte). A RESULT's count is its answer. After Count:
+// whether the contribution was counted is Count's answer (0: its guard refused it). Eight
+// bits, so that it wraps as the RESULT's count byte does.
+control Weight(in headers_t hdr, inout tna_metadata_t tf, in bridge_h b) {
+    Register<count_t, slot_index_t>(SLOT_CELLS) weight;
+
+    RegisterAction<count_t, slot_index_t, count_t>(weight) start_register_action = {
+        void apply(inout count_t value, out count_t after) {
+            value = b.weight_inc;
+            after = value;
+        }
+    };
+
+    RegisterAction<count_t, slot_index_t, count_t>(weight) add_register_action = {
+        void apply(inout count_t value, out count_t after) {
+            value = value + b.weight_inc;
+            after = value;
+        }
+    };
+
+    RegisterAction<count_t, slot_index_t, count_t>(weight) read_register_action = {
+        void apply(inout count_t value, out count_t after) {
+            after = value;
+        }
+    };
+
+    @hidden action start_action() {
+        tf.weight_out = start_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    @hidden action add_action() {
+        tf.weight_out = add_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    @hidden action read_action() {
+        tf.weight_out = read_register_action.execute(hdr.hysync.slot[12:0]);
+    }
+
+    apply {
+        if (b.open_sync == 1 && b.fresh == 1) {
+            start_action();
+        } else if (b.open_sync == 1 && b.chunk_ok == 1 && tf.counted == 0
+                   && tf.count_out != 0) {
+            add_action();
+        } else {
+            read_action();
+        }
+    }
+}
+#endif
+
 // res_bitmap, res_count/res_mode/res_quorum (packed) and res_chunk, per bank like the lanes
 // (cell 2s + b, the round's parity): written by the pass that decides a close (or by an
 // async contribution's ASYNC pass, which takes its round), read by the pass that decides a
