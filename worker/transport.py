@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from hysync.worker.config import TransportConfig
 from hysync.worker.quantize import FixedPointQuantizer, QuantStats
 
 __all__ = ["CallAbortedError", "CallResult", "NoReplyError", "SwitchRestartedError", "Transport",
-           "TransportConfig", "check_key"]
+           "TransportClosedError", "TransportConfig", "check_key"]
 
 log = logging.getLogger(__name__)
 # A call that retransmitted more than once per chunk, and at least this often, is a storm.
@@ -48,6 +49,12 @@ class SwitchRestartedError(CallAbortedError):
     """The switch answered from state that is new for the job (it restarted, or the job was
     removed and added again): the call's contributions in flight have unknown fate. They stay
     as residual, the replica needs a resync, and the next call learns the switch's new rounds."""
+
+
+class TransportClosedError(RuntimeError):
+    """The transport was closed: before the call, or during it (from another thread), which
+    ended the call at once. Not a CallAbortedError: nothing is wrong with the switch, and
+    retrying on this transport cannot help."""
 
 
 def check_key(key: object) -> str:
@@ -79,10 +86,31 @@ class Transport:
         seed = config.seed if config.seed is not None else random.getrandbits(63)
         self._engine = _core.worker.Engine(
             config.engine_config(switch_ip, quantizer.scale, seed), fd=self._sock.fileno())
-        self._busy = False
+        # Held by the one call in the engine (allreduce, poll_results, finish's polls); close()
+        # waits for it before it closes the socket.
+        self._calling = threading.Lock()
+        self._caller: int | None = None  # the thread of the call in the engine
 
     def close(self) -> None:
-        self._sock.close()
+        """Close the transport. Safe from any thread at any time, more than once.
+
+        A call in progress on another thread (allreduce, poll_results, finish) is ended at
+        once, as a failed call ends: its contributions stay as residual and the replica needs
+        a resync; it raises TransportClosedError. close() returns once that call has left
+        the engine and the socket is closed, and every later call raises
+        TransportClosedError. Ending the call, rather than refusing to close, is what the
+        callers that close during a call need: a DDP hook's teardown or a test's cleanup
+        must not wait out `dead_after` (up to a minute) for a call whose peers are gone, and
+        the engine must never use the socket's descriptor after it is closed (the number is
+        reused by the next socket the process opens, whose datagrams it would read)."""
+        self._engine.close()  # the call in progress, if any, returns at once
+        if self._caller == threading.get_ident():
+            # close() from a signal handler that runs inside this thread's own call (the
+            # engine checks for signals while it waits): that call closes the socket as it
+            # leaves the engine.
+            return
+        with self._calling:
+            self._sock.close()
 
     # ------------------------------------------------------------ keys
     # A key is a str, its name from the caller to the wire: the engine keeps each key, and its
@@ -151,16 +179,16 @@ class Transport:
             out = values.reshape(-1)  # a view: the output lands in the caller's buffer
         else:
             out = np.array(values, dtype=np.float32, copy=True).reshape(-1)
-        if self._busy:
-            raise RuntimeError("Transport.allreduce is not reentrant: one call at a time")
-        self._engine.reset_stats()
-        start = time.monotonic()
-        self._busy = True
+        self._enter("allreduce", key)
         try:
+            self._engine.reset_stats()
+            start = time.monotonic()
             done = self._engine.allreduce(key, out)
         finally:
-            self._busy = False
+            self._leave()
             self._emit_logs()
+        if self._engine.closed:
+            raise self._closed_error("allreduce", key)
         stats = self._stats(key=key, elements=out.size, chunks=max(1, -(-out.size // wire.LANES)),
                             elapsed_s=time.monotonic() - start)
         self._log_events(stats)
@@ -188,14 +216,39 @@ class Transport:
         """Between calls (while the model computes): apply whatever arrives for `duration`
         seconds and keep retrying packets in flight - parked ones too, so that an excluded
         worker keeps its heartbeat - then judge suspected rounds."""
-        if self._busy:
-            raise RuntimeError("poll_results during a call")
-        self._engine.reset_stats()
+        self._enter("poll_results")
         try:
+            self._engine.reset_stats()
             self._engine.poll(duration)
         finally:
+            self._leave()
             self._emit_logs()
+        if self._engine.closed:
+            raise self._closed_error("poll_results")
         return self._stats()
+
+    def _enter(self, what: str, key: str | None = None) -> None:
+        """Take the engine for one call: refused while another call runs, or once closed."""
+        if self._engine.closed:
+            raise self._closed_error(what, key)
+        if not self._calling.acquire(blocking=False):
+            raise RuntimeError(f"Transport.{what} during another call: the transport runs one "
+                               "call at a time (allreduce, poll_results, finish); wait for it "
+                               "to return, or queue calls (HySyncWorker does)")
+        self._caller = threading.get_ident()
+
+    def _leave(self) -> None:
+        self._caller = None
+        if self._engine.closed:
+            self._sock.close()  # close() ran meanwhile, maybe in this thread (see close)
+        self._calling.release()
+
+    def _closed_error(self, what: str, key: str | None = None) -> TransportClosedError:
+        cfg = self.config
+        call = f"Transport.{what}" + ("" if key is None else f" of key {key!r}")
+        return TransportClosedError(
+            f"{call} (job {cfg.job_id}, worker {cfg.worker_id}): the transport is closed - "
+            f"close() ended or refused the call; open a new Transport to go on")
 
     def finish(self, timeout: float | None = None) -> CallStats:
         """After the last call: keep the packets in flight retrying until every one is
@@ -206,6 +259,8 @@ class Transport:
         limit = self.config.dead_after if timeout is None else timeout
         if limit < 0:
             raise ValueError(f"finish timeout {limit} s is negative: give seconds >= 0")
+        if self._engine.closed:
+            raise self._closed_error("finish")
         end = time.monotonic() + limit
         stats = self._stats()
         while stats.in_flight and time.monotonic() < end:

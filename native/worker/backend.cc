@@ -2,11 +2,15 @@
 #include "worker/backend.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "hysync_wire.h"
 
@@ -29,10 +33,23 @@ double realtime_now() {
 }  // namespace
 
 SocketBackend::SocketBackend(int fd, const sockaddr_in& to)
-    : fd_(fd), to_(to), rx_(RECEIVE_BATCH, 2048), tx_(RECEIVE_BATCH, wire::PACKET_BYTES) {
+    : fd_(fd),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      to_(to),
+      rx_(RECEIVE_BATCH, 2048),
+      tx_(RECEIVE_BATCH, wire::PACKET_BYTES) {
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   rx_.set_coalescing(fd);    // the switch's GSO runs of results arrive as one buffer each
   rx_.set_timestamping(fd);  // when each arrived, for a late packet of a state left (rounds.h)
   tx_.set_segmenting(true);  // every packet goes to the switch, all of one size
+}
+
+SocketBackend::~SocketBackend() { ::close(wake_fd_); }
+
+void SocketBackend::wake() {
+  const uint64_t one = 1;
+  // Only fails when the counter would overflow: it is readable already.
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
 }
 
 void SocketBackend::send(const uint8_t* data, std::size_t size) {
@@ -45,10 +62,12 @@ void SocketBackend::send(const uint8_t* data, std::size_t size) {
 }
 
 void SocketBackend::flush() {
+  if (closed()) return tx_.discard();
   if (tx_.size()) tx_.flush(fd_);
 }
 
 std::size_t SocketBackend::receive(DatagramSink& sink) {
+  if (closed()) return 0;
   const std::size_t n = rx_.receive(fd_);
   const double now = monotonic_now();
   // The kernel stamps arrivals on the real-time clock; the engine's is monotonic. Both are
@@ -64,9 +83,10 @@ std::size_t SocketBackend::receive(DatagramSink& sink) {
 }
 
 bool SocketBackend::wait(double timeout) {
+  if (closed()) return false;
   timespec ts{time_t(timeout), long((timeout - std::floor(timeout)) * 1e9)};
-  pollfd p{fd_, POLLIN, 0};
-  return ppoll(&p, 1, &ts, nullptr) > 0;
+  pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  return ppoll(p, 2, &ts, nullptr) > 0 && !closed() && p[0].revents != 0;
 }
 
 }  // namespace hysync::worker

@@ -9,6 +9,7 @@
 #pragma once
 #include <netinet/in.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -44,15 +45,35 @@ class Backend {
   // ICMP error reported on the socket) throws std::system_error.
   virtual std::size_t receive(DatagramSink& sink) = 0;
   // Block until a datagram may be read or `timeout` seconds pass; true: one may be read.
+  // Returns at once, false, once the backend is closed.
   virtual bool wait(double timeout) = 0;
+  // From any thread: every later use of the backend is refused (closed() turns true) and a
+  // wait in progress returns at once. The engine then ends its call (CallStatus::CLOSED)
+  // without another look at its socket, so that the socket's owner may close it as soon as
+  // the call has returned, never under it.
+  void close() {
+    closed_.store(true, std::memory_order_release);
+    wake();
+  }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
   // Messages read per receive() at most (a coalesced GSO run counts as one).
   static constexpr std::size_t RECEIVE_BATCH = 256;
+
+ protected:
+  // Make a wait in progress in another thread return (close()).
+  virtual void wake() {}
+
+ private:
+  std::atomic<bool> closed_{false};
 };
 
 class SocketBackend final : public Backend {
  public:
   // fd: a bound UDP socket (the caller owns it); `to`: the switch's data-plane address.
   SocketBackend(int fd, const sockaddr_in& to);
+  ~SocketBackend() override;
+  SocketBackend(const SocketBackend&) = delete;
+  SocketBackend& operator=(const SocketBackend&) = delete;
   double now() const override { return monotonic_now(); }
   void send(const uint8_t* data, std::size_t size) override;
   void flush() override;
@@ -61,7 +82,11 @@ class SocketBackend final : public Backend {
   bool wait(double timeout) override;
 
  private:
+  void wake() override;
+
   int fd_;
+  // An eventfd that close() makes readable, for good: a wait polls it beside fd_.
+  int wake_fd_;
   sockaddr_in to_;
   DatagramBatch rx_, tx_;
 };
@@ -80,6 +105,7 @@ class MemoryBackend final : public Backend {
   std::size_t receive(DatagramSink&) override { return 0; }
   // Nothing can arrive while the engine blocks: the wait passes its whole timeout.
   bool wait(double timeout) override {
+    if (closed()) return false;
     now_ += timeout;
     return false;
   }

@@ -141,7 +141,8 @@ void bind_config(nb::module_& m) {
       .def_rw("leaf_verdict_waits", &Faults::leaf_verdict_waits);
 }
 
-// A status of the engine's -> True (done), False (unreachable), or the pending exception.
+// A status of the engine's -> True (done), False (unreachable, reset or closed: the caller
+// tells them apart by reset_why and closed), or the pending exception.
 bool finished(hysync::worker::CallStatus status) {
   if (status == hysync::worker::CallStatus::INTERRUPTED) {
     if (abandoning.load()) throw std::runtime_error("the process is exiting: HySync call abandoned");
@@ -267,6 +268,12 @@ void bind(nb::module_& m) {
              }
              finished(status);
            }, "duration"_a)
+      // Not under the GIL's release: it only sets a flag and wakes the call's wait, which runs
+      // in another thread without the GIL.
+      .def("close", &Engine::close,
+           "End the call or poll in progress at once (aborted, as a failed call) and refuse "
+           "every later one; the socket is not touched again. Any thread.")
+      .def_prop_ro("closed", &Engine::closed)
       .def_prop_ro("reset_why", &Engine::reset_why,
                    "Why the last call aborted on new switch state, or ''.")
       // The in-memory backend (fd -1), for a deterministic driver (tests/sim): no socket, no

@@ -39,6 +39,7 @@ int Engine::key_of(const std::string& name, int64_t numel) {
 
 // ------------------------------------------------------------------ the call
 CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
+  if (closed()) return CallStatus::CLOSED;
   drain();
   begin_call(index, values, numel);
   for (;;) {
@@ -51,6 +52,10 @@ CallStatus Engine::allreduce(int index, float* values, int64_t numel) {
     // Woken by a reply or by the timeout, what runs after the deadline (the first timer) ran
     // late by as long as this process then waited for a core.
     flights_.set_woke_late(std::max(0.0, now() - blocked - delay));
+    if (closed()) {
+      abort_call();
+      return CallStatus::CLOSED;
+    }
     if (interrupted(now())) {
       abort_call();
       return CallStatus::INTERRUPTED;
@@ -143,6 +148,7 @@ CallStatus Engine::poll(double duration) {
   const double end = now() + duration;
   double t;
   while ((t = now()) < end) {
+    if (closed()) return CallStatus::CLOSED;
     if (interrupted(t)) return CallStatus::INTERRUPTED;
     t = read_before_timeouts(t);
     flights_.expire(t);  // residual-only and parked packets keep retrying
@@ -154,6 +160,7 @@ CallStatus Engine::poll(double duration) {
     if (ready) receive();
   }
   flights_.set_woke_late(0);
+  if (closed()) return CallStatus::CLOSED;
   flush();
   rounds_.check_suspects();
   return CallStatus::DONE;

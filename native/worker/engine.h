@@ -34,7 +34,8 @@ namespace hysync::worker {
 
 // PENDING: step() only. RESET: the switch answered from state that is new to this worker (it
 // restarted, or the job was installed again); the call aborted as UNREACHABLE's does.
-enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED, PENDING, RESET };
+// CLOSED: close() ended the call (aborted as UNREACHABLE's) or refused it before it began.
+enum class CallStatus { DONE, UNREACHABLE, INTERRUPTED, PENDING, RESET, CLOSED };
 
 class Engine final {
  public:
@@ -85,6 +86,13 @@ class Engine final {
   Backend& backend() { return *io_; }
   // Why the last call aborted with RESET ("" if it did not).
   const std::string& reset_why() const { return replies_.reset_why(); }
+
+  // From any thread, at any time: the call or poll in progress ends at once with CLOSED
+  // (aborted: its chunks kept as residual, a resync flagged), and every later one is refused
+  // with CLOSED; neither reads nor writes the socket again. Whoever owns the socket closes it
+  // once the call has returned (worker/transport.py).
+  void close() { io_->close(); }
+  bool closed() const { return io_->closed(); }
 
   // Safe to read from another thread while a call runs.
   bool needs_resync() const { return rounds_.needs_resync(); }
