@@ -5,6 +5,7 @@ injected at chosen steps; it reports which steps each scaler skipped."""
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,13 @@ STEPS = 10
 LOCKSTEP_STEPS = 2
 INIT_SCALE = 2.0**8
 QUANTIZER_SCALE = 2.0**16  # the scaled gradients fit its range: +-2184 for three members
+# Behind HySync, how long a partial member waits for the others of its step before it gives
+# up on them: the RTO (the answer a call's chunks held behind a parked packet get, then
+# carried) and stall_after (a contribution waiting in an open round, then parked) alike.
+# Longer than a busy machine keeps a rank behind the others of its step (seconds under two
+# CPU hogs); a member late for a round opens the next one, which waits for the others'
+# next step, and parks after it, once per such step.
+PARTNER_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,10 @@ class AmpSpec(procs.Spec):
     """The job (`rendezvous`: gloo's init_method), and the overflow to inject."""
     overflow: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (step, ranks whose loss overflows)
     in_turn: bool = False  # behind HySync, ranks take each step one after the other
+    # Behind HySync, after the lockstep steps: the ranks with nothing in flight start their
+    # backward this long after a rank that still has a packet in flight (parked: a partial
+    # member late for the step before), which comes first, as a busy machine may order them.
+    lag: float = 0.0
 
 
 def amp_worker(rank: int, spec: AmpSpec, out: Any, events: dict[str, Any],
@@ -45,10 +57,12 @@ def amp_worker(rank: int, spec: AmpSpec, out: Any, events: dict[str, Any],
         base = spec
         overflow = dict(spec.overflow)
         # Partial rounds: a member whose contribution waits in an open round must not park it
-        # (settle it as counted and end its call before the round's result): its output would
-        # then hold the round a step late. No loss on loopback: nothing needs a short timeout.
-        config = procs.transport_config(base, rank, rto_max=2.0, stall_after=2.0,
-                                        join_after=5.0, dead_after=30.0)
+        # (settle it as counted and end its call before the round's result), nor carry the
+        # chunks it holds behind a packet parked the step before: its output would then hold
+        # the round a step late. No loss on loopback: nothing needs a short timeout.
+        config = procs.transport_config(base, rank, rto_max=PARTNER_WAIT_S,
+                                        stall_after=PARTNER_WAIT_S,
+                                        join_after=2 * PARTNER_WAIT_S, dead_after=30.0)
         hw = HySyncWorker(config, scale=QUANTIZER_SCALE)
         out.put((rank, "bound", hw.address))
         procs._wait(events["go"])
@@ -74,6 +88,10 @@ def amp_worker(rank: int, spec: AmpSpec, out: Any, events: dict[str, Any],
                     step >= LOCKSTEP_STEPS else (rank,)
                 for turn in turns:
                     if turn == rank:
+                        last = hw.last_stats()
+                        if hook and spec.lag and step >= LOCKSTEP_STEPS \
+                                and not (last and last.in_flight):
+                            time.sleep(spec.lag)
                         opt.zero_grad()
                         with torch.autocast("cpu", dtype=torch.bfloat16):
                             loss = torch.nn.functional.mse_loss(ddp(inputs).float(), targets)
