@@ -253,8 +253,8 @@ class FabricServer(Server):
         override = lease is not None and lease.policy is not None
         if override:
             # As on one switch: the operator's mode stays until the operator hands the job
-            # back (policy_resume); every level waits, since a spine's quorum and a leaf's
-            # are decided together.
+            # back (policy_resume). Every level waits, so that one resume of the job hands
+            # all of it back, whichever level the operator set.
             assert lease is not None and lease.policy is not None
             lease.held = True
             lease.policy.note({"time": time.monotonic(), "action": "override",

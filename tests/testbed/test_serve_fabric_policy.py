@@ -29,6 +29,7 @@ from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.serve.fabric_server import FabricServer
+from hysync.controlplane.serve.prometheus_collector import ServeCollector
 from hysync.controlplane.serve.server import SERVE
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.softswitch.levels import serial_after
@@ -174,6 +175,12 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
             spine.timeout = bed.server.timeout
         assert f"job {job_id} at spine: the counter read missed its deadline" in caplog.text
         assert bed.server.leases[job_id].policy is policies
+        # serve's metrics count them (and show the spine's members: the leaves)
+        metrics = {m.name: m for m in ServeCollector(bed.server).collect()}
+        skipped = metrics["hysync_policy_skipped_reads"].samples
+        assert [(s.labels, s.value >= 2) for s in skipped] == [({"job": str(job_id)}, True)]
+        members = {s.labels["state"]: s.value for s in metrics["hysync_job_members"].samples}
+        assert members["healthy"] == LEAVES, members
 
         # leaf-1's hosts slow: at the spine, leaf-1 is the member that closes every round
         hosts = [threading.Thread(target=drive, daemon=True,
