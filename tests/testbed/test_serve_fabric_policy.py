@@ -191,7 +191,8 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         wait_for("spine partial decision", lambda: spine_partial(bed))
         decision = next(r for r in bed.records() if r.get("level") == "spine"
                         and r.get("action") == "set_mode")
-        assert "slow" in decision["reason"], decision
+        # leaf-1 is the spine's member 1: the spine's policy names it
+        assert "worker 1 slow" in decision["reason"], decision
         # the swap reached the spine, written through serve's session (no other session is
         # primary: serve holds every switch)
         assert any(mode == Mode.PARTIAL for mode, _ in bed.modes("spine")), bed.modes("spine")
