@@ -19,7 +19,8 @@ from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportClosedError, TransportConfig
 
 SCALE = 2.0**20
-# Far beyond any wait here: a call that ends did not wait for the switch to be declared gone.
+# Twice the backstop: a call that ends within the backstop did not wait for the switch to be
+# declared gone.
 DEAD_AFTER = 120.0
 BACKSTOP = 60.0  # seconds: only ends a hung test
 
@@ -62,8 +63,8 @@ def test_close_during_allreduce_ends_the_call_before_it_returns(silent_switch):
     caller.start()
     silent_switch.recv(2048)  # the call is in the engine, waiting on the switch
     tr.close()
-    # close() returned after the call left the engine: nothing can use the socket any more
-    assert not caller.is_alive()
+    caller.join(BACKSTOP)
+    assert not caller.is_alive(), "the call went on after close()"
     assert isinstance(caller.error, TransportClosedError), caller.error
     assert "transport is closed" in str(caller.error) and "'g'" in str(caller.error)
     assert tr.needs_resync  # aborted: the outcome of what was in flight is unknown
@@ -101,7 +102,8 @@ def test_close_during_poll_results_ends_it(silent_switch):
     while caller.is_alive() and tr._caller is None:  # the poll has taken the engine
         caller.join(0.01)
     tr.close()
-    assert not caller.is_alive()
+    caller.join(BACKSTOP)
+    assert not caller.is_alive(), "the poll went on after close()"
     assert isinstance(caller.error, TransportClosedError), caller.error
     assert "poll_results" in str(caller.error)
 
@@ -131,7 +133,9 @@ def test_a_second_call_during_a_call_is_refused_naming_the_fix(silent_switch):
             tr.allreduce("h", np.ones(10, dtype=np.float32))
     finally:
         tr.close()
-    assert not caller.is_alive()
+    caller.join(BACKSTOP)
+    assert not caller.is_alive(), "the call went on after close()"
+    assert isinstance(caller.error, TransportClosedError), caller.error
 
 
 class Interrupted(Exception):
