@@ -102,6 +102,10 @@ def test_a_job_of_128_ranks_on_32_hosts() -> None:
 # members: its packet deadline starts afresh (rule end_behind).
 # 1005345: the same limit as two groups of five members: chunk 6 displaced by a round of
 # another key, or of its own key's chunk the other group went on to, or its slot held.
+# 1018875: after a re-add, a call aborted with its packet of chunk 3 in flight, which the new
+# state then counted in round 1; the next call's chunk 1, sent at that round, met the switch's
+# record of it (STALE_COUNTED) and was settled as counted: a round that closed with my bit on
+# another chunk does not count this flight (Flights::counted_without_result).
 BARE_AT_THE_END = (1002797, 1003033, 1003213)
 LATCHED_WITH_THE_DEAD = (1002641,)
 OUT_OF_STEP = (1002377, 1005345)
@@ -109,7 +113,7 @@ ANSWERS_LOST = (1006182,)
 PAUSED_AT_THE_CAUSE = (1007444,)
 STALE_HEARD = (1011479, 1011063)
 HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 1004571, 1007284,
-                    1007640,
+                    1007640, 1018875,
                     *BARE_AT_THE_END, *LATCHED_WITH_THE_DEAD, *OUT_OF_STEP, *ANSWERS_LOST,
                     *PAUSED_AT_THE_CAUSE, *STALE_HEARD)
 
