@@ -61,7 +61,7 @@ struct Faults {
   bool ack_leaves_no_suspect = false;
   // An ACK or STALE_COUNTED for a flight whose round closed with my bit on another chunk (a
   // packet an aborted call forgot, counted after the abort) settles the flight as counted
-  // (counted_without_result; §9 "A switch that lost the job's state"): its amount leaves the
+  // (counted_without_result; §9 "Sync / partial sending"): its amount leaves the
   // residual and reaches no round.
   bool my_other_copy_settles = false;
 };
