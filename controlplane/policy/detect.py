@@ -22,6 +22,13 @@ of the fastest) over its own. (A worker that moves on after a RESYNC instead of
 sending its gradient again shows a pace near zero while it is always behind: a larger
 slowdown, which is what its contribution is worth.)
 
+*A member that stands for a rack* (the spine of a job across switches: its members are
+the leaves) is paced by the hosts behind it, not by its own counters: an interval may
+carry `behind`, each member's pace measured at its leaf (policy/rack_pace.py says which
+and why), and the pace signals use it in place of the member's contributions and late
+ones. The closes (sync), liveness and `included` stay the member's own: they are about
+the member's sums at this switch.
+
 A worker that showed no *liveness* for `gone_after_s` while others did is *gone*.
 Liveness (docs/protocol.md §8) is what the switch validated against the slot's state:
 contributions it counted, `late` ones (the round that just closed) and `duplicates`
@@ -129,6 +136,9 @@ class Interval:
     workers: Mapping[int, Delta]
     not_member: int  # NOT_MEMBER drops: packets of excluded members (or strangers)
     stable: bool  # mode and membership the same at both ends
+    # The pace of the hosts behind each member over the interval (a spine's leaves: their
+    # hosts' contributions and late ones, rack_pace.py); None: each member's own pace.
+    behind: Mapping[int, float] | None = None
 
     @property
     def duration(self) -> float:
@@ -147,6 +157,13 @@ class Interval:
 
     def delta(self, worker: int) -> Delta:
         return self.workers.get(worker, Delta())
+
+    def pace(self, worker: int) -> float:
+        """The member's pace over the interval: that of the hosts behind it where the
+        interval says (`behind`), else its own gradients sent (`Delta.pace`)."""
+        if self.behind is not None:
+            return self.behind.get(worker, 0.0)
+        return self.delta(worker).pace
 
 
 # ------------------------------------------------------------------ configuration
@@ -364,7 +381,7 @@ class Detector:
                   if iv.stable and iv.mode in RATE_MODES]
         if sum(iv.duration for iv in window) < self.config.min_evidence_s - 1e-9:
             return None
-        paces = _sums(window, lambda d: d.pace)
+        paces = _paces(window)
         accepted = _sums(window, lambda d: d.contributions)
         top = max(paces.values(), default=0)
         if top < self.config.min_packets:
@@ -385,7 +402,7 @@ class Detector:
         behind that interval's fast members by at least `slow_exit`."""
         behind = counted = 0
         for iv in window:
-            paces = {v: iv.delta(v).pace for v in iv.active}
+            paces = {v: iv.pace(v) for v in iv.active}
             reference = fast_pace(paces)
             if reference <= 0:
                 continue
@@ -438,7 +455,7 @@ class Detector:
                 if iv.stable and iv.mode == Mode.SYNC]
 
 
-def fast_pace(paces: Mapping[int, int]) -> float:
+def fast_pace(paces: Mapping[int, float]) -> float:
     """The mean pace of the fast cluster (within 20% of the fastest): not the fastest
     alone, because the maximum of several noisy paces is biased upwards."""
     top = max(paces.values(), default=0)
@@ -450,7 +467,7 @@ def fast_rate(window: Iterable[Interval]) -> tuple[float, float]:
     """(the fast cluster's pace per second, the seconds it spans) over `window`."""
     window = list(window)
     seconds = sum(iv.duration for iv in window)
-    return fast_pace(_sums(window, lambda d: d.pace)) / max(seconds, 1e-9), seconds
+    return fast_pace(_paces(window)) / max(seconds, 1e-9), seconds
 
 
 def _sums(window: Iterable[Interval], key: Callable[[Delta], int]) -> dict[int, int]:
@@ -459,4 +476,13 @@ def _sums(window: Iterable[Interval], key: Callable[[Delta], int]) -> dict[int, 
     for iv in window:
         for v in iv.active:
             out[v] = out.get(v, 0) + key(iv.delta(v))
+    return out
+
+
+def _paces(window: Iterable[Interval]) -> dict[int, float]:
+    """Per member, its pace (`Interval.pace`) summed over the window."""
+    out: dict[int, float] = {}
+    for iv in window:
+        for v in iv.active:
+            out[v] = out.get(v, 0.0) + iv.pace(v)
     return out
