@@ -226,6 +226,9 @@ class WorkerHealth:
     included: float | None = None  # partial/async: its accepted contributions / the top's
     basis: str = "none"  # what the state rests on: pace, closes, silence, none
     pending: Health | None = None  # a different state indicated, not yet for dwell_s
+    # partial/async: the share of what it sent that the rounds counted (contributions over
+    # contributions, late and stale ones), at this switch
+    counted: float | None = None
 
     def fresh(self, now: float) -> bool:
         """The slowdown was measured in the interval that ended at `now`."""
@@ -250,7 +253,7 @@ class WorkerHealth:
             return None if x is None else round(x, 3)
         return {"state": self.state.value, "since": r(self.since), "slowdown": r(self.slowdown),
                 "measured_at": r(self.measured_at), "closes_share": r(self.closes_share),
-                "included": r(self.included), "basis": self.basis,
+                "included": r(self.included), "counted": r(self.counted), "basis": self.basis,
                 "pending": self.pending.value if self.pending else None}
 
 
@@ -267,12 +270,14 @@ class _Track:
     measured_at: float | None = None
     closes_share: float | None = None
     included: float | None = None
+    counted: float | None = None
     steady: float | None = None  # share of the pace window's intervals it was behind in
     basis: str = "none"
 
     def health(self, worker: int) -> WorkerHealth:
         return WorkerHealth(worker, self.state, self.since, self.slowdown, self.measured_at,
-                            self.closes_share, self.included, self.basis, self.candidate)
+                            self.closes_share, self.included, self.basis, self.candidate,
+                            self.counted)
 
 
 @dataclass(slots=True)
@@ -393,6 +398,9 @@ class Detector:
         track.measured_at = window[-1].end
         top_accepted = max(accepted.values(), default=0)
         track.included = accepted.get(w, 0) / top_accepted if top_accepted else 0.0
+        sent = sum(iv.delta(w).contributions + iv.delta(w).late + iv.delta(w).stale
+                   for iv in window if w in iv.active)
+        track.counted = accepted.get(w, 0) / sent if sent else None
         track.closes_share = None
         track.steady = self._behind_share(window, w)
         return track.slowdown

@@ -35,8 +35,11 @@ class TwoRacks:
     until `recovers_at`, then at pace."""
 
     def __init__(self, slowdown: float = 2.0, sums_look: float = 1.3,
-                 recovers_at: float = float("inf"), seed: int = 1) -> None:
+                 recovers_at: float = float("inf"), seed: int = 1, counted: float = 0.2) -> None:
+        """`counted`: the share of the slow leaf's sums the spine's partial rounds count
+        (the rest arrive late)."""
         self.slowdown, self.sums_look, self.recovers_at = slowdown, sums_look, recovers_at
+        self.counted = counted
         self.rng = random.Random(seed)
         self.spine = {leaf: [0, 0, 0, 0, 0] for leaf in (0, 1)}  # contributions .. closes
         self.hosts = {leaf: {h: [0, 0, 0, 0, 0] for h in range(HOSTS)} for leaf in (0, 1)}
@@ -63,7 +66,7 @@ class TwoRacks:
         # The slow leaf's sums as the spine counts them: 1/sums_look of the fast leaf's,
         # most of them late (the fast rack closed the round first).
         slow_sums = fast_sums / (self.sums_look if slow > 1 else 1.0)
-        counted = 0.2 if slow > 1 else 0.5
+        counted = self.counted if slow > 1 else 0.5
         self.spine[1][0] += round(counted * slow_sums)
         self.spine[1][1] += round((1 - counted) * slow_sums)
         self.spine[1][4] += round(fast_sums * (0.05 if slow > 1 else 0.5))
@@ -171,3 +174,21 @@ def test_a_rack_of_hosts_at_pace_never_leaves_sync_but_to_explore() -> None:
     for d in policy.decisions:
         assert d.mode == "sync" or d.reason.startswith(EXPLORE), d.describe()
     assert len(policy.decisions) <= 6  # explorations, spaced by a doubling gap
+
+
+@pytest.mark.parametrize(("counted", "stays"), [(0.8, True), (0.0, False)])
+def test_a_rack_whose_sums_still_make_the_spines_rounds_keeps_partial_at_a_smaller_slowdown(
+        counted: float, stays: bool) -> None:
+    # The two-level bench's racks: a step is compute and communication, so hosts that
+    # compute 2x longer send at 1.55x; the slow leaf's sums still win many of the spine's
+    # rounds in partial(1). Valued as late, its work is worth less than sync's wait
+    # (sync 1.29, partial(1) 1.19); valued as what the rounds counted, more.
+    policy, timeline = run(TwoRacks(slowdown=1.55, sums_look=1.3, counted=counted), 90)
+    modes = [(d.time, d.mode, d.reason) for d in policy.decisions]
+    assert modes[0][1] == "partial" and modes[0][2].startswith("probe"), modes
+    assert policy.health[1].slowdown == pytest.approx(1.55, rel=0.1)
+    if stays:
+        assert len(modes) == 1, modes
+        assert policy.health[1].counted == pytest.approx(counted, abs=0.05)
+    else:
+        assert modes[1][1] == "sync" and "cost model" in modes[1][2], modes
