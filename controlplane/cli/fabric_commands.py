@@ -29,7 +29,7 @@ from hysync.controlplane.cli.switch_commands import (
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, ValidationError
 from hysync.controlplane.job import JobConfig
-from hysync.controlplane.policy.levels import LevelPolicies
+from hysync.controlplane.policy.levels import LevelPolicies, level_name
 from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.tables.sync_mode import format_mode
 from hysync.controlplane.testbed.election import open_session
@@ -193,11 +193,6 @@ def fabric_mode_show(args: argparse.Namespace, out: Output) -> None:
         raise ValidationError(f"no switch of {args.inventory} holds job {args.job}: "
                               f"`hysync --inventory {args.inventory} job list` shows theirs")
     out.emit({"job_id": args.job, "levels": data}, "\n".join(lines))
-
-
-def level_name(role: str, name: str) -> str:
-    """How a policy record names a level: `spine` or `leaf:NAME`."""
-    return "spine" if role == "spine" else f"leaf:{name}"
 
 
 def _levels(args: argparse.Namespace, inv: Inventory) -> tuple[FabricSwitch, ...]:

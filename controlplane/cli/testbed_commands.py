@@ -187,8 +187,6 @@ def _serve(args: argparse.Namespace, out: Output, inv: Inventory) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     metrics = f", metrics on http://{endpoint.address}/metrics" if endpoint else ""
-    if inv.fabric is not None and args.policy != "none":
-        metrics += "; no straggler policy across switches (set each level's mode by hand)"
     switches = ({sw.name: sw.switch.grpc_addr for sw in inv.fabric.switches} if inv.fabric
                 else {"switch": inv.switch.grpc_addr})
     where = ", ".join(f"{name} {addr}" for name, addr in switches.items())
@@ -333,7 +331,8 @@ def add_commands(groups: argparse._SubParsersAction,  # type: ignore[type-arg]
     p = command(groups, "serve", cmd_serve)
     p.add_argument("inventory", metavar="INVENTORY", help="TOML inventory of the testbed")
     p.add_argument("--policy", choices=["adaptive", "none"], default="adaptive",
-                   help="the straggler policy of every admitted job (default adaptive)")
+                   help="the straggler policy of every admitted job, one per level across "
+                   "switches (default adaptive)")
     p.add_argument("--policy-interval", type=seconds, default=0.5, metavar="SECONDS",
                    help="counter read interval of the policies (default 0.5)")
     p.add_argument("--policy-scale", type=seconds, default=1.0, metavar="FACTOR",

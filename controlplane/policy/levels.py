@@ -9,6 +9,11 @@ Across switches the policies run without async (not offered there), and the spin
 excludes a leaf: a leaf out of the spine's multicast group would leave its whole rack
 without results. A leaf's policy may exclude a host, as on one switch.
 
+Two callers run them: `hysync --inventory FILE policy run` (its own sessions, `run`) and
+`hysync serve` across switches (controlplane/serve/fabric_server.py: serve's sessions,
+stepped on serve's tick like a one-switch job's `PolicyRunner`, hence `start`, `step`,
+`note`, `close` and `skipped_reads` here too).
+
 When the levels run include every leaf of the job, the spine's policy measures each leaf
 by the pace of the hosts behind it, read from that leaf's counters (rack_pace.py says
 why: the spine's own counters of a leaf's sums depend on the spine's mode); run at the
@@ -20,11 +25,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
+from hysync.controlplane.policy.member_hosts import Hosts
 from hysync.controlplane.policy.policies import Decision, PolicyConfig, make_policy
 from hysync.controlplane.policy.rack_pace import RackPace
 from hysync.controlplane.policy.runner import PolicyRunner
@@ -32,28 +38,34 @@ from hysync.controlplane.policy.runner import PolicyRunner
 log = logging.getLogger(__name__)
 
 
+def level_name(role: str, name: str) -> str:
+    """How a policy record names a level: `spine` or `leaf:NAME`."""
+    return "spine" if role == "spine" else f"leaf:{name}"
+
+
 class LevelPolicies:
     """A policy per level of `job_id`, stepped together every `interval` seconds: `levels`
     is (level name, the attached controller of its switch) for each level to run, e.g.
     [("spine", ...), ("leaf:rack-a", ...)]; a switch that does not hold the job is
-    skipped."""
+    skipped. `hosts`: per level, the host and ranks of each of its members, where known
+    (a leaf's members are hosts; the records of its policy name them)."""
 
     def __init__(self, levels: Sequence[tuple[str, Controller]], job_id: int, *,
                  policy: str = "adaptive", interval: float = 0.5, dry_run: bool = False,
                  log_path: Path | None = None, config: PolicyConfig | None = None,
-                 echo: Callable[[dict[str, object]], None] | None = None) -> None:
+                 echo: Callable[[dict[str, object]], None] | None = None,
+                 hosts: Mapping[str, Hosts] | None = None) -> None:
         self.interval = interval
         self.runners: list[PolicyRunner] = []
         held = []
         for level, controller in levels:
-            controller.attach()
             if job_id in controller.jobs:
                 held.append((level, controller))
         fraction = (config or PolicyConfig()).min_quorum_fraction
         for level, controller in held:
             self.runners.append(PolicyRunner(
                 controller, job_id, make_policy(policy, config), interval=interval, dry_run=dry_run,
-                log_path=log_path, echo=echo, level=level,
+                log_path=log_path, echo=echo, level=level, hosts=(hosts or {}).get(level),
                 racks=_racks(job_id, controller, held, fraction)))
         if not self.runners:
             raise ValidationError(f"job {job_id} is not on {', '.join(n for n, _ in levels)}: "
@@ -69,6 +81,26 @@ class LevelPolicies:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def skipped_reads(self) -> int:
+        """Counter reads that missed their deadline, at every level (each skipped its
+        level's tick)."""
+        return sum(r.skipped_reads for r in self.runners)
+
+    def runner(self, level: str) -> PolicyRunner | None:
+        """The policy of `level` (`spine`, `leaf:NAME`); None where it runs none."""
+        return next((r for r in self.runners if r.level == level), None)
+
+    def start(self) -> None:
+        """Every level's first reading, its policy's starting point."""
+        for runner in self.runners:
+            runner.start()
+
+    def note(self, record: Mapping[str, object]) -> None:
+        """Log a change no policy decided (an operator's override) at every level."""
+        for runner in self.runners:
+            runner.note(record)
+
     def step(self) -> list[tuple[str, Decision]]:
         """One step of every level's policy: the decisions made, each with its level."""
         made: list[tuple[str, Decision]] = []
@@ -83,8 +115,7 @@ class LevelPolicies:
         decisions made, each with its level."""
         stop = stop or threading.Event()
         made: list[tuple[str, Decision]] = []
-        for runner in self.runners:
-            runner.start()
+        self.start()
         end = float("inf") if duration is None else time.monotonic() + duration
         next_at = time.monotonic() + self.interval
         while not stop.wait(max(0.0, min(next_at, end) - time.monotonic())):

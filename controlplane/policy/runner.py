@@ -115,17 +115,16 @@ class PolicyRunner:
 
     def step(self) -> list[Decision]:
         """One interval: read, decide, apply."""
-        if self._prev is None:
-            self.start()
+        if self._prev is None:  # the first reading (or the retry of one that was late)
+            try:
+                self.start()
+            except DeadlineExceededError as err:
+                self._skipped(err)
             return []
-        assert self._prev is not None
         try:
             stats, view = self._read()
         except DeadlineExceededError as err:
-            self.skipped_reads += 1
-            logs.event(log, "policy_read_skipped", f"job {self.job_id}: the counter read "
-                       f"missed its deadline, tick skipped ({' '.join(str(err).split())})",
-                       job=self.job_id, level=logging.WARNING, skipped=self.skipped_reads)
+            self._skipped(err)
             return []
         interval = Interval.between(self._prev[0], stats, self._prev[1], view)
         behind = self.racks.sample() if self.racks is not None else None
@@ -163,6 +162,16 @@ class PolicyRunner:
             _, now = self._read()
             self.policy.resync(now, stats.time)
         return decisions
+
+    def _skipped(self, err: DeadlineExceededError) -> None:
+        self.skipped_reads += 1
+        at, fields = "", {}
+        if self.level is not None:  # `level` is the logging level of logs.event
+            at, fields = f" at {self.level}", {"job_level": self.level}
+        logs.event(log, "policy_read_skipped", f"job {self.job_id}{at}: the counter read "
+                   f"missed its deadline, tick skipped ({' '.join(str(err).split())})",
+                   job=self.job_id, level=logging.WARNING, skipped=self.skipped_reads,
+                   **fields)
 
     def record(self, d: Decision, *, applied: bool, error: str | None) -> dict[str, object]:
         """The decision-log record of `d`: the decision, whether it was applied, and the

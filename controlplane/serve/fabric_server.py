@@ -20,8 +20,17 @@ or readmission names the member by the admit's worker id and is made at its leaf
 set may name a level (`level`: spine, leaf or leaf:NAME), as `hysync --inventory FILE
 mode set --level` does without a serve.
 
-Not across switches: straggler policies (a job is admitted without one; set its modes
-per level by hand), and reconnecting to a switch that restarted (the serve says so in its
+An admitted job gets the straggler policy its admit asks for (`policy`, else serve's
+`--policy`), as on one switch, run per level (controlplane/policy/levels.py): the spine's
+policy over the leaves, each leaf's over its hosts, every one reading its switch's
+counters and writing its modes through the session serve holds, stepped on serve's tick.
+A read that misses its deadline skips that level's tick (counted in `skipped_reads`); the
+policy goes on. Its log and events name the level each decision acted on. An operator's
+mode set (at any level) holds the job's policy at every level until `policy_resume`; the
+policy stops when a member leaves (the hosts a leaf's policy left out come back for the
+last steps, as on one switch) and when the job is removed.
+
+Not across switches: reconnecting to a switch that restarted (the serve says so in its
 log; restart the serve).
 """
 
@@ -29,11 +38,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.levels import LevelPolicies, level_name
+from hysync.controlplane.policy.member_hosts import MemberHost
 from hysync.controlplane.serve.client import ServeError
 from hysync.controlplane.serve.server import OPERATOR, Lease, Server, _job_table, open_primary
 from hysync.controlplane.tables.installed import InstalledJob
@@ -60,8 +72,6 @@ def leaf_placement(inv: Inventory, members: list[dict[str, Any]]) -> dict[int, t
 
 class FabricServer(Server):
     """The serve of a testbed of leaves and a spine: one primary session per switch."""
-
-    runs_policies = False
 
     @property
     def fabric_spec(self) -> Fabric:
@@ -156,10 +166,6 @@ class FabricServer(Server):
                     switches={sw.name: sw.switch.grpc_addr for sw in self.fabric_spec.switches})
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        if request["policy"] not in (None, "none"):
-            raise ServeError(f"policy {request['policy']!r}: a serve across switches runs no "
-                             "straggler policy; leave policy out (set modes per level with "
-                             "hysync --serve ADDR mode set --level)")
         if any(m["avg_udp_port"] for m in request["members"]):
             raise ServeError("background averaging is not offered across switches: leave "
                              "average_every out")
@@ -168,6 +174,24 @@ class FabricServer(Server):
         for job in reply["jobs"]:
             self.leases[job["job_id"]].placement = dict(placement)
         return reply
+
+    def _policy(self, job_id: int, name: str, hosts: dict[int, MemberHost]) -> LevelPolicies:
+        """The job's policy at every level, on serve's sessions; each member of a leaf's
+        policy named by its host and ranks."""
+        placement = leaf_placement(self.inv, [{"worker": w, "host": h.host}
+                                              for w, h in hosts.items()])
+        by_level: dict[str, dict[int, MemberHost]] = {}
+        for worker, (leaf, leaf_worker) in placement.items():
+            by_level.setdefault(f"leaf:{leaf}", {})[leaf_worker] = hosts[worker]
+        levels = [(level_name(sw.role, sw.name), self.fabric.controller(sw))
+                  for sw in self.fabric_spec.switches]
+        policies = LevelPolicies(levels, job_id, policy=name, interval=self.policy_interval,
+                                 log_path=self.policy_log, config=self.policy_config,
+                                 hosts=by_level)
+        # Each level's first step is its first reading; one that misses its deadline is
+        # counted and taken again on the next tick.
+        policies.step()
+        return policies
 
     def op_leave(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         """A member finished: excluded at its leaf, and its leaf at the spine when it was
@@ -185,15 +209,38 @@ class FabricServer(Server):
 
         def exclude_at(info: SwitchInfo, w: int) -> int | None:
             return exclude_member(by_addr[info.grpc_addr], job_id, w)
-        report = leave_levels(self.inv, me, exclude_at)
         lease.left.add(worker)
+        if lease.policy is not None:
+            self._stop_policy(job_id, lease, worker)
+        report = leave_levels(self.inv, me, exclude_at)
         self._event("leave", report.text(job_id), job=job_id, worker=worker, leaf=leaf,
                     excluded_at=report.excluded_at)
         return {"job_id": job_id, "worker": worker, "excluded_at": report.excluded_at}
 
+    def _stop_policy(self, job_id: int, lease: Lease, worker: int) -> None:
+        """A member finished: the policy stops at every level, and the hosts a leaf's
+        policy (or the operator) left out come back for the last steps, so that a leaf's
+        last active host is the last one training there (member_leave.py's rule)."""
+        assert lease.policy is not None
+        lease.policy.close()
+        lease.policy, lease.held = None, False
+        self._event("policy_stopped", f"job {job_id}: worker {worker} finished; policy "
+                    "stopped at every level", job=job_id, worker=worker)
+        out: dict[str, set[int]] = {}
+        for member, (leaf, leaf_worker) in lease.placement.items():
+            if member not in lease.left:
+                out.setdefault(leaf, set()).add(leaf_worker)
+        for leaf, training in sorted(out.items()):
+            controller = self.fabric.controllers[leaf]
+            for w in sorted(training - controller.job(job_id).active):
+                controller.readmit(job_id, w)
+                self._event("readmission", f"job {job_id}: readmitted worker {w} at {leaf} to "
+                            "finish", job=job_id, worker=w, leaf=leaf, by="serve",
+                            reason="a member finished")
+
     def op_mode_set(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         job_id = request["job"]
-        self._owner(conn, job_id, "set the mode of", request["key"])
+        lease = self._owner(conn, job_id, "set the mode of", request["key"])
         slots = request["slots"]
         mode = Mode[request["mode"].upper()]
         reports = self.fabric.set_mode(job_id, level=request["level"],
@@ -203,8 +250,21 @@ class FabricServer(Server):
                      "strategy": r.strategy, "deleted_entries": r.deleted}
                     for name, r in reports]
         level = request["level"] or "every level"
+        override = lease is not None and lease.policy is not None
+        if override:
+            # As on one switch: the operator's mode stays until the operator hands the job
+            # back (policy_resume). Every level waits, so that one resume of the job hands
+            # all of it back, whichever level the operator set.
+            assert lease is not None and lease.policy is not None
+            lease.held = True
+            lease.policy.note({"time": time.monotonic(), "action": "override",
+                               "job_id": job_id, "mode": mode.name.lower(),
+                               "at": level, "switches": [s["name"] for s in switches],
+                               "held": True, "wall": time.time()})
         self._event("mode_swap", f"job {job_id} at {level}: operator set "
-                    f"{mode.name.lower()} on " + ", ".join(s["name"] for s in switches),
+                    f"{mode.name.lower()} on " + ", ".join(s["name"] for s in switches) +
+                    (f"; its policy holds until `hysync policy resume {job_id}`"
+                     if override else ""),
                     job=job_id, by="operator", mode=mode.name.lower(), at=level,
                     switches=switches)
         first = reports[0][1]
@@ -212,7 +272,7 @@ class FabricServer(Server):
                 "quorum": first.quorum, "level": request["level"],
                 "strategy": ", ".join(f"{s['name']} {s['strategy']}" for s in switches),
                 "deleted_entries": sum(s["deleted_entries"] for s in switches),
-                "override": False, "switches": switches}
+                "override": override, "switches": switches}
 
     def _at_leaf(self, conn: int, request: dict[str, Any], what: str, event: str) -> dict[str, Any]:
         job_id, worker = request["job"], request["worker"]

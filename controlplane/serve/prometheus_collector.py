@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from hysync.controlplane.errors import ControlPlaneError
 from hysync.controlplane.policy.detect import Health, WorkerHealth
+from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.policy.member_hosts import MemberHost, ranks_text
 from hysync.controlplane.policy.policies import SET_MODE, Decision
 from hysync.controlplane.policy.runner import PolicyRunner
@@ -150,9 +151,15 @@ class _PolicyView:
     skipped_reads: int
 
     @classmethod
-    def of(cls, runner: PolicyRunner) -> _PolicyView:
+    def of(cls, policy: PolicyRunner | LevelPolicies) -> _PolicyView:
+        """Across switches the members shown are the spine's (its counters are the ones
+        read): their health and the decisions are its policy's; the skipped reads are
+        every level's."""
+        runner = policy.runner("spine") if isinstance(policy, LevelPolicies) else policy
+        if runner is None:
+            return cls({}, frozenset(), [], policy.skipped_reads)
         p = runner.policy
-        return cls(dict(p.health), p.on_probation, list(p.decisions), runner.skipped_reads)
+        return cls(dict(p.health), p.on_probation, list(p.decisions), policy.skipped_reads)
 
 
 def serve_metrics(server: Server, addr: str) -> Endpoint:

@@ -70,6 +70,7 @@ from hysync.controlplane.controller import Controller, MembershipReport
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
+from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.policy.member_hosts import MemberHost, describe, member_fields
 from hysync.controlplane.policy.policies import PolicyConfig, make_policy
 from hysync.controlplane.policy.runner import PolicyRunner
@@ -114,7 +115,7 @@ class HelloRefused(ServeError):
 class Lease:
     owner: int | None  # connection id; None: adopted at a restart, waiting for a claim
     deadline: float = 0.0  # unclaimed adopted jobs are removed then
-    policy: PolicyRunner | None = None
+    policy: PolicyRunner | LevelPolicies | None = None  # LevelPolicies: across switches
     left: set[int] = field(default_factory=set)  # workers that finished training
     held: bool = False  # an operator set the mode: the policy waits for policy_resume
     # The SHA-256 of the key shown to the admitting connection only (the script's other
@@ -680,7 +681,8 @@ class Server:
         return {} if job is None else {m.worker: MemberHost(by_mac.get(m.mac.lower()))
                                        for m in job.members}
 
-    def _policy(self, job_id: int, name: str, hosts: dict[int, MemberHost]) -> PolicyRunner:
+    def _policy(self, job_id: int, name: str,
+                hosts: dict[int, MemberHost]) -> PolicyRunner | LevelPolicies:
         path = self.policy_log
         runner = PolicyRunner(self.controller, job_id, make_policy(name, self.policy_config),
                               interval=self.policy_interval, log_path=path, hosts=hosts)

@@ -54,6 +54,23 @@ def _sh(*cmd: str) -> None:
         raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip() or done.returncode}")
 
 
+def exec_in(ns: str) -> list[str]:
+    """The command prefix that runs a command inside namespace `ns`."""
+    return ["ip", "netns", "exec", ns]
+
+
+def add_netns(name: str, made: list[str]) -> None:
+    """A namespace with IPv6 off (no router solicitations on the data links) and lo up,
+    named in `made` as soon as it exists (what a failed build removes; never one it did
+    not make)."""
+    _sh("ip", "netns", "add", name)
+    made.append(name)
+    inns = exec_in(name)
+    _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
+    _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
+    _sh(*inns, "ip", "link", "set", "lo", "up")
+
+
 class NetnsStar:
     """`hosts` sender namespaces, each on its own port (1..hosts) of a switch namespace."""
 
@@ -78,16 +95,12 @@ class NetnsStar:
             self.close()
             raise
 
-    def exec_in(self, ns: str) -> list[str]:
-        return ["ip", "netns", "exec", ns]
+    @staticmethod
+    def exec_in(ns: str) -> list[str]:
+        return exec_in(ns)
 
     def _netns(self, name: str) -> None:
-        _sh("ip", "netns", "add", name)
-        self._namespaces.append(name)
-        inns = self.exec_in(name)
-        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
-        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
-        _sh(*inns, "ip", "link", "set", "lo", "up")
+        add_netns(name, self._namespaces)
 
     @staticmethod
     def _offloads_off(inns: list[str], ifname: str) -> None:

@@ -33,7 +33,7 @@ import re
 import subprocess
 
 from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET, free_management_net
-from hysync.controlplane.testbed.netns import NetnsStar, _sh, remove
+from hysync.controlplane.testbed.netns import NetnsStar, _sh, add_netns, exec_in, remove
 
 SPINE_IP = "10.0.0.254"
 SPINE_MAC = "02:00:00:00:00:f1"
@@ -119,15 +119,10 @@ class NetnsFabric:
 
     @staticmethod
     def exec_in(ns: str) -> list[str]:
-        return ["ip", "netns", "exec", ns]
+        return exec_in(ns)
 
     def _netns(self, name: str) -> None:
-        _sh("ip", "netns", "add", name)
-        self._namespaces.append(name)
-        inns = self.exec_in(name)
-        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1")
-        _sh(*inns, "sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1")
-        _sh(*inns, "ip", "link", "set", "lo", "up")
+        add_netns(name, self._namespaces)
 
     def _veth(self, a: str, a_ns: str | None, b: str, b_ns: str, *, data: bool) -> None:
         """A veth a <-> b, a in a_ns (None: the root namespace), b in b_ns, both up; a data

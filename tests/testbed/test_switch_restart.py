@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hysync import wire
 from hysync.controlplane.cli.main import main as hysync_main
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import P4RuntimeUnreachableError
@@ -36,6 +37,7 @@ from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch, wait_for_server
 from hysync.controlplane.serve.client import ServeClient
 from hysync.controlplane.serve.server import Server
+from hysync.controlplane.tables import admission
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.runner import start_softswitch
 from hysync.worker.quantize import FixedPointQuantizer
@@ -100,12 +102,21 @@ class SwitchProcess:
             self.kill()
 
 
-def add_by_hand(sw: SwitchProcess, job: JobConfig | None) -> None:
-    """Push the pipeline, and add `job` (None: the pipeline only)."""
+def add_by_hand(sw: SwitchProcess, job: JobConfig | None, *, after: int | None = None,
+                epoch: int | None = None) -> int | None:
+    """Push the pipeline, and add `job` (None: the pipeline only); returns its install epoch.
+    `after`: the epoch of the install the switch lost. The new one gets another install tag,
+    as serve gives it (admission.new_epoch); a controller with no record of the old one
+    meets its tag again 1 time in 256 (docs/protocol.md §9), which `epoch` forces."""
     with Switch(sw.grpc_addr) as session:
         session.push_pipeline(P4INFO)
-        if job is not None:
-            Controller(session).attach().add_job(job)
+        if job is None:
+            return None
+        controller = Controller(session).attach()
+        if epoch is None and after is not None:
+            epoch = admission.new_epoch(after)
+        controller.add_job(job, epoch=epoch)
+        return controller.jobs[job.job_id].epoch
 
 
 # ------------------------------------------------------------------ the workers
@@ -294,9 +305,11 @@ def check_completed(call: Call, mode: str, quorum: int | None) -> None:
 
 def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tuple[str, int],
               dead_after: float, killed_at: float, readded_at: float | None,
-              job_id: int = JOB) -> dict[str, int]:
+              job_id: int = JOB, same_tag: bool = False) -> dict[str, int]:
     """Every call completed correctly or failed with a clear error within its bound;
-    returns how many calls failed with which error."""
+    returns how many calls failed with which error. `same_tag`: the job was added again
+    with the install tag of the state lost (docs/protocol.md §9): a sync worker may flag a
+    resync it did not need."""
     errors: dict[str, int] = {}
     for wk in training.workers:
         first_error = next((i for i, c in enumerate(wk.calls) if c.error is not None),
@@ -325,7 +338,7 @@ def check_run(training: Training, mode: str, quorum: int | None, switch_udp: tup
         for call in post:
             assert call.error is None, (wk.w, call.index, call.error)
             check_completed(call, mode, quorum)
-        assert not wk.tr.needs_resync or mode != "sync", wk.w
+        assert not wk.tr.needs_resync or mode != "sync" or same_tag, wk.w
         if mode == "async":
             # Async rounds hold one contribution and arrive once each: before the restart
             # no result is a duplicate. After it, a replica that drops results of the new
@@ -375,7 +388,7 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
     sockets = member_sockets()
     job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT,
                    ports=member_ports(sockets), mode=mode, quorum=quorum)
-    add_by_hand(sw, job)
+    first = add_by_hand(sw, job)
     dead_after = DEAD_AFTER if readd else DEAD_AFTER_BARE
     training = Training(sw.udp, sockets, dead_after, readd).start()
     try:
@@ -383,7 +396,7 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         killed_at = time.monotonic()
         sw.kill()
         sw.start()
-        add_by_hand(sw, job if readd else None)
+        add_by_hand(sw, job if readd else None, after=first)
         readded_at = time.monotonic() if readd else None
         if readd:
             training.resumed.set()
@@ -406,15 +419,21 @@ def test_switch_restart_mid_training(switch_process: SwitchProcess, mode: str,
         assert "SwitchRestartedError" in errors, errors
 
 
-def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess) -> None:
+@pytest.mark.parametrize("same_tag", [False, True], ids=["another-tag", "same-tag"])
+def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess,
+                                                   same_tag: bool) -> None:
     """Sync, the job added again only after every worker's call failed (a restart slower
     than dead_after): each worker's next call learns the new state at once
-    (SwitchRestartedError), and after a resync the job goes on, bit-exact."""
+    (SwitchRestartedError), and after a resync the job goes on, bit-exact. Also when the new
+    install carries the lost one's tag: the STALE replies alone tell the new state."""
     sw = switch_process
     sockets = member_sockets()
     job = make_job(JOB, workers=N, base=SLOT_BASE, count=SLOT_COUNT,
                    ports=member_ports(sockets))
-    add_by_hand(sw, job)
+    first = add_by_hand(sw, job)
+    assert first is not None
+    # Another epoch with the same low byte, the install tag that replies carry.
+    same = first + 256 if first + 256 <= wire.MAX_EPOCH else first - 256
     training = Training(sw.udp, sockets, DEAD_AFTER_BARE, readd=True).start()
     try:
         training.wait_calls(PRE_CALLS)
@@ -422,12 +441,14 @@ def test_job_added_again_after_the_workers_gave_up(switch_process: SwitchProcess
         sw.kill()
         training.wait_failed()
         sw.start()
-        add_by_hand(sw, job)
+        second = add_by_hand(sw, job, after=first, epoch=same if same_tag else None)
+        assert second is not None and second != first
+        assert (wire.install_tag(second) == wire.install_tag(first)) == same_tag
         readded_at = time.monotonic()
         training.resumed.set()
         training.join()
         errors = check_run(training, "sync", None, sw.udp, DEAD_AFTER_BARE, killed_at,
-                           readded_at)
+                           readded_at, same_tag=same_tag)
     finally:
         training.close()
     assert errors.get("NoReplyError", 0) >= N, errors
