@@ -6,11 +6,13 @@ sums, and when a sum reaches the spine depends on the spine's mode as much as on
 rack: in partial the fast rack's sums close the spine's rounds, the slow rack's leaf is
 moved on to rounds it took no part in, and its hosts' gradients are carried into later
 sums. With 2 racks x 3 hosts and one rack computing 2x longer, the spine's counters put
-the slow leaf at 1.11-1.62x (docs/performance.md, "Two levels"), and at that reading the
-cost model values sync above partial(1) and gives the win back. A host's own counters at
-its leaf do not depend on what the spine did with the sums: every gradient a host sends
-ends as one contribution or one late packet at its leaf (detect.py, *pace*), so in
-partial at the spine each rack's hosts count at the pace they compute.
+the slow leaf anywhere from 1.11x to 1.62x (docs/performance.md, "Two levels"). A host's
+own counters at its leaf do not depend on what the spine did with the sums: every
+gradient a host sends ends as one contribution or one late packet at its leaf (detect.py,
+*pace*), so in partial at the spine each rack's hosts count at the pace they send. (That
+pace is compute and communication: hosts computing 2x longer sent 1.5-1.85x slower in
+that bench. What keeps partial(1) worth it at such a slowdown is that the slow leaf's
+sums still make many of the spine's rounds, which the cost model counts: policies.py.)
 
 *Which host stands for the rack.* The `ceil(f * n)`-th fastest of the leaf's n active
 hosts, f the policy's `min_quorum_fraction` (the median of 3 hosts, the faster of 2): the

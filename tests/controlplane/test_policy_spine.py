@@ -192,3 +192,19 @@ def test_a_rack_whose_sums_still_make_the_spines_rounds_keeps_partial_at_a_small
         assert policy.health[1].counted == pytest.approx(counted, abs=0.05)
     else:
         assert modes[1][1] == "sync" and "cost model" in modes[1][2], modes
+
+
+def test_a_leaf_is_paced_by_its_median_host_and_an_excluded_host_does_not_count() -> None:
+    def leaf(t: float, paces: dict[int, int], excluded: frozenset[int] = frozenset()
+             ) -> JobStats:
+        return JobStats(1, t, {h: WorkerStats(h, h not in excluded, p) for h, p in paces.items()})
+
+    before = leaf(0.0, {0: 0, 1: 0, 2: 0})
+    # One slow host in three: the leaf's own partial(2) leaves it out; the rack is fast.
+    assert standing_pace(before, leaf(0.5, {0: 200, 1: 190, 2: 60}), 0.5) == pytest.approx(380)
+    # Every host slow: the rack is slow.
+    assert standing_pace(before, leaf(0.5, {0: 100, 1: 95, 2: 90}), 0.5) == pytest.approx(190)
+    # Two hosts (one excluded at its leaf): the faster of the two.
+    after = leaf(0.5, {0: 200, 1: 60, 2: 0}, excluded=frozenset({2}))
+    assert standing_pace(before, after, 0.5) == pytest.approx(400)
+    assert standing_pace(before, leaf(0.5, {0: 5, 1: 5, 2: 5}, frozenset({0, 1, 2})), 0.5) == 0
