@@ -10,7 +10,7 @@ the slow leaf anywhere from 1.11x to 1.62x (docs/performance.md, "Two levels"). 
 own counters at its leaf do not depend on what the spine did with the sums: every
 gradient a host sends ends as one contribution or one late packet at its leaf (detect.py,
 *pace*), so in partial at the spine each rack's hosts count at the pace they send. (That
-pace is compute and communication: hosts computing 2x longer sent 1.5-1.85x slower in
+pace is compute and communication: hosts computing 2x longer sent 1.5-1.95x slower in
 that bench. What keeps partial(1) worth it at such a slowdown is that the slow leaf's
 sums still make many of the spine's rounds, which the cost model counts: policies.py.)
 
