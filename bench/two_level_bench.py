@@ -37,11 +37,13 @@ workers, the datagrams per second each leaf sends up its uplink, and the serving
 CPU time per contribution answered (read from /proc over the same interval).
 
     .venv/bin/python -m bench.two_level_bench [--repeat 1] [--steps 300] [--rate-only]
+        [--out two-level.json]
 
-Prints a line per run; writes bench/results/two-level.json after every run (the rows so
-far, the exact command), bench/results/two-level-rate.json after the rate runs, and at the
-end bench/results/two-level.png. Every switch, rank and the load generator share this
-machine's cores: the switches are processes, not hardware.
+Prints a line per run; writes bench/results/two-level.json (`--out`) after every run (the
+rows so far, the exact command), bench/results/two-level-rate.json after the rate runs, and
+at the end bench/results/two-level.png (the `--out` file's name with .png). Every switch,
+rank and the load generator share this machine's cores: the switches are processes, not
+hardware.
 """
 
 from __future__ import annotations
@@ -562,14 +564,18 @@ def main(argv: list[str] | None = None) -> None:
     part = p.add_mutually_exclusive_group()
     part.add_argument("--rate-only", action="store_true", help="only the packet rate")
     part.add_argument("--no-rate", action="store_true", help="only the training runs")
+    p.add_argument("--out", default="two-level.json",
+                   help="the training results' file name in bench/results/")
     args = p.parse_args(argv)
+    if Path(args.out).name != args.out or not args.out.endswith(".json"):
+        p.error(f"--out takes a file name ending .json (written in {RESULTS}), got {args.out!r}")
     for name in ("repeat", "steps", "window", "rate_repeat"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     command = ".venv/bin/python -m bench.two_level_bench " + shlex.join(
         sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    out_path = RESULTS / "two-level.json"
+    out_path = RESULTS / args.out
     rows: list[dict] = []
     if not args.rate_only:
         runs: list[dict] = []
@@ -596,10 +602,11 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(r), flush=True)
     elif (RESULTS / "two-level-rate.json").exists():
         rate_rows = json.loads((RESULTS / "two-level-rate.json").read_text())["rows"]
-    plot(rows, rate_rows, RESULTS / "two-level.png")
+    plot(rows, rate_rows, out_path.with_suffix(".png"))
     for row in rows:
         print(json.dumps(row), flush=True)
-    print(f"wrote {out_path}, two-level-rate.json and two-level.png in {RESULTS}", flush=True)
+    print(f"wrote {out_path.name}, two-level-rate.json and {out_path.with_suffix('.png').name} "
+          f"in {RESULTS}", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ of the fastest) over its own. (A worker that moves on after a RESYNC instead of
 sending its gradient again shows a pace near zero while it is always behind: a larger
 slowdown, which is what its contribution is worth.)
 
+*A member that stands for a rack* (the spine of a job across switches: its members are
+the leaves) is paced by the hosts behind it, not by its own counters: an interval may
+carry `behind`, each member's pace measured at its leaf (policy/rack_pace.py says which
+and why), and the pace signals use it in place of the member's contributions and late
+ones. The closes (sync), liveness and `included` stay the member's own: they are about
+the member's sums at this switch.
+
 A worker that showed no *liveness* for `gone_after_s` while others did is *gone*.
 Liveness (docs/protocol.md §8) is what the switch validated against the slot's state:
 contributions it counted, `late` ones (the round that just closed) and `duplicates`
@@ -129,6 +136,9 @@ class Interval:
     workers: Mapping[int, Delta]
     not_member: int  # NOT_MEMBER drops: packets of excluded members (or strangers)
     stable: bool  # mode and membership the same at both ends
+    # The pace of the hosts behind each member over the interval (a spine's leaves: their
+    # hosts' contributions and late ones, rack_pace.py); None: each member's own pace.
+    behind: Mapping[int, float] | None = None
 
     @property
     def duration(self) -> float:
@@ -147,6 +157,13 @@ class Interval:
 
     def delta(self, worker: int) -> Delta:
         return self.workers.get(worker, Delta())
+
+    def pace(self, worker: int) -> float:
+        """The member's pace over the interval: that of the hosts behind it where the
+        interval says (`behind`), else its own gradients sent (`Delta.pace`)."""
+        if self.behind is not None:
+            return self.behind.get(worker, 0.0)
+        return self.delta(worker).pace
 
 
 # ------------------------------------------------------------------ configuration
@@ -209,6 +226,9 @@ class WorkerHealth:
     included: float | None = None  # partial/async: its accepted contributions / the top's
     basis: str = "none"  # what the state rests on: pace, closes, silence, none
     pending: Health | None = None  # a different state indicated, not yet for dwell_s
+    # partial/async: the share of what it sent that the rounds counted (contributions over
+    # contributions, late and stale ones), at this switch
+    counted: float | None = None
 
     def fresh(self, now: float) -> bool:
         """The slowdown was measured in the interval that ended at `now`."""
@@ -233,7 +253,7 @@ class WorkerHealth:
             return None if x is None else round(x, 3)
         return {"state": self.state.value, "since": r(self.since), "slowdown": r(self.slowdown),
                 "measured_at": r(self.measured_at), "closes_share": r(self.closes_share),
-                "included": r(self.included), "basis": self.basis,
+                "included": r(self.included), "counted": r(self.counted), "basis": self.basis,
                 "pending": self.pending.value if self.pending else None}
 
 
@@ -250,12 +270,14 @@ class _Track:
     measured_at: float | None = None
     closes_share: float | None = None
     included: float | None = None
+    counted: float | None = None
     steady: float | None = None  # share of the pace window's intervals it was behind in
     basis: str = "none"
 
     def health(self, worker: int) -> WorkerHealth:
         return WorkerHealth(worker, self.state, self.since, self.slowdown, self.measured_at,
-                            self.closes_share, self.included, self.basis, self.candidate)
+                            self.closes_share, self.included, self.basis, self.candidate,
+                            self.counted)
 
 
 @dataclass(slots=True)
@@ -364,7 +386,7 @@ class Detector:
                   if iv.stable and iv.mode in RATE_MODES]
         if sum(iv.duration for iv in window) < self.config.min_evidence_s - 1e-9:
             return None
-        paces = _sums(window, lambda d: d.pace)
+        paces = _paces(window)
         accepted = _sums(window, lambda d: d.contributions)
         top = max(paces.values(), default=0)
         if top < self.config.min_packets:
@@ -376,6 +398,9 @@ class Detector:
         track.measured_at = window[-1].end
         top_accepted = max(accepted.values(), default=0)
         track.included = accepted.get(w, 0) / top_accepted if top_accepted else 0.0
+        sent = sum(iv.delta(w).contributions + iv.delta(w).late + iv.delta(w).stale
+                   for iv in window if w in iv.active)
+        track.counted = accepted.get(w, 0) / sent if sent else None
         track.closes_share = None
         track.steady = self._behind_share(window, w)
         return track.slowdown
@@ -385,7 +410,7 @@ class Detector:
         behind that interval's fast members by at least `slow_exit`."""
         behind = counted = 0
         for iv in window:
-            paces = {v: iv.delta(v).pace for v in iv.active}
+            paces = {v: iv.pace(v) for v in iv.active}
             reference = fast_pace(paces)
             if reference <= 0:
                 continue
@@ -438,7 +463,7 @@ class Detector:
                 if iv.stable and iv.mode == Mode.SYNC]
 
 
-def fast_pace(paces: Mapping[int, int]) -> float:
+def fast_pace(paces: Mapping[int, float]) -> float:
     """The mean pace of the fast cluster (within 20% of the fastest): not the fastest
     alone, because the maximum of several noisy paces is biased upwards."""
     top = max(paces.values(), default=0)
@@ -450,7 +475,7 @@ def fast_rate(window: Iterable[Interval]) -> tuple[float, float]:
     """(the fast cluster's pace per second, the seconds it spans) over `window`."""
     window = list(window)
     seconds = sum(iv.duration for iv in window)
-    return fast_pace(_sums(window, lambda d: d.pace)) / max(seconds, 1e-9), seconds
+    return fast_pace(_paces(window)) / max(seconds, 1e-9), seconds
 
 
 def _sums(window: Iterable[Interval], key: Callable[[Delta], int]) -> dict[int, int]:
@@ -459,4 +484,13 @@ def _sums(window: Iterable[Interval], key: Callable[[Delta], int]) -> dict[int, 
     for iv in window:
         for v in iv.active:
             out[v] = out.get(v, 0) + key(iv.delta(v))
+    return out
+
+
+def _paces(window: Iterable[Interval]) -> dict[int, float]:
+    """Per member, its pace (`Interval.pace`) summed over the window."""
+    out: dict[int, float] = {}
+    for iv in window:
+        for v in iv.active:
+            out[v] = out.get(v, 0.0) + iv.pace(v)
     return out

@@ -13,10 +13,16 @@ Two callers run them: `hysync --inventory FILE policy run` (its own sessions, `r
 `hysync serve` across switches (controlplane/serve/fabric_server.py: serve's sessions,
 stepped on serve's tick like a one-switch job's `PolicyRunner`, hence `start`, `step`,
 `note`, `close` and `skipped_reads` here too).
+
+When the levels run include every leaf of the job, the spine's policy measures each leaf
+by the pace of the hosts behind it, read from that leaf's counters (rack_pace.py says
+why: the spine's own counters of a leaf's sums depend on the spine's mode); run at the
+spine alone, it measures the leaves by its own counters.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +32,10 @@ from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
 from hysync.controlplane.policy.member_hosts import Hosts
 from hysync.controlplane.policy.policies import Decision, PolicyConfig, make_policy
+from hysync.controlplane.policy.rack_pace import RackPace
 from hysync.controlplane.policy.runner import PolicyRunner
+
+log = logging.getLogger(__name__)
 
 
 def level_name(role: str, name: str) -> str:
@@ -48,12 +57,16 @@ class LevelPolicies:
                  hosts: Mapping[str, Hosts] | None = None) -> None:
         self.interval = interval
         self.runners: list[PolicyRunner] = []
+        held = []
         for level, controller in levels:
-            if job_id not in controller.jobs:
-                continue
+            if job_id in controller.jobs:
+                held.append((level, controller))
+        fraction = (config or PolicyConfig()).min_quorum_fraction
+        for level, controller in held:
             self.runners.append(PolicyRunner(
                 controller, job_id, make_policy(policy, config), interval=interval, dry_run=dry_run,
-                log_path=log_path, echo=echo, level=level, hosts=(hosts or {}).get(level)))
+                log_path=log_path, echo=echo, level=level, hosts=(hosts or {}).get(level),
+                racks=_racks(job_id, controller, held, fraction)))
         if not self.runners:
             raise ValidationError(f"job {job_id} is not on {', '.join(n for n, _ in levels)}: "
                                   "add it with `hysync --inventory FILE job add`")
@@ -111,3 +124,26 @@ class LevelPolicies:
             made += self.step()
             next_at = max(next_at + self.interval, time.monotonic())
         return made
+
+
+def _racks(job_id: int, controller: Controller, held: Sequence[tuple[str, Controller]],
+           quorum_fraction: float) -> RackPace | None:
+    """At the spine, its leaves' counters when every member of the job there is a leaf
+    among `held`; None elsewhere (a leaf's members are its hosts)."""
+    role = controller.jobs[job_id].role
+    if role is None or role.name != "spine":
+        return None
+    leaves = {}
+    for _, leaf in held:
+        leaf_role = leaf.jobs[job_id].role
+        if leaf_role is not None and leaf_role.name == "leaf":
+            leaves[leaf_role.uplink_id] = leaf
+    members = {m.worker for m in controller.jobs[job_id].members} or set(
+        controller.jobs[job_id].active)
+    missing = sorted(members - set(leaves))
+    if missing:
+        log.info("job %d: the spine's members %s have no leaf among the levels run: the "
+                 "spine measures every leaf by its own counters", job_id, missing)
+        return None
+    return RackPace(job_id, {m: leaves[m] for m in sorted(members)},
+                    quorum_fraction=quorum_fraction)

@@ -12,13 +12,17 @@ contributions per round time", a configuration is worth
 | configuration | value |
 |---|---|
 | `sync` | `n / max(s)`: every round waits for the slowest |
-| `partial(q)` | `q / s_(q)` (the q fastest set the pace) + `rho/s - kappa` per member left out |
+| `partial(q)` | `q / s_(q)` (the q fastest set the pace) + `(f+(1-f)rho)/s - kappa` per one out |
 | `async` | `e_async * sum(1 / s)`: nobody waits, every contribution is stale |
 
 `rho` (`stale_value`) is what a late contribution is worth (it reaches the model one
-or more rounds late, as a residual), `kappa` (`straggler_cost`) what a member left out
-of the rounds costs the job (its replica must be resynchronized, its residuals pile
-up), `e_async` (`async_efficiency`) the discount of staleness everywhere. The policy
+or more rounds late, as a residual), `f` the share of a left-out member's contributions
+that rounds still count fresh (0 unless measured in the partial(q) in force: the
+detector's `counted`; a slow rack's leaf at the spine, whose sums race the other racks'
+for each round, had 54% as many sums counted as the fast leaf at 1.54x in the two-level
+bench, where a straggler at one switch is in few rounds), `kappa` (`straggler_cost`) what
+a member left out of the rounds costs the job (its replica must be resynchronized, its
+residuals pile up), `e_async` (`async_efficiency`) the discount of staleness everywhere. The policy
 runs `sync` while nobody is slow, and otherwise the best of `sync`, `partial(q)` with
 q = the non-slow members (q >= `min_quorum_fraction` of n, >= 1) and `async`, switching
 only for a gain of `switch_margin`, and only once the mode has held `min_dwell_s` and
@@ -206,16 +210,23 @@ def _scaled_durations(config: PolicyConfig | DetectorConfig, factor: float) -> d
 
 
 # ------------------------------------------------------------------ cost model
-def value(mode: Mode, quorum: int, slowdowns: list[float], config: PolicyConfig) -> float:
-    """What a configuration is worth, in healthy-worker contributions per round time."""
-    s = sorted(slowdowns)
+def value(mode: Mode, quorum: int, slowdowns: list[float], config: PolicyConfig, *,
+          counted: list[float | None] | None = None) -> float:
+    """What a configuration is worth, in healthy-worker contributions per round time.
+    `counted`, beside `slowdowns`: the share of each member's contributions the rounds of
+    this partial(q) counted (measured in it; None: unknown, taken as none)."""
+    pairs = sorted(zip(slowdowns, counted or [None] * len(slowdowns), strict=True),
+                   key=lambda p: p[0])
+    s = [x for x, _ in pairs]
     n = len(s)
     if n == 0:
         return 0.0
     if mode == Mode.SYNC or (mode == Mode.PARTIAL and quorum >= n):
         return n / s[-1]
     if mode == Mode.PARTIAL:
-        left_out = sum(config.stale_value / x - config.straggler_cost for x in s[quorum:])
+        rho = config.stale_value
+        left_out = sum((f + (1 - f) * rho) / x - config.straggler_cost
+                       for x, f in ((x, min(max(f or 0.0, 0.0), 1.0)) for x, f in pairs[quorum:]))
         return quorum / s[quorum - 1] + left_out
     return config.async_efficiency * sum(1 / x for x in s)
 
@@ -546,8 +557,17 @@ class AdaptivePolicy:
         if self._refuted:  # until the next exploration
             options = [(m, q) for m, q in options if (m, q) == (Mode.SYNC, 0)
                        or (m, q) == (self.mode, self.quorum)]
-        values = {(m, q): value(m, q, list(estimates.values()), self.config)
-                  for m, q in options}
+        # The partial(q) in force is valued with the share of each member's contributions
+        # its rounds counted; any other by the model alone.
+        counted = [h.counted if (h := self.health.get(w)) is not None and h.fresh(t) else None
+                   for w in estimates]
+        in_force = (self.mode, self.quorum) if self.mode == Mode.PARTIAL else None
+
+        def worth(m: Mode, q: int) -> float:
+            return value(m, q, list(estimates.values()), self.config,
+                         counted=counted if (m, q) == in_force else None)
+
+        values = {(m, q): worth(m, q) for m, q in options}
         best = max(values, key=lambda k: values[k])
         sync = (Mode.SYNC, 0)
         if not slow or values[best] < values[sync] * (1 + self.config.switch_margin):
@@ -555,8 +575,7 @@ class AdaptivePolicy:
         if valid and best == (self.mode, self.quorum):
             self._way_back = False
             return
-        current = (value(self.mode, self.quorum, list(estimates.values()), self.config)
-                   if valid and self.mode is not None else 0.0)
+        current = (worth(self.mode, self.quorum) if valid and self.mode is not None else 0.0)
         if valid and slow and values[best] < current * (1 + self.config.switch_margin):
             return
         if not dwelt:

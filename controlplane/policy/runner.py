@@ -6,7 +6,9 @@ policy of policies.py (`AdaptivePolicy.observe`), applies its decisions through 
 that `latest_decision` (the CLI's `hysync policy status`) reads back. Given the job's
 `hosts` (serve learns them at admission), a record names the host of the member it acts
 on and the ranks that member speaks for (`"member": 1, "host": "h2", "ranks": [2, 3]`),
-and so does each member's entry of its inputs.
+and so does each member's entry of its inputs. At the spine of a job across switches,
+given its leaves (`racks`), it measures each leaf by the pace of the hosts behind it
+(rack_pace.py), and its records say so (`"pace": "hosts"`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from hysync.controlplane.policy.policies import (
     Decision,
     mode_text,
 )
+from hysync.controlplane.policy.rack_pace import RackPace
 from hysync.controlplane.tables.counters import JobStats
 from hysync.errors import BadFileError, HySyncError
 from hysync.wire import Mode
@@ -53,13 +56,15 @@ class PolicyRunner:
     def __init__(self, controller: Controller, job_id: int, policy: AdaptivePolicy, *,
                  interval: float = 0.5, dry_run: bool = False, log_path: Path | None = None,
                  echo: Callable[[dict[str, object]], None] | None = None,
-                 hosts: Hosts | None = None, level: str | None = None) -> None:
+                 hosts: Hosts | None = None, level: str | None = None,
+                 racks: RackPace | None = None) -> None:
         """`level`: the level of a job across switches this runner acts on (`spine`,
-        `leaf:NAME`), named in every record it writes (policy/levels.py)."""
+        `leaf:NAME`), named in every record it writes (policy/levels.py). `racks`: at the
+        spine, the leaves whose hosts' pace measures each member."""
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
         self.controller, self.job_id, self.policy = controller, job_id, policy
-        self.level = level
+        self.level, self.racks = level, racks
         job = controller.jobs.get(job_id)
         if job is not None and job.role is not None:
             # Across switches async is not offered (docs/protocol.md §11), and a leaf left
@@ -99,12 +104,14 @@ class PolicyRunner:
 
     def start(self) -> None:
         stats, view = self._read()
+        if self.racks is not None:
+            self.racks.sample()  # the first read of each leaf: paces from the next one on
         self._prev = (stats, view)
         self.policy.start(view, stats.time)
         self._write({"time": round(stats.time, 6), "action": "start", "job_id": self.job_id,
                      "policy": self.policy.name, "mode": mode_text(view.mode, view.quorum),
                      "quorum": view.quorum, "active": sorted(view.active),
-                     "dry_run": self.dry_run, "wall": _time.time()})
+                     "dry_run": self.dry_run, "wall": _time.time(), **self._pace_field()})
 
     def step(self) -> list[Decision]:
         """One interval: read, decide, apply."""
@@ -120,6 +127,10 @@ class PolicyRunner:
             self._skipped(err)
             return []
         interval = Interval.between(self._prev[0], stats, self._prev[1], view)
+        behind = self.racks.sample() if self.racks is not None else None
+        if behind is not None:  # packets a second at each leaf -> over the spine's interval
+            interval = replace(interval, behind={
+                w: pace * interval.duration for w, pace in behind.items()})
         self._prev = (stats, view)
         p = self.policy
         if not self.dry_run and (view.mode, view.quorum, view.active) != (
@@ -166,7 +177,8 @@ class PolicyRunner:
         """The decision-log record of `d`: the decision, whether it was applied, and the
         hosts and ranks of the members it names."""
         record: dict[str, object] = dict(d.to_dict(), job_id=self.job_id, applied=applied,
-                                         error=error, dry_run=self.dry_run, wall=_time.time())
+                                         error=error, dry_run=self.dry_run, wall=_time.time(),
+                                         **self._pace_field())
         if self.level is not None:
             record["level"] = self.level
         if d.worker is not None:
@@ -179,6 +191,10 @@ class PolicyRunner:
                 entry.update(host=place.host,
                              ranks=None if place.ranks is None else list(place.ranks))
         return record
+
+    def _pace_field(self) -> dict[str, str]:
+        """What a record says the members' paces are: the hosts' behind each leaf."""
+        return {"pace": "hosts"} if self.racks is not None else {}
 
     def _apply(self, d: Decision, view: JobView) -> None:
         c = self.controller

@@ -323,6 +323,14 @@ def test_the_cost_model_prefers_sync_partial_and_async_where_expected() -> None:
     assert best([1, 3, 3, 3], 3) == (Mode.ASYNC, 0)  # more than half slow
     assert best([1, 1, 1, 1, 1.5, 6, 8, 8], 3) == (Mode.ASYNC, 0)  # a wide spread
     assert c.exclusion_slowdown == pytest.approx(3.0)
+    # A member left out whose contributions the rounds still count is worth more than one
+    # whose contributions all arrive late; unknown counts as late.
+    late = value(Mode.PARTIAL, 1, [1.0, 1.6], c)
+    assert value(Mode.PARTIAL, 1, [1.6, 1.0], c, counted=[None, None]) == pytest.approx(late)
+    assert late == pytest.approx(1 + 0.6 / 1.6 - 0.2)
+    half = value(Mode.PARTIAL, 1, [1.6, 1.0], c, counted=[0.5, 1.0])
+    assert half == pytest.approx(1 + (0.5 + 0.5 * 0.6) / 1.6 - 0.2)
+    assert late < value(Mode.SYNC, 0, [1.0, 1.6], c) < half
     # Excluding a straggler pays once it is worth less than it costs.
     for s, exclude in ((2.0, False), (2.9, False), (3.5, True), (4.0, True)):
         kept = value(Mode.PARTIAL, 3, [1, 1, 1, s], c)

@@ -289,8 +289,8 @@ def drive(testbed: TwoLevelTestbed, leaf: int, host: int, stop: threading.Event,
     while not stop.is_set():
         time.sleep(delay)
         testbed.send(leaf, host, r, tx)
-        try:
-            hdr, _ = testbed.receive(leaf, host)
+        try:  # the header alone: a RESYNC carries no lanes
+            hdr = wire.Header.unpack(sock.recv(65536))
         except TimeoutError:
             tx += 1
             continue
@@ -344,3 +344,52 @@ def test_the_spines_policy_reads_the_spines_counters_and_swaps_the_spine_only(
     for i in range(LEAVES):  # the leaves' modes are theirs: untouched
         assert [e.params["mode"] for e in testbed.tables(f"leaf-{i}")[
             p4names.SYNC_MODE_MODES]] == [Mode.SYNC]
+
+
+@pytest.mark.parametrize("testbed", ["native"], indirect=True)
+def test_with_every_level_run_the_spine_measures_each_leaf_by_its_hosts_pace(
+        testbed: TwoLevelTestbed, tmp_path: Path) -> None:
+    assert hysync("--inventory", str(testbed.inventory), "job", "add",
+                  str(testbed.job_file))[0] == 0
+    stop = threading.Event()
+    # Rack 1's hosts take 5x longer a round than rack 0's.
+    hosts = [threading.Thread(target=drive, args=(testbed, i, h, stop, 0.05 if i else 0.01),
+                              daemon=True) for i in range(LEAVES) for h in range(HOSTS)]
+    log = tmp_path / "policy.jsonl"
+    with ExitStack() as stack:
+        levels = [(name if name == "spine" else f"leaf:{name}",
+                   Controller(stack.enter_context(Switch(addr))).attach())
+                  for name, addr in testbed.grpc.items()]
+        for thread in hosts:
+            thread.start()
+        try:
+            with LevelPolicies(levels, JOB, interval=0.25, log_path=log) as policies:
+                spine = next(r for r in policies.runners if r.level == "spine")
+                assert spine.racks is not None and sorted(spine.racks.leaves) == [0, 1]
+                # Until the spine has measured leaf 1 in partial(1), then 5 s more: the
+                # cost model keeps partial(1) while the rack stays slow.
+                deadline, measured_at = time.monotonic() + 60, None
+                while time.monotonic() < deadline and (
+                        measured_at is None or time.monotonic() < measured_at + 5):
+                    time.sleep(0.25)
+                    policies.step()
+                    h = spine.policy.health.get(1)
+                    if measured_at is None and h is not None and h.basis == "pace":
+                        measured_at = time.monotonic()
+                health = spine.policy.health
+                mode = (spine.policy.mode, spine.policy.quorum)
+        finally:
+            stop.set()
+            for thread in hosts:
+                thread.join(5)
+    assert measured_at is not None, [d.describe() for d in spine.policy.decisions]
+    # Leaf 1's hosts send a round per 50 ms against rack 0's per 10 ms and a round trip:
+    # measured by its hosts it is several times slower, and partial(1) holds.
+    assert health[1].state.value == "slow" and health[1].slowdown is not None
+    assert health[1].slowdown >= 2.0, health[1].describe()
+    assert health[0].state.value == "healthy"
+    assert mode == (Mode.PARTIAL, 1), [d.describe() for d in spine.policy.decisions]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    spine_records = [r for r in records if r["level"] == "spine"]
+    assert spine_records[0]["action"] == "start" and spine_records[0]["pace"] == "hosts"
+    assert all(r.get("pace") is None for r in records if r["level"] != "spine")
