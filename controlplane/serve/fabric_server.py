@@ -37,8 +37,8 @@ one-switch view), and, once every switch is back, installs each held job that th
 restarted switch held again on every switch the job spans, as it was (members,
 exclusions, modes), under one new install epoch (docs/protocol.md §11: a switch restart
 is a restart of the job). The switches that kept their part get it removed and installed
-again; the workers see the new install tag and resynchronize (§9). Until then requests
-that reach the restarted switch fail naming it.
+again; the workers see the new install tag and resynchronize (§9). Until then a request
+that reaches the restarted switch is answered naming it, and that serve connects again.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import time
 from typing import Any
 
 from hysync.controlplane.controller import Controller
-from hysync.controlplane.errors import ControlPlaneError
+from hysync.controlplane.errors import ControlPlaneError, P4RuntimeUnreachableError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies, level_name
@@ -247,6 +247,21 @@ class FabricServer(Server):
         return lease.placement[worker]
 
     # ---------------------------------------------------------- requests
+    def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        """As on one switch; a request that reached a switch whose session ended is
+        answered naming the switch, and that serve is connecting again to it."""
+        try:
+            return super().handle(conn, request)
+        except P4RuntimeUnreachableError as err:
+            names = {sw.switch.grpc_addr: sw.name for sw in self.fabric_spec.switches}
+            name = names.get(err.grpc_addr)
+            if name is None or not self.switches[name].lost:
+                raise
+            raise ServeError(f"switch {name} ({err.grpc_addr}) restarted or its connection "
+                             "broke: serve connects again every "
+                             f"{self.policy_interval:g} s and then installs its jobs there "
+                             "again; retry once serve's log says the switch is back") from None
+
     def op_status(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         return dict(super().op_status(conn, request),
                     switches={sw.name: sw.switch.grpc_addr for sw in self.fabric_spec.switches})
