@@ -5,7 +5,9 @@ HySync datagrams from real sockets. A leaf's process, then the spine's, is kille
 started again bare (no pipeline): while it is down requests fail naming it and serve logs
 each new reason once; then serve pushes its pipeline and forwarding, installs the admitted
 job again on every switch (same slots, members and modes, one new install epoch on all
-three), and the hosts' rounds complete again with results under the new install tag."""
+three), and the hosts' rounds complete again with results under the new install tag. A
+host excluded at a leaf and a leaf's own mode stay as they were, whether that leaf kept
+its part or lost it."""
 
 from __future__ import annotations
 
@@ -151,7 +153,9 @@ def rounds_done(bed: RestartBed, tag: int) -> bool:
     return all(len(h.with_tag(tag)) >= ROUNDS for h in bed.hosts.values())
 
 
-def check_results(bed: RestartBed, tag: int) -> None:
+def rounds_under(bed: RestartBed, tag: int, when: str) -> None:
+    """Every host completes ROUNDS rounds under install tag `tag`, each the sum of all."""
+    wait_for(f"rounds {when}", lambda: rounds_done(bed, tag))
     for host in bed.hosts.values():
         for lanes in host.with_tag(tag):
             assert (lanes == TOTAL).all(), (host.rank, lanes)
@@ -160,9 +164,8 @@ def check_results(bed: RestartBed, tag: int) -> None:
 def restart(bed: RestartBed, client: ServeClient, restarted: str, job_id: int,
             before: dict[str, InstalledJob]) -> tuple[dict[str, InstalledJob], int]:
     """Kill switch `restarted`, check that serve refuses what needs it while it is down,
-    start it again bare and check that serve installed the job again on every switch under
-    one new epoch and that the hosts' rounds complete under it: (the job on each switch
-    now, its install tag)."""
+    start it again bare and check that serve installed the job again on every switch as
+    it was under one new epoch: (the job on each switch now, its install tag)."""
     sw = bed.switches[restarted]
     addr = sw.grpc_addr
     failed = f"switch {restarted} ({addr})"
@@ -199,9 +202,6 @@ def restart(bed: RestartBed, client: ServeClient, restarted: str, job_id: int,
             (was.slots, was.members, was.active, was.modes, was.role), name
     tag = wire.install_tag(epochs.pop())
     assert tag != wire.install_tag(before["spine"].epoch)
-    # The hosts resynchronize with the new install and their rounds complete again.
-    wait_for(f"rounds after {restarted} came back", lambda: rounds_done(bed, tag))
-    check_results(bed, tag)
     return after, tag
 
 
@@ -224,11 +224,12 @@ def test_serve_installs_the_job_again_on_every_switch_after_a_leaf_and_the_spine
         before = bed.installed(job_id)
         assert len({p.epoch for p in before.values()}) == 1, before
         tag = wire.install_tag(before["spine"].epoch)
-        wait_for("rounds through both levels", lambda: rounds_done(bed, tag))
-        check_results(bed, tag)
+        rounds_under(bed, tag, "through both levels")
 
         for restarted in ("leaf-0", "spine"):
             before, tag = restart(bed, client, restarted, job_id, before)
+            # The hosts resynchronize with the new install and their rounds complete again.
+            rounds_under(bed, tag, f"after {restarted} came back")
 
         status = client.request({"op": "status"})
         assert [j["job_id"] for j in status["jobs"]] == [job_id], status
@@ -236,4 +237,28 @@ def test_serve_installs_the_job_again_on_every_switch_after_a_leaf_and_the_spine
         stop.set()
         for t in threads:
             t.join(timeout=5)
+        client.close()
+
+
+def test_exclusions_and_modes_of_each_level_are_installed_again_as_they_were(
+        bed: RestartBed) -> None:
+    """A host excluded at leaf-1 and leaf-1's own mode stay as they were, whether leaf-1
+    kept its part (leaf-0 restarted: removed and installed again from what leaf-1 holds)
+    or lost it (leaf-1 restarted: installed from what serve read before)."""
+    client = ServeClient(bed.server.address)
+    try:
+        members = [{"worker": r, "host": host_of(r), "udp_port": 43000 + r}
+                   for r in range(WORLD)]
+        job_id = client.request({"op": "admit", "members": members})["jobs"][0]["job_id"]
+        excluded = client.request({"op": "exclude", "job": job_id, "worker": 3})
+        assert (excluded["leaf"], excluded["leaf_worker"]) == ("leaf-1", 1), excluded
+        client.request({"op": "mode_set", "job": job_id, "mode": "partial", "quorum": 1,
+                        "level": "leaf:leaf-1"})
+        before = bed.installed(job_id)
+        assert set(before["leaf-1"].active) == {0}, before["leaf-1"]
+        assert before["leaf-1"].modes != before["leaf-0"].modes, before
+        for restarted in ("leaf-0", "leaf-1"):
+            before, _ = restart(bed, client, restarted, job_id, before)
+            assert set(before["leaf-1"].active) == {0}, before["leaf-1"]
+    finally:
         client.close()
