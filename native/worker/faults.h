@@ -59,6 +59,11 @@ struct Faults {
   // An ACK that settles a sync-style flight as counted leaves its round unsuspected
   // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
   bool ack_leaves_no_suspect = false;
+  // An ACK or STALE_COUNTED for a flight whose round closed with my bit on another chunk (a
+  // packet an aborted call forgot, counted after the abort) settles the flight as counted
+  // (counted_without_result; §9 "Sync / partial sending"): its amount leaves the
+  // residual and reaches no round.
+  bool my_other_copy_settles = false;
 };
 
 }  // namespace hysync::worker

@@ -41,6 +41,9 @@ struct FlightState {
   bool early_look = false;  // partial: its first timer is stall_after's look (expire)
   bool closed = false;  // its round was seen closed without me
   uint32_t closed_chunk = 0;
+  // ...with my bit on another chunk: another contribution of mine (one an aborted call
+  // forgot) holds my place there, and the switch's record of my round is that one's.
+  bool closed_by_my_other = false;
 };
 
 // The one packet in flight on a slot; it owns its bytes.

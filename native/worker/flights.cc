@@ -212,6 +212,7 @@ void Flights::launch(uint32_t i, const uint32_t* rnd, double now) {
   f.tries = 0;
   f.stale = false;
   f.closed = false;
+  f.closed_by_my_other = false;
   f.launched = now;
   f.backoff = rto_.value();
   // Partial: look early (stall_after) for the switch holding it in an open round (holdable).
@@ -560,8 +561,13 @@ void Flights::decide_stale(uint32_t i, double now) {
   f.stale = false;
   if (f.stale_reason == STALE_COUNTED)
     counted_without_result(i, now);
-  else if (f.async_style || f.stale_mode == SYNC)
-    launch(i, nullptr, now);  // not counted: again at the open round
+  else
+    not_counted(i, f.stale_mode, now);
+}
+
+void Flights::not_counted(uint32_t i, uint8_t mode, double now) {
+  if (slots_[i].flight->async_style || mode == SYNC)
+    launch(i, nullptr, now);  // again at the open round
   else
     done(i, false, now);  // partial (its round is gone) or refused in async: carried, not chased
 }
@@ -570,6 +576,14 @@ void Flights::decide_stale(uint32_t i, double now) {
 // counted, and its result did not reach me.
 void Flights::counted_without_result(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
+  // Unless its round closed with my bit on another chunk: member_seq then holds the round of
+  // that other contribution of mine (a packet an aborted call forgot, counted after the
+  // abort), and this packet, of another chunk, met that record, not its own count. Settled
+  // as counted, its amount would leave the residual and reach no round.
+  if (f.closed_by_my_other && !faults_.my_other_copy_settles) {
+    not_counted(i, slots_[i].mode, now);
+    return;
+  }
   // Round 0 is no exception: a member_seq cell this install never wrote does not match (its
   // member_epoch differs, §4 step 8), so an ACK or STALE_COUNTED for a round-0 packet means the
   // switch counted it - after a swap to async, with the round field as its sequence number.

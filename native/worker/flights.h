@@ -99,6 +99,9 @@ class Flights {
   bool silent_flight(uint32_t i) const;
   uint32_t longest_silent(uint32_t i) const;
   void decide_stale(uint32_t i, double now);
+  // Not counted (a STALE_ROUND's grace period over): sync and async-style again at the open
+  // round, partial carried.
+  void not_counted(uint32_t i, uint8_t mode, double now);
   void park(uint32_t i);
   void hold_queue(uint32_t i, double now);
   void hurry(uint32_t i, double now);

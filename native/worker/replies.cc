@@ -156,6 +156,7 @@ void Replies::on_full(const uint8_t* d, double now) {
     } else if (h.mode != ASYNC) {
       f->closed = true;
       f->closed_chunk = h.chunk;
+      f->closed_by_my_other = mine;
     }
   }
   if (h.mode != PARTIAL) flights_.follow_mode(i, now);

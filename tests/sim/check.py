@@ -83,6 +83,11 @@ RULES = {
                          "carried behind the call's own earlier packet holding the slot: "
                          "the members' calls stay out of step on the slot, and partial "
                          "carries a displaced chunk, never chases it",
+    "limit_raced": "(a limit, not a guarantee) a worker's chunks of a key reach no round "
+                   "after the faults stop behind a slow switch, each, in every call of the key "
+                   "judged, answered RESEND by a partial round of quorum 1 of another chunk "
+                   "that closed without it: members out of step race for each round of the "
+                   "slot, and partial carries the chunk that lost, never chases it",
     "unknown_fate": "a chunk's books of a worker that died, aborted a call or outlived a "
                     "switch state are off by no more than its contributions the switch "
                     "counted and never acknowledged to it",
@@ -237,6 +242,9 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
                            for call in calls for x in starved):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
+        if starved and all(_raced(rec, wk, call, x) for call in calls for x in starved):
+            rec.excused["limit_raced"] = rec.excused.get("limit_raced", 0) + 1
+            continue
         if starved:
             out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
                        f"no round in its {len(calls)} calls after {settle:.3f} s (their "
@@ -265,6 +273,16 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
+
+
+def _raced(rec: Record, wk, call, chunk: int) -> bool:
+    """Did `call` lose a race for a round with its contribution of `chunk` behind a slow
+    switch (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")? Answered
+    RESEND by a partial round of quorum 1, of another chunk, that closed without it: a
+    member out of step closed it alone first, and the call carried its chunk."""
+    return rec.plan.switch_delay > 0 and any(
+        call.start <= t <= call.end and d == chunk and o != chunk and q == 1
+        for t, d, o, q in wk.raced)
 
 
 def _displaced_before(wk, chunk: int, keyed: range, t: float) -> bool:

@@ -157,6 +157,10 @@ class Worker:
     # a partial slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases
     # it) and joins the round of the other
     displaced: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
+    # partial round of another chunk that had closed without it answered RESEND: the call
+    # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
+    raced: list[tuple[float, int, int, int]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -607,6 +611,7 @@ class Sim:
         if data[_OFF_OP] != wire.Op.RESULT:
             return
         wk.results_heard.append((self.now, _bitmap(data)))
+        self._note_raced(wk, data, flight)
         key = (tag[0], slot, rnd)
         if flight is not None and (_bitmap(data) >> wk.w) & 1 and \
                 data[_OFF_CHUNK:_OFF_CHUNK + 4] == flight[_OFF_CHUNK:_OFF_CHUNK + 4]:
@@ -620,6 +625,19 @@ class Sim:
             self._applied_lanes(wk, data)
         elif key not in wk.applied and not self._made_every_call(wk):  # (else unused)
             wk.dropped.append(key)
+
+    def _note_raced(self, wk: Worker, data: bytes, flight: bytes | None) -> None:
+        """A RESEND to my contribution (not a JOIN) of a partial round, of another chunk, that
+        closed without me: the round was raced and lost."""
+        if flight is None or flight[_OFF_FLAGS] & wire.Flag.JOIN:
+            return
+        (_v, _op, flags, mode, _job, w, _count, _slot, _r, quorum, rnd, chunk,
+         bitmap) = wire.HEADER_STRUCT.unpack_from(data)
+        mine = struct.unpack_from("!I", flight, _OFF_CHUNK)[0]
+        if flags & wire.Flag.RESEND and mode == wire.Mode.PARTIAL and w == wk.w and \
+                not (bitmap >> wk.w) & 1 and chunk != mine and \
+                rnd == struct.unpack_from("!I", flight, _OFF_ROUND)[0]:
+            wk.raced.append((self.now, mine, chunk, quorum))
 
     def _note_reset(self, wk: Worker, before: dict[str, Any], after: dict[str, Any]) -> None:
         """The datagram showed the engine a new switch state (its stats `before` and `after`

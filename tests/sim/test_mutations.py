@@ -113,6 +113,12 @@ HOST_MUTATIONS: dict[str, tuple[int, dict[str, Any], str, str]] = {
     # the flight's, is taken for the old state's and settles it once, the replica unflagged.
     "async_floor": (1004571, {"faults": {"async_floor_unread": True}}, "exactly-once",
                     "worker 0 chunk 0"),
+    # §9 "Sync / partial sending", a forgotten copy's record: after a re-add a
+    # call aborts with its chunk 3 in flight, which the new state counts in round 1; the next
+    # call's chunk 1, sent at round 1, is answered STALE_COUNTED for that other packet's count
+    # and, settled as counted, leaves the residual and reaches no round.
+    "my_other_copy": (1018875, {"faults": {"my_other_copy_settles": True}}, "exactly-once",
+                      "worker 1 chunk 1"),
 }
 
 

@@ -178,3 +178,33 @@ def test_an_ack_for_a_round_0_contribution_whose_partial_round_closed_without_me
     # Round 0's result (partial: its sum / count) and my own async round's, the ACK's: my
     # lanes as their share of the mean, / members (2).
     np.testing.assert_allclose(result.output, 0.5 + 0.25 / 2, atol=1.0 / SCALE)
+
+
+def test_a_stale_counted_for_a_round_closed_with_my_bit_on_another_chunk_is_not_counted():
+    """A round that closed with my bit on another chunk counted another packet of mine (one
+    an aborted call forgot), and the switch's record of my round is that packet's: a
+    STALE_COUNTED for the round answers its count, not my flight's (docs/protocol.md §9).
+    Settled as counted, the gradient would leave the residual and reach no round; in
+    partial it is carried."""
+    with scripted_call(rto=0.3) as call:
+        switch, worker = call.switch, call.worker
+        probe = receive(switch, 10.0)
+        assert probe is not None and probe.header.op == Op.CONTRIB
+        sent = answer_latest(switch, worker, probe, lambda tx: wire.Header(
+            op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL, round=0,
+            reason=ResyncReason.STALE_ROUND, flags=tx << wire.TX_SHIFT).pack())
+        assert sent.header.round == 0
+        other = np.full(wire.LANES, int(0.5 * SCALE), dtype=np.int64)
+        switch.sendto(wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
+                                              round=0, chunk=sent.header.chunk + 1, count=1,
+                                              bitmap=0b1, mode=Mode.PARTIAL),
+                                  other).encode(), worker)
+        again = receive(switch, 10.0)
+        assert again is not None and again.header.round == 0
+        # (round 0 is neither the open round nor the one just closed: a round since closed)
+        acknowledge_latest(call, again, lambda tx: wire.Header(
+            op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL, round=2,
+            chunk=sent.header.chunk, reason=ResyncReason.STALE_COUNTED,
+            flags=tx << wire.TX_SHIFT).pack())
+    result = call.outcome["result"]
+    assert result.stats.included == 0 and result.stats.carried == 1
