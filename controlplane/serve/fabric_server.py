@@ -154,14 +154,19 @@ class FabricServer(Server):
                 if report.push:
                     self._pushed.append(sw.name)
         with self.lock:
-            restored = self._restore_jobs()
+            restored, failed = self._restore_jobs()
             back = sorted(self._lost_parts)
             down = time.monotonic() - self._lost_since
             what = (f"no pipeline on {', '.join(self._pushed)}: pipeline and forwarding "
                     "pushed" if self._pushed else "its pipeline is the inventory's")
             jobs = (f"jobs {', '.join(map(str, restored))} installed again on every switch "
                     "they span (one new install epoch; their workers resynchronize)"
-                    if restored else "no job to install")
+                    if restored else "no job installed again")
+            if failed:
+                jobs += (f"; jobs {', '.join(map(str, failed))} not installed again "
+                         "(job_restore_failed above: remove them and admit them again)")
+            elif not restored:
+                jobs = "no job to install"
             self._event("switch_reconnected", f"switch {', '.join(back)} "
                         f"{'is' if len(back) == 1 else 'are'} back after {down:.1f} s; "
                         f"{what}; {jobs}", switches=back, jobs=restored,
@@ -184,9 +189,11 @@ class FabricServer(Server):
             self.switch = switch
         old.close()
 
-    def _restore_jobs(self) -> list[int]:
-        """Install again each held job that a restarted switch held; the ones that went."""
-        restored = []
+    def _restore_jobs(self) -> tuple[list[int], list[int]]:
+        """Install again each held job that a restarted switch held: the ones that went
+        back, and the ones a switch refused."""
+        restored: list[int] = []
+        failed: list[int] = []
         for job_id in sorted(self.leases):
             lost = {name: jobs[job_id] for name, jobs in self._lost_parts.items()
                     if job_id in jobs}
@@ -197,11 +204,12 @@ class FabricServer(Server):
             except ControlPlaneError as err:
                 self._event("job_restore_failed", f"job {job_id}: installing it again failed "
                             f"({err})", job=job_id, level=logging.WARNING, error=str(err))
+                failed.append(job_id)
                 continue
             restored.append(job_id)
             log.info("job %d: install epoch %d on %s", job_id, report.epoch,
                      ", ".join(name for name, _ in report.switches))
-        return restored
+        return restored, failed
 
     def _switch_not_back(self, err: ControlPlaneError, sw: FabricSwitch) -> bool:
         """Log why a switch is not back yet, each new reason once (not every tick)."""
