@@ -240,20 +240,25 @@ class Controller:
         log.info("job %d %s: %d updates", job.job_id, outcome, written)
         return AddReport(job.job_id, outcome, written)
 
-    def restore_job(self, job: InstalledJob) -> AddReport:
+    def restore_job(self, job: InstalledJob, *, epoch: int | None = None,
+                    uplink_port: int | None = None) -> AddReport:
         """Install `job` again as it was read from a switch that has since lost it (a
         restart): its members, the active ones admitted, every modes entry, under a new
-        install epoch. A job installed now is left as it is ("unchanged")."""
+        install epoch (`epoch`, the one every switch of a job across switches shares, else
+        a fresh one). A leaf's part gets its l2 entry toward the spine on `uplink_port` as
+        `add_job` gives it. A job installed now is left as it is ("unchanged")."""
         state = self._read()
         if job.job_id in self.jobs:
             return AddReport(job.job_id, "unchanged", 0)
         active = [m for m in job.members if m.worker in job.active]
         phase1 = self._forwarding_steps(state, job.members, job.job_id)
+        if job.role is not None and job.role.level == roles.LEAF and uplink_port is not None:
+            phase1 += self._uplink_steps(state, job.role, uplink_port)
         phase1 += steps_insert(replication.rewrite_entry(job.job_id, m) for m in job.members)
         phase1 += steps_insert([replication.job_group(job.job_id, active)])
         phase1 += steps_insert(r.entry() for r in job.modes)
         row = admission.JobRow(job.job_id, job.slot_base, job.slot_count, len(active),
-                               job.mcast_grp, admission.new_epoch(job.epoch))
+                               job.mcast_grp, epoch or admission.new_epoch(job.epoch))
         phase2 = steps_insert([job.role.entry()] if job.role is not None else [])
         phase2 += steps_insert([row.entry()])
         phase3 = steps_insert(admission.member_entry(job.job_id, m) for m in active)

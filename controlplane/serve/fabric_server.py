@@ -30,8 +30,15 @@ mode set (at any level) holds the job's policy at every level until `policy_resu
 policy stops when a member leaves (the hosts a leaf's policy left out come back for the
 last steps, as on one switch) and when the job is removed.
 
-Not across switches: reconnecting to a switch that restarted (the serve says so in its
-log; restart the serve).
+A restarted switch, at either level, ends serve's session with it. Serve connects again
+every policy interval until it answers, gives it the fabric deploy's pipeline and
+forwarding where it came back bare (controlplane/testbed/deploy.py, on the switch's
+one-switch view), and, once every switch is back, installs each held job that the
+restarted switch held again on every switch the job spans, as it was (members,
+exclusions, modes), under one new install epoch (docs/protocol.md §11: a switch restart
+is a restart of the job). The switches that kept their part get it removed and installed
+again; the workers see the new install tag and resynchronize (§9). Until then a request
+that reaches the restarted switch is answered naming it, and that serve connects again.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import time
 from typing import Any
 
 from hysync.controlplane.controller import Controller
+from hysync.controlplane.errors import ControlPlaneError, P4RuntimeUnreachableError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies, level_name
@@ -49,9 +57,9 @@ from hysync.controlplane.policy.member_hosts import MemberHost
 from hysync.controlplane.serve.client import ServeError
 from hysync.controlplane.serve.server import OPERATOR, Lease, Server, _job_table, open_primary
 from hysync.controlplane.tables.installed import InstalledJob
-from hysync.controlplane.testbed.deploy import compare_pipeline
+from hysync.controlplane.testbed.deploy import compare_pipeline, connect, deploy_on
 from hysync.controlplane.testbed.fabric import FabricController
-from hysync.controlplane.testbed.inventory import Fabric, Inventory, SwitchInfo
+from hysync.controlplane.testbed.inventory import Fabric, FabricSwitch, Inventory, SwitchInfo
 from hysync.controlplane.testbed.job_member import JobMember
 from hysync.controlplane.testbed.member_leave import exclude_member, leave_levels
 from hysync.wire import Mode
@@ -82,7 +90,9 @@ class FabricServer(Server):
     def _open_switches(self) -> None:
         self.switches: dict[str, Switch] = {}
         controllers: dict[str, Controller] = {}
-        self._lost_said = False
+        # switch name -> the jobs it held before it restarted, until every switch is back
+        self._lost_parts: dict[str, dict[int, InstalledJob]] = {}
+        self._pushed: list[str] = []  # switches that came back bare: deploy pushed to them
         try:
             for sw in self.fabric_spec.switches:
                 view = self.inv.of_switch(sw)
@@ -116,13 +126,97 @@ class FabricServer(Server):
         return any(s.lost for s in self.switches.values())
 
     def _reconnect(self) -> bool:
-        if not self._lost_said:
-            self._lost_said = True
-            gone = ", ".join(name for name, s in self.switches.items() if s.lost)
-            self._event("switch_lost", f"the P4Runtime session with switch(es) {gone} ended; "
-                        "a serve across switches does not connect again: restart it (its "
-                        "jobs are kept on the other switches and adopted for a claim)",
-                        level=logging.WARNING)
+        """Open a new session with every switch whose session ended, give each the fabric
+        deploy's pipeline and forwarding where it came back bare, and, once every switch is
+        back, install each held job that spanned a restarted switch again on all of its
+        switches under one new install epoch (docs/protocol.md §11: a switch restart, at
+        either level, is a restart of the job). False while a switch is not back (tried
+        again at the next tick); requests meanwhile fail naming the switch."""
+        gone = [sw for sw in self.fabric_spec.switches if self.switches[sw.name].lost]
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            self._event("switch_lost", "the P4Runtime session with switch(es) "
+                        f"{', '.join(sw.name for sw in gone)} ended (a restart, or the "
+                        "connection broke); connecting again", level=logging.WARNING)
+        for sw in gone:
+            view = self.inv.of_switch(sw)
+            try:
+                switch = connect(view, timeout=self.timeout)
+            except ControlPlaneError as err:
+                return self._switch_not_back(err, sw)
+            try:
+                report = deploy_on(switch, view)
+            except ControlPlaneError as err:
+                switch.close()
+                return self._switch_not_back(err, sw)
+            with self.lock:
+                self._swap(sw, switch)
+                if report.push:
+                    self._pushed.append(sw.name)
+        with self.lock:
+            restored, failed = self._restore_jobs()
+            back = sorted(self._lost_parts)
+            down = time.monotonic() - self._lost_since
+            what = (f"no pipeline on {', '.join(self._pushed)}: pipeline and forwarding "
+                    "pushed" if self._pushed else "its pipeline is the inventory's")
+            jobs = (f"jobs {', '.join(map(str, restored))} installed again on every switch "
+                    "they span (one new install epoch; their workers resynchronize)"
+                    if restored else "no job installed again")
+            if failed:
+                jobs += (f"; jobs {', '.join(map(str, failed))} not installed again "
+                         "(job_restore_failed above: remove them and admit them again)")
+            elif not restored:
+                jobs = "no job to install"
+            self._event("switch_reconnected", f"switch {', '.join(back)} "
+                        f"{'is' if len(back) == 1 else 'are'} back after {down:.1f} s; "
+                        f"{what}; {jobs}", switches=back, jobs=restored,
+                        pushed=list(self._pushed))
+            self._lost_since, self._reconnect_error = None, ""
+            self._lost_parts, self._pushed = {}, []
+        return True
+
+    def _swap(self, sw: FabricSwitch, switch: Switch) -> None:
+        """Put the new session of `sw` where the old one was: its Controller (which the
+        FabricController and the level policies hold) keeps what it last read, the jobs
+        the switch held before its restart."""
+        old = self.switches[sw.name]
+        switch.on_write = old.on_write
+        controller = self.fabric.controllers[sw.name]
+        self._lost_parts[sw.name] = dict(controller.jobs)
+        controller.switch = switch
+        self.switches[sw.name] = switch
+        if sw.role == "spine":
+            self.switch = switch
+        old.close()
+
+    def _restore_jobs(self) -> tuple[list[int], list[int]]:
+        """Install again each held job that a restarted switch held: the ones that went
+        back, and the ones a switch refused."""
+        restored: list[int] = []
+        failed: list[int] = []
+        for job_id in sorted(self.leases):
+            lost = {name: jobs[job_id] for name, jobs in self._lost_parts.items()
+                    if job_id in jobs}
+            if not lost:
+                continue
+            try:
+                report = self.fabric.restore_job(job_id, lost)
+            except ControlPlaneError as err:
+                self._event("job_restore_failed", f"job {job_id}: installing it again failed "
+                            f"({err})", job=job_id, level=logging.WARNING, error=str(err))
+                failed.append(job_id)
+                continue
+            restored.append(job_id)
+            log.info("job %d: install epoch %d on %s", job_id, report.epoch,
+                     ", ".join(name for name, _ in report.switches))
+        return restored, failed
+
+    def _switch_not_back(self, err: ControlPlaneError, sw: FabricSwitch) -> bool:
+        """Log why a switch is not back yet, each new reason once (not every tick)."""
+        text = f"switch {sw.name} ({sw.switch.grpc_addr}): {err}"
+        if text != self._reconnect_error:
+            self._reconnect_error = text
+            self._event("switch_reconnect_failed", text, level=logging.WARNING, error=str(err))
         return False
 
     def _install(self, job: JobConfig) -> None:
@@ -161,6 +255,21 @@ class FabricServer(Server):
         return lease.placement[worker]
 
     # ---------------------------------------------------------- requests
+    def handle(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
+        """As on one switch; a request that reached a switch whose session ended is
+        answered naming the switch, and that serve is connecting again to it."""
+        try:
+            return super().handle(conn, request)
+        except P4RuntimeUnreachableError as err:
+            names = {sw.switch.grpc_addr: sw.name for sw in self.fabric_spec.switches}
+            name = names.get(err.grpc_addr)
+            if name is None or not self.switches[name].lost:
+                raise
+            raise ServeError(f"switch {name} ({err.grpc_addr}) restarted or its connection "
+                             "broke: serve connects again every "
+                             f"{self.policy_interval:g} s and then installs its jobs there "
+                             "again; retry once serve's log says the switch is back") from None
+
     def op_status(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
         return dict(super().op_status(conn, request),
                     switches={sw.name: sw.switch.grpc_addr for sw in self.fabric_spec.switches})

@@ -32,6 +32,7 @@ from hysync.controlplane.controller import AddReport, Controller, SwapReport
 from hysync.controlplane.errors import ControlPlaneError, JobError, ValidationError
 from hysync.controlplane.job import JobConfig, Member
 from hysync.controlplane.tables import admission, roles
+from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.tables.roles import RoleRow
 from hysync.controlplane.testbed.inventory import Fabric, FabricSwitch
 from hysync.errors import HySyncError
@@ -139,6 +140,45 @@ class FabricController:
                         "--replace to give them one", job.job_id, sorted(epochs))
         log.info("job %d installed across %d switches", job.job_id, len(done))
         return FabricAddReport(job.job_id, epoch, tuple(done))
+
+    def restore_job(self, job_id: int, lost: Mapping[str, InstalledJob]) -> FabricAddReport:
+        """Install job `job_id` again on every switch it spans, after some of them restarted
+        (docs/protocol.md §11: a switch restart, at either level, is a restart of the job):
+        `lost` holds the part each restarted switch held (its controller's last reading
+        before the restart); a switch that still holds its part (read now) has it removed
+        and installed again. Every switch gets its part as it was
+        (members, exclusions, modes) under one new install epoch, spine first, then the
+        leaves, so that the job's workers see a new install tag and resynchronize (§9)."""
+        parts: list[tuple[FabricSwitch, InstalledJob, bool]] = []  # (switch, part, held now)
+        for switch in self.fabric.switches:
+            controller = self.controller(switch)
+            controller._read()
+            if job_id in controller.jobs:  # kept (a session that broke, not a restart)
+                parts.append((switch, controller.jobs[job_id], True))
+            elif switch.name in lost:
+                parts.append((switch, lost[switch.name], False))
+        if not parts:
+            raise JobError(f"no switch of the testbed held job {job_id}: nothing to install "
+                           "again")
+        epoch = admission.new_epoch(parts[0][1].epoch or None)
+        done: list[tuple[str, AddReport]] = []
+        for switch, part, held in parts:
+            controller = self.controller(switch)
+            try:
+                if held:
+                    controller.remove_job(job_id)
+                report = controller.restore_job(
+                    part, epoch=epoch,
+                    uplink_port=switch.uplink_port if switch.role == "leaf" else None)
+            except HySyncError as err:
+                raise JobError(f"job {job_id} not installed again: switch {switch.name} "
+                               f"({controller.switch.grpc_addr}) refused its part: {err}; "
+                               f"installed again on {', '.join(n for n, _ in done) or 'none'}"
+                               ": remove the job and admit it again") from None
+            done.append((switch.name, report))
+        log.info("job %d installed again across %d switches, epoch %d", job_id, len(done),
+                 epoch)
+        return FabricAddReport(job_id, epoch, tuple(done))
 
     def _roll_back(self, job_id: int, names: list[str]) -> None:
         for name in reversed(names):
