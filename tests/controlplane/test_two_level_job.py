@@ -30,8 +30,8 @@ from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.policy.levels import LevelPolicies
 from hysync.controlplane.tables import forwarding, roles
 from hysync.p4schema import Schema
-from hysync.softswitch.levels import serial_after
 from hysync.wire import Mode, Op
+from tests.raw_host import follow_rounds
 from tests.softswitch.switch_process import softswitch_fabric
 from tests.softswitch.two_level_fabric import contrib, lanes_of
 from tests.testbed.conftest import toml_text
@@ -281,23 +281,10 @@ def test_the_tofino_2_program_is_a_spine_and_never_a_leaf() -> None:
 
 def drive(testbed: TwoLevelTestbed, leaf: int, host: int, stop: threading.Event,
           delay: float) -> None:
-    """A host's rounds until `stop`: contribute (after `delay`: a slow rack), wait for the
-    round's answer (resend on a timeout), follow the round the answer names."""
+    """A host's rounds until `stop` (after `delay`: a slow rack)."""
     sock = testbed.hosts[leaf, host]
     sock.settimeout(0.5)
-    r, tx = 0, 1
-    while not stop.is_set():
-        time.sleep(delay)
-        testbed.send(leaf, host, r, tx)
-        try:  # the header alone: a RESYNC carries no lanes
-            hdr = wire.Header.unpack(sock.recv(65536))
-        except TimeoutError:
-            tx += 1
-            continue
-        if hdr.op == Op.RESULT and serial_after(hdr.round + 1, r):
-            r, tx = hdr.round + 1, 1
-        elif hdr.op == Op.RESYNC and serial_after(hdr.round, r):
-            r, tx = hdr.round, 1
+    follow_rounds(sock, lambda r, tx: testbed.send(leaf, host, r, tx), stop, delay=delay)
 
 
 @pytest.mark.parametrize("testbed", ["native"], indirect=True)

@@ -32,8 +32,8 @@ from hysync.controlplane.serve.fabric_server import FabricServer
 from hysync.controlplane.serve.prometheus_collector import ServeCollector
 from hysync.controlplane.serve.server import SERVE
 from hysync.controlplane.testbed.inventory import Inventory
-from hysync.softswitch.levels import serial_after
 from hysync.wire import Mode, Op
+from tests.raw_host import follow_rounds
 from tests.softswitch.switch_process import softswitch_fabric
 
 from .conftest import ANY_PORT, fabric_inventory, published, toml_text
@@ -114,29 +114,19 @@ def admit(bed: PolicyBed, client: ServeClient, **fields: object) -> dict:
 
 
 def drive(bed: PolicyBed, reply: dict, rank: int, stop: threading.Event, delay: float) -> None:
-    """A host's rounds until `stop`, sent to its leaf as its worker id there: contribute
-    (after `delay`: a slow rack), wait for the round's answer (resend on a timeout),
-    follow the round the answer names."""
+    """A host's rounds until `stop`, sent to its leaf as its worker id there (after `delay`:
+    a slow rack)."""
     job = reply["jobs"][0]
     place = reply["placement"][str(rank)]
     sock, to = bed.sockets[rank], (place["ipv4"], place["udp_port"])
     lanes = np.full(wire.LANES, rank + 1, dtype=">i4").tobytes()
-    r, tx = 0, 1
-    while not stop.is_set():
-        time.sleep(delay)
-        flags = (tx << wire.TX_SHIFT) & wire.TX_MASK
+
+    def send(r: int, tx: int) -> None:
         sock.sendto(wire.Header(op=Op.CONTRIB, job_id=job["job_id"], worker_id=place["worker"],
                                 slot=job["slot_base"], round=r, chunk=r,
-                                flags=flags).pack() + lanes, to)
-        try:
-            hdr = wire.Header.unpack(sock.recv(65536))
-        except TimeoutError:
-            tx += 1
-            continue
-        if hdr.op == Op.RESULT and serial_after(hdr.round + 1, r):
-            r, tx = hdr.round + 1, 1
-        elif hdr.op == Op.RESYNC and serial_after(hdr.round, r):
-            r, tx = hdr.round, 1
+                                flags=(tx << wire.TX_SHIFT) & wire.TX_MASK).pack() + lanes, to)
+
+    follow_rounds(sock, send, stop, delay=delay)
 
 
 def spine_partial(bed: PolicyBed) -> bool:

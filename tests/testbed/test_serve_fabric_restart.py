@@ -29,8 +29,8 @@ from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.serve.fabric_server import FabricServer
 from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.testbed.inventory import Inventory
-from hysync.softswitch.levels import serial_after
 from hysync.wire import Op
+from tests.raw_host import follow_rounds
 
 from .conftest import ANY_PORT, P4INFO, fabric_inventory, published, toml_text
 from .test_switch_restart import SwitchProcess
@@ -58,27 +58,22 @@ class Host:
     def run(self, job: dict, place: dict, stop: threading.Event) -> None:
         to = (place["ipv4"], place["udp_port"])
         lanes = np.full(wire.LANES, self.rank + 1, dtype=">i4").tobytes()
-        r, tx = 0, 1
-        while not stop.is_set():
-            flags = (tx << wire.TX_SHIFT) & wire.TX_MASK
+
+        def send(r: int, tx: int) -> None:
             self.sock.sendto(wire.Header(op=Op.CONTRIB, job_id=job["job_id"],
                                          worker_id=place["worker"], slot=job["slot_base"],
-                                         round=r, chunk=r, flags=flags).pack() + lanes, to)
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                tx += 1
-                continue
-            hdr = wire.Header.unpack(data)
-            if hdr.op == Op.RESULT and serial_after(hdr.round + 1, r):
-                with self.lock:
-                    self.results.append((hdr.reason, np.frombuffer(
-                        data[wire.HEADER_BYTES:], dtype=">i4").copy()))
-                r, tx = hdr.round + 1, 1
-            elif hdr.op == Op.RESYNC and hdr.round != r:
-                # Ahead: the others went on. Behind: a new install's slot, whose rounds
-                # start again at 0 (docs/protocol.md §9, "A switch that lost the job's state").
-                r, tx = hdr.round, 1
+                                         round=r, chunk=r,
+                                         flags=(tx << wire.TX_SHIFT) & wire.TX_MASK).pack()
+                             + lanes, to)
+
+        def keep(hdr: wire.Header, data: bytes) -> None:
+            with self.lock:
+                self.results.append((hdr.reason, np.frombuffer(
+                    data[wire.HEADER_BYTES:], dtype=">i4").copy()))
+
+        # Back too: a new install's slot, whose rounds start again at 0 (docs/protocol.md §9,
+        # "A switch that lost the job's state").
+        follow_rounds(self.sock, send, stop, back=True, on_result=keep)
 
     def with_tag(self, tag: int) -> list[np.ndarray]:
         with self.lock:
