@@ -171,6 +171,22 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         assert [(s.labels, s.value >= 2) for s in skipped] == [({"job": str(job_id)}, True)]
         members = {s.labels["state"]: s.value for s in metrics["hysync_job_members"].samples}
         assert members["healthy"] == LEAVES, members
+        # A leaf's counters that miss their deadline: the spine's read of its hosts' pace
+        # is counted too (that tick the spine measures by its own counters).
+        racks = policies.runners[0].racks
+        assert racks is not None and racks.missed_reads == 0
+        leaf = bed.server.switches["leaf-1"]
+        with bed.server.lock:
+            leaf.timeout = 1e-6
+        wait_for("missed leaf read", lambda: racks.missed_reads >= 1)
+        with bed.server.lock:
+            leaf.timeout = bed.server.timeout
+        assert "the counters of leaf member" in caplog.text
+        # (counters only grow: each total is read after its parts)
+        parts = sum(r.skipped_reads for r in policies.runners) + racks.missed_reads
+        metrics = {m.name: m for m in ServeCollector(bed.server).collect()}
+        [sample] = metrics["hysync_policy_skipped_reads"].samples
+        assert sample.value >= parts >= 2 + 1, (sample, parts)
 
         # leaf-1's hosts slow: at the spine, leaf-1 is the member that closes every round
         hosts = [threading.Thread(target=drive, daemon=True,
