@@ -3,8 +3,11 @@ real P4Runtime on three softswitch processes, each with its UDP data plane on it
 loopback address: four ranks admitted for real (`hysync.torch.admit`, two hosts behind each
 leaf) get their leaf's address and worker id there, all-reduce through both levels, leave
 through the serve (at their leaf, and the rack at the spine once its last host is done), a
-mode set names a level, and the switches hold nothing once the job is released. A leaf that
-refuses its part leaves no entry on any switch; bad requests get one line."""
+mode set names a level, and the switches hold nothing once the job is released. Admitted
+with background averaging, the model-averaging job is placed and installed on every switch
+as the training job is, averages replicas that started apart into one model under torchrun,
+and goes with the release. A leaf that refuses its part leaves no entry on any switch; bad
+requests get one line."""
 
 from __future__ import annotations
 
