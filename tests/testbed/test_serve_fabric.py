@@ -254,6 +254,19 @@ def test_an_admit_with_averaging_installs_both_jobs_on_every_switch_and_release_
                  for name, p in served.installed(avg_id).items()}
         assert modes == dict.fromkeys(served.grpc, {(*avg_slots, Mode.SYNC)}), modes
 
+        # the averaging job's lease knows its placement: a member (the exclusion of a dead
+        # rank) is named by the admit's worker id and excluded at its leaf, by a rank that
+        # holds the admit's key
+        other = admitted[3].serve
+        assert other is not None
+        excluded = other.request({"op": "exclude", "job": avg_id, "worker": 3,
+                                  "key": train["key"]})
+        assert (excluded["leaf"], excluded["leaf_worker"]) == ("leaf-1", 1), excluded
+        assert served.installed(avg_id)["leaf-1"].active == frozenset({0})
+        assert served.installed(train["job_id"])["leaf-1"].active == frozenset({0, 1})
+        other.request({"op": "readmit", "job": avg_id, "worker": 3, "key": train["key"]})
+        assert served.installed(avg_id)["leaf-1"].active == frozenset({0, 1})
+
         # a round of each job through both leaves and the spine: the mean of 1, 2, 3, 4
         for job in ("averaging", "training"):
             assert mean_of(admitted, list(range(WORLD)), job) == pytest.approx(
