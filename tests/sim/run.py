@@ -53,6 +53,8 @@ QUIESCE = 2.0          # simulated seconds the engines keep ticking after the la
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK, _OFF_MODE = (
     wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk", "mode"))
+# The RESYNC reasons that tell a contribution the slot's open round (it named another).
+_STALE_REASONS = (wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED)
 _PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
 H = wire.HEADER_BYTES
 
@@ -153,6 +155,9 @@ class Worker:
     # JOIN): the flight is sent again at the open round after one RTO's grace (sync), which
     # starts that packet's deadline afresh
     stales_heard: list[float] = field(default_factory=list)
+    # when it heard each reply of the switch other than a NOT_JOINED (which any JOIN may meet,
+    # and which tells nothing of the switch's state): a RESULT, an ACK, any other RESYNC
+    answers_heard: list[float] = field(default_factory=list)
     # (when, chunk, open round's chunk, the open round's bitmap) of each contribution of its
     # a partial slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases
     # it) and joins the round of the other
@@ -553,6 +558,8 @@ class Sim:
         replica unless it is flagged)."""
         e = wk.engine
         arrived = self.now if arrived is None else arrived
+        if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] != wire.ResyncReason.NOT_JOINED:
+            wk.answers_heard.append(arrived)
         tag = self.state_of.get(id(data))
         if tag is None:
             if data[_OFF_OP] == wire.Op.RESYNC and \
@@ -695,7 +702,8 @@ class Sim:
         lost = lossy and self.rng.random() < link.loss
         if up and data[_OFF_OP] == wire.Op.CONTRIB:
             self._count_up_loss(who, data, lost)
-        if not up and data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> who) & 1:
+        if not up and (data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> who) & 1 or
+                       data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in _STALE_REASONS):
             self._count_answer_loss(who, data, lost)
         if lost:
             if self.trace is not None:
@@ -730,7 +738,9 @@ class Sim:
 
     def _count_answer_loss(self, who: int, data: bytes, lost: bool) -> None:
         """Losses in a row of the answer to one round of who's (rule lossy_straggler's
-        evidence: the round's RESULT lost, then the RESEND its retransmission met)."""
+        evidence: the round's RESULT lost, then the RESEND its retransmission met; or the
+        STALE replies that name the slot's open round to a contribution sent to another,
+        a first contact's probe above all, lost one after the other)."""
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         which = data[_OFF_ROUND:_OFF_ROUND + 4]
         before, streak = self.down_losses.get((who, slot), (b"", 0))

@@ -210,6 +210,37 @@ def test_a_straggler_that_loss_held_back_is_counted() -> None:
     assert rec.excused.get("lossy_straggler", 0) > 0
 
 
+def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
+    """Seed 9019887: behind a slow switch (44x the compute step) on a lossy network, a member's
+    first-contact probe had the STALE replies naming the open round lost twice in a row; its
+    silent window sent the probe again seconds later, and the calls of every member, waiting
+    on its round, failed by dead_after. Allowed by rule "lossy_straggler" (its downstream
+    case, docs/protocol.md §10); without that evidence, the same failures are reported."""
+    rec, sim = simulate(draw(9019887), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("lossy_straggler", 0) > 0
+    rec.answer_loss_streaks.clear()
+    rec.excused.clear()
+    assert any(v.startswith("failure:") and "'unreachable'" in v for v in check(rec, sim))
+
+
+def test_a_call_that_never_heard_of_a_new_state_may_fail_unreachable() -> None:
+    """Seed 9026054: a member's RESULT was lost, a restart and then a re-install wiped the
+    state, and its retransmissions opened the new states' round of a chunk its peers had left
+    behind; held there without a word (its JOINs met NOT_JOINED), it never learned of the new
+    state, and its call failed by dead_after before the peers' JOINs closed the round. Allowed
+    by rule "restart_unheard" (docs/protocol.md §10); had it heard any other reply after each
+    restart and re-install, the failure is reported."""
+    rec, sim = simulate(draw(9026054), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("restart_unheard", 0) > 0
+    for wk in sim.workers:
+        wk.answers_heard += [f.at + 0.001 for f in rec.plan.faults
+                             if f.kind in ("restart", "readd")]
+    rec.excused.clear()
+    assert any(v.startswith("failure:") and "'unreachable'" in v for v in check(rec, sim))
+
+
 # Seeds of the 9,000,000 sweep whose network duplicated a member's async contribution and
 # delivered the copy behind the member's next contribution on that slot: the copy met another
 # sequence number in the member cell and was counted a second time, until the async window
