@@ -45,16 +45,12 @@ def test_an_outcome_is_consistent_with_itself() -> None:
             assert counts_me, row.why
         assert (o.emit == Emit.RESYNC) == (o.reason != ResyncReason.NONE), row.why
         # Step 8's refusal mark: outside async (where r is refused already), every answer
-        # "not counted" marks r so that no copy of it counts later - but a stale r of a member
-        # counted in the open round of that chunk, whose record the mark would erase.
+        # "not counted" marks r so that no copy of it counts later.
         not_counted = (o.reason in (ResyncReason.STALE_ROUND, ResyncReason.CHUNK_MISMATCH)
                        or (o.emit == Emit.RESEND and o.counter == Counter.LATE))
-        keeps_open_record = bool(row.when & Fact.HAS_BIT and row.unless & Fact.CHUNK_DIFFERS
-                                 and not row.when & Fact.OPEN)
         if not row.when & Fact.ASYNC:
-            assert (o.seq == SeqOp.REFUSE) == ((not_counted or
-                                                o.reason == ResyncReason.STALE_COUNTED)
-                                               and not keeps_open_record), row.why
+            assert (o.seq == SeqOp.REFUSE) == (not_counted or
+                                               o.reason == ResyncReason.STALE_COUNTED), row.why
 
 
 def test_a_contribution_is_never_counted_twice_by_the_table() -> None:

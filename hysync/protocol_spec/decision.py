@@ -184,11 +184,6 @@ ROWS: tuple[Row, ...] = (
     _row(F.PREV, Outcome(Verdict.RESEND, Emit.RESEND, counter=Counter.LATE, seq=SeqOp.REFUSE),
          "the sender came after the quorum: the stored result, without its bit"),
     # ---- step 9: anything else
-    _row(F.HAS_BIT, Outcome(Verdict.STALE, Emit.RESYNC, drop=DropReason.STALE,
-                            counter=Counter.STALE, reason=ResyncReason.STALE_ROUND),
-         "stale, with the member counted in the open round of that chunk (a late copy of an "
-         "earlier transmission): not counted, and no mark, which would erase that count",
-         unless=F.CHUNK_DIFFERS),
     _row(F.COUNTED, Outcome(Verdict.STALE, Emit.RESYNC, reason=ResyncReason.STALE_COUNTED,
                             **_STALE),
          "stale, but r was counted: its result is gone"),

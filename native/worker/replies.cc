@@ -303,13 +303,12 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
                  std::to_string(f->round));
     return;
   }
-  // My sequence number refused while my bit sat in the open round of another chunk (a probe
-  // after an abort, whose forgotten packet the round counted): the switch's refusal mark
-  // replaced that count's record (docs/protocol.md §4 step 8; a sequence number is never behind
-  // a sync round; of the open round's own chunk no mark is written), so a later ACK or
-  // STALE_COUNTED for this flight's round is its own count, not the forgotten packet's.
+  // My sequence number refused while my bit sat in the open round (a probe after an abort, whose
+  // forgotten packet the round counted): the switch's refusal mark replaced that count's record
+  // (docs/protocol.md §4 step 8; a sequence number is never behind a sync round), so a later
+  // ACK or STALE_COUNTED for this flight's round is its own count, not the forgotten packet's.
   if (reason == uint8_t(wire::ResyncReason::STALE_ROUND) && f->async_style && mode != ASYNC &&
-      (bitmap & bit_) && chunk != f->chunk && !faults_.refused_mark_unread)
+      (bitmap & bit_) && !faults_.refused_mark_unread)
     f->refused_over_my_other = true;
   flights_.stale_reply(i, reason, mode, now);
 }

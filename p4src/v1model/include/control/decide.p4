@@ -106,11 +106,6 @@
             decided(verdict_t.RESEND, emit_t.RESEND, 0, 0,
                     member_counter_t.LATE, member_cell_op_t.REFUSE,
                     lane_write_t.NONE, RESYNC_NONE);
-        // stale, with the member counted in the open round of that chunk (a late copy of an earlier transmission): not counted, and no mark, which would erase that count
-        (FACT_HAS_BIT) &&& (FACT_HAS_BIT | FACT_CHUNK_DIFFERS) :
-            decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
-                    member_counter_t.STALE, member_cell_op_t.NONE,
-                    lane_write_t.NONE, RESYNC_STALE_ROUND);
         // stale, but r was counted: its result is gone
         (FACT_COUNTED) &&& (FACT_COUNTED) :
             decided(verdict_t.STALE, emit_t.RESYNC, 1, DROP_STALE,
