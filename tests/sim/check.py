@@ -74,6 +74,12 @@ RULES = {
                       "aborted a call or outlived a switch state are off by no more than "
                       "its unknown-fate contributions and a flight settled by a round that "
                       "had counted another transmission of its, with other lanes",
+    "limit_stale_copy": "(a limit, not a guarantee) a chunk's books of a worker are off by "
+                        "no more than its contributions that a copy of theirs erased from its "
+                        "member cell: counted in an open round, then a copy of an earlier "
+                        "transmission of theirs under another round field (a first contact's "
+                        "sequence number) answered STALE_ROUND there, whose refusal mark "
+                        "replaced the count's record",
     "limit_dead_latch": "(a limit, not a guarantee) a worker's chunks of a key reach no "
                         "round after the faults stop, every one on a slot whose open round "
                         "latched sync or partial with a quorum that counts a dead member "
@@ -462,6 +468,11 @@ def _exactly_once(rec: Record, wk) -> list[str]:
             if diff.any() and unknown is not None and chunk in wk.missettled and \
                     (np.abs(diff) <= unknown.get(chunk, 0) + wk.missettled[chunk]).all():
                 rec.excused["limit_relaunch"] = rec.excused.get("limit_relaunch", 0) + 1
+                continue
+            erased = rec.erased.get((wk.w, chunk))
+            if diff.any() and erased is not None and (np.abs(diff) <= erased + (
+                    unknown.get(chunk, 0) if unknown is not None else 0)).all():
+                rec.excused["limit_stale_copy"] = rec.excused.get("limit_stale_copy", 0) + 1
                 continue
             if diff.any():
                 j = int(np.flatnonzero(diff)[0])

@@ -237,6 +237,9 @@ class Record:
     # (w, chunk, lane) -> times the switch counted an overflow sentinel from w there
     sentinels: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
     nonfinite_rounds: int = 0  # rounds that closed with a non-finite lane
+    # (w, chunk) -> the magnitudes of w's contributions whose count in an open round a copy
+    # of theirs, refused there, erased from w's member cell (Sim._note_copy_refused)
+    erased: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
 
 class Sim:
@@ -779,6 +782,8 @@ class Sim:
                       f"{'' if out else ' (absorbed/dropped)'}")
         if sw.counted(w) != before:
             self._counted(w, data)
+        else:
+            self._note_copy_refused(w, data, out)
         closed = False
         for ip, port, reply in out:
             self.rec.packets += 1
@@ -807,6 +812,22 @@ class Sim:
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
+
+    def _note_copy_refused(self, w: int, data: bytes, out: list) -> None:
+        """A copy of the contribution w has counted in the slot's open round, another round
+        field of it (its first contact's sequence number), answered STALE_ROUND: the refusal
+        mark replaces that count's record in w's member cell (docs/protocol.md §4 step 8), and a
+        later question about the count is answered "not counted" (limit_stale_copy)."""
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
+        lanes = np.frombuffer(data, ">i4", wire.LANES, H).astype(np.int64)
+        if not any(c == chunk and who == w and np.array_equal(held, lanes)
+                   for who, c, held in self.open.get(slot, [])):
+            return
+        if any(r[_OFF_OP] == wire.Op.RESYNC and r[_OFF_REASON] == wire.ResyncReason.STALE_ROUND
+               and r[_OFF_MODE] != wire.Mode.ASYNC for _ip, _port, r in out):
+            acc = self.rec.erased.setdefault((w, chunk), np.zeros(wire.LANES, np.int64))
+            acc += np.abs(lanes)
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""

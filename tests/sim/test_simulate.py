@@ -172,7 +172,9 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # member cell; its relaunch, held behind the forgotten packet, was counted in async once the
 # slot turned, and its ACK was taken for the forgotten packet's record: counted twice) - a
 # flight refused so no longer takes that answer for another contribution's.
-SWEEP_100K_REGRESSIONS = (9019369, 9000692)
+# 9000279 (the same, with the forgotten packet of the probe's own chunk: the refusal mark,
+# written over the forgotten packet's record, is what makes the relaunch's ACK its own)
+SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
@@ -203,6 +205,22 @@ def test_a_straggler_that_loss_held_back_is_counted() -> None:
     rec, sim = simulate(draw(300033), "native")
     assert not check(rec, sim)
     assert rec.excused.get("lossy_straggler", 0) > 0
+
+
+def test_a_probe_copy_that_erased_its_relaunch_count_is_a_limit() -> None:
+    """Seed 9027365: the network's copy of a member's first-contact probe (a sequence number)
+    reached the slot after the probe's relaunch was counted in the open round; its refusal
+    mark replaced that count's record in the member cell, the round's RESULT was lost to the
+    member, and its retransmission, stale by then, was told STALE_ROUND: carried, counted
+    twice. The switch cannot tell that copy from a newer contribution beside a packet an
+    aborted call forgot (seed 9000279), so it is the limit "limit_stale_copy"
+    (docs/protocol.md §10); without its evidence, the books are reported."""
+    rec, sim = simulate(draw(9027365), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("limit_stale_copy", 0) > 0
+    rec.erased.clear()
+    rec.excused.clear()
+    assert any(v.startswith("exactly-once: worker 0 chunk 0") for v in check(rec, sim))
 
 
 def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
