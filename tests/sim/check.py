@@ -160,15 +160,6 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     bare = [t for t, k in rec.resets if k == "restart_bare" and t < c.end]
     if bare and c.end <= max(c.start, _awake(rec, wk, bare[-1])) + rec.plan.fail_within:
         return "bare_unreachable"
-    # A state lost under the call that the worker never heard of: its packets met the new
-    # state's open rounds and were held there without a word (a round no peer comes back to
-    # but by a JOIN), so no reply tells it to abort (restart_abort) and its dead timer runs
-    # on (seed 9026054: a restart and a re-install; the JOINs that closed the round came
-    # after the call had failed).
-    if any(c.start < f.at < c.end and c.end <= f.at + f.length + rec.plan.fail_within and
-           not any(f.at < t <= c.end for t in wk.answers_heard)
-           for f in rec.plan.faults if f.kind in ("restart", "readd")):
-        return "restart_unheard"
     deaths = [f for f in rec.plan.faults if f.kind == "death" and f.at < c.end
               and f.worker != wk.w]
     if deaths and _members_gone(rec, sim, c.end, dead_only=True) and \
@@ -182,6 +173,15 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
         gone = {x.w for x in finished} | {f.worker for f in deaths}
         if c.end <= _gone_since(wk, c, _awake(rec, wk, finish), gone) + rec.plan.fail_within:
             return "end_behind"
+    # A state lost under the call that the worker never heard of: its packets met the new
+    # state's open rounds and were held there without a word (a round no peer comes back to
+    # but by a JOIN), so no reply tells it to abort (restart_abort) and its dead timer runs
+    # on (seed 9026054: a restart and a re-install; the JOINs that closed the round came
+    # after the call had failed).
+    if any(c.start < f.at < c.end and c.end <= f.at + f.length + rec.plan.fail_within and
+           not any(f.at < t <= c.end for t in wk.answers_heard)
+           for f in rec.plan.faults if f.kind in ("restart", "readd")):
+        return "restart_unheard"
     return None
 
 
