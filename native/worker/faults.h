@@ -67,6 +67,12 @@ struct Faults {
   // (counted_without_result; §9 "Sync / partial sending"): its amount leaves the
   // residual and reaches no round.
   bool my_other_copy_settles = false;
+  // A flight whose sequence number the switch refused while my other contribution sat in the
+  // open round is still taken as not counted by an ACK or STALE_COUNTED once that round closed
+  // with my bit on the other chunk (counted_without_result): the refusal mark had replaced the
+  // other's record, the flight was counted (in async, its round field a sequence number), and
+  // its amount is carried and counted twice.
+  bool refused_mark_unread = false;
 };
 
 }  // namespace hysync::worker

@@ -44,6 +44,12 @@ struct FlightState {
   // ...with my bit on another chunk: another contribution of mine (one an aborted call
   // forgot) holds my place there, and the switch's record of my round is that one's.
   bool closed_by_my_other = false;
+  // The switch refused this flight's sequence number (a STALE_ROUND, a probe's above all)
+  // while a contribution of mine sat in the open round: that refusal mark replaced the open
+  // round's record in member_seq (docs/protocol.md §4 step 8), so the record of my round is no
+  // other contribution's, and an ACK or STALE_COUNTED of it answers this flight's own count.
+  // Kept across its relaunch.
+  bool refused_over_my_other = false;
 };
 
 // The one packet in flight on a slot; it owns its bytes.

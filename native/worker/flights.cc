@@ -604,8 +604,11 @@ void Flights::counted_without_result(uint32_t i, double now) {
   // Unless its round closed with my bit on another chunk: member_seq then holds the round of
   // that other contribution of mine (a packet an aborted call forgot, counted after the
   // abort), and this packet, of another chunk, met that record, not its own count. Settled
-  // as counted, its amount would leave the residual and reach no round.
-  if (f.closed_by_my_other && !faults_.my_other_copy_settles) {
+  // as counted, its amount would leave the residual and reach no round. Unless the switch had
+  // refused this flight's sequence number with my bit in that round: the refusal mark replaced
+  // the other's record, so this answer is the flight's own count (seeds 9019369, 9000692: the
+  // flight, held behind the other in the round, was counted in async once the slot turned).
+  if (f.closed_by_my_other && !f.refused_over_my_other && !faults_.my_other_copy_settles) {
     not_counted(i, slots_[i].mode, now);
     return;
   }

@@ -211,7 +211,7 @@ void Replies::on_short(const uint8_t* d, std::size_t size, double now) {
   if (h.op == uint8_t(wire::Op::ACK))
     on_ack(i, h.round, h.chunk, now);
   else
-    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.count, h.flags, now);
+    on_resync(i, h.reason, h.round, h.chunk, h.mode, h.count, h.bitmap, h.flags, now);
   if (h.mode != PARTIAL) flights_.follow_mode(i, now);
 }
 
@@ -226,7 +226,7 @@ void Replies::on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now) {
 }
 
 void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                       uint32_t count, uint8_t flags, double now) {
+                       uint32_t count, uint32_t bitmap, uint8_t flags, double now) {
   if (reason > NOT_JOINED) {
     results_.bad("RESYNC with unknown reason " + std::to_string(reason));
     return;
@@ -304,6 +304,13 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
                  std::to_string(f->round));
     return;
   }
+  // My sequence number refused while my bit sat in the open round (a probe after an abort, whose
+  // forgotten packet the round counted): the switch's refusal mark replaced that count's record
+  // (docs/protocol.md §4 step 8; a sequence number is never behind a sync round), so a later
+  // ACK or STALE_COUNTED for this flight's round is its own count, not the forgotten packet's.
+  if (reason == uint8_t(wire::ResyncReason::STALE_ROUND) && f->async_style && mode != ASYNC &&
+      (bitmap & bit_) && !faults_.refused_mark_unread)
+    f->refused_over_my_other = true;
   flights_.stale_reply(i, reason, mode, now);
 }
 

@@ -45,7 +45,7 @@ class Replies final : public DatagramSink {
   void on_short(const uint8_t* d, std::size_t size, double now);
   void on_ack(uint32_t i, uint32_t rnd, uint32_t chunk, double now);
   void on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk, uint8_t mode,
-                 uint32_t count, uint8_t flags, double now);
+                 uint32_t count, uint32_t bitmap, uint8_t flags, double now);
   void on_relayed(uint32_t i, const wire::Header& h, double now);
   bool answers_latest(uint32_t i, uint8_t flags) const;
   // RESULT and ACK carry the install tag of the switch's state for the job: false for a

@@ -196,6 +196,30 @@ def test_a_late_contribution_resent_the_round_stays_refused_in_async(job):
     assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 3)) == 0
 
 
+def test_a_probe_refused_beside_another_chunk_of_the_member_marks_its_cell(job):
+    t = job
+    refusal_marked(t)
+    swap(t, Mode.PARTIAL, 3)
+    # Worker 3's packet of another chunk (one an aborted call forgot) opens round 0; its
+    # next call's probe, of this chunk, is refused there: the mark replaces round 0's record,
+    # so the probe's sequence number stays refused in every mode ...
+    assert send(t, 3, 0, OTHER_CHUNK) == []
+    seq = 0x4000
+    head = _answer(send(t, 3, seq, tx=1), 3)
+    assert (head.reason, head.chunk, head.bitmap) == (
+        ResyncReason.STALE_ROUND, OTHER_CHUNK, 0b1000)
+    for w in (0, 1):  # round 0 closes (of the other chunk, worker 3 in it)
+        send(t, w, 0, OTHER_CHUNK)
+    swap(t, Mode.ASYNC)
+    assert _answer(send(t, 3, seq, tx=1), 3).reason == ResyncReason.STALE_ROUND
+    # ... and round 0 no longer reads as counted: the relaunch, sent at round 0 and met by
+    # the slot in async, is counted as a sequence number of its own (the worker takes its
+    # ACK for its own count, docs/protocol.md §9).
+    out = send(t, 3, 0, tx=2)
+    assert out == multicast(JOB1, result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3),
+                                         mode=Mode.ASYNC))
+
+
 def test_a_chunk_mismatch_refuses_the_chunk_not_the_round(job):
     t = job
     swap(t, Mode.SYNC)

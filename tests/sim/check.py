@@ -51,6 +51,9 @@ RULES = {
                      "worker's first call to end after one",
     "bare_unreachable": "a call ends NoReplyError within dead_after + 2 rto_max "
                         "of the later of its start and a bare restart (no job installed)",
+    "restart_unheard": "a call ends NoReplyError within dead_after + 2 rto_max of a restart "
+                       "or a re-install (and the switch's silence) that came while it was under "
+                       "way, having heard no reply of the switch but NOT_JOINED since",
     "dead_member": "a call ends NoReplyError within dead_after + 2 rto_max of "
                    "the later of its start and the death of a member its mode waits for",
     "end_behind": "a call ends NoReplyError within dead_after + 2 rto_max of the "
@@ -71,6 +74,12 @@ RULES = {
                       "aborted a call or outlived a switch state are off by no more than "
                       "its unknown-fate contributions and a flight settled by a round that "
                       "had counted another transmission of its, with other lanes",
+    "limit_stale_copy": "(a limit, not a guarantee) a chunk's books of a worker are off by "
+                        "no more than its contributions that a copy of theirs erased from its "
+                        "member cell: counted in an open round, then a copy of an earlier "
+                        "transmission of theirs under another round field (a first contact's "
+                        "sequence number) answered STALE_ROUND there, whose refusal mark "
+                        "replaced the count's record",
     "limit_dead_latch": "(a limit, not a guarantee) a worker's chunks of a key reach no "
                         "round after the faults stop, every one on a slot whose open round "
                         "latched sync or partial with a quorum that counts a dead member "
@@ -165,6 +174,15 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
         gone = {x.w for x in finished} | {f.worker for f in deaths}
         if c.end <= _gone_since(wk, c, _awake(rec, wk, finish), gone) + rec.plan.fail_within:
             return "end_behind"
+    # A state lost under the call that the worker never heard of: its packets met the new
+    # state's open rounds and were held there without a word (a round no peer comes back to
+    # but by a JOIN), so no reply tells it to abort (restart_abort) and its dead timer runs
+    # on (seed 9026054: a restart and a re-install; the JOINs that closed the round came
+    # after the call had failed).
+    if any(c.start < f.at < c.end and c.end <= f.at + f.length + rec.plan.fail_within and
+           not any(f.at < t <= c.end for t in wk.answers_heard)
+           for f in rec.plan.faults if f.kind in ("restart", "readd")):
+        return "restart_unheard"
     return None
 
 
@@ -455,6 +473,11 @@ def _exactly_once(rec: Record, wk) -> list[str]:
             if diff.any() and unknown is not None and chunk in wk.missettled and \
                     (np.abs(diff) <= unknown.get(chunk, 0) + wk.missettled[chunk]).all():
                 rec.excused["limit_relaunch"] = rec.excused.get("limit_relaunch", 0) + 1
+                continue
+            erased = rec.erased.get((wk.w, chunk))
+            if diff.any() and erased is not None and (np.abs(diff) <= erased + (
+                    unknown.get(chunk, 0) if unknown is not None else 0)).all():
+                rec.excused["limit_stale_copy"] = rec.excused.get("limit_stale_copy", 0) + 1
                 continue
             if diff.any():
                 j = int(np.flatnonzero(diff)[0])

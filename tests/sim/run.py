@@ -53,6 +53,8 @@ QUIESCE = 2.0          # simulated seconds the engines keep ticking after the la
 MAX_EVENTS = 3_000_000  # a run past this many events is reported as a hang
 _OFF_FLAGS, _OFF_OP, _OFF_SLOT, _OFF_REASON, _OFF_ROUND, _OFF_CHUNK, _OFF_MODE = (
     wire.FIELD_OFFSET[f] for f in ("flags", "op", "slot", "reason", "round", "chunk", "mode"))
+# The RESYNC reasons that tell a contribution the slot's open round (it named another).
+_STALE_REASONS = (wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED)
 _PROGRESS_REASONS = (wire.ResyncReason.STALE_COUNTED, wire.ResyncReason.CHUNK_MISMATCH)
 H = wire.HEADER_BYTES
 
@@ -153,6 +155,9 @@ class Worker:
     # JOIN): the flight is sent again at the open round after one RTO's grace (sync), which
     # starts that packet's deadline afresh
     stales_heard: list[float] = field(default_factory=list)
+    # when it heard each reply of the switch other than a NOT_JOINED (which any JOIN may meet,
+    # and which tells nothing of the switch's state): a RESULT, an ACK, any other RESYNC
+    answers_heard: list[float] = field(default_factory=list)
     # (when, chunk, open round's chunk, the open round's bitmap) of each contribution of its
     # a partial slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases
     # it) and joins the round of the other
@@ -232,6 +237,9 @@ class Record:
     # (w, chunk, lane) -> times the switch counted an overflow sentinel from w there
     sentinels: dict[tuple[int, int, int], list[float]] = field(default_factory=dict)
     nonfinite_rounds: int = 0  # rounds that closed with a non-finite lane
+    # (w, chunk) -> the magnitudes of w's contributions whose count in an open round a copy
+    # of theirs, refused there, erased from w's member cell (Sim._note_copy_refused)
+    erased: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
 
 class Sim:
@@ -553,6 +561,8 @@ class Sim:
         replica unless it is flagged)."""
         e = wk.engine
         arrived = self.now if arrived is None else arrived
+        if data[_OFF_OP] != wire.Op.RESYNC or data[_OFF_REASON] != wire.ResyncReason.NOT_JOINED:
+            wk.answers_heard.append(arrived)
         tag = self.state_of.get(id(data))
         if tag is None:
             if data[_OFF_OP] == wire.Op.RESYNC and \
@@ -695,7 +705,8 @@ class Sim:
         lost = lossy and self.rng.random() < link.loss
         if up and data[_OFF_OP] == wire.Op.CONTRIB:
             self._count_up_loss(who, data, lost)
-        if not up and data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> who) & 1:
+        if not up and (data[_OFF_OP] == wire.Op.RESULT and (_bitmap(data) >> who) & 1 or
+                       data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in _STALE_REASONS):
             self._count_answer_loss(who, data, lost)
         if lost:
             if self.trace is not None:
@@ -730,7 +741,9 @@ class Sim:
 
     def _count_answer_loss(self, who: int, data: bytes, lost: bool) -> None:
         """Losses in a row of the answer to one round of who's (rule lossy_straggler's
-        evidence: the round's RESULT lost, then the RESEND its retransmission met)."""
+        evidence: the round's RESULT lost, then the RESEND its retransmission met; or the
+        STALE replies that name the slot's open round to a contribution sent to another,
+        a first contact's probe above all, lost one after the other)."""
         slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
         which = data[_OFF_ROUND:_OFF_ROUND + 4]
         before, streak = self.down_losses.get((who, slot), (b"", 0))
@@ -769,6 +782,8 @@ class Sim:
                       f"{'' if out else ' (absorbed/dropped)'}")
         if sw.counted(w) != before:
             self._counted(w, data)
+        else:
+            self._note_copy_refused(w, data, out)
         closed = False
         for ip, port, reply in out:
             self.rec.packets += 1
@@ -797,6 +812,22 @@ class Sim:
         self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
+
+    def _note_copy_refused(self, w: int, data: bytes, out: list) -> None:
+        """A copy of the contribution w has counted in the slot's open round, another round
+        field of it (its first contact's sequence number), answered STALE_ROUND: the refusal
+        mark replaces that count's record in w's member cell (docs/protocol.md §4 step 8), and a
+        later question about the count is answered "not counted" (limit_stale_copy)."""
+        slot = struct.unpack_from("!H", data, _OFF_SLOT)[0]
+        chunk = struct.unpack_from("!I", data, _OFF_CHUNK)[0]
+        lanes = np.frombuffer(data, ">i4", wire.LANES, H).astype(np.int64)
+        if not any(c == chunk and who == w and np.array_equal(held, lanes)
+                   for who, c, held in self.open.get(slot, [])):
+            return
+        if any(r[_OFF_OP] == wire.Op.RESYNC and r[_OFF_REASON] == wire.ResyncReason.STALE_ROUND
+               and r[_OFF_MODE] != wire.Mode.ASYNC for _ip, _port, r in out):
+            acc = self.rec.erased.setdefault((w, chunk), np.zeros(wire.LANES, np.int64))
+            acc += np.abs(lanes)
 
     def _closed(self, result: bytes) -> None:
         """A round closed: its sum must be what the switch counted into it, bit for bit."""

@@ -103,6 +103,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "ack_leaves_round_suspected": (FAULT_KINDS, 9001471,
                                    {"faults": {"ack_leaves_no_suspect": True}}, "exactly-once",
                                    "worker 1 chunk 0"),
+    # §9 "Sync / partial sending", a forgotten copy's record replaced: after a re-add a call
+    # aborts with its chunk 1 counted in an open round; the next call's probe of chunk 5 is
+    # refused with its bit in that round (the refusal mark replaces the record), its relaunch
+    # waits there behind the forgotten packet, and is counted in async once the slot turns.
+    # Its ACK, taken for the forgotten packet's record, carries the amount: counted twice.
+    "refused_mark": (FAULT_KINDS, 9019369, {"faults": {"refused_mark_unread": True}},
+                     "exactly-once", "worker 1 chunk 5"),
 }
 
 

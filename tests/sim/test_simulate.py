@@ -166,6 +166,23 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
     _run(draw(seed), target)
 
 
+# Seeds of the 100,000-seed sweep from 9000000 (docs/protocol.md §10).
+# 9019369, 9000692 (an aborted call's packet counted in an open round; the next call's probe
+# was refused with the member's bit in that round, which replaced the round's record in the
+# member cell; its relaunch, held behind the forgotten packet, was counted in async once the
+# slot turned, and its ACK was taken for the forgotten packet's record: counted twice) - a
+# flight refused so no longer takes that answer for another contribution's.
+# 9000279 (the same, with the forgotten packet of the probe's own chunk: the refusal mark,
+# written over the forgotten packet's record, is what makes the relaunch's ACK its own)
+SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", SWEEP_100K_REGRESSIONS)
+def test_sweep_100k_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
+
 # Seeds of a switch slower than the workers' compute in partial mode: a call carried its chunks
 # behind the slot's parked packet after one RTO, so every call sent the same first chunk of each
 # slot and the chunks behind it reached no round (starvation). A partial call now sends a slot's
@@ -188,6 +205,53 @@ def test_a_straggler_that_loss_held_back_is_counted() -> None:
     rec, sim = simulate(draw(300033), "native")
     assert not check(rec, sim)
     assert rec.excused.get("lossy_straggler", 0) > 0
+
+
+def test_a_probe_copy_that_erased_its_relaunch_count_is_a_limit() -> None:
+    """Seed 9027365: the network's copy of a member's first-contact probe (a sequence number)
+    reached the slot after the probe's relaunch was counted in the open round; its refusal
+    mark replaced that count's record in the member cell, the round's RESULT was lost to the
+    member, and its retransmission, stale by then, was told STALE_ROUND: carried, counted
+    twice. The switch cannot tell that copy from a newer contribution beside a packet an
+    aborted call forgot (seed 9000279), so it is the limit "limit_stale_copy"
+    (docs/protocol.md §10); without its evidence, the books are reported."""
+    rec, sim = simulate(draw(9027365), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("limit_stale_copy", 0) > 0
+    rec.erased.clear()
+    rec.excused.clear()
+    assert any(v.startswith("exactly-once: worker 0 chunk 0") for v in check(rec, sim))
+
+
+def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
+    """Seed 9019887: behind a slow switch (44x the compute step) on a lossy network, a member's
+    first-contact probe had the STALE replies naming the open round lost twice in a row; its
+    silent window sent the probe again seconds later, and the calls of every member, waiting
+    on its round, failed by dead_after. Allowed by rule "lossy_straggler" (its downstream
+    case, docs/protocol.md §10); without that evidence, the same failures are reported."""
+    rec, sim = simulate(draw(9019887), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("lossy_straggler", 0) > 0
+    rec.answer_loss_streaks.clear()
+    rec.excused.clear()
+    assert any(v.startswith("failure:") and "'unreachable'" in v for v in check(rec, sim))
+
+
+def test_a_call_that_never_heard_of_a_new_state_may_fail_unreachable() -> None:
+    """Seed 9026054: a member's RESULT was lost, a restart and then a re-install wiped the
+    state, and its retransmissions opened the new states' round of a chunk its peers had left
+    behind; held there without a word (its JOINs met NOT_JOINED), it never learned of the new
+    state, and its call failed by dead_after before the peers' JOINs closed the round. Allowed
+    by rule "restart_unheard" (docs/protocol.md §10); had it heard any other reply after each
+    restart and re-install, the failure is reported."""
+    rec, sim = simulate(draw(9026054), "native")
+    assert not check(rec, sim)
+    assert rec.excused.get("restart_unheard", 0) > 0
+    for wk in sim.workers:
+        wk.answers_heard += [f.at + 0.001 for f in rec.plan.faults
+                             if f.kind in ("restart", "readd")]
+    rec.excused.clear()
+    assert any(v.startswith("failure:") and "'unreachable'" in v for v in check(rec, sim))
 
 
 # Seeds of the 9,000,000 sweep whose network duplicated a member's async contribution and
