@@ -273,8 +273,13 @@ class HySyncWorker:
         return float(counts.sum()) / self.config.members
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        """Close the worker at once: the call in progress ends with TransportClosedError
+        (aborted as a failed call ends: its contributions kept as residual, the replica
+        flagged for a resync), so does every call queued behind it, and then the worker's
+        thread is joined. Closing after the queued calls instead could wait out `dead_after`
+        for each of them when the job's peers are gone (a teardown after an error)."""
         self.transport.close()
+        self._executor.shutdown(wait=True)
 
     def __enter__(self) -> HySyncWorker:
         return self

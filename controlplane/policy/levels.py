@@ -83,9 +83,10 @@ class LevelPolicies:
 
     @property
     def skipped_reads(self) -> int:
-        """Counter reads that missed their deadline, at every level (each skipped its
-        level's tick)."""
-        return sum(r.skipped_reads for r in self.runners)
+        """Counter reads that missed their deadline, at every level: a level's own (each
+        skipped its tick) and the spine's reads of its leaves' hosts (rack_pace.py)."""
+        return sum(r.skipped_reads + (r.racks.missed_reads if r.racks is not None else 0)
+                   for r in self.runners)
 
     def runner(self, level: str) -> PolicyRunner | None:
         """The policy of `level` (`spine`, `leaf:NAME`); None where it runs none."""

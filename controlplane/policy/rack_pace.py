@@ -52,6 +52,9 @@ class RackPace:
         self.job_id, self.leaves = job_id, dict(leaves)
         self.quorum_fraction = quorum_fraction
         self._prev: dict[int, JobStats] = {}
+        # Leaf reads that missed their deadline: no tick is skipped for them (the spine
+        # measures by its own counters that interval), but serve's metrics count them.
+        self.missed_reads = 0
 
     def sample(self) -> dict[int, float] | None:
         """Each leaf's pace (its standing host's packets a second) since the last sample;
@@ -63,6 +66,7 @@ class RackPace:
             try:
                 stats = leaf.stats(self.job_id)
             except DeadlineExceededError as err:
+                self.missed_reads += 1
                 log.warning("job %d: the counters of leaf member %d missed their deadline "
                             "(%s): the spine measures it by its own counters this tick",
                             self.job_id, member, " ".join(str(err).split()))

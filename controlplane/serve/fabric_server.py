@@ -12,7 +12,12 @@ rolled back on every switch when one refuses). A member's worker id is its id at
 leaf: the members behind a leaf are numbered 0.. in the order of the admit's worker ids.
 The admit's reply adds `placement`: for each admitted member (by the admit's worker id),
 its leaf, its worker id there, the leaf's data address, and `members`, the job's members
-over every leaf (the divisor of the sum). `hysync.torch.attach` sends there.
+over every leaf (the divisor of the sum). `hysync.torch.attach` sends there. A script that
+asks for background averaging (`average_every`: the members give an `avg_udp_port`) gets
+its model-averaging job as on one switch, a second job over the same members, placed and
+installed on every switch as the training job is (the same leaves, worker ids and
+placement, its own slots free on every switch, sync at every level); it goes with the
+training job (release, a closed lease, a restarted switch's re-install).
 
 A member that finishes leaves at every level by the rule of
 controlplane/testbed/member_leave.py, through the sessions the serve holds. An exclusion
@@ -275,9 +280,10 @@ class FabricServer(Server):
                     switches={sw.name: sw.switch.grpc_addr for sw in self.fabric_spec.switches})
 
     def op_admit(self, conn: int, request: dict[str, Any]) -> dict[str, Any]:
-        if any(m["avg_udp_port"] for m in request["members"]):
-            raise ServeError("background averaging is not offered across switches: leave "
-                             "average_every out")
+        """As on one switch, the model-averaging job too where the members give its
+        ports: both jobs are placed alike (`_job_config`, `_placement`), and each lease
+        keeps the placement, so release, teardown and a restarted switch's re-install
+        treat the averaging job as the training job."""
         placement = leaf_placement(self.inv, request["members"])  # unknown hosts fail here
         reply = super().op_admit(conn, request)
         for job in reply["jobs"]:

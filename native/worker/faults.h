@@ -47,6 +47,9 @@ struct Faults {
   // Partial: every call sends a slot's chunks in their fixed order, not least recently closed
   // first (order_queue; §9 "Sync / partial sending", bounded staleness).
   bool fixed_order = false;
+  // Partial: the order is drawn at the call's start only; a chunk still queued that a round
+  // then closes with keeps its turn (Flights::round_closed).
+  bool order_at_start = false;
   // A JOIN that the stored result of the round it named answers (RESEND: that round had
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).

@@ -75,6 +75,31 @@ void Flights::order_queue(uint32_t i) {
   });
 }
 
+// Partial: a round of slot i closed with `chunk` (its result applied) while the call's own
+// copy of it still waits in the slot's queue - the round counted a packet of an earlier call,
+// parked into this one, or the other members' contributions. That chunk is now the slot's most
+// recently closed, so it goes last, as order_queue would put it; the order drawn at the call's
+// start would send it next, open the slot's next round with it and displace the chunk the
+// others, who read the same results, send there (CHUNK_MISMATCH; partial carries the displaced
+// chunk), and the member a call ahead displaces that chunk at every call (seed 9024099: a
+// member's parked chunk 2 closed round 3 and its call, started before, sent chunk 2 again at
+// round 4 while the others sent chunk 8, which reached no round again).
+void Flights::round_closed(uint32_t i, uint32_t chunk) {
+  if (!call_ || faults_.order_at_start || faults_.fixed_order || slots_[i].mode != PARTIAL)
+    return;
+  const Key& reg = keys_.at(call_->key);
+  const int64_t local = reg.local_of(chunk);
+  // (cheap tests first: a result is of the chunk just sent far more often than of one queued)
+  if (local < 0 || local >= reg.chunks || call_->prepared[std::size_t(local)] ||
+      call_->outcome[std::size_t(local)] != Outcome::PENDING)
+    return;
+  auto& queue = call_->queues[i];
+  const auto at = std::find(queue.begin(), queue.end(), local);
+  if (at == queue.end()) return;
+  queue.erase(at);
+  queue.push_back(local);
+}
+
 // ------------------------------------------------------------------ sending
 void Flights::send_next(uint32_t i, double now) {
   if (!call_) return;

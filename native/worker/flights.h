@@ -58,6 +58,9 @@ class Flights {
   // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it instead.
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void offer_join(uint32_t i, double now);
+  // A round of slot i closed with `chunk` (its result applied): in partial, a chunk of the
+  // call's key still queued there goes last (least recently closed first).
+  void round_closed(uint32_t i, uint32_t chunk);
   void follow_mode(uint32_t i, double now);  // the slot's mode was reported
 
   // The switch's silence.

@@ -206,6 +206,13 @@ def test_rounds_raced_on_a_slow_switch_is_the_limit_and_only_it(target: str) -> 
         assert check(rec, sim) == [] and "limit_raced" not in rec.excused, seed
 
 
+# The schedule seeds 1006182 and 1011479 were found on: a partial call's order drawn at its
+# start only. Keeping it through the call (Flights::round_closed) shifts both schedules, and
+# neither seed meets its situation then (each still passes, HOST_REGRESSIONS); the checker's
+# bounds they show do not depend on that order.
+FOUND_ON = {"faults": {"order_at_start": True}}
+
+
 def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch) -> None:
     """Seed 1006182: 32 hosts in sync, a sixth of the RESULTs lost downstream. A member
     ahead that had JOINed a round lost its RESULT, then the RESEND its probe met, and held
@@ -213,7 +220,7 @@ def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch
     without the answers' losses on record it is a failure no rule allows."""
     from . import check as checker
     plan = draw(ANSWERS_LOST[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
-    rec, sim = simulate(plan, "native")
+    rec, sim = simulate(plan, "native", **FOUND_ON)
     assert check(rec, sim) == [] and rec.excused.get("lossy_straggler", 0) >= 1
     failed = [c for wk in sim.workers for c in wk.calls if c.status == "unreachable"]
     assert failed and all(c.waiting for c in failed)  # the slots it gave up on, from its log
@@ -241,9 +248,10 @@ def test_a_stale_reply_heard_restarts_the_bound_of_a_gone_member() -> None:
     failed the call: `dead_member` or `end_behind`, counted from the STALE reply. Seed
     1011063 likewise (a swap's async rounds, a member finished). Without the STALE replies
     on record each is a failure no rule allows."""
-    for seed, failed in zip(STALE_HEARD, ("worker 4 call 4", "worker 2 call 5"), strict=True):
+    for seed, failed, found_on in zip(STALE_HEARD, ("worker 4 call 4", "worker 2 call 5"),
+                                      (FOUND_ON, {}), strict=True):
         plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
-        rec, sim = simulate(plan, "native")
+        rec, sim = simulate(plan, "native", **found_on)
         assert check(rec, sim) == [], seed
         assert rec.excused.get("end_behind", 0) + rec.excused.get("dead_member", 0) >= 1, seed
         for wk in sim.workers:

@@ -91,6 +91,12 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # rest; the chunks behind it reach no round.
     "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
                          "chunk(s) [12] of key 0"),
+    # §9 "Sync / partial sending", bounded staleness: behind a slow switch a member's parked
+    # chunk 2 of its last call closes round 3 after its call started; in the order drawn at
+    # the start, the call sends chunk 2 again at round 4 and displaces the others' chunk 8,
+    # at every call.
+    "partial_order_after_a_close": (FAULT_KINDS, 9024099, {"faults": {"order_at_start": True}},
+                                    "starvation", "chunk(s) [8, 12, 15] of key 0"),
     # §9 RULE A: an ACK settles a parked partial contribution counted in a round of one whose
     # result every member lost; a restart then wipes the state. Left suspected, the round is
     # judged missed and the replica flagged; unsuspected, the gradient reached no replica and

@@ -101,9 +101,11 @@ def test_without_the_hosts_step_back_a_leafs_round_back_reads_as_a_restart() -> 
 
 
 # Seeds where a rack's hosts make their last calls with flights unsettled at their leaf: a
-# spine verdict lost on the way down (33, 295), an uplink lost on the way up (987), a close
-# held while a sum was at the spine (400), a spine result that skipped the rack lost (1075).
-LAST_CALL = (33, 295, 400, 987, 1075)
+# spine verdict lost on the way down (33, 295), an uplink lost on the way up (987), a spine
+# result that skipped the rack lost (1075), and 401 (seed 400's close held while a sum was
+# at the spine no longer comes about since a partial call keeps its order through the call,
+# docs/protocol.md §9 bounded staleness, which shifts the schedule).
+LAST_CALL = (33, 295, 401, 987, 1075)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])

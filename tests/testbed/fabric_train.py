@@ -4,8 +4,11 @@ installed across leaves and a spine (`hysync.torch.attach(..., job_file=...)`), 
 h{r // N}-{r % N} of the inventory, test_serve_fabric.py). With `--pause-at`, when the
 job's clock reaches it every rank prints its parameters' digest and waits for
 `--resume-file` to appear (the test swaps a level's mode meanwhile), then trains on to
-`--steps`. At the end each rank prints its held-out accuracy, its parameters' digest and
-how many results it applied in each mode.
+`--steps`. With `--average-every S` the serve admits the job's model-averaging job too;
+`--perturb X` then moves rank r's parameters by r * X after DDP made them one model (the
+replicas start apart, each printing its digest), so that only averaging makes them one
+again. At the end each rank prints its held-out accuracy, its parameters' digest and
+how many results it applied in each mode (and where it averaged, and its rounds).
 """
 
 import argparse
@@ -33,6 +36,8 @@ job_or_serve.add_argument("--hosts-per-leaf", type=int)
 parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--pause-at", type=int, default=10**9)  # default: never
 parser.add_argument("--resume-file", default="")
+parser.add_argument("--average-every", type=float, default=None)  # seconds; with the serve
+parser.add_argument("--perturb", type=float, default=0.0)
 args = parser.parse_args()
 
 spec = importlib.util.spec_from_file_location("train_ddp", EXAMPLE)
@@ -51,7 +56,7 @@ if args.job:
 else:
     n = args.hosts_per_leaf
     job = hysync.torch.attach(model, inventory=args.inventory, host=f"h{rank // n}-{rank % n}",
-                              timeout=60)
+                              average_every=args.average_every, timeout=60)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 generator = torch.Generator().manual_seed(rank)
@@ -62,6 +67,12 @@ def params() -> str:
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
 
+
+if args.perturb:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(rank * args.perturb)
+    print(json.dumps({"rank": rank, "start_params": params()}), flush=True)
 
 modes: Counter = Counter()
 paused = False
@@ -83,8 +94,17 @@ for _ in job.steps(args.steps):
 member = job.worker.config
 with torch.no_grad():
     accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
-print(json.dumps({"rank": rank, "data": data, "worker_id": member.worker_id,
-                  "switch": member.switch_host, "behind_leaf": member.behind_leaf,
-                  "updates": example.whole(job.updates), "steps": job.local_steps,
-                  "modes": dict(modes), "accuracy": accuracy, "params": params()}), flush=True)
+record = {"rank": rank, "data": data, "worker_id": member.worker_id,
+          "switch": member.switch_host, "behind_leaf": member.behind_leaf,
+          "updates": example.whole(job.updates), "steps": job.local_steps,
+          "modes": dict(modes), "accuracy": accuracy, "params": params()}
+if job.averager is not None:
+    avg, rounds = job.averager.worker.config, job.averager.history
+    full = [r for r in rounds if r["full"]]  # the rounds that averaged the parameters
+    record["averaging"] = {"job_id": avg.job_id, "worker_id": avg.worker_id,
+                           "switch": avg.switch_host, "behind_leaf": avg.behind_leaf,
+                           "rounds": len(rounds), "full_rounds": len(full),
+                           "largest_move": max((r["max_move"] for r in full), default=0.0),
+                           "final": bool(rounds and rounds[-1]["final"])}
+print(json.dumps(record), flush=True)
 dist.destroy_process_group()

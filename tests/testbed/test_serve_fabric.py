@@ -3,8 +3,11 @@ real P4Runtime on three softswitch processes, each with its UDP data plane on it
 loopback address: four ranks admitted for real (`hysync.torch.admit`, two hosts behind each
 leaf) get their leaf's address and worker id there, all-reduce through both levels, leave
 through the serve (at their leaf, and the rack at the spine once its last host is done), a
-mode set names a level, and the switches hold nothing once the job is released. A leaf that
-refuses its part leaves no entry on any switch; bad requests get one line."""
+mode set names a level, and the switches hold nothing once the job is released. Admitted
+with background averaging, the model-averaging job is placed and installed on every switch
+as the training job is, averages replicas that started apart into one model under torchrun,
+and goes with the release. A leaf that refuses its part leaves no entry on any switch; bad
+requests get one line."""
 
 from __future__ import annotations
 
@@ -24,15 +27,18 @@ import torch.distributed as dist
 
 from hysync import p4names
 from hysync.controlplane.cli.main import main
+from hysync.controlplane.controller import Controller
 from hysync.controlplane.p4rt.entities import insert
 from hysync.controlplane.p4rt.switch import Switch
 from hysync.controlplane.serve.client import ServeClient, ServeError
 from hysync.controlplane.serve.fabric_server import FabricServer
 from hysync.controlplane.serve.server import SERVE
 from hysync.controlplane.tables import forwarding, roles
+from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.testbed.inventory import Inventory
 from hysync.topologies.rendezvous import torchrun_rendezvous
 from hysync.torch import Admitted, admit
+from hysync.wire import Mode
 from tests.softswitch.switch_process import softswitch_fabric
 
 from .conftest import (
@@ -73,6 +79,14 @@ class Served:
         tables = self.tables(name)
         return sum(len(tables[t]) for t in JOB_TABLES)
 
+    def installed(self, job_id: int) -> dict[str, InstalledJob]:
+        """The job as each switch holds it (read back in a session of the test's own)."""
+        parts = {}
+        for name, addr in self.grpc.items():
+            with Switch(addr, arbitrate=False) as session:
+                parts[name] = Controller(session).job(job_id)
+        return parts
+
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
@@ -100,10 +114,12 @@ def host_of(rank: int) -> str:
     return f"h{rank // HOSTS}-{rank % HOSTS}"  # ranks 0, 1 behind leaf-0; 2, 3 behind leaf-1
 
 
-def mean_of(admitted: dict[int, Admitted], ranks: list[int]) -> dict[int, float]:
-    """One all-reduce of `ranks` (rank r gives r + 1 everywhere): each rank's mean."""
+def mean_of(admitted: dict[int, Admitted], ranks: list[int],
+            job: str = "training") -> dict[int, float]:
+    """One all-reduce of `ranks` (rank r gives r + 1 everywhere) through their `job`'s
+    workers (training or averaging): each rank's mean."""
     def call(rank: int) -> float:
-        worker = admitted[rank].training
+        worker = getattr(admitted[rank], job)
         assert worker is not None
         return float(worker.allreduce(torch.full((64,), float(rank + 1))).mean())
     return together(ranks, call, deadline=WAIT)
@@ -187,6 +203,90 @@ def test_four_ranks_admitted_across_two_leaves_reduce_leave_and_leave_nothing_be
                 a.serve.close()
 
 
+def test_an_admit_with_averaging_installs_both_jobs_on_every_switch_and_release_removes_both(
+        served: Served) -> None:
+    store = dist.HashStore()
+    admitted = together(list(range(WORLD)), lambda rank: admit(
+        store, rank, WORLD, served.inv.path, host=host_of(rank), averaging=True, timeout=WAIT))
+    try:
+        train = admitted[0].job
+        averaging = admitted[0].averaging
+        assert averaging is not None
+        avg_id = averaging.config.job_id
+        assert avg_id != train["job_id"]
+        # the averaging job's slots follow the training job's, in the pool's averaging share
+        avg_slots = (train["slot_base"] + 32, train["slot_base"] + 32 + 7)
+        assert served.events[0].startswith(
+            f"admitted job {train['job_id']} 'torchrun': 4 members, slots "
+            f"{train['slot_base']}-{train['slot_base'] + 31}, averaging job {avg_id} slots "
+            f"{avg_slots[0]}-{avg_slots[1]}"), served.events
+        # Each rank's averaging transport is placed as its training transport: its leaf,
+        # its worker id there, the job's members over every leaf; from a port of its own.
+        ports: dict[int, tuple[int, int]] = {}  # rank -> (training port, averaging port)
+        for rank, a in admitted.items():
+            assert a.training is not None and a.averaging is not None
+            t, v = a.training.config, a.averaging.config
+            assert (v.job_id, v.switch_host, v.switch_port, v.worker_id, v.behind_leaf,
+                    v.members) == (avg_id, t.switch_host, t.switch_port, t.worker_id, True,
+                                   WORLD), (rank, v)
+            assert t.switch_host == served.data[f"leaf-{rank // HOSTS}"], (rank, t)
+            assert (v.slot_base, v.slot_base + v.slot_count - 1) == avg_slots, (rank, v)
+            assert v.bind_port != t.bind_port, (rank, v)
+            ports[rank] = (t.bind_port, v.bind_port)
+
+        # Both jobs on every switch, read back: one slot range and one install epoch per
+        # job everywhere; the spine admits the leaves, each leaf its hosts at its ports.
+        for job_id, slots, port in ((train["job_id"], None, 0), (avg_id, avg_slots, 1)):
+            parts = served.installed(job_id)
+            assert set(parts) == {"spine", "leaf-0", "leaf-1"}, parts
+            assert len({p.epoch for p in parts.values()}) == 1, parts
+            assert len({p.slots for p in parts.values()}) == 1, parts
+            if slots is not None:
+                assert parts["spine"].slots == slots, parts
+            assert sorted(m.worker for m in parts["spine"].members) == [0, 1], parts["spine"]
+            for i in range(LEAVES):
+                leaf = parts[f"leaf-{i}"]
+                assert sorted((m.worker, m.udp_port) for m in leaf.members) == [
+                    (h, ports[i * HOSTS + h][port]) for h in range(HOSTS)], (job_id, leaf)
+                assert leaf.active == frozenset(range(HOSTS)), (job_id, leaf)
+        # the averaging job runs sync at every level
+        modes = {name: {(m.low, m.high, m.mode) for m in p.modes}
+                 for name, p in served.installed(avg_id).items()}
+        assert modes == dict.fromkeys(served.grpc, {(*avg_slots, Mode.SYNC)}), modes
+
+        # the averaging job's lease knows its placement: a member (the exclusion of a dead
+        # rank) is named by the admit's worker id and excluded at its leaf, by a rank that
+        # holds the admit's key
+        other = admitted[3].serve
+        assert other is not None
+        excluded = other.request({"op": "exclude", "job": avg_id, "worker": 3,
+                                  "key": train["key"]})
+        assert (excluded["leaf"], excluded["leaf_worker"]) == ("leaf-1", 1), excluded
+        assert served.installed(avg_id)["leaf-1"].active == frozenset({0})
+        assert served.installed(train["job_id"])["leaf-1"].active == frozenset({0, 1})
+        other.request({"op": "readmit", "job": avg_id, "worker": 3, "key": train["key"]})
+        assert served.installed(avg_id)["leaf-1"].active == frozenset({0, 1})
+
+        # a round of each job through both leaves and the spine: the mean of 1, 2, 3, 4
+        for job in ("averaging", "training"):
+            assert mean_of(admitted, list(range(WORLD)), job) == pytest.approx(
+                dict.fromkeys(range(WORLD), 2.5), abs=QUANTIZATION), job
+
+        assert admitted[0].serve is not None
+        admitted[0].serve.request({"op": "release"})  # rank 0 holds both jobs' leases
+        for name in served.grpc:
+            assert served.job_entries(name) == 0, (name, served.tables(name))
+        assert any(e.startswith(f"job {avg_id} removed: released") for e in served.events), \
+            served.events
+    finally:
+        for a in admitted.values():
+            for worker in (a.training, a.averaging):
+                if worker is not None:
+                    worker.close()
+            if a.serve is not None:
+                a.serve.close()
+
+
 def test_a_leaf_that_refuses_its_part_leaves_nothing_on_any_switch(served: Served) -> None:
     # leaf-1 already forwards host h1-0's MAC to another port: it refuses the job. The
     # serve holds leaf-1, so the entry is written through the serve's own session.
@@ -205,8 +305,6 @@ def test_a_leaf_that_refuses_its_part_leaves_nothing_on_any_switch(served: Serve
         for request, said in (
                 ({"op": "admit", "members": [{"worker": 0, "host": "h9", "udp_port": 1}]},
                  "no host 'h9'"),
-                ({"op": "admit", "members": [dict(members[0], avg_udp_port=42100)]},
-                 "averaging is not offered across switches"),
                 ({"op": "leave", "job": 9, "worker": 0}, "job 9 is not")):
             with pytest.raises(ServeError, match=said) as err:
                 client.request(request)
@@ -335,4 +433,52 @@ def test_four_ranks_train_through_the_serve_to_equal_replicas_and_leave_nothing(
     left = [e for e in served.events if " left: " in e or "was its last active member" in e]
     assert len(left) == WORLD, served.events
     for name in served.grpc:  # rank 0's release removed the job from every switch
+        assert served.job_entries(name) == 0, name
+
+
+AVG_STEPS = 30  # a short run: what is checked is the averaging, not the accuracy
+PERTURB = 0.01  # rank r's parameters start r * PERTURB off the one model DDP made
+
+
+@pytest.mark.slow
+def test_replicas_that_start_apart_end_equal_by_averaging_through_both_levels(
+        served: Served) -> None:
+    """Real torchrun with `average_every`: each rank's replica starts moved apart from the
+    others', so sync training alone keeps them apart; the model-averaging job, admitted
+    by the serve and placed behind each rank's leaf, averages them through both levels
+    and its final round makes them one model. Release leaves nothing on any switch."""
+    with ExitStack() as stack:
+        rendezvous = stack.enter_context(torchrun_rendezvous(1, timeout_s=TRAIN_WAIT))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *rendezvous, "--nproc-per-node",
+             str(WORLD), str(SCRIPT), "--inventory", str(served.inv.path), "--hosts-per-leaf",
+             str(HOSTS), "--steps", str(AVG_STEPS), "--average-every", "0.5", "--perturb",
+             str(PERTURB)],
+            cwd=ROOT, env=dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stack.callback(kill_tree, proc)
+        out, _ = proc.communicate(timeout=TRAIN_WAIT)
+    assert proc.returncode == 0, out[-3000:]
+    records = rank_records([out])
+    start = [r for r in records if "start_params" in r]
+    assert len({r["start_params"] for r in start}) == WORLD, start  # apart
+    done = [r for r in records if "accuracy" in r]
+    assert len(done) == WORLD, out[-3000:]
+    avg_ids = {r["averaging"]["job_id"] for r in done}
+    assert len(avg_ids) == 1, done
+    admission = served.events[0]
+    assert f", averaging job {avg_ids.pop()} slots" in admission, served.events
+    for r in done:
+        leaf, host = divmod(r["rank"], HOSTS)
+        avg = r["averaging"]
+        # the averaging transport sends to the rank's leaf as its worker id there
+        assert (avg["switch"], avg["worker_id"], avg["behind_leaf"]) == (
+            served.data[f"leaf-{leaf}"], host, True), r
+        assert r["updates"] == r["steps"] == AVG_STEPS and set(r["modes"]) == {"sync"}, r
+        # a round averaged the replicas that started apart (each moved by its distance
+        # from the mean, at least PERTURB / 2), and the last round was the final one
+        assert avg["full_rounds"] >= 2 and avg["final"], r
+        assert avg["largest_move"] >= PERTURB / 4, r
+    assert len({r["params"] for r in done}) == 1, done  # one model, bit for bit
+    for name in served.grpc:  # rank 0's release removed both jobs from every switch
         assert served.job_entries(name) == 0, name

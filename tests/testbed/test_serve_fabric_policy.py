@@ -107,6 +107,17 @@ def wait_for(what: str, ready: Callable[[], object]) -> None:
         time.sleep(0.1)
 
 
+def missing_deadlines(bed: PolicyBed, switch: str, what: str,
+                      ready: Callable[[], object]) -> None:
+    """Serve's reads of `switch` miss their gRPC deadline until `ready`."""
+    session = bed.server.switches[switch]
+    with bed.server.lock:
+        session.timeout = 1e-6
+    wait_for(what, ready)
+    with bed.server.lock:
+        session.timeout = bed.server.timeout
+
+
 def admit(bed: PolicyBed, client: ServeClient, **fields: object) -> dict:
     members = [{"worker": r, "host": host_of(r), "udp_port": bed.sockets[r].getsockname()[1]}
                for r in range(WORLD)]
@@ -157,12 +168,7 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
 
         # A counter read at the spine that misses its gRPC deadline: the spine's tick is
         # skipped and counted, the leaves' go on, the policy keeps running.
-        spine = bed.server.switches["spine"]
-        with bed.server.lock:
-            spine.timeout = 1e-6
-        wait_for("skipped spine read", lambda: policies.skipped_reads >= 2)
-        with bed.server.lock:
-            spine.timeout = bed.server.timeout
+        missing_deadlines(bed, "spine", "skipped spine read", lambda: policies.skipped_reads >= 2)
         assert f"job {job_id} at spine: the counter read missed its deadline" in caplog.text
         assert bed.server.leases[job_id].policy is policies
         # serve's metrics count them (and show the spine's members: the leaves)
@@ -171,6 +177,17 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         assert [(s.labels, s.value >= 2) for s in skipped] == [({"job": str(job_id)}, True)]
         members = {s.labels["state"]: s.value for s in metrics["hysync_job_members"].samples}
         assert members["healthy"] == LEAVES, members
+        # A leaf's counters that miss their deadline: the spine's read of its hosts' pace
+        # is counted too (that tick the spine measures by its own counters).
+        racks = policies.runners[0].racks
+        assert racks is not None and racks.missed_reads == 0
+        missing_deadlines(bed, "leaf-1", "missed leaf read", lambda: racks.missed_reads >= 1)
+        assert "the counters of leaf member" in caplog.text
+        # (counters only grow: each total is read after its parts)
+        parts = sum(r.skipped_reads for r in policies.runners) + racks.missed_reads
+        metrics = {m.name: m for m in ServeCollector(bed.server).collect()}
+        [sample] = metrics["hysync_policy_skipped_reads"].samples
+        assert sample.value >= parts >= 2 + 1, (sample, parts)
 
         # leaf-1's hosts slow: at the spine, leaf-1 is the member that closes every round
         hosts = [threading.Thread(target=drive, daemon=True,

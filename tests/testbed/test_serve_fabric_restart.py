@@ -7,7 +7,7 @@ each new reason once; then serve pushes its pipeline and forwarding, installs th
 job again on every switch (same slots, members and modes, one new install epoch on all
 three), and the hosts' rounds complete again with results under the new install tag. A
 host excluded at a leaf and a leaf's own mode stay as they were, whether that leaf kept
-its part or lost it."""
+its part or lost it, and the job's model-averaging job is installed again with it."""
 
 from __future__ import annotations
 
@@ -157,10 +157,14 @@ def rounds_under(bed: RestartBed, tag: int, when: str) -> None:
 
 
 def restart(bed: RestartBed, client: ServeClient, restarted: str, job_id: int,
-            before: dict[str, InstalledJob]) -> tuple[dict[str, InstalledJob], int]:
+            before: dict[str, InstalledJob],
+            also: dict[int, dict[str, InstalledJob]] | None = None,
+            ) -> tuple[dict[str, InstalledJob], int]:
     """Kill switch `restarted`, check that serve refuses what needs it while it is down,
     start it again bare and check that serve installed the job again on every switch as
-    it was under one new epoch: (the job on each switch now, its install tag)."""
+    it was under one new epoch: (the job on each switch now, its install tag). `also`:
+    other jobs of the lease (an averaging job) and each switch's part of them, checked
+    alike and updated in place."""
     sw = bed.switches[restarted]
     addr = sw.grpc_addr
     failed = f"switch {restarted} ({addr})"
@@ -185,8 +189,21 @@ def restart(bed: RestartBed, client: ServeClient, restarted: str, job_id: int,
     line = bed.lines("is back")[-1]
     assert line.startswith(f"switch {restarted} is back after"), line
     assert f"no pipeline on {restarted}: pipeline and forwarding pushed" in line, line
-    assert f"jobs {job_id} installed again on every switch" in line, line
+    also = also if also is not None else {}
+    jobs = ", ".join(map(str, sorted([job_id, *also])))
+    assert f"jobs {jobs} installed again on every switch" in line, line
 
+    for other, parts in also.items():
+        parts.update(installed_again(bed, other, parts))
+    after = installed_again(bed, job_id, before)
+    tag = wire.install_tag(after["spine"].epoch)
+    assert tag != wire.install_tag(before["spine"].epoch)
+    return after, tag
+
+
+def installed_again(bed: RestartBed, job_id: int,
+                    before: dict[str, InstalledJob]) -> dict[str, InstalledJob]:
+    """The job on each switch now: as it was `before` at each level, under one new epoch."""
     after = bed.installed(job_id)
     epochs = {p.epoch for p in after.values()}
     assert len(epochs) == 1, after  # one new epoch on every switch
@@ -194,10 +211,8 @@ def restart(bed: RestartBed, client: ServeClient, restarted: str, job_id: int,
     for name in NAMES:  # the same job, at each level
         was, now = before[name], after[name]
         assert (now.slots, now.members, now.active, now.modes, now.role) == \
-            (was.slots, was.members, was.active, was.modes, was.role), name
-    tag = wire.install_tag(epochs.pop())
-    assert tag != wire.install_tag(before["spine"].epoch)
-    return after, tag
+            (was.slots, was.members, was.active, was.modes, was.role), (job_id, name)
+    return after
 
 
 def test_serve_installs_the_job_again_on_every_switch_after_a_leaf_and_the_spine_restart(
@@ -239,12 +254,16 @@ def test_exclusions_and_modes_of_each_level_are_installed_again_as_they_were(
         bed: RestartBed) -> None:
     """A host excluded at leaf-1 and leaf-1's own mode stay as they were, whether leaf-1
     kept its part (leaf-0 restarted: removed and installed again from what leaf-1 holds)
-    or lost it (leaf-1 restarted: installed from what serve read before)."""
+    or lost it (leaf-1 restarted: installed from what serve read before). The job's
+    model-averaging job is installed again with it, as it was."""
     client = ServeClient(bed.server.address)
     try:
-        members = [{"worker": r, "host": host_of(r), "udp_port": 43000 + r}
-                   for r in range(WORLD)]
-        job_id = client.request({"op": "admit", "members": members})["jobs"][0]["job_id"]
+        members = [{"worker": r, "host": host_of(r), "udp_port": 43000 + r,
+                    "avg_udp_port": 43100 + r} for r in range(WORLD)]
+        job_id, avg_id = (j["job_id"] for j in
+                          client.request({"op": "admit", "members": members})["jobs"])
+        averaging = {avg_id: bed.installed(avg_id)}
+        assert set(averaging[avg_id]) == set(NAMES), averaging
         excluded = client.request({"op": "exclude", "job": job_id, "worker": 3})
         assert (excluded["leaf"], excluded["leaf_worker"]) == ("leaf-1", 1), excluded
         client.request({"op": "mode_set", "job": job_id, "mode": "partial", "quorum": 1,
@@ -253,7 +272,12 @@ def test_exclusions_and_modes_of_each_level_are_installed_again_as_they_were(
         assert set(before["leaf-1"].active) == {0}, before["leaf-1"]
         assert before["leaf-1"].modes != before["leaf-0"].modes, before
         for restarted in ("leaf-0", "leaf-1"):
-            before, _ = restart(bed, client, restarted, job_id, before)
+            before, _ = restart(bed, client, restarted, job_id, before, also=averaging)
             assert set(before["leaf-1"].active) == {0}, before["leaf-1"]
+        # release removes both jobs from every switch, the restarted ones too
+        client.request({"op": "release"})
+        for name, sw in bed.switches.items():
+            with Switch(sw.grpc_addr, arbitrate=False) as session:
+                assert Controller(session).list_jobs() == [], name
     finally:
         client.close()

@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
+import torch
 
+from hysync.worker.api import HySyncWorker
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportClosedError, TransportConfig
 
@@ -154,3 +156,23 @@ def test_close_from_a_signal_handler_inside_the_call_ends_it(silent_switch):
         signal.signal(signal.SIGUSR1, previous)
     assert tr._sock.fileno() == -1  # the call closed the socket as it left
     np.testing.assert_allclose(tr.residual("g")[:300], 1.0)
+
+
+def test_worker_close_ends_the_running_call_and_the_queued_ones(silent_switch):
+    """HySyncWorker.close() with a call in the engine and two queued behind it: it does not
+    wait out `dead_after` for each; every future fails with TransportClosedError."""
+    config = TransportConfig(job_id=3, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=silent_switch.getsockname()[1],
+                             bind_host="127.0.0.1", slot_base=0, slot_count=4, members=1,
+                             dead_after=DEAD_AFTER, seed=0)
+    hw = HySyncWorker(config, scale=SCALE)
+    futures = [hw.allreduce_async(torch.ones(300), f"k{i}") for i in range(3)]
+    silent_switch.recv(2048)  # the first call is in the engine, waiting on the switch
+    closer = Caller(hw.close)
+    closer.start()
+    closer.join(BACKSTOP)
+    assert not closer.is_alive() and closer.error is None, closer.error
+    for i, future in enumerate(futures):
+        with pytest.raises(TransportClosedError) as caught:
+            future.wait()
+        assert f"key 'k{i}'" in str(caught.value), caught.value

@@ -1,0 +1,54 @@
+"""The starvation seeds of the 100,000-seed sweep from seed 9000000 (one rank per member;
+docs/protocol.md §10, "Committed sweeps"): six run clean on both data planes, the five of a
+worker bug fail again with its fix taken out, and the one of a limit reports starvation again
+when the limit's condition is not met. (Seed 9019721 is not excused: §10 says why.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from .check import check
+from .plan import draw
+from .run import simulate
+
+# A partial call draws its slots' order (least recently closed first) at its start; a round
+# that then closed with a chunk still queued there (a packet of an earlier call, parked into
+# this one) left that chunk first, the call opened the slot's next round with it again and
+# displaced the chunk the others sent, call after call (Flights::round_closed).
+ORDER_AFTER_A_CLOSE = (9001077, 9016450, 9021151, 9024099, 9025540)
+# Limit "Rounds of one raced on a slow switch", quorum 2 of 5: the members in three groups in
+# calls of different keys; key 2's chunk 12 loses every race to a round of key 0's chunks.
+RACED_BY_A_QUORUM = 9014497
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", (*ORDER_AFTER_A_CLOSE, RACED_BY_A_QUORUM))
+def test_the_sweeps_starvation_seeds_run_clean(seed: int, target: str) -> None:
+    rec, sim = simulate(draw(seed), target)
+    found = check(rec, sim)
+    assert not found, f"seed {seed} on {target}: {found[0]}"
+
+
+@pytest.mark.parametrize("seed", ORDER_AFTER_A_CLOSE)
+def test_with_the_order_drawn_at_the_start_only_the_seeds_starve(seed: int) -> None:
+    rec, sim = simulate(draw(seed), "python", faults={"order_at_start": True})
+    assert any(v.startswith("starvation") for v in check(rec, sim)), seed
+
+
+def test_a_race_lost_to_a_quorum_of_another_key_is_the_limit_and_only_it() -> None:
+    """Counted by limit_raced; with the races of a quorum above 1 off the record, or on a
+    switch that is not slow, it is starvation again."""
+    plan = draw(RACED_BY_A_QUORUM)
+    rec, sim = simulate(plan, "native")
+    assert check(rec, sim) == [] and rec.excused.get("limit_raced", 0) >= 1
+    assert all(q == 2 for wk in sim.workers for _t, _d, _o, q in wk.raced)
+    for wk in sim.workers:
+        wk.raced = [r for r in wk.raced if r[3] == 1]
+    rec.excused.clear()
+    assert any(v.startswith("starvation") for v in check(rec, sim))
+    rec, sim = simulate(plan, "native")
+    rec.plan = replace(plan, switch_delay=0.0)  # (read by the check only)
+    assert any(v.startswith("starvation") for v in check(rec, sim))
