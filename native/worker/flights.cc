@@ -681,23 +681,32 @@ bool Flights::silent_too_long(double now) const {
 // settled already. A packet of another kind that holds a slot while a chunk of the call
 // waits behind it counts too: a JOIN of zeros that joined such a round keeps the call's own
 // chunk from ever leaving, so no packet of the call would otherwise be launched to wait.
-bool Flights::waited_too_long(double now) const {
-  if (!call_ || faults_.no_flight_deadline) return false;
+bool Flights::waited_too_long(double now) const { return now >= flight_deadline(); }
+
+// The first moment waited_too_long holds, infinity if none: a timer of its own in
+// next_wake(), since the replies to other slots that keep silent_too_long off need not wake
+// the call near it, nor need any other timer.
+double Flights::flight_deadline() const {
+  double at = std::numeric_limits<double>::infinity();
+  if (!call_ || faults_.no_flight_deadline) return at;
   for (uint32_t i = 0; i < w_; ++i) {
     const Flight* f = slots_[i].flight.get();
-    if (!f || f->parked || now < f->launched + cfg_.dead_after) continue;
+    if (!f || f->parked) continue;
     const bool own = f->kind == Kind::OWN && f->key == call_->key;
     const bool blocks = !faults_.own_flight_deadline && !call_->queues[i].empty();
-    if (own || blocks) return true;
+    if (own || blocks) at = std::min(at, f->launched + cfg_.dead_after);
   }
-  return false;
+  return at;
 }
 
 double Flights::next_wake() const {
   double at = unanswered_since_ > last_rx_ ? unanswered_since_ + cfg_.dead_after
                                            : std::numeric_limits<double>::infinity();
   if (!timers_.empty()) at = std::min(at, timers_.top().at);
-  if (call_) at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+  if (call_) {
+    at = std::min(at, std::max(progress_at_, joined_at_) + cfg_.join_after);
+    at = std::min(at, flight_deadline());
+  }
   return at;
 }
 

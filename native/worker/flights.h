@@ -67,11 +67,14 @@ class Flights {
   double last_heard() const { return last_rx_; }
   bool silent_too_long(double now) const;
   bool waited_too_long(double now) const;
+  double flight_deadline() const;  // when waited_too_long turns true; infinity: never yet
   void forget_unanswered() { unanswered_since_ = -1; }  // dead_after counts afresh
   // How long past its timeout the call's or poll's last wait woke up (expire).
   void set_woke_late(double late) { woke_late_ = late; }
   double next_timer() const;  // infinity: none
-  double next_wake() const;   // the first timer, dead_after or join_after
+  // The first timer, dead_after's silence, a packet's deadline (flight_deadline) or
+  // join_after.
+  double next_wake() const;
 
   int in_flight() const { return inflight_; }
   const Rto& rto() const { return rto_; }

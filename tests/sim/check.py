@@ -189,8 +189,9 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
 def _awake(rec: Record, wk, cause: float) -> float:
     """When the worker could first act on a cause: the end of a pause of its under way then,
     else the cause's own time. A paused worker sends nothing, so its dead timer, started by
-    its first packet after the last reply it heard, starts when the pause ends (seed
-    1007444 with --hosts drawn: a bare restart in a member's 0.93 s pause)."""
+    its first packet after the last reply it heard, starts when the pause ends
+    (tests/sim/plans/bare_in_pause.json: a bare restart 0.26 s into a member's 1.5 s
+    pause)."""
     return max([cause] + [f.at + f.length for f in rec.plan.faults
                           if f.kind == "pause" and f.worker == wk.w
                           and f.at <= cause < f.at + f.length])
