@@ -130,6 +130,7 @@ void bind_config(nb::module_& m) {
       .def_rw("join_behind_waits", &Faults::join_behind_waits)
       .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)
       .def_rw("async_floor_unread", &Faults::async_floor_unread)
+      .def_rw("async_answer_unread", &Faults::async_answer_unread)
       .def_rw("my_other_copy_settles", &Faults::my_other_copy_settles)
       .def_rw("refused_mark_unread", &Faults::refused_mark_unread)
       .def_rw("pin_overflow", &Faults::pin_overflow)

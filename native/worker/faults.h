@@ -59,6 +59,11 @@ struct Faults {
   // on_resync; §9 "A switch that lost the job's state"): a STALE_COUNTED of a re-install that
   // counted a retransmission the old state had counted too settles it once, unflagged.
   bool async_floor_unread = false;
+  // A RESYNC in async answering a sync-style flight with an open round behind the flight's
+  // round is not taken for a new switch state (Replies::on_resync; §9 "A switch that lost the
+  // job's state"): the flight, counted by the old state in a round whose result I lost, is
+  // carried as residual with the replica unflagged - counted twice.
+  bool async_answer_unread = false;
   // An ACK that settles a sync-style flight as counted leaves its round unsuspected
   // (counted_without_result; §9 RULE A): a result lost to every member goes unnoticed.
   bool ack_leaves_no_suspect = false;

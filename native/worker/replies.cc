@@ -245,15 +245,26 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
   // async-style flight knew the round the slot had reached when I launched it: an answer to
   // its latest transmission with an open round behind that one is a new state's (an async
   // flight's own round field is a sequence number, so the sync-style test below cannot tell).
+  // So is an answer in async to a sync-style flight with an open round behind the flight's
+  // own, a round this switch taught me (the sync-style test below reads sync and partial
+  // answers only: in async a STALE_ROUND says the switch refused this round field before,
+  // whatever its open round). Missed, the flight is carried unflagged while the old state may
+  // have counted it in a round whose result I lost (seed 9036984: two STALE answers of a
+  // re-install lost, the third after a swap to async).
   // A STALE_COUNTED there says the new state counted it: settled as counted before the reset
   // forgets it (the old state may have counted it too, a fate the flag below owns).
-  if (f->async_style && f->floor_known && !cfg_.behind_leaf && !faults_.async_floor_unread &&
-      !ahead(rnd, f->floor)) {
+  const bool behind_mine =
+      f->async_style
+          ? f->floor_known && !faults_.async_floor_unread && !ahead(rnd, f->floor)
+          : mode == ASYNC && !faults_.async_answer_unread && !ahead(rnd, f->round);
+  if (behind_mine && !cfg_.behind_leaf) {
     if (reason == STALE_COUNTED && !faults_.forget_counted_at_reset)
       flights_.done(i, true, now, false);
-    switch_reset("the switch answered my async contribution on slot " +
+    switch_reset("the switch answered my " +
+                 std::string(f->async_style ? "async " : "") + "contribution on slot " +
                  std::to_string(cfg_.slot_base + i) + " with open round " + std::to_string(rnd) +
-                 ", behind round " + std::to_string(f->floor) + " that it had reached before");
+                 ", behind round " + std::to_string(f->async_style ? f->floor : f->round) +
+                 (f->async_style ? " that it had reached before" : " that it taught me"));
     return;
   }
   if (reason == NOT_JOINED) {

@@ -111,6 +111,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # Its ACK, taken for the forgotten packet's record, carries the amount: counted twice.
     "refused_mark": (FAULT_KINDS, 9019369, {"faults": {"refused_mark_unread": True}},
                      "exactly-once", "worker 1 chunk 5"),
+    # §9 "A switch that lost the job's state", a STALE answer in async: a partial round
+    # counted worker 0's chunk 0 and its RESULT was lost to it; a re-install answered the
+    # retransmissions STALE at round 0, lost twice, and the third answer came after a swap to
+    # async. Not read as a new state, the flight is carried as residual with the replica
+    # unflagged: what the old state counted is counted twice.
+    "async_answer_to_sync_flight": (FAULT_KINDS, 9036984,
+                                    {"faults": {"async_answer_unread": True}},
+                                    "exactly-once", "worker 0 chunk 0"),
 }
 
 

@@ -174,7 +174,11 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # flight refused so no longer takes that answer for another contribution's.
 # 9000279 (the same, with the forgotten packet of the probe's own chunk: the refusal mark,
 # written over the forgotten packet's record, is what makes the relaunch's ACK its own)
-SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279)
+# 9036984 (a partial round counted a member's contribution and its RESULT was lost to it; a
+# re-install's two STALE answers to the retransmissions were lost too, and the third came
+# after a swap to async: its open round, behind the flight's, now shows the state new - the
+# flight is carried with the replica flagged, not carried as if the old state never counted it)
+SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
