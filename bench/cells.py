@@ -1,11 +1,12 @@
 """A bench's runs as the cells of its table: one cell per (scenario, config) that ran,
-each time by its spread over the repeats, and a config's speedup over a baseline's
-median time to target in the same scenario."""
+each time by its spread over the repeats, a config's speedup over a baseline's median
+time to target in the same scenario, and the bars of the times in its plot."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 
 def spread(values: list[float], digits: int = 2) -> dict | None:
@@ -39,3 +40,21 @@ def add_speedups(rows: list[dict], bases: Sequence[str]) -> None:
                 mine = row["time_to_target_s"]
                 if ref and mine and row["config"] != base:
                     row[f"speedup_over_{base}"] = round(ref["median"] / mine["median"], 2)
+
+
+def time_bars(ax: Any, rows: list[dict], scenarios: Sequence[str], config: str, place: int,
+              width: float) -> None:
+    """On matplotlib axes `ax`, the bars of `config`'s median time to target in each
+    scenario (x = the scenario's index), min to max as error bars; `place`: the config's
+    index among three drawn side by side (0 left of the scenario's tick, 2 right)."""
+    xs, ys, lo, hi = [], [], [], []
+    for j, scenario in enumerate(scenarios):
+        row = next((r for r in rows if (r["scenario"], r["config"]) == (scenario, config)),
+                   None)
+        t = row and row["time_to_target_s"]
+        if t:
+            xs.append(j + (place - 1) * width)
+            ys.append(t["median"])
+            lo.append(t["median"] - t["min"])
+            hi.append(t["max"] - t["median"])
+    ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.cells import add_speedups, cell_runs, spread
+from bench.cells import add_speedups, cell_runs, spread, time_bars
 from bench.launcher_logs import read_back, records
 from hysync.controlplane.testbed.addresses import host_ip
 from hysync.controlplane.testbed.netns import missing_netns_tools
@@ -211,17 +211,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.25
     for i, config in enumerate(CONFIGS):
-        xs, ys, lo, hi = [], [], [], []
-        for j, scenario in enumerate(SCENARIOS):
-            row = next((r for r in rows if (r["scenario"], r["config"]) == (scenario, config)),
-                       None)
-            t = row and row["time_to_target_s"]
-            if t:
-                xs.append(j + (i - 1) * width)
-                ys.append(t["median"])
-                lo.append(t["median"] - t["min"])
-                hi.append(t["max"] - t["median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)
+        time_bars(ax, rows, SCENARIOS, config, i, width)
     ax.set_xticks(range(len(SCENARIOS)), ["every host at pace", f"host h{SLOW_HOST + 1} slow"])
     ax.set_ylabel("seconds to the target accuracy (rank 0)")
     ax.set_title("3 hosts x 2 ranks on the emulated rack: median, min-max")

@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench.cells import add_speedups, cell_runs, spread
+from bench.cells import add_speedups, cell_runs, spread, time_bars
 from bench.launcher_logs import records
 from hysync import _core, wire
 from hysync.controlplane.cli.main import main as hysync_main
@@ -487,17 +487,7 @@ def plot(rows: list[dict], rate_rows: list[dict] | None, path: Path) -> None:
     ax = axes[0][0]
     width = 0.27
     for i, config in enumerate(CONFIGS):
-        xs, ys, lo, hi = [], [], [], []
-        for j, scenario in enumerate(SCENARIOS):
-            row = next((r for r in rows if (r["scenario"], r["config"]) == (scenario, config)),
-                       None)
-            t = row and row["time_to_target_s"]
-            if t:
-                xs.append(j + (i - 1) * width)
-                ys.append(t["median"])
-                lo.append(t["median"] - t["min"])
-                hi.append(t["max"] - t["median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)
+        time_bars(ax, rows, SCENARIOS, config, i, width)
         firsts = [(j + (i - 1) * width, row["rank0_time_to_target_s"]["median"])
                   for j, scenario in enumerate(SCENARIOS)
                   for row in rows if (row["scenario"], row["config"]) == (scenario, config)
