@@ -141,11 +141,8 @@ def spine_members(job_id: int, held: Sequence[tuple[str, Controller]],
         if role is None or role.name != "leaf":
             continue
         behind = hosts.get(level, {})
-        workers = [m.worker for m in leaf.jobs[job_id].members]
-        known = [behind[w].ranks for w in workers if w in behind]
-        ranks = (None if not workers or len(known) < len(workers) or None in known
-                 else [r for rs in known if rs is not None for r in rs])
-        members[role.uplink_id] = MemberHost.of_leaf(level.removeprefix("leaf:"), ranks)
+        members[role.uplink_id] = MemberHost.of_leaf(
+            level.removeprefix("leaf:"), [behind.get(m.worker) for m in leaf.jobs[job_id].members])
     return members
 
 

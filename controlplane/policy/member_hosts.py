@@ -30,9 +30,14 @@ class MemberHost:
     leaf: str | None = None
 
     @classmethod
-    def of_leaf(cls, leaf: str, ranks: Iterable[int] | None) -> MemberHost:
-        """A spine member: leaf `leaf` and the job's ranks behind it."""
-        return cls(None, None if ranks is None else tuple(sorted(ranks)), leaf)
+    def of_leaf(cls, leaf: str, behind: Iterable[MemberHost | None]) -> MemberHost:
+        """A spine member: leaf `leaf`, and the job's ranks behind it, those of its members
+        `behind` (its hosts; unknown unless every one's are known)."""
+        hosts = list(behind)
+        if not hosts or any(h is None or h.ranks is None for h in hosts):
+            return cls(None, None, leaf)
+        return cls(None, tuple(sorted(r for h in hosts if h is not None and h.ranks is not None
+                                      for r in h.ranks)), leaf)
 
     @classmethod
     def of_record(cls, record: Mapping[str, object]) -> MemberHost:

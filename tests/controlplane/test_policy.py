@@ -903,9 +903,12 @@ def test_a_spine_member_is_named_by_its_leaf_and_the_ranks_behind_it(
     """At the spine the members are the leaves: describe, the record's fields, the event
     and `policy status` name each by its leaf (a field of its own, not `host`) and the
     job's ranks behind it; a member below the spine is named as before."""
-    spine = {0: MemberHost.of_leaf("leaf-0", [1, 0]), 1: MemberHost.of_leaf("leaf-1", [2, 3])}
+    spine = {0: MemberHost.of_leaf("leaf-0", [MemberHost("h1", (1,)), MemberHost("h0", (0,))]),
+             1: MemberHost.of_leaf("leaf-1", [MemberHost("h2", (2, 3))])}
+    assert spine[0] == MemberHost(None, (0, 1), "leaf-0")
     assert describe(1, spine) == "member 1 (leaf leaf-1, ranks 2, 3)"
-    assert describe(0, {0: MemberHost.of_leaf("leaf-0", None)}) == "member 0 (leaf leaf-0)"
+    unknown = MemberHost.of_leaf("leaf-0", [MemberHost("h0", (0,)), None])  # h1 not told
+    assert describe(0, {0: unknown}) == "member 0 (leaf leaf-0)"
     assert member_fields(1, spine) == {"member": 1, "host": None, "leaf": "leaf-1",
                                        "ranks": [2, 3]}
     assert "leaf" not in member_fields(1, {1: MemberHost("h2", (2, 3))})
@@ -948,7 +951,7 @@ def test_the_spines_members_are_its_leaves_with_the_ranks_of_their_hosts() -> No
     assert spine_members(5, held, hosts) == {  # type: ignore[arg-type]
         1: MemberHost(None, (2, 3, 4), "rack-a"), 0: MemberHost(None, None, "rack-b")}
     assert spine_members(5, held, {}) == {  # type: ignore[arg-type]
-        1: MemberHost.of_leaf("rack-a", None), 0: MemberHost.of_leaf("rack-b", None)}
+        1: MemberHost(None, None, "rack-a"), 0: MemberHost(None, None, "rack-b")}
 
 
 def test_a_decision_log_record_reads_back_as_the_decision() -> None:

@@ -163,6 +163,11 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
             assert runner.controller is bed.server.fabric.controllers[name]
         status = bed.server.handle(SERVE, {"op": "status"})
         assert [j["policy"] for j in status["jobs"]] == [True], status
+        # status shows the spine's job: its members are the leaves, each named by the leaf
+        # and the ranks behind it (not by the admit's worker of the same number)
+        assert status["jobs"][0]["hosts"] == [
+            {"member": 0, "host": None, "leaf": "leaf-0", "ranks": [0, 1]},
+            {"member": 1, "host": None, "leaf": "leaf-1", "ranks": [2, 3]}], status
         starts = [r for r in bed.records() if r["action"] == "start"]
         assert sorted(r["level"] for r in starts) == ["leaf:leaf-0", "leaf:leaf-1", "spine"]
 
@@ -177,6 +182,9 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         assert [(s.labels, s.value >= 2) for s in skipped] == [({"job": str(job_id)}, True)]
         members = {s.labels["state"]: s.value for s in metrics["hysync_job_members"].samples}
         assert members["healthy"] == LEAVES, members
+        named = {(s.labels["worker"], s.labels["host"], s.labels["ranks"])
+                 for s in metrics["hysync_member_host_info"].samples}
+        assert named == {("0", "", "0, 1"), ("1", "", "2, 3")}, named
         # A leaf's counters that miss their deadline: the spine's read of its hosts' pace
         # is counted too (that tick the spine measures by its own counters).
         racks = policies.runners[0].racks
