@@ -38,12 +38,12 @@ import json
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.cells import add_speedups, cell_runs, spread, time_bars
 from bench.launcher_logs import read_back, records
 from hysync.controlplane.testbed.addresses import host_ip
 from hysync.controlplane.testbed.netns import missing_netns_tools
@@ -179,42 +179,25 @@ def summary(run: dict) -> dict:
     return out
 
 
-def spread(values: list[float]) -> dict | None:
-    if not values:
-        return None
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "n": len(values)}
-
-
 def cells(runs: list[dict]) -> list[dict]:
     rows = []
-    for scenario in SCENARIOS:
-        for config in CONFIGS:
-            mine = [r for r in runs if (r["scenario"], r["config"]) == (scenario, config)]
-            if not mine:
-                continue
-            ok = [r for r in mine if r["error"] is None]
-            reached = [r["time_to_target_s"] for r in ok if r.get("time_to_target_s")]
-            row = {"scenario": scenario, "config": config, "runs": len(mine),
-                   "failed": len(mine) - len(ok),
-                   "reached_target": f"{len(reached)} of {len(ok)}",
-                   "time_to_target_s": spread(reached),
-                   "train_s": spread([r["train_s"] for r in ok]),
-                   "final_accuracy_min": min((min(r["accuracy"]) for r in ok), default=None)}
-            shares = [s for r in ok for s in r.get("host_level_share", [])]
-            if shares:
-                row["host_level_share"] = spread(shares)
-                row["switch_share"] = spread([s for r in ok for s in r["switch_share"]])
-                row["host_level_ms_per_call"] = spread(
-                    [s for r in ok for s in r["host_level_ms_per_call"]])
-            rows.append(row)
-    for scenario in SCENARIOS:
-        by = {r["config"]: r for r in rows if r["scenario"] == scenario}
-        gloo = by.get("gloo", {}).get("time_to_target_s")
-        for row in by.values():
-            mine = row["time_to_target_s"]
-            if gloo and mine and row["config"] != "gloo":
-                row["speedup_over_gloo"] = round(gloo["median"] / mine["median"], 2)
+    for scenario, config, mine in cell_runs(runs, SCENARIOS, CONFIGS):
+        ok = [r for r in mine if r["error"] is None]
+        reached = [r["time_to_target_s"] for r in ok if r.get("time_to_target_s")]
+        row = {"scenario": scenario, "config": config, "runs": len(mine),
+               "failed": len(mine) - len(ok),
+               "reached_target": f"{len(reached)} of {len(ok)}",
+               "time_to_target_s": spread(reached, 3),
+               "train_s": spread([r["train_s"] for r in ok], 3),
+               "final_accuracy_min": min((min(r["accuracy"]) for r in ok), default=None)}
+        shares = [s for r in ok for s in r.get("host_level_share", [])]
+        if shares:
+            row["host_level_share"] = spread(shares, 3)
+            row["switch_share"] = spread([s for r in ok for s in r["switch_share"]], 3)
+            row["host_level_ms_per_call"] = spread(
+                [s for r in ok for s in r["host_level_ms_per_call"]], 3)
+        rows.append(row)
+    add_speedups(rows, ("gloo",))
     return rows
 
 
@@ -228,17 +211,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.25
     for i, config in enumerate(CONFIGS):
-        xs, ys, lo, hi = [], [], [], []
-        for j, scenario in enumerate(SCENARIOS):
-            row = next((r for r in rows if (r["scenario"], r["config"]) == (scenario, config)),
-                       None)
-            t = row and row["time_to_target_s"]
-            if t:
-                xs.append(j + (i - 1) * width)
-                ys.append(t["median"])
-                lo.append(t["median"] - t["min"])
-                hi.append(t["max"] - t["median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)
+        time_bars(ax, rows, SCENARIOS, config, i, width)
     ax.set_xticks(range(len(SCENARIOS)), ["every host at pace", f"host h{SLOW_HOST + 1} slow"])
     ax.set_ylabel("seconds to the target accuracy (rank 0)")
     ax.set_title("3 hosts x 2 ranks on the emulated rack: median, min-max")

@@ -20,26 +20,15 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-import hysync.torch
-from hysync.topologies.workload import accuracy, load_digits_split, make_model, shard
+from bench.digits_rank import Replica, add_training_args
+from hysync.topologies.workload import load_digits_split
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=["hysync", "gloo"], required=True)
-    p.add_argument("--inventory")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--compute-ms", type=float, default=20.0)
-    p.add_argument("--slowdown", type=float, default=1.0)
+    add_training_args(p, steps=200, lr=0.05, compute_ms=20.0, target=0.9, eval_every=10)
     p.add_argument("--slow-host", type=int, default=-1)
-    p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
 
@@ -47,41 +36,25 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     host = int(os.environ.get("GROUP_RANK", "0"))
     slowdown = args.slowdown if host == args.slow_host else 1.0
-    data = load_digits_split()
-    x, y = shard(data, rank, world)
-    model = DistributedDataParallel(make_model("mlp", seed=args.seed))
-    job = None
-    if args.backend == "hysync":
-        job = hysync.torch.attach(model, inventory=args.inventory, timeout=120)
-        steps = job.steps(args.steps)
-    else:
-        steps = iter(range(args.steps))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(1000 * args.seed + rank)
+    me = Replica.start(args, load_digits_split(), timeout=120)
+    job = me.job
     reached: float | None = None
     local = 0
     start = time.monotonic()
-    for _ in steps:
+    for _ in me.steps:
         t0 = time.monotonic()
-        idx = torch.randint(0, len(x), (args.batch_size,), generator=generator)
-        loss = loss_fn(model(x[idx]), y[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        me.update(me.loss())
         busy = args.compute_ms / 1000.0 * slowdown - (time.monotonic() - t0)
         if busy > 0:
             time.sleep(busy)
         local += 1
-        if (rank == 0 and reached is None and local % args.eval_every == 0
-                and accuracy(model, data.x_test, data.y_test) >= args.target):
+        if (me.rank == 0 and reached is None and local % args.eval_every == 0
+                and me.accuracy() >= args.target):
             reached = time.monotonic() - start
     seconds = time.monotonic() - start
-    final = accuracy(model, data.x_test, data.y_test)
-    line = {"rank": rank, "host": host, "accuracy": round(final, 4), "steps": local,
+    line = {"rank": me.rank, "host": host, "accuracy": round(me.accuracy(), 4), "steps": local,
             "seconds": round(seconds, 3),
             "time_to_target": None if reached is None else round(reached, 3)}
     if job is not None:

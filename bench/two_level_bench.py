@@ -65,6 +65,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from bench.cells import add_speedups, cell_runs, spread, time_bars
 from bench.launcher_logs import records
 from hysync import _core, wire
 from hysync.controlplane.cli.main import main as hysync_main
@@ -291,40 +292,21 @@ def train_run(config: str, scenario: str, seed: int, args: argparse.Namespace) -
     return {**summarize(launcher.records(), outcome), **extra}
 
 
-def spread(values: list[float]) -> dict | None:
-    if not values:
-        return None
-    return {"median": round(statistics.median(values), 2), "min": round(min(values), 2),
-            "max": round(max(values), 2), "n": len(values)}
-
-
 def cells(runs: list[dict]) -> list[dict]:
     rows = []
-    for scenario in SCENARIOS:
-        for config in CONFIGS:
-            mine = [r for r in runs if (r["scenario"], r["config"]) == (scenario, config)]
-            if not mine:
-                continue
-            reached = [r["time_to_target_s"] for r in mine if r["time_to_target_s"]]
-            rows.append({
-                "scenario": scenario, "config": config, "runs": len(mine),
-                "reached_target": f"{len(reached)} of {len(mine)}",
-                "ended_by_bench": sum(r["outcome"] == "ended_by_bench" for r in mine),
-                "failed": sum(r["outcome"] not in ("completed", "ended_by_bench")
-                              for r in mine),
-                "time_to_target_s": spread(reached),
-                "rank0_time_to_target_s": spread([r["rank0_time_to_target_s"] for r in mine
-                                                  if r["rank0_time_to_target_s"]]),
-                "final_accuracy_min": min((min(r["accuracy"]) for r in mine if r.get("accuracy")),
-                                          default=None)})
-    for scenario in SCENARIOS:
-        by = {r["config"]: r for r in rows if r["scenario"] == scenario}
-        for base in ("gloo", "sync"):
-            ref = by.get(base, {}).get("time_to_target_s")
-            for row in by.values():
-                mine = row["time_to_target_s"]
-                if ref and mine and row["config"] != base:
-                    row[f"speedup_over_{base}"] = round(ref["median"] / mine["median"], 2)
+    for scenario, config, mine in cell_runs(runs, SCENARIOS, CONFIGS):
+        reached = [r["time_to_target_s"] for r in mine if r["time_to_target_s"]]
+        rows.append({
+            "scenario": scenario, "config": config, "runs": len(mine),
+            "reached_target": f"{len(reached)} of {len(mine)}",
+            "ended_by_bench": sum(r["outcome"] == "ended_by_bench" for r in mine),
+            "failed": sum(r["outcome"] not in ("completed", "ended_by_bench") for r in mine),
+            "time_to_target_s": spread(reached),
+            "rank0_time_to_target_s": spread([r["rank0_time_to_target_s"] for r in mine
+                                              if r["rank0_time_to_target_s"]]),
+            "final_accuracy_min": min((min(r["accuracy"]) for r in mine if r.get("accuracy")),
+                                      default=None)})
+    add_speedups(rows, ("gloo", "sync"))
     return rows
 
 
@@ -505,17 +487,7 @@ def plot(rows: list[dict], rate_rows: list[dict] | None, path: Path) -> None:
     ax = axes[0][0]
     width = 0.27
     for i, config in enumerate(CONFIGS):
-        xs, ys, lo, hi = [], [], [], []
-        for j, scenario in enumerate(SCENARIOS):
-            row = next((r for r in rows if (r["scenario"], r["config"]) == (scenario, config)),
-                       None)
-            t = row and row["time_to_target_s"]
-            if t:
-                xs.append(j + (i - 1) * width)
-                ys.append(t["median"])
-                lo.append(t["median"] - t["min"])
-                hi.append(t["max"] - t["median"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=config)
+        time_bars(ax, rows, SCENARIOS, config, i, width)
         firsts = [(j + (i - 1) * width, row["rank0_time_to_target_s"]["median"])
                   for j, scenario in enumerate(SCENARIOS)
                   for row in rows if (row["scenario"], row["config"]) == (scenario, config)

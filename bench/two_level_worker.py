@@ -22,28 +22,17 @@ from collections import Counter
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-import hysync.torch
-from hysync.topologies.workload import accuracy, load_digits_split, make_model, shard
+from bench.digits_rank import Replica, add_training_args
+from hysync.topologies.workload import load_digits_split
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=["hysync", "gloo"], required=True)
-    p.add_argument("--inventory")
+    add_training_args(p, steps=300, lr=0.03, compute_ms=50.0, target=0.93, eval_every=5)
     p.add_argument("--job")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=0.03)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--compute-ms", type=float, default=50.0)
-    p.add_argument("--slowdown", type=float, default=1.0)
     p.add_argument("--slow-rack", type=int, default=-1)
     p.add_argument("--hosts-per-rack", type=int, default=3)
-    p.add_argument("--target", type=float, default=0.93)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dead-after", type=float, default=30.0,
                    help="seconds a HySync round waits for a member before giving up")
     return p.parse_args()
@@ -57,38 +46,25 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)  # six ranks and three switches share the machine's cores
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     rack = rank // args.hosts_per_rack
     slowdown = args.slowdown if rack == args.slow_rack else 1.0
-    data = load_digits_split(args.seed)
-    x, y = shard(data, rank, world)
-    model = DistributedDataParallel(make_model("mlp", seed=args.seed))
-    job = None
-    if args.backend == "hysync":
-        job = hysync.torch.attach(model, inventory=args.inventory, job_file=args.job,
-                                  timeout=args.dead_after)
-        steps = job.steps(args.steps)
-    else:
-        steps = iter(range(args.steps))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(1000 * args.seed + rank)
+    me = Replica.start(args, load_digits_split(args.seed), job_file=args.job,
+                       timeout=args.dead_after)
+    job = me.job
     modes: Counter = Counter()
     reached: float | None = None
     trained = False
     local = 0
     dist.barrier()  # every rank attached: the clocks start together
     start = time.monotonic()
-    for _ in steps:
+    for _ in me.steps:
         t0 = time.monotonic()
-        idx = torch.randint(0, len(x), (args.batch_size,), generator=generator)
-        loss = loss_fn(model(x[idx]), y[idx])
+        loss = me.loss()
         busy = args.compute_ms / 1000.0 * slowdown - (time.monotonic() - t0)
         if busy > 0:
             time.sleep(busy)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        me.update(loss)
         local += 1
         if job is not None and (stats := job.state.last_stats()) is not None:
             modes.update(stats.modes)
@@ -99,13 +75,12 @@ def main() -> None:
             trained = True
             say({"rank": rank, "trained": local})
         if (reached is None and local % args.eval_every == 0
-                and accuracy(model, data.x_test, data.y_test) >= args.target):
+                and me.accuracy() >= args.target):
             reached = time.monotonic() - start
             say({"rank": rank, "rack": rack, "reached": round(reached, 3), "steps": local,
                  "updates": round(job.updates, 3) if job is not None else local})
     seconds = time.monotonic() - start
-    say({"rank": rank, "rack": rack, "accuracy": round(accuracy(model, data.x_test,
-                                                                 data.y_test), 4),
+    say({"rank": rank, "rack": rack, "accuracy": round(me.accuracy(), 4),
          "steps": local, "updates": round(job.updates, 3) if job is not None else local,
          "seconds": round(seconds, 3), "time_to_target": reached, "modes": dict(modes)})
     dist.destroy_process_group()

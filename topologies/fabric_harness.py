@@ -37,16 +37,14 @@ from hysync.controlplane.testbed.fabric import FabricController
 from hysync.controlplane.testbed.inventory import Fabric, FabricSwitch, SwitchInfo
 from hysync.controlplane.testbed.netns import missing_netns_tools
 from hysync.controlplane.testbed.netns_fabric import (
-    SPINE_IP,
-    SPINE_MAC,
     NetnsFabric,
     front_end_ip,
     grpc_addr,
     host_ip,
     host_mac,
     leaf_ip,
-    leaf_mac,
     management_net,
+    switch_data,
 )
 from hysync.topologies.children import Children
 from hysync.topologies.fabric_jobs import FabricJobs
@@ -95,13 +93,12 @@ class FabricHarness:
         started = []
         for name, ns, addr in zip(self.names, self.fabric.switch_namespaces, self.grpc_addrs,
                                   strict=True):
-            ports = [a for p, ifname in sorted(self.fabric.ports[ns].items())
-                     for a in ("-i", f"{p}@{ifname}")]
             log = log_dir / f"{name}-softswitch.log"
             with open(log, "w") as sink:
                 proc = self.children.start(
                     [self._ip, "netns", "exec", ns, sys.executable, "-m", "hysync.softswitch",
-                     "--grpc-addr", addr, *ports, "--log-level", "warning"],
+                     "--grpc-addr", addr, *self.fabric.softswitch_ports(ns), "--log-level",
+                     "warning"],
                     stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
             started.append((proc, addr, log))
         for proc, addr, log in started:
@@ -110,14 +107,13 @@ class FabricHarness:
 
     def inventory(self) -> Fabric:
         """The switches as the fabric controller knows them (`rack up`'s inventory)."""
-        def info(i: int, ipv4: str, mac: str) -> SwitchInfo:
-            return SwitchInfo(self.grpc_addrs[i], 1, (0, 1), "softswitch", P4INFO, None, ipv4,
-                              mac, wire.HYSYNC_UDP_PORT)
+        def info(i: int) -> SwitchInfo:
+            return SwitchInfo(self.grpc_addrs[i], 1, (0, 1), "softswitch", P4INFO, None,
+                              *switch_data(i), wire.HYSYNC_UDP_PORT)
 
         uplink = self.fabric.uplink_port
-        return Fabric(FabricSwitch("spine", "spine", info(0, SPINE_IP, SPINE_MAC)),
-                      tuple(FabricSwitch(leaf_name(r), "leaf", info(r + 1, leaf_ip(r), leaf_mac(r)),
-                                         r, uplink, r + 1)
+        return Fabric(FabricSwitch("spine", "spine", info(0)),
+                      tuple(FabricSwitch(leaf_name(r), "leaf", info(r + 1), r, uplink, r + 1)
                             for r in range(self.fabric.racks)))
 
     def members(self, workers: int, *, averaging: bool = False) -> list[Member]:

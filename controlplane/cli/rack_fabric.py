@@ -28,16 +28,13 @@ from hysync.controlplane.p4rt.switch import wait_for_server
 from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET
 from hysync.controlplane.testbed.certificates import SERVE_NAME, fabric_certificates
 from hysync.controlplane.testbed.netns_fabric import (
-    SPINE_IP,
-    SPINE_MAC,
     NetnsFabric,
     front_end_ip,
     grpc_addr,
     host_ip,
     host_mac,
-    leaf_ip,
-    leaf_mac,
     management_net,
+    switch_data,
 )
 from hysync.tls import ClientTls
 
@@ -71,15 +68,17 @@ def inventory_text(racks: int, hosts: int, tag: str, pki: Path,
     tls = [f'cacert = "{pki}/rack-ca.pem"', f'cert = "{pki}/{SERVE_NAME}.pem"',
            f'private_key = "{pki}/{SERVE_NAME}.key"', 'target = "softswitch"',
            'p4info = "hysync:p4src/v1model/hysync.p4info.txtpb"']
+    ipv4, mac = switch_data(0)
     lines += ["", "[[switches]]", 'name = "spine"', 'role = "spine"',
-              f'grpc_addr = "{grpc_addr(0, net)}"', *tls, f'data_ipv4 = "{SPINE_IP}"',
-              f'data_mac = "{SPINE_MAC}"']
+              f'grpc_addr = "{grpc_addr(0, net)}"', *tls, f'data_ipv4 = "{ipv4}"',
+              f'data_mac = "{mac}"']
     for r in range(racks):
+        ipv4, mac = switch_data(r + 1)
         lines += ["", "[[switches]]", f'name = "{leaf_name(r)}"', 'role = "leaf"',
                   f"uplink_port = {hosts + 1}              # the leaf's port toward the spine",
                   f"spine_port = {r + 1}                # the spine's port toward this leaf",
-                  f'grpc_addr = "{grpc_addr(r + 1, net)}"', *tls, f'data_ipv4 = "{leaf_ip(r)}"',
-                  f'data_mac = "{leaf_mac(r)}"']
+                  f'grpc_addr = "{grpc_addr(r + 1, net)}"', *tls, f'data_ipv4 = "{ipv4}"',
+                  f'data_mac = "{mac}"']
     lines += ["", "[pool]", f"job_slots = {JOB_SLOTS}", "averaging_slots = 8"]
     for r in range(racks):
         for h in range(hosts):
@@ -160,16 +159,14 @@ def build(args: argparse.Namespace, out: Output, *, state: Path, pki: Path, logs
     try:
         for name, ns, addr, log in zip(names, fabric.switch_namespaces, addrs, log_files,
                                        strict=True):
-            ports = [a for p, ifname in sorted(fabric.ports[ns].items())
-                     for a in ("-i", f"{p}@{ifname}")]
             tls = ["--server-cert-file", str(certs[f"{name}_cert"]), "--server-key-file",
                    str(certs[f"{name}_key"]), "--ca-cert-file", str(certs["ca"]),
                    "--writer", SERVE_NAME]
             with open(log, "w") as sink:  # `ip netns exec` execs: the pid is the softswitch's
                 switches.append(subprocess.Popen(
                     [*fabric.exec_in(ns), sys.executable, "-m", "hysync.softswitch",
-                     "--grpc-addr", addr, *ports, "--p4info", str(p4info), *tls,
-                     "--log-level", "warning"],
+                     "--grpc-addr", addr, *fabric.softswitch_ports(ns), "--p4info",
+                     str(p4info), *tls, "--log-level", "warning"],
                     stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True))  # outlives this command, and its Ctrl-C
         for proc, addr, log in zip(switches, addrs, log_files, strict=True):

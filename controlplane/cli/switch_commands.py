@@ -16,9 +16,14 @@ from hysync.controlplane.controller import Controller, LatchTimeoutError
 from hysync.controlplane.errors import ControlPlaneError, NotPrimaryError
 from hysync.controlplane.job import JobConfig
 from hysync.controlplane.p4rt.switch import Switch
-from hysync.controlplane.policy.member_hosts import Hosts, MemberHost, describe, ranks_text
-from hysync.controlplane.policy.policies import EXCLUDE, READMIT, Decision, make_policy, mode_text
-from hysync.controlplane.policy.runner import PolicyRunner, latest_decision
+from hysync.controlplane.policy.member_hosts import Hosts, ranks_text
+from hysync.controlplane.policy.policies import Decision, make_policy, mode_text
+from hysync.controlplane.policy.runner import (
+    PolicyRunner,
+    describe_decision,
+    latest_decision,
+    recorded_hosts,
+)
 from hysync.controlplane.tables.counters import JobRates, JobStats, rates_between
 from hysync.controlplane.tables.installed import InstalledJob
 from hysync.controlplane.tables.sync_mode import format_mode
@@ -248,14 +253,7 @@ def decision_text(record: dict[str, object]) -> str:
     if record.get("action") == "start":
         dry = " (dry run)" if record.get("dry_run") else ""
         return f"started{dry}, {record.get('mode')}"
-    d = Decision.from_dict(record)
-    if d.action in (EXCLUDE, READMIT) and d.worker is not None and (
-            record.get("host") is not None or record.get("ranks") is not None):
-        ranks = record.get("ranks")
-        place = MemberHost(record.get("host"),  # type: ignore[arg-type]
-                           tuple(ranks) if isinstance(ranks, list) else None)
-        return f"{d.action} {describe(d.worker, {d.worker: place})}: {d.reason}"
-    return d.describe()
+    return describe_decision(Decision.from_dict(record), recorded_hosts(record))
 
 
 def cmd_stats(args: argparse.Namespace, out: Output, hosts: Hosts | None = None) -> None:

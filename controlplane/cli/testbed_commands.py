@@ -274,9 +274,7 @@ def routed_stats(args: argparse.Namespace, out: Output) -> None:
     if args.job is not None:
         job = next((j for j in status["jobs"] if j["job_id"] == args.job), None)
         for h in (job or {}).get("hosts", []):
-            ranks = h.get("ranks")
-            hosts[h["member"]] = MemberHost(h.get("host"), None if ranks is None
-                                            else tuple(ranks))
+            hosts[h["member"]] = MemberHost.of_record(h)
     args.grpc_addr = status["grpc_addr"]
     cmd_stats(args, out, None if args.job is None else hosts)
 
@@ -284,9 +282,7 @@ def routed_stats(args: argparse.Namespace, out: Output) -> None:
 def _routed_member(op: str, what: str) -> Handler:
     def run(args: argparse.Namespace, out: Output) -> None:
         r = _request(args, {"op": op, "job": args.job, "worker": args.worker})
-        ranks = r.get("ranks")
-        place = {args.worker: MemberHost(r.get("host"), None if ranks is None
-                                         else tuple(ranks))}
+        place = {args.worker: MemberHost.of_record(r)}
         named = describe(args.worker, place).replace("member", "worker", 1)
         out.emit(r, f"job {args.job}: {named} {what}; {r['members']} active "
                     f"members (via {args.serve})")

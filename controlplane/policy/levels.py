@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ValidationError
-from hysync.controlplane.policy.member_hosts import Hosts
+from hysync.controlplane.policy.member_hosts import Hosts, MemberHost
 from hysync.controlplane.policy.policies import Decision, PolicyConfig, make_policy
 from hysync.controlplane.policy.rack_pace import RackPace
 from hysync.controlplane.policy.runner import PolicyRunner
@@ -48,7 +48,9 @@ class LevelPolicies:
     is (level name, the attached controller of its switch) for each level to run, e.g.
     [("spine", ...), ("leaf:rack-a", ...)]; a switch that does not hold the job is
     skipped. `hosts`: per level, the host and ranks of each of its members, where known
-    (a leaf's members are hosts; the records of its policy name them)."""
+    (a leaf's members are hosts; the records of its policy name them). The spine's members
+    are the leaves: its records name each by the leaf and the ranks behind it
+    (`spine_members`)."""
 
     def __init__(self, levels: Sequence[tuple[str, Controller]], job_id: int, *,
                  policy: str = "adaptive", interval: float = 0.5, dry_run: bool = False,
@@ -62,10 +64,11 @@ class LevelPolicies:
             if job_id in controller.jobs:
                 held.append((level, controller))
         fraction = (config or PolicyConfig()).min_quorum_fraction
+        hosts = {"spine": spine_members(job_id, held, hosts or {}), **(hosts or {})}
         for level, controller in held:
             self.runners.append(PolicyRunner(
                 controller, job_id, make_policy(policy, config), interval=interval, dry_run=dry_run,
-                log_path=log_path, echo=echo, level=level, hosts=(hosts or {}).get(level),
+                log_path=log_path, echo=echo, level=level, hosts=hosts.get(level),
                 racks=_racks(job_id, controller, held, fraction)))
         if not self.runners:
             raise ValidationError(f"job {job_id} is not on {', '.join(n for n, _ in levels)}: "
@@ -125,6 +128,22 @@ class LevelPolicies:
             made += self.step()
             next_at = max(next_at + self.interval, time.monotonic())
         return made
+
+
+def spine_members(job_id: int, held: Sequence[tuple[str, Controller]],
+                  hosts: Mapping[str, Hosts]) -> dict[int, MemberHost]:
+    """The spine's member of each leaf among `held` (its member id there is the leaf's
+    uplink id, as fabric.py installs it), named by the leaf and the job's ranks behind it:
+    the ranks of the leaf's members in `hosts` (None unless every one's are known)."""
+    members: dict[int, MemberHost] = {}
+    for level, leaf in held:
+        role = leaf.jobs[job_id].role
+        if role is None or role.name != "leaf":
+            continue
+        behind = hosts.get(level, {})
+        members[role.uplink_id] = MemberHost.of_leaf(
+            level.removeprefix("leaf:"), [behind.get(m.worker) for m in leaf.jobs[job_id].members])
+    return members
 
 
 def _racks(job_id: int, controller: Controller, held: Sequence[tuple[str, Controller]],

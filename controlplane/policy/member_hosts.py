@@ -7,6 +7,10 @@ A straggler found at a member is therefore a slow host, and an exclusion leaves 
 ranks out of the rounds together. Serve learns each member's host and ranks at admission
 (`hysync.torch.admit` sends them); the policy's decision records, serve's status and
 stats, and the metrics name them with this module's `MemberHost`.
+
+At the spine of a job across switches the members are the leaves: a spine member is named
+by its leaf (the inventory's switch name, in a field of its own, never `host`) and the
+job's ranks behind it (policy/levels.py builds these from the leaves' hosts).
 """
 
 from __future__ import annotations
@@ -18,15 +22,43 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class MemberHost:
     """A member's inventory host and the job's ranks it speaks for (each None where serve
-    was not told: a job added from a job file, or read back after a restart)."""
+    was not told: a job added from a job file, or read back after a restart). `leaf`: at
+    the spine, the leaf the member is (its host then None); None below the spine."""
 
     host: str | None
     ranks: tuple[int, ...] | None = None
+    leaf: str | None = None
+
+    @classmethod
+    def of_leaf(cls, leaf: str, behind: Iterable[MemberHost | None]) -> MemberHost:
+        """A spine member: leaf `leaf`, and the job's ranks behind it, those of its members
+        `behind` (its hosts; unknown unless every one's are known)."""
+        hosts = list(behind)
+        if not hosts or any(h is None or h.ranks is None for h in hosts):
+            return cls(None, None, leaf)
+        return cls(None, tuple(sorted(r for h in hosts if h is not None and h.ranks is not None
+                                      for r in h.ranks)), leaf)
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, object]) -> MemberHost:
+        """The member a JSON record (`fields`, serve's replies) names."""
+        host, ranks, leaf = record.get("host"), record.get("ranks"), record.get("leaf")
+        return cls(host if isinstance(host, str) else None,
+                   tuple(ranks) if isinstance(ranks, list) else None,
+                   leaf if isinstance(leaf, str) else None)
+
+    def named(self) -> dict[str, object]:
+        """What a JSON record says of the member: its host and ranks, and at the spine
+        its leaf (a key only there, so that records below the spine stay as they were)."""
+        said: dict[str, object] = {"host": self.host,
+                                   "ranks": None if self.ranks is None else list(self.ranks)}
+        if self.leaf is not None:
+            said["leaf"] = self.leaf
+        return said
 
     def fields(self, member: int) -> dict[str, object]:
         """What a JSON record says of member `member`."""
-        return {"member": member, "host": self.host,
-                "ranks": None if self.ranks is None else list(self.ranks)}
+        return {"member": member, **self.named()}
 
 
 Hosts = Mapping[int, MemberHost]  # member index (worker id) -> its host
@@ -45,9 +77,12 @@ def ranks_text(ranks: Iterable[int]) -> str:
 
 
 def describe(member: int, hosts: Hosts) -> str:
-    """`member 1 (host h2, ranks 2, 3)`; what is not known is left out."""
+    """`member 1 (host h2, ranks 2, 3)`, at the spine `member 1 (leaf leaf-1, ranks 2, 3)`;
+    what is not known is left out."""
     place = hosts.get(member)
     said = []
+    if place is not None and place.leaf is not None:
+        said.append(f"leaf {place.leaf}")
     if place is not None and place.host is not None:
         said.append(f"host {place.host}")
     if place is not None and place.ranks is not None:

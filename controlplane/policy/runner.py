@@ -6,7 +6,8 @@ policy of policies.py (`AdaptivePolicy.observe`), applies its decisions through 
 that `latest_decision` (the CLI's `hysync policy status`) reads back. Given the job's
 `hosts` (serve learns them at admission), a record names the host of the member it acts
 on and the ranks that member speaks for (`"member": 1, "host": "h2", "ranks": [2, 3]`),
-and so does each member's entry of its inputs. At the spine of a job across switches,
+and so does each member's entry of its inputs; at the spine of a job across switches a
+member is a leaf (`"member": 1, "host": null, "leaf": "leaf-1", "ranks": [2, 3]`). There,
 given its leaves (`racks`), it measures each leaf by the pace of the hosts behind it
 (rack_pace.py), and its records say so (`"pace": "hosts"`).
 """
@@ -26,8 +27,8 @@ from typing import IO
 from hysync import files, logs
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.errors import ControlPlaneError, DeadlineExceededError
-from hysync.controlplane.policy.detect import Interval, JobView
-from hysync.controlplane.policy.member_hosts import Hosts, describe, member_fields
+from hysync.controlplane.policy.detect import Health, Interval, JobView
+from hysync.controlplane.policy.member_hosts import Hosts, MemberHost, describe, member_fields
 from hysync.controlplane.policy.policies import (
     EXCLUDE,
     READMIT,
@@ -188,8 +189,7 @@ class PolicyRunner:
         for w, entry in (workers or {}).items():  # member index (a string) -> its health
             place = self.hosts.get(int(w))
             if place is not None and isinstance(entry, dict):
-                entry.update(host=place.host,
-                             ranks=None if place.ranks is None else list(place.ranks))
+                entry.update(place.named())
         return record
 
     def _pace_field(self) -> dict[str, str]:
@@ -259,23 +259,68 @@ _EVENTS = {SET_MODE: "mode_swap", EXCLUDE: "exclusion", READMIT: "readmission"}
 
 def _log_decision(job_id: int, d: Decision, hosts: Hosts, level: str | None = None) -> None:
     """An applied decision as the event it is (serve's metrics count the swaps); an
-    exclusion or readmission names the member's host and ranks where they are known, a
+    exclusion or readmission names the member's host (at the spine its leaf) and ranks
+    where they are known, a mode set at the spine the leaves it measured slow or gone, a
     decision at one level of a job across switches names the level."""
     fields: dict[str, object] = {"by": "policy", "reason": d.reason}
-    text = d.describe()
+    text = describe_decision(d, hosts)
     if level is not None:
         fields["job_level"] = level  # `level` is the logging level of logs.event
         text = f"{level}: {text}"
     if d.action == SET_MODE:
         fields.update(mode=d.mode, quorum=d.quorum)
+        named = unhealthy_leaves(d, hosts)
+        if named:
+            fields["leaves"] = [dict(member_fields(w, hosts), state=state)
+                                for w, state in named]
     else:
         assert d.worker is not None
-        place = member_fields(d.worker, hosts)
-        fields.update(worker=d.worker, host=place["host"], ranks=place["ranks"])
-        if d.worker in hosts:
-            text = f"{d.action} {describe(d.worker, hosts)}: {d.reason}"
+        fields.update(worker=d.worker, **hosts.get(d.worker, MemberHost(None)).named())
     logs.event(log, _EVENTS.get(d.action, d.action), f"job {job_id}: {text}", job=job_id,
                **fields)
+
+
+def unhealthy_leaves(d: Decision, hosts: Hosts) -> list[tuple[int, str]]:
+    """(member, its state) of each of the spine's members (leaves) that a mode set
+    measured slow or gone: its reason names each only by its member id there."""
+    workers = d.inputs.get("workers") if d.action == SET_MODE else None
+    if not isinstance(workers, dict):
+        return []
+    named = []
+    for w, health in workers.items():
+        place = hosts.get(int(w))
+        state = health.get("state") if isinstance(health, dict) else None
+        if (place is not None and place.leaf is not None
+                and state in (Health.SLOW.value, Health.GONE.value)):
+            named.append((int(w), str(state)))
+    return sorted(named)
+
+
+def describe_decision(d: Decision, hosts: Hosts) -> str:
+    """One line for `d`: Decision.describe, its member named by host (at the spine by leaf)
+    and ranks where `hosts` knows them, and a mode set at the spine followed by the leaves
+    it measured slow or gone (`...; slow member 1 (leaf leaf-1, ranks 2, 3)`)."""
+    if d.action != SET_MODE and d.worker is not None and d.worker in hosts:
+        return f"{d.action} {describe(d.worker, hosts)}: {d.reason}"
+    return d.describe() + "".join(f"; {state} {describe(w, hosts)}"
+                                  for w, state in unhealthy_leaves(d, hosts))
+
+
+def recorded_hosts(record: Mapping[str, object]) -> dict[int, MemberHost]:
+    """The members a decision record names (its member, each member of its inputs), as
+    `PolicyRunner.record` wrote them: what `describe_decision` needs to say it again."""
+    def named(entry: object) -> bool:
+        return isinstance(entry, Mapping) and any(
+            entry.get(key) is not None for key in ("host", "ranks", "leaf"))
+
+    inputs = record.get("inputs")
+    workers = inputs.get("workers") if isinstance(inputs, Mapping) else None
+    hosts = {int(w): MemberHost.of_record(entry) for w, entry in (workers or {}).items()
+             if named(entry)}
+    member = record.get("worker")
+    if isinstance(member, int) and named(record):
+        hosts[member] = MemberHost.of_record(record)
+    return hosts
 
 
 def latest_decision(path: Path, job_id: int) -> dict[str, object] | None:

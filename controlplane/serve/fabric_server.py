@@ -249,6 +249,20 @@ class FabricServer(Server):
                                       "udp_port": info.data_udp_port, "behind_leaf": True}
         return {"placement": placement, "members": len(members)}
 
+    def members_of(self, job_id: int) -> dict[int, MemberHost]:
+        """The spine's members, as status and the metrics show them (they read the spine's
+        job): each leaf the admitted job spans, by its uplink id (its member id at the
+        spine), named by the leaf and the job's ranks behind it. None known for a job
+        added from a job file."""
+        lease = self.leases.get(job_id)
+        if lease is None or not lease.placement:
+            return {}
+        behind: dict[str, list[MemberHost | None]] = {}
+        for worker, (leaf, _) in sorted(lease.placement.items()):
+            behind.setdefault(leaf, []).append(lease.hosts.get(worker))
+        return {self.fabric_spec.leaf(leaf).uplink_id: MemberHost.of_leaf(leaf, hosts)
+                for leaf, hosts in behind.items()}
+
     def _member_at_leaf(self, lease: Lease, job_id: int, worker: int) -> tuple[str, int]:
         if not lease.placement:
             raise ServeError(f"job {job_id} was added from a job file, not admitted: its "

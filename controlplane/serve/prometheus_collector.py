@@ -82,7 +82,7 @@ class ServeCollector(Collector):
                 sw = server.controller.switch_stats()
                 policies = {j: _PolicyView.of(lease.policy) for j, lease in server.leases.items()
                             if lease.policy is not None}
-                hosts = {job.job_id: server.hosts_of(job.job_id) for job, _ in read}
+                hosts = {job.job_id: server.members_of(job.job_id) for job, _ in read}
         except ControlPlaneError:
             return  # the switch is gone: no samples rather than stale ones
         jobs.add_metric([], len(read))

@@ -437,7 +437,7 @@ class Server:
             owner = ("operator" if lease and lease.owner == OPERATOR else
                      "unclaimed" if lease and lease.owner is None else
                      f"connection {lease.owner}" if lease else "not this serve's")
-            hosts = self.hosts_of(job.job_id)
+            hosts = self.members_of(job.job_id)
             jobs.append(dict(job.to_dict(), owner=owner,
                              policy=bool(lease and lease.policy is not None),
                              held=bool(lease and lease.held),
@@ -680,6 +680,11 @@ class Server:
         by_mac = {h.mac.lower(): h.name for h in self.inv.hosts}
         return {} if job is None else {m.worker: MemberHost(by_mac.get(m.mac.lower()))
                                        for m in job.members}
+
+    def members_of(self, job_id: int) -> dict[int, MemberHost]:
+        """Each member of the job at serve's switch, as status and the metrics show it: on
+        one switch, its host and ranks (`hosts_of`)."""
+        return self.hosts_of(job_id)
 
     def _policy(self, job_id: int, name: str,
                 hosts: dict[int, MemberHost]) -> PolicyRunner | LevelPolicies:

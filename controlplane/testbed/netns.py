@@ -71,24 +71,21 @@ def add_netns(name: str, made: list[str]) -> None:
     _sh(*inns, "ip", "link", "set", "lo", "up")
 
 
-class NetnsStar:
-    """`hosts` sender namespaces, each on its own port (1..hosts) of a switch namespace."""
+class NetnsLayout:
+    """Namespaces and veths that a layout builds (`_build`) and removes exactly: every
+    namespace it made and the root-namespace end of each veth still there, named as soon
+    as it exists, so that a failed build, `close()`, or `remove` in another process (from
+    `created()`: `hysync rack down`) deletes what it made and never anything else."""
 
-    def __init__(self, hosts: int = 4, *, host_management: bool = False,
-                 tag: str | None = None, net: str | None = None) -> None:
-        pid = os.getpid()
-        self.tag = tag or f"hb{pid}"
-        self.hosts = [f"{self.tag}-h{p}" for p in range(1, hosts + 1)]
-        self.switch_ns = f"{self.tag}-sw"
-        self.host_ifs = [f"{self.tag}h{p}" for p in range(1, hosts + 1)]
-        self.switch_ifs = {p: f"{self.tag}s{p}" for p in range(1, hosts + 1)}
-        self.mgmt_root, self.mgmt_switch = f"{self.tag}m", f"{self.tag}n"
-        net = net or free_management_net()
-        self.mgmt_root_ip, self.mgmt_switch_ip = f"{net}.1", f"{net}.2"
-        self.grpc_addr = f"{self.mgmt_switch_ip}:9559"
-        self._net, self._host_management = net, host_management
+    def __init__(self) -> None:
         self._namespaces: list[str] = []
         self._links: list[str] = []  # root-namespace ends of veths still in the root namespace
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _build_or_remove(self) -> None:
+        """`_build`; on any failure what it made so far is removed."""
         try:
             self._build()
         except BaseException:
@@ -105,6 +102,36 @@ class NetnsStar:
     @staticmethod
     def _offloads_off(inns: list[str], ifname: str) -> None:
         _sh(*inns, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off", "rx", "off")
+
+    def created(self) -> dict[str, list[str]]:
+        """What this instance made, for `remove` in another process (`hysync rack down`)."""
+        return {"namespaces": list(self._namespaces), "links": list(self._links)}
+
+    def close(self) -> None:
+        """Delete what this instance made (deleting a namespace deletes its veths)."""
+        remove(self._namespaces, self._links)
+        self._links.clear()
+        self._namespaces.clear()
+
+
+class NetnsStar(NetnsLayout):
+    """`hosts` sender namespaces, each on its own port (1..hosts) of a switch namespace."""
+
+    def __init__(self, hosts: int = 4, *, host_management: bool = False,
+                 tag: str | None = None, net: str | None = None) -> None:
+        pid = os.getpid()
+        self.tag = tag or f"hb{pid}"
+        self.hosts = [f"{self.tag}-h{p}" for p in range(1, hosts + 1)]
+        self.switch_ns = f"{self.tag}-sw"
+        self.host_ifs = [f"{self.tag}h{p}" for p in range(1, hosts + 1)]
+        self.switch_ifs = {p: f"{self.tag}s{p}" for p in range(1, hosts + 1)}
+        self.mgmt_root, self.mgmt_switch = f"{self.tag}m", f"{self.tag}n"
+        net = net or free_management_net()
+        self.mgmt_root_ip, self.mgmt_switch_ip = f"{net}.1", f"{net}.2"
+        self.grpc_addr = f"{self.mgmt_switch_ip}:9559"
+        self._net, self._host_management = net, host_management
+        super().__init__()
+        self._build_or_remove()
 
     def _build(self) -> None:
         self._netns(self.switch_ns)
@@ -152,16 +179,6 @@ class NetnsStar:
             _sh(*self.exec_in(ns), "ip", "link", "set", ifname, "up")
         _sh(*self.exec_in(host), "ip", "route", "add", f"{self.mgmt_switch_ip}/32", "via",
             switch_ip)
-
-    def created(self) -> dict[str, list[str]]:
-        """What this instance made, for `remove` in another process (`hysync rack down`)."""
-        return {"namespaces": list(self._namespaces), "links": list(self._links)}
-
-    def close(self) -> None:
-        """Delete what this instance made (deleting a namespace deletes its veths)."""
-        remove(self._namespaces, self._links)
-        self._links.clear()
-        self._namespaces.clear()
 
 
 def remove(namespaces: list[str], links: list[str]) -> None:

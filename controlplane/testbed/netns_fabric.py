@@ -33,7 +33,7 @@ import re
 import subprocess
 
 from hysync.controlplane.testbed.addresses import FABRIC_MANAGEMENT_NET, free_management_net
-from hysync.controlplane.testbed.netns import NetnsStar, _sh, add_netns, exec_in, remove
+from hysync.controlplane.testbed.netns import NetnsLayout, _sh
 
 SPINE_IP = "10.0.0.254"
 SPINE_MAC = "02:00:00:00:00:f1"
@@ -56,6 +56,11 @@ def leaf_ip(rack: int) -> str:
 
 def leaf_mac(rack: int) -> str:
     return f"02:00:00:00:{rack + 1:02x}:fe"
+
+
+def switch_data(switch: int) -> tuple[str, str]:
+    """Switch `switch`'s data address and MAC: 0 the spine, r + 1 the leaf of rack r."""
+    return (SPINE_IP, SPINE_MAC) if switch == 0 else (leaf_ip(switch - 1), leaf_mac(switch - 1))
 
 
 def front_end_ip(index: int) -> str:
@@ -84,7 +89,7 @@ def management_net() -> str:
     return FABRIC_MANAGEMENT_NET
 
 
-class NetnsFabric:
+class NetnsFabric(NetnsLayout):
     """`racks` leaf namespaces of `hosts` host namespaces each, the leaves on a spine
     namespace, the hosts on a front-end bridge."""
 
@@ -104,25 +109,17 @@ class NetnsFabric:
             **{ns: {**{h + 1: f"{tag}r{r + 1}s{h + 1}" for h in range(hosts)},
                     self.uplink_port: f"{tag}r{r + 1}u"}
                for r, ns in enumerate(self.leaf_ns)}}
-        self._namespaces: list[str] = []
-        self._links: list[str] = []  # root-namespace ends of veths still in the root namespace
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__()
+        self._build_or_remove()
 
     @property
     def switch_namespaces(self) -> list[str]:
         """The spine's namespace, then each leaf's: switch i answers at grpc_addr(i)."""
         return [self.spine_ns, *self.leaf_ns]
 
-    @staticmethod
-    def exec_in(ns: str) -> list[str]:
-        return exec_in(ns)
-
-    def _netns(self, name: str) -> None:
-        add_netns(name, self._namespaces)
+    def softswitch_ports(self, ns: str) -> list[str]:
+        """The `-i PORT@INTERFACE` arguments of the softswitch in switch namespace `ns`."""
+        return [a for p, ifname in sorted(self.ports[ns].items()) for a in ("-i", f"{p}@{ifname}")]
 
     def _veth(self, a: str, a_ns: str | None, b: str, b_ns: str, *, data: bool) -> None:
         """A veth a <-> b, a in a_ns (None: the root namespace), b in b_ns, both up; a data
@@ -137,7 +134,7 @@ class NetnsFabric:
             inns = self.exec_in(ns) if ns else []
             if data:
                 _sh(*inns, "sysctl", "-q", "-w", f"net.ipv6.conf.{ifname}.disable_ipv6=1")
-                NetnsStar._offloads_off(inns, ifname)
+                self._offloads_off(inns, ifname)
             _sh(*inns, "ip", "link", "set", ifname, "up")
 
     def _build(self) -> None:
@@ -182,13 +179,3 @@ class NetnsFabric:
                         f"{grpc_addr(i, self.net).rpartition(':')[0]}/32", "via",
                         switch_front_end_ip(i))
                 index += 1
-
-    def created(self) -> dict[str, list[str]]:
-        """What this instance made, for `remove` in another process (`hysync rack down`)."""
-        return {"namespaces": list(self._namespaces), "links": list(self._links)}
-
-    def close(self) -> None:
-        """Delete what this instance made (deleting a namespace deletes its veths)."""
-        remove(self._namespaces, self._links)
-        self._links.clear()
-        self._namespaces.clear()

@@ -24,7 +24,7 @@ from .topology import (
     multicast,
     result,
     resync,
-    to_member,
+    unicast,
     wrap_sum,
 )
 
@@ -38,10 +38,6 @@ SEQ = 0x40  # an async sequence number
 
 def send(target, job: Job, w: int, rnd: int, **kw) -> list[tuple[int, bytes]]:
     return target.send(job.member(w).port, contribution(job, w, SLOT, rnd, CHUNK, **kw))
-
-
-def reply_to(w: int, datagram: bytes) -> list[tuple[int, bytes]]:
-    return [(AFTER.member(w).port, to_member(AFTER.member(w), datagram))]
 
 
 @pytest.mark.parametrize("mode", [Mode.SYNC, Mode.PARTIAL, Mode.ASYNC],
@@ -64,11 +60,11 @@ def test_a_restart_mid_round_meets_round_0_and_a_new_install_tag(bare_target, mo
         # retransmission is acknowledged under the new tag too.
         assert send(t, AFTER, 0, SEQ) == multicast(AFTER, result(
             AFTER, 0, SLOT, 0, CHUNK, 0b001, lanes_of(0), mode=mode))
-        assert send(t, AFTER, 0, SEQ, flags=Flag.RETRANSMIT) == reply_to(
-            0, ack(AFTER, 0, SLOT, SEQ, CHUNK))
+        assert send(t, AFTER, 0, SEQ, flags=Flag.RETRANSMIT) == unicast(
+            AFTER, 0, ack(AFTER, 0, SLOT, SEQ, CHUNK))
         return
     # Worker 1's packet for the old open round: the new state's open round is 0, behind it.
-    assert send(t, AFTER, 1, 1) == reply_to(1, resync(
+    assert send(t, AFTER, 1, 1) == unicast(AFTER, 1, resync(
         AFTER, 1, SLOT, open_round=0, chunk=0, count=0, bitmap=0,
         reason=ResyncReason.STALE_ROUND, mode=mode, quorum=q))
     # Round 0 of the new install closes, tagged with its epoch.

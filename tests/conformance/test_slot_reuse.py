@@ -26,7 +26,7 @@ from .topology import (
     multicast,
     result,
     resync,
-    to_member,
+    unicast,
     wrap_sum,
 )
 
@@ -57,10 +57,6 @@ def leave_traces(target, mode: int) -> None:
     uninstall(target, OLD, mode, QUORUM[mode])
 
 
-def reply_to(w: int, datagram: bytes) -> list[tuple[int, bytes]]:
-    return [(NEW.member(w).port, to_member(NEW.member(w), datagram))]
-
-
 @pytest.mark.parametrize("old_mode,new_mode", list(itertools.product(MODES, MODES)),
                          ids=lambda m: Mode(m).name.lower())
 def test_a_reused_slot_starts_clean(bare_target, old_mode, new_mode):
@@ -73,8 +69,8 @@ def test_a_reused_slot_starts_clean(bare_target, old_mode, new_mode):
         out = send(t, NEW, 0, COUNTED)
         assert out == multicast(NEW, result(NEW, 0, SLOT, 0, CHUNK, 0b001, lanes_of(0),
                                             mode=Mode.ASYNC))
-        assert send(t, NEW, 0, COUNTED, flags=Flag.RETRANSMIT) == reply_to(
-            0, ack(NEW, 0, SLOT, COUNTED, CHUNK))
+        assert send(t, NEW, 0, COUNTED, flags=Flag.RETRANSMIT) == unicast(
+            NEW, 0, ack(NEW, 0, SLOT, COUNTED, CHUNK))
         return
 
     def fresh(reason: int) -> bytes:
@@ -82,9 +78,9 @@ def test_a_reused_slot_starts_clean(bare_target, old_mode, new_mode):
                       mode=new_mode, quorum=q)
 
     # Nothing to resend: the round before round 0 is not the old job's last result.
-    assert send(t, NEW, 0, 0xFFFFFFFF) == reply_to(0, fresh(ResyncReason.STALE_ROUND))
+    assert send(t, NEW, 0, 0xFFFFFFFF) == unicast(NEW, 0, fresh(ResyncReason.STALE_ROUND))
     # Worker 0 of the old job was counted in round 1; this worker 0 was not.
-    assert send(t, NEW, 0, COUNTED) == reply_to(0, fresh(ResyncReason.STALE_ROUND))
+    assert send(t, NEW, 0, COUNTED) == unicast(NEW, 0, fresh(ResyncReason.STALE_ROUND))
     # Round 0 opens empty: the old job's half-full round and its latched mode are gone.
     assert send(t, NEW, 1, 0) == []
     last = send(t, NEW, 2, 0)

@@ -24,7 +24,7 @@ from .topology import (
     raw_frame,
     result,
     resync,
-    to_member,
+    unicast,
     wrap_sum,
 )
 
@@ -94,7 +94,7 @@ def test_retransmission_after_close_gets_the_stored_result_unicast(target):
     out = send(target, JOB1, 1, 2, 0, chunk=9, flags=Flag.RETRANSMIT)
     stored = result(JOB1, 1, 2, 0, 9, ALL4, wrap_sum(*(lanes_of(w) for w in range(4))),
                     flags=Flag.RESEND)
-    assert out == [(JOB1.member(1).port, to_member(JOB1.member(1), stored))]
+    assert out == unicast(JOB1, 1, stored)
     assert target.counter(p4names.STATS_DUPLICATES, member(JOB1, 1)) == 1
     assert target.counter(p4names.STATS_LATE, member(JOB1, 1)) == 0
     assert target.counter(p4names.REPLICATION_RESULTS, member(JOB1, 1)) == 2
@@ -107,7 +107,7 @@ def test_previous_result_stays_readable_while_next_round_accumulates(target):
     out = send(target, JOB1, 2, 2, 0, chunk=9)
     stored = result(JOB1, 2, 2, 0, 9, ALL4, wrap_sum(*(lanes_of(w) for w in range(4))),
                     flags=Flag.RESEND)
-    assert out == [(JOB1.member(2).port, to_member(JOB1.member(2), stored))]
+    assert out == unicast(JOB1, 2, stored)
 
 
 def test_stale_round_gets_resync_saying_not_counted(target):
@@ -119,7 +119,7 @@ def test_stale_round_gets_resync_saying_not_counted(target):
                    reason=ResyncReason.STALE_ROUND)
     # Worker 3 *was* counted in round 0 but has since been counted in round 1: the
     # switch remembers the last round only, so only that one is reported as counted.
-    assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), reply))]
+    assert out == unicast(JOB1, 3, reply)
     assert target.counter(p4names.STATS_STALE, member(JOB1, 3)) == 1
     assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.STALE)) == 1
 
@@ -135,14 +135,14 @@ def test_stale_round_that_counted_the_worker_says_so(bare_target):
     out = send(t, JOB1, 0, 1, 0, flags=Flag.RETRANSMIT)  # worker 0 lost round 0's result
     reply = resync(JOB1, 0, 1, open_round=2, chunk=0, count=0, bitmap=0,
                    reason=ResyncReason.STALE_COUNTED, mode=Mode.PARTIAL, quorum=2)
-    assert out == [(JOB1.member(0).port, to_member(JOB1.member(0), reply))]
+    assert out == unicast(JOB1, 0, reply)
 
 
 def test_round_ahead_of_the_switch_gets_resync(target):
     out = send(target, JOB1, 2, 6, 7)
     reply = resync(JOB1, 2, 6, open_round=0, chunk=0, count=0, bitmap=0,
                    reason=ResyncReason.STALE_ROUND)
-    assert out == [(JOB1.member(2).port, to_member(JOB1.member(2), reply))]
+    assert out == unicast(JOB1, 2, reply)
 
 
 def test_chunk_mismatch_gets_resync_naming_the_latched_chunk(target):
@@ -150,7 +150,7 @@ def test_chunk_mismatch_gets_resync_naming_the_latched_chunk(target):
     out = send(target, JOB1, 1, 7, 0, chunk=101)
     reply = resync(JOB1, 1, 7, open_round=0, chunk=100, count=1, bitmap=0b1,
                    reason=ResyncReason.CHUNK_MISMATCH)
-    assert out == [(JOB1.member(1).port, to_member(JOB1.member(1), reply))]
+    assert out == unicast(JOB1, 1, reply)
     assert target.counter(p4names.STATS_DROPS, drop(1, DropReason.CHUNK_MISMATCH)) == 1
     assert target.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 1)) == 0
 
@@ -166,7 +166,7 @@ def test_partial_closes_at_quorum_and_the_straggler_is_late(bare_target):
     late = send(t, JOB1, 3, 8, 0, chunk=4)
     resent = result(JOB1, 3, 8, 0, 4, 0b0111, summed, mode=Mode.PARTIAL, quorum=3,
                     flags=Flag.RESEND)
-    assert late == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
+    assert late == unicast(JOB1, 3, resent)
     assert t.counter(p4names.STATS_LATE, member(JOB1, 3)) == 1
     assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 3)) == 0
 
@@ -182,8 +182,7 @@ def test_async_closes_a_round_per_contribution_and_acks_retransmissions(bare_tar
     assert out == multicast(JOB1, result(JOB1, 0, 9, 1, 3, 0b0001, lanes_of(0),
                                          mode=Mode.ASYNC))
     again = send(t, JOB1, 2, 9, 0xDEAD0001, chunk=3, flags=Flag.RETRANSMIT)
-    assert again == [(JOB1.member(2).port,
-                      to_member(JOB1.member(2), ack(JOB1, 2, 9, 0xDEAD0001, 3)))]
+    assert again == unicast(JOB1, 2, ack(JOB1, 2, 9, 0xDEAD0001, 3))
     assert t.counter(p4names.STATS_DUPLICATES, member(JOB1, 2)) == 1
     assert t.counter(p4names.STATS_CONTRIBUTIONS, member(JOB1, 2)) == 1
 

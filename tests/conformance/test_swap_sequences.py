@@ -23,7 +23,7 @@ from hysync.wire import DropReason, Flag, Mode, ResyncReason
 
 from .conftest import install
 from .targets import mode_write
-from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
+from .topology import JOB1, contribution, lanes_of, multicast, result, unicast, wrap_sum
 
 SLOT, CHUNK, OTHER_CHUNK = 12, 3, 19
 
@@ -44,7 +44,7 @@ def send(target, w: int, rnd: int, chunk: int = CHUNK, *, seed: int | None = Non
 
 def reply(w: int, **header: int) -> list[tuple[int, bytes]]:
     datagram = wire.Header(job_id=JOB1.job_id, worker_id=w, slot=SLOT, **header).pack()
-    return [(JOB1.member(w).port, to_member(JOB1.member(w), datagram))]
+    return unicast(JOB1, w, datagram)
 
 
 def swap(target, mode: Mode, quorum: int = 0) -> None:
@@ -172,7 +172,7 @@ def test_a_refused_contribution_stays_refused_in_every_mode(job):
     out = send(t, 3, 1, tx=6, flags=Flag.RETRANSMIT)
     resent = result(JOB1, 3, SLOT, 1, CHUNK, 0b1000, lanes_of(3), mode=Mode.ASYNC,
                     flags=Flag.RESEND | 6 << wire.TX_SHIFT)
-    assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
+    assert out == unicast(JOB1, 3, resent)
     assert t.counter(p4names.STATS_CONTRIBUTIONS, wire.member_index(1, 3)) == 1
 
 
@@ -187,7 +187,7 @@ def test_a_late_contribution_resent_the_round_stays_refused_in_async(job):
     late = result(JOB1, 3, SLOT, 0, CHUNK, 0b0111, wrap_sum(*map(lanes_of, (0, 1, 2))),
                   mode=Mode.PARTIAL,
                   quorum=3, flags=Flag.RESEND | 1 << wire.TX_SHIFT)
-    assert out == [(JOB1.member(3).port, to_member(JOB1.member(3), late))]
+    assert out == unicast(JOB1, 3, late)
     # A duplicate of it behind a swap to async is not counted either.
     swap(t, Mode.ASYNC)
     out = send(t, 3, 0, tx=1)

@@ -11,7 +11,7 @@ from .conftest import install, uninstall
 from .targets import mode_write
 from .test_state_machine import drop, member, send
 from .tna_model import TnaModelTarget
-from .topology import JOB1, contribution, lanes_of, multicast, result, to_member, wrap_sum
+from .topology import JOB1, contribution, lanes_of, multicast, result, unicast, wrap_sum
 
 
 def test_a_contribution_between_a_close_and_its_second_pass_is_refused_then_late():
@@ -34,7 +34,7 @@ def test_a_contribution_between_a_close_and_its_second_pass_is_refused_then_late
     resent = result(JOB1, 3, 8, 0, 4, 0b0111, summed, mode=Mode.PARTIAL, quorum=3,
                     flags=Flag.RESEND)
     assert send(t, JOB1, 3, 8, 0, chunk=4) == []
-    assert t.release() == [(JOB1.member(3).port, to_member(JOB1.member(3), resent))]
+    assert t.release() == unicast(JOB1, 3, resent)
 
 
 def test_async_rounds_in_flight_together_take_distinct_round_numbers():

@@ -116,6 +116,12 @@ def multicast(job: Job, datagram: bytes, *, members: tuple[int, ...] | None = No
     return sorted((m.port, to_member(m, datagram, ident=ident)) for m in chosen)
 
 
+def unicast(job: Job, worker: int, datagram: bytes) -> list[tuple[int, bytes]]:
+    """A reply to one member (a resent result, a RESYNC, an ACK): on its port alone."""
+    m = job.member(worker)
+    return [(m.port, to_member(m, datagram))]
+
+
 def resync(job: Job, worker: int, slot: int, *, open_round: int, chunk: int, count: int,
            bitmap: int, reason: int, mode: int = wire.Mode.SYNC, quorum: int = 0) -> bytes:
     return wire.Header(op=Op.RESYNC, job_id=job.job_id, worker_id=worker, slot=slot,

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +34,7 @@ from hysync.controlplane.cli.main import main
 from hysync.controlplane.cli.switch_commands import decision_text
 from hysync.controlplane.controller import Controller
 from hysync.controlplane.policy.detect import Detector, DetectorConfig, Health, Interval, JobView
+from hysync.controlplane.policy.levels import spine_members
 from hysync.controlplane.policy.member_hosts import MemberHost, describe, member_fields
 from hysync.controlplane.policy.policies import (
     EXCLUDE,
@@ -45,7 +47,12 @@ from hysync.controlplane.policy.policies import (
     candidates,
     value,
 )
-from hysync.controlplane.policy.runner import PolicyRunner, latest_decision
+from hysync.controlplane.policy.runner import (
+    PolicyRunner,
+    _log_decision,
+    describe_decision,
+    latest_decision,
+)
 from hysync.controlplane.tables.counters import JobStats, WorkerStats
 from hysync.protocol_spec.decision import Emit, decide, facts_of
 from hysync.wire import Mode, Op
@@ -889,6 +896,62 @@ def test_a_member_is_named_by_its_host_and_ranks() -> None:
     assert decision_text(record) == "exclude member 1 (host h2, ranks 2, 3): slow"
     record = Decision(1.0, EXCLUDE, "sync", 0, 1, "slow").to_dict()  # no host known
     assert decision_text(record) == "exclude worker 1: slow"
+
+
+def test_a_spine_member_is_named_by_its_leaf_and_the_ranks_behind_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """At the spine the members are the leaves: describe, the record's fields, the event
+    and `policy status` name each by its leaf (a field of its own, not `host`) and the
+    job's ranks behind it; a member below the spine is named as before."""
+    spine = {0: MemberHost.of_leaf("leaf-0", [MemberHost("h1", (1,)), MemberHost("h0", (0,))]),
+             1: MemberHost.of_leaf("leaf-1", [MemberHost("h2", (2, 3))])}
+    assert spine[0] == MemberHost(None, (0, 1), "leaf-0")
+    assert describe(1, spine) == "member 1 (leaf leaf-1, ranks 2, 3)"
+    unknown = MemberHost.of_leaf("leaf-0", [MemberHost("h0", (0,)), None])  # h1 not told
+    assert describe(0, {0: unknown}) == "member 0 (leaf leaf-0)"
+    assert member_fields(1, spine) == {"member": 1, "host": None, "leaf": "leaf-1",
+                                       "ranks": [2, 3]}
+    assert "leaf" not in member_fields(1, {1: MemberHost("h2", (2, 3))})
+    assert describe_decision(Decision(1.0, EXCLUDE, "sync", 0, 1, "gone"), spine) == (
+        "exclude member 1 (leaf leaf-1, ranks 2, 3): gone")
+    # A mode set that leaves out the slow rack: its reason names leaf 1 by its member id.
+    health = {"0": {"state": "healthy"}, "1": {"state": "slow"}}
+    d = Decision(2.0, SET_MODE, "partial", 1, None, "worker 1 slow (closes 100% of rounds)",
+                 {"workers": health})
+    said = ("mode partial(1): worker 1 slow (closes 100% of rounds); "
+            "slow member 1 (leaf leaf-1, ranks 2, 3)")
+    assert describe_decision(d, spine) == said
+    assert describe_decision(d, {1: MemberHost("h2", (2, 3))}) == d.describe()  # one switch
+    runner = PolicyRunner(SimpleNamespace(jobs={}, hot_swaps_async=True),  # type: ignore[arg-type]
+                          1, AdaptivePolicy(), hosts=spine, level="spine")
+    record = json.loads(json.dumps(runner.record(d, applied=True, error=None)))
+    assert record["inputs"]["workers"]["1"] == {"state": "slow", "host": None,
+                                                "leaf": "leaf-1", "ranks": [2, 3]}
+    assert decision_text(record) == said  # `policy status` reads the record back
+    with caplog.at_level("INFO", logger="hysync.controlplane.policy.runner"):
+        _log_decision(7, d, spine, "spine")
+    [event] = [r for r in caplog.records if getattr(r, "hysync_event", None) == "mode_swap"]
+    assert event.getMessage() == f"job 7: spine: {said}"
+    assert event.hysync_fields["leaves"] == [  # type: ignore[attr-defined]
+        {"member": 1, "host": None, "leaf": "leaf-1", "ranks": [2, 3], "state": "slow"}]
+
+
+def test_the_spines_members_are_its_leaves_with_the_ranks_of_their_hosts() -> None:
+    """levels.spine_members: each leaf's uplink id (its member id at the spine) -> the leaf
+    and the ranks of its hosts; ranks unknown where any host's are."""
+    def switch(role: str, uplink_id: int, members: int) -> SimpleNamespace:
+        job = SimpleNamespace(role=SimpleNamespace(name=role, uplink_id=uplink_id),
+                              members=[SimpleNamespace(worker=w) for w in range(members)])
+        return SimpleNamespace(jobs={5: job})
+
+    held = [("spine", switch("spine", -1, 2)), ("leaf:rack-a", switch("leaf", 1, 2)),
+            ("leaf:rack-b", switch("leaf", 0, 2))]
+    hosts = {"leaf:rack-a": {0: MemberHost("a0", (2,)), 1: MemberHost("a1", (3, 4))},
+             "leaf:rack-b": {0: MemberHost("b0", (0,)), 1: MemberHost("b1", None)}}
+    assert spine_members(5, held, hosts) == {  # type: ignore[arg-type]
+        1: MemberHost(None, (2, 3, 4), "rack-a"), 0: MemberHost(None, None, "rack-b")}
+    assert spine_members(5, held, {}) == {  # type: ignore[arg-type]
+        1: MemberHost(None, None, "rack-a"), 0: MemberHost(None, None, "rack-b")}
 
 
 def test_a_decision_log_record_reads_back_as_the_decision() -> None:

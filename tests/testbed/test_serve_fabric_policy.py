@@ -119,8 +119,8 @@ def missing_deadlines(bed: PolicyBed, switch: str, what: str,
 
 
 def admit(bed: PolicyBed, client: ServeClient, **fields: object) -> dict:
-    members = [{"worker": r, "host": host_of(r), "udp_port": bed.sockets[r].getsockname()[1]}
-               for r in range(WORLD)]
+    members = [{"worker": r, "host": host_of(r), "ranks": [r],
+                "udp_port": bed.sockets[r].getsockname()[1]} for r in range(WORLD)]
     return client.request({"op": "admit", "members": members, **fields})
 
 
@@ -163,6 +163,11 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
             assert runner.controller is bed.server.fabric.controllers[name]
         status = bed.server.handle(SERVE, {"op": "status"})
         assert [j["policy"] for j in status["jobs"]] == [True], status
+        # status shows the spine's job: its members are the leaves, each named by the leaf
+        # and the ranks behind it (not by the admit's worker of the same number)
+        assert status["jobs"][0]["hosts"] == [
+            {"member": 0, "host": None, "leaf": "leaf-0", "ranks": [0, 1]},
+            {"member": 1, "host": None, "leaf": "leaf-1", "ranks": [2, 3]}], status
         starts = [r for r in bed.records() if r["action"] == "start"]
         assert sorted(r["level"] for r in starts) == ["leaf:leaf-0", "leaf:leaf-1", "spine"]
 
@@ -177,6 +182,9 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         assert [(s.labels, s.value >= 2) for s in skipped] == [({"job": str(job_id)}, True)]
         members = {s.labels["state"]: s.value for s in metrics["hysync_job_members"].samples}
         assert members["healthy"] == LEAVES, members
+        named = {(s.labels["worker"], s.labels["host"], s.labels["ranks"])
+                 for s in metrics["hysync_member_host_info"].samples}
+        assert named == {("0", "", "0, 1"), ("1", "", "2, 3")}, named
         # A leaf's counters that miss their deadline: the spine's read of its hosts' pace
         # is counted too (that tick the spine measures by its own counters).
         racks = policies.runners[0].racks
@@ -198,13 +206,27 @@ def test_serve_runs_the_policy_at_every_level_and_leaves_a_slow_rack_out_at_the_
         wait_for("spine partial decision", lambda: spine_partial(bed))
         decision = next(r for r in bed.records() if r.get("level") == "spine"
                         and r.get("action") == "set_mode")
-        # leaf-1 is the spine's member 1: the spine's policy names it
+        # leaf-1 is the spine's member 1: the spine's policy names it, and its record names
+        # the leaf and the job's ranks behind it (the leaf in a field of its own)
         assert "worker 1 slow" in decision["reason"], decision
+        measured = decision["inputs"]["workers"]
+        assert {w: (m["leaf"], m["ranks"], m["host"]) for w, m in measured.items()} == {
+            "0": ("leaf-0", [0, 1], None), "1": ("leaf-1", [2, 3], None)}, measured
+        assert "leaf" not in decision  # a mode set names no one member
         # the swap reached the spine, written through serve's session (no other session is
         # primary: serve holds every switch)
         assert any(mode == Mode.PARTIAL for mode, _ in bed.modes("spine")), bed.modes("spine")
         # serve's log names the level each decision acted on
         assert f"job {job_id}: spine: mode partial(" in caplog.text, caplog.text[-3000:]
+        # ... and the spine's event names the slow rack by its leaf and ranks
+        swap = next(r for r in caplog.records if getattr(r, "hysync_event", None) == "mode_swap"
+                    and r.hysync_fields.get("job_level") == "spine")  # type: ignore[attr-defined]
+        assert swap.getMessage().endswith("; slow member 1 (leaf leaf-1, ranks 2, 3)"), swap
+        assert swap.hysync_fields["leaves"] == [  # type: ignore[attr-defined]
+            {"member": 1, "host": None, "leaf": "leaf-1", "ranks": [2, 3], "state": "slow"}]
+        # the leaves' records name their hosts, as on one switch: no `leaf` field
+        assert not any("leaf" in m for r in bed.records() if r.get("level", "").startswith(
+            "leaf:") for m in r.get("inputs", {}).get("workers", {}).values()), bed.records()
         assert all(r.get("level") in ("spine", "leaf:leaf-0", "leaf:leaf-1")
                    for r in bed.records())
 
