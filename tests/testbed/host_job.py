@@ -69,4 +69,8 @@ if job is not None:
                 member=None if job.worker is None else job.worker.config.worker_id,
                 members=None if job.worker is None else job.worker.config.members)
 print(json.dumps(line), flush=True)
+# Every rank done with the group before any tears it down: under load a gloo rank that
+# destroyed its group while a peer was still closing its pairs died in gloo's teardown
+# ("terminate called without an active exception", then SIGSEGV) after its result line.
+dist.barrier()
 dist.destroy_process_group()
