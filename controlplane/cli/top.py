@@ -196,7 +196,7 @@ def source(args: argparse.Namespace) -> tuple[Callable[[], Samples], Callable[[]
         controller = Controller(switch)
         leases: dict[int, Any] = {}
 
-        def hosts_of(self, job_id: int) -> dict[int, Any]:
+        def members_of(self, job_id: int) -> dict[int, Any]:
             return {}
 
     collector = ServeCollector(Direct())  # type: ignore[arg-type]
