@@ -62,6 +62,7 @@ def main() -> None:
         if job.host is not None and job.host.layout.leader:
             line["host_timings"] = job.host.timings.to_dict()
     print(json.dumps(line), flush=True)
+    dist.barrier()
     dist.destroy_process_group()
 
 

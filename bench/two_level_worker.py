@@ -83,6 +83,7 @@ def main() -> None:
     say({"rank": rank, "rack": rack, "accuracy": round(me.accuracy(), 4),
          "steps": local, "updates": round(job.updates, 3) if job is not None else local,
          "seconds": round(seconds, 3), "time_to_target": reached, "modes": dict(modes)})
+    dist.barrier()
     dist.destroy_process_group()
 
 

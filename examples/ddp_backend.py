@@ -60,6 +60,9 @@ def main() -> None:
     print(json.dumps({"rank": rank, "backend": args.backend, "data": data, "steps": args.steps,
                       "accuracy": round(accuracy, 4),
                       "seconds": round(time.monotonic() - start, 2)}), flush=True)
+    # every rank done with the group before any tears it down: a gloo rank that destroys
+    # its group while a peer still closes its pairs can hang or die in gloo's teardown
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -134,6 +134,7 @@ def main() -> None:
                       "updates": whole(job.updates),
                       "accuracy": round(accuracy, 4), "seconds": round(time.monotonic() - start,
                                                                        2)}), flush=True)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -39,4 +39,5 @@ digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes()
                                  for p in model.parameters())).hexdigest()
 print(json.dumps({"rank": rank, "first_loss": losses[0], "last_loss": losses[-1],
                   "updates": job.updates, "params": digest, "worker": worker.ROLE}), flush=True)
+dist.barrier()
 dist.destroy_process_group()

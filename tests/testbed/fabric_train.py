@@ -107,4 +107,5 @@ if job.averager is not None:
                            "largest_move": max((r["max_move"] for r in full), default=0.0),
                            "final": bool(rounds and rounds[-1]["final"])}
 print(json.dumps(record), flush=True)
+dist.barrier()
 dist.destroy_process_group()
