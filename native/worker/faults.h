@@ -78,6 +78,10 @@ struct Faults {
   // other's record, the flight was counted (in async, its round field a sequence number), and
   // its amount is carried and counted twice.
   bool refused_mark_unread = false;
+  // The silent window's probe period is tested as a difference, now - probed_at_ < silence
+  // (Flights::expire), not as the timers are armed: a probe's own retransmission, due exactly
+  // one period after it, can round below the period and wait rto_max more (§9 Failures).
+  bool probe_period_by_difference = false;
 };
 
 }  // namespace hysync::worker

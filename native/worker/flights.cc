@@ -330,7 +330,14 @@ void Flights::expire(double now) {
         timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
         continue;
       }
-      if (now - probed_at_ < silence) {
+      // One probe per period, tested as the timers are armed, probed_at_ + silence: a
+      // packet whose own probe set probed_at_ falls due exactly one period later, and the
+      // difference now - probed_at_ can round below the period and defer it by rto_max
+      // (seed 9045913: behind a switch 0.96 s slow a first contact's probe was lost; sent
+      // again 1.9 s late, it met its packet deadline, and every member's call failed with it).
+      const bool too_soon = faults_.probe_period_by_difference ? now - probed_at_ < silence
+                                                               : now < probed_at_ + silence;
+      if (too_soon) {
         f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
         timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
         continue;

@@ -119,6 +119,12 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "async_answer_to_sync_flight": (FAULT_KINDS, 9036984,
                                     {"faults": {"async_answer_unread": True}},
                                     "exactly-once", "worker 0 chunk 0"),
+    # §9 Failures, the silent window's probes: behind a switch 0.96 s slow a member's
+    # first-contact probe is lost; its retransmission falls due one probe period after it,
+    # the period read as a difference rounds below it, and the probe waits rto_max more:
+    # it meets its packet deadline, and every member's call fails waiting on its sync round.
+    "probe_period": (FAULT_KINDS, 9045913, {"faults": {"probe_period_by_difference": True}},
+                     "failure", "worker 6 call 0"),
 }
 
 
