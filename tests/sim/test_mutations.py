@@ -125,6 +125,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # it meets its packet deadline, and every member's call fails waiting on its sync round.
     "probe_period": (FAULT_KINDS, 9045913, {"faults": {"probe_period_by_difference": True}},
                      "failure", "worker 6 call 0"),
+    # §9 "Sync / partial sending", a forgotten copy's round: a restart's new state counts a
+    # member's chunk 1 in round 1 after a reply of that state aborted its call; the next
+    # call's chunk 15, sent at round 1, is dropped there as its duplicate, the round's RESULT
+    # is lost to it, and the STALE_COUNTED its retransmission meets, the forgotten packet's
+    # count, settles chunk 15 as counted: its amount leaves the residual and reaches no round.
+    "forgotten_round": (FAULT_KINDS, 9044368, {"faults": {"forgotten_round_unread": True}},
+                        "exactly-once", "worker 5 chunk 15"),
 }
 
 

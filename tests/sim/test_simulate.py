@@ -183,7 +183,12 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # period after that probe, read the period as not yet over (a difference rounded below it) and
 # waited rto_max more, so the probe met its packet deadline and every member's call, waiting on
 # its sync round, failed 'unreachable') - the period is tested as its timers are armed
-SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913)
+# 9044368 (a restart's new state counted a member's chunk 1 in round 1 after a reply of that
+# state aborted its call; the next call's chunk 15, sent at round 1, was dropped there as the
+# member's duplicate, the round's RESULT was lost to it, and its retransmission's STALE_COUNTED,
+# the forgotten packet's count, settled it as counted: lost) - a flight sent at the round of a
+# packet of another chunk that the last abort forgot takes such an answer for "not counted"
+SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
