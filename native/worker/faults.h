@@ -78,6 +78,15 @@ struct Faults {
   // other's record, the flight was counted (in async, its round field a sequence number), and
   // its amount is carried and counted twice.
   bool refused_mark_unread = false;
+  // The silent window's probe period is tested as a difference, now - probed_at_ < silence
+  // (Flights::expire), not as the timers are armed: a probe's own retransmission, due exactly
+  // one period after it, can round below the period and wait rto_max more (§9 Failures).
+  bool probe_period_by_difference = false;
+  // A flight sent at the round where the last abort forgot a packet of mine of another chunk
+  // on the slot takes an ACK or STALE_COUNTED there for its own count unless the round's
+  // RESULT showed my bit on the other chunk (counted_without_result; §9 "Sync / partial
+  // sending"): with that RESULT lost, its amount leaves the residual and reaches no round.
+  bool forgotten_round_unread = false;
 };
 
 }  // namespace hysync::worker

@@ -50,6 +50,11 @@ struct FlightState {
   // other contribution's, and an ACK or STALE_COUNTED of it answers this flight's own count.
   // Kept across its relaunch.
   bool refused_over_my_other = false;
+  // Sent at the round where the last abort forgot a packet of mine of another chunk on this
+  // slot (Slot::forgot): an ACK or STALE_COUNTED for that round may answer the forgotten
+  // packet's count, not this flight's, also when the round's RESULT, which would show my bit
+  // on the other chunk (closed_by_my_other), is lost.
+  bool at_forgotten_round = false;
 };
 
 // The one packet in flight on a slot; it owns its bytes.

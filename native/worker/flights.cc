@@ -238,6 +238,8 @@ void Flights::launch(uint32_t i, const uint32_t* rnd, double now) {
   f.stale = false;
   f.closed = false;
   f.closed_by_my_other = false;
+  f.at_forgotten_round = !f.async_style && slots_[i].forgot &&
+                         slots_[i].forgot_round == f.round && slots_[i].forgot_chunk != f.chunk;
   f.launched = now;
   f.backoff = rto_.value();
   // Partial: look early (stall_after) for the switch holding it in an open round (holdable).
@@ -330,7 +332,14 @@ void Flights::expire(double now) {
         timers_.push({f->sent_at + silence, t.gen, t.slot, t.extended});
         continue;
       }
-      if (now - probed_at_ < silence) {
+      // One probe per period, tested as the timers are armed, probed_at_ + silence: a
+      // packet whose own probe set probed_at_ falls due exactly one period later, and the
+      // difference now - probed_at_ can round below the period and defer it by rto_max
+      // (seed 9045913: behind a switch 0.96 s slow a first contact's probe was lost; sent
+      // again 1.9 s late, it met its packet deadline, and every member's call failed with it).
+      const bool too_soon = faults_.probe_period_by_difference ? now - probed_at_ < silence
+                                                               : now < probed_at_ + silence;
+      if (too_soon) {
         f->backoff = std::min(2.0 * f->backoff, cfg_.rto_max);
         timers_.push({now + f->backoff, t.gen, t.slot, t.extended});
         continue;
@@ -520,7 +529,10 @@ void Flights::drop_all() {
   if (!faults_.send_dropped) io_.discard();
   for (uint32_t i = 0; i < w_; ++i) {
     Flight* f = slots_[i].flight.get();
+    slots_[i].forgot = f && !f->async_style;
     if (!f) continue;
+    slots_[i].forgot_round = f->round;
+    slots_[i].forgot_chunk = f->chunk;
     if (f->kind == Kind::OWN && call_ && f->key == call_->key && !f->parked) {
       keys_.settle(*call_, f->local, Outcome::CARRIED, f);
     } else if (f->kind == Kind::RESIDUAL) {
@@ -608,7 +620,16 @@ void Flights::counted_without_result(uint32_t i, double now) {
   // refused this flight's sequence number with my bit in that round: the refusal mark replaced
   // the other's record, so this answer is the flight's own count (seeds 9019369, 9000692: the
   // flight, held behind the other in the round, was counted in async once the slot turned).
-  if (f.closed_by_my_other && !f.refused_over_my_other && !faults_.my_other_copy_settles) {
+  // The worker knows it without that round's RESULT too where it sent this flight at the round
+  // of a packet of another chunk that its last abort forgot on the slot: an answer of that
+  // round may be the forgotten packet's count, and taken for this flight's, it would lose the
+  // flight's amount; taken for "not counted", the worse case counts it twice, a fate the
+  // abort's resync flag covers (seed 9044368: a restart's new state counted the forgotten
+  // chunk 1 in round 1, the next call's chunk 15 was sent there and dropped as my duplicate,
+  // the round's RESULT was lost, and its retransmission was answered STALE_COUNTED).
+  const bool my_other =
+      f.closed_by_my_other || (f.at_forgotten_round && !faults_.forgotten_round_unread);
+  if (my_other && !f.refused_over_my_other && !faults_.my_other_copy_settles) {
     not_counted(i, slots_[i].mode, now);
     return;
   }

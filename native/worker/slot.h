@@ -40,6 +40,11 @@ struct Slot {
   OwnResults own_results;
   std::map<uint32_t, double> suspect;  // rounds skipped, not seen yet: round -> since
   std::deque<Acked> acked;             // at most ACK_MEMORY (results.cc)
+  // The sync-style packet of mine that the last abort forgot here (drop_all), if any: its
+  // round field and chunk. The switch may have counted it in that round after the abort, and
+  // member_seq then holds that round for me.
+  bool forgot = false;
+  uint32_t forgot_round = 0, forgot_chunk = 0;
   std::unique_ptr<Flight> flight;      // null: idle
 };
 

@@ -20,7 +20,7 @@ from hysync.host_group import Applied, HostGroup, HostLayout
 
 from .check import _bare_spans, check
 from .hosts import draw_gradients, reduce_mean
-from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, SCALE, Plan, draw
+from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, PROBE_PERIOD_AS_FOUND, SCALE, Plan, draw
 from .run import Call, Sim, Worker, simulate
 
 # About a minute on a loaded 2-core machine.
@@ -211,6 +211,9 @@ def test_rounds_raced_on_a_slow_switch_is_the_limit_and_only_it(target: str) -> 
 # neither seed meets its situation then (each still passes, HOST_REGRESSIONS); the checker's
 # bounds they show do not depend on that order.
 FOUND_ON = {"faults": {"order_at_start": True}}
+# Seed 1011063's and PAUSED_AT_THE_CAUSE's: the probe period read as a difference
+# (plan.PROBE_PERIOD_AS_FOUND); each still passes without it.
+PROBE_FOUND_ON = {"faults": PROBE_PERIOD_AS_FOUND}
 
 
 def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch) -> None:
@@ -235,7 +238,7 @@ def test_a_cause_met_in_a_pause_counts_from_its_end(monkeypatch) -> None:
     failure no rule allows."""
     from . import check as checker
     plan = Plan.from_json(PAUSED_AT_THE_CAUSE.read_text())
-    rec, sim = simulate(plan, "native")
+    rec, sim = simulate(plan, "native", **PROBE_FOUND_ON)
     assert check(rec, sim) == [] and rec.excused.get("bare_unreachable", 0) >= 1
     monkeypatch.setattr(checker, "_awake", lambda rec, wk, cause: cause)
     assert any(v.startswith("failure: worker 1 call 0") for v in check(rec, sim))
@@ -249,7 +252,7 @@ def test_a_stale_reply_heard_restarts_the_bound_of_a_gone_member() -> None:
     1011063 likewise (a swap's async rounds, a member finished). Without the STALE replies
     on record each is a failure no rule allows."""
     for seed, failed, found_on in zip(STALE_HEARD, ("worker 4 call 4", "worker 2 call 5"),
-                                      (FOUND_ON, {}), strict=True):
+                                      (FOUND_ON, PROBE_FOUND_ON), strict=True):
         plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
         rec, sim = simulate(plan, "native", **found_on)
         assert check(rec, sim) == [], seed

@@ -24,7 +24,15 @@ from hysync import wire
 from hysync.softswitch.pipeline import Pipeline
 
 from .check import check
-from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, STRAGGLER, Plan, draw
+from .plan import (
+    FAULT_KINDS,
+    HOST_KINDS,
+    HOSTS_DRAWN,
+    PROBE_PERIOD_AS_FOUND,
+    STRAGGLER,
+    Plan,
+    draw,
+)
 from .run import simulate
 
 BUDGET = 40  # seeds tried per race, at most
@@ -122,16 +130,24 @@ def test_without_the_install_tag_a_restart_goes_unnoticed() -> None:
     assert not check(rec, sim), f"seed {seed} fails with the install tag too"
 
 
+# The plans replayed on the schedule they were found on (plan.PROBE_PERIOD_AS_FOUND); each still
+# passes on the engine's own.
+FOUND_ON_PROBE_PERIOD = ("probe_relaunched", "join_copied")
+
+
 @pytest.mark.parametrize(("name", "pipeline"), [("probe_relaunched", NoRefusalPipeline),
                                               ("late_resent", NoRefusalPipeline),
                                               ("join_copied", NoJoinMarkPipeline)])
 def test_without_the_refusal_marks_a_duplicate_counts_twice(name: str, pipeline: type) -> None:
     plan = Plan.from_json((Path(__file__).parent / "plans" / f"{name}.json").read_text())
-    rec, sim = simulate(plan, "python", make_pipeline=pipeline)
+    found_on = {"faults": PROBE_PERIOD_AS_FOUND} if name in FOUND_ON_PROBE_PERIOD else {}
+    rec, sim = simulate(plan, "python", make_pipeline=pipeline, **found_on)
     found = check(rec, sim)
     assert found and "exactly-once" in found[0], found
-    rec, sim = simulate(plan, "python")
+    rec, sim = simulate(plan, "python", **found_on)
     assert not check(rec, sim), f"{name} fails with the marks too"
+    rec, sim = simulate(plan, "python")
+    assert not check(rec, sim), f"{name} fails on the engine's own schedule"
 
 
 def test_without_the_sentinel_a_non_finite_gradient_is_lost() -> None:
