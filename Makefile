@@ -38,8 +38,9 @@ help:
 	@echo "make simulate the deterministic simulation: SEEDS=$(SEEDS) from START=$(START) on"
 	@echo "              TARGETS=$(TARGETS), faults KINDS=..., JOBS=processes (0: every CPU; SEED=n"
 	@echo "              replays one; KINDS=straggler: the straggler plans; HOSTS=drawn: members"
-	@echo "              are hosts of 1-8 ranks, HOSTS=32x4: 128 ranks on 32 hosts); numbers in"
-	@echo "              bench/results/simulate.json"
+	@echo "              are hosts of 1-8 ranks, HOSTS=32x4: 128 ranks on 32 hosts;"
+	@echo "              FAULT_MODEL=full: tna-model meets every fault, not the Tofino's); numbers"
+	@echo "              in bench/results/simulate.json"
 	@echo "make clean    remove build outputs (keeps $(VENV))"
 
 # The compiled core needs a C++17 compiler and CMake; say which package is missing.
@@ -141,7 +142,7 @@ TARGETS ?= native,python
 KINDS ?= swap,storm,pause,readd,restart,restart_bare,death,slow_switch,async_reorder,latch_loss
 JOBS ?= 0
 simulate: setup
-	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS) --out bench/results/simulate.json) $(if $(HOSTS),--hosts $(HOSTS))
+	$(PY) -m tests.sim --targets $(TARGETS) --kinds $(KINDS) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --start $(START) --jobs $(JOBS) --out bench/results/simulate.json) $(if $(HOSTS),--hosts $(HOSTS)) $(if $(FAULT_MODEL),--fault-model $(FAULT_MODEL))
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

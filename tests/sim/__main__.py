@@ -6,6 +6,13 @@
     python -m tests.sim --plan '<json>' --targets native      # replay a shrunk plan
     python -m tests.sim --seeds 1000 --hosts drawn    # members are hosts of 1-8 ranks
     python -m tests.sim --seeds 100 --hosts 32x4      # a job of 128 ranks on 32 hosts
+    python -m tests.sim --seeds 1000 --targets tna-model --fault-model full
+                                        # the TNA model under every fault, not the Tofino's
+
+Each target meets the plans of its own program's fault model (docs/protocol.md §10, "The
+fault model per target"): native and python every fault, tna-model the Tofino program's
+(a seed's plan there keeps no swap into or out of async and no copy of a worker's
+datagram); --fault-model full gives every target every fault.
 
 With --out FILE (`make simulate` gives bench/results/simulate.json), writes seeds, simulated
 packets and swaps, violations and simulated seconds per CPU second there; without it a run
@@ -25,10 +32,43 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .check import RULES, check
-from .plan import FAULT_KINDS, HOST_KINDS, HOSTS_DRAWN, Link, Plan, draw, host_layout
+from .plan import (
+    FAULT_KINDS,
+    FAULT_MODELS,
+    FULL,
+    HOST_KINDS,
+    HOSTS_DRAWN,
+    TARGET_FAULT_MODEL,
+    TOFINO,
+    Link,
+    Plan,
+    draw,
+    host_layout,
+)
 from .run import simulate
 
-TARGETS = ("native", "python", "tna-model")
+TARGETS = tuple(TARGET_FAULT_MODEL)
+# --fault-model: "target" (each target's own, plan.TARGET_FAULT_MODEL) or one of
+# plan.FAULT_MODELS for every target.
+BY_TARGET = "target"
+
+
+def fault_model(target: str, chosen: str = BY_TARGET) -> str:
+    """The fault model a target's plans are drawn within."""
+    return TARGET_FAULT_MODEL[target] if chosen == BY_TARGET else chosen
+
+
+def plans_of(seed: int, targets: list[str], kinds: tuple[str, ...], hosts: str,
+             chosen: str = BY_TARGET) -> list[tuple[Plan, str]]:
+    """Seed `seed`'s run on each target: its plan drawn within the target's fault model."""
+    drawn: dict[str, Plan] = {}
+    runs = []
+    for target in targets:
+        model = fault_model(target, chosen)
+        if model not in drawn:
+            drawn[model] = draw(seed, kinds, hosts, model)
+        runs.append((drawn[model], target))
+    return runs
 
 
 def violations(plan: Plan, target: str, **options: object) -> tuple[list[str], object]:
@@ -99,62 +139,62 @@ class Sweep:
         self.cpu_seconds += other.cpu_seconds
 
 
-def sweep(plans: list[Plan], targets: list[str], *, shrinking: bool, replaying: bool,
+def sweep(runs: list[tuple[Plan, str]], *, shrinking: bool, replaying: bool,
           some_kinds: str = "", options: dict[str, object] | None = None) -> Sweep:
-    """Run every plan on every target; print each violation with its reproduction."""
+    """Run each plan on its target; print each violation with its reproduction."""
     out = Sweep()
     options = options or {}
     cpu0 = time.process_time()
-    for plan in plans:
-        for target in targets:
-            if "trace" in options:
-                options["trace"](f"# seed {plan.seed} on {target}")  # type: ignore[operator]
-            try:
-                found, rec = violations(plan, target, **options)
-            except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
-                found, rec = [f"crash: {type(err).__name__}: {err}"], None
-            out.totals["runs"] += 1
-            for k in plan.kinds():
-                out.by_kind[k] = out.by_kind.get(k, 0) + 1
-            out.by_ranks[plan.ranks_per_host] = out.by_ranks.get(plan.ranks_per_host, 0) + 1
-            out.totals["runs_of_32_hosts"] += plan.workers == 32
-            if rec is not None:
-                for k in ("packets", "swaps", "sim_seconds", "state_resets",
-                          "nonfinite_rounds"):
-                    out.totals[k] += getattr(rec, k)
-                for k, v in rec.excused.items():
-                    out.excused[k] = out.excused.get(k, 0) + v
-                out.totals["nonfinite_given"] += len(plan.nonfinite)
-            if not found:
-                continue
-            repro = (f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'"
-                     if replaying else f"make simulate SEED={plan.seed} TARGETS={target}"
-                     f"{some_kinds}")
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}{more}\n"
-                  f"  reproduce: {repro}", flush=True)
-            entry: dict[str, object] = {"seed": plan.seed, "target": target,
-                                        "violations": found[:20],
-                                        "violations_found": len(found)}
-            if shrinking:
-                small = shrink(plan, target)
-                entry["shrunk"] = small.to_json()
-                print(f"  shrunk ({len(small.faults)} of {len(plan.faults)} faults, "
-                      f"{small.calls} calls): python -m tests.sim --targets {target} "
-                      f"--plan '{small.to_json()}'", flush=True)
-            out.failures.append(entry)
+    for plan, target in runs:
+        if "trace" in options:
+            options["trace"](f"# seed {plan.seed} on {target}")  # type: ignore[operator]
+        try:
+            found, rec = violations(plan, target, **options)
+        except Exception as err:  # noqa: BLE001 - a crash is reported as a violation
+            found, rec = [f"crash: {type(err).__name__}: {err}"], None
+        out.totals["runs"] += 1
+        for k in plan.kinds():
+            out.by_kind[k] = out.by_kind.get(k, 0) + 1
+        out.by_ranks[plan.ranks_per_host] = out.by_ranks.get(plan.ranks_per_host, 0) + 1
+        out.totals["runs_of_32_hosts"] += plan.workers == 32
+        if rec is not None:
+            for k in ("packets", "swaps", "sim_seconds", "state_resets",
+                      "nonfinite_rounds"):
+                out.totals[k] += getattr(rec, k)
+            for k, v in rec.excused.items():
+                out.excused[k] = out.excused.get(k, 0) + v
+            out.totals["nonfinite_given"] += len(plan.nonfinite)
+        if not found:
+            continue
+        repro = (f"python -m tests.sim --targets {target} --plan '{plan.to_json()}'"
+                 if replaying else f"make simulate SEED={plan.seed} TARGETS={target}"
+                 f"{some_kinds}")
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        print(f"VIOLATION seed {plan.seed} on {target}: {found[0]}{more}\n"
+              f"  reproduce: {repro}", flush=True)
+        entry: dict[str, object] = {"seed": plan.seed, "target": target,
+                                    "violations": found[:20],
+                                    "violations_found": len(found)}
+        if shrinking:
+            small = shrink(plan, target)
+            entry["shrunk"] = small.to_json()
+            print(f"  shrunk ({len(small.faults)} of {len(plan.faults)} faults, "
+                  f"{small.calls} calls): python -m tests.sim --targets {target} "
+                  f"--plan '{small.to_json()}'", flush=True)
+        out.failures.append(entry)
     out.cpu_seconds = time.process_time() - cpu0
-    out.seeds = len(plans)
+    out.seeds = len({plan.seed for plan, _target in runs})
     return out
 
 
-def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str, float, str]
+def _sweep_chunk(job: tuple[int, int, tuple[str, ...], list[str], bool, str, float, str, str]
                  ) -> Sweep:
-    start, count, kinds, targets, shrinking, some_kinds, deadline, hosts = job
+    start, count, kinds, targets, shrinking, some_kinds, deadline, hosts, chosen = job
     if time.time() > deadline:  # --time-limit: the seeds left are not run
         return Sweep()
-    plans = [draw(s, kinds, hosts) for s in range(start, start + count)]
-    return sweep(plans, targets, shrinking=shrinking, replaying=False, some_kinds=some_kinds)
+    runs = [run for s in range(start, start + count)
+            for run in plans_of(s, targets, kinds, hosts, chosen)]
+    return sweep(runs, shrinking=shrinking, replaying=False, some_kinds=some_kinds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
                          "seeds: 128 ranks on 32 hosts) or HxR (H "
                          "hosts of R ranks, e.g. 32x4); the fault kinds then include "
                          f"{', '.join(HOST_KINDS)} (default: one rank per member)")
+    ap.add_argument("--fault-model", default=BY_TARGET, choices=(BY_TARGET, *FAULT_MODELS),
+                    help=f"'{BY_TARGET}' (default): each target meets the faults of the program "
+                         f"it stands for (tna-model: the Tofino program's, no swap into or out "
+                         f"of async and no copy of a worker's datagram); '{FULL}': every "
+                         f"target meets every fault; '{TOFINO}': every target the Tofino's")
     ap.add_argument("--out", default=None, help="where to write the summary (no file without it)")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--time-limit", type=float, default=float("inf"), metavar="SECONDS",
@@ -204,27 +249,32 @@ def main(argv: list[str] | None = None) -> int:
     # chunk of seeds: a sweep stopped from outside keeps what it ran.
     parallel = not (args.plan or args.seed is not None or args.trace)
     if args.plan:
-        plans = [Plan.from_json(args.plan)]
+        runs = [(Plan.from_json(args.plan), t) for t in targets]
     elif args.seed is not None:
-        plans = [draw(args.seed, kinds, args.hosts)]
+        runs = plans_of(args.seed, targets, kinds, args.hosts, args.fault_model)
     elif parallel:
-        plans = []  # each process draws its own
+        runs = []  # each process draws its own
     else:
-        plans = [draw(s, kinds, args.hosts) for s in range(args.start, args.start + args.seeds)]
+        runs = [run for s in range(args.start, args.start + args.seeds)
+                for run in plans_of(s, targets, kinds, args.hosts, args.fault_model)]
+    seeds = sorted({plan.seed for plan, _target in runs})
 
     some_kinds = "" if kinds in (FAULT_KINDS, FAULT_KINDS + HOST_KINDS) else \
         f" KINDS={','.join(kinds)}"
     if args.hosts:
         some_kinds += f" HOSTS={args.hosts}"
+    if args.fault_model != BY_TARGET:
+        some_kinds += f" FAULT_MODEL={args.fault_model}"
     wall0 = time.monotonic()
     write_out = bool(args.out) and not args.plan and args.seed is None
 
     def summary_of(result: Sweep, complete: bool) -> dict[str, object]:
         totals, cpu = result.totals, result.cpu_seconds
         return {
-            "seeds": len(plans) or result.seeds, "seeds_asked": len(plans) or args.seeds,
-            "first_seed": plans[0].seed if plans else args.start, "complete": complete,
+            "seeds": len(seeds) or result.seeds, "seeds_asked": len(seeds) or args.seeds,
+            "first_seed": seeds[0] if seeds else args.start, "complete": complete,
             "targets": targets, "kinds": list(kinds), "hosts": args.hosts or "one rank each",
+            "fault_model": {t: fault_model(t, args.fault_model) for t in targets},
             **totals, "runs_by_ranks_per_host": dict(sorted(result.by_ranks.items())),
             "excused_by_rule": result.excused, "runs_by_fault_kind": result.by_kind,
             "violations": len(result.failures),
@@ -243,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk = max(1, min(250, args.seeds // (jobs * 4)))
         deadline = time.time() + args.time_limit
         work = [(s, min(chunk, args.start + args.seeds - s), kinds, targets,
-                 not args.no_shrink, some_kinds, deadline, args.hosts)
+                 not args.no_shrink, some_kinds, deadline, args.hosts, args.fault_model)
                 for s in range(args.start, args.start + args.seeds, chunk)]
         result = Sweep()
         with multiprocessing.Pool(jobs) as pool:
@@ -261,10 +311,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace:
             sink = sys.stdout if args.trace == "-" else open(args.trace, "w")  # noqa: SIM115
             options["trace"] = lambda line: print(line, file=sink)
-        result = sweep(plans, targets, shrinking=not args.no_shrink and not args.plan
+        result = sweep(runs, shrinking=not args.no_shrink and not args.plan
                        and args.seed is None, replaying=bool(args.plan), some_kinds=some_kinds,
                        options=options)
-    summary = summary_of(result, complete=result.seeds == (len(plans) or args.seeds))
+    summary = summary_of(result, complete=result.seeds == (len(seeds) or args.seeds))
     print(json.dumps({k: v for k, v in summary.items() if k != "failures"}))
     write(summary)
     return 1 if result.failures else 0

@@ -11,6 +11,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 
 from hysync import wire
+from hysync.controlplane.policy.policies import PolicyConfig
 
 SYNC, PARTIAL, ASYNC = int(wire.Mode.SYNC), int(wire.Mode.PARTIAL), int(wire.Mode.ASYNC)
 
@@ -186,6 +187,18 @@ BIG_JOB, BIG_JOB_SHARE = (wire.MAX_WORKERS, 4), 0.02
 STRAGGLER = "straggler"
 
 
+# Fault models (docs/protocol.md §10, "The fault model per target"): which plans a seed
+# draws for a switch target. FULL is every fault of §10 (the v1model program, the native
+# data plane, the softswitch). TOFINO is the Tofino program's (the `tna-model` target): no
+# slot enters or leaves async by a swap, since the controller refuses such a swap on that
+# program (docs/tofino.md, difference 3), and the network never duplicates a worker's
+# datagram (difference 14: the program has no refusal mark and no JOIN mark).
+FULL, TOFINO = "full", "tofino"
+FAULT_MODELS = (FULL, TOFINO)
+# The fault model of the program each simulation target stands for (run.py's targets).
+TARGET_FAULT_MODEL = {"native": FULL, "python": FULL, "tna-model": TOFINO}
+
+
 @dataclass
 class Draw:
     """Which fault kinds a batch of seeds may draw (all by default)."""
@@ -197,6 +210,22 @@ def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
     mode = rng.choice((SYNC, PARTIAL, ASYNC))
     quorum = 0 if mode == SYNC or rng.random() < 0.3 else rng.randint(1, workers)
     return mode, quorum
+
+
+def _swap_mode(rng: random.Random, workers: int, installed: int,
+               model: str) -> tuple[int, int]:
+    """The mode and quorum a swap sets: drawn as FULL draws it (the same draws of `rng`, so
+    a seed's plans under either model hold the same faults at the same times), then, under
+    TOFINO, kept on the installed mode's side of async. A job installed async stays async
+    (the swap writes async again, which the controller allows and which changes nothing);
+    for one installed sync or partial, a swap into async becomes partial with the quorum
+    drawn, or sync where that is 0."""
+    mode, quorum = _mode(rng, workers)
+    if model == FULL or (mode == ASYNC) == (installed == ASYNC):
+        return mode, quorum
+    if installed == ASYNC:
+        return ASYNC, 0
+    return (PARTIAL, quorum) if quorum else (SYNC, 0)
 
 
 def host_layout(hosts: str) -> tuple[int, int] | None:
@@ -214,18 +243,26 @@ def host_layout(hosts: str) -> tuple[int, int] | None:
     return h, r
 
 
-def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "") -> Plan:
+def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "",
+         model: str = FULL) -> Plan:
     """The plan of `seed`: 2-8 workers, 1-8 slots, 1-3 keys, 2-12 calls, a lossy,
     duplicating, jittery network per direction, 0-12 faults of `kinds` and, in half the
     seeds, non-finite gradient elements (_with_nonfinite); or, with kinds
     `("straggler",)`, the straggler plan of `seed` (draw_straggler). With `hosts`
     (host_layout), every worker is a host of several ranks (_with_hosts); "HxR" also fixes
     the number of workers to H, as "drawn" does (to BIG_JOB) in BIG_JOB_SHARE of the seeds.
-    Without, every worker is one rank, as it always was."""
+    Without, every worker is one rank, as it always was.
+
+    `model` is the fault model drawn within (FULL, TOFINO). Under FULL a seed's plan is what
+    it always was. Under TOFINO it is FULL's plan of the seed (the same job, network and
+    faults at the same times) but that the uplink never duplicates and every swap stays on
+    the installed mode's side of async (_swap_mode)."""
+    if model not in FAULT_MODELS:
+        raise ValueError(f"fault model {model!r}: one of {', '.join(FAULT_MODELS)}")
     if kinds == (STRAGGLER,):
         if hosts:
             raise ValueError("the straggler plans draw no host layout: leave hosts out")
-        return draw_straggler(seed)
+        return draw_straggler(seed, model)
     layout = host_layout(hosts) if hosts else None
     if hosts == HOSTS_DRAWN and random.Random(seed * 1_000_039 + 7).random() < BIG_JOB_SHARE:
         layout = BIG_JOB
@@ -248,6 +285,8 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "") -> Pl
                     fifo=rng.random() < 0.5)
 
     up, down = link(), link()
+    if model == TOFINO:  # drawn as FULL draws it: the rest of the plan is FULL's
+        up = replace(up, dup=0.0)
     faults: list[Fault] = []
     horizon = calls * (0.01 + 0.02 * workers)  # roughly the fault-free run's length
     allowed = [k for k in kinds if k in BASE_KINDS]
@@ -255,12 +294,12 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "") -> Pl
         kind = rng.choice(allowed)
         at = rng.uniform(0, horizon)
         if kind == "swap":
-            m, q = _mode(rng, workers)
+            m, q = _swap_mode(rng, workers, mode, model)
             faults.append(Fault(at, "swap", m, q))
         elif kind == "storm":  # swaps a packet apart, between any modes
             gap = rng.choice((0.0002, 0.001, 0.003))
             for j in range(rng.randint(5, 40)):
-                m, q = _mode(rng, workers)
+                m, q = _swap_mode(rng, workers, mode, model)
                 faults.append(Fault(at + j * gap, "swap", m, q))
         elif kind == "pause":
             faults.append(Fault(at, "pause", worker=rng.randrange(workers),
@@ -276,7 +315,7 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "") -> Pl
     plan = _with_nonfinite(Plan(seed, workers, slots, slot_base, sizes, calls, mode, quorum,
                                 up, down, rng.choice((0.0005, 0.002, 0.01)), tuple(faults),
                                 end, rng.uniform(0, 2 * horizon)))
-    plan = _with_extra_faults(plan, kinds, horizon)
+    plan = _with_extra_faults(plan, kinds, horizon, model)
     return _with_hosts(plan, kinds, horizon, layout[1] if layout else 0) if hosts else plan
 
 
@@ -304,12 +343,13 @@ def _with_hosts(plan: Plan, kinds: tuple[str, ...], horizon: float, ranks: int) 
                    faults_end=end)
 
 
-def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float) -> Plan:
+def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float,
+                       model: str) -> Plan:
     """The fault kinds of EXTRA_KINDS, each in 20% of the seeds that may draw it (in every
     seed of a batch of that kind alone): a slow switch (10-100x the compute step), worker ->
     switch reordering where slots run async, and a swap whose switch loses its state
     (restart, bare restart or re-install) 0-1 ms after the swap, while rounds latch the
-    new mode."""
+    new mode (a swap of the fault model's, _swap_mode)."""
     rng = random.Random(plan.seed * 1_000_037 + 11)
     chance = 1.0 if len(kinds) == 1 else 0.2
     drawn = [rng.random() < chance and k in kinds for k in EXTRA_KINDS]
@@ -319,7 +359,7 @@ def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float) -> Pl
         plan = replace(plan, reorder_async=True)
     if drawn[2]:
         at = rng.uniform(0, horizon)
-        m, q = _mode(rng, plan.workers)
+        m, q = _swap_mode(rng, plan.workers, plan.mode, model)
         loss = Fault(at + rng.choice((0.0, 0.0002, 0.001)),
                      rng.choice(("restart", "readd", "restart_bare")),
                      length=rng.choice((0.0, 0.01, 0.2)))
@@ -330,12 +370,14 @@ def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float) -> Pl
     return plan
 
 
-def draw_straggler(seed: int) -> Plan:
+def draw_straggler(seed: int, model: str = FULL) -> Plan:
     """The plan of straggler seed `seed`: 3-6 workers, one 4-10x slower than the others,
     1-8 slots, a key of 2-6 chunks per slot (and sometimes a second, smaller key), 30-40
     calls, and the adaptive policy's swaps: async, partial without the straggler, then sync
     for good. The partial and async phases let the fast members' calls run ahead of the
-    straggler's; back in sync, their rounds on a slot pair different calls."""
+    straggler's; back in sync, their rounds on a slot pair different calls. Under TOFINO
+    the policy runs without async (controlplane/policy/runner.py): its probe is partial
+    with the smallest quorum it allows, and nothing else of the plan changes."""
     rng = random.Random(seed)
     workers = rng.randint(3, 6)
     slots = rng.randint(1, 8)
@@ -348,7 +390,8 @@ def draw_straggler(seed: int) -> Plan:
     t_async = rng.uniform(0.05, 0.3) * horizon
     t_partial = t_async + rng.uniform(0.0, 0.2) * horizon
     t_sync = t_partial + rng.uniform(0.05, 0.3) * horizon
-    faults = (Fault(t_async, "swap", ASYNC), Fault(t_partial, "swap", PARTIAL, workers - 1),
+    probe = (ASYNC, 0) if model == FULL else (PARTIAL, PolicyConfig().quorum_floor(workers))
+    faults = (Fault(t_async, "swap", *probe), Fault(t_partial, "swap", PARTIAL, workers - 1),
               Fault(t_sync, "swap", SYNC))
     lossy = rng.random() < 0.5
     link = Link(loss=0.02 if lossy else 0.0, delay=rng.uniform(0.0001, 0.001),
