@@ -125,6 +125,18 @@ class TnaModelPipeline(Pipeline):
         self.t_res = [(0, 0, 0)] * (2 * n)
         self.t_lanes = np.zeros((2 * n, wire.LANES), dtype=np.int32)
 
+    def open_round(self, s: int, epoch: int) -> tuple[int, int, int, int] | None:
+        """(mode, quorum, count, bitmap) of slot s's open round of install `epoch`, read the
+        program's way: a round is under way when the mode latch is tagged with the open
+        round (only the contribution that opens a round latches it); None when no round is
+        (or the slot holds another install's state)."""
+        cur, round_epoch = self.t_round[s]
+        tag, packed = self.t_mode[s]
+        if self.t_slot_epoch[s] != epoch or round_epoch != epoch or tag != cur or not packed \
+                or self.t_count[s] <= 0:
+            return None
+        return packed >> 8 & 0xFF, packed & 0xFF, self.t_count[s], self.t_bitmap[s]
+
     def process_frame(self, ingress_port: int, frame: bytes) -> list[tuple[int, bytes]]:
         self._frame = (ingress_port, frame)
         return super().process_frame(ingress_port, frame)

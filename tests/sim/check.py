@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from hysync import wire
+from tests.conformance.tna_model import TnaModelPipeline
 
 from .check_hosts import check_hosts
 from .plan import JOIN_AFTER, SCALE
@@ -323,18 +324,28 @@ def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:
     short of it without that member's bit? A round keeps the mode it latched, so the live
     members' contributions parked in it are never answered and the slot's chunks reach no
     round (docs/protocol.md §10, limit "A partial round latched with a member who then
-    died"). Read from the reference layout of the registers (the native and Python
-    pipelines); the TNA model keeps its own, and its runs still report the case."""
+    died"). Read from the registers of the pipeline (_open_round)."""
     sw, plan = sim.switch, rec.plan
-    pl, s = sw.pipeline, plan.slot_base + chunk % plan.slots
-    if not sw.installed or pl.slot_epoch[s] != sw.job.epoch or pl.count[s] == 0 or \
-            pl.mode[s] == wire.Mode.ASYNC:
+    s = plan.slot_base + chunk % plan.slots
+    held = _open_round(sw.pipeline, s, sw.job.epoch) if sw.installed else None
+    if held is None or held[0] == wire.Mode.ASYNC:
         return False
+    mode, quorum, count, bitmap = held
     dead = {f.worker for f in plan.faults if f.kind == "death"}
-    need = plan.workers if pl.quorum[s] == 0 else min(pl.quorum[s], plan.workers)
-    live_missing = sum(1 for w in range(plan.workers)
-                       if w not in dead and not pl.bitmap[s] >> w & 1)
-    return bool(dead) and pl.count[s] + live_missing < need
+    need = plan.workers if quorum == 0 else min(quorum, plan.workers)
+    live_missing = sum(1 for w in range(plan.workers) if w not in dead and not bitmap >> w & 1)
+    return bool(dead) and count + live_missing < need
+
+
+def _open_round(pl, s: int, epoch: int) -> tuple[int, int, int, int] | None:
+    """(mode, quorum, count, bitmap) of slot s's open round of install `epoch`, or None
+    where none is under way: from the reference layout of the registers (the native and
+    Python pipelines), or the TNA model's own (TnaModelPipeline.open_round)."""
+    if isinstance(pl, TnaModelPipeline):
+        return pl.open_round(s, epoch)
+    if pl.slot_epoch[s] != epoch or pl.count[s] == 0:
+        return None
+    return pl.mode[s], pl.quorum[s], pl.count[s], pl.bitmap[s]
 
 
 def _bare_spans(rec: Record) -> list[tuple[float, float]]:
