@@ -212,19 +212,19 @@ def _mode(rng: random.Random, workers: int) -> tuple[int, int]:
     return mode, quorum
 
 
-def _swap_mode(rng: random.Random, workers: int, installed: int,
+def _swap_mode(rng: random.Random, workers: int, installed: tuple[int, int],
                model: str) -> tuple[int, int]:
     """The mode and quorum a swap sets: drawn as FULL draws it (the same draws of `rng`, so
     a seed's plans under either model hold the same faults at the same times), then, under
-    TOFINO, kept on the installed mode's side of async. A job installed async stays async
-    (the swap writes async again, which the controller allows and which changes nothing);
-    for one installed sync or partial, a swap into async becomes partial with the quorum
-    drawn, or sync where that is 0."""
+    TOFINO, kept on the `installed` mode's side of async. A job installed async keeps its
+    mode and quorum (the controller allows setting async on async slots, and writes
+    nothing); for one installed sync or partial, a swap into async becomes partial with the
+    quorum drawn, or sync where that is 0."""
     mode, quorum = _mode(rng, workers)
-    if model == FULL or (mode == ASYNC) == (installed == ASYNC):
+    if model == FULL or (installed[0] != ASYNC and mode != ASYNC):
         return mode, quorum
-    if installed == ASYNC:
-        return ASYNC, 0
+    if installed[0] == ASYNC:
+        return installed
     return (PARTIAL, quorum) if quorum else (SYNC, 0)
 
 
@@ -294,12 +294,12 @@ def draw(seed: int, kinds: tuple[str, ...] = FAULT_KINDS, hosts: str = "",
         kind = rng.choice(allowed)
         at = rng.uniform(0, horizon)
         if kind == "swap":
-            m, q = _swap_mode(rng, workers, mode, model)
+            m, q = _swap_mode(rng, workers, (mode, quorum), model)
             faults.append(Fault(at, "swap", m, q))
         elif kind == "storm":  # swaps a packet apart, between any modes
             gap = rng.choice((0.0002, 0.001, 0.003))
             for j in range(rng.randint(5, 40)):
-                m, q = _swap_mode(rng, workers, mode, model)
+                m, q = _swap_mode(rng, workers, (mode, quorum), model)
                 faults.append(Fault(at + j * gap, "swap", m, q))
         elif kind == "pause":
             faults.append(Fault(at, "pause", worker=rng.randrange(workers),
@@ -359,7 +359,7 @@ def _with_extra_faults(plan: Plan, kinds: tuple[str, ...], horizon: float,
         plan = replace(plan, reorder_async=True)
     if drawn[2]:
         at = rng.uniform(0, horizon)
-        m, q = _swap_mode(rng, plan.workers, plan.mode, model)
+        m, q = _swap_mode(rng, plan.workers, (plan.mode, plan.quorum), model)
         loss = Fault(at + rng.choice((0.0, 0.0002, 0.001)),
                      rng.choice(("restart", "readd", "restart_bare")),
                      length=rng.choice((0.0, 0.01, 0.2)))
