@@ -31,6 +31,7 @@ from hysync.softswitch.pipeline import Pipeline
 from hysync.softswitch.tables import Entry, Replica
 from hysync.worker.config import engine_config
 from tests.conformance.targets import job_group, job_writes, mode_write
+from tests.conformance.tna_model import TnaModelPipeline
 from tests.conformance.topology import Job, Member
 
 from .hosts import Rank, draw_gradients, ranks_of, reduce_mean, updates
@@ -65,7 +66,6 @@ def _pipeline(target: str) -> Pipeline:
     if target == "python":
         return Pipeline()
     if target == "tna-model":
-        from tests.conformance.tna_model import TnaModelPipeline
         return TnaModelPipeline()
     raise ValueError(f"unknown simulation target {target!r}: native, python or tna-model")
 
@@ -270,6 +270,9 @@ class Sim:
         # id -> (the switch state that emitted it, the RESULT itself, kept alive so that
         # its id stays its own): the state a result came from, when a worker gets it
         self.state_of: dict[int, tuple[int, bytes]] = {}
+        # id -> (the switch state, the reply) of every STALE_COUNTED the TNA model sent, whose
+        # member_seq has no refusal mark (_check_settled)
+        self.stale_counted_of: dict[int, tuple[int, bytes]] = {}
         members = tuple(Member(w, w + 1) for w in range(plan.workers))
         job = Job(1, plan.slot_base, plan.slots, members, self._epoch())
         self.switch = Switch(self.make_pipeline, job)
@@ -582,6 +585,11 @@ class Sim:
                 if flight is not None and not flight[_OFF_FLAGS] & wire.Flag.JOIN and \
                         (flight[_OFF_FLAGS] ^ data[_OFF_FLAGS]) & wire.TX_MASK == 0:
                     wk.stales_heard.append(self.now)
+                    emitted = self.stale_counted_of.get(id(data))
+                    if emitted is not None:  # "counted" for the flight's round, on the TNA model
+                        self._check_settled(wk, (emitted[0], struct.unpack_from(
+                            "!H", data, _OFF_SLOT)[0], struct.unpack_from(
+                            "!I", flight, _OFF_ROUND)[0]), flight)
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
@@ -657,10 +665,13 @@ class Sim:
             wk.aborts.append(self.moment())
 
     def _check_settled(self, wk: Worker, key: tuple[int, int, int], flight: bytes) -> None:
-        """A RESULT with my bit and my flight's chunk settles the flight as counted. Where the
-        round counted another transmission of mine, with other lanes (one an abort forgot,
-        relaunched with more gradient at the same round), note the flight's chunk and lanes:
-        the worker's books there are off by the difference (docs/protocol.md §10, the limit
+        """A RESULT with my bit and my flight's chunk settles the flight as counted; on the TNA
+        model, whose member_seq keeps no refusal mark, so may the STALE_COUNTED that answers
+        its latest transmission once the round's RESULT is lost. Where the round counted
+        another transmission of mine, with other lanes (one an abort forgot, relaunched with
+        more gradient at the same round; on the TNA model also one of another chunk, which a
+        probe of the flight's was refused beside), note the flight's chunk and lanes: the
+        worker's books there are off by the difference (docs/protocol.md §10, the limit
         "A relaunch meets its forgotten copy")."""
         mine = [lanes for w, _c, lanes in self.rec.closed.get(key, ()) if w == wk.w]
         sent = self._lanes(flight)
@@ -789,6 +800,10 @@ class Sim:
             self.rec.packets += 1
             if reply[_OFF_OP] in (wire.Op.RESULT, wire.Op.ACK):  # they carry the install tag
                 self.state_of[id(reply)] = (self.rec.state_resets, reply)  # (kept alive)
+            if reply[_OFF_OP] == wire.Op.RESYNC and \
+                    reply[_OFF_REASON] == wire.ResyncReason.STALE_COUNTED and \
+                    isinstance(sw.pipeline, TnaModelPipeline):
+                self.stale_counted_of[id(reply)] = (self.rec.state_resets, reply)
             if reply[_OFF_OP] == wire.Op.RESULT and not closed and not (
                     reply[_OFF_FLAGS] & wire.Flag.RESEND):
                 closed = True

@@ -12,7 +12,7 @@ from tests.conformance.tna_model import TnaModelPipeline
 
 from .check import check
 from .plan import FAULT_KINDS, PROBE_PERIOD_AS_FOUND, STRAGGLER, TOFINO, Plan, draw
-from .run import simulate
+from .run import Sim, simulate
 
 # About 1.5 minutes on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
 # kinds drawn freely (tests/sim/plan.py), plus a few seeds per kind on its own.
@@ -329,3 +329,36 @@ def test_tna_dead_latch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TnaModelPipeline, "open_round", lambda *_args: None)
     rec.excused.clear()
     assert any(v.startswith("starvation") for v in check(rec, sim))
+
+
+# Seeds of the 9,000,000 sweep on tna-model within the Tofino program's fault model: after a
+# restart or a re-install a member's aborted call forgot a packet that the new state counted
+# in an open round; the next call's probe was answered STALE_ROUND with the member's bit in
+# that round, and its relaunch there (a duplicate, or of another chunk) went unanswered: the
+# round's RESULT was lost, and the retransmission met the slot rounds later. The TNA
+# program's member_seq keeps no refusal mark, so it still said "counted" (STALE_COUNTED) for
+# the forgotten packet's count, and the flight was settled as counted (9005242: of the same
+# chunk; 9005174, 9006326: of another chunk, where the worker takes the refusal for a mark
+# that replaced the other packet's record, as on v1model). The limit "A relaunch meets its
+# forgotten copy" (docs/protocol.md §10, limit_relaunch; docs/tofino.md, difference 14).
+TNA_STALE_COUNTED_RELAUNCH = (9005174, 9005242, 9006326)
+
+
+class _Forgetful(dict):
+    """A dict that keeps nothing: a Sim's record of the TNA model's STALE_COUNTED replies."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("seed", TNA_STALE_COUNTED_RELAUNCH)
+def test_tna_relaunch_settled_by_stale_counted(seed: int) -> None:
+    plan = draw(seed, model=TOFINO)
+    rec, sim = simulate(plan, "tna-model")
+    assert not check(rec, sim)
+    assert rec.excused.get("limit_relaunch", 0) > 0
+    # Without the STALE_COUNTED settlements as the limit's evidence: the books are reported.
+    sim = Sim(plan, "tna-model")
+    sim.stale_counted_of = _Forgetful()
+    rec = sim.run()
+    assert any(v.startswith("exactly-once") for v in check(rec, sim))
