@@ -141,6 +141,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # count, settles chunk 15 as counted: its amount leaves the residual and reaches no round.
     "forgotten_round": (FAULT_KINDS, 9044368, {"faults": {"forgotten_round_unread": True}},
                         "exactly-once", "worker 5 chunk 15"),
+    # §9 "Sync / partial sending", a parked packet and async: worker 1's chunk 5, sent at
+    # round 2 and parked, is counted when it reaches the slot after a swap into async; the
+    # RESULT of another member's async round that reports the swap first sends it again at
+    # once, its own RESULT then settles it, and chunk 12 goes out under a sequence number.
+    # The uplink out of order, the copy of round 2 meets the slot behind chunk 12, not behind
+    # its number in the member cell, and is counted a second time.
+    "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True}},
+                         "exactly-once", "worker 1 chunk 5"),
 }
 
 

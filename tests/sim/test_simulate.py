@@ -188,7 +188,12 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # member's duplicate, the round's RESULT was lost to it, and its retransmission's STALE_COUNTED,
 # the forgotten packet's count, settled it as counted: lost) - a flight sent at the round of a
 # packet of another chunk that the last abort forgot takes such an answer for "not counted"
-SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368)
+# 9079057 (a member's parked chunk 5 of round 2 was counted when it reached the slot after a
+# swap into async; another member's async RESULT, reporting the swap first, had it sent again
+# at once; its own RESULT settled it, and the next chunk went out under a sequence number, which
+# the out-of-order uplink delivered ahead of the copy: the copy's round field was not behind
+# it, and it was counted again) - a parked packet is not sent again at once into an async slot
+SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057)
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
