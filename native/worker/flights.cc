@@ -637,6 +637,9 @@ void Flights::counted_without_result(uint32_t i, double now) {
   const bool my_other =
       f.closed_by_my_other || (f.at_forgotten_round && !faults_.forgotten_round_unread);
   if (my_other && !f.refused_over_my_other && !faults_.my_other_copy_settles) {
+    if (!f.closed_by_my_other)
+      stats_.forgotten_round_refused.insert(stats_.forgotten_round_refused.end(),
+                                            f.data.begin(), f.data.end());
     not_counted(i, slots_[i].mode, now);
     return;
   }

@@ -260,6 +260,21 @@ def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
     assert not check(rec, sim)
 
 
+def test_an_own_count_taken_for_a_forgotten_packets_is_an_unknown_fate() -> None:
+    """Seed 9000006: a member's call forgot chunk 3, sent at round 0 to a state a restart then
+    wiped; the next call's chunk 13, sent at round 0, was counted there by the new state, and
+    the ACK of that count was taken for the forgotten packet's record ("not counted", §9 "Sync
+    / partial sending"): counted twice, with the replica flagged. Allowed as an unknown fate
+    (docs/protocol.md §10); without the record of that misread answer it is reported."""
+    rec, sim = simulate(draw(9000006), "native")
+    assert not check(rec, sim)
+    assert any(13 in wk.misread_own for wk in sim.workers)
+    for wk in sim.workers:
+        wk.misread_own.clear()
+    assert any(v.startswith("exactly-once:") and "worker 6 chunk 13" in v
+               for v in check(rec, sim))
+
+
 def test_a_call_that_never_heard_of_a_new_state_may_fail_unreachable() -> None:
     """Seed 9026054: a member's RESULT was lost, a restart and then a re-install wiped the
     state, and its retransmissions opened the new states' round of a chunk its peers had left
