@@ -94,9 +94,17 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # §9 "Sync / partial sending", bounded staleness: behind a slow switch a member's parked
     # chunk 2 of its last call closes round 3 after its call started; in the order drawn at
     # the start, the call sends chunk 2 again at round 4 and displaces the others' chunk 8,
-    # at every call.
-    "partial_order_after_a_close": (FAULT_KINDS, 9024099, {"faults": {"order_at_start": True}},
+    # at every call. (The others' displaced chunk 8, offered again once round 4 closes,
+    # reaches a round too: the order shows alone with that re-offer taken out as well.)
+    "partial_order_after_a_close": (FAULT_KINDS, 9024099,
+                                    {"faults": {"order_at_start": True, "no_reoffer": True}},
                                     "starvation", "chunk(s) [8, 12, 15] of key 0"),
+    # §9 "Sync / partial sending", a displaced chunk offered again: two members half a call
+    # apart on one slot of a key's chunks 0-2 behind a slow switch; each call's chunk 1 meets
+    # the round the other opened with its last chunk, joins it and, carried to the key's next
+    # call, meets the same there: chunk 1 reaches no round.
+    "partial_reoffer": (FAULT_KINDS, 9019721, {"faults": {"no_reoffer": True}}, "starvation",
+                        "chunk(s) [1] of key 0"),
     # §9 RULE A: an ACK settles a parked partial contribution counted in a round of one whose
     # result every member lost; a restart then wipes the state. Left suspected, the round is
     # judged missed and the replica flagged; unsuspected, the gradient reached no replica and
