@@ -58,6 +58,11 @@ struct Faults {
   // closed without (RESEND: the race for the round lost behind a slow switch) is carried to
   // the key's next call; not offered again at once (Flights::raced).
   bool no_reoffer_raced = false;
+  // Partial: a call that starts on a slot held by a parked packet runs the timers that fell
+  // due between calls before it hurries that packet, so the packet's own timer, if due,
+  // carries the call's chunks there at once, not after one RTO for the hurry's answer
+  // (Flights::start_call; §9 "Sync / partial sending", partial liveness).
+  bool carry_held_at_start = false;
   // A JOIN that the stored result of the round it named answers (RESEND: that round had
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).

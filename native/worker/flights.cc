@@ -41,14 +41,24 @@ void Flights::start_call(double now) {
   progress_at_ = now;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
   for (uint32_t i = 0; i < w_; ++i) order_queue(i);
-  // Timers that fell due between calls first: a call whose every slot is held by a parked
-  // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
-  // grace period would otherwise never end (the worker falls silent).
+  // A slot held by a parked packet: the call hurries it before the timers that fell due
+  // between calls run, so the call's chunks there wait one RTO for its answer (hold_queue).
+  // The parked packet's own timer (its next retransmission, every rto_max) falls due between
+  // calls as often as not; run first, it carried the call's chunks there at once (expire),
+  // and a call whose every slot was held ended at its start: its member ran a call ahead of
+  // the others, and behind a slow switch they met out of step, rounds of one key's chunk
+  // displacing another key's, for the rest of the job (seed 9061714).
+  if (!faults_.carry_held_at_start)
+    for (uint32_t i = 0; i < w_; ++i)
+      if (slots_[i].flight && slots_[i].flight->parked) hold_queue(i, now);
+  // Then the timers that fell due between calls: a call whose every slot is held by a parked
+  // packet may end by carrying and never wait for a reply, so a STALE reply's grace period
+  // would otherwise never end (the worker falls silent).
   expire(now);
   for (uint32_t i = 0; i < w_; ++i) {
     if (!slots_[i].flight)
       send_next(i, now);
-    else if (slots_[i].flight->parked)
+    else if (slots_[i].flight->parked && faults_.carry_held_at_start)
       hold_queue(i, now);
   }
 }
