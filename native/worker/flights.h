@@ -33,8 +33,8 @@ class Flights {
           Backend& io, std::vector<Slot>& slots, Keys& keys, Rounds& rounds, Results& results,
           EngineStats& stats, const std::unique_ptr<Call>& call);
 
-  // A call starts at `now`: timers that fell due between calls run, every idle slot sends its
-  // first chunk, a slot held by a parked packet sends it again (hold_queue).
+  // A call starts at `now`: a slot held by a parked packet sends it again (hold_queue), then
+  // timers that fell due between calls run, and every idle slot sends its first chunk.
   void start_call(double now);
   // Timers that fell due by `now`: retransmissions, probes, parking, STALE grace periods.
   void expire(double now);
