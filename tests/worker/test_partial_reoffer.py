@@ -98,3 +98,56 @@ def test_a_displaced_chunk_is_offered_again_once_the_round_that_displaced_it_clo
     assert (result.stats.included, result.stats.carried) == (2, 1), result.stats.summary()
     assert result.stats.residual_contribs == 1
     np.testing.assert_allclose(result.output, (MINE + OTHERS) / 2, atol=1.0 / SCALE)
+
+
+def test_a_chunk_that_lost_a_race_to_a_round_of_its_key_is_offered_again_at_once():
+    """The round that took the chunk's place closed before it arrived (a RESEND of that
+    round, of chunk 2, answers it): the chunk goes out again at the next round, before chunk
+    1, with what it carried."""
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
+                             slot_base=SLOT, slot_count=1, members=2, rto_initial=SLOW,
+                             rto_min=SLOW, rto_max=SLOW, stall_after=SLOW, join_after=SLOW,
+                             dead_after=2 * SLOW, seed=7)
+    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
+    worker = (config.bind_host, tr.address[1])
+    outcome: dict = {}
+    caller = threading.Thread(target=lambda: outcome.update(
+        result=tr.allreduce("g", np.full(3 * wire.LANES, MINE, dtype=np.float32))))
+    caller.start()
+    try:
+        probe = receive(switch)
+        switch.sendto(reply(probe, op=Op.RESYNC, round=0, reason=ResyncReason.STALE_ROUND),
+                      worker)
+        lost = receive(switch)
+        assert (lost.header.round, lost.header.chunk) == (0, 0)
+        # Round 0 closed with the others' chunk 2 before this packet arrived: RESEND.
+        others = np.full(wire.LANES, int(2 * OTHERS * SCALE), dtype=np.int64)
+        switch.sendto(wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=0, slot=SLOT,
+                                              round=0, chunk=2, count=2, bitmap=0b110,
+                                              mode=Mode.PARTIAL, flags=wire.Flag.RESEND |
+                                              (lost.header.flags & wire.TX_MASK)),
+                                  others).encode(), worker)
+        again = receive(switch)
+        assert (again.header.round, again.header.chunk) == (1, 0)
+        np.testing.assert_array_equal(again.lanes, lost.lanes)
+        switch.sendto(closed_with_both(again), worker)
+        for chunk, rnd in ((1, 2), (2, 3)):
+            packet = receive(switch)
+            assert (packet.header.round, packet.header.chunk) == (rnd, chunk)
+            switch.sendto(closed_with_both(packet), worker)
+        caller.join(BACKSTOP)
+        assert not caller.is_alive()
+    finally:
+        caller.join(BACKSTOP)
+        tr.close()
+        switch.close()
+    result = outcome["result"]
+    assert (result.stats.included, result.stats.carried) == (2, 1), result.stats.summary()
+    assert result.stats.residual_contribs == 1
+    # chunk 2's output holds round 0 too (the others' mean) besides its own round's
+    expected = np.full(3 * wire.LANES, (MINE + OTHERS) / 2)
+    expected[2 * wire.LANES:] += OTHERS
+    np.testing.assert_allclose(result.output, expected, atol=1.0 / SCALE)
