@@ -54,10 +54,6 @@ struct Faults {
   // (CHUNK_MISMATCH) is carried to the key's next call; not offered again, as residual, once
   // that round closes (Flights::round_closed; §9 "Sync / partial sending").
   bool no_reoffer = false;
-  // Partial: a chunk of the call whose contribution a round of another chunk of its key
-  // closed without (RESEND: the race for the round lost behind a slow switch) is carried to
-  // the key's next call; not offered again at once (Flights::raced).
-  bool no_reoffer_raced = false;
   // A JOIN that the stored result of the round it named answers (RESEND: that round had
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).
