@@ -54,10 +54,6 @@ struct Faults {
   // (CHUNK_MISMATCH) is carried to the key's next call; not offered again, as residual, once
   // that round closes (Flights::round_closed; §9 "Sync / partial sending").
   bool no_reoffer = false;
-  // Partial: a chunk of the call whose contribution a round of another chunk of its key
-  // closed without (RESEND: the race for the round lost behind a slow switch) is carried to
-  // the key's next call; not offered again at once (Flights::raced).
-  bool no_reoffer_raced = false;
   // Partial: a call that starts on a slot held by a parked packet runs the timers that fell
   // due between calls before it hurries that packet, so the packet's own timer, if due,
   // carries the call's chunks there at once, not after one RTO for the hurry's answer

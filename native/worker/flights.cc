@@ -154,30 +154,6 @@ void Flights::queue_reoffer(uint32_t i, int64_t local) {
   call_->reoffer[std::size_t(local)] = 1;
 }
 
-// Slot i's flight `f` is the call's own chunk, or its re-offer, and `chunk`, of the round
-// that took its place, another chunk of the call's key.
-bool Flights::reofferable(const Flight& f, uint32_t chunk) const {
-  if (!call_ || f.parked || f.key != call_->key || chunk == f.chunk ||
-      keys_.owner(chunk) != call_->key)
-    return false;
-  return f.kind == Kind::OWN ? call_->outcome[std::size_t(f.local)] == Outcome::PENDING
-                             : f.kind == Kind::RESIDUAL && f.reoffer;
-}
-
-// Partial: a round of another chunk of the key closed without slot i's flight (a RESEND
-// answers it: behind a slow switch, members of the same key's call a switch delay ahead
-// closed the round with the chunk they went on to). The flight's chunk is offered again at
-// once, at the slot's next round, as a displaced one is once the round that displaced it
-// closes (reoffer_displaced): members behind by that race send it there too. Carried to the
-// key's next call instead, it met the same race there (seed 9049237: five members in two
-// groups, partial with a quorum of 2 behind a switch 0.19 s slow; one group's chunk 1 lost
-// every round to the other group's chunk 3 of the same key).
-void Flights::raced(uint32_t i, uint32_t chunk) {
-  if (faults_.no_reoffer_raced || slots_[i].mode != PARTIAL || !slots_[i].flight) return;
-  const Flight& f = *slots_[i].flight;
-  if (reofferable(f, chunk)) queue_reoffer(i, f.local);
-}
-
 void Flights::drop_reoffer(uint32_t i, int64_t local) {
   auto& queue = call_->queues[i];
   const auto at = std::find(queue.begin(), queue.end(), local);
@@ -743,7 +719,10 @@ void Flights::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, d
   if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
   // Partial: my chunk of the call, displaced by a round of another chunk of its key, is
   // offered again once that round closes (round_closed).
-  if (mode == PARTIAL && !faults_.no_reoffer && reofferable(f, chunk))
+  if (mode == PARTIAL && !faults_.no_reoffer && call_ && !f.parked && f.key == call_->key &&
+      (f.kind == Kind::OWN ? call_->outcome[std::size_t(f.local)] == Outcome::PENDING
+                           : f.kind == Kind::RESIDUAL && f.reoffer) &&
+      (local >= 0 || k == call_->key))
     call_->displaced[i].push_back({f.local, rnd});
   if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
     done(i, false, now, false);

@@ -58,8 +58,6 @@ class Flights {
   // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it instead.
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void offer_join(uint32_t i, double now);
-  // Partial: a round of `chunk` closed without slot i's flight (a RESEND answered it).
-  void raced(uint32_t i, uint32_t chunk);
   // Round `rnd` of slot i closed with `chunk` (its result applied): in partial, a chunk of the
   // call's key still queued there goes last (least recently closed first), and a chunk of the
   // call that this round displaced is offered again.
@@ -97,7 +95,6 @@ class Flights {
   void reoffer_displaced(uint32_t i, uint32_t rnd, double now);
   void queue_reoffer(uint32_t i, int64_t local);
   void drop_reoffer(uint32_t i, int64_t local);
-  bool reofferable(const Flight& f, uint32_t chunk) const;
   void send_next(uint32_t i, double now);
   void send_chased(uint32_t i, double now);
   void chase(uint32_t i, uint32_t chunk);

@@ -142,7 +142,6 @@ void Replies::on_full(const uint8_t* d, double now) {
       // Carried as residual (whatever chunk or mode it had); a sentinel of mine that the
       // round's own sum holds non-finite already is absorbed there (round() of done()).
       take_result();
-      if (h.mode == PARTIAL && h.chunk != f->chunk) flights_.raced(i, h.chunk);
       flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
     } else if (cfg_.behind_leaf && h.mode == PARTIAL && h.chunk == f->chunk &&
                !faults_.leaf_verdict_waits) {

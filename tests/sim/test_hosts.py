@@ -129,19 +129,17 @@ HOST_REGRESSIONS = (1000489, 1001170, 1000100, 1002826, 1003408, 1003807, 100457
 # a drawn pause lasts at most dead_after / 3 (1 s), and no host seed of 1000000-1011999
 # meets it.
 PAUSED_AT_THE_CAUSE = Path(__file__).parent / "plans" / "bare_in_pause.json"
-# The schedule the OUT_OF_STEP and RACED seeds were found on: no chunk offered again within
-# its call, neither one displaced by a round of its key (Flights::round_closed) nor one that
-# lost a race to such a round (Flights::raced). With the re-offers, 1002377's schedule
-# differs from 2.25 s on (a chunk 1 displaced by a round of its key's chunk 2 is offered
-# again), 1005345's from 11.65 s on (chunk 6, displaced by a round of its key's chunk 12,
-# the limit's second form), and 1000427 and 1015559 each lose a race to a round of their
-# key's chunk and offer that chunk again; none of the four meets its limit then (each still
-# passes, HOST_REGRESSIONS). The check's reading of the limits does not depend on them. And a
-# call that finds a slot held by a parked packet whose timer fell due between calls carries
-# its chunks there at once (Faults::carry_held_at_start): with the wait of one RTO for that
-# packet's answer, 1005345's schedule differs from 13.51 s on, and the limit is not met.
-WITHOUT_REOFFER = {"faults": {"no_reoffer": True, "no_reoffer_raced": True,
-                              "carry_held_at_start": True}}
+# The schedule the OUT_OF_STEP seeds were found on: no displaced chunk offered again within
+# its call (Flights::round_closed). With it, 1002377's schedule differs from 2.25 s on (a
+# chunk 1 displaced by a round of its key's chunk 2 is offered again) and 1005345's from
+# 11.65 s on (chunk 6, displaced by a round of its key's chunk 12, the limit's second form,
+# is offered again); neither meets the limit then (each still passes, HOST_REGRESSIONS).
+# The check's reading of the limit does not depend on the re-offer. Nor on a call's wait of one
+# RTO for the answer of a parked packet that holds its slot, whose timer fell due between
+# calls (Flights::start_call): carried at once, as they were found (Faults::
+# carry_held_at_start); with the wait 1005345's schedule differs from 13.51 s on, and the
+# limit is not met.
+OUT_OF_STEP_FOUND_ON = {"faults": {"no_reoffer": True, "carry_held_at_start": True}}
 
 
 @pytest.mark.parametrize("seed", HOST_REGRESSIONS)
@@ -185,9 +183,9 @@ def test_members_out_of_step_on_a_partial_slot_is_the_limit_and_only_it(target: 
     the limit, counted; without its displacements on record it is starvation again, and the
     limit of rounds raced (a RESEND carried, no CHUNK_MISMATCH) does not take it."""
     plan = draw(OUT_OF_STEP[0], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
-    rec, sim = simulate(plan, target, **WITHOUT_REOFFER)
+    rec, sim = simulate(plan, target, **OUT_OF_STEP_FOUND_ON)
     assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
-    rec, sim = simulate(plan, target, **WITHOUT_REOFFER)
+    rec, sim = simulate(plan, target, **OUT_OF_STEP_FOUND_ON)
     for wk in sim.workers:
         wk.displaced.clear()
     assert any(v.startswith("starvation") for v in check(rec, sim))
@@ -204,31 +202,30 @@ def test_rounds_raced_on_a_slow_switch_is_the_limit_and_only_it(target: str) -> 
     for seed in RACED:
         plan = draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
         assert plan.switch_delay > 0, seed
-        rec, sim = simulate(plan, target, **WITHOUT_REOFFER)
+        rec, sim = simulate(plan, target)
         assert check(rec, sim) == [] and rec.excused.get("limit_raced", 0) >= 1, seed
         assert any(q == 1 for wk in sim.workers for _t, _d, _o, q in wk.raced), seed
         for wk in sim.workers:
             wk.raced.clear()
         rec.excused.clear()
         assert any(v.startswith("starvation") for v in check(rec, sim)), seed
-        rec, sim = simulate(plan, target, **WITHOUT_REOFFER)
+        rec, sim = simulate(plan, target)
         rec.plan = replace(plan, switch_delay=0.0)  # (read by the check only)
         assert any(v.startswith("starvation") for v in check(rec, sim)), seed
     for seed in OUT_OF_STEP:
         rec, sim = simulate(draw(seed, FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN), target,
-                            **WITHOUT_REOFFER)
+                            **OUT_OF_STEP_FOUND_ON)
         assert check(rec, sim) == [] and "limit_raced" not in rec.excused, seed
 
 
 # The schedule seeds 1006182 and 1011479 were found on: a partial call's order drawn at its
-# start only, no chunk offered again within its call, and a call's chunks on a slot held by a
-# parked packet whose timer fell due between calls carried at once. Keeping the order through
-# the call (Flights::round_closed), the re-offers, or the wait of one RTO for the held
-# packet's answer (Flights::start_call; from 0.13 s and 0.07 s on) shifts both schedules, and
-# neither seed meets its situation then (each still passes, HOST_REGRESSIONS); the checker's
-# bounds they show depend on none of them.
-FOUND_ON = {"faults": {"order_at_start": True, "no_reoffer": True, "no_reoffer_raced": True,
-                       "carry_held_at_start": True}}
+# start only, no displaced chunk offered again within its call, and a call's chunks on a slot
+# held by a parked packet whose timer fell due between calls carried at once. Keeping the
+# order through the call (Flights::round_closed), the re-offer, or the wait of one RTO for the
+# held packet's answer (Flights::start_call) shifts both schedules, and neither seed meets
+# its situation then (each still passes, HOST_REGRESSIONS); the checker's bounds they show
+# depend on none of them.
+FOUND_ON = {"faults": {"order_at_start": True, "no_reoffer": True, "carry_held_at_start": True}}
 
 
 def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch) -> None:
@@ -289,7 +286,7 @@ def test_two_groups_out_of_step_on_a_partial_slot_are_the_limit(monkeypatch) -> 
     slot), it is starvation again."""
     from . import check as checker
     plan = draw(OUT_OF_STEP[1], FAULT_KINDS + HOST_KINDS, HOSTS_DRAWN)
-    rec, sim = simulate(plan, "native", **WITHOUT_REOFFER)
+    rec, sim = simulate(plan, "native", **OUT_OF_STEP_FOUND_ON)
     assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
     monkeypatch.setattr(checker, "_displaced_before", lambda wk, chunk, keyed, t: False)
     for wk in sim.workers:

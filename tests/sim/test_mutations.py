@@ -116,15 +116,6 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # call, meets the same there: chunk 1 reaches no round.
     "partial_reoffer": (FAULT_KINDS, 9019721, {"faults": {"no_reoffer": True}}, "starvation",
                         "chunk(s) [1] of key 0"),
-    # §9 "Sync / partial sending", a chunk that lost a race offered again: five members in
-    # two groups a switch delay apart, partial(2) behind a slow switch; one group's chunk 1
-    # is answered RESEND by the other's round of chunk 3 of the same key in every call.
-    # (With both re-offers in, a chunk 3 displaced earlier shifts the schedule; the race is
-    # met with the displaced chunk's re-offer out, as the sweep met it.)
-    "partial_reoffer_raced": (FAULT_KINDS, 9049237,
-                              {"faults": {"no_reoffer": True, "no_reoffer_raced": True,
-                                          **CARRY_HELD_AT_START}},
-                              "starvation", "chunk(s) [1] of key 1"),
     # §9 "Sync / partial sending", partial liveness: a call that starts on a slot held by a
     # parked packet waits one RTO for its answer. Run first, that packet's own timer, due
     # between calls, carried the call's chunks there at once: six members in two groups
