@@ -325,6 +325,12 @@ void bind(nb::module_& m) {
              }
              return out;
            })
+      .def("at_forgotten_round", [](const Engine& e, uint32_t i) {
+             const auto* f = e.flight(i);
+             return f != nullptr && f->at_forgotten_round;
+           }, "i"_a,
+           "Whether slot i's flight was sent at the round where the last abort forgot a packet "
+           "of another chunk there (an ACK or STALE_COUNTED of it is taken for 'not counted').")
       .def("stats", &stats_of)
       .def("take_own",
            [](Engine& e) {

@@ -502,7 +502,10 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     the worker carried in full when it learned of the new state), or counted in a round
     that closed in a switch state a restart or a re-install then wiped, whose result no
     member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
-    the result that would have told every replica is gone with the state). A
+    the result that would have told every replica is gone with the state), or sent at the
+    round where its last abort forgot a packet of another chunk on the slot (an ACK or
+    STALE_COUNTED there may answer that packet's count, and the worker takes it for "not
+    counted": docs/protocol.md §9; an answer it cannot attribute). A
     worker is held to it only where it could not know: it died, a call of its aborted, or
     the switch's state was lost; None for every other worker (its books balance exactly).
     "Before" is the order things happened (Sim.moment), also within one simulated instant."""
@@ -510,13 +513,13 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
             any(c.status not in ("done", "") for c in wk.calls)):
         return None
     out: dict[int, np.ndarray] = {}
-    for w, chunk, lanes, closed, crossed, sent in rec.contribs:
+    for w, chunk, lanes, closed, crossed, sent, at_forgotten in rec.contribs:
         if w != wk.w:
             continue
         acked = wk.acked.get(closed) if closed is not None else None
         lost_with_state = closed is not None and closed[0] != rec.state_resets and \
             closed not in rec.applied
-        if crossed or acked is None or lost_with_state or \
+        if crossed or acked is None or lost_with_state or at_forgotten or \
                 any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out

@@ -214,10 +214,15 @@ class Record:
     # every contribution the switch counted: [w, chunk, lanes, (state, slot, round) of the
     # round it closed in, or None while open or once wiped, whether its datagram was first
     # sent before a state reset that came before it was counted (it crossed the reset),
-    # the moment its datagram was first sent (Sim.moment)]
+    # the moment its datagram was first sent (Sim.moment), whether it was sent at the round
+    # of a packet its worker's last abort forgot on the slot (Record.at_forgotten)]
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> the moment w first sent it
     launched: dict[tuple[int, bytes], tuple[float, int]] = field(default_factory=dict)
+    # (w, chunk and lanes) of the datagrams w sent at the round of a slot where its last abort
+    # forgot a packet of another chunk: an ACK or STALE_COUNTED there may be that packet's,
+    # and the worker takes it for "not counted" (docs/protocol.md §9)
+    at_forgotten: set[tuple[int, bytes]] = field(default_factory=set)
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
@@ -764,6 +769,9 @@ class Sim:
             if d[_OFF_OP] == wire.Op.CONTRIB:
                 self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
                                              self.moment())
+                i = struct.unpack_from("!H", d, _OFF_SLOT)[0] - self.plan.slot_base
+                if wk.engine.at_forgotten_round(i):
+                    self.rec.at_forgotten.add((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]))
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
@@ -809,7 +817,8 @@ class Sim:
         self.open.setdefault(slot, []).append((w, chunk, lanes))
         sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), (0.0, 0))
         crossed = any(sent[0] < t <= self.now for t, _kind in self.rec.resets)
-        self.rec.contribs.append([w, chunk, lanes, None, crossed, sent])
+        at_forgotten = (w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]) in self.rec.at_forgotten
+        self.rec.contribs.append([w, chunk, lanes, None, crossed, sent, at_forgotten])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
 

@@ -298,3 +298,32 @@ TNA_REGRESSIONS = (303058,)
 @pytest.mark.parametrize("seed", TNA_REGRESSIONS)
 def test_tna_regressions(seed: int) -> None:
     _run(draw(seed), "tna-model")
+
+
+# Seeds 9000923 and 9000006, replayed on the schedule they were found on (a call's chunks on a
+# slot held by a parked packet whose timer fell due between calls carried at once,
+# Faults::carry_held_at_start): on it, a member's own chunk sent at the round where its last
+# abort forgot a packet of another chunk was counted, the round's RESULT was lost to it, and
+# the ACK of its retransmission (the slot swapped to async) was taken for "not counted", as
+# the forgotten packet's count could be: carried, counted twice (worker 1's chunk 6; worker
+# 6's chunk 0 and worker 3's chunk 12, relaunched in async).
+AT_A_FORGOTTEN_ROUND = ((9000923, "worker 1 chunk 6"), (9000006, "worker 6 chunk 0"))
+
+
+@pytest.mark.parametrize(("seed", "books"), AT_A_FORGOTTEN_ROUND)
+def test_an_answer_at_a_forgotten_round_taken_for_not_counted_is_of_unknown_fate(
+        seed: int, books: str) -> None:
+    """The worker cannot tell its flight's own count there from the forgotten packet's, and
+    takes the answer for "not counted" with its replica flagged by the abort: its books may be
+    off by that contribution (rule unknown_fate, docs/protocol.md §9/§10); without that
+    contribution read as of unknown fate, the books are reported."""
+    found_on = {"carry_held_at_start": True}
+    rec, sim = simulate(draw(seed), "native", faults=found_on)
+    assert not check(rec, sim)
+    assert any(c[6] for c in rec.contribs)
+    for c in rec.contribs:
+        c[6] = False
+    rec.excused.clear()
+    assert any(v.startswith("exactly-once: " + books) for v in check(rec, sim))
+    rec, sim = simulate(draw(seed), "native")
+    assert not check(rec, sim)
