@@ -513,13 +513,15 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
             any(c.status not in ("done", "") for c in wk.calls)):
         return None
     out: dict[int, np.ndarray] = {}
-    for w, chunk, lanes, closed, crossed, sent, at_forgotten in rec.contribs:
+    for w, chunk, lanes, closed, crossed, sent, at_forgotten, key in rec.contribs:
         if w != wk.w:
             continue
         acked = wk.acked.get(closed) if closed is not None else None
         lost_with_state = closed is not None and closed[0] != rec.state_resets and \
             closed not in rec.applied
-        if crossed or acked is None or lost_with_state or at_forgotten or \
+        # (sent at a forgotten round, unless a refusal mark told the worker whose count it was)
+        unattributed = at_forgotten and key not in rec.refused_over_mine
+        if crossed or acked is None or lost_with_state or unattributed or \
                 any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
     return out

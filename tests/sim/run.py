@@ -215,7 +215,8 @@ class Record:
     # round it closed in, or None while open or once wiped, whether its datagram was first
     # sent before a state reset that came before it was counted (it crossed the reset),
     # the moment its datagram was first sent (Sim.moment), whether it was sent at the round
-    # of a packet its worker's last abort forgot on the slot (Record.at_forgotten)]
+    # of a packet its worker's last abort forgot on the slot (Record.at_forgotten), its
+    # (w, chunk and lanes) key]
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> the moment w first sent it
     launched: dict[tuple[int, bytes], tuple[float, int]] = field(default_factory=dict)
@@ -223,6 +224,9 @@ class Record:
     # forgot a packet of another chunk: an ACK or STALE_COUNTED there may be that packet's,
     # and the worker takes it for "not counted" (docs/protocol.md §9)
     at_forgotten: set[tuple[int, bytes]] = field(default_factory=set)
+    # (w, chunk and lanes) of the flights w heard refused (STALE_ROUND, not async) while its bit
+    # sat in the slot's open round: the refusal mark replaced its other packet's record there
+    refused_over_mine: set[tuple[int, bytes]] = field(default_factory=set)
     # (when, w) of every transmission of a contribution the network lost after losing the
     # one before it (same slot, round and chunk): a member held back by losses in a row
     loss_streaks: list[tuple[float, int]] = field(default_factory=list)
@@ -587,6 +591,14 @@ class Sim:
                 if flight is not None and not flight[_OFF_FLAGS] & wire.Flag.JOIN and \
                         (flight[_OFF_FLAGS] ^ data[_OFF_FLAGS]) & wire.TX_MASK == 0:
                     wk.stales_heard.append(self.now)
+                # (the refusal mark over my bit in the open round: the worker then knows an
+                # ACK or STALE_COUNTED of the flight's round is its own count, docs/protocol.md
+                # §9 - also when it is relaunched at a forgotten round)
+                if flight is not None and \
+                        data[_OFF_REASON] == wire.ResyncReason.STALE_ROUND and \
+                        data[_OFF_MODE] != wire.Mode.ASYNC and (_bitmap(data) >> wk.w) & 1:
+                    self.rec.refused_over_mine.add(
+                        (wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
             before = e.stats()
             self._take_results(wk, before, None)
             e.on_datagram(data, self.now, arrived)
@@ -817,8 +829,10 @@ class Sim:
         self.open.setdefault(slot, []).append((w, chunk, lanes))
         sent = self.rec.launched.get((w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]), (0.0, 0))
         crossed = any(sent[0] < t <= self.now for t, _kind in self.rec.resets)
-        at_forgotten = (w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:]) in self.rec.at_forgotten
-        self.rec.contribs.append([w, chunk, lanes, None, crossed, sent, at_forgotten])
+        key = (w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])
+        # (read when its answer comes: _unknown_fate looks up refused_over_mine at the end)
+        at_forgotten = key in self.rec.at_forgotten
+        self.rec.contribs.append([w, chunk, lanes, None, crossed, sent, at_forgotten, key])
         self.open_contribs.setdefault(slot, []).append(self.rec.contribs[-1])
         self.counted_as[(w, data[_OFF_CHUNK:_OFF_CHUNK + 4] + data[H:])] = self.rec.contribs[-1]
 
