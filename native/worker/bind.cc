@@ -127,6 +127,8 @@ void bind_config(nb::module_& m) {
       .def_rw("no_chase", &Faults::no_chase)
       .def_rw("fixed_order", &Faults::fixed_order)
       .def_rw("order_at_start", &Faults::order_at_start)
+      .def_rw("no_reoffer", &Faults::no_reoffer)
+      .def_rw("carry_held_at_start", &Faults::carry_held_at_start)
       .def_rw("join_behind_waits", &Faults::join_behind_waits)
       .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)
       .def_rw("async_floor_unread", &Faults::async_floor_unread)

@@ -21,6 +21,15 @@ struct Call {
   std::vector<std::deque<int64_t>> queues;  // per slot: local chunks still to send
   int64_t remaining = 0;
   std::vector<std::vector<int64_t>> held;  // per slot: carried because a parked packet held it
+  // Partial, per slot: chunks of the call that a round of another chunk of the key displaced
+  // (CHUNK_MISMATCH), with that round; once it closes they are offered again (Flights::
+  // round_closed), as residual, queued with `reoffer` set.
+  struct Displaced {
+    int64_t local;
+    uint32_t round;
+  };
+  std::vector<std::vector<Displaced>> displaced;
+  std::vector<uint8_t> reoffer;  // per local chunk: its place in its slot's queue is a re-offer
 
   Call(int k, const Key& reg, float* v, int64_t n, uint32_t window) {
     start(k, reg, v, n, window);
@@ -33,12 +42,15 @@ struct Call {
     numel = n;
     outcome.assign(std::size_t(reg.chunks), Outcome::PENDING);
     prepared.assign(std::size_t(reg.chunks), 0);
+    reoffer.assign(std::size_t(reg.chunks), 0);
     remaining = reg.chunks;
     queues.resize(window);
     held.resize(window);
+    displaced.resize(window);
     for (uint32_t i = 0; i < window; ++i) {
       queues[i].clear();
       held[i].clear();
+      displaced[i].clear();
       // Slot i carries every window-th chunk of the key from its first there (slot_of).
       for (int64_t l = reg.first_local_on(i, window); l < reg.chunks; l += window)
         queues[i].push_back(l);

@@ -50,6 +50,15 @@ struct Faults {
   // Partial: the order is drawn at the call's start only; a chunk still queued that a round
   // then closes with keeps its turn (Flights::round_closed).
   bool order_at_start = false;
+  // Partial: a chunk of the call that a round of another chunk of its key displaced
+  // (CHUNK_MISMATCH) is carried to the key's next call; not offered again, as residual, once
+  // that round closes (Flights::round_closed; §9 "Sync / partial sending").
+  bool no_reoffer = false;
+  // Partial: a call that starts on a slot held by a parked packet runs the timers that fell
+  // due between calls before it hurries that packet, so the packet's own timer, if due,
+  // carries the call's chunks there at once, not after one RTO for the hurry's answer
+  // (Flights::start_call; §9 "Sync / partial sending", partial liveness).
+  bool carry_held_at_start = false;
   // A JOIN that the stored result of the round it named answers (RESEND: that round had
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).

@@ -41,14 +41,24 @@ void Flights::start_call(double now) {
   progress_at_ = now;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
   for (uint32_t i = 0; i < w_; ++i) order_queue(i);
-  // Timers that fell due between calls first: a call whose every slot is held by a parked
-  // packet carries all its chunks at once and never waits for a reply, so a STALE reply's
-  // grace period would otherwise never end (the worker falls silent).
+  // A slot held by a parked packet: the call hurries it before the timers that fell due
+  // between calls run, so the call's chunks there wait one RTO for its answer (hold_queue).
+  // The parked packet's own timer (its next retransmission, every rto_max) falls due between
+  // calls as often as not; run first, it carried the call's chunks there at once (expire),
+  // and a call whose every slot was held ended at its start: its member ran a call ahead of
+  // the others, and behind a slow switch they met out of step, rounds of one key's chunk
+  // displacing another key's, for the rest of the job (seed 9061714).
+  if (!faults_.carry_held_at_start)
+    for (uint32_t i = 0; i < w_; ++i)
+      if (slots_[i].flight && slots_[i].flight->parked) hold_queue(i, now);
+  // Then the timers that fell due between calls: a call whose every slot is held by a parked
+  // packet may end by carrying and never wait for a reply, so a STALE reply's grace period
+  // would otherwise never end (the worker falls silent).
   expire(now);
   for (uint32_t i = 0; i < w_; ++i) {
     if (!slots_[i].flight)
       send_next(i, now);
-    else if (slots_[i].flight->parked)
+    else if (slots_[i].flight->parked && faults_.carry_held_at_start)
       hold_queue(i, now);
   }
 }
@@ -84,13 +94,19 @@ void Flights::order_queue(uint32_t i) {
 // chunk), and the member a call ahead displaces that chunk at every call (seed 9024099: a
 // member's parked chunk 2 closed round 3 and its call, started before, sent chunk 2 again at
 // round 4 while the others sent chunk 8, which reached no round again).
-void Flights::round_closed(uint32_t i, uint32_t chunk) {
-  if (!call_ || faults_.order_at_start || faults_.fixed_order || slots_[i].mode != PARTIAL)
-    return;
+// Then the call's chunks that a round of another chunk of the key displaced, if that round
+// has closed now, are offered again (reoffer_displaced).
+void Flights::round_closed(uint32_t i, uint32_t chunk, uint32_t rnd, double now) {
+  if (!call_ || slots_[i].mode != PARTIAL) return;
   const Key& reg = keys_.at(call_->key);
   const int64_t local = reg.local_of(chunk);
+  const bool of_key = local >= 0 && local < reg.chunks;
+  // A re-offer of the chunk that just closed would open a round the others are past.
+  if (of_key && call_->reoffer[std::size_t(local)]) drop_reoffer(i, local);
+  if (!call_->displaced[i].empty()) reoffer_displaced(i, rnd, now);
+  if (faults_.order_at_start || faults_.fixed_order) return;
   // (cheap tests first: a result is of the chunk just sent far more often than of one queued)
-  if (local < 0 || local >= reg.chunks || call_->prepared[std::size_t(local)] ||
+  if (!of_key || call_->prepared[std::size_t(local)] ||
       call_->outcome[std::size_t(local)] != Outcome::PENDING)
     return;
   auto& queue = call_->queues[i];
@@ -100,6 +116,51 @@ void Flights::round_closed(uint32_t i, uint32_t chunk) {
   queue.push_back(local);
 }
 
+// Partial: round `rnd` of slot i closed. A chunk of the call that a round of another chunk of
+// the key displaced (CHUNK_MISMATCH: this member joined that round and carried its own, §9)
+// is offered again once that round is closed: queued at its place in the order least recently
+// closed first, it goes out as a residual-only contribution of its carried amount (send_next),
+// at the slot's next round. The members that heard the same results send the same chunk there
+// (no round has closed with it since), so it meets them. Carried instead, to the key's next
+// call, it met there the round the other member opened with its last chunk, half a call ahead,
+// and was displaced again at every call (seed 9019721: two members on one slot of a key's
+// chunks 0, 1 and 2; chunk 1 reached no round). The amount is the residual's, taken out of it
+// by the packet and given back if no round counts it (take_residual, return_residual): sent
+// once, or carried.
+void Flights::reoffer_displaced(uint32_t i, uint32_t rnd, double now) {
+  auto& displaced = call_->displaced[i];
+  bool queued = false;
+  for (auto it = displaced.begin(); it != displaced.end();) {
+    if (uint32_t(rnd - it->round) >= HALF32) {  // its round is still ahead
+      ++it;
+      continue;
+    }
+    queue_reoffer(i, it->local);
+    queued = true;
+    it = displaced.erase(it);
+  }
+  if (queued && !slots_[i].flight) send_next(i, now);
+}
+
+// Queue a displaced chunk of the call at its place in slot i's order (least recently closed
+// first; chunks no round has closed with in their fixed order), marked as a re-offer.
+void Flights::queue_reoffer(uint32_t i, int64_t local) {
+  auto& queue = call_->queues[i];
+  const auto& closed = keys_.at(call_->key).closed;
+  const auto key = [&](int64_t l) { return std::make_pair(closed[std::size_t(l)], l); };
+  const auto at = std::find_if(queue.begin(), queue.end(),
+                               [&](int64_t l) { return key(l) > key(local); });
+  queue.insert(at, local);
+  call_->reoffer[std::size_t(local)] = 1;
+}
+
+void Flights::drop_reoffer(uint32_t i, int64_t local) {
+  auto& queue = call_->queues[i];
+  const auto at = std::find(queue.begin(), queue.end(), local);
+  if (at != queue.end()) queue.erase(at);
+  call_->reoffer[std::size_t(local)] = 0;
+}
+
 // ------------------------------------------------------------------ sending
 void Flights::send_next(uint32_t i, double now) {
   if (!call_) return;
@@ -107,6 +168,14 @@ void Flights::send_next(uint32_t i, double now) {
   while (!queue.empty()) {
     int64_t local = queue.front();
     queue.pop_front();
+    if (call_->reoffer[std::size_t(local)]) {  // a displaced chunk offered again (round_closed)
+      call_->reoffer[std::size_t(local)] = 0;
+      if (slots_[i].mode != PARTIAL || !slots_[i].known) continue;  // it waits as residual
+      const uint32_t chunk = keys_.at(call_->key).chunk_id(local);
+      send_extra(i, Kind::RESIDUAL, call_->key, chunk, slots_[i].next_round, now, false);
+      slots_[i].flight->reoffer = true;
+      return;
+    }
     if (call_->outcome[std::size_t(local)] == Outcome::PENDING) {
       send_own(i, local, nullptr, now);
       return;
@@ -679,6 +748,13 @@ void Flights::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, d
   Flight& f = *slots_[i].flight;
   const bool join = f.join;
   if (mode == SYNC && !f.parked && (f.kind == Kind::OWN || f.chase)) chase(i, f.chunk);
+  // Partial: my chunk of the call, displaced by a round of another chunk of its key, is
+  // offered again once that round closes (round_closed).
+  if (mode == PARTIAL && !faults_.no_reoffer && call_ && !f.parked && f.key == call_->key &&
+      (f.kind == Kind::OWN ? call_->outcome[std::size_t(f.local)] == Outcome::PENDING
+                           : f.kind == Kind::RESIDUAL && f.reoffer) &&
+      (local >= 0 || k == call_->key))
+    call_->displaced[i].push_back({f.local, rnd});
   if (mode != SYNC || f.parked || f.kind == Kind::OWN) {
     done(i, false, now, false);
   } else {
@@ -690,7 +766,12 @@ void Flights::retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, d
     q.erase(std::find(q.begin(), q.end(), local));
     send_own(i, local, &rnd, now);
   } else if (k >= 0) {
+    // A chunk of the call queued to be offered again is offered here, in the round it met.
+    const bool reoffer = call_ && k == call_->key &&
+                         call_->reoffer[std::size_t(keys_.at(k).local_of(chunk))];
+    if (reoffer) drop_reoffer(i, keys_.at(k).local_of(chunk));
     send_extra(i, Kind::RESIDUAL, k, chunk, rnd, now, join);
+    slots_[i].flight->reoffer = reoffer;
   } else {
     send_extra(i, Kind::NULLS, -1, chunk, rnd, now, join);
   }

@@ -33,8 +33,8 @@ class Flights {
           Backend& io, std::vector<Slot>& slots, Keys& keys, Rounds& rounds, Results& results,
           EngineStats& stats, const std::unique_ptr<Call>& call);
 
-  // A call starts at `now`: timers that fell due between calls run, every idle slot sends its
-  // first chunk, a slot held by a parked packet sends it again (hold_queue).
+  // A call starts at `now`: a slot held by a parked packet sends it again (hold_queue), then
+  // timers that fell due between calls run, and every idle slot sends its first chunk.
   void start_call(double now);
   // Timers that fell due by `now`: retransmissions, probes, parking, STALE grace periods.
   void expire(double now);
@@ -58,9 +58,10 @@ class Flights {
   // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it instead.
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
   void offer_join(uint32_t i, double now);
-  // A round of slot i closed with `chunk` (its result applied): in partial, a chunk of the
-  // call's key still queued there goes last (least recently closed first).
-  void round_closed(uint32_t i, uint32_t chunk);
+  // Round `rnd` of slot i closed with `chunk` (its result applied): in partial, a chunk of the
+  // call's key still queued there goes last (least recently closed first), and a chunk of the
+  // call that this round displaced is offered again.
+  void round_closed(uint32_t i, uint32_t chunk, uint32_t rnd, double now);
   void follow_mode(uint32_t i, double now);  // the slot's mode was reported
 
   // The switch's silence.
@@ -91,6 +92,9 @@ class Flights {
 
   // sending
   void order_queue(uint32_t i);
+  void reoffer_displaced(uint32_t i, uint32_t rnd, double now);
+  void queue_reoffer(uint32_t i, int64_t local);
+  void drop_reoffer(uint32_t i, int64_t local);
   void send_next(uint32_t i, double now);
   void send_chased(uint32_t i, double now);
   void chase(uint32_t i, uint32_t chunk);

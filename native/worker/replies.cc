@@ -94,7 +94,7 @@ void Replies::on_full(const uint8_t* d, double now) {
       }
     }
     results_.apply(d);
-    flights_.round_closed(i, h.chunk);
+    flights_.round_closed(i, h.chunk, h.round, now);
   };
   if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
       results_.acked_entry(i, d) == slots_[i].acked.end() && !results_.seen_own(i, d)) {

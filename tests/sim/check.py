@@ -284,8 +284,9 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
     which a round of an earlier call still held (the others had not come to it), so the call
     carried its chunks there. (Not a chain within one key alone: members half a call apart
     that displace each other's chunk with rounds of their own key's chunks are what the
-    fixed order leaves after an abort, seed 1001019 with --hosts drawn, and seed 9019721
-    stays reported.)"""
+    fixed order leaves after an abort, seed 1001019 with --hosts drawn, and a partial call
+    offers such a chunk again once the round that displaced it closes, seed 9019721: the
+    worker closes that chain, and a check that excused it would hide its return.)"""
     for t, d, o, bitmap in wk.displaced:
         if not call.start <= t <= call.end or d != chunk:
             continue

@@ -11,6 +11,11 @@ with it in; a change to the engine's timers or the plans' draw calls for new one
 (`python -m tests.sim --seeds 40 --start <first seed> --kinds <kinds>` with the knob set
 in a replay shows where). tests/sim/test_races.py holds the races found before these rules
 (the install tag, the refusal and JOIN marks, the chase, the sentinel).
+
+Rows found before a call waited one RTO for the answer of a parked packet that held its slot
+when that packet's timer had fallen due between calls (Flights::start_call) replay the
+schedule they were found on: they take that wait out too (`CARRY_HELD_AT_START`), since it
+shifts their schedules and none meets its case then.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from .plan import (
 )
 from .run import simulate
 from .test_races import NoEpochPipeline
+
+# A call's chunks on a slot held by a parked packet whose timer fell due between calls are
+# carried at once, as before the wait of one RTO for its answer (Faults::carry_held_at_start).
+CARRY_HELD_AT_START = {"carry_held_at_start": True}
 
 # name: (fault kinds, seed, what takes the fix out, the invariant the checker must report,
 # text its report must hold)
@@ -67,8 +76,8 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # §9 "A switch that lost the job's state": an abort sends what it had queued for the
     # flights it forgot; the new state counts what the residual keeps.
     "abort_discards_unsent": (("restart", "readd", "swap"), 80338,
-                              {"faults": {"send_dropped": True}}, "exactly-once",
-                              "worker 2 chunk 9"),
+                              {"faults": {"send_dropped": True, **CARRY_HELD_AT_START}},
+                              "exactly-once", "worker 2 chunk 9"),
     # §9 "Timing": an engine whose RTO is capped below a slow switch's round trip never hears
     # the answer to its latest transmission; calls fail by dead_after with nobody gone.
     "engine_timing": (("slow_switch",), 90003,
@@ -98,14 +107,33 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # §9 "Sync / partial sending", bounded staleness: behind a switch slower than the workers'
     # compute, every partial call sends the same first chunk of each slot and carries the
     # rest; the chunks behind it reach no round.
-    "partial_rotation": (FAULT_KINDS, 9000423, {"faults": {"fixed_order": True}}, "starvation",
-                         "chunk(s) [12] of key 0"),
+    "partial_rotation": (FAULT_KINDS, 9000423,
+                         {"faults": {"fixed_order": True, **CARRY_HELD_AT_START}},
+                         "starvation", "chunk(s) [12] of key 0"),
     # §9 "Sync / partial sending", bounded staleness: behind a slow switch a member's parked
     # chunk 2 of its last call closes round 3 after its call started; in the order drawn at
     # the start, the call sends chunk 2 again at round 4 and displaces the others' chunk 8,
-    # at every call.
-    "partial_order_after_a_close": (FAULT_KINDS, 9024099, {"faults": {"order_at_start": True}},
+    # at every call. (The others' displaced chunk 8, offered again once round 4 closes,
+    # reaches a round too: the order shows alone with that re-offer taken out as well.)
+    "partial_order_after_a_close": (FAULT_KINDS, 9024099,
+                                    {"faults": {"order_at_start": True, "no_reoffer": True,
+                                                **CARRY_HELD_AT_START}},
                                     "starvation", "chunk(s) [8, 12, 15] of key 0"),
+    # §9 "Sync / partial sending", a displaced chunk offered again: two members half a call
+    # apart on one slot of a key's chunks 0-2 behind a slow switch; each call's chunk 1 meets
+    # the round the other opened with its last chunk, joins it and, carried to the key's next
+    # call, meets the same there: chunk 1 reaches no round.
+    "partial_reoffer": (FAULT_KINDS, 9019721, {"faults": {"no_reoffer": True}}, "starvation",
+                        "chunk(s) [1] of key 0"),
+    # §9 "Sync / partial sending", partial liveness: a call that starts on a slot held by a
+    # parked packet waits one RTO for its answer. Run first, that packet's own timer, due
+    # between calls, carried the call's chunks there at once: six members in two groups
+    # behind a switch 0.52 s slow, partial with a quorum of all six; a member's call of key
+    # 2, its one chunk's slot held, ended at its start, the member ran a call ahead of its
+    # group, and in its last call of key 1 its chunks 36-39, third on their slots, met the
+    # others' rounds of key 0 and reached no round.
+    "partial_held_slot_waits": (FAULT_KINDS, 9061714, {"faults": {**CARRY_HELD_AT_START}},
+                                "starvation", "chunk(s) [36, 37, 38, 39] of key 1"),
     # §9 RULE A: an ACK settles a parked partial contribution counted in a round of one whose
     # result every member lost; a restart then wipes the state. Left suspected, the round is
     # judged missed and the replica flagged; unsuspected, the gradient reached no replica and
@@ -173,8 +201,9 @@ HOST_MUTATIONS: dict[str, tuple[int | str, dict[str, Any], str, str]] = {
     # call aborts with its chunk 3 in flight, which the new state counts in round 1; the next
     # call's chunk 1, sent at round 1, is answered STALE_COUNTED for that other packet's count
     # and, settled as counted, leaves the residual and reaches no round.
-    "my_other_copy": (1018875, {"faults": {"my_other_copy_settles": True}}, "exactly-once",
-                      "worker 1 chunk 1"),
+    "my_other_copy": (1018875, {"faults": {"my_other_copy_settles": True,
+                                           **CARRY_HELD_AT_START}},
+                      "exactly-once", "worker 1 chunk 1"),
 }
 
 

@@ -269,19 +269,28 @@ def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
     assert not check(rec, sim)
 
 
-def test_an_own_count_taken_for_a_forgotten_packets_is_an_unknown_fate() -> None:
-    """Seed 9000006: a member's call forgot chunk 3, sent at round 0 to a state a restart then
-    wiped; the next call's chunk 13, sent at round 0, was counted there by the new state, and
-    the ACK of that count was taken for the forgotten packet's record ("not counted", §9 "Sync
-    / partial sending"): counted twice, with the replica flagged. Allowed as an unknown fate
-    (docs/protocol.md §10); without the record of that misread answer it is reported."""
-    rec, sim = simulate(draw(9000006), "native")
+# Replayed on the schedule they were found on, before a call waited one RTO for a held slot's
+# answer (Faults::carry_held_at_start): on the engine's own neither meets the situation.
+OWN_COUNT_MISREAD = ((9000006, "worker 6 chunk 0"), (9000923, "worker 1 chunk 6"))
+
+
+@pytest.mark.parametrize(("seed", "books"), OWN_COUNT_MISREAD)
+def test_an_own_count_taken_for_a_forgotten_packets_is_an_unknown_fate(seed: int,
+                                                                       books: str) -> None:
+    """A member's call forgot a packet at a round (its abort dropped it); the next call's chunk,
+    sent at that round, was counted there, and the ACK or STALE_COUNTED of that count was taken
+    for the forgotten packet's record ("not counted", §9 "Sync / partial sending"): counted
+    twice, with the replica flagged. Allowed as an unknown fate (docs/protocol.md §10);
+    without the engine's record of that misread answer it is reported."""
+    found_on = {"carry_held_at_start": True}
+    rec, sim = simulate(draw(seed), "native", faults=found_on)
     assert not check(rec, sim)
-    assert any(13 in wk.misread_own for wk in sim.workers)
+    assert any(wk.misread_own for wk in sim.workers)
     for wk in sim.workers:
         wk.misread_own.clear()
-    assert any(v.startswith("exactly-once:") and "worker 6 chunk 13" in v
-               for v in check(rec, sim))
+    assert any(v.startswith(f"exactly-once: {books} ") for v in check(rec, sim))
+    rec, sim = simulate(draw(seed), "native")
+    assert not check(rec, sim)
 
 
 def test_a_call_that_never_heard_of_a_new_state_may_fail_unreachable() -> None:
