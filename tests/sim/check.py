@@ -428,7 +428,7 @@ def _own_contribution_lost(rec: Record, wk, call, since: float) -> bool:
     they run ahead without waiting for it (docs/protocol.md §10 lossy_straggler, seed
     9005694 on the Tofino fault model: behind a switch 0.54 s slow, two slots silent, a
     member's chunk lost at its first transmission and at its probe 1.7 s later; the next
-    probe came 2.2 s after that, past the packet deadline, its peers three calls ahead)."""
+    probe came 2.2 s after that, past the packet deadline, its peers several calls ahead)."""
     return any(since <= t <= call.end and w == wk.w and slot in call.waiting
                for t, w, slot in rec.loss_streaks)
 

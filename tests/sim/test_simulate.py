@@ -270,7 +270,7 @@ def test_a_call_whose_own_contribution_loss_held_back_is_counted(target: str) ->
     member's chunk 1 was lost at its first transmission and again at its first probe 1.7 s
     later (the silent window probed its other slot first); the next probe, a window of two
     probe periods on, came after its packet deadline, and the call failed 'unreachable' with
-    its peers three calls ahead. Allowed by rule "lossy_straggler" (its own contribution's
+    its peers several calls ahead. Allowed by rule "lossy_straggler" (its own contribution's
     case, docs/protocol.md §10); without those losses in a row of that member on that slot,
     the failure is reported."""
     rec, sim = simulate(draw(9005694, model=TOFINO), target)
