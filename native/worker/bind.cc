@@ -135,6 +135,7 @@ void bind_config(nb::module_& m) {
       .def_rw("refused_mark_unread", &Faults::refused_mark_unread)
       .def_rw("probe_period_by_difference", &Faults::probe_period_by_difference)
       .def_rw("forgotten_round_unread", &Faults::forgotten_round_unread)
+      .def_rw("hurry_into_async", &Faults::hurry_into_async)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
@@ -333,6 +334,16 @@ void bind(nb::module_& m) {
            },
            "the datagrams of the flights applied as their own async rounds' results since the "
            "last look (an ACK's, a STALE_COUNTED's), PACKET_BYTES each")
+      .def("take_forgotten_round_refused",
+           [](Engine& e) {
+             auto& taken = e.stats().forgotten_round_refused;
+             nb::bytes out(reinterpret_cast<const char*>(taken.data()), taken.size());
+             taken.clear();
+             return out;
+           },
+           "the datagrams of the flights whose ACK or STALE_COUNTED was taken for 'not counted' "
+           "at the round of a packet of another chunk the last abort forgot, since the last "
+           "look, PACKET_BYTES each")
       .def("absorbed", [](Engine& e) { return e.stats().absorbed; },
            "chunk * 64 + lane of every sentinel absorbed since the stats were reset (a copy)")
       .def("reset_stats", &Engine::reset_stats)

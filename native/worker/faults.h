@@ -87,6 +87,11 @@ struct Faults {
   // RESULT showed my bit on the other chunk (counted_without_result; §9 "Sync / partial
   // sending"): with that RESULT lost, its amount leaves the residual and reaches no round.
   bool forgotten_round_unread = false;
+  // A parked sync-style packet is sent again at once when a reply reports its slot async
+  // (Flights::hurry), as in sync: with the uplink out of order, the copy can reach the slot
+  // behind my next contribution there, whose sequence number the copy's round field is not
+  // behind (§4 step 10, the async window), and be counted a second time.
+  bool hurry_into_async = false;
 };
 
 }  // namespace hysync::worker

@@ -438,8 +438,15 @@ void Flights::hold_queue(uint32_t i, double now) {
 }
 
 // Retransmit a parked packet now; not a timeout: neither its backoff nor the RTO grows.
+// Not into a slot reported async: there the switch answers the packet when it arrives (counts
+// it, or ACKs a counted one), or holds it silently in a round latched partial before the swap,
+// where a copy is dropped silently too; only a loss needs the copy, and the packet's timer
+// covers it. A copy sent on no sign of loss may meet the slot behind my next contribution
+// (the uplink need not keep order) and its round field, from another numbering than that
+// contribution's sequence number, is not behind it: counted twice (seed 9079057).
 void Flights::hurry(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
+  if (slots_[i].mode == ASYNC && !faults_.hurry_into_async) return;
   if (!f.stale) {  // else its grace timer decides it within one RTO anyway
     f.backoff = rto_.value();
     transmit(i, now, true, false);
@@ -630,6 +637,9 @@ void Flights::counted_without_result(uint32_t i, double now) {
   const bool my_other =
       f.closed_by_my_other || (f.at_forgotten_round && !faults_.forgotten_round_unread);
   if (my_other && !f.refused_over_my_other && !faults_.my_other_copy_settles) {
+    if (!f.closed_by_my_other)
+      stats_.forgotten_round_refused.insert(stats_.forgotten_round_refused.end(),
+                                            f.data.begin(), f.data.end());
     not_counted(i, slots_[i].mode, now);
     return;
   }

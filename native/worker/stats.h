@@ -22,6 +22,11 @@ struct EngineStats {
   // The datagram (PACKET_BYTES) of every flight of mine applied as its own async round's result
   // (an ACK, a STALE_COUNTED: counted, its RESULT lost): the simulation's books.
   std::vector<uint8_t> own;
+  // The datagram (PACKET_BYTES) of every flight of mine whose ACK or STALE_COUNTED was taken
+  // for "not counted" because it was sent at the round of a packet of another chunk that my
+  // last abort forgot on the slot (counted_without_result): the simulation's books, where the
+  // answer was the flight's own count after all (counted twice, under the abort's resync flag).
+  std::vector<uint8_t> forgotten_round_refused;
   // Sentinels of mine absorbed by a non-finite round (settle(), prepare_chunk()): chunk * 64 +
   // lane each (the simulation's books; CallStats counts them).
   std::vector<uint64_t> absorbed;

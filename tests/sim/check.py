@@ -530,7 +530,8 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
     the worker carried in full when it learned of the new state), or counted in a round
     that closed in a switch state a restart or a re-install then wiped, whose result no
     member applied (_orphaned: the worker heard at most an ACK, which says "counted", and
-    the result that would have told every replica is gone with the state). A
+    the result that would have told every replica is gone with the state), or counted
+    and then taken for "not counted" at the round of a packet an abort forgot. A
     worker is held to it only where it could not know: it died, a call of its aborted, or
     the switch's state was lost; None for every other worker (its books balance exactly).
     "Before" is the order things happened (Sim.moment), also within one simulated instant."""
@@ -547,6 +548,12 @@ def _unknown_fate(rec: Record, wk) -> dict[int, np.ndarray] | None:
         if crossed or acked is None or lost_with_state or \
                 any(sent < t < acked for t in wk.aborts):
             out[chunk] = out.get(chunk, 0) + np.abs(lanes)
+    # A flight sent at the round of a packet of another chunk that the worker's last abort
+    # forgot takes an ACK or STALE_COUNTED there for "not counted" (the forgotten packet may
+    # hold that record); where the switch had counted the flight itself, its fate was unknown
+    # to the worker, and it is carried as well (docs/protocol.md §9, seed 9000006).
+    for chunk, lanes in wk.misread_own.items():
+        out[chunk] = out.get(chunk, 0) + lanes
     return out
 
 

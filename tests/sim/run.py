@@ -177,6 +177,9 @@ class Worker:
     # chunk -> |lanes| of flights a RESULT settled as counted whose round had counted another
     # transmission of this worker's, and of that transmission (Sim._check_settled)
     missettled: dict[int, np.ndarray] = field(default_factory=dict)
+    # chunk -> the lanes of its flights whose own count the worker took for "not counted" at
+    # the round of a packet of another chunk its last abort forgot (docs/protocol.md §9)
+    misread_own: dict[int, np.ndarray] = field(default_factory=dict)
     # Non-finite elements: (key, element) -> start times of the calls that gave one there;
     # (time, chunk, lanes) of every result applied with non-finite lanes (an ACK: its own
     # lanes); per call that ended, (call index, key, end, elements of the output not
@@ -473,6 +476,13 @@ class Sim:
             c = self.counted_as.get((wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]))
             if c is not None and c[3] is not None and c[3][0] == self.rec.state_resets:
                 self.rec.applied.add(c[3])
+        refused = wk.engine.take_forgotten_round_refused()
+        for i in range(0, len(refused), wire.PACKET_BYTES):
+            flight = refused[i:i + wire.PACKET_BYTES]
+            # (the switch counted these very lanes: the answer was the flight's own count)
+            if (wk.w, flight[_OFF_CHUNK:_OFF_CHUNK + 4] + flight[H:]) in self.counted_as:
+                chunk = struct.unpack_from("!I", flight, _OFF_CHUNK)[0]
+                wk.misread_own[chunk] = wk.misread_own.get(chunk, 0) + np.abs(self._lanes(flight))
 
     # ------------------------------------------------------------ hosts of several ranks
     def _host_gradient(self, wk: Worker, index: int, k: int, n: int) -> np.ndarray:

@@ -141,6 +141,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # count, settles chunk 15 as counted: its amount leaves the residual and reaches no round.
     "forgotten_round": (FAULT_KINDS, 9044368, {"faults": {"forgotten_round_unread": True}},
                         "exactly-once", "worker 5 chunk 15"),
+    # §9 "Sync / partial sending", a parked packet and async: worker 1's chunk 5, sent at
+    # round 2 and parked, is counted when it reaches the slot after a swap into async; the
+    # RESULT of another member's async round that reports the swap first sends it again at
+    # once, its own RESULT then settles it, and chunk 12 goes out under a sequence number.
+    # The uplink out of order, the copy of round 2 meets the slot behind chunk 12, not behind
+    # its number in the member cell, and is counted a second time.
+    "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True}},
+                         "exactly-once", "worker 1 chunk 5"),
 }
 
 
@@ -174,6 +182,10 @@ HOST_MUTATIONS: dict[str, tuple[int | str, dict[str, Any], str, str]] = {
 # with the fix in and taken out alike: on the engine's own, the lost probes' retransmissions
 # go out a period sooner and neither meets its race (each still passes there).
 FOUND_ON_PROBE_PERIOD = ("refused_mark", "join_behind")
+# Rows replayed, likewise, with a parked packet sent again at once into a slot reported async
+# (Faults::hurry_into_async), as when their seed was found: on the engine's own, refused_mark's
+# seed no longer meets its race (it still passes there).
+FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -188,7 +200,8 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
                             detail: str) -> None:
     """With `name` taken out the checker reports `invariant` (with `detail`); with it in, the
     same plan holds every invariant. `which` names the seed in the messages."""
-    found_on = PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}
+    found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
+                **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})
     found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
