@@ -64,7 +64,9 @@ RULES = {
                        "while the network still lost packets, with a live peer behind it, "
                        "or, no peer more than one call ahead, with a live member (itself "
                        "included) still in the call that the network lost a contribution of "
-                       "twice or more in a row while its dead timer ran",
+                       "twice or more in a row while its dead timer ran, or, whatever call "
+                       "its peers are in, with a contribution of its own that the network "
+                       "lost twice or more in a row then, on a slot the call still waited on",
     "died_with_member": "the key of the call a member died in is not held to its books: "
                         "what the call had not sent died with it",
     "nonfinite_unknown_fate": "the non-finite books and outputs of a worker that died or "
@@ -405,6 +407,8 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     since = max(call.start, call.end - plan.dead_after - plan.fail_within)
     if _answers_lost(rec, call, since, set(done)):
         return True
+    if _own_contribution_lost(rec, wk, call, since):
+        return True
     # A member of this very call (a first call has no one behind it) whose contribution the
     # network lost time after time: with many members in sync every slot waits, and a silent
     # window sends one probe per silence period (§9 Failures), so k losses in a row hold that
@@ -413,7 +417,21 @@ def _lossy_straggler(rec: Record, sim: Sim, wk, call) -> bool:
     if any(n > call.index + 1 for n in done.values()):
         return False
     return any(since <= t <= call.end and done.get(w, call.index + 1) <= call.index
-               for t, w in rec.loss_streaks)
+               for t, w, _slot in rec.loss_streaks)
+
+
+def _own_contribution_lost(rec: Record, wk, call, since: float) -> bool:
+    """Did the network lose a contribution of the call's own twice or more in a row while
+    its dead timer ran, on a slot where the call still had a packet in flight when it
+    failed? Its silent window sends one probe per silence period to the packet sent longest
+    ago (§9 Failures), so k losses in a row hold that packet back k probe periods times its
+    window, past its packet deadline, whatever call its peers are in: on a slot in async
+    they run ahead without waiting for it (docs/protocol.md §10 lossy_straggler, seed
+    9005694 on the Tofino fault model: behind a switch 0.54 s slow, two slots silent, a
+    member's chunk lost at its first transmission and at its probe 1.7 s later; the next
+    probe came 2.2 s after that, past the packet deadline, its peers several calls ahead)."""
+    return any(since <= t <= call.end and w == wk.w and slot in call.waiting
+               for t, w, slot in rec.loss_streaks)
 
 
 def _answers_lost(rec: Record, call, since: float, live: set[int]) -> bool:

@@ -221,9 +221,9 @@ class Record:
     contribs: list[list[Any]] = field(default_factory=list)
     # (w, chunk and lanes of a datagram) -> the moment w first sent it
     launched: dict[tuple[int, bytes], tuple[float, int]] = field(default_factory=dict)
-    # (when, w) of every transmission of a contribution the network lost after losing the
-    # one before it (same slot, round and chunk): a member held back by losses in a row
-    loss_streaks: list[tuple[float, int]] = field(default_factory=list)
+    # (when, w, slot) of every transmission of a contribution the network lost after losing
+    # the one before it (same slot, round and chunk): a member held back by losses in a row
+    loss_streaks: list[tuple[float, int, int]] = field(default_factory=list)
     # (when, w, slot) of every answer to a contribution of w's (a RESULT with its bit, a
     # RESEND) the network lost after losing the one before it, of the same round: a member
     # held back by its round's answers lost in a row
@@ -758,7 +758,7 @@ class Sim:
         streak = (streak if before == which else 0) + 1 if lost else 0
         self.up_losses[(who, slot)] = (which, streak)
         if streak >= 2:
-            self.rec.loss_streaks.append((self.now, who))
+            self.rec.loss_streaks.append((self.now, who, slot))
 
     def _count_answer_loss(self, who: int, data: bytes, lost: bool) -> None:
         """Losses in a row of the answer to one round of who's (rule lossy_straggler's

@@ -269,6 +269,24 @@ def test_a_probe_whose_answers_loss_held_back_is_counted() -> None:
     assert not check(rec, sim)
 
 
+@pytest.mark.parametrize("target", ["native", "python", "tna-model"])
+def test_a_call_whose_own_contribution_loss_held_back_is_counted(target: str) -> None:
+    """Seed 9005694 on the Tofino fault model: behind a switch 0.54 s slow, in async, a
+    member's chunk 1 was lost at its first transmission and again at its first probe 1.7 s
+    later (the silent window probed its other slot first); the next probe, a window of two
+    probe periods on, came after its packet deadline, and the call failed 'unreachable' with
+    its peers several calls ahead. Allowed by rule "lossy_straggler" (its own contribution's
+    case, docs/protocol.md §10); without those losses in a row of that member on that slot,
+    the failure is reported."""
+    rec, sim = simulate(draw(9005694, model=TOFINO), target)
+    assert not check(rec, sim)
+    assert rec.excused.get("lossy_straggler", 0) > 0
+    rec.loss_streaks[:] = [s for s in rec.loss_streaks if s[1:] != (5, 41)]
+    rec.excused.clear()
+    assert any(v.startswith("failure: worker 5 call 3") and "'unreachable'" in v
+               for v in check(rec, sim))
+
+
 # Replayed on the schedule they were found on, before a call waited one RTO for a held slot's
 # answer (Faults::carry_held_at_start): on the engine's own neither meets the situation.
 OWN_COUNT_MISREAD = ((9000006, "worker 6 chunk 0"), (9000923, "worker 1 chunk 6"))
