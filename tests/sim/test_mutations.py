@@ -174,8 +174,11 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # RESULT of another member's async round that reports the swap first sends it again at
     # once, its own RESULT then settles it, and chunk 12 goes out under a sequence number.
     # The uplink out of order, the copy of round 2 meets the slot behind chunk 12, not behind
-    # its number in the member cell, and is counted a second time.
-    "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True}},
+    # its number in the member cell, and is counted a second time. Replayed with the held
+    # slot's chunks carried at once, as when the seed was found (with the wait, worker 0's
+    # chunk 4 is reported instead).
+    "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True,
+                                                           **CARRY_HELD_AT_START}},
                          "exactly-once", "worker 1 chunk 5"),
 }
 
