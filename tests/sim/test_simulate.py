@@ -204,6 +204,19 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # it, and it was counted again) - a parked packet is not sent again at once into an async slot
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057)
 
+# Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
+# the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
+# displaced chunks are offered again), 9078446, 9078861 (clean with the held slot's wait as
+# well), and calls failed 'unreachable' 9068527, 9081534 (clean with the probe period as
+# armed). Each was replayed, not traced: they hold on the engine's own schedule.
+SWEEP_CONTINUATION_REGRESSIONS = (9053103, 9057068, 9078446, 9078861, 9068527, 9081534)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+@pytest.mark.parametrize("seed", SWEEP_CONTINUATION_REGRESSIONS)
+def test_sweep_continuation_regressions(seed: int, target: str) -> None:
+    _run(draw(seed), target)
+
 
 @pytest.mark.parametrize("target", ["native", "python"])
 @pytest.mark.parametrize("seed", SWEEP_100K_REGRESSIONS)
