@@ -69,12 +69,21 @@ def flat(ps: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in ps])
 
 
-def wait_for(condition, timeout: float = 120.0) -> None:
+def wait_for(condition, timeout: float = 120.0, averagers=()) -> None:
     """Wait for `condition`; the deadline only ends a hung test (rounds take as long as a
-    loaded machine lets them)."""
+    loaded machine lets them). An averaging thread that failed ends the wait at once, and
+    the message says why, with each replica's last rounds."""
     end = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < end, f"the condition did not hold within {timeout:g} s"
+        failed = [f"replica {w}: {a._error!r}" for w, a in enumerate(averagers)
+                  if a._error is not None]
+        late = time.monotonic() >= end
+        if failed or late:
+            rounds = [(len(a.history), a.history[-2:]) for a in averagers]
+            within = f"within {timeout:g} s" if late else "(a thread failed)"
+            pytest.fail(f"the condition did not hold {within}"
+                        f"; averaging threads failed: {failed or 'none'}; rounds (count, last "
+                        f"two) per replica: {rounds}")
         time.sleep(0.01)
 
 
@@ -82,7 +91,7 @@ def test_replicas_converge_keep_local_progress_and_end_identical(switch):
     params, averagers, _ = replicas(switch, [False] * N)
     try:
         mean = torch.stack([flat(p) for p in params]).mean(dim=0)
-        wait_for(lambda: all(len(a.history) >= 2 for a in averagers))
+        wait_for(lambda: all(len(a.history) >= 2 for a in averagers), averagers=averagers)
         # A local step on replica 0 between rounds (as an optimizer would make it):
         # the averaging moves are added to it, not written over it.
         with averagers[0].step_lock:
@@ -126,7 +135,7 @@ def test_even_replicas_skip_the_parameter_round_until_one_is_uneven(switch):
     params, averagers, _ = replicas(switch, [False] * N, uneven=uneven)
     try:
         mean = torch.stack([flat(p) for p in params]).mean(dim=0)
-        wait_for(lambda: all(len(a.history) >= 4 for a in averagers))
+        wait_for(lambda: all(len(a.history) >= 4 for a in averagers), averagers=averagers)
         for a in averagers:
             a.at_step(1.0)
         # The first round averages (nothing is known yet); the even ones after it do not.
@@ -138,13 +147,15 @@ def test_even_replicas_skip_the_parameter_round_until_one_is_uneven(switch):
             params[0][0].add_(10.0)  # replica 0 drifts ...
         # (a round under way may hold a snapshot from before: let it end, skipped)
         after = [len(a.history) + 2 for a in averagers]
-        wait_for(lambda: all(len(a.history) >= n for a, n in zip(averagers, after, strict=True)))
+        wait_for(lambda: all(len(a.history) >= n for a, n in zip(averagers, after, strict=True)),
+                 averagers=averagers)
         assert not any(r["full"] for a in averagers for r in a.history[1:])
         seen = [len(a.history) for a in averagers]
         uneven[1][0] += 1  # ... and replica 1 (not 0) reports an uneven call
         wait_for(lambda: all(any(r["full"] for r in a.history[n:])
-                             for a, n in zip(averagers, seen, strict=True)))
-        wait_for(lambda: all(len(a.history) >= max(seen) + 4 for a in averagers))
+                             for a, n in zip(averagers, seen, strict=True)), averagers=averagers)
+        wait_for(lambda: all(len(a.history) >= max(seen) + 4 for a in averagers),
+                 averagers=averagers)
         fulls = [[r["round"] for r in a.history if r["full"]] for a in averagers]
         assert fulls[0][:2] == fulls[1][:2] == fulls[2][:2] and len(fulls[0]) >= 2, fulls
         for a in averagers:
@@ -166,7 +177,7 @@ def test_a_replica_that_missed_results_adopts_the_healthy_clock_and_is_cleared(s
             a.at_step(80.0 if w < 2 else 20.0)  # the third is behind by 60 updates
         # (a round whose voters' clocks spread, one at 80 and one not yet, moves no voter)
         wait_for(lambda: all(any(r["clock"] > 0 and r["clock_spread"] == 0 for r in a.history)
-                             for a in averagers))
+                             for a in averagers), averagers=averagers)
         # Cleared between steps, never from the averaging thread (the training
         # transport may be in a call then).
         assert resync[2].cleared == 0
@@ -201,7 +212,7 @@ def test_snapshots_of_different_clocks_move_no_voter_and_replicas_stay_one_model
     step = torch.linspace(0.5, 2.0, 19)  # one step's results, the same on every replica
     clocks = [10.0, 10.0, 30.0]
     try:
-        wait_for(lambda: all(len(a.history) >= 2 for a in averagers))
+        wait_for(lambda: all(len(a.history) >= 2 for a in averagers), averagers=averagers)
         for a in averagers:
             a.at_step(0.0)  # the first round's average: one model from here
         start = flat(params[0]).clone()
@@ -213,7 +224,8 @@ def test_snapshots_of_different_clocks_move_no_voter_and_replicas_stay_one_model
         for u in uneven:
             u[0] += 1  # a partial spell: the next rounds average the parameters
         wait_for(lambda: all(len(a.history) >= n + 3 for a, n in zip(averagers, seen,
-                                                                       strict=True)))
+                                                                       strict=True)),
+                 averagers=averagers)
         wide = [r for a, n in zip(averagers, seen, strict=True) for r in a.history[n:]
                 if r["full"]]
         assert any(r["clock_spread"] == pytest.approx(9.43, abs=0.05) for r in wide), wide
@@ -225,7 +237,8 @@ def test_snapshots_of_different_clocks_move_no_voter_and_replicas_stay_one_model
             a.at_step(40.0)
         seen = [len(a.history) for a in averagers]
         wait_for(lambda: all(len(a.history) >= n + 3 for a, n in zip(averagers, seen,
-                                                                       strict=True)))
+                                                                       strict=True)),
+                 averagers=averagers)
         for a in averagers:
             a.at_step(40.0)
         for w, p in enumerate(params):
@@ -253,7 +266,8 @@ class GatedSGD(torch.optim.SGD):
 def rounds_advance(averagers, by: int = 3) -> None:
     """Wait until every averager completes `by` more rounds."""
     seen = [len(a.history) for a in averagers]
-    wait_for(lambda: all(len(a.history) >= n + by for a, n in zip(averagers, seen, strict=True)))
+    wait_for(lambda: all(len(a.history) >= n + by for a, n in zip(averagers, seen, strict=True)),
+             averagers=averagers)
 
 
 def rounds_held(averagers, by: int = 3, window_s: float = 1.0) -> bool:
