@@ -19,39 +19,23 @@ import time
 import numpy as np
 
 from hysync import wire
-from hysync.wire import Mode, Op, ResyncReason
+from hysync.wire import Op, ResyncReason
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
+from tests.worker.scripted_switch import (
+    BACKSTOP,
+    JOB,
+    MINE,
+    SCALE,
+    SLOT,
+    closed_with_both,
+    receive,
+    reply,
+)
 
-SCALE = 2.0**20
-JOB, SLOT = 9, 100
 RTO = 1.0          # every RTO and the parked packet's period (rto_max)
 STALL = 0.005      # the early look at a packet the switch is silent about
 SLOW = 30.0        # no JOIN, no dead timer within the test
-BACKSTOP = 60.0    # seconds: only ends a hung test
-MINE, OTHERS = 0.25, 0.5
-
-
-def receive(sock: socket.socket, timeout: float = BACKSTOP) -> wire.Packet:
-    sock.settimeout(timeout)
-    data, _ = sock.recvfrom(2048)
-    return wire.Packet.decode(data)
-
-
-def reply(packet: wire.Packet, **fields) -> bytes:
-    """A header-only answer to the packet's latest transmission (its number echoed)."""
-    h = packet.header
-    return wire.Header(job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL,
-                       flags=h.flags & wire.TX_MASK, **fields).pack()
-
-
-def closed_with_both(packet: wire.Packet) -> bytes:
-    """The RESULT of the packet's round, closed with it and the other member's OTHERS."""
-    h = packet.header
-    lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
-                                   round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
-                                   mode=Mode.PARTIAL), lanes).encode()
 
 
 def test_a_call_on_a_held_slot_waits_for_the_parked_packets_answer():

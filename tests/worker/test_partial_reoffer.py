@@ -16,37 +16,22 @@ import threading
 import numpy as np
 
 from hysync import wire
-from hysync.wire import Mode, Op, ResyncReason
+from hysync.wire import Op, ResyncReason
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
+from tests.worker.scripted_switch import (
+    BACKSTOP,
+    JOB,
+    MINE,
+    OTHERS,
+    SCALE,
+    SLOT,
+    closed_with_both,
+    receive,
+    reply,
+)
 
-SCALE = 2.0**20
-JOB, SLOT = 9, 100
 SLOW = 30.0  # no retransmission, no parking, no JOIN within the test: only replies move it
-BACKSTOP = 60.0  # seconds: only ends a hung test
-MINE, OTHERS = 0.25, 0.5
-
-
-def receive(sock: socket.socket) -> wire.Packet:
-    sock.settimeout(BACKSTOP)
-    data, _ = sock.recvfrom(2048)
-    return wire.Packet.decode(data)
-
-
-def reply(packet: wire.Packet, **fields) -> bytes:
-    """A header-only answer to the packet's latest transmission (its number echoed)."""
-    h = packet.header
-    return wire.Header(job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL,
-                       flags=h.flags & wire.TX_MASK, **fields).pack()
-
-
-def closed_with_both(packet: wire.Packet) -> bytes:
-    """The RESULT of the packet's round, closed with it and the other member's OTHERS."""
-    h = packet.header
-    lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
-                                   round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
-                                   mode=Mode.PARTIAL), lanes).encode()
 
 
 def test_a_displaced_chunk_is_offered_again_once_the_round_that_displaced_it_closes():

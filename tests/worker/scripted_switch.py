@@ -1,0 +1,38 @@
+"""A switch scripted by hand for one member's transport: one job, one slot in partial, the
+other member's contribution OTHERS. Its tests send each reply themselves."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+
+from hysync import wire
+from hysync.wire import Mode, Op
+
+SCALE = 2.0**20
+JOB, SLOT = 9, 100
+BACKSTOP = 60.0  # seconds: only ends a hung test
+MINE, OTHERS = 0.25, 0.5
+
+
+def receive(sock: socket.socket, timeout: float = BACKSTOP) -> wire.Packet:
+    sock.settimeout(timeout)
+    data, _ = sock.recvfrom(2048)
+    return wire.Packet.decode(data)
+
+
+def reply(packet: wire.Packet, **fields) -> bytes:
+    """A header-only answer to the packet's latest transmission (its number echoed)."""
+    h = packet.header
+    return wire.Header(job_id=JOB, worker_id=0, slot=SLOT, mode=Mode.PARTIAL,
+                       flags=h.flags & wire.TX_MASK, **fields).pack()
+
+
+def closed_with_both(packet: wire.Packet) -> bytes:
+    """The RESULT of the packet's round, closed with it and the other member's OTHERS."""
+    h = packet.header
+    lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
+    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
+                                   round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
+                                   mode=Mode.PARTIAL), lanes).encode()
