@@ -9,6 +9,8 @@ import numpy as np
 
 from hysync import wire
 from hysync.wire import Mode, Op
+from hysync.worker.quantize import FixedPointQuantizer
+from hysync.worker.transport import Transport, TransportConfig
 
 SCALE = 2.0**20
 JOB, SLOT = 9, 100
@@ -36,3 +38,17 @@ def closed_with_both(packet: wire.Packet) -> bytes:
     return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
                                    round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
                                    mode=Mode.PARTIAL), lanes).encode()
+
+
+def member(*, rto: float, stall: float, quiet: float) -> tuple[socket.socket, Transport]:
+    """The scripted switch's socket and member 0's transport, one slot of a job of two members:
+    `rto` every retransmission timeout, `stall` the early look at a silent packet, `quiet`
+    the JOIN period (the dead timer twice that)."""
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
+                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
+                             slot_base=SLOT, slot_count=1, members=2, rto_initial=rto,
+                             rto_min=rto, rto_max=rto, stall_after=stall, join_after=quiet,
+                             dead_after=2 * quiet, seed=7)
+    return switch, Transport(config, FixedPointQuantizer(SCALE, 2))

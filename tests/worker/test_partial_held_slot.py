@@ -12,7 +12,6 @@ the resend, the due timer carried that chunk at once and the call ended without 
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -20,15 +19,11 @@ import numpy as np
 
 from hysync import wire
 from hysync.wire import Op, ResyncReason
-from hysync.worker.quantize import FixedPointQuantizer
-from hysync.worker.transport import Transport, TransportConfig
 from tests.worker.scripted_switch import (
     BACKSTOP,
-    JOB,
     MINE,
-    SCALE,
-    SLOT,
     closed_with_both,
+    member,
     receive,
     reply,
 )
@@ -39,15 +34,8 @@ SLOW = 30.0        # no JOIN, no dead timer within the test
 
 
 def test_a_call_on_a_held_slot_waits_for_the_parked_packets_answer():
-    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    switch.bind(("127.0.0.1", 0))
-    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
-                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
-                             slot_base=SLOT, slot_count=1, members=2, rto_initial=RTO,
-                             rto_min=RTO, rto_max=RTO, stall_after=STALL, join_after=SLOW,
-                             dead_after=2 * SLOW, seed=7)
-    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
-    worker = (config.bind_host, tr.address[1])
+    switch, tr = member(rto=RTO, stall=STALL, quiet=SLOW)
+    worker = ("127.0.0.1", tr.address[1])
     outcomes: list = []
 
     def call() -> threading.Thread:

@@ -10,23 +10,19 @@ tie), carrying the lanes of the packet that was displaced."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import numpy as np
 
 from hysync import wire
 from hysync.wire import Op, ResyncReason
-from hysync.worker.quantize import FixedPointQuantizer
-from hysync.worker.transport import Transport, TransportConfig
 from tests.worker.scripted_switch import (
     BACKSTOP,
-    JOB,
     MINE,
     OTHERS,
     SCALE,
-    SLOT,
     closed_with_both,
+    member,
     receive,
     reply,
 )
@@ -35,15 +31,8 @@ SLOW = 30.0  # no retransmission, no parking, no JOIN within the test: only repl
 
 
 def test_a_displaced_chunk_is_offered_again_once_the_round_that_displaced_it_closes():
-    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    switch.bind(("127.0.0.1", 0))
-    config = TransportConfig(job_id=JOB, worker_id=0, switch_host="127.0.0.1",
-                             switch_port=switch.getsockname()[1], bind_host="127.0.0.1",
-                             slot_base=SLOT, slot_count=1, members=2, rto_initial=SLOW,
-                             rto_min=SLOW, rto_max=SLOW, stall_after=SLOW, join_after=SLOW,
-                             dead_after=2 * SLOW, seed=7)
-    tr = Transport(config, FixedPointQuantizer(SCALE, 2))
-    worker = (config.bind_host, tr.address[1])
+    switch, tr = member(rto=SLOW, stall=SLOW, quiet=SLOW)
+    worker = ("127.0.0.1", tr.address[1])
     outcome: dict = {}
     caller = threading.Thread(target=lambda: outcome.update(
         result=tr.allreduce("g", np.full(3 * wire.LANES, MINE, dtype=np.float32))))
