@@ -261,12 +261,20 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
             rec.excused["limit_dead_latch"] = rec.excused.get("limit_dead_latch", 0) + 1
             continue
         keyed = range(first, first + -(-n // wire.LANES))
-        if starved and all(_out_of_step(rec, sim, wk, call, x, keyed)
-                           for call in calls for x in starved):
+        out_of_step = [all(_out_of_step(rec, sim, wk, call, x, keyed) for x in starved)
+                       for call in calls]
+        if starved and all(out_of_step):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
         if starved and all(_raced(rec, wk, call, x, keyed) for call in calls for x in starved):
             rec.excused["limit_raced"] = rec.excused.get("limit_raced", 0) + 1
+            continue
+        # A call may meet the other members' round of another key still open (CHUNK_MISMATCH)
+        # or, behind a slow switch, closed already (RESEND): the same phase (seed 9014513).
+        if starved and all(met or all(_raced(rec, wk, call, x, keyed, another_key=True)
+                                      for x in starved)
+                           for met, call in zip(out_of_step, calls)):
+            rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
         if starved:
             out.append(f"starvation: worker {wk.w}'s chunk(s) {starved[:4]} of key {k} reached "
@@ -289,27 +297,30 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
     fixed order leaves after an abort, seed 1001019 with --hosts drawn, and a partial call
     offers such a chunk again once the round that displaced it closes, seed 9019721: the
     worker closes that chain, and a check that excused it would hide its return.)"""
-    for t, d, o, bitmap in wk.displaced:
+    for t, d, o, bitmap, round_ in wk.displaced:
         if not call.start <= t <= call.end or d != chunk:
             continue
         if o not in keyed:
             return True
         members = [x for x in sim.workers if x is not wk and (bitmap >> x.w) & 1]
-        if members and all(_displaced_before(x, chunk, keyed, t) for x in members):
+        if members and all(_displaced_before(x, chunk, keyed, t)
+                           or _joined(x, round_, t) for x in members) \
+                and any(_displaced_before(x, chunk, keyed, t) for x in members):
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
 
 
-def _raced(rec: Record, wk, call, chunk: int, keyed: range) -> bool:
+def _raced(rec: Record, wk, call, chunk: int, keyed: range, another_key: bool = False) -> bool:
     """Did `call` lose a race for a round with its contribution of `chunk` behind a slow
     switch (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")? Answered
     RESEND by a partial round of another chunk that closed without it: of quorum 1 (a member
     out of step closed it alone first), or of a chunk of another key (members in calls of
     other keys met its quorum first; seed 9014497: quorum 2 of 5, the members in three
-    groups), and the call carried its chunk."""
+    groups), and the call carried its chunk. With `another_key`, only the second form."""
     return rec.plan.switch_delay > 0 and any(
-        call.start <= t <= call.end and d == chunk and o != chunk and (q == 1 or o not in keyed)
+        call.start <= t <= call.end and d == chunk and o != chunk
+        and (o not in keyed or q == 1 and not another_key)
         for t, d, o, q in wk.raced)
 
 
@@ -318,7 +329,17 @@ def _displaced_before(wk, chunk: int, keyed: range, t: float) -> bool:
     way at `t`, before `t`?"""
     under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
     return any(under_way[-1].start <= u <= t and d == chunk and o not in keyed
-               for u, d, o, _bitmap in wk.displaced) if under_way else False
+               for u, d, o, _bitmap, _round in wk.displaced) if under_way else False
+
+
+def _joined(wk, round_: tuple[int, int], t: float) -> bool:
+    """Did the worker join the round (slot, round) `round_` by a contribution of its of
+    another chunk that round displaced, in its call under way at `t`, before `t`? A member
+    that opened the round sent its chunk as its own; one that joined it was displaced into
+    it, like the member judged."""
+    under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
+    return any(under_way[-1].start <= u <= t and r == round_
+               for u, _d, _o, _bitmap, r in wk.displaced) if under_way else False
 
 
 def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:

@@ -158,10 +158,10 @@ class Worker:
     # when it heard each reply of the switch other than a NOT_JOINED (which any JOIN may meet,
     # and which tells nothing of the switch's state): a RESULT, an ACK, any other RESYNC
     answers_heard: list[float] = field(default_factory=list)
-    # (when, chunk, open round's chunk, the open round's bitmap) of each contribution of its
-    # a partial slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases
-    # it) and joins the round of the other
-    displaced: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # (when, chunk, open round's chunk, the open round's bitmap, (slot, round) of the open
+    # round) of each contribution of its a partial slot answered CHUNK_MISMATCH: the call
+    # carries its chunk (partial never chases it) and joins the round of the other
+    displaced: list[tuple[float, int, int, int, tuple[int, int]]] = field(default_factory=list)
     # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
     # partial round of another chunk that had closed without it answered RESEND: the call
     # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
@@ -588,7 +588,9 @@ class Sim:
                     wk.displaced.append((self.now, struct.unpack_from("!I", flight,
                                                                       _OFF_CHUNK)[0],
                                          struct.unpack_from("!I", data, _OFF_CHUNK)[0],
-                                         _bitmap(data)))
+                                         _bitmap(data),
+                                         (struct.unpack_from("!H", data, _OFF_SLOT)[0],
+                                          struct.unpack_from("!I", data, _OFF_ROUND)[0])))
             if data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in (
                     wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED):
                 flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from . import check as checker
 from .check import check
 from .plan import draw
 from .run import simulate
@@ -38,6 +39,16 @@ HELD_AT_START = 9061714
 # Limit "Rounds of one raced on a slow switch", quorum 2 of 5: the members in three groups in
 # calls of different keys; key 2's chunk 12 loses every race to a round of key 0's chunks.
 RACED_BY_A_QUORUM = 9014497
+# Limit "Members out of step on a partial slot", behind a switch 0.09 s slow: four members,
+# partial with a quorum of 3, on one slot of key 0's chunks 0 and 1 and key 1's chunk 2. Key
+# 1's chunk meets the others' round of key 0 still open (CHUNK_MISMATCH) in most calls and,
+# in one call of each of two members, closed already (RESEND).
+OUT_OF_STEP_OPEN_OR_CLOSED = 9014513
+# The same limit where the round that displaced the starved chunk is of a chunk of its own
+# key: the member that opened it sent that chunk after a round of another key had displaced
+# its copy of the starved chunk; every other member in it had joined it, displaced into it
+# like the member judged.
+OUT_OF_STEP_OPENED_BY_DISPLACED = 9018072
 # The schedule the seeds of a worker change before that wait were found on: a call's chunks
 # on a slot held by a parked packet whose timer fell due between calls carried at once. The
 # wait shifts their schedules (9016450 from 0.11 s, 9021151 from 1.57 s and 9024099 from
@@ -104,3 +115,29 @@ def test_a_call_on_a_held_slot_waits_for_its_answer(target: str) -> None:
     call = sim.workers[1].calls[5]
     assert call.held and call.end > call.start
     assert check(rec, sim) == []
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_round_of_another_key_open_or_closed_is_the_limit_and_only_it(target: str) -> None:
+    """Counted by limit_out_of_step; without the calls that met the round closed (RESEND) on
+    record it is starvation again."""
+    rec, sim = simulate(draw(OUT_OF_STEP_OPEN_OR_CLOSED), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    assert any(wk.raced for wk in sim.workers)
+    for wk in sim.workers:
+        wk.raced.clear()
+    rec.excused.clear()
+    assert any(v.startswith("starvation") and "of key 1" in v for v in check(rec, sim))
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_round_opened_by_a_displaced_member_is_the_limit_and_only_it(
+        target: str, monkeypatch) -> None:
+    """Counted by limit_out_of_step; read as if every member of that round had opened it
+    (none joined it displaced), it is starvation again."""
+    rec, sim = simulate(draw(OUT_OF_STEP_OPENED_BY_DISPLACED), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    monkeypatch.setattr(checker, "_joined", lambda *_: False)
+    rec.excused.clear()
+    assert any(v.startswith("starvation: worker 1's chunk(s) [8] of key 0")
+               for v in check(rec, sim))
