@@ -273,7 +273,7 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         # or, behind a slow switch, closed already (RESEND): the same phase (seed 9014513).
         if starved and all(met or all(_raced(rec, wk, call, x, keyed, another_key=True)
                                       for x in starved)
-                           for met, call in zip(out_of_step, calls)):
+                           for met, call in zip(out_of_step, calls, strict=True)):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
         if starved:
