@@ -288,11 +288,12 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
     (`keyed`) it carried (docs/protocol.md §10, limit "Members out of step on a partial
     slot")? Its contribution of `chunk` was answered CHUNK_MISMATCH by a partial slot whose
     open round was of a chunk of another key (members in calls of different keys), or of a
-    chunk of this key that every member in that round sent after a round of another key had
+    chunk of this key that members in that round sent after a round of another key had
     displaced their own `chunk` earlier in the calls they were in (seed 1005345 with --hosts
-    drawn); or the call started with the slot held by a packet of its of another chunk,
-    which a round of an earlier call still held (the others had not come to it), so the call
-    carried its chunks there. (Not a chain within one key alone: members half a call apart
+    drawn), every other member in it having joined it displaced (seed 9018072); or the call
+    started with the slot held by a packet of its of another chunk, which a round of an
+    earlier call still held (the others had not come to it), so the call carried its chunks
+    there. (Not a chain within one key alone: members half a call apart
     that displace each other's chunk with rounds of their own key's chunks are what the
     fixed order leaves after an abort, seed 1001019 with --hosts drawn, and a partial call
     offers such a chunk again once the round that displaced it closes, seed 9019721: the
@@ -303,9 +304,8 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
         if o not in keyed:
             return True
         members = [x for x in sim.workers if x is not wk and (bitmap >> x.w) & 1]
-        if members and all(_displaced_before(x, chunk, keyed, t)
-                           or _joined(x, round_, t) for x in members) \
-                and any(_displaced_before(x, chunk, keyed, t) for x in members):
+        displaced = [x for x in members if _displaced_before(x, chunk, keyed, t)]
+        if displaced and all(x in displaced or _joined(x, round_, t) for x in members):
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
