@@ -288,24 +288,29 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
     (`keyed`) it carried (docs/protocol.md §10, limit "Members out of step on a partial
     slot")? Its contribution of `chunk` was answered CHUNK_MISMATCH by a partial slot whose
     open round was of a chunk of another key (members in calls of different keys), or of a
-    chunk of this key that members in that round sent after a round of another key had
-    displaced their own `chunk` earlier in the calls they were in (seed 1005345 with --hosts
-    drawn), every other member in it having joined it displaced (seed 9018072); or the call
-    started with the slot held by a packet of its of another chunk, which a round of an
-    earlier call still held (the others had not come to it), so the call carried its chunks
-    there. (Not a chain within one key alone: members half a call apart
-    that displace each other's chunk with rounds of their own key's chunks are what the
-    fixed order leaves after an abort, seed 1001019 with --hosts drawn, and a partial call
-    offers such a chunk again once the round that displaced it closes, seed 9019721: the
-    worker closes that chain, and a check that excused it would hide its return.)"""
+    chunk of this key that a member in that round sent after a round of another key had
+    displaced its own `chunk` earlier in the call it sent it in, every other member in it
+    having done the same or joined it displaced, each read in the call it entered that round
+    in (seeds 1005345 with --hosts drawn, 9018072, 9019419); or the call started with the
+    slot held by a packet of its of another chunk, which a round of an earlier call still
+    held (the others had not come to it), so the call carried its chunks there. (Not a chain
+    within one key alone: members half a call apart that displace each other's chunk with
+    rounds of their own key's chunks are what the fixed order leaves after an abort, seed
+    1001019 with --hosts drawn, and a partial call offers such a chunk again once the round
+    that displaced it closes, seed 9019721: the worker closes that chain, and a check that
+    excused it would hide its return.)"""
     for t, d, o, bitmap, round_ in wk.displaced:
         if not call.start <= t <= call.end or d != chunk:
             continue
         if o not in keyed:
             return True
-        members = [x for x in sim.workers if x is not wk and (bitmap >> x.w) & 1]
-        displaced = [x for x in members if _displaced_before(x, chunk, keyed, t)]
-        if displaced and all(x in displaced or _joined(x, round_, t) for x in members):
+        # Each member is read in the call it entered the round in, which may be calls
+        # before the one it is in at `t`: a round that waits for members in calls of other
+        # keys stays open across their calls (seed 9019419).
+        members = [(x, _entered(rec, x, round_, t)) for x in sim.workers
+                   if x is not wk and (bitmap >> x.w) & 1]
+        displaced = [x for x, e in members if _displaced_before(x, chunk, keyed, e)]
+        if displaced and all(x in displaced or _joined(x, round_, e) for x, e in members):
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
@@ -340,6 +345,15 @@ def _joined(wk, round_: tuple[int, int], t: float) -> bool:
     under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
     return any(under_way[-1].start <= u <= t and r == round_
                for u, _d, _o, _bitmap, r in wk.displaced) if under_way else False
+
+
+def _entered(rec: Record, wk, round_: tuple[int, int], t: float) -> float:
+    """When the worker entered the round (slot, round) `round_` open at `t`: the moment its
+    contribution that round counted was first sent, where the round closed in the switch
+    state of `t`; else `t` (the round is still open at the run's end)."""
+    state = sum(1 for u, _kind in rec.resets if u <= t)
+    sent = [c[5] for c in rec.contribs if c[0] == wk.w and c[3] == (state, *round_)]
+    return sent[0][0] if sent and sent[0][1] else t
 
 
 def _latched_with_dead(rec: Record, sim: Sim, chunk: int) -> bool:

@@ -49,6 +49,13 @@ OUT_OF_STEP_OPEN_OR_CLOSED = 9014513
 # its copy of the starved chunk; every other member in it had joined it, displaced into it
 # like the member judged.
 OUT_OF_STEP_OPENED_BY_DISPLACED = 9018072
+# That shape where the round stays open across its members' calls: eight members, partial
+# with a quorum of all, in calls of three keys on a slot of key 0's chunks 2 and 8 and key
+# 2's chunks 14 and 20. A member's chunk 8 was displaced by key 2's chunk 20 and it opened
+# the slot's next round with chunk 2; the others joined it, displaced, each in a call of its
+# own, and it closed half a second later: members the starved chunk met there had entered it
+# calls before the one they were in.
+OUT_OF_STEP_ACROSS_CALLS = 9019419
 # The schedule the seeds of a worker change before that wait were found on: a call's chunks
 # on a slot held by a parked packet whose timer fell due between calls carried at once. The
 # wait shifts their schedules (9016450 from 0.11 s, 9021151 from 1.57 s and 9024099 from
@@ -141,3 +148,20 @@ def test_a_round_opened_by_a_displaced_member_is_the_limit_and_only_it(
     rec.excused.clear()
     assert any(v.startswith("starvation: worker 1's chunk(s) [8] of key 0")
                for v in check(rec, sim))
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_round_entered_calls_before_is_the_limit_and_only_it(target: str, monkeypatch) -> None:
+    """Counted by limit_out_of_step, each member of the displacing round read in the call it
+    entered that round in; read in the call it was in when the round displaced the starved
+    chunk, or with no member joined displaced, it is starvation again."""
+    rec, sim = simulate(draw(OUT_OF_STEP_ACROSS_CALLS), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    starved = [f"starvation: worker {w}'s chunk(s) [3, 7, 8] of key 0" for w in (2, 5, 7)]
+    with monkeypatch.context() as m:
+        m.setattr(checker, "_entered", lambda _rec, _wk, _round, t: t)
+        rec.excused.clear()
+        assert [v[:len(starved[0])] for v in check(rec, sim)] == starved
+    monkeypatch.setattr(checker, "_joined", lambda *_: False)
+    rec.excused.clear()
+    assert [v[:len(starved[0])] for v in check(rec, sim)] == starved
