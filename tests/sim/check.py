@@ -299,8 +299,8 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
     1001019 with --hosts drawn, and a partial call offers such a chunk again once the round
     that displaced it closes, seed 9019721: the worker closes that chain, and a check that
     excused it would hide its return.)"""
-    for t, d, o, bitmap, round_ in wk.displaced:
-        if not call.start <= t <= call.end or d != chunk:
+    for t, d, o, bitmap, round_, sent in wk.displaced:
+        if not (call.start <= t <= call.end or _answered_late(call, sent)) or d != chunk:
             continue
         if o not in keyed:
             return True
@@ -314,6 +314,15 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
+
+
+def _answered_late(call, sent: float) -> bool:
+    """Was the transmission answered after `call` ended (`sent`: when it was sent) one the
+    call sent? A partial call can end with its packet parked in a round before a slow switch
+    answers it, and the answer comes in a later call (seed 9044398: a call of a one-chunk key
+    ended 5 ms after sending it; the CHUNK_MISMATCH came 0.1 s later, in the next call, of
+    another key). A transmission of a later call is judged with that call."""
+    return call.start <= sent <= call.end
 
 
 def _raced(rec: Record, wk, call, chunk: int, keyed: range, another_key: bool = False) -> bool:
@@ -334,7 +343,7 @@ def _displaced_before(wk, chunk: int, keyed: range, t: float) -> bool:
     way at `t`, before `t`?"""
     under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
     return any(under_way[-1].start <= u <= t and d == chunk and o not in keyed
-               for u, d, o, _bitmap, _round in wk.displaced) if under_way else False
+               for u, d, o, _bitmap, _round, _sent in wk.displaced) if under_way else False
 
 
 def _joined(wk, round_: tuple[int, int], t: float) -> bool:
@@ -344,7 +353,7 @@ def _joined(wk, round_: tuple[int, int], t: float) -> bool:
     it, like the member judged."""
     under_way = [c for c in wk.calls if c.start <= t and (c.end < 0 or t <= c.end)]
     return any(under_way[-1].start <= u <= t and r == round_
-               for u, _d, _o, _bitmap, r in wk.displaced) if under_way else False
+               for u, _d, _o, _bitmap, r, _sent in wk.displaced) if under_way else False
 
 
 def _entered(rec: Record, wk, round_: tuple[int, int], t: float) -> float:

@@ -159,9 +159,13 @@ class Worker:
     # and which tells nothing of the switch's state): a RESULT, an ACK, any other RESYNC
     answers_heard: list[float] = field(default_factory=list)
     # (when, chunk, open round's chunk, the open round's bitmap, (slot, round) of the open
-    # round) of each contribution of its a partial slot answered CHUNK_MISMATCH: the call
-    # carries its chunk (partial never chases it) and joins the round of the other
-    displaced: list[tuple[float, int, int, int, tuple[int, int]]] = field(default_factory=list)
+    # round, when the transmission answered was sent) of each contribution of its a partial
+    # slot answered CHUNK_MISMATCH: the call carries its chunk (partial never chases it) and
+    # joins the round of the other
+    displaced: list[tuple[float, int, int, int, tuple[int, int], float]] = field(
+        default_factory=list)
+    # (slot, transmission number) -> when its latest contribution so numbered was sent
+    sent_at: dict[tuple[int, int], float] = field(default_factory=dict)
     # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
     # partial round of another chunk that had closed without it answered RESEND: the call
     # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
@@ -590,7 +594,10 @@ class Sim:
                                          struct.unpack_from("!I", data, _OFF_CHUNK)[0],
                                          _bitmap(data),
                                          (struct.unpack_from("!H", data, _OFF_SLOT)[0],
-                                          struct.unpack_from("!I", data, _OFF_ROUND)[0])))
+                                          struct.unpack_from("!I", data, _OFF_ROUND)[0]),
+                                         wk.sent_at.get(
+                                             (struct.unpack_from("!H", data, _OFF_SLOT)[0],
+                                              data[_OFF_FLAGS] & wire.TX_MASK), self.now)))
             if data[_OFF_OP] == wire.Op.RESYNC and data[_OFF_REASON] in (
                     wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED):
                 flight = self._flight(wk, struct.unpack_from("!H", data, _OFF_SLOT)[0])
@@ -787,6 +794,8 @@ class Sim:
             if d[_OFF_OP] == wire.Op.CONTRIB:
                 self.rec.launched.setdefault((wk.w, d[_OFF_CHUNK:_OFF_CHUNK + 4] + d[H:]),
                                              self.moment())
+                wk.sent_at[(struct.unpack_from("!H", d, _OFF_SLOT)[0],
+                            d[_OFF_FLAGS] & wire.TX_MASK)] = self.now
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)
