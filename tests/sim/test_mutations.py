@@ -180,6 +180,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True,
                                                            **CARRY_HELD_AT_START}},
                          "exactly-once", "worker 1 chunk 5"),
+    # §9 "Swap storms", JOIN behind the slot, where the round it named closed without me:
+    # a member lost the RESULT of a peer's async round 45 and JOINed it; the JOIN, lost once
+    # and sent again by the silent window 1.26 s later, is answered by round 45's RESEND
+    # without its bit. Carried and not offered at the open round 46, which waits for it (a
+    # sync round of the job's six), the JOIN comes back only at its next call's join_after,
+    # past a peer's packet deadline there.
+    "join_left_out": (FAULT_KINDS, 9039175, {"faults": {"join_left_out_waits": True}},
+                      "failure", "worker 1 call 3"),
 }
 
 
