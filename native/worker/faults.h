@@ -63,6 +63,9 @@ struct Faults {
   // closed) is offered again only after join_after, not at once at the slot's next round
   // (§9 "Swap storms", JOIN).
   bool join_behind_waits = false;
+  // The same for a JOIN whose named round closed without me (a RESEND without my bit, or with
+  // it on another chunk): carried, and offered again only after join_after (§9 "Swap storms").
+  bool join_left_out_waits = false;
   // A RESYNC answering an async-style flight with an open round behind the one the slot had
   // reached when the flight was launched is not taken for a new switch state (Replies::
   // on_resync; §9 "A switch that lost the job's state"): a STALE_COUNTED of a re-install that

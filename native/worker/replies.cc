@@ -141,8 +141,15 @@ void Replies::on_full(const uint8_t* d, double now) {
         answers_latest(i, h.flags)) {
       // Carried as residual (whatever chunk or mode it had); a sentinel of mine that the
       // round's own sum holds non-finite already is absorbed there (round() of done()).
+      // A JOIN so answered named a round that had closed without me: as for one that closed
+      // with my place in it (above), the slot's open round is the next, which may be waiting
+      // for me, and the JOIN is offered there at once. The round's mode is the stored
+      // round's: a RESEND comes only from a slot latched sync or partial (§4 step 10).
+      const bool join_behind = f->join && !faults_.join_left_out_waits;
       take_result();
       flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
+      if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())
+        flights_.offer_join(i, now);
     } else if (cfg_.behind_leaf && h.mode == PARTIAL && h.chunk == f->chunk &&
                !faults_.leaf_verdict_waits) {
       // Behind a leaf, this result is the spine's verdict on my round, relayed by my leaf

@@ -226,14 +226,19 @@ def test_rounds_raced_on_a_slow_switch_is_the_limit_and_only_it(target: str) -> 
 # (Flights::start_call) shifts both schedules, and neither seed meets its situation then
 # (each still passes, HOST_REGRESSIONS); the checker's bounds they show depend on none of
 # them. 1011479 meets its situation only with the immediate resend into async
-# (Faults::hurry_into_async).
+# (Faults::hurry_into_async). Both were found before a JOIN that a round closed without it
+# answered (RESEND) was offered at once at the slot's next round (Faults::
+# join_left_out_waits): that shifts 1006182's schedule off its situation.
 FOUND_ON = {"faults": {"order_at_start": True, "no_reoffer": True, "carry_held_at_start": True,
-                       "hurry_into_async": True}}
+                       "hurry_into_async": True, "join_left_out_waits": True}}
 # Seed 1011063's and PAUSED_AT_THE_CAUSE's: the probe period read as a difference
 # (plan.PROBE_PERIOD_AS_FOUND); each still passes without it. Seed 1011063 was also found
-# before a call waited one RTO for a held slot's answer (carry_held_at_start).
+# before a call waited one RTO for a held slot's answer (carry_held_at_start), and before a
+# JOIN answered by a RESEND without its bit went at once to the next round
+# (join_left_out_waits), which shifts it off its situation too.
 PROBE_FOUND_ON = {"faults": PROBE_PERIOD_AS_FOUND}
-STALE_1011063_FOUND_ON = {"faults": {**PROBE_PERIOD_AS_FOUND, "carry_held_at_start": True}}
+STALE_1011063_FOUND_ON = {"faults": {**PROBE_PERIOD_AS_FOUND, "carry_held_at_start": True,
+                                     "join_left_out_waits": True}}
 
 
 def test_a_member_held_back_by_its_answers_lost_is_a_lossy_straggler(monkeypatch) -> None:

@@ -180,6 +180,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "hurry_into_async": (FAULT_KINDS, 9079057, {"faults": {"hurry_into_async": True,
                                                            **CARRY_HELD_AT_START}},
                          "exactly-once", "worker 1 chunk 5"),
+    # §9 "Swap storms", JOIN behind the slot, where the round it named closed without me:
+    # a member lost the RESULT of a peer's async round 45 and JOINed it; the JOIN, lost once
+    # and sent again by the silent window 1.26 s later, is answered by round 45's RESEND
+    # without its bit. Carried and not offered at the open round 46, which waits for it (a
+    # sync round of the job's six), the JOIN comes back only at its next call's join_after,
+    # past a peer's packet deadline there.
+    "join_left_out": (FAULT_KINDS, 9039175, {"faults": {"join_left_out_waits": True}},
+                      "failure", "worker 1 call 3"),
 }
 
 
@@ -218,6 +226,11 @@ FOUND_ON_PROBE_PERIOD = ("refused_mark", "join_behind")
 # (Faults::hurry_into_async), as when their seed was found: on the engine's own, refused_mark's
 # seed no longer meets its race (it still passes there).
 FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
+# Rows replayed, likewise, with a JOIN that a RESEND without its bit answers carried and not
+# offered at once at the slot's next round (Faults::join_left_out_waits), as when their seed
+# was found: on the engine's own, flight_deadline's seed no longer meets its case (it still
+# passes there).
+FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -233,7 +246,9 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
     """With `name` taken out the checker reports `invariant` (with `detail`); with it in, the
     same plan holds every invariant. `which` names the seed in the messages."""
     found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
-                **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {})}
+                **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {}),
+                **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
+                   else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})
     found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
