@@ -91,8 +91,11 @@ RULES = {
                          "round after the faults stop, each, in every call of the key "
                          "judged, answered CHUNK_MISMATCH by a partial slot (the open round "
                          "of a chunk of another key, or of this key's that the round's "
-                         "members went on to after such a displacement of their own) or "
-                         "carried behind the call's own earlier packet holding the slot: "
+                         "members went on to after such a displacement of their own; "
+                         "behind a slow switch also RESEND by such a round of another key "
+                         "closed already) or carried behind the call's own earlier packet "
+                         "holding the slot (of an earlier call, or parked in this one and "
+                         "so answered): "
                          "the members' calls stay out of step on the slot, and partial "
                          "carries a displaced chunk, never chases it",
     "limit_raced": "(a limit, not a guarantee) a worker's chunks of a key reach no round "
@@ -271,9 +274,14 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
             continue
         # A call may meet the other members' round of another key still open (CHUNK_MISMATCH)
         # or, behind a slow switch, closed already (RESEND): the same phase (seed 9014513).
-        if starved and all(met or all(_raced(rec, wk, call, x, keyed, another_key=True)
-                                      for x in starved)
-                           for met, call in zip(out_of_step, calls, strict=True)):
+        # Each chunk is read on its own slot, where the phase shows in either form whatever
+        # the call's other slots show; and a chunk the call never sent, carried behind the
+        # call's packet of another of the key's chunks on its slot (parked, §9 partial
+        # liveness), met what that packet met (seed 9063516).
+        if starved and all(_met_another_key(rec, sim, wk, call, x, keyed) or any(
+                _met_another_key(rec, sim, wk, call, y, keyed)
+                for y in _carried_behind(rec, wk, call, x, keyed))
+                for call in calls for x in starved):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
         if starved:
@@ -314,6 +322,30 @@ def _out_of_step(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> b
             return True
     slot = rec.plan.slot_base + chunk % rec.plan.slots
     return any(s == slot and c != chunk for s, c in call.held)
+
+
+def _met_another_key(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) -> bool:
+    """Did `call`'s contribution of `chunk` meet the other members' round of another key on
+    its slot, open (_out_of_step, CHUNK_MISMATCH) or, behind a slow switch, closed already
+    (_raced's second form, RESEND)?"""
+    return _out_of_step(rec, sim, wk, call, chunk, keyed) or \
+        _raced(rec, wk, call, chunk, keyed, another_key=True)
+
+
+def _carried_behind(rec: Record, wk, call, chunk: int, keyed: range) -> list[int]:
+    """The chunks of the key (`keyed`) whose packets `call` sent on the slot of `chunk`, where
+    it never sent `chunk`: a partial call's chunk goes out only once the slot's packet before
+    it is settled, and a packet that meets silence while the switch answers others is parked,
+    settled as counted, and the call carries what is left on its slot, unsent (§9 "Sync /
+    partial sending", partial liveness). Such a chunk's turn on the slot was that packet's
+    answer (seed 9063516: behind a switch 0.08 s slow, a call's chunk 14 was parked 5 ms after
+    it left and chunk 21 carried behind it; the answer, a round of another key's chunk, came
+    0.08 s later). Empty where the call sent `chunk`: it is read on its own answers."""
+    slot = rec.plan.slot_base + chunk % rec.plan.slots
+    sent = [(s, c) for t, s, c in wk.sent if call.start <= t <= call.end]
+    if any(c == chunk for _s, c in sent):
+        return []
+    return sorted({c for s, c in sent if s == slot and c != chunk and c in keyed})
 
 
 def _answered_late(call, sent: float) -> bool:

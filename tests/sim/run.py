@@ -166,6 +166,9 @@ class Worker:
         default_factory=list)
     # (slot, transmission number) -> when its latest contribution so numbered was sent
     sent_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    # (when, absolute slot, chunk) of every contribution it sent, retransmissions included: a
+    # partial call's chunk it never sent was carried behind the slot's packet (park)
+    sent: list[tuple[float, int, int]] = field(default_factory=list)
     # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
     # partial round of another chunk that had closed without it answered RESEND: the call
     # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
@@ -796,6 +799,8 @@ class Sim:
                                              self.moment())
                 wk.sent_at[(struct.unpack_from("!H", d, _OFF_SLOT)[0],
                             d[_OFF_FLAGS] & wire.TX_MASK)] = self.now
+                wk.sent.append((self.now, struct.unpack_from("!H", d, _OFF_SLOT)[0],
+                                struct.unpack_from("!I", d, _OFF_CHUNK)[0]))
             if self.trace is not None:
                 self._say(f"w{wk.w} -> {self.describe(d)}")
             self._link(True, wk.w, d)

@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import pytest
 
+from hysync import wire
+
 from . import check as checker
 from .check import check
 from .plan import draw
@@ -64,6 +66,12 @@ OUT_OF_STEP_ACROSS_CALLS = 9019419
 # sending its chunk, parked in a round: the CHUNK_MISMATCH of another key's round answers it
 # in the worker's next call, of another key.
 OUT_OF_STEP_ANSWERED_LATER = 9044398
+# The same limit behind a switch 0.08 s slow, eight members, partial with a quorum of 4 on
+# seven slots, in calls of three keys: key 2's chunks 14 and 21 share a slot. A call's chunk
+# 14 is parked 5 ms after it leaves and chunk 21 carried behind it, unsent; the answer to 14,
+# a round of key 0's chunk open (CHUNK_MISMATCH) or closed (RESEND), is 21's turn too. And
+# one call's chunks meet those rounds open on some slots and closed on others.
+OUT_OF_STEP_BEHIND_A_PARKED_PACKET = 9063516
 # The schedule the seeds of a worker change before that wait were found on: a call's chunks
 # on a slot held by a parked packet whose timer fell due between calls carried at once. The
 # wait shifts their schedules (9016450 from 0.11 s, 9021151 from 1.57 s and 9024099 from
@@ -186,3 +194,39 @@ def test_a_displacement_answered_after_the_call_ended_is_the_limit_and_only_it(
     rec.excused.clear()
     assert any(v.startswith("starvation: worker 0's chunk(s) [3] of key 2")
                for v in check(rec, sim))
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_chunk_carried_behind_its_slots_parked_packet_is_the_limit_and_only_it(
+        target: str, monkeypatch) -> None:
+    """Counted by limit_out_of_step, each starved chunk read on its own slot; a call's chunk
+    21, never sent, is read by its slot's packet of chunk 14. Not read so, or with the answers
+    that met rounds of another key off the record, it is starvation again."""
+    rec, sim = simulate(draw(OUT_OF_STEP_BEHIND_A_PARKED_PACKET), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    w1 = sim.workers[1]
+    keyed = range(w1.firsts[2], w1.firsts[2] + -(-rec.plan.sizes[2] // wire.LANES))
+    assert (keyed.start, len(keyed), rec.plan.slots) == (13, 14, 7)  # 14 and 21 on one slot
+    call = next(c for c in w1.calls if c.key == 2 and c.start > 3.7)  # 3.748-3.915 s
+    assert checker._carried_behind(rec, w1, call, 21, keyed) == [14]
+    assert checker._raced(rec, w1, call, 14, keyed, another_key=True)
+    assert not checker._out_of_step(rec, sim, w1, call, 21, keyed)
+    assert not checker._raced(rec, w1, call, 21, keyed)
+    # Worker 0's call of 4.063 s met the round of key 0 closed with chunks 14 and 17 and open
+    # with chunk 21: the forms mix within a call.
+    w0 = sim.workers[0]
+    call = next(c for c in w0.calls if c.key == 2 and c.start > 4.0)
+    assert all(checker._raced(rec, w0, call, x, keyed, another_key=True) for x in (14, 17))
+    assert checker._out_of_step(rec, sim, w0, call, 21, keyed)
+    assert not any(checker._out_of_step(rec, sim, w0, call, x, keyed) for x in (14, 17))
+    starved = "starvation: worker {}'s chunk(s) [14, 17, 21] of key 2"
+    with monkeypatch.context() as m:
+        m.setattr(checker, "_carried_behind", lambda *_: [])
+        rec.excused.clear()
+        assert [v[:len(starved) - 1] for v in check(rec, sim)] == [
+            starved.format(w) for w in (1, 2, 3, 6, 7)]
+    for wk in sim.workers:
+        wk.raced.clear()
+        wk.displaced.clear()
+    rec.excused.clear()
+    assert sum(v.startswith("starvation") and "of key 2" in v for v in check(rec, sim)) == 8
