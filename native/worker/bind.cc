@@ -327,6 +327,16 @@ void bind(nb::module_& m) {
              }
              return out;
            })
+      .def("parked", [](const Engine& e) {
+             // (slot index, chunk) of each flight parked (docs/protocol.md §9, partial
+             // liveness): settled for the call, its slot's chunks left carried behind it
+             nb::list out;
+             for (uint32_t i = 0; i < e.window(); ++i) {
+               const auto* f = e.flight(i);
+               if (f && f->parked) out.append(nb::make_tuple(i, f->chunk));
+             }
+             return out;
+           })
       .def("stats", &stats_of)
       .def("take_own",
            [](Engine& e) {

@@ -94,8 +94,8 @@ RULES = {
                          "members went on to after such a displacement of their own; "
                          "behind a slow switch also RESEND by such a round of another key "
                          "closed already) or carried behind the call's own earlier packet "
-                         "holding the slot (of an earlier call, or parked in this one and "
-                         "so answered): "
+                         "holding the slot (of an earlier call, or parked in this one "
+                         "behind a slow switch before the switch saw it): "
                          "the members' calls stay out of step on the slot, and partial "
                          "carries a displaced chunk, never chases it",
     "limit_raced": "(a limit, not a guarantee) a worker's chunks of a key reach no round "
@@ -275,9 +275,9 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         # A call may meet the other members' round of another key still open (CHUNK_MISMATCH)
         # or, behind a slow switch, closed already (RESEND): the same phase (seed 9014513).
         # Each chunk is read on its own slot, where the phase shows in either form whatever
-        # the call's other slots show; and a chunk the call never sent, carried behind the
-        # call's packet of another of the key's chunks on its slot (parked, §9 partial
-        # liveness), met what that packet met (seed 9063516).
+        # the call's other slots show; and a chunk the call never sent, carried behind a
+        # packet on its slot parked on a slow switch's delay (§9 partial liveness), met what
+        # that packet's chunk of the key met (seed 9063516).
         if starved and all(_met_another_key(rec, sim, wk, call, x, keyed) or any(
                 _met_another_key(rec, sim, wk, call, y, keyed)
                 for y in _carried_behind(rec, wk, call, x, keyed))
@@ -333,19 +333,41 @@ def _met_another_key(rec: Record, sim: Sim, wk, call, chunk: int, keyed: range) 
 
 
 def _carried_behind(rec: Record, wk, call, chunk: int, keyed: range) -> list[int]:
-    """The chunks of the key (`keyed`) whose packets `call` sent on the slot of `chunk`, where
-    it never sent `chunk`: a partial call's chunk goes out only once the slot's packet before
-    it is settled, and a packet that meets silence while the switch answers others is parked,
-    settled as counted, and the call carries what is left on its slot, unsent (§9 "Sync /
-    partial sending", partial liveness). Such a chunk's turn on the slot was that packet's
-    answer (seed 9063516: behind a switch 0.08 s slow, a call's chunk 14 was parked 5 ms after
-    it left and chunk 21 carried behind it; the answer, a round of another key's chunk, came
-    0.08 s later). Empty where the call sent `chunk`: it is read on its own answers."""
-    slot = rec.plan.slot_base + chunk % rec.plan.slots
-    sent = [(s, c) for t, s, c in wk.sent if call.start <= t <= call.end]
-    if any(c == chunk for _s, c in sent):
+    """The chunks of the key (`keyed`) whose fate on the slot of `chunk` was the turn of
+    `chunk`, which `call` never sent: behind a slow switch, a partial call's packet on a slot
+    meets silence while the switch answers others and is parked (§9 "Sync / partial sending",
+    partial liveness), and the call carries what is left on the slot, unsent; a packet parked
+    before the switch could have seen it (switch_delay after it left) held the slot on the
+    switch's delay alone. Such a packet is the call's own of another chunk of the key, or the
+    contribution it joined a round of another key's chunk with after that round displaced
+    one (CHUNK_MISMATCH), whose chunk is then read. (Seed 9063516: behind a switch 0.08 s
+    slow, a call's chunk 14 was parked 5 ms after it left and chunk 21 carried behind it; the
+    answer, a round of another key's chunk, came 0.08 s later; or chunk 14 met that round
+    open, and the call's contribution to it was parked so. Not where the packet was parked
+    for a round that waits for others: then the members are not read, and a chunk carried
+    behind a round it joined met no round of its own - seed 9016450 with its worker bug
+    back, whose switch is not slow.)"""
+    plan = rec.plan
+    slot = plan.slot_base + chunk % plan.slots
+
+    def within(t: float) -> bool:
+        return call.start <= t <= call.end
+
+    sent = [(t, s, c) for t, s, c in wk.sent if within(t)]
+    if any(c == chunk for _t, _s, c in sent):
         return []
-    return sorted({c for s, c in sent if s == slot and c != chunk and c in keyed})
+    behind: set[int] = set()
+    for t, s, c in wk.parks:
+        left = max((u for u, s2, c2 in sent if s2 == s and c2 == c and u <= t), default=None)
+        if not within(t) or s != slot or left is None or t - left >= plan.switch_delay:
+            continue
+        if c in keyed:
+            behind.add(c)
+        else:
+            behind.update(d for u, d, o, _bitmap, round_, _sent in wk.displaced
+                          if within(u) and o == c and round_[0] == slot and d in keyed)
+    behind.discard(chunk)
+    return sorted(behind)
 
 
 def _answered_late(call, sent: float) -> bool:

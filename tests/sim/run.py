@@ -166,9 +166,13 @@ class Worker:
         default_factory=list)
     # (slot, transmission number) -> when its latest contribution so numbered was sent
     sent_at: dict[tuple[int, int], float] = field(default_factory=dict)
-    # (when, absolute slot, chunk) of every contribution it sent, retransmissions included: a
-    # partial call's chunk it never sent was carried behind the slot's packet (park)
+    # (when, absolute slot, chunk) of every contribution it sent, retransmissions included
     sent: list[tuple[float, int, int]] = field(default_factory=list)
+    # (when, absolute slot, chunk) of each flight its engine parked (docs/protocol.md §9,
+    # partial liveness: the call settles it and carries its chunks left on the slot, unsent),
+    # noted at the step that parked it; and the flights parked as of its last step
+    parks: list[tuple[float, int, int]] = field(default_factory=list)
+    parked_now: frozenset[tuple[int, int, int]] = frozenset()
     # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
     # partial round of another chunk that had closed without it answered RESEND: the call
     # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
@@ -437,6 +441,7 @@ class Sim:
         e = wk.engine
         e.set_time(self.now)
         status = e.step(self.now)
+        self._note_parks(wk)
         self._note_absorbed(wk)
         self._take_results(wk, e.stats(), None)  # (at once: a timer may apply my own lanes)
         if status == RESET:  # aborted before the step sent anything of its own
@@ -790,6 +795,16 @@ class Sim:
         instant (a reply answered, then the call aborted, at one arrival time)."""
         self.moments += 1
         return self.now, self.moments
+
+    def _note_parks(self, wk: Worker) -> None:
+        """Note the flights the engine parked since the worker's last step (each flight by its
+        slot, chunk and round, which its retransmissions keep)."""
+        rounds = {i: struct.unpack_from("!I", d, _OFF_ROUND)[0]
+                  for i, d, _a in wk.engine.flights()}
+        now = frozenset((i, chunk, rounds[i]) for i, chunk in wk.engine.parked())
+        for i, chunk, _round in now - wk.parked_now:
+            wk.parks.append((self.now, self.plan.slot_base + i, chunk))
+        wk.parked_now = now
 
     def _sent(self, wk: Worker) -> None:
         for d in wk.engine.take_sent():

@@ -68,9 +68,10 @@ OUT_OF_STEP_ACROSS_CALLS = 9019419
 OUT_OF_STEP_ANSWERED_LATER = 9044398
 # The same limit behind a switch 0.08 s slow, eight members, partial with a quorum of 4 on
 # seven slots, in calls of three keys: key 2's chunks 14 and 21 share a slot. A call's chunk
-# 14 is parked 5 ms after it leaves and chunk 21 carried behind it, unsent; the answer to 14,
-# a round of key 0's chunk open (CHUNK_MISMATCH) or closed (RESEND), is 21's turn too. And
-# one call's chunks meet those rounds open on some slots and closed on others.
+# 14 is parked 5 ms after it leaves (or its contribution to the round of key 0 that displaced
+# 14 is) and chunk 21 carried behind it, unsent; the answer to 14, a round of key 0's chunk
+# open (CHUNK_MISMATCH) or closed (RESEND), is 21's turn too. And one call's chunks meet
+# those rounds open on some slots and closed on others.
 OUT_OF_STEP_BEHIND_A_PARKED_PACKET = 9063516
 # The schedule the seeds of a worker change before that wait were found on: a call's chunks
 # on a slot held by a parked packet whose timer fell due between calls carried at once. The
@@ -198,20 +199,27 @@ def test_a_displacement_answered_after_the_call_ended_is_the_limit_and_only_it(
 
 @pytest.mark.parametrize("target", ["native", "python"])
 def test_a_chunk_carried_behind_its_slots_parked_packet_is_the_limit_and_only_it(
-        target: str, monkeypatch) -> None:
+        target: str) -> None:
     """Counted by limit_out_of_step, each starved chunk read on its own slot; a call's chunk
-    21, never sent, is read by its slot's packet of chunk 14. Not read so, or with the answers
-    that met rounds of another key off the record, it is starvation again."""
+    21, never sent, is read by its slot's packet of chunk 14, parked on the switch's delay,
+    or by the contribution the call joined a round of another key with after that round
+    displaced chunk 14. Without the parks on record, or with the answers that met rounds of
+    another key off it, it is starvation again."""
     rec, sim = simulate(draw(OUT_OF_STEP_BEHIND_A_PARKED_PACKET), target)
     assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
-    w1 = sim.workers[1]
+    w1, w2 = sim.workers[1], sim.workers[2]
     keyed = range(w1.firsts[2], w1.firsts[2] + -(-rec.plan.sizes[2] // wire.LANES))
     assert (keyed.start, len(keyed), rec.plan.slots) == (13, 14, 7)  # 14 and 21 on one slot
     call = next(c for c in w1.calls if c.key == 2 and c.start > 3.7)  # 3.748-3.915 s
+    assert [c for t, s, c in w1.parks if call.start <= t <= call.end and s == 24] == [14]
     assert checker._carried_behind(rec, w1, call, 21, keyed) == [14]
     assert checker._raced(rec, w1, call, 14, keyed, another_key=True)
     assert not checker._out_of_step(rec, sim, w1, call, 21, keyed)
     assert not checker._raced(rec, w1, call, 21, keyed)
+    call = next(c for c in w2.calls if c.key == 2 and c.start > 3.8)  # 3.828-4.087 s
+    assert [c for t, s, c in w2.parks if call.start <= t <= call.end and s == 24] == [7]
+    assert checker._carried_behind(rec, w2, call, 21, keyed) == [14]
+    assert checker._out_of_step(rec, sim, w2, call, 14, keyed)
     # Worker 0's call of 4.063 s met the round of key 0 closed with chunks 14 and 17 and open
     # with chunk 21: the forms mix within a call.
     w0 = sim.workers[0]
@@ -220,12 +228,14 @@ def test_a_chunk_carried_behind_its_slots_parked_packet_is_the_limit_and_only_it
     assert checker._out_of_step(rec, sim, w0, call, 21, keyed)
     assert not any(checker._out_of_step(rec, sim, w0, call, x, keyed) for x in (14, 17))
     starved = "starvation: worker {}'s chunk(s) [14, 17, 21] of key 2"
-    with monkeypatch.context() as m:
-        m.setattr(checker, "_carried_behind", lambda *_: [])
-        rec.excused.clear()
-        assert [v[:len(starved) - 1] for v in check(rec, sim)] == [
-            starved.format(w) for w in (1, 2, 3, 6, 7)]
+    parks = {wk.w: wk.parks for wk in sim.workers}
     for wk in sim.workers:
+        wk.parks = []
+    rec.excused.clear()
+    assert [v[:len(starved) - 1] for v in check(rec, sim)] == [
+        starved.format(w) for w in (1, 2, 3, 6, 7)]
+    for wk in sim.workers:
+        wk.parks = parks[wk.w]
         wk.raced.clear()
         wk.displaced.clear()
     rec.excused.clear()
