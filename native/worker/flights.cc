@@ -587,12 +587,12 @@ void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
   Flight& f = *slots_[i].flight;
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
-  // Progress of the call under way: a flight it sent. One an earlier call left on the slot
-  // (a displaced chunk chased at that call's end, a parked packet, a JOIN) settles in a round
-  // the others closed, however long this call's own rounds have waited: counted as progress,
-  // it put off this call's JOINs, and a round of another slot that lacked only me waited
-  // past a peer's deadline (seed 9061566).
-  if (f.call == calls_ || faults_.progress_from_any_flight) progress_at_ = now;
+  // Progress of the call under way, which puts off its JOINs (join_after). Not a displaced
+  // chunk an earlier call chased at its end (send_chased): it settles in a round of another
+  // call's chunk, however long this call's own rounds have waited, and counted, it put off
+  // the JOIN of this call's idle slots, where a round lacking only me waited past a peer's
+  // packet deadline (seed 9061566).
+  if (!f.chase || f.call == calls_ || faults_.progress_from_any_flight) progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {

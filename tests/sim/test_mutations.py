@@ -188,10 +188,11 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # past a peer's packet deadline there.
     "join_left_out": (FAULT_KINDS, 9039175, {"faults": {"join_left_out_waits": True}},
                       "failure", "worker 1 call 3"),
-    # §9 "Swap storms", JOIN: only a flight of the call under way is its progress. After a
-    # restart a member a call behind left sync rounds 1 of two slots lacking only it; its next
-    # call's join_after was put off by the RESULT of a displaced chunk its previous call had
-    # chased on a third slot, and the JOIN that closes both came after the peers' deadline.
+    # §9 "Swap storms", JOIN: a chased chunk of an earlier call is not the call's progress.
+    # After a restart a member a call behind left sync rounds 1 of two slots lacking only it;
+    # its next call's join_after was put off by the RESULT of a displaced chunk its previous
+    # call had chased on a third slot, and the JOIN that closes both came after the peers'
+    # packet deadline.
     "progress_of_the_call": (FAULT_KINDS, 9061566,
                              {"faults": {"progress_from_any_flight": True}},
                              "failure", "worker 0 call 4"),
@@ -238,10 +239,6 @@ FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
 # was found: on the engine's own, flight_deadline's seed no longer meets its case (it still
 # passes there).
 FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
-# Rows replayed, likewise, with any flight that settles counted as the call's progress, also
-# one an earlier call sent (Faults::progress_from_any_flight), as when their plan was found:
-# on the engine's own, join_behind's plan no longer meets its case (it still passes there).
-FOUND_ON_PROGRESS_FROM_ANY_FLIGHT = ("join_behind",)
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -259,9 +256,7 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
     found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
                 **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {}),
                 **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
-                   else {}),
-                **({"progress_from_any_flight": True}
-                   if name in FOUND_ON_PROGRESS_FROM_ANY_FLIGHT else {})}
+                   else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})
     found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]

@@ -212,7 +212,8 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # state's rounds 0, left sync rounds 1 of slots 40 and 41 lacking only it; in its next call,
 # of key 0, whose one chunk is on slot 39, the RESULT of a displaced chunk its previous call
 # had chased there at its end put off the JOIN of the idle slots 40 and 41 by a second, past
-# the peers' packet deadline there) - join_after counts only a flight the call itself sent
+# the peers' packet deadline there) - a displaced chunk an earlier call chased is not the
+# call's progress for join_after
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057,
                           9039175, 9061566)
 
