@@ -66,6 +66,9 @@ struct Faults {
   // The same for a JOIN whose named round closed without me (a RESEND without my bit, or with
   // it on another chunk): carried, and offered again only after join_after (§9 "Swap storms").
   bool join_left_out_waits = false;
+  // A displaced chunk that an earlier call chased (send_chased) counts, when it settles, as
+  // progress of the call under way and puts off its JOINs (Flights::done; §9 "Swap storms").
+  bool progress_from_any_flight = false;
   // A RESYNC answering an async-style flight with an open round behind the one the slot had
   // reached when the flight was launched is not taken for a new switch state (Replies::
   // on_resync; §9 "A switch that lost the job's state"): a STALE_COUNTED of a re-install that

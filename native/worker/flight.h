@@ -32,6 +32,9 @@ struct FlightState {
   bool join = false;  // flag JOIN: counted only into an open round that lacks me
   bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
   bool reoffer = false;  // RESIDUAL: a partial call's displaced chunk offered again (round_closed)
+  // The call that sent it (Flights::calls_; 0: none): a chased chunk that an earlier call
+  // sent does not move the call under way along when it settles (Flights::done, join_after).
+  uint64_t call = 0;
   uint8_t tx = 0;     // the number of its latest transmission, which replies echo
   double launched = 0, sent_at = 0, backoff = 0;
   uint64_t sent_seq = 0;  // the worker's transmissions counted at its latest one

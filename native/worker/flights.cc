@@ -39,6 +39,7 @@ Flights::Flights(const EngineConfig& config, const Faults& faults, const Quantiz
 
 void Flights::start_call(double now) {
   progress_at_ = now;
+  ++calls_;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
   for (uint32_t i = 0; i < w_; ++i) order_queue(i);
   // A slot held by a parked packet: the call hurries it before the timers that fell due
@@ -563,10 +564,15 @@ void Flights::rtt_sample(uint32_t i, const Flight& f, double now) {
 
 // ------------------------------------------------------------------ outcomes
 std::unique_ptr<Flight> Flights::new_flight() {
-  if (spare_flights_.empty()) return std::make_unique<Flight>();
-  std::unique_ptr<Flight> f = std::move(spare_flights_.back());
-  spare_flights_.pop_back();
-  static_cast<FlightState&>(*f) = FlightState{};
+  std::unique_ptr<Flight> f;
+  if (spare_flights_.empty()) {
+    f = std::make_unique<Flight>();
+  } else {
+    f = std::move(spare_flights_.back());
+    spare_flights_.pop_back();
+    static_cast<FlightState&>(*f) = FlightState{};
+  }
+  f->call = call_ ? calls_ : 0;
   return f;
 }
 
@@ -581,7 +587,12 @@ void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
   Flight& f = *slots_[i].flight;
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
-  progress_at_ = now;
+  // Progress of the call under way, which puts off its JOINs (join_after). Not a displaced
+  // chunk an earlier call chased at its end (send_chased): it settles in a round of another
+  // call's chunk, however long this call's own rounds have waited, and counted, it put off
+  // the JOIN of this call's idle slots, where a round lacking only me waited past a peer's
+  // packet deadline (seed 9061566).
+  if (!f.chase || f.call == calls_ || faults_.progress_from_any_flight) progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {

@@ -141,6 +141,7 @@ class Flights {
   std::vector<std::unique_ptr<Flight>> spare_flights_;
   int inflight_ = 0;
   double progress_at_ = 0, joined_at_ = 0;  // a flight of the call settled; idle slots joined
+  uint64_t calls_ = 0;  // calls started: the number of the call under way (FlightState::call)
   double woke_late_ = 0;
   double probed_at_ = 0;  // the last retransmission into a silent switch (expire())
   // Transmissions counted, and the latest one whose flight's fate is known: the flights

@@ -188,6 +188,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # past a peer's packet deadline there.
     "join_left_out": (FAULT_KINDS, 9039175, {"faults": {"join_left_out_waits": True}},
                       "failure", "worker 1 call 3"),
+    # §9 "Swap storms", JOIN: a chased chunk of an earlier call is not the call's progress.
+    # After a restart a member a call behind left sync rounds 1 of two slots lacking only it;
+    # its next call's join_after was put off by the RESULT of a displaced chunk its previous
+    # call had chased on a third slot, and the JOIN that closes both came after the peers'
+    # packet deadline.
+    "progress_of_the_call": (FAULT_KINDS, 9061566,
+                             {"faults": {"progress_from_any_flight": True}},
+                             "failure", "worker 0 call 4"),
 }
 
 
