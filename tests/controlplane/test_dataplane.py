@@ -232,6 +232,12 @@ def test_a_job_on_a_removed_jobs_slots_starts_them_clean(
     controller.add_job(make_job(1, workers=2, base=0, count=4, ports=ports))
     epoch = controller.job(1).epoch
     contribute(1, 0, 7)
+    # Counted before the exclusion: counted after it, on a busy machine, the round closed
+    # alone, and its RESULT (bitmap 0b01, count 1) was what worker 0 read below.
+    deadline = time.monotonic() + 60.0
+    while softswitch.pipeline.count[2] != 1:
+        assert time.monotonic() < deadline, "job 1's contribution was never counted"
+        time.sleep(0.005)
     controller.exclude(1, 1)  # a membership change keeps the install's epoch...
     assert controller.job(1).epoch == epoch
     controller.readmit(1, 1)
