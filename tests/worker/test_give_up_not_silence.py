@@ -1,7 +1,7 @@
 """A call given up on its packet deadline is no sign of a silent switch (docs/protocol.md §9,
 Failures): the next call, ending by parking its chunk in a partial slot's round, ends done,
-since the switch answered less than `dead_after` before. (After a give-up on silence every such
-call fails until the switch is heard: tests/worker/test_failures.py.)
+since the switch answered less than `dead_after` before. (A give-up on silence is another
+matter: every such call after it fails until the switch is heard.)
 
 Played against a switch scripted by hand, one member, two slots: S0 sync, S1 partial. Call 1
 (key "g": chunks 0 and 2 on S0, chunk 1 on S1) has its chunk 1 answered at half the deadline
