@@ -132,6 +132,7 @@ void bind_config(nb::module_& m) {
       .def_rw("join_behind_waits", &Faults::join_behind_waits)
       .def_rw("join_left_out_waits", &Faults::join_left_out_waits)
       .def_rw("progress_from_any_flight", &Faults::progress_from_any_flight)
+      .def_rw("unreachable_after_any_give_up", &Faults::unreachable_after_any_give_up)
       .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)
       .def_rw("async_floor_unread", &Faults::async_floor_unread)
       .def_rw("async_answer_unread", &Faults::async_answer_unread)

@@ -80,8 +80,7 @@ CallStatus Engine::step(double now) {
     // against a switch that answers nothing at all (one restarted without the job). That
     // switch must still be reported, not trained against with nothing aggregated: once
     // dead_after has passed, and at the end of every later call until it is heard again.
-    if (flights_.silent_too_long(now) ||
-        (gave_up_at_ >= 0 && flights_.last_heard() < gave_up_at_)) {
+    if (flights_.silent_too_long(now) || unheard_since_give_up(now)) {
       log_(Log::ERROR, "worker " + std::to_string(cfg_.worker_id) + " heard nothing for " +
                   std::to_string(cfg_.dead_after) + " s: " + flights_.describe());
       rounds_.flag_resync("nothing heard from the switch while calls carried their chunks");
@@ -101,6 +100,20 @@ CallStatus Engine::step(double now) {
     return CallStatus::UNREACHABLE;
   }
   return CallStatus::PENDING;
+}
+
+// After a call given up, a later call that ends only by carrying is unreachable too while the
+// switch has been heard neither since that give-up nor for dead_after (§9 Failures). Not at
+// once after a packet deadline: that give-up comes while the switch answers the other slots,
+// and a call that then ends by parking meets a round that holds its packet, not a silent
+// switch (seed 9068240: a member's call given up on a sync round that waited for a lossy
+// straggler; its next call, 44 ms later and 93 ms after the last reply, parked its one chunk
+// in a partial round and was failed 'unreachable'). After a give-up on silence the switch was
+// unheard for dead_after already, so those calls are unreachable until it is heard, as before.
+bool Engine::unheard_since_give_up(double now) const {
+  if (gave_up_at_ < 0 || flights_.last_heard() >= gave_up_at_) return false;
+  return faults_.unreachable_after_any_give_up ||
+         now >= flights_.last_heard() + cfg_.dead_after;
 }
 
 void Engine::begin_call(int index, float* values, int64_t numel) {

@@ -124,6 +124,7 @@ class Engine final {
   void flush() { io_->flush(); }
   double now() const { return io_->now(); }
   bool interrupted(double now);
+  bool unheard_since_give_up(double now) const;
 
   // The parts, each built on those above it. A reply flows backend -> replies -> results and
   // flights; a flight's fate -> keys (RULE B).
@@ -143,7 +144,7 @@ class Engine final {
   Flights flights_{cfg_, faults_, quantizer_, *io_, slots_,
                    keys_, rounds_, results_, stats_, call_};
   Replies replies_{cfg_, faults_, *io_, slots_, rounds_, results_, flights_, stats_, log_, call_};
-  double gave_up_at_ = -1;  // the last call given up on a silent switch
+  double gave_up_at_ = -1;  // the last call given up (silent switch, or a packet deadline)
   std::function<bool()> interrupted_;
   double checked_at_ = 0;
 };

@@ -69,6 +69,10 @@ struct Faults {
   // A displaced chunk that an earlier call chased (send_chased) counts, when it settles, as
   // progress of the call under way and puts off its JOINs (Flights::done; §9 "Swap storms").
   bool progress_from_any_flight = false;
+  // After any call given up, a packet deadline's too, every later call that ends only by
+  // carrying is unreachable until the switch is heard, however recently it answered before
+  // (Engine::unheard_since_give_up; §9 Failures).
+  bool unreachable_after_any_give_up = false;
   // A RESYNC answering an async-style flight with an open round behind the one the slot had
   // reached when the flight was launched is not taken for a new switch state (Replies::
   // on_resync; §9 "A switch that lost the job's state"): a STALE_COUNTED of a re-install that

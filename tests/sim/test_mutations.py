@@ -196,6 +196,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "progress_of_the_call": (FAULT_KINDS, 9061566,
                              {"faults": {"progress_from_any_flight": True}},
                              "failure", "worker 0 call 4"),
+    # §9 Failures: a call given up on its packet deadline is no sign of a silent switch. A
+    # member's sync round on slot 29 waited for a lossy straggler past the deadline (3.110 s);
+    # its next call parked its one chunk in a partial round 44 ms later, the switch last heard
+    # 93 ms before, and failed 'unreachable' as after a give-up on silence.
+    "give_up_not_silence": (FAULT_KINDS, 9068240,
+                            {"faults": {"unreachable_after_any_give_up": True}},
+                            "failure", "worker 1 call 2"),
 }
 
 
