@@ -6,9 +6,10 @@ on time, not `join_after` after that result.
 Played against a switch scripted by hand: one member of two, two sync slots A and B. Call 1
 (key "g": chunk 0 on A, chunk 1 on B) meets on A the open round of chunk 2 (CHUNK_MISMATCH),
 joins it, and once that round closes chases chunk 0 at A's next round, which the switch holds
-without a word; then B's round closes and the call ends. Call 2 (key "h": chunk 2 on A) waits on A behind that packet; B is idle. Part of
-`join_after` into call 2 the chased chunk's round closes, and the call's own chunk is held in
-the next round: the JOIN on B must come `join_after` after the call's start."""
+without a word; then B's round closes and the call ends. Call 2 (key "h": chunk 2 on A)
+waits on A behind that packet; B is idle. Part of `join_after` into call 2 the chased chunk's
+round closes, and the call's own chunk is held in the next round: the JOIN on B must come
+`join_after` after the call's start."""
 
 from __future__ import annotations
 
