@@ -66,6 +66,10 @@ struct Faults {
   // The same for a JOIN whose named round closed without me (a RESEND without my bit, or with
   // it on another chunk): carried, and offered again only after join_after (§9 "Swap storms").
   bool join_left_out_waits = false;
+  // ... and a JOIN of an earlier call so answered is offered at once at the slot's next
+  // round too, for the call under way, which is not stuck: that JOIN can be held in a round
+  // of peers a call ahead, and its result puts off the call's own JOINs (§9 "Swap storms").
+  bool join_left_out_any_call = false;
   // A displaced chunk that an earlier call chased (send_chased) counts, when it settles, as
   // progress of the call under way and puts off its JOINs (Flights::done; §9 "Swap storms").
   bool progress_from_any_flight = false;

@@ -78,6 +78,7 @@ class Flights {
   double next_wake() const;
 
   int in_flight() const { return inflight_; }
+  uint64_t call_under_way() const { return calls_; }  // FlightState::call of its flights
   const Rto& rto() const { return rto_; }
   std::string describe() const;
 

@@ -145,7 +145,11 @@ void Replies::on_full(const uint8_t* d, double now) {
       // with my place in it (above), the slot's open round is the next, which may be waiting
       // for me, and the JOIN is offered there at once. The round's mode is the stored
       // round's: a RESEND comes only from a slot latched sync or partial (§4 step 10).
-      const bool join_behind = f->join && !faults_.join_left_out_waits;
+      // Only a JOIN of the call under way: one an earlier call's stall sent says nothing of
+      // this call, whose own join_after offers its JOINs (seed 9010355).
+      const bool join_behind =
+          f->join && !faults_.join_left_out_waits &&
+          (f->call == flights_.call_under_way() || faults_.join_left_out_any_call);
       take_result();
       flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
       if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())

@@ -188,6 +188,15 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # past a peer's packet deadline there.
     "join_left_out": (FAULT_KINDS, 9039175, {"faults": {"join_left_out_waits": True}},
                       "failure", "worker 1 call 3"),
+    # §9 "Swap storms", JOIN behind the slot, of the call under way only: a member's JOIN
+    # sent by its stuck call on slot 20 is answered, in its next call, by a RESEND with its bit
+    # on another chunk. Offered at once at slot 20's next round, a round of peers a call
+    # ahead, the JOIN is held there for a second, and its RESULT, as progress of the call,
+    # puts off the call's JOIN of slot 21, whose round lacks only it, past a peer's packet
+    # deadline there.
+    "join_left_out_of_the_call": (FAULT_KINDS, 9010355,
+                                  {"faults": {"join_left_out_any_call": True}},
+                                  "failure", "worker 4 call 2"),
     # §9 "Swap storms", JOIN: a chased chunk of an earlier call is not the call's progress.
     # After a restart a member a call behind left sync rounds 1 of two slots lacking only it;
     # its next call's join_after was put off by the RESULT of a displaced chunk its previous

@@ -220,8 +220,13 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # and was failed 'unreachable' as if the switch had been silent since the give-up) - after a
 # packet deadline's give-up a call that ends by parking is unreachable only once the switch has
 # been unheard for dead_after
+# 9010355 (a member's JOIN, sent on slot 20 by its stuck call, was answered in its next call
+# by a RESEND with its bit on another chunk; offered at once at slot 20's next round, a round of
+# peers a call ahead, it was held there a second, and its RESULT, taken for the call's progress,
+# put off the call's JOIN of slot 21, whose round lacked only it, past a peer's packet deadline)
+# - a JOIN behind the slot is offered again at once only for the call that sent it
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057,
-                          9039175, 9061566, 9068240)
+                          9039175, 9061566, 9068240, 9010355)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
