@@ -31,13 +31,14 @@ def reply(packet: wire.Packet, **fields) -> bytes:
                        flags=h.flags & wire.TX_MASK, **fields).pack()
 
 
-def closed_with_both(packet: wire.Packet) -> bytes:
-    """The RESULT of the packet's round, closed with it and the other member's OTHERS."""
+def closed_with_both(packet: wire.Packet, mode: Mode = Mode.PARTIAL) -> bytes:
+    """The RESULT of the packet's round, closed in `mode` with it and the other member's
+    OTHERS."""
     h = packet.header
     lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
+    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=h.slot,
                                    round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
-                                   mode=Mode.PARTIAL), lanes).encode()
+                                   mode=mode), lanes).encode()
 
 
 def member(*, rto: float, stall: float, quiet: float) -> tuple[socket.socket, Transport]:

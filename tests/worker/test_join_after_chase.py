@@ -23,20 +23,19 @@ from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
+from tests.worker.scripted_switch import (
+    BACKSTOP,
+    JOB,
+    MINE,
+    SCALE,
+    SLOT,
+    closed_with_both,
+    receive,
+)
 
-SCALE = 2.0**20
-JOB, SLOT = 9, 100
 JOIN_AFTER = 2.0
 CHASE_CLOSES = 0.6 * JOIN_AFTER  # into call 2: the chased chunk's round closes
 NEVER = 600.0  # no retransmission: nothing but replies and the JOIN period wakes it
-BACKSTOP = 60.0  # seconds: only ends a hung test
-MINE, OTHERS = 0.25, 0.5
-
-
-def receive(sock: socket.socket) -> wire.Packet:
-    sock.settimeout(BACKSTOP)
-    data, _ = sock.recvfrom(2048)
-    return wire.Packet.decode(data)
 
 
 def resync(packet: wire.Packet, reason: ResyncReason, *, chunk: int = 0, count: int = 0,
@@ -46,15 +45,6 @@ def resync(packet: wire.Packet, reason: ResyncReason, *, chunk: int = 0, count: 
     return wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=h.slot, mode=Mode.SYNC,
                        round=5, chunk=chunk, count=count, bitmap=bitmap, reason=reason,
                        flags=h.flags & wire.TX_MASK).pack()
-
-
-def closed_with_both(packet: wire.Packet) -> bytes:
-    """The RESULT of the packet's sync round, closed with it and the other member's OTHERS."""
-    h = packet.header
-    lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=h.slot,
-                                   round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
-                                   mode=Mode.SYNC), lanes).encode()
 
 
 def test_a_chased_chunk_of_the_call_before_does_not_put_off_the_join():
@@ -86,18 +76,18 @@ def test_a_chased_chunk_of_the_call_before_does_not_put_off_the_join():
                              bitmap=0b10), tr.address)
         joined = receive(switch)
         assert joined.header.slot == SLOT and joined.header.chunk == 2, joined.header
-        switch.sendto(closed_with_both(joined), tr.address)
+        switch.sendto(closed_with_both(joined, Mode.SYNC), tr.address)
         chased = receive(switch)  # held without a word: its round waits for the peer
         assert chased.header.slot == SLOT and chased.header.chunk == displaced, chased.header
         assert chased.header.round == 6, chased.header
-        switch.sendto(closed_with_both(sent[SLOT + 1]), tr.address)  # call 1 ends
+        switch.sendto(closed_with_both(sent[SLOT + 1], Mode.SYNC), tr.address)  # call 1 ends
         deadline = time.monotonic() + BACKSTOP
         while "second_started" not in outcome and time.monotonic() < deadline:
             time.sleep(0.01)
         started = outcome["second_started"]
 
         time.sleep(max(0.0, started + CHASE_CLOSES - time.monotonic()))
-        switch.sendto(closed_with_both(chased), tr.address)
+        switch.sendto(closed_with_both(chased, Mode.SYNC), tr.address)
         own = receive(switch)  # call 2's chunk, held in round 7
         assert own.header.slot == SLOT and own.header.chunk == 2, own.header
         assert own.header.round == 7 and not own.header.flags & Flag.JOIN, own.header
@@ -112,7 +102,7 @@ def test_a_chased_chunk_of_the_call_before_does_not_put_off_the_join():
         assert waited >= JOIN_AFTER * 0.9, f"the JOIN came {waited:.2f} s into the call"
 
         switch.sendto(resync(join, ResyncReason.NOT_JOINED), tr.address)
-        switch.sendto(closed_with_both(own), tr.address)
+        switch.sendto(closed_with_both(own, Mode.SYNC), tr.address)
         caller.join(BACKSTOP)
         assert not caller.is_alive(), "the call never ended"
         assert outcome["result"].stats.joins == 1, outcome["result"].stats.summary()

@@ -22,19 +22,20 @@ from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
+from tests.worker.scripted_switch import (
+    BACKSTOP,
+    JOB,
+    MINE,
+    OTHERS,
+    SCALE,
+    SLOT,
+    closed_with_both,
+    receive,
+)
 
-SCALE = 2.0**20
-JOB, SLOT = 9, 100
 JOIN_AFTER = 2.0
 NEVER = 600.0  # no retransmission: nothing but replies and the JOIN period wakes it
-BACKSTOP = 60.0  # seconds: only ends a hung test
-MINE, OTHERS, PEER_ASYNC = 0.25, 0.5, 0.125
-
-
-def receive(sock: socket.socket) -> wire.Packet:
-    sock.settimeout(BACKSTOP)
-    data, _ = sock.recvfrom(2048)
-    return wire.Packet.decode(data)
+PEER_ASYNC = 0.125
 
 
 def stale_round(probe: wire.Packet) -> bytes:
@@ -43,15 +44,6 @@ def stale_round(probe: wire.Packet) -> bytes:
     return wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=h.slot, mode=Mode.SYNC,
                        round=5, reason=ResyncReason.STALE_ROUND,
                        flags=h.flags & wire.TX_MASK).pack()
-
-
-def closed_with_both(packet: wire.Packet) -> bytes:
-    """The RESULT of the packet's sync round, closed with it and the other member's OTHERS."""
-    h = packet.header
-    lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=h.slot,
-                                   round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
-                                   mode=Mode.SYNC), lanes).encode()
 
 
 def resend_without_me(join: wire.Packet, chunk: int) -> bytes:
@@ -89,7 +81,7 @@ def test_a_join_answered_by_a_resend_without_its_bit_goes_to_the_next_round_at_o
         assert set(sent) == {SLOT, SLOT + 1}
         assert all(p.header.round == 5 for p in sent.values())
         held, closing = sent[SLOT], sent[SLOT + 1]
-        switch.sendto(closed_with_both(closing), tr.address)
+        switch.sendto(closed_with_both(closing, Mode.SYNC), tr.address)
 
         join = receive(switch)  # after join_after without progress: idle slot B
         assert join.header.slot == SLOT + 1 and join.header.flags & Flag.JOIN
@@ -110,7 +102,7 @@ def test_a_join_answered_by_a_resend_without_its_bit_goes_to_the_next_round_at_o
         # round 5 left at its quantization error (nothing), so it holds no gradient.
         np.testing.assert_array_equal(again.lanes, join.lanes)
 
-        switch.sendto(closed_with_both(held), tr.address)
+        switch.sendto(closed_with_both(held, Mode.SYNC), tr.address)
         caller.join(BACKSTOP)
         assert not caller.is_alive(), "the call never ended"
         result = outcome["result"]
