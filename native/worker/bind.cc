@@ -132,6 +132,7 @@ void bind_config(nb::module_& m) {
       .def_rw("join_behind_waits", &Faults::join_behind_waits)
       .def_rw("join_left_out_waits", &Faults::join_left_out_waits)
       .def_rw("join_left_out_any_call", &Faults::join_left_out_any_call)
+      .def_rw("refused_reoffer_is_progress", &Faults::refused_reoffer_is_progress)
       .def_rw("progress_from_any_flight", &Faults::progress_from_any_flight)
       .def_rw("unreachable_after_any_give_up", &Faults::unreachable_after_any_give_up)
       .def_rw("ack_leaves_no_suspect", &Faults::ack_leaves_no_suspect)

@@ -70,6 +70,11 @@ struct Faults {
   // round too, for the call under way, which is not stuck: that JOIN can be held in a round
   // of peers a call ahead, and its result puts off the call's own JOINs (§9 "Swap storms").
   bool join_left_out_any_call = false;
+  // A JOIN offered at once at the slot's next round after a RESEND answered the one before,
+  // and refused there (NOT_JOINED: no round open), counts as progress of the call and puts
+  // off its JOINs of the other idle slots by another join_after (Flights::done; §9 "Swap
+  // storms").
+  bool refused_reoffer_is_progress = false;
   // A displaced chunk that an earlier call chased (send_chased) counts, when it settles, as
   // progress of the call under way and puts off its JOINs (Flights::done; §9 "Swap storms").
   bool progress_from_any_flight = false;

@@ -30,6 +30,9 @@ struct FlightState {
   uint32_t floor = 0;
   bool async_style = false, probe = false, parked = false;
   bool join = false;  // flag JOIN: counted only into an open round that lacks me
+  // A JOIN offered at once at the slot's next round on a RESEND (Replies::on_full), not by
+  // join_after: refused there, it says nothing of the call's progress (Flights::done).
+  bool join_at_once = false;
   bool chase = false;  // RESIDUAL: a chunk a sync round of another chunk displaced (send_chased)
   bool reoffer = false;  // RESIDUAL: a partial call's displaced chunk offered again (round_closed)
   // The call that sent it (Flights::calls_; 0: none): a chased chunk that an earlier call

@@ -271,7 +271,7 @@ void Flights::join_idle_slots(double now) {
 
 // A JOIN for idle slot i at its next_round: the residual of the key's last chunk on that slot
 // (the key's chunks on slot i are start, start + W, ...), or zeros if the key has none there.
-void Flights::offer_join(uint32_t i, double now) {
+void Flights::offer_join(uint32_t i, double now, bool at_once) {
   const Key& reg = keys_.at(call_->key);
   const int64_t start = reg.first_local_on(i, w_);
   const int64_t last = start < reg.chunks ? start + (reg.chunks - 1 - start) / w_ * w_ : start;
@@ -279,6 +279,7 @@ void Flights::offer_join(uint32_t i, double now) {
   const bool owned = last < reg.chunks;
   send_extra(i, owned ? Kind::RESIDUAL : Kind::NULLS, owned ? call_->key : -1, chunk,
              slots_[i].next_round, now, true);
+  if (slots_[i].flight) slots_[i].flight->join_at_once = at_once;
   ++stats_.joins;
 }
 
@@ -583,7 +584,7 @@ void Flights::end_flight(uint32_t i) {
 
 // The fate of slot i's flight is known (RULE B); the slot moves on to its next chunk.
 void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
-                  const uint8_t* round) {
+                  const uint8_t* round, bool progress) {
   Flight& f = *slots_[i].flight;
   rtt_sample(i, f, now);
   answered_seq_ = std::max(answered_seq_, f.sent_seq);
@@ -592,7 +593,8 @@ void Flights::done(uint32_t i, bool included, double now, bool send_next_chunk,
   // call's chunk, however long this call's own rounds have waited, and counted, it put off
   // the JOIN of this call's idle slots, where a round lacking only me waited past a peer's
   // packet deadline (seed 9061566).
-  if (!f.chase || f.call == calls_ || faults_.progress_from_any_flight) progress_at_ = now;
+  if (progress && (!f.chase || f.call == calls_ || faults_.progress_from_any_flight))
+    progress_at_ = now;
   if (f.kind == Kind::OWN && f.parked) {
     if (!included) keys_.restore(f, round);
   } else if (f.kind == Kind::OWN) {

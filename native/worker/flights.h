@@ -45,9 +45,10 @@ class Flights {
 
   // What replies say of slot i's flight (replies.h).
   void heard(double now) { last_rx_ = now; }  // a reply that shows the switch at work
-  // Its fate is known (RULE B); `round`: the RESULT of the round a carried flight missed.
+  // Its fate is known (RULE B); `round`: the RESULT of the round a carried flight missed;
+  // `progress`: false for an answer that says nothing of the call's progress (join_after).
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true,
-            const uint8_t* round = nullptr);
+            const uint8_t* round = nullptr, bool progress = true);
   void counted_without_result(uint32_t i, double now);  // ACK, STALE_COUNTED
   // A STALE reply to its latest transmission: decided after a grace period (or at once for
   // a probe) unless the round's result arrives.
@@ -57,7 +58,8 @@ class Flights {
   void refused(uint32_t i, uint8_t mode, double now);
   // CHUNK_MISMATCH: the open round `rnd` aggregates `chunk`; contribute to it instead.
   void retarget(uint32_t i, uint32_t chunk, uint32_t rnd, uint8_t mode, double now);
-  void offer_join(uint32_t i, double now);
+  // `at_once`: on a RESEND that answered the slot's JOIN before (not by join_after).
+  void offer_join(uint32_t i, double now, bool at_once = false);
   // Round `rnd` of slot i closed with `chunk` (its result applied): in partial, a chunk of the
   // call's key still queued there goes last (least recently closed first), and a chunk of the
   // call that this round displaced is offered again.

@@ -126,7 +126,7 @@ void Replies::on_full(const uint8_t* d, double now) {
                              h.mode != ASYNC && !faults_.join_behind_waits;
     flights_.done(i, true, now);
     if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())
-      flights_.offer_join(i, now);
+      flights_.offer_join(i, now, true);
   } else if (f && h.round == f->round && !f->async_style) {
     // (My bit with another chunk, or in an async round my chunk with other lanes: another
     // contribution of mine holds my place in the round - one an aborted call forgot, or an
@@ -153,7 +153,7 @@ void Replies::on_full(const uint8_t* d, double now) {
       take_result();
       flights_.done(i, false, now, true, h.chunk == f->chunk ? d : nullptr);
       if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())
-        flights_.offer_join(i, now);
+        flights_.offer_join(i, now, true);
     } else if (cfg_.behind_leaf && h.mode == PARTIAL && h.chunk == f->chunk &&
                !faults_.leaf_verdict_waits) {
       // Behind a leaf, this result is the spine's verdict on my round, relayed by my leaf
@@ -283,7 +283,14 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
       ++stats_.stray_replies;
       return;
     }
-    flights_.done(i, false, now);  // not counted: the residual stays mine
+    // Not counted: the residual stays mine. A JOIN offered at once at the slot's next round,
+    // on a RESEND that answered the one before, and refused there is no progress of the call:
+    // such a round is most often one the others have not opened yet (a later call's chunk),
+    // and counted as progress, each refusal put off the call's JOINs of its other idle slots
+    // by another join_after - behind a slow switch, its round trip after every RESEND - while
+    // a round there lacked only me (seed 9075276).
+    flights_.done(i, false, now, true, nullptr,
+                  !f->join_at_once || faults_.refused_reoffer_is_progress);
     // A round is open, yet my JOIN was refused: it met the mark an earlier JOIN of mine at
     // this round left when no round was open, and spent it (docs/protocol.md §4 step 9, the
     // JOIN mark): offer the JOIN again now rather than after another join_after.

@@ -197,6 +197,15 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "join_left_out_of_the_call": (FAULT_KINDS, 9010355,
                                   {"faults": {"join_left_out_any_call": True}},
                                   "failure", "worker 4 call 2"),
+    # §9 "Swap storms", JOIN behind the slot, refused at the next round: a member a call
+    # behind (its call of key 1 waiting on slot 61) has its JOINs of four idle slots answered
+    # by RESENDs with its bit on another chunk, and each, offered at once at the slot's next
+    # round, where no round is open yet, is refused NOT_JOINED a slow switch's round trip
+    # later. Taken for the call's progress, those refusals put off its JOIN of slot 55, whose
+    # sync round 1 lacks only it, from 5.43 s to 7.11 s, past the peers' packet deadline.
+    "refused_join_not_progress": (FAULT_KINDS, 9075276,
+                                  {"faults": {"refused_reoffer_is_progress": True}},
+                                  "failure", "worker 2 call 2"),
     # §9 "Swap storms", JOIN: a chased chunk of an earlier call is not the call's progress.
     # After a restart a member a call behind left sync rounds 1 of two slots lacking only it;
     # its next call's join_after was put off by the RESULT of a displaced chunk its previous
