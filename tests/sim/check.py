@@ -193,14 +193,31 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
 
 
 def _awake(rec: Record, wk, cause: float) -> float:
-    """When the worker could first act on a cause: the end of a pause of its under way then,
-    else the cause's own time. A paused worker sends nothing, so its dead timer, started by
-    its first packet after the last reply it heard, starts when the pause ends
-    (tests/sim/plans/bare_in_pause.json: a bare restart 0.26 s into a member's 1.5 s
-    pause)."""
-    return max([cause] + [f.at + f.length for f in rec.plan.faults
-                          if f.kind == "pause" and f.worker == wk.w
-                          and f.at <= cause < f.at + f.length])
+    """When the worker could first act on a cause: the end of its latest pause that held its
+    dead timer back, else the cause's own time. The dead timer starts with the first packet
+    sent after the last reply heard, at most one back-off (rto_max) after the cause; a paused
+    worker sends nothing, so a pause under way at the cause (tests/sim/plans/bare_in_pause.json:
+    a bare restart 0.26 s into a member's 1.5 s pause), or one that began within that back-off
+    while the timer had not started (no packet sent since the last reply heard), starts it at
+    the pause's end (seed 9080965: a member's two lost packets parked 0.15 s before a bare
+    restart, their timers due rto_max after parking, 0.35 s after the restart, fell in a pause
+    begun 0.33 s after it)."""
+    ends = [cause]
+    for f in rec.plan.faults:
+        if f.kind != "pause" or f.worker != wk.w:
+            continue
+        if f.at <= cause < f.at + f.length or (
+                cause < f.at <= cause + rec.plan.rto_max and not _timer_running(wk, f.at)):
+            ends.append(f.at + f.length)
+    return max(ends)
+
+
+def _timer_running(wk, t: float) -> bool:
+    """Had the worker's dead timer started by t: a packet sent after the last reply it heard
+    before t? (Its engine hears NOT_JOINED too, which answers_heard leaves out: read without
+    it, the last reply is never later, and the timer is taken as running at least as often.)"""
+    last = max((h for h in wk.answers_heard if h < t), default=float("-inf"))
+    return any(last < s < t for s, _slot, _chunk in wk.sent)
 
 
 def _gone_since(wk, c, cause: float, gone: set[int]) -> float:

@@ -6,6 +6,8 @@ command that replays it. `make simulate` runs many more.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.conformance.tna_model import TnaModelPipeline
@@ -372,6 +374,39 @@ def test_a_call_that_never_heard_of_a_new_state_may_fail_unreachable() -> None:
     assert any(v.startswith("failure:") and "'unreachable'" in v for v in check(rec, sim))
     rec, sim = simulate(draw(9026054), "native")
     assert not check(rec, sim)
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_pause_begun_before_the_dead_timer_started_counts_from_its_end(target: str) -> None:
+    """Seed 9080965: member 2's chunks 0 and 1, sent at round 42 of slots 20 and 21 while they
+    reported partial, were lost and parked at 0.118 s; async RESULTs of round 42 without its
+    bit then reported the slots async, where a parked packet is not sent again at once, so
+    their timers fell due rto_max after parking, at 0.619 s. A bare restart came at 0.271 s
+    and member 2's pauses at 0.433 s and 0.603 s (to 1.337 s), its dead timer not yet started
+    (nothing sent since its last reply, 0.139 s): the call gave up dead_after after its packets
+    sent at the pause's end, at 4.337 s, 0.066 s past the bound counted from the restart.
+    Allowed by rule "bare_unreachable" counted from the pause's end (docs/protocol.md §10);
+    had the member sent a packet between its last reply and the pause, its timer ran from
+    then, and had the pauses begun more than one back-off (rto_max) after the restart, the
+    member was silent longer than its timers allow: either way the failure is reported."""
+    rec, sim = simulate(draw(9080965), target)
+    assert not check(rec, sim)
+    assert rec.excused.get("bare_unreachable", 0) > 0
+    plan = rec.plan
+    restart = next(t for t, kind in rec.resets if kind == "restart_bare")
+    rec.plan = dataclasses.replace(plan, faults=tuple(
+        dataclasses.replace(f, at=max(f.at, restart + plan.rto_max + 0.01))
+        if f.kind == "pause" and f.worker == 2 else f for f in plan.faults))
+    rec.excused.clear()
+    assert any(v.startswith("failure: worker 2 call 3") and "'unreachable'" in v
+               for v in check(rec, sim))
+    rec.plan = plan
+    wk = sim.workers[2]
+    wk.sent.append((restart + 0.01, rec.plan.slot_base, 0))
+    wk.sent.sort()
+    rec.excused.clear()
+    assert any(v.startswith("failure: worker 2 call 3") and "'unreachable'" in v
+               for v in check(rec, sim))
 
 
 # Seeds of the 9,000,000 sweep whose network duplicated a member's async contribution and
