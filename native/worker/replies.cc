@@ -74,6 +74,17 @@ void Replies::on_full(const uint8_t* d, double now) {
   if (!current_state(h.reason, i, "RESULT", counts(slots_[i].flight.get()), now)) return;
   slots_[i].mode = h.mode;
   bool fresh = rounds_.is_new(i, h.round);
+  if (fresh && !faults_.forget_rounds_of_tag_left &&
+      rounds_.seen_under_tag_left(h.reason, i, h.round)) {
+    // The tag the last reset left, heard again, of a round this slot had seen under it: the
+    // reset was shown by a RESYNC against rounds a state with no tag heard had taught, and
+    // this tag may be the state this worker applied the round of already (seed 9078748: the
+    // RESEND its JOIN met after the reset). A duplicate then; if the tag is a newer state's
+    // after all, a result the replica misses, which the flag owns either way.
+    fresh = false;
+    rounds_.flag_resync("a RESULT of slot " + std::to_string(cfg_.slot_base + i) + " round " +
+                        std::to_string(h.round) + " of the state left, seen before, came again");
+  }
   Flight* f = slots_[i].flight.get();
   const bool counted = counts(f);
   // RULE A for this result, once. Before a flight it settles is done where possible: done()

@@ -131,8 +131,23 @@ Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
   return Tag::NEW;
 }
 
+// Seen: the slot had learned its rounds, and `rnd` is behind the next one and not a suspect
+// (is_new's "duplicate").
+bool Rounds::seen_under_tag_left(uint8_t tag, uint32_t i, uint32_t rnd) const {
+  if (int(tag) != left_tag_ || i >= left_rounds_.size()) return false;
+  const LeftRounds& left = left_rounds_[i];
+  return left.known && !ahead(rnd, left.next_round) && !left.suspect.count(rnd);
+}
+
 void Rounds::forget(double arrived) {
-  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
+  if (tag_ >= 0) {  // the next tag heard is the new state's
+    left_tag_ = tag_;
+    // (Rounds learned since the last reset with no tag heard are of a state whose results
+    // this worker applied none of: the tag left and its rounds stay those of that reset.)
+    left_rounds_.assign(slots_.size(), {});
+    for (std::size_t i = 0; i < slots_.size(); ++i)
+      left_rounds_[i] = {slots_[i].known, slots_[i].next_round, slots_[i].suspect};
+  }
   tag_ = -1;
   tag_changed_at_ = arrived;
   for (Slot& s : slots_) {
