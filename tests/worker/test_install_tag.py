@@ -10,7 +10,7 @@ import numpy as np
 from hysync import _core, wire
 from hysync.worker.config import engine_config
 
-RESET, PENDING = 4, 3  # Engine.step's statuses
+DONE, PENDING, RESET = 0, 3, 4  # Engine.step's statuses
 
 
 def _engine(install_tag: int) -> tuple[_core.worker.Engine, int]:
@@ -60,3 +60,74 @@ def test_a_late_packet_of_the_state_left_is_told_by_its_arrival() -> None:
         e.set_time(10.0)
         e.on_datagram(_peer_result(7, chunk + 1, rnd=5), 10.0, arrived)
         assert (e.stats()["stray_replies"] == stray + 1) == late, arrived
+
+
+def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes:
+    """The switch's reply of `op` to worker 0's contribution `answered` (its transmission
+    number echoed), for round `rnd` of slot 0."""
+    header = wire.Header(op=op, job_id=1, worker_id=0, slot=0, round=rnd,
+                         chunk=answered.chunk, mode=wire.Mode.SYNC,
+                         flags=fields.pop("flags", 0) | answered.flags & wire.TX_MASK,
+                         **fields)
+    if op == wire.Op.RESYNC:
+        return header.pack()
+    return wire.Packet(header, np.zeros(wire.LANES, np.int32)).encode()
+
+
+def _reset_by_resync_after_round_0(**faults: bool) -> _core.worker.Engine:
+    """An engine attached with tag 7 applies round 0 of slot 0 (tag 7), sends its next call's
+    chunk at round 1 and is answered STALE at open round 0: a new state shown by a RESYNC,
+    with no tag, so the tag it leaves may be the state that answered."""
+    fault_set = _core.worker.Faults()
+    for name, on in faults.items():
+        setattr(fault_set, name, on)
+    e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
+                                          slot_base=0, slot_count=1, members=2,
+                                          install_tag=7), faults=fault_set)
+    e.register("grad", wire.LANES)
+
+    def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:
+        e.set_time(now)
+        if data is not None:
+            e.on_datagram(data, now)
+        status = e.step(now)
+        return status, [wire.Header.unpack(d) for d in e.take_sent()]
+
+    e.set_time(0.0)
+    e.begin_call("grad", np.zeros(wire.LANES, np.float32))
+    _status, (probe,) = step(0.0)
+    _status, (flight,) = step(0.001, _reply(wire.Op.RESYNC, probe, 0,
+                                            reason=wire.ResyncReason.STALE_ROUND))
+    assert flight.round == 0
+    assert step(0.002, _reply(wire.Op.RESULT, flight, 0, count=2, reason=7,
+                              bitmap=0b11))[0] == DONE
+    e.set_time(0.01)
+    e.begin_call("grad", np.zeros(wire.LANES, np.float32))
+    _status, (flight,) = step(0.01)
+    assert flight.round == 1
+    status, _sent = step(0.011, _reply(wire.Op.RESYNC, flight, 0,
+                                       reason=wire.ResyncReason.STALE_ROUND))
+    assert (status, e.needs_resync) == (RESET, True)
+    return e
+
+
+def test_a_result_of_the_tag_left_of_a_round_seen_under_it_is_a_duplicate() -> None:
+    """After the reset, past the late window, tag 7 is heard again: the RESEND of round 0 -
+    a JOIN of the state that answered may meet it - is not applied a second time; round 1,
+    which the slot had not seen under tag 7, is applied. Taken out, round 0 is applied
+    again."""
+    for taken_out in (False, True):
+        e = _reset_by_resync_after_round_0(forget_rounds_of_tag_left=taken_out)
+        resend = wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=0, round=0,
+                             chunk=e.first_chunk("grad"), flags=wire.Flag.RESEND)
+        before = e.stats()  # (its "results": the headers applied since the last call, taken)
+        e.set_time(2.0)
+        e.on_datagram(_reply(wire.Op.RESULT, resend, 0, count=2, reason=7, bitmap=0b11,
+                             flags=wire.Flag.RESEND), 2.0)
+        after = e.stats()
+        applied = len(after["results"]) // wire.HEADER_BYTES
+        assert (applied, after["duplicate_results"] - before["duplicate_results"]) == \
+            ((1, 0) if taken_out else (0, 1)), taken_out
+        e.on_datagram(_reply(wire.Op.RESULT, resend, 1, count=2, reason=7, bitmap=0b11), 2.0)
+        assert len(e.stats()["results"]) // wire.HEADER_BYTES == 1, taken_out
+        assert e.needs_resync
