@@ -126,6 +126,8 @@ Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
   if (tag == left_tag_ && arrived - tag_changed_at_ < 2 * cfg_.rto_max) return Tag::LEFT;
   if (tag_ < 0) {  // the first tag heard, or the first since a reset
     tag_ = tag;
+    tag_after_rounds_ = std::any_of(slots_.begin(), slots_.end(),
+                                    [](const Slot& s) { return s.known; });
     return Tag::KNOWN;
   }
   return Tag::NEW;
@@ -142,12 +144,19 @@ bool Rounds::seen_under_tag_left(uint8_t tag, uint32_t i, uint32_t rnd) const {
 void Rounds::forget(double arrived) {
   if (tag_ >= 0) {  // the next tag heard is the new state's
     left_tag_ = tag_;
-    // (Rounds learned since the last reset with no tag heard are of a state whose results
-    // this worker applied none of: the tag left and its rounds stay those of that reset.)
-    left_rounds_.assign(slots_.size(), {});
-    for (std::size_t i = 0; i < slots_.size(); ++i)
-      left_rounds_[i] = {slots_[i].known, slots_[i].next_round, slots_[i].suspect};
+    // A tag learned after rounds that no tag tied to a state may be the very state that shows
+    // itself new here against those rounds (a RESYNC has no tag): keep what its slots had seen,
+    // so that its results heard again are not applied twice. A tag known before the rounds
+    // is the state that taught them: the one left for sure (results of a newer install with
+    // the same tag are new, docs/protocol.md §9).
+    left_rounds_.clear();
+    if (tag_after_rounds_) {
+      left_rounds_.resize(slots_.size());
+      for (std::size_t i = 0; i < slots_.size(); ++i)
+        left_rounds_[i] = {slots_[i].known, slots_[i].next_round, slots_[i].suspect};
+    }
   }
+  tag_after_rounds_ = false;
   tag_ = -1;
   tag_changed_at_ = arrived;
   for (Slot& s : slots_) {

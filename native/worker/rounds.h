@@ -69,7 +69,11 @@ class Rounds {
   std::string resync_why_;  // what cannot heal: aborts, huge gaps
   int tag_;            // the install tag of the switch's state this worker knows (-1: none yet)
   int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
-  // Each slot's rounds as the reset that left left_tag_ found them: next round and suspects.
+  // The tag known was learned as the first since a reset while slots held rounds that replies
+  // with no tag (RESYNCs) had taught: those rounds may be an older state's than the tag's.
+  bool tag_after_rounds_ = false;
+  // Where a reset left such a tag: each slot's rounds as it found them (next round, suspects);
+  // the rounds seen there are the ones seen under that tag.
   struct LeftRounds {
     bool known = false;
     uint32_t next_round = 0;

@@ -62,6 +62,7 @@ def test_a_late_packet_of_the_state_left_is_told_by_its_arrival() -> None:
         assert (e.stats()["stray_replies"] == stray + 1) == late, arrived
 
 
+
 def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes:
     """The switch's reply of `op` to worker 0's contribution `answered` (its transmission
     number echoed), for round `rnd` of slot 0."""
@@ -74,16 +75,16 @@ def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes
     return wire.Packet(header, np.zeros(wire.LANES, np.int32)).encode()
 
 
-def _reset_by_resync_after_round_0(**faults: bool) -> _core.worker.Engine:
-    """An engine attached with tag 7 applies round 0 of slot 0 (tag 7), sends its next call's
-    chunk at round 1 and is answered STALE at open round 0: a new state shown by a RESYNC,
-    with no tag, so the tag it leaves may be the state that answered."""
+def _reset_by_resync_after_round_0(install_tag: int, **faults: bool) -> _core.worker.Engine:
+    """An engine attached with `install_tag` learns slot 0's open round 0 from a RESYNC,
+    applies round 0 of tag 7, sends its next call's chunk at round 1 and is answered STALE at
+    open round 0: a new state shown by a RESYNC."""
     fault_set = _core.worker.Faults()
     for name, on in faults.items():
         setattr(fault_set, name, on)
     e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
                                           slot_base=0, slot_count=1, members=2,
-                                          install_tag=7), faults=fault_set)
+                                          install_tag=install_tag), faults=fault_set)
     e.register("grad", wire.LANES)
 
     def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:
@@ -111,23 +112,37 @@ def _reset_by_resync_after_round_0(**faults: bool) -> _core.worker.Engine:
     return e
 
 
-def test_a_result_of_the_tag_left_of_a_round_seen_under_it_is_a_duplicate() -> None:
-    """After the reset, past the late window, tag 7 is heard again: the RESEND of round 0 -
-    a JOIN of the state that answered may meet it - is not applied a second time; round 1,
-    which the slot had not seen under tag 7, is applied. Taken out, round 0 is applied
-    again."""
-    for taken_out in (False, True):
-        e = _reset_by_resync_after_round_0(forget_rounds_of_tag_left=taken_out)
-        resend = wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=0, round=0,
-                             chunk=e.first_chunk("grad"), flags=wire.Flag.RESEND)
-        before = e.stats()  # (its "results": the headers applied since the last call, taken)
-        e.set_time(2.0)
-        e.on_datagram(_reply(wire.Op.RESULT, resend, 0, count=2, reason=7, bitmap=0b11,
-                             flags=wire.Flag.RESEND), 2.0)
-        after = e.stats()
-        applied = len(after["results"]) // wire.HEADER_BYTES
-        assert (applied, after["duplicate_results"] - before["duplicate_results"]) == \
-            ((1, 0) if taken_out else (0, 1)), taken_out
-        e.on_datagram(_reply(wire.Op.RESULT, resend, 1, count=2, reason=7, bitmap=0b11), 2.0)
-        assert len(e.stats()["results"]) // wire.HEADER_BYTES == 1, taken_out
-        assert e.needs_resync
+def _applied_round_0_again(e: _core.worker.Engine) -> bool:
+    """Tag 7 heard again past the late window: the RESEND of round 0 (a JOIN of the state
+    that answered may meet it), then round 1. Whether round 0 was applied again; round 1 is
+    applied either way."""
+    e.stats()  # (its "results": the headers applied since it was last asked, taken)
+    resend = wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=0, round=0,
+                         chunk=e.first_chunk("grad"), flags=wire.Flag.RESEND)
+    e.set_time(2.0)
+    e.on_datagram(_reply(wire.Op.RESULT, resend, 0, count=2, reason=7, bitmap=0b11,
+                         flags=wire.Flag.RESEND), 2.0)
+    stats = e.stats()
+    again = len(stats["results"]) // wire.HEADER_BYTES
+    assert again + stats["duplicate_results"] == 1
+    e.on_datagram(_reply(wire.Op.RESULT, resend, 1, count=2, reason=7, bitmap=0b11), 2.0)
+    assert len(e.stats()["results"]) // wire.HEADER_BYTES == 1
+    assert e.needs_resync
+    return again == 1
+
+
+def test_a_result_of_a_tag_learned_after_the_rounds_a_reset_left_is_not_applied_twice() -> None:
+    """Given no tag at attach, the engine learns tag 7 from round 0's result, after the
+    RESYNC that taught it the slot's round: the reset may have been shown by tag 7's own
+    state, against rounds an older one taught. Heard again, round 0 is a duplicate, the
+    replica flagged. Taken out (Faults::forget_rounds_of_tag_left), it is applied again."""
+    assert not _applied_round_0_again(_reset_by_resync_after_round_0(-1))
+    assert _applied_round_0_again(_reset_by_resync_after_round_0(
+        -1, forget_rounds_of_tag_left=True))
+
+
+def test_a_tag_known_before_the_rounds_a_reset_left_is_a_newer_install_when_heard_again() -> None:
+    """Attached with tag 7, the engine learned the slot's rounds from tag 7's state, which the
+    reset left for sure: tag 7 heard past the late window is a newer install with the same
+    tag (docs/protocol.md §9), whose round 0 is new."""
+    assert _applied_round_0_again(_reset_by_resync_after_round_0(7))
