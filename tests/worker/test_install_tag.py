@@ -75,10 +75,13 @@ def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes
     return wire.Packet(header, np.zeros(wire.LANES, np.int32)).encode()
 
 
+
 def _reset_by_resync_after_round_0(install_tag: int, **faults: bool) -> _core.worker.Engine:
-    """An engine attached with `install_tag` learns slot 0's open round 0 from a RESYNC,
-    applies round 0 of tag 7, sends its next call's chunk at round 1 and is answered STALE at
-    open round 0: a new state shown by a RESYNC."""
+    """An engine attached with `install_tag` sends its chunk at slot 0's round 0; a late
+    STALE answer to its probe (open round 2) teaches it round 2 - the state that sent it
+    may be gone. Round 0's RESULT, tag 7, counts the chunk (a suspect of that lesson). The
+    next call's chunk, at round 2, is answered STALE at open round 1: a new state shown by
+    a RESYNC, against the round taught before tag 7 was heard (when attached with none)."""
     fault_set = _core.worker.Faults()
     for name, on in faults.items():
         setattr(fault_set, name, on)
@@ -97,20 +100,20 @@ def _reset_by_resync_after_round_0(install_tag: int, **faults: bool) -> _core.wo
     e.set_time(0.0)
     e.begin_call("grad", np.zeros(wire.LANES, np.float32))
     _status, (probe,) = step(0.0)
-    _status, (flight,) = step(0.001, _reply(wire.Op.RESYNC, probe, 0,
-                                            reason=wire.ResyncReason.STALE_ROUND))
+    stale = _reply(wire.Op.RESYNC, probe, 0, reason=wire.ResyncReason.STALE_ROUND)
+    _status, (flight,) = step(0.001, stale)
     assert flight.round == 0
+    step(0.0015, _reply(wire.Op.RESYNC, probe, 2, reason=wire.ResyncReason.STALE_ROUND))
     assert step(0.002, _reply(wire.Op.RESULT, flight, 0, count=2, reason=7,
                               bitmap=0b11))[0] == DONE
     e.set_time(0.01)
     e.begin_call("grad", np.zeros(wire.LANES, np.float32))
     _status, (flight,) = step(0.01)
-    assert flight.round == 1
-    status, _sent = step(0.011, _reply(wire.Op.RESYNC, flight, 0,
+    assert flight.round == 2
+    status, _sent = step(0.011, _reply(wire.Op.RESYNC, flight, 1,
                                        reason=wire.ResyncReason.STALE_ROUND))
     assert (status, e.needs_resync) == (RESET, True)
     return e
-
 
 def _applied_round_0_again(e: _core.worker.Engine) -> bool:
     """Tag 7 heard again past the late window: the RESEND of round 0 (a JOIN of the state
@@ -133,16 +136,17 @@ def _applied_round_0_again(e: _core.worker.Engine) -> bool:
 
 def test_a_result_of_a_tag_learned_after_the_rounds_a_reset_left_is_not_applied_twice() -> None:
     """Given no tag at attach, the engine learns tag 7 from round 0's result, after the
-    RESYNC that taught it the slot's round: the reset may have been shown by tag 7's own
-    state, against rounds an older one taught. Heard again, round 0 is a duplicate, the
-    replica flagged. Taken out (Faults::forget_rounds_of_tag_left), it is applied again."""
+    RESYNC that taught it round 2: the reset may have been shown by tag 7's own state,
+    against a round an older one taught. Heard again, round 0 is a duplicate, the replica
+    flagged; round 1, a suspect, is applied. Taken out (Faults::forget_rounds_of_tag_left),
+    round 0 is applied again."""
     assert not _applied_round_0_again(_reset_by_resync_after_round_0(-1))
     assert _applied_round_0_again(_reset_by_resync_after_round_0(
         -1, forget_rounds_of_tag_left=True))
 
 
 def test_a_tag_known_before_the_rounds_a_reset_left_is_a_newer_install_when_heard_again() -> None:
-    """Attached with tag 7, the engine learned the slot's rounds from tag 7's state, which the
-    reset left for sure: tag 7 heard past the late window is a newer install with the same
-    tag (docs/protocol.md §9), whose round 0 is new."""
+    """Attached with tag 7, the engine learned round 2 from tag 7's state, which the reset
+    left for sure: tag 7 heard past the late window is a newer install with the same tag
+    (docs/protocol.md §9), whose round 0 is new."""
     assert _applied_round_0_again(_reset_by_resync_after_round_0(7))
