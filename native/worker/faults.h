@@ -120,6 +120,12 @@ struct Faults {
   // behind my next contribution there, whose sequence number the copy's round field is not
   // behind (§4 step 10, the async window), and be counted a second time.
   bool hurry_into_async = false;
+  // A reset shown by a RESYNC forgets, with every slot's rounds, which rounds it had seen
+  // under the tag it leaves (Rounds::seen_under_tag_left; §9 "A switch that lost the job's
+  // state"): where that tag was the state's that answered (its rounds taught by an older
+  // state, whose tag never reached me), its results heard again after the late window, a
+  // JOIN's RESEND above all, are applied a second time.
+  bool forget_rounds_of_tag_left = false;
 };
 
 }  // namespace hysync::worker

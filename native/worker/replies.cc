@@ -74,6 +74,17 @@ void Replies::on_full(const uint8_t* d, double now) {
   if (!current_state(h.reason, i, "RESULT", counts(slots_[i].flight.get()), now)) return;
   slots_[i].mode = h.mode;
   bool fresh = rounds_.is_new(i, h.round);
+  if (fresh && !faults_.forget_rounds_of_tag_left &&
+      rounds_.seen_under_tag_left(h.reason, i, h.round)) {
+    // The tag the last reset left, heard again, of a round this slot had seen under it: the
+    // reset was shown by a RESYNC against a round taught before the tag was learned, so this
+    // tag may be the state that answered, whose round this worker applied already (seed
+    // 9078748: the RESEND its JOIN met after the reset). A duplicate then; were the tag a
+    // newer install's after all, a result the replica misses, which the flag owns.
+    fresh = false;
+    rounds_.flag_resync("a RESULT of slot " + std::to_string(cfg_.slot_base + i) + " round " +
+                        std::to_string(h.round) + " of the state left, seen before, came again");
+  }
   Flight* f = slots_[i].flight.get();
   const bool counted = counts(f);
   // RULE A for this result, once. Before a flight it settles is done where possible: done()
@@ -275,7 +286,8 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
                  std::string(f->async_style ? "async " : "") + "contribution on slot " +
                  std::to_string(cfg_.slot_base + i) + " with open round " + std::to_string(rnd) +
                  ", behind round " + std::to_string(f->async_style ? f->floor : f->round) +
-                 (f->async_style ? " that it had reached before" : " that it taught me"));
+                 (f->async_style ? " that it had reached before" : " that it taught me"),
+                 rounds_.taught_before_tag(i));
     return;
   }
   if (reason == NOT_JOINED) {
@@ -330,7 +342,8 @@ void Replies::on_resync(uint32_t i, uint8_t reason, uint32_t rnd, uint32_t chunk
     // for the job is new: it restarted, or the job was installed again (docs/protocol.md §9).
     switch_reset("the switch answered slot " + std::to_string(cfg_.slot_base + i) +
                  " with open round " + std::to_string(rnd) + " for a contribution at round " +
-                 std::to_string(f->round));
+                 std::to_string(f->round),
+                 rounds_.taught_before_tag(i));
     return;
   }
   // My sequence number refused while my bit sat in the open round (a probe after an abort, whose
@@ -380,13 +393,13 @@ void Replies::on_relayed(uint32_t i, const wire::Header& h, double now) {
 // replica must be resynchronized, as after any abort. Every slot forgets its rounds, so the
 // next call learns the new ones (a probe, as at the start) instead of sending rounds that the
 // switch answers STALE forever.
-void Replies::switch_reset(const std::string& what) {
+void Replies::switch_reset(const std::string& what, bool tag_may_be_new) {
   if (faults_.no_restart_detection) return;  // a simulation took the rule out
   ++stats_.state_resets;
   if (reset_why_.empty())
     reset_why_ = what + ": its state for job " + std::to_string(cfg_.job_id) +
                  " is new (the switch restarted, or the job was removed and added again)";
-  rounds_.forget(arrived_);
+  rounds_.forget(arrived_, tag_may_be_new);
   rounds_.flag_resync(reset_why_);
   if (!call_) {  // between calls (residual-only or parked packets): nothing to abort
     log_(Log::WARNING, "worker " + std::to_string(cfg_.worker_id) + ": " + reset_why_);

@@ -53,7 +53,8 @@ class Replies final : public DatagramSink {
   // `counts_flight`: the packet shows that slot i's flight was counted (settled so before a
   // new tag's reset forgets the flights).
   bool current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight, double now);
-  void switch_reset(const std::string& what);
+  // `tag_may_be_new`: Rounds::forget's.
+  void switch_reset(const std::string& what, bool tag_may_be_new = false);
 
   const EngineConfig& cfg_;
   const Faults& faults_;

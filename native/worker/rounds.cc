@@ -18,8 +18,9 @@ bool ahead(uint32_t a, uint32_t b) { return uint32_t(a - b) < HALF32; }  // a >=
 
 void Rounds::advance(uint32_t i, uint32_t upto) {
   const uint32_t nr = slots_[i].next_round;
-  slots_[i].known = true;
   const uint32_t gap = upto - nr;
+  if (!slots_[i].known || (gap != 0 && gap < HALF32)) slots_[i].taught_untagged = tag_ < 0;
+  slots_[i].known = true;
   if (gap == 0 || gap >= HALF32) return;
   if (gap > MAX_SUSPECT_GAP) {
     flag_resync("slot " + std::to_string(cfg_.slot_base + i) + " jumped " +
@@ -44,6 +45,7 @@ bool Rounds::is_new(uint32_t i, uint32_t rnd) {
   if (ahead(rnd, slots_[i].next_round)) {
     advance(i, rnd);
     slots_[i].next_round = rnd + 1;
+    slots_[i].taught_untagged = tag_ < 0;
     return true;
   }
   auto& suspect = slots_[i].suspect;
@@ -131,13 +133,34 @@ Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
   return Tag::NEW;
 }
 
-void Rounds::forget(double arrived) {
-  if (tag_ >= 0) left_tag_ = tag_;  // the next tag heard is the new state's
+// Seen: the slot had learned its rounds, and `rnd` is behind the next one and not a suspect
+// (is_new's "duplicate").
+bool Rounds::seen_under_tag_left(uint8_t tag, uint32_t i, uint32_t rnd) const {
+  if (int(tag) != left_tag_ || i >= left_rounds_.size()) return false;
+  const LeftRounds& left = left_rounds_[i];
+  return left.known && !ahead(rnd, left.next_round) && !left.suspect.count(rnd);
+}
+
+void Rounds::forget(double arrived, bool tag_may_be_new) {
+  if (tag_ >= 0) {  // the next tag heard is the new state's
+    left_tag_ = tag_;
+    // A tag learned after the lesson that a RESYNC (no tag) now contradicts may be the very
+    // state that answered: keep what the slots had seen, so that its results heard again are
+    // not applied twice. Otherwise the tag left is the state that taught the rounds, for sure
+    // (results of a newer install with the same tag are new, docs/protocol.md §9).
+    left_rounds_.clear();
+    if (tag_may_be_new) {
+      left_rounds_.resize(slots_.size());
+      for (std::size_t i = 0; i < slots_.size(); ++i)
+        left_rounds_[i] = {slots_[i].known, slots_[i].next_round, slots_[i].suspect};
+    }
+  }
   tag_ = -1;
   tag_changed_at_ = arrived;
   for (Slot& s : slots_) {
     s.next_round = 0;
     s.known = false;
+    s.taught_untagged = false;
     s.own_results = {};
     s.suspect.clear();
     s.acked.clear();

@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,21 @@ class Rounds {
   Tag see_tag(uint8_t tag, double arrived);
   int tag() const { return tag_; }  // -1: none yet
   void learn_tag(uint8_t tag) { tag_ = tag; }
+  // A result of the tag left, of round `rnd` on slot i, that the slot had seen under that tag
+  // when the reset forgot its rounds (docs/protocol.md §9): the tag is heard again, so the
+  // state may be the very one this worker knew - the reset was shown by a reply with no tag
+  // (a RESYNC), against rounds learned from a state whose tag it never heard.
+  bool seen_under_tag_left(uint8_t tag, uint32_t i, uint32_t rnd) const;
+  // Slot i's next round was taught while no tag was known, and a tag is known now: learned
+  // after that lesson, it may be a later state's than the one that taught it.
+  bool taught_before_tag(uint32_t i) const {
+    return tag_ >= 0 && slots_[i].known && slots_[i].taught_untagged;
+  }
   // The switch's state for the job is new, as a datagram that arrived at `arrived` showed:
   // every slot forgets its rounds, the tag known becomes the one left, and the next tag heard
-  // is learned.
-  void forget(double arrived);
+  // is learned. `tag_may_be_new`: the state that showed itself new may be the tag known's
+  // (taught_before_tag of the slot it showed on): what the slots had seen is kept under it.
+  void forget(double arrived, bool tag_may_be_new = false);
 
  private:
   void log_resync(const std::string& why);
@@ -63,6 +75,15 @@ class Rounds {
   std::string resync_why_;  // what cannot heal: aborts, huge gaps
   int tag_;            // the install tag of the switch's state this worker knows (-1: none yet)
   int left_tag_ = -1;  // the one before: its late packets are not taken for a newer state
+  // Where a reset left a tag that may be the state that showed itself new (forget's
+  // `tag_may_be_new`): each slot's rounds as it found them (next round, suspects); the rounds
+  // seen there are the ones seen under that tag.
+  struct LeftRounds {
+    bool known = false;
+    uint32_t next_round = 0;
+    std::map<uint32_t, double> suspect;
+  };
+  std::vector<LeftRounds> left_rounds_;
   double tag_changed_at_ = 0;
 };
 

@@ -32,6 +32,9 @@ struct Slot {
   uint32_t next_round = 0;  // the slot's open round as far as I know (RULE A)
   uint32_t seq = 0;         // the last async-style sequence number sent (next_seq)
   bool known = false;       // next_round was learned from the switch
+  // next_round was last taught while no install tag was known (a RESYNC after a reset or at
+  // attach): the state that taught it may be older than the tag known now (Rounds::forget)
+  bool taught_untagged = false;
   int mode = -1;            // the mode the switch last reported (-1: not yet)
   uint8_t tx_number = 0;    // the number of the latest transmission (mod 32)
   // Chunks (global ids) a sync round of another chunk displaced, to send again as residual

@@ -221,6 +221,15 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "give_up_not_silence": (FAULT_KINDS, 9068240,
                             {"faults": {"unreachable_after_any_give_up": True}},
                             "failure", "worker 1 call 2"),
+    # §9 "A switch that lost the job's state", the rounds of the tag left: a member learned
+    # slot 4's round 2 from a RESYNC of a state whose results it lost, did not hear the next
+    # restart, learned that state's tag from its first result and applied its round 0 there;
+    # its next flight, at round 2, met open round 1 (a reset shown by a RESYNC, the tag known
+    # left). A second later, past the late window, the tag came back, and the RESEND of round
+    # 0 that its JOIN met was applied a second time.
+    "rounds_of_tag_left": (FAULT_KINDS, 9078748,
+                           {"faults": {"forget_rounds_of_tag_left": True}}, "agreement",
+                           "worker 2 applied slot 4 round 0"),
 }
 
 

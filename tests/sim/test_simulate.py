@@ -233,8 +233,15 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # NOT_JOINED a round trip later, and each refusal, taken for the call's progress, put off its
 # JOIN of slot 55, whose sync round 1 lacked only it, past the peers' packet deadline) - a JOIN
 # offered at once and refused is not the call's progress
+# 9078748 (a member learned slot 4's round 2 from a RESYNC of a state whose results it lost
+# and never heard the restart after it; it learned the next state's tag from that state's first
+# result and applied its round 0 on slot 4, then sent round 2 and met open round 1: a reset
+# shown by a RESYNC, which left the tag known - the state that answered. Heard again past the
+# late window, the tag was learned anew, and the RESEND of round 0 that the member's JOIN met
+# was applied a second time) - a result of the tag left, of a round seen under it, is a
+# duplicate
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057,
-                          9039175, 9061566, 9068240, 9010355, 9075276)
+                          9039175, 9061566, 9068240, 9010355, 9075276, 9078748)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once

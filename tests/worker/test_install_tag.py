@@ -10,7 +10,7 @@ import numpy as np
 from hysync import _core, wire
 from hysync.worker.config import engine_config
 
-RESET, PENDING = 4, 3  # Engine.step's statuses
+DONE, PENDING, RESET = 0, 3, 4  # Engine.step's statuses
 
 
 def _engine(install_tag: int) -> tuple[_core.worker.Engine, int]:
@@ -60,3 +60,93 @@ def test_a_late_packet_of_the_state_left_is_told_by_its_arrival() -> None:
         e.set_time(10.0)
         e.on_datagram(_peer_result(7, chunk + 1, rnd=5), 10.0, arrived)
         assert (e.stats()["stray_replies"] == stray + 1) == late, arrived
+
+
+
+def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes:
+    """The switch's reply of `op` to worker 0's contribution `answered` (its transmission
+    number echoed), for round `rnd` of slot 0."""
+    header = wire.Header(op=op, job_id=1, worker_id=0, slot=0, round=rnd,
+                         chunk=answered.chunk, mode=wire.Mode.SYNC,
+                         flags=fields.pop("flags", 0) | answered.flags & wire.TX_MASK,
+                         **fields)
+    if op == wire.Op.RESYNC:
+        return header.pack()
+    return wire.Packet(header, np.zeros(wire.LANES, np.int32)).encode()
+
+
+
+def _reset_by_resync_after_round_0(install_tag: int, **faults: bool) -> _core.worker.Engine:
+    """An engine attached with `install_tag` sends its chunk at slot 0's round 0; a late
+    STALE answer to its probe (open round 2) teaches it round 2 - the state that sent it
+    may be gone. Round 0's RESULT, tag 7, counts the chunk (a suspect of that lesson). The
+    next call's chunk, at round 2, is answered STALE at open round 1: a new state shown by
+    a RESYNC, against the round taught before tag 7 was heard (when attached with none)."""
+    fault_set = _core.worker.Faults()
+    for name, on in faults.items():
+        setattr(fault_set, name, on)
+    e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
+                                          slot_base=0, slot_count=1, members=2,
+                                          install_tag=install_tag), faults=fault_set)
+    e.register("grad", wire.LANES)
+
+    def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:
+        e.set_time(now)
+        if data is not None:
+            e.on_datagram(data, now)
+        status = e.step(now)
+        return status, [wire.Header.unpack(d) for d in e.take_sent()]
+
+    e.set_time(0.0)
+    e.begin_call("grad", np.zeros(wire.LANES, np.float32))
+    _status, (probe,) = step(0.0)
+    stale = _reply(wire.Op.RESYNC, probe, 0, reason=wire.ResyncReason.STALE_ROUND)
+    _status, (flight,) = step(0.001, stale)
+    assert flight.round == 0
+    step(0.0015, _reply(wire.Op.RESYNC, probe, 2, reason=wire.ResyncReason.STALE_ROUND))
+    assert step(0.002, _reply(wire.Op.RESULT, flight, 0, count=2, reason=7,
+                              bitmap=0b11))[0] == DONE
+    e.set_time(0.01)
+    e.begin_call("grad", np.zeros(wire.LANES, np.float32))
+    _status, (flight,) = step(0.01)
+    assert flight.round == 2
+    status, _sent = step(0.011, _reply(wire.Op.RESYNC, flight, 1,
+                                       reason=wire.ResyncReason.STALE_ROUND))
+    assert (status, e.needs_resync) == (RESET, True)
+    return e
+
+def _applied_round_0_again(e: _core.worker.Engine) -> bool:
+    """Tag 7 heard again past the late window: the RESEND of round 0 (a JOIN of the state
+    that answered may meet it), then round 1. Whether round 0 was applied again; round 1 is
+    applied either way."""
+    e.stats()  # (its "results": the headers applied since it was last asked, taken)
+    resend = wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=0, round=0,
+                         chunk=e.first_chunk("grad"), flags=wire.Flag.RESEND)
+    e.set_time(2.0)
+    e.on_datagram(_reply(wire.Op.RESULT, resend, 0, count=2, reason=7, bitmap=0b11,
+                         flags=wire.Flag.RESEND), 2.0)
+    stats = e.stats()
+    again = len(stats["results"]) // wire.HEADER_BYTES
+    assert again + stats["duplicate_results"] == 1
+    e.on_datagram(_reply(wire.Op.RESULT, resend, 1, count=2, reason=7, bitmap=0b11), 2.0)
+    assert len(e.stats()["results"]) // wire.HEADER_BYTES == 1
+    assert e.needs_resync
+    return again == 1
+
+
+def test_a_result_of_a_tag_learned_after_the_rounds_a_reset_left_is_not_applied_twice() -> None:
+    """Given no tag at attach, the engine learns tag 7 from round 0's result, after the
+    RESYNC that taught it round 2: the reset may have been shown by tag 7's own state,
+    against a round an older one taught. Heard again, round 0 is a duplicate, the replica
+    flagged; round 1, a suspect, is applied. Taken out (Faults::forget_rounds_of_tag_left),
+    round 0 is applied again."""
+    assert not _applied_round_0_again(_reset_by_resync_after_round_0(-1))
+    assert _applied_round_0_again(_reset_by_resync_after_round_0(
+        -1, forget_rounds_of_tag_left=True))
+
+
+def test_a_tag_known_before_the_rounds_a_reset_left_is_a_newer_install_when_heard_again() -> None:
+    """Attached with tag 7, the engine learned round 2 from tag 7's state, which the reset
+    left for sure: tag 7 heard past the late window is a newer install with the same tag
+    (docs/protocol.md §9), whose round 0 is new."""
+    assert _applied_round_0_again(_reset_by_resync_after_round_0(7))
