@@ -7,7 +7,7 @@ import socket
 
 import numpy as np
 
-from hysync import wire
+from hysync import _core, wire
 from hysync.wire import Mode, Op
 from hysync.worker.quantize import FixedPointQuantizer
 from hysync.worker.transport import Transport, TransportConfig
@@ -16,6 +16,14 @@ SCALE = 2.0**20
 JOB, SLOT = 9, 100
 BACKSTOP = 60.0  # seconds: only ends a hung test
 MINE, OTHERS = 0.25, 0.5
+
+
+def engine_with_faults(config: object, **faults: bool) -> _core.worker.Engine:
+    """A worker engine of `config` with the named rules taken out (native/worker/faults.h)."""
+    fault_set = _core.worker.Faults()
+    for name, on in faults.items():
+        setattr(fault_set, name, on)
+    return _core.worker.Engine(config, faults=fault_set)
 
 
 def receive(sock: socket.socket, timeout: float = BACKSTOP) -> wire.Packet:

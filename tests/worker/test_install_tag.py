@@ -9,6 +9,7 @@ import numpy as np
 
 from hysync import _core, wire
 from hysync.worker.config import engine_config
+from tests.worker.scripted_switch import engine_with_faults
 
 DONE, PENDING, RESET = 0, 3, 4  # Engine.step's statuses
 
@@ -82,12 +83,9 @@ def _reset_by_resync_after_round_0(install_tag: int, **faults: bool) -> _core.wo
     may be gone. Round 0's RESULT, tag 7, counts the chunk (a suspect of that lesson). The
     next call's chunk, at round 2, is answered STALE at open round 1: a new state shown by
     a RESYNC, against the round taught before tag 7 was heard (when attached with none)."""
-    fault_set = _core.worker.Faults()
-    for name, on in faults.items():
-        setattr(fault_set, name, on)
-    e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
-                                          slot_base=0, slot_count=1, members=2,
-                                          install_tag=install_tag), faults=fault_set)
+    e = engine_with_faults(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
+                                         slot_base=0, slot_count=1, members=2,
+                                         install_tag=install_tag), **faults)
     e.register("grad", wire.LANES)
 
     def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:

@@ -17,10 +17,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hysync import _core, wire
+from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
 from hysync.worker.config import engine_config
-from tests.worker.scripted_switch import JOB, MINE, SCALE, SLOT, closed_with_both
+from tests.worker.scripted_switch import (
+    JOB,
+    MINE,
+    SCALE,
+    SLOT,
+    closed_with_both,
+    engine_with_faults,
+)
 
 JOIN_AFTER = 1.0
 REFUSED_AFTER = 0.5 * JOIN_AFTER  # the refusal of the JOIN offered at once: a slow switch
@@ -36,10 +43,7 @@ class Member:
         config = engine_config(job_id=JOB, worker_id=0, slot_base=SLOT, slot_count=2, members=2,
                                scale=SCALE, rto_initial=NEVER, rto_min=NEVER, rto_max=NEVER,
                                join_after=JOIN_AFTER, dead_after=NEVER, seed=5)
-        fault_set = _core.worker.Faults()
-        for name, on in faults.items():
-            setattr(fault_set, name, on)
-        self.engine = _core.worker.Engine(config, faults=fault_set)
+        self.engine = engine_with_faults(config, **faults)
         self.engine.register("g", 2 * wire.LANES)
         self.first = self.engine.first_chunk("g")
         self.now = 0.0

@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hysync import _core, wire
+from hysync import wire
 from hysync.wire import Flag, Mode, Op, ResyncReason
 from hysync.worker.config import engine_config
+from tests.worker.scripted_switch import engine_with_faults
 
 JOB, ME, UPLINK_ID = 1, 1, 0  # the host is worker 1 of its leaf; the leaf is member 0 upstairs
 OPEN = 5                       # the round the leaf teaches the host first
@@ -29,10 +30,7 @@ class Host:
         config = engine_config(job_id=JOB, worker_id=ME, slot_base=0, slot_count=1, members=6,
                                scale=2.0**20, rto_initial=0.02, rto_min=0.02, seed=5,
                                behind_leaf=behind_leaf)
-        fault_set = _core.worker.Faults()
-        for name, on in faults.items():
-            setattr(fault_set, name, on)
-        self.engine = _core.worker.Engine(config, faults=fault_set)
+        self.engine = engine_with_faults(config, **faults)
         self.engine.register("g", 2 * wire.LANES)
         self.first = self.engine.first_chunk("g")
         self.now = 0.0
