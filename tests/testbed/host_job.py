@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -72,5 +73,15 @@ print(json.dumps(line), flush=True)
 # Every rank done with the group before any tears it down: under load a gloo rank that
 # destroyed its group while a peer was still closing its pairs died in gloo's teardown
 # ("terminate called without an active exception", then SIGSEGV) after its result line.
-dist.barrier()
+# The count is kept in torchrun's store, not by a gloo barrier: on a busy machine a gloo
+# barrier after the last step once never returned, every rank's result line printed.
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                      is_master=False, timeout=timedelta(seconds=240))
+world = dist.get_world_size()
+store.add("host_job_finished", 1)
+until = time.monotonic() + 240
+while store.add("host_job_finished", 0) < world:
+    if time.monotonic() > until:
+        raise SystemExit(f"rank {rank}: the other ranks did not finish within 240 s")
+    time.sleep(0.05)
 dist.destroy_process_group()
