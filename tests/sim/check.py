@@ -170,7 +170,7 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     deaths = [f for f in rec.plan.faults if f.kind == "death" and f.at < c.end
               and f.worker != wk.w]
     if deaths and _members_gone(rec, sim, c.end, dead_only=True) and \
-            c.end <= _gone_since(wk, c, _awake(rec, wk, deaths[-1].at),
+            c.end <= _gone_since(rec, wk, c, _awake(rec, wk, deaths[-1].at),
                                  {f.worker for f in deaths}) + rec.plan.fail_within:
         return "dead_member"
     finished = [x for x in sim.workers
@@ -178,7 +178,8 @@ def _failure_rule(rec: Record, sim: Sim, wk, c) -> str | None:
     if finished and _members_gone(rec, sim, c.end):
         finish = max(x.calls[-1].end for x in finished)
         gone = {x.w for x in finished} | {f.worker for f in deaths}
-        if c.end <= _gone_since(wk, c, _awake(rec, wk, finish), gone) + rec.plan.fail_within:
+        if c.end <= _gone_since(rec, wk, c, _awake(rec, wk, finish), gone) + \
+                rec.plan.fail_within:
             return "end_behind"
     # A state lost under the call that the worker never heard of: its packets met the new
     # state's open rounds and were held there without a word (a round no peer comes back to
@@ -220,7 +221,7 @@ def _timer_running(wk, t: float) -> bool:
     return any(last < s < t for s, _slot, _chunk in wk.sent)
 
 
-def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
+def _gone_since(rec: Record, wk, c, cause: float, gone: set[int]) -> float:
     """Where a NoReplyError rule's bound starts: the later of the call's start, the cause
     (a death, a finish), the last result the worker heard before the call ended of a
     round a member then gone had joined, and the last CHUNK_MISMATCH it heard then that
@@ -235,11 +236,30 @@ def _gone_since(wk, c, cause: float, gone: set[int]) -> float:
     and waits there afresh; then it names the open round, so a slot answers one per round
     moved (seeds 1011479 and 1011063 with --hosts drawn: a re-install's async rounds, or a
     swap's, moved a slot on while the flight waited, and the round it was sent again to
-    latched sync with members finished)."""
+    latched sync with members finished). A pause of the worker's begun within that grace,
+    before the flight went out again, holds the packet, and its deadline, to the pause's end
+    (_resent)."""
     mask = sum(1 << w for w in gone)
     heard = [t for t, bitmap in wk.results_heard if cause < t <= c.end and bitmap & mask]
-    heard += [t for t in wk.mismatches_heard + wk.stales_heard if cause < t <= c.end]
+    heard += [t for t in wk.mismatches_heard if cause < t <= c.end]
+    heard += [_resent(rec, wk, t) for t in wk.stales_heard if cause < t <= c.end]
     return max(c.start, cause, *heard)
+
+
+def _resent(rec: Record, wk, stale: float) -> float:
+    """Where the deadline of a flight answered STALE at `stale` starts at the latest: the
+    flight is sent again at the open round after one RTO's grace (at most rto_max), so from
+    `stale` itself, unless a pause of the worker's began within that grace while it had sent
+    nothing since the reply: the grace fell due in the pause and the packet went out at its
+    end (seed 9105650: an RTO of 0.40 s, learned from an answer read at the end of a pause,
+    due 0.18 s into a pause begun 0.22 s after the STALE reply)."""
+    ends = [stale]
+    for f in rec.plan.faults:
+        if f.kind == "pause" and f.worker == wk.w and \
+                stale < f.at <= stale + rec.plan.rto_max and \
+                not any(stale < s < f.at for s, _slot, _chunk in wk.sent):
+            ends.append(f.at + f.length)
+    return max(ends)
 
 
 def _failure_context(rec: Record, sim: Sim, c) -> str:

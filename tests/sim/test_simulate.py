@@ -240,8 +240,15 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # late window, the tag was learned anew, and the RESEND of round 0 that the member's JOIN met
 # was applied a second time) - a result of the tag left, of a round seen under it, is a
 # duplicate
+# 9105650 (in partial rounds of quorum 1, a member paused 0.35 s as its call began while its peers
+# finished the job; the answer it read at the pause's end gave its RTO 0.40 s, and its next
+# contribution met a STALE_ROUND naming a sync round, whose grace, one RTO, fell due in its
+# second pause, begun 0.22 s later; the flight went out again, and its deadline started, at
+# that pause's end, and the call failed 'unreachable' 0.084 s past the bound counted from the
+# STALE reply) - not a worker bug: a pause begun within one back-off of such a reply, before
+# the flight went out again, counts from its end (the checker's bound)
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057,
-                          9039175, 9061566, 9068240, 9010355, 9075276, 9078748)
+                          9039175, 9061566, 9068240, 9010355, 9075276, 9078748, 9105650)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
@@ -413,6 +420,38 @@ def test_a_pause_begun_before_the_dead_timer_started_counts_from_its_end(target:
     wk.sent.sort()
     rec.excused.clear()
     assert any(v.startswith("failure: worker 2 call 3") and "'unreachable'" in v
+               for v in check(rec, sim))
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_pause_begun_in_a_stale_replys_grace_counts_from_its_end(target: str) -> None:
+    """Seed 9105650: member 2, paused from 0.143 s to 0.497 s as its call 30 began, its peers
+    finishing the job meanwhile, read at the pause's end an answer to a packet sent before
+    it: its RTO rose to 0.40 s. Its next contribution met a STALE_ROUND naming the open round,
+    now sync, at 0.499 s; the flight's grace, one RTO, fell due in its pause from 0.720 s to
+    1.583 s, and the flight went out again, its deadline starting, at the pause's end: the call
+    failed at 4.583 s, past the bound counted from the STALE reply. Allowed by rule
+    "end_behind" counted from the pause's end (docs/protocol.md §10); had the pause begun more
+    than one back-off (rto_max) after the reply, or had the member sent a packet between the
+    reply and the pause, the failure is reported."""
+    rec, sim = simulate(draw(9105650), target)
+    assert not check(rec, sim)
+    assert rec.excused.get("end_behind", 0) > 0
+    plan = rec.plan
+    wk = sim.workers[2]
+    stale = max(t for t in wk.stales_heard if t < 0.72)
+    rec.plan = dataclasses.replace(plan, faults=tuple(
+        dataclasses.replace(f, at=stale + plan.rto_max + 0.01)
+        if f.kind == "pause" and f.worker == 2 and f.at > stale else f
+        for f in plan.faults))
+    rec.excused.clear()
+    assert any(v.startswith("failure: worker 2 call 30") and "'unreachable'" in v
+               for v in check(rec, sim))
+    rec.plan = plan
+    wk.sent.append((stale + 0.01, plan.slot_base, 0))
+    wk.sent.sort()
+    rec.excused.clear()
+    assert any(v.startswith("failure: worker 2 call 30") and "'unreachable'" in v
                for v in check(rec, sim))
 
 
