@@ -126,6 +126,14 @@ struct Faults {
   // state, whose tag never reached me), its results heard again after the late window, a
   // JOIN's RESEND above all, are applied a second time.
   bool forget_rounds_of_tag_left = false;
+  // An ACK or STALE_COUNTED that settles a sync-style flight as counted leaves no ACKed twin
+  // (counted_without_result), and an async RESULT of mine below my async flight's floor that
+  // an ACKed twin or a result of mine kept matches settles that flight as counted (Replies::
+  // on_full; §9 "A switch that lost the job's state"): the async round's result of a
+  // sync-style packet counted after a swap into async, same chunk and lanes as the next
+  // call's packet, is taken for that packet counted behind its floor - a reset on no
+  // restart, and the packet, lost, settled as counted.
+  bool acked_sync_leaves_no_twin = false;
 };
 
 }  // namespace hysync::worker

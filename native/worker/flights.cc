@@ -733,8 +733,15 @@ void Flights::counted_without_result(uint32_t i, double now) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     results_.apply_own(i, f);
-  } else if (!faults_.ack_leaves_no_suspect) {
-    rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
+  } else {
+    // Counted in sync round f.round, its result late or lost - or in an async round, if the
+    // slot turned async before the packet (or a retransmission) arrived: its result is then a
+    // round of one with my lanes, which the next packet of this chunk and lanes would take for
+    // its own, counted behind its floor (Replies::on_full). Remembered as an ACKed twin, that
+    // result is told apart: applied (RULE A: no ACK applied it) and no flight settled by it
+    // (seed 9102569: a one-element key of -inf, every call's packet alike).
+    if (!faults_.ack_leaves_no_suspect) rounds_.advance(i, f.round + 1);
+    if (!faults_.acked_sync_leaves_no_twin) results_.remember_twin(i, f);
   }
   done(i, true, now);
 }

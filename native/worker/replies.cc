@@ -104,11 +104,25 @@ void Replies::on_full(const uint8_t* d, double now) {
         return;
       }
     }
+    if (mine) {  // the result an ACKed twin awaited (its async round's, or its sync round's)
+      const auto twin = results_.twin_entry(i, d);
+      if (twin != slots_[i].twins.end()) slots_[i].twins.erase(twin);
+    }
     results_.apply(d);
     flights_.round_closed(i, h.chunk, h.round, now);
   };
-  if (counted && h.mode == ASYNC && (f->floor_known ? !ahead(h.round, f->floor) : !fresh) &&
-      results_.acked_entry(i, d) == slots_[i].acked.end() && !results_.seen_own(i, d)) {
+  // My async flight's lanes in a round that cannot have counted it within the state that
+  // taught me this slot's rounds: below the round the slot had reached when I sent it (rounds
+  // never step back), or - sent before I knew the slot - one whose number I applied already.
+  const bool below_floor = counted && h.mode == ASYNC &&
+                           (f->floor_known ? !ahead(h.round, f->floor) : !fresh);
+  // ... and the result of another contribution of mine with the same chunk and lanes: a
+  // twin an ACK settled (async, applied from its lanes; or sync-style, its result awaited)
+  // or a late copy of one of my last results.
+  const bool twins_result = below_floor && (results_.acked_entry(i, d) != slots_[i].acked.end() ||
+                                            results_.twin_entry(i, d) != slots_[i].twins.end() ||
+                                            results_.seen_own(i, d));
+  if (below_floor && !twins_result) {
     // My async contribution, counted, closed a round that cannot be of the state that taught
     // me this slot's rounds: one below the round the slot had reached when I sent it (rounds
     // never step back), or - sent before I knew the slot - one whose number I applied already
@@ -127,6 +141,13 @@ void Replies::on_full(const uint8_t* d, double now) {
                                     " that it had reached before"
                               : ", a round I had applied already"));
     fresh = rounds_.is_new(i, h.round);  // the first round of the new state heard on this slot
+    results_.keep_own(i, d);
+  } else if (twins_result && !faults_.acked_sync_leaves_no_twin) {
+    // That other contribution's result, not my flight's count: applied as such (RULE A, once),
+    // and the flight waits for its own answer. Settled by it, a flight the switch never
+    // received left its amount out of the residual (seed 9102569: the async round's result
+    // of a sync-style packet ACKed after a swap into async, its lanes the next call's).
+    take_result();
     results_.keep_own(i, d);
   } else if (counted) {
     take_result();

@@ -28,6 +28,12 @@ void keep_result(KeptResult& kept, const uint8_t* d) {
   std::memcpy(kept.data() + 8, d + H, 4 * LANES);
 }
 
+// Whether d carries the entry's chunk and lanes.
+bool same_lanes(const Acked& a, const uint8_t* d) {
+  return a.first == load_be32(d + wire::OFF_CHUNK) &&
+         std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
+}
+
 }  // namespace
 
 // ACK: counted, result lost; an async round's result is exactly my lanes, applied as
@@ -99,10 +105,26 @@ void Results::keep_own(uint32_t i, const uint8_t* d) {
 }
 
 std::deque<Acked>::iterator Results::acked_entry(uint32_t i, const uint8_t* d) {
-  const uint32_t chunk = load_be32(d + wire::OFF_CHUNK);
   auto& acked = slots_[i].acked;
-  return std::find_if(acked.begin(), acked.end(), [&](const auto& a) {
-    return a.first == chunk && std::memcmp(a.second.data(), d + H, 4 * LANES) == 0;
+  return std::find_if(acked.begin(), acked.end(),
+                      [&](const auto& a) { return same_lanes(a, d); });
+}
+
+void Results::remember_twin(uint32_t i, const Flight& f) {
+  auto& twins = slots_[i].twins;
+  if (twins.size() == ACK_MEMORY) twins.pop_front();
+  Twin twin{f.round, {f.chunk, {}}};
+  std::memcpy(twin.acked.second.data(), &f.data[H], twin.acked.second.size());
+  twins.push_back(twin);
+}
+
+std::deque<Twin>::iterator Results::twin_entry(uint32_t i, const uint8_t* d) {
+  auto& twins = slots_[i].twins;
+  const bool async = d[wire::OFF_MODE] == uint8_t(wire::Mode::ASYNC);
+  const uint32_t rnd = load_be32(d + wire::OFF_ROUND), chunk = load_be32(d + wire::OFF_CHUNK);
+  return std::find_if(twins.begin(), twins.end(), [&](const Twin& t) {
+    return async ? d[wire::OFF_COUNT] == 1 && same_lanes(t.acked, d)
+                 : t.round == rnd && t.acked.first == chunk;
   });
 }
 

@@ -39,6 +39,13 @@ class Results {
   // The entry of slot i's ACKed contributions that an async RESULT d (count 1, my bit)
   // answers, or end().
   std::deque<Acked>::iterator acked_entry(uint32_t i, const uint8_t* d);
+  // Slot i's sync-style flight f was settled as counted (ACK, STALE_COUNTED) and its result
+  // is awaited: remembered as its twin, since counted in an async round, that result is a
+  // round of one with f's lanes (Replies::on_full).
+  void remember_twin(uint32_t i, const Flight& f);
+  // The entry of slot i's ACKed twins that RESULT d (my bit) answers, or end(): an async
+  // one (count 1) by its chunk and lanes, a sync or partial one by its round and chunk.
+  std::deque<Twin>::iterator twin_entry(uint32_t i, const uint8_t* d);
   // Whether d is a copy of one of slot i's latest own async results; keep one.
   bool seen_own(uint32_t i, const uint8_t* d) const;
   void keep_own(uint32_t i, const uint8_t* d);

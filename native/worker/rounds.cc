@@ -114,6 +114,7 @@ void Rounds::clear_resync() {
   for (uint32_t i : suspect_slots_) {
     slots_[i].suspect.clear();
     slots_[i].acked.clear();
+    slots_[i].twins.clear();
   }
   suspect_slots_.clear();
 }
@@ -164,6 +165,7 @@ void Rounds::forget(double arrived, bool tag_may_be_new) {
     s.own_results = {};
     s.suspect.clear();
     s.acked.clear();
+    s.twins.clear();
   }
   suspect_slots_.clear();
 }

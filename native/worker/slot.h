@@ -17,6 +17,12 @@ namespace hysync::worker {
 using KeptResult = std::array<uint8_t, 8 + 4 * LANES>;  // a RESULT's round, chunk and lanes
 // An own contribution counted without its result (ACK): its chunk and lanes.
 using Acked = std::pair<uint32_t, std::array<uint8_t, 4 * LANES>>;
+// A sync-style contribution of mine settled as counted by an ACK or STALE_COUNTED, its result
+// awaited: its round field, chunk and lanes.
+struct Twin {
+  uint32_t round;
+  Acked acked;
+};
 
 // Round, chunk and lanes of the last async results of mine that settled a flight (none since
 // the slot's rounds were learned), so that a late copy of one is not taken for a sign of new
@@ -43,6 +49,12 @@ struct Slot {
   OwnResults own_results;
   std::map<uint32_t, double> suspect;  // rounds skipped, not seen yet: round -> since
   std::deque<Acked> acked;             // at most ACK_MEMORY (results.cc)
+  // Sync-style contributions of mine settled as counted by an ACK or STALE_COUNTED, whose
+  // result is awaited (their rounds suspected, RULE A), at most ACK_MEMORY. Counted in an
+  // async round after a swap, such a contribution's result is a round of one with its lanes,
+  // which a later packet of the same chunk and lanes would take for its own; counted in its
+  // sync round, that round's result, with my bit, ends the wait.
+  std::deque<Twin> twins;
   // The sync-style packet of mine that the last abort forgot here (drop_all), if any: its
   // round field and chunk. The switch may have counted it in that round after the abort, and
   // member_seq then holds that round for me.

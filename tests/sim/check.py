@@ -123,7 +123,7 @@ def check(rec: Record, sim: Sim) -> list[str]:
             if rule is None:
                 out.append(f"failure: worker {wk.w} call {c.index} (started {c.start:.3f} s) "
                            f"ended {c.status!r} at {c.end:.3f} s, which no rule allows "
-                           f"({_failure_context(rec, sim, c)})")
+                           f"({_failure_context(rec, sim, wk, c)})")
             else:
                 rec.excused[rule] = rec.excused.get(rule, 0) + 1
         if not wk.dead and len(wk.calls) < plan.calls * len(plan.sizes):
@@ -262,10 +262,13 @@ def _resent(rec: Record, wk, stale: float) -> float:
     return max(ends)
 
 
-def _failure_context(rec: Record, sim: Sim, c) -> str:
+def _failure_context(rec: Record, sim: Sim, wk, c) -> str:
+    """The faults before worker wk's failed call c and the other members gone by its end (a
+    worker whose last call is c has finished by then, but is not gone from its own call)."""
     faults = [f"{f.kind}@{f.at:.3f}" for f in rec.plan.faults
               if f.kind != "swap" and f.at < c.end]
-    gone = [x.w for x in sim.workers if x.dead or (x.finished and x.calls[-1].end <= c.end)]
+    gone = [x.w for x in sim.workers
+            if x.w != wk.w and (x.dead or (x.finished and x.calls[-1].end <= c.end))]
     return f"faults before it: {faults[-3:] or 'none'}; members gone by then: {gone}"
 
 

@@ -230,6 +230,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "rounds_of_tag_left": (FAULT_KINDS, 9078748,
                            {"faults": {"forget_rounds_of_tag_left": True}}, "agreement",
                            "worker 2 applied slot 4 round 0"),
+    # §9 "A switch that lost the job's state", an ACKed twin: a one-element key of -inf, every
+    # call's packet alike. A member's sync-style packet of round 2, sent again after a swap
+    # into async, is counted in async round 2 and ACKed; the next call's packet of the same
+    # chunk and lanes is lost, and round 2's RESULT with the member's bit, below that packet's
+    # floor, is taken for its count by a new switch state: the call ends 'reset'.
+    "acked_sync_twin": (FAULT_KINDS, 9102569, {"faults": {"acked_sync_leaves_no_twin": True}},
+                        "failure", "worker 4 call 1"),
 }
 
 
