@@ -149,6 +149,7 @@ void bind_config(nb::module_& m) {
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
       .def_rw("own_flight_deadline", &Faults::own_flight_deadline)
+      .def_rw("parked_flight_no_deadline", &Faults::parked_flight_no_deadline)
       .def_rw("send_dropped", &Faults::send_dropped)
       .def_rw("read_time_window", &Faults::read_time_window)
       .def_rw("forget_counted_at_reset", &Faults::forget_counted_at_reset)

@@ -22,6 +22,11 @@ struct Faults {
   // The packet deadline covers the call's own packets only, not a packet of another kind (a
   // JOIN of zeros) that holds a slot while a chunk of the call waits behind it.
   bool own_flight_deadline = false;
+  // The packet deadline skips a parked packet outright, also one that holds a slot while a
+  // chunk of the call waits behind it (a parked packet whose slot a reply reported sync
+  // again, follow_mode): a round latched in sync with a dead member holds that chunk for ever
+  // while the other slots' async results keep the call alive (Flights::flight_deadline).
+  bool parked_flight_no_deadline = false;
   // An abort sends what it had queued for the flights it forgets (drop_flights), so a new
   // switch state may count what the residual holds again.
   bool send_dropped = false;

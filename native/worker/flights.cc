@@ -35,12 +35,14 @@ Flights::Flights(const EngineConfig& config, const Faults& faults, const Quantiz
       stats_(stats),
       call_(call),
       w_(uint32_t(slots.size())),
+      waits_since_(slots.size(), 0.0),
       last_rx_(io.now()) {}
 
 void Flights::start_call(double now) {
   progress_at_ = now;
   ++calls_;
   woke_late_ = 0;  // timers that fell due between calls were not waited for
+  std::fill(waits_since_.begin(), waits_since_.end(), now);  // the call's chunks wait from now
   for (uint32_t i = 0; i < w_; ++i) order_queue(i);
   // A slot held by a parked packet: the call hurries it before the timers that fell due
   // between calls run, so the call's chunks there wait one RTO for its answer (hold_queue).
@@ -537,6 +539,7 @@ void Flights::follow_mode(uint32_t i, double now) {
     }
   }
   c.held[i].clear();
+  waits_since_[i] = now;
   Flight* f = slots_[i].flight.get();
   if (!f)
     send_next(i, now);
@@ -813,6 +816,10 @@ bool Flights::silent_too_long(double now) const {
 // settled already. A packet of another kind that holds a slot while a chunk of the call
 // waits behind it counts too: a JOIN of zeros that joined such a round keeps the call's own
 // chunk from ever leaving, so no packet of the call would otherwise be launched to wait.
+// So does a parked packet that a chunk of the call waits behind (a call's start, hold_queue,
+// or a reply that reported its slot sync or async again, follow_mode), from when that chunk
+// began to wait if later than its launch: parked in partial, then relaunched into a sync
+// round latched with a dead member, it held the call's chunk for ever (seed 9102095).
 bool Flights::waited_too_long(double now) const { return now >= flight_deadline(); }
 
 // The first moment waited_too_long holds, infinity if none: a timer of its own in
@@ -823,10 +830,12 @@ double Flights::flight_deadline() const {
   if (!call_ || faults_.no_flight_deadline) return at;
   for (uint32_t i = 0; i < w_; ++i) {
     const Flight* f = slots_[i].flight.get();
-    if (!f || f->parked) continue;
-    const bool own = f->kind == Kind::OWN && f->key == call_->key;
+    if (!f || (f->parked && faults_.parked_flight_no_deadline)) continue;
+    const bool own = !f->parked && f->kind == Kind::OWN && f->key == call_->key;
     const bool blocks = !faults_.own_flight_deadline && !call_->queues[i].empty();
-    if (own || blocks) at = std::min(at, f->launched + cfg_.dead_after);
+    if (!own && !blocks) continue;
+    const double from = f->parked ? std::max(f->launched, waits_since_[i]) : f->launched;
+    at = std::min(at, from + cfg_.dead_after);
   }
   return at;
 }

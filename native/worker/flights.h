@@ -135,6 +135,10 @@ class Flights {
   EngineStats& stats_;
   const std::unique_ptr<Call>& call_;
   const uint32_t w_;
+  // Per slot: since when the call's chunks there wait (its start, or a reply that put chunks
+  // a parked packet held back in the queue, follow_mode): a parked packet they wait behind
+  // meets the packet deadline dead_after from then at the earliest (flight_deadline).
+  std::vector<double> waits_since_;
   Rto rto_{cfg_};
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   uint64_t gen_ = 0;

@@ -237,6 +237,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # floor, is taken for its count by a new switch state: the call ends 'reset'.
     "acked_sync_twin": (FAULT_KINDS, 9102569, {"faults": {"acked_sync_leaves_no_twin": True}},
                         "failure", "worker 4 call 1"),
+    # §9 Failures, the packet's deadline: a parked packet that a chunk of the call waits
+    # behind. Member 4's chunk 1, parked on slot 8 while it ran partial, was relaunched at
+    # sync round 4, latched with member 2, who had died; the reply that reported the slot
+    # sync put the call's chunk 7 back in the queue behind it, and async results on other
+    # slots kept the dead timer quiet until 24.4 s.
+    "parked_flight_deadline": (FAULT_KINDS, 9102095,
+                               {"faults": {"parked_flight_no_deadline": True}}, "liveness",
+                               "worker 4 call 6"),
 }
 
 

@@ -253,8 +253,13 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # bit and those lanes, was taken for that packet counted below its floor, round 3: the call
 # ended 'reset' on no restart, and the lost packet was settled as counted) - an ACKed
 # sync-style packet leaves a twin, whose result settles no flight
+# 9102095 (a member's chunk 1, parked on slot 8 while the slot ran partial, was relaunched at
+# sync round 4 after a swap, a round latched with a member who had died; the reply that reported
+# the slot sync put the call's chunk 7 back in the queue behind it, and the packet deadline
+# skipped the parked packet, so async results on other slots kept the call alive until 24.4 s)
+# - a parked packet that a chunk of the call waits behind meets the packet deadline
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057, 9039175,
-                          9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569)
+                          9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569, 9102095)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
@@ -408,8 +413,15 @@ def test_a_pause_begun_before_the_dead_timer_started_counts_from_its_end(target:
     Allowed by rule "bare_unreachable" counted from the pause's end (docs/protocol.md §10);
     had the member sent a packet between its last reply and the pause, its timer ran from
     then, and had the pauses begun more than one back-off (rto_max) after the restart, the
-    member was silent longer than its timers allow: either way the failure is reported."""
+    member was silent longer than its timers allow: either way the failure is reported.
+    Replayed on the schedule it was found on, before the packet deadline reached a parked
+    packet that a chunk of the call waits behind (Faults::parked_flight_no_deadline): on the
+    engine's own the call fails at 3.135 s, dead_after after the first of those RESULTs put
+    the call's chunks of slot 21 back in the queue behind its parked packet, within the bound
+    from the restart (the seed passes there too)."""
     rec, sim = simulate(draw(9080965), target)
+    assert not check(rec, sim)
+    rec, sim = simulate(draw(9080965), target, faults={"parked_flight_no_deadline": True})
     assert not check(rec, sim)
     assert rec.excused.get("bare_unreachable", 0) > 0
     plan = rec.plan
