@@ -126,6 +126,12 @@ struct Faults {
   // state, whose tag never reached me), its results heard again after the late window, a
   // JOIN's RESEND above all, are applied a second time.
   bool forget_rounds_of_tag_left = false;
+  // Partial: a packet parked at its first timeout, before any RTT sample, leaves the RTO as
+  // it was (Flights::expire): the park's copy and every later answer are retransmissions
+  // (Karn: no sample), so behind a switch slower than that RTO the RTO never grows,
+  // and each call's packets time out and park before their answers come (§9 "Sync / partial
+  // sending", partial liveness).
+  bool park_keeps_unlearned_rto = false;
 };
 
 }  // namespace hysync::worker
