@@ -139,6 +139,12 @@ struct Faults {
   // call's packet, is taken for that packet counted behind its floor - a reset on no
   // restart, and the packet, lost, settled as counted.
   bool acked_sync_leaves_no_twin = false;
+  // Partial: a packet parked at its first timeout, before any RTT sample, leaves the RTO as
+  // it was (Flights::expire): the park's copy and every later answer are retransmissions
+  // (Karn: no sample), so behind a switch slower than that RTO the RTO never grows,
+  // and each call's packets time out and park before their answers come (§9 "Sync / partial
+  // sending", partial liveness).
+  bool park_keeps_unlearned_rto = false;
 };
 
 }  // namespace hysync::worker

@@ -436,9 +436,16 @@ void Flights::expire(double now) {
     // Partial: silence until the first timeout is the switch holding the packet in an open
     // round (or a loss, which the retransmission below covers): a second timeout would only
     // meet the same silence (the switch drops the duplicate without a word).
-    // Parking is that answer, not a sign of a short RTO: the timer does not back off for it.
+    // Parking is that answer, not a sign of a short RTO: the timer does not back off for it,
+    // once an RTT sample has taught the RTO. Before any, the RTO is the initial value as
+    // timeouts backed it off, and the silence may be a round trip longer than it: the park's
+    // copy and every answer after it are retransmissions (Karn: no sample), so nothing else
+    // would correct it, and each call's packets would time out and park before their answers
+    // came (seed 9086527: behind a switch 0.33 s slow, two members' RTO stayed at 0.32 s and
+    // a chunk was carried through three calls). There the RTO backs off (at most once per RTO).
     if (holdable(i) && now - f->launched >= cfg_.stall_after) {
       park(i);
+      if (rto_.srtt() < 0 && !faults_.park_keeps_unlearned_rto) rto_.back_off(now);
       transmit(i, now, true, false);
       continue;
     }

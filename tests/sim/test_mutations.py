@@ -245,6 +245,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "parked_flight_deadline": (FAULT_KINDS, 9102095,
                                {"faults": {"parked_flight_no_deadline": True}}, "liveness",
                                "worker 4 call 6"),
+    # §9 "Sync / partial sending", partial liveness: behind a switch 0.33 s slow, two members
+    # that had no RTT sample yet parked their partial packets at the first timeout (0.32 s,
+    # the initial RTO); the park's copy and every answer after it carry no sample (Karn), so
+    # the RTO never grew, and each call's packets parked before their answers came: worker 0's
+    # chunk 24 of key 1 was carried through three calls.
+    "park_learns_rto": (FAULT_KINDS, 9086527,
+                        {"faults": {"park_keeps_unlearned_rto": True}}, "starvation",
+                        "worker 0's chunk(s) [24] of key 1"),
 }
 
 
@@ -288,6 +296,12 @@ FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
 # was found: on the engine's own, flight_deadline's seed no longer meets its case (it still
 # passes there).
 FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
+# Rows replayed, likewise, with a partial packet parked at its first timeout before any RTT
+# sample leaving the RTO as it was (Faults::park_keeps_unlearned_rto), as when their seed was
+# found: behind a slow switch the engine's own RTO now learns the round trip after the first
+# park, which moves their schedules, and none of these seeds meets its case (each still
+# passes there).
+FOUND_ON_UNLEARNED_PARK = ("settle_at_new_tag", "partial_rotation", "partial_held_slot_waits")
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -305,6 +319,8 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
     found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
                 **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {}),
                 **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
+                   else {}),
+                **({"park_keeps_unlearned_rto": True} if name in FOUND_ON_UNLEARNED_PARK
                    else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})

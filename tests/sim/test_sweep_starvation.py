@@ -42,6 +42,11 @@ SHIFTED = (9044725, 9049237)
 # key 0 (CHUNK_MISMATCH) and reached no round. A call now hurries a held slot's packet before
 # the timers due between calls run, and waits one RTO for its answer (Flights::start_call).
 HELD_AT_START = 9061714
+# Replayed as it was found: a partial packet parked at its first timeout before any RTT sample
+# leaves the RTO as it was (Faults::park_keeps_unlearned_rto). Backed off there, the RTO moves
+# the schedule: worker 1's call 5 no longer ends at its start with the held slot's timer run
+# first, and the seed passes with that order too.
+HELD_AT_START_FOUND_ON = {"park_keeps_unlearned_rto": True}
 # Limit "Rounds of one raced on a slow switch", quorum 2 of 5: the members in three groups in
 # calls of different keys; key 2's chunk 12 loses every race to a round of key 0's chunks.
 RACED_BY_A_QUORUM = 9014497
@@ -129,13 +134,13 @@ def test_a_call_on_a_held_slot_waits_for_its_answer(target: str) -> None:
     36-39 of key 1 starve; with the packet hurried first, the call waits for its answer, the
     schedule is the same until then (9.095 s), and every chunk reaches a round."""
     plan = draw(HELD_AT_START)
-    rec, sim = simulate(plan, target, faults=CARRY_HELD_AT_START)
+    rec, sim = simulate(plan, target, faults={**HELD_AT_START_FOUND_ON, **CARRY_HELD_AT_START})
     call = sim.workers[1].calls[5]
     assert (call.key, call.held) == (2, frozenset({(28, 28), (29, 13), (30, 14), (31, 15)}))
     assert call.end == call.start
     assert any(v.startswith("starvation: worker 1's chunk(s) [36, 37, 38, 39] of key 1")
                for v in check(rec, sim))
-    rec, sim = simulate(plan, target)
+    rec, sim = simulate(plan, target, faults=HELD_AT_START_FOUND_ON)
     call = sim.workers[1].calls[5]
     assert call.held and call.end > call.start
     assert check(rec, sim) == []
