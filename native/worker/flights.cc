@@ -662,6 +662,7 @@ void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) 
     f->stale = true;
     f->stale_reason = reason;
     f->stale_mode = mode;
+    f->stale_resets = rounds_.resets();
     decide_stale(i, now);
     return;
   }
@@ -672,6 +673,7 @@ void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) 
   f->stale = true;  // the latest plausible reply wins
   f->stale_reason = reason;
   f->stale_mode = mode;
+  f->stale_resets = rounds_.resets();
 }
 
 void Flights::refused(uint32_t i, uint8_t mode, double now) {
@@ -685,8 +687,12 @@ void Flights::refused(uint32_t i, uint8_t mode, double now) {
 void Flights::decide_stale(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
   f.stale = false;
+  // A reset since the reply (a call's timers run before it aborts on a new state, Engine::
+  // step): the reply was the state left's, and the round it counted the flight in is that
+  // state's, not a round of the new one (seed 9109296).
   if (f.stale_reason == STALE_COUNTED)
-    counted_without_result(i, now);
+    counted_without_result(i, now,
+                           f.stale_resets == rounds_.resets() || faults_.state_left_teaches_rounds);
   else
     not_counted(i, f.stale_mode, now);
 }
@@ -700,7 +706,7 @@ void Flights::not_counted(uint32_t i, uint8_t mode, double now) {
 
 // ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
 // counted, and its result did not reach me.
-void Flights::counted_without_result(uint32_t i, double now) {
+void Flights::counted_without_result(uint32_t i, double now, bool of_state_known) {
   Flight& f = *slots_[i].flight;
   // Unless its round closed with my bit on another chunk: member_seq then holds the round of
   // that other contribution of mine (a packet an aborted call forgot, counted after the
@@ -733,7 +739,7 @@ void Flights::counted_without_result(uint32_t i, double now) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     results_.apply_own(i, f);
-  } else if (!faults_.ack_leaves_no_suspect) {
+  } else if (!faults_.ack_leaves_no_suspect && of_state_known) {
     rounds_.advance(i, f.round + 1);  // counted in sync round f.round; its result is late or lost
   }
   done(i, true, now);
