@@ -145,6 +145,13 @@ struct Faults {
   // and each call's packets time out and park before their answers come (§9 "Sync / partial
   // sending", partial liveness).
   bool park_keeps_unlearned_rto = false;
+  // A STALE_COUNTED whose grace period ends after a reset (a call's timers run before it
+  // aborts on the new state, Engine::step) teaches the new state's rounds the round the state
+  // left counted the flight in (counted_without_result; §9 "A switch that lost the job's
+  // state"): the slot's next round jumps ahead of the new state's open round, the next JOIN
+  // there is answered STALE with the open round behind it, a false reset forgets the new
+  // state's rounds, and its results heard again past the late window are applied twice.
+  bool state_left_teaches_rounds = false;
 };
 
 }  // namespace hysync::worker

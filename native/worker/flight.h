@@ -45,6 +45,9 @@ struct FlightState {
   uint64_t gen = 0;
   bool stale = false;  // a STALE reply under its grace period
   uint8_t stale_reason = 0, stale_mode = 0;
+  // Rounds::resets() when that reply came: a grace period that ends after a reset decides on
+  // a reply of the state left, whose rounds are not the new state's.
+  uint64_t stale_resets = 0;
   bool early_look = false;  // partial: its first timer is stall_after's look (expire)
   bool closed = false;  // its round was seen closed without me
   uint32_t closed_chunk = 0;

@@ -672,6 +672,7 @@ void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) 
     f->stale = true;
     f->stale_reason = reason;
     f->stale_mode = mode;
+    f->stale_resets = rounds_.resets();
     decide_stale(i, now);
     return;
   }
@@ -682,6 +683,7 @@ void Flights::stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now) 
   f->stale = true;  // the latest plausible reply wins
   f->stale_reason = reason;
   f->stale_mode = mode;
+  f->stale_resets = rounds_.resets();
 }
 
 void Flights::refused(uint32_t i, uint8_t mode, double now) {
@@ -695,8 +697,12 @@ void Flights::refused(uint32_t i, uint8_t mode, double now) {
 void Flights::decide_stale(uint32_t i, double now) {
   Flight& f = *slots_[i].flight;
   f.stale = false;
+  // A reset since the reply (a call's timers run before it aborts on a new state, Engine::
+  // step): the reply was the state left's, and the round it counted the flight in is that
+  // state's, not a round of the new one (seed 9109296).
   if (f.stale_reason == STALE_COUNTED)
-    counted_without_result(i, now);
+    counted_without_result(i, now,
+                           f.stale_resets == rounds_.resets() || faults_.state_left_teaches_rounds);
   else
     not_counted(i, f.stale_mode, now);
 }
@@ -710,7 +716,7 @@ void Flights::not_counted(uint32_t i, uint8_t mode, double now) {
 
 // ACK / STALE_COUNTED: the switch's member_seq holds the flight's round field, so it was
 // counted, and its result did not reach me.
-void Flights::counted_without_result(uint32_t i, double now) {
+void Flights::counted_without_result(uint32_t i, double now, bool of_state_known) {
   Flight& f = *slots_[i].flight;
   // Unless its round closed with my bit on another chunk: member_seq then holds the round of
   // that other contribution of mine (a packet an aborted call forgot, counted after the
@@ -743,13 +749,14 @@ void Flights::counted_without_result(uint32_t i, double now) {
     // Counted in an async round (a sync-style packet whose round closed without me can only
     // have been counted after the slot turned async): its result is exactly my lanes / 1.
     results_.apply_own(i, f);
-  } else {
+  } else if (of_state_known) {
     // Counted in sync round f.round, its result late or lost - or in an async round, if the
     // slot turned async before the packet (or a retransmission) arrived: its result is then a
     // round of one with my lanes, which the next packet of this chunk and lanes would take for
     // its own, counted behind its floor (Replies::on_full). Remembered as an ACKed twin, that
     // result is told apart: applied (RULE A: no ACK applied it) and no flight settled by it
-    // (seed 9102569: a one-element key of -inf, every call's packet alike).
+    // (seed 9102569: a one-element key of -inf, every call's packet alike). Counted by a state
+    // a reset left, it teaches the new state nothing (seed 9109296).
     if (!faults_.ack_leaves_no_suspect) rounds_.advance(i, f.round + 1);
     if (!faults_.acked_sync_leaves_no_twin) results_.remember_twin(i, f);
   }

@@ -49,7 +49,9 @@ class Flights {
   // `progress`: false for an answer that says nothing of the call's progress (join_after).
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true,
             const uint8_t* round = nullptr, bool progress = true);
-  void counted_without_result(uint32_t i, double now);  // ACK, STALE_COUNTED
+  // ACK, STALE_COUNTED. `of_state_known`: false for a STALE_COUNTED of a state a reset left
+  // since (its grace period ran out after the reset): the round it names teaches no rounds.
+  void counted_without_result(uint32_t i, double now, bool of_state_known = true);
   // A STALE reply to its latest transmission: decided after a grace period (or at once for
   // a probe) unless the round's result arrives.
   void stale_reply(uint32_t i, uint8_t reason, uint8_t mode, double now);

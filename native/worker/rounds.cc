@@ -158,6 +158,7 @@ void Rounds::forget(double arrived, bool tag_may_be_new) {
   }
   tag_ = -1;
   tag_changed_at_ = arrived;
+  ++resets_;
   for (Slot& s : slots_) {
     s.next_round = 0;
     s.known = false;

@@ -61,6 +61,8 @@ class Rounds {
   // is learned. `tag_may_be_new`: the state that showed itself new may be the tag known's
   // (taught_before_tag of the slot it showed on): what the slots had seen is kept under it.
   void forget(double arrived, bool tag_may_be_new = false);
+  // How many times forget() ran: a reply taken before a later reset is the state left's.
+  uint64_t resets() const { return resets_; }
 
  private:
   void log_resync(const std::string& why);
@@ -85,6 +87,7 @@ class Rounds {
   };
   std::vector<LeftRounds> left_rounds_;
   double tag_changed_at_ = 0;
+  uint64_t resets_ = 0;
 };
 
 }  // namespace hysync::worker

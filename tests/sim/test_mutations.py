@@ -253,6 +253,16 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "park_learns_rto": (FAULT_KINDS, 9086527,
                         {"faults": {"park_keeps_unlearned_rto": True}}, "starvation",
                         "worker 0's chunk(s) [24] of key 1"),
+    # §9 "A switch that lost the job's state", a reply of the state left: a paused member
+    # read, at once, a STALE_COUNTED's grace period run out on slot 16 (round 4 of the state
+    # before two restarts) and the first results of the newest state, tag 244; its call's
+    # timers ran before the call aborted, and the STALE_COUNTED taught slot 16 round 5 there.
+    # Its next call's JOIN at round 5 met open round 1, a reset shown by a RESYNC; a second
+    # later, past the late window, tag 244 came back, and the RESEND of slot 18 round 0 that
+    # a JOIN met was applied a second time.
+    "rounds_of_state_left": (FAULT_KINDS, 9109296,
+                             {"faults": {"state_left_teaches_rounds": True}}, "agreement",
+                             "worker 4 applied slot 18 round 0"),
 }
 
 

@@ -264,9 +264,16 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # as it was - so members 0 and 2 parked every call's packet on slot 31 before its answer and
 # carried the chunks behind it, and member 0's chunk 24 of key 1 reached no round in three
 # calls) - before any RTT sample a park at a timeout backs the RTO off
+# 9109296 (a member paused through two restarts read at once a STALE_COUNTED's grace period
+# run out on slot 16, for round 4 of the state before them, and the first results of the
+# newest state; its call's timers ran before the call aborted, and the STALE_COUNTED taught
+# slot 16 round 5 in the new state. Its next JOIN there met open round 1, a false reset shown
+# by a RESYNC; past the late window the state's tag was learned anew, and the RESEND of slot
+# 18 round 0 that a JOIN met was applied a second time) - a STALE_COUNTED of the state a
+# reset left teaches the new state no round
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057, 9039175,
                           9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569, 9102095,
-                          9086527)
+                          9086527, 9109296)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once

@@ -66,8 +66,8 @@ def test_a_late_packet_of_the_state_left_is_told_by_its_arrival() -> None:
 
 def _reply(op: wire.Op, answered: wire.Header, rnd: int, **fields: int) -> bytes:
     """The switch's reply of `op` to worker 0's contribution `answered` (its transmission
-    number echoed), for round `rnd` of slot 0."""
-    header = wire.Header(op=op, job_id=1, worker_id=0, slot=0, round=rnd,
+    number echoed), for round `rnd` of its slot."""
+    header = wire.Header(op=op, job_id=1, worker_id=0, slot=answered.slot, round=rnd,
                          chunk=answered.chunk, mode=wire.Mode.SYNC,
                          flags=fields.pop("flags", 0) | answered.flags & wire.TX_MASK,
                          **fields)
@@ -148,3 +148,63 @@ def test_a_tag_known_before_the_rounds_a_reset_left_is_a_newer_install_when_hear
     left for sure: tag 7 heard past the late window is a newer install with the same tag
     (docs/protocol.md §9), whose round 0 is new."""
     assert _applied_round_0_again(_reset_by_resync_after_round_0(7))
+
+
+def _stale_counted_decided_after_a_reset(**faults: bool) -> tuple[int, int]:
+    """An engine of two slots attached with tag 7 has slot 0's chunk, at round 3, answered
+    STALE_COUNTED with open round 5: counted, its result lost; a grace period runs. Before it
+    ends, a peer's result of tag 8 on slot 1, round 0, arrives: a new state. Read with the
+    grace period over (a member back from a pause reads its queue at once), the call's timers
+    run before it aborts. The next call's chunk on slot 0 is answered STALE at open round 0,
+    then tag 8's RESEND of slot 1 round 0 arrives past the late window. The status after that
+    STALE answer, and how often slot 1's round 0 was applied."""
+    e = engine_with_faults(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
+                                         slot_base=0, slot_count=2, members=2, install_tag=7),
+                           **faults)
+    e.register("grad", 2 * wire.LANES)
+    applied = 0
+
+    def step(now: float, *data: bytes, arrived: float | None = None
+             ) -> tuple[int, list[wire.Header]]:
+        nonlocal applied
+        e.set_time(now)
+        for d in data:
+            e.on_datagram(d, now, now if arrived is None else arrived)
+        status = e.step(now)
+        applied += len(e.stats()["results"]) // wire.HEADER_BYTES
+        return status, [wire.Header.unpack(d) for d in e.take_sent()]
+
+    def peer_round_0(chunk: int, **fields: int) -> bytes:
+        return wire.Packet(wire.Header(op=wire.Op.RESULT, job_id=1, worker_id=1, slot=1, round=0,
+                                       chunk=chunk, mode=wire.Mode.SYNC, count=1, reason=8,
+                                       bitmap=0b10, **fields),
+                           np.zeros(wire.LANES, np.int32)).encode()
+
+    stale, counted = wire.ResyncReason.STALE_ROUND, wire.ResyncReason.STALE_COUNTED
+    e.set_time(0.0)
+    e.begin_call("grad", np.zeros(2 * wire.LANES, np.float32))
+    _status, probes = step(0.0)
+    _status, (flight, other) = step(0.001, *(_reply(wire.Op.RESYNC, p, 3, reason=stale)
+                                             for p in probes))
+    assert (flight.slot, flight.round, other.slot) == (0, 3, 1)
+    step(0.002, _reply(wire.Op.RESYNC, flight, 5, reason=counted))
+    assert step(1.0, peer_round_0(other.chunk), arrived=0.003)[0] == RESET
+    assert applied == 1
+    e.set_time(1.1)
+    e.begin_call("grad", np.zeros(2 * wire.LANES, np.float32))
+    _status, sent = step(1.1)
+    (again,) = (h for h in sent if h.slot == 0)
+    status, _sent = step(1.101, _reply(wire.Op.RESYNC, again, 0, reason=stale))
+    step(2.2, peer_round_0(other.chunk, flags=wire.Flag.RESEND))
+    return status, applied
+
+
+def test_a_stale_counted_of_the_state_a_reset_left_teaches_the_new_state_no_round() -> None:
+    """The STALE_COUNTED, of tag 7's state, decided after tag 8's reset, settles the flight
+    but suspects no round of tag 8's: slot 0 is still to learn, its next chunk a probe that
+    open round 0 answers as any other, and tag 8's RESEND of a round applied is a duplicate.
+    Taken out (Faults::state_left_teaches_rounds), slot 0 learns round 4 there, the chunk sent
+    at round 4 meets open round 0 - a reset, tag 8 left - and the RESEND, tag 8 heard again
+    past the late window, is applied a second time (seed 9109296)."""
+    assert _stale_counted_decided_after_a_reset() == (PENDING, 1)
+    assert _stale_counted_decided_after_a_reset(state_left_teaches_rounds=True) == (RESET, 2)
