@@ -144,6 +144,7 @@ void bind_config(nb::module_& m) {
       .def_rw("forgotten_round_unread", &Faults::forgotten_round_unread)
       .def_rw("hurry_into_async", &Faults::hurry_into_async)
       .def_rw("forget_rounds_of_tag_left", &Faults::forget_rounds_of_tag_left)
+      .def_rw("launch_past_sync_copy", &Faults::launch_past_sync_copy)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)
