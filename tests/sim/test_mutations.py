@@ -230,6 +230,15 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "rounds_of_tag_left": (FAULT_KINDS, 9078748,
                            {"faults": {"forget_rounds_of_tag_left": True}}, "agreement",
                            "worker 2 applied slot 4 round 0"),
+    # §9 "Async", a sync-style copy still on its way: worker 1's chunk 2, sent at slot 34's
+    # round 17 while the slot reported partial, is parked; its next call's start sends it
+    # again at once (the swap into async not yet heard), and the RESULT of an earlier copy,
+    # counted in an async round, launches the call's chunk 2 under a sequence number at once.
+    # The uplink out of order, the hurried copy meets the slot behind it, its round field not
+    # behind that number in the member cell, and is counted a second time.
+    "sync_copy_behind_async": (FAULT_KINDS, 9081944,
+                               {"faults": {"launch_past_sync_copy": True}}, "exactly-once",
+                               "worker 1 chunk 2"),
 }
 
 
@@ -273,6 +282,14 @@ FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
 # was found: on the engine's own, flight_deadline's seed no longer meets its case (it still
 # passes there).
 FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
+# Rows replayed, likewise, with a slot reported async sending its next contribution under a
+# sequence number at once, however recently a sync-style copy went out there (Faults::
+# launch_past_sync_copy), as when their seed was found: on the engine's own, the wait for
+# that copy moves each schedule off its case (each still passes there). hurry_into_async's
+# race is one the wait closes too: the copy sent at once into the async slot holds the next
+# contribution for one RTO.
+FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
+                                  "give_up_not_silence")
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -290,6 +307,8 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
     found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
                 **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {}),
                 **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
+                   else {}),
+                **({"launch_past_sync_copy": True} if name in FOUND_ON_LAUNCH_PAST_SYNC_COPY
                    else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})
