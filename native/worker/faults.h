@@ -127,7 +127,7 @@ struct Faults {
   // JOIN's RESEND above all, are applied a second time.
   bool forget_rounds_of_tag_left = false;
   // A slot reported async launches its next contribution under a new sequence number at
-  // once, even while a copy of a sync-style packet sent there (a call's hurry of a parked
+  // once, even while a copy of the sync-style packet it last sent (a call's hurry of a parked
   // packet, a timer's retransmission) may still be on its way (Flights::send_next; §9 "Async"):
   // with the uplink out of order the copy can reach the slot behind that contribution, its
   // round field not behind the new number in my member cell (§4 step 10, the async window),

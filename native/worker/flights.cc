@@ -199,9 +199,12 @@ void Flights::send_next(uint32_t i, double now) {
 // order, is counted a second time (seed 9081944: a call's start hurried a parked packet, the
 // slot just turned async unheard, the async RESULT of the copy before launched the next chunk
 // at once, and the hurried copy came in behind it). So the slot's contribution under a new
-// sequence number waits until the last sync-style copy sent there is one RTO old: by then it
-// has reached the switch, or is lost. A JOIN is never counted in async; a probe (no round
-// known) meets a new state, whose member cell holds nothing of mine anyway.
+// sequence number waits until the last copy of the slot's latest packet, if that was
+// sync-style and sent more than once, is one RTO old: by then it has reached the switch, or
+// is lost. A packet sent once was answered itself; the copies of a packet before it left one
+// round trip of the latest earlier at least (holding for those too moved seed 9068240's
+// schedule into a cross-slot wait no rule allows). A JOIN is never counted in async; a probe
+// (no round known) meets a new state, whose member cell holds nothing of mine anyway.
 bool Flights::hold_past_sync_copy(uint32_t i, double now) {
   Slot& s = slots_[i];
   if (faults_.launch_past_sync_copy || s.mode != ASYNC || !s.known || s.sync_sent_at < 0)
@@ -364,7 +367,9 @@ void Flights::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   }
   ++f.tries;
   f.sent_at = now;
-  if (retransmit && !f.async_style && !f.join) slots_[i].sync_sent_at = now;
+  // The copies a contribution under a new sequence number waits for (hold_past_sync_copy):
+  // the latest packet's, if it was sent more than once and sync-style (a JOIN's aside).
+  if (!f.join) slots_[i].sync_sent_at = !retransmit ? -1 : f.async_style ? -1 : now;
   f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
   io_.send(f.data.data(), P);

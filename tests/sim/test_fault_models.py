@@ -92,9 +92,9 @@ def test_each_target_meets_its_own_fault_model() -> None:
 # the one such seed of the first 3,000 on the engine it was found on. The same seed within
 # the model holds. When the program gains the marks and the hot swap, the first assertion
 # fails and the restriction can go. It replays the schedule it was found on, before a slot
-# reported async held its next contribution until the last sync-style copy sent there was
-# one RTO old (Faults::launch_past_sync_copy): that wait moves the run off its race (the
-# full plan then passes).
+# reported async held its next contribution until the last copy of its latest sync-style
+# packet was one RTO old (Faults::launch_past_sync_copy): that wait moves the run off its
+# race (the full plan then passes).
 OUTSIDE_THE_MODEL = (9000279,)
 FOUND_ON = {"launch_past_sync_copy": True}
 

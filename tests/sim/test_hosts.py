@@ -240,8 +240,9 @@ PROBE_FOUND_ON = {"faults": PROBE_PERIOD_AS_FOUND}
 STALE_1011063_FOUND_ON = {"faults": {**PROBE_PERIOD_AS_FOUND, "carry_held_at_start": True,
                                      "join_left_out_waits": True}}
 # Seed 1011479 was also found before a slot reported async held its next contribution until
-# the last sync-style copy sent there was one RTO old (Faults::launch_past_sync_copy): that
-# wait shifts it off its STALE reply's situation too (it still passes).
+# the last copy of its latest sync-style packet was one RTO old (Faults::
+# launch_past_sync_copy): that wait shifts it off its STALE reply's situation too (it still
+# passes).
 STALE_1011479_FOUND_ON = {"faults": {**FOUND_ON["faults"], "launch_past_sync_copy": True}}
 
 

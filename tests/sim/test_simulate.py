@@ -245,8 +245,8 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # into async, and the RESULT of an earlier copy, counted in an async round, launched the
 # call's chunk 2 under a sequence number at once; the uplink out of order, the hurried copy
 # met the slot behind it, its round field not behind that number, and was counted again) - a
-# slot reported async sends its first contribution under a sequence number only once the last
-# sync-style copy sent there is one RTO old
+# slot reported async sends a contribution under a sequence number only once the last copy of
+# the sync-style packet before it, if sent more than once, is one RTO old
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057,
                           9039175, 9061566, 9068240, 9010355, 9075276, 9078748, 9081944)
 

@@ -1,9 +1,9 @@
-"""A slot reported async sends its first contribution under a sequence number only once the
-last copy of a sync-style packet of mine sent there is one RTO old (docs/protocol.md §9,
-"Async"): the switch refuses a late copy of that packet only while my member cell holds its
-round field, and a newer contribution there, ahead of the copy on an uplink out of order,
-replaces it; the copy's round field is not behind the new sequence number (§4 step 10) and
-is counted a second time.
+"""A slot reported async sends a contribution under a sequence number only once the last copy
+of the packet before it, if that packet was sync-style and sent more than once, is one RTO
+old (docs/protocol.md §9, "Async"): the switch refuses a late copy of that packet only while
+my member cell holds its round field, and a newer contribution there, ahead of the copy on
+an uplink out of order, replaces it; the copy's round field is not behind the new sequence
+number (§4 step 10) and is counted a second time.
 
 The member is the worker engine on its in-memory backend, the switch's replies written by
 hand: one member of two, one slot in partial. The call's chunk, sent at round OPEN, meets
