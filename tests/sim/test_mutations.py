@@ -284,10 +284,10 @@ FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
 FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
 # Rows replayed, likewise, with a slot reported async sending its next contribution under a
 # sequence number at once, however recently a copy of its latest, sync-style packet went out
-# there (Faults::launch_past_sync_copy), as when their seed was found: on the engine's own, the wait for
-# that copy moves each schedule off its case (each still passes there). hurry_into_async's
-# race is one the wait closes too: the copy sent at once into the async slot holds the next
-# contribution for one RTO.
+# there (Faults::launch_past_sync_copy), as when their seed was found: on the engine's own,
+# the wait for that copy moves each schedule off its case (each still passes there).
+# hurry_into_async's race is one the wait closes too: the copy sent at once into the async
+# slot holds the next contribution for one RTO.
 FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
                                   "give_up_not_silence")
 
