@@ -152,6 +152,13 @@ struct Faults {
   // there is answered STALE with the open round behind it, a false reset forgets the new
   // state's rounds, and its results heard again past the late window are applied twice.
   bool state_left_teaches_rounds = false;
+  // A slot reported async launches its next contribution under a new sequence number at
+  // once, even while a copy of the sync-style packet it last sent (a call's hurry of a parked
+  // packet, a timer's retransmission) may still be on its way (Flights::send_next; §9 "Async"):
+  // with the uplink out of order the copy can reach the slot behind that contribution, its
+  // round field not behind the new number in my member cell (§4 step 10, the async window),
+  // and be counted a second time.
+  bool launch_past_sync_copy = false;
 };
 
 }  // namespace hysync::worker

@@ -180,11 +180,42 @@ void Flights::send_next(uint32_t i, double now) {
       return;
     }
     if (call_->outcome[std::size_t(local)] == Outcome::PENDING) {
+      if (hold_past_sync_copy(i, now)) {
+        queue.push_front(local);
+        return;
+      }
       send_own(i, local, nullptr, now);
       return;
     }
   }
   send_chased(i, now);
+}
+
+// Async: my contribution goes out under the slot's next sequence number, and the switch
+// refuses a late copy of an earlier packet of mine only by the number in my member cell (§4
+// step 10): a sync-style packet's round field is a number of another count, never behind a
+// sequence number, and is refused (ACKed) only while the cell holds that round field itself.
+// A packet sent more than once (a call's hurry of a parked packet, a timer's retransmission)
+// is settled by the answer to one of its copies, which need not be the last: a later copy
+// still on its way that reaches the slot behind the new contribution, on an uplink out of
+// order, is counted a second time (seed 9081944: a call's start hurried a parked packet, the
+// slot just turned async unheard, the async RESULT of the copy before launched the next chunk
+// at once, and the hurried copy came in behind it). So the slot's contribution under a new
+// sequence number waits until the last copy of the slot's latest packet, if that was
+// sync-style and sent more than once, is one RTO old: by then it has reached the switch, or
+// is lost. A packet sent once was answered itself; the copies of a packet before it left one
+// round trip of the latest earlier at least (holding for those too moved seed 9068240's
+// schedule into a cross-slot wait no rule allows). A JOIN is never counted in async; a probe
+// (no round known) meets a new state, whose member cell holds nothing of mine anyway.
+bool Flights::hold_past_sync_copy(uint32_t i, double now) {
+  Slot& s = slots_[i];
+  if (faults_.launch_past_sync_copy || s.mode != ASYNC || !s.known || s.sync_sent_at < 0)
+    return false;
+  const double at = s.sync_sent_at + rto_.value();
+  if (now >= at) return false;
+  s.held_gen = ++gen_;
+  timers_.push({at, s.held_gen, i});
+  return true;
 }
 
 // The slot's queue is empty: send a chunk a sync round of another chunk displaced (retarget)
@@ -338,6 +369,9 @@ void Flights::transmit(uint32_t i, double now, bool retransmit, bool timeout) {
   }
   ++f.tries;
   f.sent_at = now;
+  // The copies a contribution under a new sequence number waits for (hold_past_sync_copy):
+  // the latest packet's, if it was sent more than once and sync-style (a JOIN's aside).
+  if (!f.join) slots_[i].sync_sent_at = !retransmit ? -1 : f.async_style ? -1 : now;
   f.sent_seq = ++sent_seq_;
   if (unanswered_since_ <= last_rx_) unanswered_since_ = now;
   io_.send(f.data.data(), P);
@@ -358,6 +392,11 @@ void Flights::expire(double now) {
     const Timer t = timers_.top();
     timers_.pop();
     Flight* f = slots_[t.slot].flight.get();
+    if (!f && t.gen == slots_[t.slot].held_gen) {  // a contribution held (hold_past_sync_copy)
+      slots_[t.slot].held_gen = 0;
+      send_next(t.slot, now);
+      continue;
+    }
     if (!f || f->gen != t.gen) continue;
     const uint32_t i = t.slot;
     if (f->stale) {

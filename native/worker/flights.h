@@ -101,6 +101,7 @@ class Flights {
   void queue_reoffer(uint32_t i, int64_t local);
   void drop_reoffer(uint32_t i, int64_t local);
   void send_next(uint32_t i, double now);
+  bool hold_past_sync_copy(uint32_t i, double now);
   void send_chased(uint32_t i, double now);
   void chase(uint32_t i, uint32_t chunk);
   void send_own(uint32_t i, int64_t local, const uint32_t* rnd, double now);

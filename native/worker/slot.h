@@ -60,6 +60,13 @@ struct Slot {
   // member_seq then holds that round for me.
   bool forgot = false;
   uint32_t forgot_round = 0, forgot_chunk = 0;
+  // When the latest packet of mine here (a JOIN's aside), if sync-style and sent more than
+  // once (a call's hurry, a timer's retransmission), was last sent (-1: none such), and the
+  // timer of a contribution held until that copy is one RTO old (Flights::
+  // hold_past_sync_copy): in async a copy still on its way is refused only while my member
+  // cell holds its round field.
+  double sync_sent_at = -1;
+  uint64_t held_gen = 0;
   std::unique_ptr<Flight> flight;      // null: idle
 };
 

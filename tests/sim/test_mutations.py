@@ -263,6 +263,15 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "rounds_of_state_left": (FAULT_KINDS, 9109296,
                              {"faults": {"state_left_teaches_rounds": True}}, "agreement",
                              "worker 4 applied slot 18 round 0"),
+    # §9 "Async", a sync-style copy still on its way: worker 1's chunk 2, sent at slot 34's
+    # round 17 while the slot reported partial, is parked; its next call's start sends it
+    # again at once (the swap into async not yet heard), and the RESULT of an earlier copy,
+    # counted in an async round, launches the call's chunk 2 under a sequence number at once.
+    # The uplink out of order, the hurried copy meets the slot behind it, its round field not
+    # behind that number in the member cell, and is counted a second time.
+    "sync_copy_behind_async": (FAULT_KINDS, 9081944,
+                               {"faults": {"launch_past_sync_copy": True}}, "exactly-once",
+                               "worker 1 chunk 2"),
 }
 
 
@@ -312,6 +321,14 @@ FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
 # park, which moves their schedules, and none of these seeds meets its case (each still
 # passes there).
 FOUND_ON_UNLEARNED_PARK = ("settle_at_new_tag", "partial_rotation", "partial_held_slot_waits")
+# Rows replayed, likewise, with a slot reported async sending its next contribution under a
+# sequence number at once, however recently a copy of its latest, sync-style packet went out
+# there (Faults::launch_past_sync_copy), as when their seed was found: on the engine's own,
+# the wait for that copy moves each schedule off its case (each still passes there).
+# hurry_into_async's race is one the wait closes too: the copy sent at once into the async
+# slot holds the next contribution for one RTO.
+FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
+                                  "give_up_not_silence")
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -331,6 +348,8 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
                 **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
                    else {}),
                 **({"park_keeps_unlearned_rto": True} if name in FOUND_ON_UNLEARNED_PARK
+                   else {}),
+                **({"launch_past_sync_copy": True} if name in FOUND_ON_LAUNCH_PAST_SYNC_COPY
                    else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})

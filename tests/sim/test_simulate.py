@@ -271,9 +271,16 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 # by a RESYNC; past the late window the state's tag was learned anew, and the RESEND of slot
 # 18 round 0 that a JOIN met was applied a second time) - a STALE_COUNTED of the state a
 # reset left teaches the new state no round
+# 9081944 (a member's chunk 2, sent at slot 34's round 17 while the slot reported partial, was
+# parked; its next call's start sent it again at once, the member not yet told of the swap
+# into async, and the RESULT of an earlier copy, counted in an async round, launched the
+# call's chunk 2 under a sequence number at once; the uplink out of order, the hurried copy
+# met the slot behind it, its round field not behind that number, and was counted again) - a
+# slot reported async sends a contribution under a sequence number only once the last copy of
+# the sync-style packet before it, if sent more than once, is one RTO old
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057, 9039175,
                           9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569, 9102095,
-                          9086527, 9109296)
+                          9086527, 9109296, 9081944)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
