@@ -326,9 +326,13 @@ FOUND_ON_UNLEARNED_PARK = ("settle_at_new_tag", "partial_rotation", "partial_hel
 # there (Faults::launch_past_sync_copy), as when their seed was found: on the engine's own,
 # the wait for that copy moves each schedule off its case (each still passes there).
 # hurry_into_async's race is one the wait closes too: the copy sent at once into the async
-# slot holds the next contribution for one RTO.
+# slot holds the next contribution for one RTO. acked_sync_twin's and rounds_of_state_left's
+# seeds were found before the wait, which moves their schedules off their cases; their rules
+# are shown against a scripted switch as well (tests/worker/test_acked_twin.py,
+# test_install_tag.py).
 FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
-                                  "give_up_not_silence")
+                                  "give_up_not_silence", "acked_sync_twin",
+                                  "rounds_of_state_left")
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
