@@ -4,6 +4,7 @@ other member's contribution OTHERS. Its tests send each reply themselves."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,6 +25,19 @@ def engine_with_faults(config: object, **faults: bool) -> _core.worker.Engine:
     for name, on in faults.items():
         setattr(fault_set, name, on)
     return _core.worker.Engine(config, faults=fault_set)
+
+
+def stepper(e: _core.worker.Engine
+            ) -> Callable[[float, bytes | None], tuple[int, list[wire.Header]]]:
+    """`step(now, data=None)` for an in-memory engine `e`: at `now`, take `data` (a reply) if
+    any, run the engine, and return its status and the headers it sent."""
+    def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:
+        e.set_time(now)
+        if data is not None:
+            e.on_datagram(data, now)
+        status = e.step(now)
+        return status, [wire.Header.unpack(d) for d in e.take_sent()]
+    return step
 
 
 def receive(sock: socket.socket, timeout: float = BACKSTOP) -> wire.Packet:

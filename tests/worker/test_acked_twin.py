@@ -9,7 +9,7 @@ import numpy as np
 
 from hysync import _core, wire
 from hysync.worker.config import engine_config
-from tests.worker.scripted_switch import engine_with_faults
+from tests.worker.scripted_switch import engine_with_faults, stepper
 
 DONE, PENDING, RESET = 0, 3, 4  # Engine.step's statuses
 TAG = 7  # the install tag the engine is attached with, which every RESULT and ACK carries
@@ -38,13 +38,7 @@ def _twin_result_in_next_call(**faults: bool) -> tuple[int, _core.worker.Engine,
                                          slot_base=0, slot_count=1, members=2,
                                          install_tag=TAG), **faults)
     e.register("grad", wire.LANES)
-
-    def step(now: float, data: bytes | None = None) -> tuple[int, list[wire.Header]]:
-        e.set_time(now)
-        if data is not None:
-            e.on_datagram(data, now)
-        status = e.step(now)
-        return status, [wire.Header.unpack(d) for d in e.take_sent()]
+    step = stepper(e)
 
     e.set_time(0.0)
     e.begin_call("grad", np.zeros(wire.LANES, np.float32))
