@@ -40,6 +40,42 @@ def stepper(e: _core.worker.Engine
     return step
 
 
+class ScriptedMember:
+    """One member's in-memory engine (`self.engine`) driven by a test at its own time
+    `self.now`; `self.status` is the last step's. Subclasses build the engine."""
+
+    engine: _core.worker.Engine
+    now: float
+    status: int
+    ASLEEP = 100.0  # seconds: a wake-up this late means the engine waits on nothing
+
+    def sent(self) -> list[wire.Packet]:
+        return [wire.Packet.decode(d) for d in self.engine.take_sent()]
+
+    def hand(self, data: bytes, after: float = 0.001) -> None:
+        self.now += after
+        self.engine.set_time(self.now)
+        self.engine.on_datagram(data, self.now, self.now)
+        self.status = self.engine.step(self.now)
+
+    def wait_until(self, at: float) -> None:
+        self.now = at
+        self.engine.set_time(self.now)
+        self.status = self.engine.step(self.now)
+
+    def next_packet(self) -> wire.Packet:
+        """Wakes at each of the engine's timers until it sends; the time is self.now."""
+        for _ in range(100):
+            wake = self.engine.next_wake()
+            assert wake < self.ASLEEP, "the engine sleeps with nothing left to wake it"
+            self.wait_until(max(self.now, wake))
+            out = self.sent()
+            if out:
+                assert len(out) == 1, [p.header for p in out]
+                return out[0]
+        raise AssertionError("no packet after 100 wake-ups")
+
+
 def receive(sock: socket.socket, timeout: float = BACKSTOP) -> wire.Packet:
     sock.settimeout(timeout)
     data, _ = sock.recvfrom(2048)

@@ -21,14 +21,14 @@ import pytest
 from hysync import wire
 from hysync.wire import Mode, Op, ResyncReason
 from hysync.worker.config import engine_config
-from tests.worker.scripted_switch import JOB, MINE, SCALE, SLOT, engine_with_faults
+from tests.worker.scripted_switch import JOB, MINE, SCALE, SLOT, ScriptedMember, engine_with_faults
 
 RTO = 0.05
 OPEN = 5
 DONE = 0  # Engine.step's status
 
 
-class Member:
+class Member(ScriptedMember):
     """Member 0's engine with its first call's chunk parked at round OPEN."""
 
     def __init__(self, **faults: bool) -> None:
@@ -54,31 +54,6 @@ class Member:
         self.engine.begin_call("g", np.full(wire.LANES, value, np.float32))
         self.status = self.engine.step(self.now)
 
-    def sent(self) -> list[wire.Packet]:
-        return [wire.Packet.decode(d) for d in self.engine.take_sent()]
-
-    def hand(self, data: bytes, after: float = 0.001) -> None:
-        self.now += after
-        self.engine.set_time(self.now)
-        self.engine.on_datagram(data, self.now, self.now)
-        self.status = self.engine.step(self.now)
-
-    def wait_until(self, at: float) -> None:
-        self.now = at
-        self.engine.set_time(self.now)
-        self.status = self.engine.step(self.now)
-
-    def next_packet(self) -> wire.Packet:
-        """Wakes at each of the engine's timers until it sends; the time is self.now."""
-        for _ in range(100):
-            wake = self.engine.next_wake()
-            assert wake < 100.0, "the engine sleeps with nothing left to wake it"
-            self.wait_until(max(self.now, wake))
-            out = self.sent()
-            if out:
-                assert len(out) == 1, [p.header for p in out]
-                return out[0]
-        raise AssertionError("no packet after 100 wake-ups")
 
 
 def counted_in_async(packet: wire.Packet) -> bytes:

@@ -26,6 +26,7 @@ from tests.worker.scripted_switch import (
     MINE,
     SCALE,
     SLOT,
+    ScriptedMember,
     closed_with_both,
     engine_with_faults,
 )
@@ -39,7 +40,7 @@ NEVER = 600.0  # no JOIN
 OPEN = 5
 
 
-class Member:
+class Member(ScriptedMember):
     """Member 0's engine, its call of key "g" under way, A's open round OPEN in partial and B's
     in sync."""
 
@@ -66,17 +67,14 @@ class Member:
         self.heard_at = self.now
 
     def sent(self) -> list[wire.Packet]:
-        out = [wire.Packet.decode(d) for d in self.engine.take_sent()]
+        out = super().sent()
         for p in out:
             self.latest[p.header.slot] = p
             self.log.append((self.now, p))
         return out
 
     def hand(self, data: bytes, after: float = 0.001) -> None:
-        self.now += after
-        self.engine.set_time(self.now)
-        self.engine.on_datagram(data, self.now, self.now)
-        self.status = self.engine.step(self.now)
+        super().hand(data, after)
         self.sent()
 
     def run_until(self, until: float) -> None:

@@ -25,6 +25,7 @@ from tests.worker.scripted_switch import (
     MINE,
     SCALE,
     SLOT,
+    ScriptedMember,
     closed_with_both,
     engine_with_faults,
 )
@@ -35,7 +36,8 @@ NEVER = 600.0  # no retransmission, no dead timer: nothing but replies and join_
 OPEN = 5
 
 
-class Member:
+class Member(ScriptedMember):
+    ASLEEP = NEVER
     """Member 0's engine, its call of key "g" (chunk `first` on slot A, `first + 1` on B) under
     way, each slot taught round OPEN."""
 
@@ -59,28 +61,6 @@ class Member:
         assert all(p.header.round == OPEN for p in sent.values())
         self.held, self.closing = sent[SLOT], sent[SLOT + 1]
 
-    def sent(self) -> list[wire.Packet]:
-        return [wire.Packet.decode(d) for d in self.engine.take_sent()]
-
-    def hand(self, data: bytes, after: float = 0.001) -> None:
-        self.now += after
-        self.engine.set_time(self.now)
-        self.engine.on_datagram(data, self.now, self.now)
-        self.status = self.engine.step(self.now)
-
-    def next_packet(self) -> wire.Packet:
-        """Wakes at each of the engine's timers until it sends; the time is self.now."""
-        for _ in range(100):
-            wake = self.engine.next_wake()
-            assert wake < NEVER, "the engine sleeps with nothing left to wake it"
-            self.now = max(self.now, wake)
-            self.engine.set_time(self.now)
-            self.status = self.engine.step(self.now)
-            out = self.sent()
-            if out:
-                assert len(out) == 1, [p.header for p in out]
-                return out[0]
-        raise AssertionError("no packet after 100 wake-ups")
 
 
 def resend_with_me_on(join: wire.Packet, chunk: int) -> bytes:

@@ -22,6 +22,7 @@ from tests.worker.scripted_switch import (
     MINE,
     SCALE,
     SLOT,
+    ScriptedMember,
     closed_with_both,
     engine_with_faults,
 )
@@ -33,7 +34,7 @@ OPEN = 5
 DONE, PENDING = 0, 3
 
 
-class Member:
+class Member(ScriptedMember):
     """Member 0's engine, first contact made: slot SLOT partial, its open round OPEN."""
 
     def __init__(self, **faults: bool) -> None:
@@ -44,9 +45,6 @@ class Member:
         self.engine.register("g", wire.LANES)
         self.now = 0.0
         self.values = np.full(wire.LANES, MINE, np.float32)
-
-    def sent(self) -> list[wire.Packet]:
-        return [wire.Packet.decode(d) for d in self.engine.take_sent()]
 
     def at(self, now: float, data: bytes | None = None) -> list[wire.Packet]:
         """The engine at `now`, handed `data` if any; what it sent."""
