@@ -425,11 +425,14 @@ def _raced(rec: Record, wk, call, chunk: int, keyed: range, another_key: bool = 
     RESEND by a partial round of another chunk that closed without it: of quorum 1 (a member
     out of step closed it alone first), or of a chunk of another key (members in calls of
     other keys met its quorum first; seed 9014497: quorum 2 of 5, the members in three
-    groups), and the call carried its chunk. With `another_key`, only the second form."""
+    groups), and the call carried its chunk. The answer may come after the call ended, to a
+    transmission the call sent (_answered_late; seed 9127363: a partial call ended with its
+    packet in a round a slow switch answered RESEND in the next call). With `another_key`,
+    only the second form."""
     return rec.plan.switch_delay > 0 and any(
-        call.start <= t <= call.end and d == chunk and o != chunk
-        and (o not in keyed or q == 1 and not another_key)
-        for t, d, o, q in wk.raced)
+        (call.start <= t <= call.end or _answered_late(call, sent)) and d == chunk
+        and o != chunk and (o not in keyed or q == 1 and not another_key)
+        for t, d, o, q, sent in wk.raced)
 
 
 def _displaced_before(wk, chunk: int, keyed: range, t: float) -> bool:

@@ -173,10 +173,11 @@ class Worker:
     # noted at the step that parked it; and the flights parked as of its last step
     parks: list[tuple[float, int, int]] = field(default_factory=list)
     parked_now: frozenset[tuple[int, int, int]] = frozenset()
-    # (when, chunk, the round's chunk, the round's quorum) of each contribution of its a
-    # partial round of another chunk that had closed without it answered RESEND: the call
-    # carries its chunk (docs/protocol.md §10, limit "Rounds of one raced on a slow switch")
-    raced: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # (when, chunk, the round's chunk, the round's quorum, when the transmission answered was
+    # sent) of each contribution of its a partial round of another chunk that had closed
+    # without it answered RESEND: the call carries its chunk (docs/protocol.md §10, limit
+    # "Rounds of one raced on a slow switch")
+    raced: list[tuple[float, int, int, int, float]] = field(default_factory=list)
     # (switch state, slot, round) of every round it heard a RESULT or an ACK of with its bit
     # (the switch acknowledged its contribution there) -> the moment it first heard one
     acked: dict[tuple[int, int, int], tuple[float, int]] = field(default_factory=dict)
@@ -676,13 +677,14 @@ class Sim:
         closed without me: the round was raced and lost."""
         if flight is None or flight[_OFF_FLAGS] & wire.Flag.JOIN:
             return
-        (_v, _op, flags, mode, _job, w, _count, _slot, _r, quorum, rnd, chunk,
+        (_v, _op, flags, mode, _job, w, _count, slot, _r, quorum, rnd, chunk,
          bitmap) = wire.HEADER_STRUCT.unpack_from(data)
         mine = struct.unpack_from("!I", flight, _OFF_CHUNK)[0]
         if flags & wire.Flag.RESEND and mode == wire.Mode.PARTIAL and w == wk.w and \
                 not (bitmap >> wk.w) & 1 and chunk != mine and \
                 rnd == struct.unpack_from("!I", flight, _OFF_ROUND)[0]:
-            wk.raced.append((self.now, mine, chunk, quorum))
+            wk.raced.append((self.now, mine, chunk, quorum,
+                             wk.sent_at.get((slot, flags & wire.TX_MASK), self.now)))
 
     def _note_reset(self, wk: Worker, before: dict[str, Any], after: dict[str, Any]) -> None:
         """The datagram showed the engine a new switch state (its stats `before` and `after`

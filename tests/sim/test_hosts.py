@@ -212,7 +212,7 @@ def test_rounds_raced_on_a_slow_switch_is_the_limit_and_only_it(target: str) -> 
         assert plan.switch_delay > 0, seed
         rec, sim = simulate(plan, target, **found_on)
         assert check(rec, sim) == [] and rec.excused.get("limit_raced", 0) >= 1, seed
-        assert any(q == 1 for wk in sim.workers for _t, _d, _o, q in wk.raced), seed
+        assert any(q == 1 for wk in sim.workers for _t, _d, _o, q, _sent in wk.raced), seed
         for wk in sim.workers:
             wk.raced.clear()
         rec.excused.clear()

@@ -117,7 +117,7 @@ def test_a_race_lost_to_a_quorum_of_another_key_is_the_limit_and_only_it() -> No
     plan = draw(RACED_BY_A_QUORUM)
     rec, sim = simulate(plan, "native")
     assert check(rec, sim) == [] and rec.excused.get("limit_raced", 0) >= 1
-    assert all(q == 2 for wk in sim.workers for _t, _d, _o, q in wk.raced)
+    assert all(q == 2 for wk in sim.workers for _t, _d, _o, q, _sent in wk.raced)
     for wk in sim.workers:
         wk.raced = [r for r in wk.raced if r[3] == 1]
     rec.excused.clear()
@@ -157,6 +157,25 @@ def test_a_round_of_another_key_open_or_closed_is_the_limit_and_only_it(target: 
         wk.raced.clear()
     rec.excused.clear()
     assert any(v.startswith("starvation") and "of key 1" in v for v in check(rec, sim))
+
+
+# Seed 9127363: a partial call ended with its contribution in flight behind a slow switch; the
+# RESEND of a round of another key that had closed without it came in the next call.
+RACE_ANSWERED_LATE = 9127363
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_race_answered_after_its_call_ended_is_read_with_that_call(target: str) -> None:
+    """Counted (limit_out_of_step's RESEND form); with every raced transmission's send time
+    moved before the run, only the answers heard within a call are read, and it is
+    starvation again."""
+    rec, sim = simulate(draw(RACE_ANSWERED_LATE), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    for wk in sim.workers:
+        wk.raced = [(t, d, o, q, -1.0) for t, d, o, q, _sent in wk.raced]
+    rec.excused.clear()
+    assert any(v.startswith("starvation: worker 1's chunk(s) [1, 2] of key 1")
+               for v in check(rec, sim))
 
 
 @pytest.mark.parametrize("target", ["native", "python"])
