@@ -145,6 +145,9 @@ struct Faults {
   // and each call's packets time out and park before their answers come (§9 "Sync / partial
   // sending", partial liveness).
   bool park_keeps_unlearned_rto = false;
+  // ... and backs it off even where the switch answered since the packet left (a round held
+  // open for others, not a long round trip; seed 9110370).
+  bool unlearned_park_backs_off_heard = false;
   // A STALE_COUNTED whose grace period ends after a reset (a call's timers run before it
   // aborts on the new state, Engine::step) teaches the new state's rounds the round the state
   // left counted the flight in (counted_without_result; §9 "A switch that lost the job's

@@ -481,10 +481,18 @@ void Flights::expire(double now) {
     // copy and every answer after it are retransmissions (Karn: no sample), so nothing else
     // would correct it, and each call's packets would time out and park before their answers
     // came (seed 9086527: behind a switch 0.33 s slow, two members' RTO stayed at 0.32 s and
-    // a chunk was carried through three calls). There the RTO backs off (at most once per RTO).
+    // a chunk was carried through three calls). There the RTO backs off (at most once per RTO),
+    // unless the switch answered since the packet left: then the silence was a round held
+    // open for others, not a round trip longer than the RTO (the early park's reading). Backed
+    // off for that, the RTO let the next answers wait in held rounds, and the first sample, one
+    // such wait, pinned it at rto_max for the rest of the job (seed 9110370: eight members
+    // in rounds needing all, one member's RTO doubled by a held round while the switch answered
+    // its other slots within 4 ms; each of its calls then waited rto_max on its held slots).
+    const bool heard_since = last_rx_ > f->sent_at && !faults_.unlearned_park_backs_off_heard;
     if (holdable(i) && now - f->launched >= cfg_.stall_after) {
       park(i);
-      if (rto_.srtt() < 0 && !faults_.park_keeps_unlearned_rto) rto_.back_off(now);
+      if (rto_.srtt() < 0 && !heard_since && !faults_.park_keeps_unlearned_rto)
+        rto_.back_off(now);
       transmit(i, now, true, false);
       continue;
     }

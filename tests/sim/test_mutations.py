@@ -253,6 +253,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "park_learns_rto": (FAULT_KINDS, 9086527,
                         {"faults": {"park_keeps_unlearned_rto": True}}, "starvation",
                         "worker 0's chunk(s) [24] of key 1"),
+    # ... but not where the switch answered since the packet left: eight members in rounds
+    # needing all, member 2's slot-15 packet held in a round open for others; backed off for
+    # that, its RTO let its next answers wait in held rounds, the first sample (one such
+    # wait) pinned it at rto_max, and slot 19 closed about one chunk per call of that member.
+    "park_heard_keeps_rto": (FAULT_KINDS, 9110370,
+                             {"faults": {"unlearned_park_backs_off_heard": True}},
+                             "starvation", "worker 4's chunk(s) [11] of key 1"),
     # §9 "A switch that lost the job's state", a reply of the state left: a paused member
     # read, at once, a STALE_COUNTED's grace period run out on slot 16 (round 4 of the state
     # before two restarts) and the first results of the newest state, tag 244; its call's

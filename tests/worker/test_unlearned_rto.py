@@ -119,3 +119,30 @@ def test_a_park_before_any_rtt_sample_backs_the_rto_off(rule: str) -> None:
         assert member.engine.stats()["parked"] == 2
         assert member.engine.srtt is None
         assert member.engine.rto == pytest.approx(RTO_INITIAL)
+
+
+@pytest.mark.parametrize("rule", ["in", "taken out"])
+def test_a_park_after_the_switch_answered_keeps_the_rto(rule: str) -> None:
+    """Where the switch answered since the packet left, its silence is a round held open for
+    the others, not a round trip longer than the RTO: the park leaves the RTO as it was (seed
+    9110370: a member's RTO doubled by a held round while the switch answered its other slots
+    within milliseconds, and its first sample, one such wait, pinned it at rto_max)."""
+    member = Member(**({"unlearned_park_backs_off_heard": True} if rule == "taken out" else {}))
+    packet = member.first_contact()
+    sent_at = member.now
+    # The early look finds nothing heard since it left: the packet waits out the RTO.
+    assert member.at(sent_at + 0.05) == [] and member.status == PENDING
+    # Then the switch at work: the RESULT of a round before, of another chunk, closed by the
+    # other member without me.
+    earlier = wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=SLOT,
+                                      round=OPEN - 1, chunk=packet.header.chunk + 1, count=1,
+                                      bitmap=0b10, mode=Mode.PARTIAL),
+                          np.zeros(wire.LANES, np.int64)).encode()
+    assert member.at(sent_at + 0.1, earlier) == [] and member.status == PENDING
+
+    (copy,) = member.until_sent(sent_at + ROUND_TRIP)
+    assert member.now == pytest.approx(sent_at + RTO_INITIAL)
+    assert copy.header.round == OPEN and member.engine.parked() == [(0, packet.header.chunk)]
+    assert member.engine.srtt is None
+    assert member.engine.rto == pytest.approx(
+        RTO_INITIAL if rule == "in" else 2 * RTO_INITIAL)
