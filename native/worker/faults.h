@@ -162,6 +162,12 @@ struct Faults {
   // round field not behind the new number in my member cell (§4 step 10, the async window),
   // and be counted a second time.
   bool launch_past_sync_copy = false;
+  // That contribution waits until the copy is one RTO old by the RTO that times packets out,
+  // learned from answers that waited in open rounds for the other members' packets, not by
+  // the path's (Rto::path, Flights::hold_past_sync_copy): after partial rounds that waited
+  // for slow calls it holds a slot turned async up to rto_max on a path of a few
+  // milliseconds, and stalls the call (seed 9125740: a chunk of another member starved).
+  bool hold_past_copy_by_rto = false;
 };
 
 }  // namespace hysync::worker

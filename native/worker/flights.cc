@@ -207,11 +207,22 @@ void Flights::send_next(uint32_t i, double now) {
 // round trip of the latest earlier at least (holding for those too moved seed 9068240's
 // schedule into a cross-slot wait no rule allows). A JOIN is never counted in async; a probe
 // (no round known) meets a new state, whose member cell holds nothing of mine anyway.
+// The RTO of the path (Rto::path), learned from answers the switch sent as my packet
+// arrived: the copy's way to the switch is all the hold waits for, and the RTO that times
+// packets out is learned from answers that also waited in open rounds for the other members
+// (seed 9125740: partial rounds of quorum 5 before a swap storm put the srtt at 64-94 ms and
+// its variation at 91-109 ms, the RTO at 0.43-0.5 s, none of it backed off, on a path whose
+// round trip is ~2 ms; five slots of two members turned async held their contributions
+// 0.29-0.49 s, worker 4's call stalled half a second, and on the schedule that left, in
+// partial after the storm, worker 2's calls each got one chunk through on slots 16 and 20,
+// and its chunks 0 and 12, last in the order there, reached no round in its last 3 calls).
 bool Flights::hold_past_sync_copy(uint32_t i, double now) {
   Slot& s = slots_[i];
   if (faults_.launch_past_sync_copy || s.mode != ASYNC || !s.known || s.sync_sent_at < 0)
     return false;
-  const double at = s.sync_sent_at + rto_.value();
+  const double wait =
+      faults_.hold_past_copy_by_rto ? rto_.value() : std::min(rto_.value(), rto_.path());
+  const double at = s.sync_sent_at + wait;
   if (now >= at) return false;
   s.held_gen = ++gen_;
   timers_.push({at, s.held_gen, i});
@@ -618,6 +629,11 @@ void Flights::carry_queue(uint32_t i) {
 void Flights::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
   rto_.sample(f.sent_at, now, slots_[i].mode == SYNC || slots_[i].mode == ASYNC);
+}
+
+void Flights::path_sample(uint32_t i, double now) {
+  const Flight* f = slots_[i].flight.get();
+  if (f && f->tries == 1) rto_.sample_path(f->sent_at, now);  // Karn, as rtt_sample
 }
 
 // ------------------------------------------------------------------ outcomes

@@ -45,6 +45,8 @@ class Flights {
 
   // What replies say of slot i's flight (replies.h).
   void heard(double now) { last_rx_ = now; }  // a reply that shows the switch at work
+  // Its first transmission closed a round (the RESULT names me): a sample of the path's RTT.
+  void path_sample(uint32_t i, double now);
   // Its fate is known (RULE B); `round`: the RESULT of the round a carried flight missed;
   // `progress`: false for an answer that says nothing of the call's progress (join_after).
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true,

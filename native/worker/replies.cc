@@ -87,6 +87,9 @@ void Replies::on_full(const uint8_t* d, double now) {
   }
   Flight* f = slots_[i].flight.get();
   const bool counted = counts(f);
+  // My contribution closed the round (its RESULT names me): the switch answered as my packet
+  // arrived, and the answer's wait is the path's alone (Rto::path).
+  if (counted && h.worker_id == cfg_.worker_id) flights_.path_sample(i, now);
   // RULE A for this result, once. Before a flight it settles is done where possible: done()
   // sends the slot's next chunk, whose non-finite elements this result may absorb
   // (prepare_chunk) - in partial, the round that closed without me holds the element already.

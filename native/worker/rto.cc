@@ -13,27 +13,35 @@ namespace {
 // answered) is sent again within it, however long the job waited on a straggler lately.
 constexpr double SILENCE_MARGIN = 1.5, SILENCE_CAP_S = 0.1;
 
-}  // namespace
-
-void Rto::sample(double sent_at, double now, bool due) {
-  const double sample = now - sent_at;
-  if (srtt_ < 0) {
-    srtt_ = sample;
-    rttvar_ = sample / 2;
+// One RTT sample into a smoothed RTT and its variation; the timeout they give (Jacobson).
+double jacobson(double& srtt, double& rttvar, double sample, const EngineConfig& cfg) {
+  if (srtt < 0) {
+    srtt = sample;
+    rttvar = sample / 2;
   } else {
-    rttvar_ = 0.75 * rttvar_ + 0.25 * std::fabs(sample - srtt_);
-    srtt_ = 0.875 * srtt_ + 0.125 * sample;
+    rttvar = 0.75 * rttvar + 0.25 * std::fabs(sample - srtt);
+    srtt = 0.875 * srtt + 0.125 * sample;
   }
   // 4 x srtt, or srtt + 4 x rttvar (Jacobson) when the RTT jitters more than that: on a
   // loaded host spurious retransmissions otherwise feed back.
-  const double rto = std::max(4.0 * srtt_, srtt_ + 4.0 * rttvar_);
-  rto_ = std::clamp(rto, cfg_.rto_min, cfg_.rto_max);
+  const double rto = std::max(4.0 * srtt, srtt + 4.0 * rttvar);
+  return std::clamp(rto, cfg.rto_min, cfg.rto_max);
+}
+
+}  // namespace
+
+void Rto::sample(double sent_at, double now, bool due) {
+  rto_ = jacobson(srtt_, rttvar_, now - sent_at, cfg_);
   // Sync and async answers are due once every member has sent (partial's may wait for the
   // others' next call by design): the silence this one waited through, since it left or since
   // the answer to a first transmission before it, was the job waiting on a process. (Not
   // since any answer: a probe's, first after a wait, would hide the wait.)
   if (due) silences_.add(now - std::max(sent_at, first_answered_at_), now);
   first_answered_at_ = now;
+}
+
+void Rto::sample_path(double sent_at, double now) {
+  path_rto_ = jacobson(path_srtt_, path_rttvar_, now - sent_at, cfg_);
 }
 
 // Back the timer off (at most once per RTO, as TCP does): replies that only retransmitted

@@ -279,6 +279,16 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "sync_copy_behind_async": (FAULT_KINDS, 9081944,
                                {"faults": {"launch_past_sync_copy": True}}, "exactly-once",
                                "worker 1 chunk 2"),
+    # §9 "Async", the wait for a sync-style copy, by the path's RTO: partial rounds of quorum
+    # 5 that waited for slow calls put the RTO at 0.43-0.5 s (srtt 64-94 ms) on a path of
+    # ~2 ms; in the swap storm five slots of two members turned async held their next
+    # contributions 0.29-0.49 s behind a retransmitted copy, worker 4's call stalled half a
+    # second, and on the schedule that left, in partial after the storm, worker 2's calls each
+    # got one chunk through on slots 16 and 20: its chunks 0 and 12, last in the order there,
+    # reached no round in its last three calls.
+    "sync_copy_hold_by_rto": (FAULT_KINDS, 9125740,
+                              {"faults": {"hold_past_copy_by_rto": True}}, "starvation",
+                              "worker 2's chunk(s) [0, 12] of key 0"),
 }
 
 
