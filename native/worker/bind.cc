@@ -148,6 +148,7 @@ void bind_config(nb::module_& m) {
       .def_rw("park_keeps_unlearned_rto", &Faults::park_keeps_unlearned_rto)
       .def_rw("state_left_teaches_rounds", &Faults::state_left_teaches_rounds)
       .def_rw("launch_past_sync_copy", &Faults::launch_past_sync_copy)
+      .def_rw("flight_deadline_from_launch", &Faults::flight_deadline_from_launch)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)

@@ -159,6 +159,13 @@ struct Faults {
   // round field not behind the new number in my member cell (§4 step 10, the async window),
   // and be counted a second time.
   bool launch_past_sync_copy = false;
+  // The packet deadline counts from the flight's launch (or from when a chunk of the call
+  // began to wait behind it) only, not from the last RESULT heard whose bitmap holds every
+  // member (Flights::flight_deadline; §9 Failures): behind a slow switch, a job whose members
+  // are alive but a call out of step, whose round closes only by the JOINs of members gone on
+  // to their next call (join_after after their last progress, then two round trips), fails
+  // the call while every member is seen at work (seed 9132941).
+  bool flight_deadline_from_launch = false;
 };
 
 }  // namespace hysync::worker
