@@ -168,6 +168,13 @@ struct Faults {
   // for slow calls it holds a slot turned async up to rto_max on a path of a few
   // milliseconds, and stalls the call (seed 9125740: a chunk of another member starved).
   bool hold_past_copy_by_rto = false;
+  // The packet deadline counts from the flight's launch (or from when a chunk of the call
+  // began to wait behind it) only, not from the last RESULT heard whose bitmap holds every
+  // member (Flights::flight_deadline; §9 Failures): behind a slow switch, a job whose members
+  // are alive but a call out of step, whose round closes only by the JOINs of members gone on
+  // to their next call (join_after after their last progress, then two round trips), fails
+  // the call while every member is seen at work (seed 9132941).
+  bool flight_deadline_from_launch = false;
 };
 
 }  // namespace hysync::worker

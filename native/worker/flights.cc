@@ -897,6 +897,17 @@ bool Flights::silent_too_long(double now) const {
 // or a reply that reported its slot sync or async again, follow_mode), from when that chunk
 // began to wait if later than its launch: parked in partial, then relaunched into a sync
 // round latched with a dead member, it held the call's chunk for ever (seed 9102095).
+// And from the last RESULT heard whose bitmap holds every member, if later: that round
+// closed with each member alive and at work, so a round of the call still open waits for
+// members out of step, not gone, and closes by their JOINs once their own calls stall
+// (join_after after their last progress, a round trip for the CHUNK_MISMATCH or STALE answer,
+// another for the JOIN sent again). Counted from launch, behind a slow switch that comes
+// after dead_after (seed 9132941: worker 0's call 4, one call behind its peers, launched
+// chunk 2 on slot 51 at 10.426 s into a round its peers had left; their last round with
+// worker 0, on slot 49, closed at 12.963 s, their JOINs there met the round at 14.807 s and
+// 15.65 s, and the call failed at launch + dead_after, 15.112 s). A member that dies sends
+// nothing more, so no such RESULT is heard after its last contribution, and the call still
+// fails dead_after after the later of that and the launch (the dead_member rule's bound).
 bool Flights::waited_too_long(double now) const { return now >= flight_deadline(); }
 
 // The first moment waited_too_long holds, infinity if none: a timer of its own in
@@ -911,7 +922,8 @@ double Flights::flight_deadline() const {
     const bool own = !f->parked && f->kind == Kind::OWN && f->key == call_->key;
     const bool blocks = !faults_.own_flight_deadline && !call_->queues[i].empty();
     if (!own && !blocks) continue;
-    const double from = f->parked ? std::max(f->launched, waits_since_[i]) : f->launched;
+    double from = f->parked ? std::max(f->launched, waits_since_[i]) : f->launched;
+    if (!faults_.flight_deadline_from_launch) from = std::max(from, everyone_at_);
     at = std::min(at, from + cfg_.dead_after);
   }
   return at;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <queue>
 #include <string>
@@ -47,6 +48,9 @@ class Flights {
   void heard(double now) { last_rx_ = now; }  // a reply that shows the switch at work
   // Its first transmission closed a round (the RESULT names me): a sample of the path's RTT.
   void path_sample(uint32_t i, double now);
+  // A RESULT whose bitmap holds every member: each of them alive and at work then, so the
+  // packet deadline counts from here at the earliest (flight_deadline).
+  void heard_everyone(double now) { everyone_at_ = now; }
   // Its fate is known (RULE B); `round`: the RESULT of the round a carried flight missed;
   // `progress`: false for an answer that says nothing of the call's progress (join_after).
   void done(uint32_t i, bool included, double now, bool send_next_chunk = true,
@@ -161,6 +165,8 @@ class Flights {
   uint64_t sent_seq_ = 0, answered_seq_ = 0;
   double last_rx_;                // the last reply that showed the switch at work
   double unanswered_since_ = -1;  // the first packet sent after last_rx_ (dead_after counts)
+  // The last RESULT heard whose bitmap holds every member (heard_everyone).
+  double everyone_at_ = -std::numeric_limits<double>::infinity();
 };
 
 }  // namespace hysync::worker

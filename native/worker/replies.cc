@@ -62,6 +62,11 @@ void Replies::on_full(const uint8_t* d, double now) {
     return;
   }
   flights_.heard(now);
+  // Every member in the round: my peers alive and at work (the packet deadline, seed
+  // 9132941). Not in a job of one: there is no peer to be out of step with, and a round of
+  // mine alone says nothing of another slot's packet held or lost.
+  if (cfg_.members > 1 && __builtin_popcount(uint32_t(h.bitmap)) >= cfg_.members)
+    flights_.heard_everyone(now);
   // My bit with my flight's chunk in its round (async: a round of one with its lanes): the
   // round counted my flight. If this result is what shows the state to be new, it settles the
   // flight before the reset forgets it, or the residual would keep what the new state counted.

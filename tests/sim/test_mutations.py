@@ -289,6 +289,14 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "sync_copy_hold_by_rto": (FAULT_KINDS, 9125740,
                               {"faults": {"hold_past_copy_by_rto": True}}, "starvation",
                               "worker 2's chunk(s) [0, 12] of key 0"),
+    # §9 Failures, the packet's deadline counts from the last RESULT of every member: behind a
+    # switch 0.84 s slow, worker 0's call 4, one call behind its peers, launched chunk 2 on
+    # slot 51 at 10.426 s into a round the peers had left; their last round with worker 0
+    # closed at 12.963 s, their JOINs met slot 51 at 14.807 s and again at 15.65 s, and with
+    # the deadline counted from launch the call failed 'unreachable' at 15.112 s.
+    "deadline_from_everyone_heard": (FAULT_KINDS, 9132941,
+                                     {"faults": {"flight_deadline_from_launch": True}},
+                                     "failure", "worker 0 call 4"),
 }
 
 
@@ -350,6 +358,16 @@ FOUND_ON_UNLEARNED_PARK = ("settle_at_new_tag", "partial_rotation", "partial_hel
 FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
                                   "give_up_not_silence", "acked_sync_twin",
                                   "rounds_of_state_left")
+# Rows replayed, likewise, with the packet deadline counted from the packet's launch only, not
+# from the last RESULT heard whose bitmap holds every member (Faults::
+# flight_deadline_from_launch), as when their seed or plan was found: each shows a JOIN that
+# comes late, past a live peer's packet deadline counted from launch; on the engine's own, that
+# peer heard a RESULT of every member after its packet left, its deadline counts from there
+# and falls after the late JOIN, and no call fails (each still passes there).
+# give_up_not_silence's give-up was such a deadline (a round waiting for a lossy straggler).
+FOUND_ON_DEADLINE_FROM_LAUNCH = ("join_behind", "join_left_out", "join_left_out_of_the_call",
+                                 "refused_join_not_progress", "progress_of_the_call",
+                                 "give_up_not_silence")
 
 
 def host_plan(source: int | str) -> tuple[str, Plan]:
@@ -371,6 +389,8 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
                 **({"park_keeps_unlearned_rto": True} if name in FOUND_ON_UNLEARNED_PARK
                    else {}),
                 **({"launch_past_sync_copy": True} if name in FOUND_ON_LAUNCH_PAST_SYNC_COPY
+                   else {}),
+                **({"flight_deadline_from_launch": True} if name in FOUND_ON_DEADLINE_FROM_LAUNCH
                    else {})}
     faults = {**found_on, **mutation.get("faults", {})}
     rec, sim = simulate(plan, "python", **{**mutation, "faults": faults})
