@@ -162,6 +162,12 @@ struct Faults {
   // round field not behind the new number in my member cell (§4 step 10, the async window),
   // and be counted a second time.
   bool launch_past_sync_copy = false;
+  // Partial: a RESULT that another member's contribution closed gives an RTT sample for the
+  // flight of mine it settles (Flights::rtt_sample): the wait in a round held open for the
+  // others is taken for a round trip, and one such wait pins the RTO at rto_max; a packet
+  // the early look could not park then waits out that RTO in a round held for others, and its
+  // call runs far behind the others' (seed 9009951 on the TNA model).
+  bool held_result_samples_rtt = false;
 };
 
 }  // namespace hysync::worker
