@@ -175,6 +175,12 @@ struct Faults {
   // to their next call (join_after after their last progress, then two round trips), fails
   // the call while every member is seen at work (seed 9132941).
   bool flight_deadline_from_launch = false;
+  // Partial: a RESULT that another member's contribution closed gives an RTT sample for the
+  // flight of mine it settles (Flights::rtt_sample): the wait in a round held open for the
+  // others is taken for a round trip, and one such wait pins the RTO at rto_max; a packet
+  // the early look could not park then waits out that RTO in a round held for others, and its
+  // call runs far behind the others' (seed 9009951 on the TNA model).
+  bool held_result_samples_rtt = false;
 };
 
 }  // namespace hysync::worker

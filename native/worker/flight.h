@@ -49,6 +49,9 @@ struct FlightState {
   // a reply of the state left, whose rounds are not the new state's.
   uint64_t stale_resets = 0;
   bool early_look = false;  // partial: its first timer is stall_after's look (expire)
+  // Partial: settled by a RESULT that another member's contribution closed, so it waited in
+  // an open round for the others: its delay is no round trip (Flights::rtt_sample).
+  bool held_for_others = false;
   bool closed = false;  // its round was seen closed without me
   uint32_t closed_chunk = 0;
   // ...with my bit on another chunk: another contribution of mine (one an aborted call

@@ -628,6 +628,7 @@ void Flights::carry_queue(uint32_t i) {
 
 void Flights::rtt_sample(uint32_t i, const Flight& f, double now) {
   if (f.tries != 1) return;  // Karn: an answer to a retransmission says nothing about the RTT
+  if (f.held_for_others) return;  // a wait for the others, not a round trip (Replies::on_full)
   rto_.sample(f.sent_at, now, slots_[i].mode == SYNC || slots_[i].mode == ASYNC);
 }
 

@@ -164,6 +164,19 @@ void Replies::on_full(const uint8_t* d, double now) {
     // my place in it) and the slot's open round is the next, which may be waiting for me.
     const bool join_behind = f->join && (h.flags & uint8_t(wire::Flag::RESEND)) &&
                              h.mode != ASYNC && !faults_.join_behind_waits;
+    // A partial round that another member's contribution closed held mine until that one
+    // came: the delay was the others' (their next call, a pause), not a round trip, and gives
+    // no RTT sample (Flights::rtt_sample), as an answer to a retransmission gives none. Taken
+    // for one, a wait of 0.33 s before any other sample pinned a member's RTO at rto_max, and
+    // 3 s later its packet that the early look could not park waited out the RTO (0.23 s) in
+    // a round held for others: its call ended 0.3 s behind the others', their rounds on two
+    // slots waited for it, and their next calls found those slots held (seed 9009951 on the
+    // TNA model: two members' chunks of key 2 reached no round). A round my packet closed is
+    // a round trip. (Not behind a leaf: a relayed spine RESULT names the spine's member that
+    // closed it, a leaf, never me.)
+    if (h.mode == PARTIAL && h.worker_id != cfg_.worker_id && !cfg_.behind_leaf &&
+        !faults_.held_result_samples_rtt)
+      f->held_for_others = true;
     flights_.done(i, true, now);
     if (join_behind && call_ && !slots_[i].flight && call_->queues[i].empty())
       flights_.offer_join(i, now, true);

@@ -32,6 +32,15 @@ SCALE = float(1 << 20)
 # probe_period_by_difference): the checker's rules and the protocol's marks they show do not
 # depend on that timer.
 PROBE_PERIOD_AS_FOUND = {"probe_period_by_difference": True}
+# The engine's schedule that demonstrations pinned before seed 9009951 were found on: a partial
+# RESULT that another member's contribution closed gave an RTT sample, the wait in a round held
+# open for the others taken for a round trip (native/worker/replies.cc, Replies::on_full).
+# Without those samples the RTO of a partial job learns round trips only, every partial
+# schedule moves, and those seeds and plans no longer meet their situations (each still
+# passes on the engine's own). They replay with such samples taken (Faults::
+# held_result_samples_rtt): the checker's rules and the protocol's rules they show do not
+# depend on what the RTO learned.
+HELD_RESULT_AS_FOUND = {"held_result_samples_rtt": True}
 
 
 @dataclass(frozen=True)

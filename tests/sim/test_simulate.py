@@ -13,7 +13,15 @@ import pytest
 from tests.conformance.tna_model import TnaModelPipeline
 
 from .check import check
-from .plan import FAULT_KINDS, PROBE_PERIOD_AS_FOUND, STRAGGLER, TOFINO, Plan, draw
+from .plan import (
+    FAULT_KINDS,
+    HELD_RESULT_AS_FOUND,
+    PROBE_PERIOD_AS_FOUND,
+    STRAGGLER,
+    TOFINO,
+    Plan,
+    draw,
+)
 from .run import Sim, simulate
 
 # About 1.5 minutes on a loaded 2-core machine: CI_SEEDS seeds on each target, the fault
@@ -328,6 +336,24 @@ def test_slow_partial_regressions(seed: int, target: str) -> None:
     _run(draw(seed), target)
 
 
+# Seeds of the TNA model's sweeps within the Tofino program's fault model (plan.TOFINO) that
+# violated on tna-model only. 9009951 (starvation): eight members in partial rounds needing
+# all; a wait of 0.33 s in a round held for the others, taken for member 5's first RTT sample,
+# pinned its RTO at rto_max, and at 3.39 s its packet that the early look could not park
+# waited out that RTO (0.23 s), its call of key 2 ending 0.3 s behind the others'; their
+# rounds on two slots waited for it, members 3 and 7 found those slots held in two calls of
+# key 2, and in the one call left their chunks 14, 21, 26 and 27 met the others out of step.
+# A partial RESULT that another member's contribution closed gives no RTT sample now
+# (Faults::held_result_samples_rtt).
+TNA_PARTIAL_REGRESSIONS = (9009951,)
+
+
+@pytest.mark.parametrize("target", ["native", "python", "tna-model"])
+@pytest.mark.parametrize("seed", TNA_PARTIAL_REGRESSIONS)
+def test_tna_partial_regressions(seed: int, target: str) -> None:
+    _run(draw(seed, model=TOFINO), target)
+
+
 def test_a_straggler_that_loss_held_back_is_counted() -> None:
     """Seed 300033: the network's loss held a live member back; its peers' calls failed by
     dead_after while it caught up. Allowed, and counted (docs/protocol.md §10, rule
@@ -393,7 +419,9 @@ def test_a_call_whose_own_contribution_loss_held_back_is_counted(target: str) ->
 
 
 # Replayed on the schedule they were found on, before a call waited one RTO for a held slot's
-# answer (Faults::carry_held_at_start): on the engine's own neither meets the situation.
+# answer (Faults::carry_held_at_start) and before a partial RESULT closed by another member's
+# contribution gave no RTT sample (plan.HELD_RESULT_AS_FOUND): on the engine's own neither
+# meets the situation.
 OWN_COUNT_MISREAD = ((9000006, "worker 6 chunk 0"), (9000923, "worker 1 chunk 6"))
 
 
@@ -405,7 +433,7 @@ def test_an_own_count_taken_for_a_forgotten_packets_is_an_unknown_fate(seed: int
     for the forgotten packet's record ("not counted", §9 "Sync / partial sending"): counted
     twice, with the replica flagged. Allowed as an unknown fate (docs/protocol.md §10);
     without the engine's record of that misread answer it is reported."""
-    found_on = {"carry_held_at_start": True}
+    found_on = {"carry_held_at_start": True, **HELD_RESULT_AS_FOUND}
     rec, sim = simulate(draw(seed), "native", faults=found_on)
     assert not check(rec, sim)
     assert any(wk.misread_own for wk in sim.workers)
@@ -570,10 +598,12 @@ def test_tna_dead_latch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
 # its bit went at once to the slot's next round, Faults::join_left_out_waits, which moves
 # 9006326's schedule, and before a partial packet parked at its first timeout with no RTT
 # sample yet backed the RTO off, Faults::park_keeps_unlearned_rto, which moves 9005242's and
-# 9006326's) and must pass on the engine's own as well.
+# 9006326's, and before a partial RESULT closed by another member's contribution gave no RTT
+# sample, plan.HELD_RESULT_AS_FOUND, which moves them too) and must pass on the engine's own
+# as well.
 TNA_STALE_COUNTED_RELAUNCH = (9005174, 9005242, 9006326)
 TNA_STALE_COUNTED_FOUND_ON = {**PROBE_PERIOD_AS_FOUND, "join_left_out_waits": True,
-                              "park_keeps_unlearned_rto": True}
+                              "park_keeps_unlearned_rto": True, **HELD_RESULT_AS_FOUND}
 
 
 class _Forgetful(dict):

@@ -89,12 +89,12 @@ def reply(packet: wire.Packet, **fields) -> bytes:
                        flags=h.flags & wire.TX_MASK, **fields).pack()
 
 
-def closed_with_both(packet: wire.Packet, mode: Mode = Mode.PARTIAL) -> bytes:
+def closed_with_both(packet: wire.Packet, mode: Mode = Mode.PARTIAL, closer: int = 1) -> bytes:
     """The RESULT of the packet's round, closed in `mode` with it and the other member's
-    OTHERS."""
+    OTHERS; `closer`: the member whose contribution closed it (the header's worker_id)."""
     h = packet.header
     lanes = packet.lanes.astype(np.int64) + int(OTHERS * SCALE)
-    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=1, slot=h.slot,
+    return wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=closer, slot=h.slot,
                                    round=h.round, chunk=h.chunk, count=2, bitmap=0b11,
                                    mode=mode), lanes).encode()
 

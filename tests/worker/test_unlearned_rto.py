@@ -7,7 +7,10 @@ packet would time out and park before its answer came, call after call.
 The member is the worker engine on its in-memory backend, the switch's replies written by
 hand: one member of two, one partial slot, a call of one chunk. The first-contact probe is
 answered at once (a RESYNC: the probe is relaunched, no sample); the switch then takes
-`ROUND_TRIP`, a little longer than the initial RTO, to answer each contribution."""
+`ROUND_TRIP`, a little longer than the initial RTO, to answer each contribution.
+
+And what the RTO learns in partial: a RESULT that the other member's contribution closed held
+my packet in its round until that one came, and gives no sample."""
 
 from __future__ import annotations
 
@@ -108,7 +111,10 @@ def test_a_park_before_any_rtt_sample_backs_the_rto_off(rule: str) -> None:
     sent_at = member.now
     assert packet.header.round == OPEN + 1
     parked_before_answer = member.until_sent(sent_at + ROUND_TRIP)
-    member.at(sent_at + ROUND_TRIP, closed_with_both(packet))
+    # (The other member's contribution there first, this packet closes the round: its RESULT
+    # is a round trip, not a wait for the other: test_a_round_another_member_closed_teaches_no_
+    # round_trip.)
+    member.at(sent_at + ROUND_TRIP, closed_with_both(packet, closer=0))
     if rule == "in":  # it waits the RTO backed off; its answer teaches the round trip
         assert parked_before_answer == []
         assert member.status == DONE
@@ -146,3 +152,40 @@ def test_a_park_after_the_switch_answered_keeps_the_rto(rule: str) -> None:
     assert member.engine.srtt is None
     assert member.engine.rto == pytest.approx(
         RTO_INITIAL if rule == "in" else 2 * RTO_INITIAL)
+
+
+HELD = 0.25  # a round held open for the other member this long, shorter than the RTO
+
+
+@pytest.mark.parametrize("rule", ["in", "taken out"])
+def test_a_round_another_member_closed_teaches_no_round_trip(rule: str) -> None:
+    """A partial RESULT that the other member's contribution closed held my packet in the round
+    until that one came: the delay is the other's, not a round trip, and gives no RTT sample
+    (docs/protocol.md §9, "Sync / partial sending", timeout). Taken for one, a wait before any
+    other sample sets the RTO to four times that wait (seed 9009951 on the TNA model: a wait
+    of 0.33 s pinned a member's RTO at rto_max, and 3 s later a packet of its waited out 0.23 s
+    in a round held for others, its call far behind the others'). A RESULT of a round my own
+    packet closed teaches the round trip."""
+    member = Member(**({"held_result_samples_rtt": True} if rule == "taken out" else {}))
+    packet = member.first_contact()
+    sent_at = member.now
+    # The early look finds nothing heard since it left, and the RTO is longer than the hold:
+    # the packet waits in the open round, unparked, its first transmission.
+    assert member.until_sent(sent_at + HELD) == [] and member.status == PENDING
+    member.at(sent_at + HELD, closed_with_both(packet))  # closed by member 1's contribution
+    assert member.status == DONE and member.engine.stats()["parked"] == 0
+    if rule == "in":
+        assert member.engine.srtt is None
+        assert member.engine.rto == pytest.approx(RTO_INITIAL)
+    else:  # the hold taken for a round trip
+        assert member.engine.srtt == pytest.approx(HELD)
+        assert member.engine.rto == pytest.approx(4 * HELD)
+
+    # The next call's packet closes its round itself, a round trip after it left.
+    member.now += 0.01
+    packet = member.call()
+    sent_at = member.now
+    member.at(sent_at + 0.01, closed_with_both(packet, closer=0))
+    assert member.status == DONE
+    if rule == "in":
+        assert member.engine.srtt == pytest.approx(0.01)
