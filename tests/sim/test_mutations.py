@@ -375,9 +375,9 @@ FOUND_ON_DEADLINE_FROM_LAUNCH = ("join_behind", "join_left_out", "join_left_out_
 # giving an RTT sample (plan.HELD_RESULT_AS_FOUND), as when their seed was found: on the
 # engine's own the RTO of a partial job learns round trips only, which moves each schedule off
 # its case (each still passes there; sync_copy_hold_by_rto's seed was the RTO those samples
-# inflated, which its rule, the path's RTO, keeps out of the wait). park_learns_rto's and park_heard_keeps_rto's rules are
-# of what the RTO learns before and after its first sample; both are shown against a scripted
-# switch as well (tests/worker/test_unlearned_rto.py).
+# inflated, which its rule, the path's RTO, keeps out of the wait). park_learns_rto's and
+# park_heard_keeps_rto's rules are of what the RTO learns before and after its first
+# sample; both are shown against a scripted switch as well (tests/worker/test_unlearned_rto.py).
 FOUND_ON_HELD_RESULT = ("join", "abort_discards_unsent", "partial_order_after_a_close",
                         "partial_held_slot_waits", "async_answer_to_sync_flight",
                         "forgotten_round", "give_up_not_silence", "park_learns_rto",

@@ -15,6 +15,8 @@ out under a sequence number - one RTO after the hurried copy, not at once."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -112,8 +114,9 @@ def closed_by_me(packet: wire.Packet) -> bytes:
 
 
 class LearnedMember(ScriptedMember):
-    """Member 0's engine after two calls: the first's round waited WAITED for the other
-    member's packet, the second's closed as my packet arrived, PATH after it left. The RTO
+    """Member 0's engine after two calls: the first's round, in sync, waited WAITED for the
+    other member's packet (a sync round's wait is a sample: it is due once every member has
+    sent), the second's, in partial, closed as my packet arrived, PATH after it left. The RTO
     stands at rto_max (srtt 0.175 s), the path's at 4 x PATH; the third call's chunk, sent at
     round OPEN + 2, meets silence and is parked at its first timeout, as Member's."""
 
@@ -130,7 +133,8 @@ class LearnedMember(ScriptedMember):
         self.hand(wire.Header(op=Op.RESYNC, job_id=JOB, worker_id=0, slot=SLOT, round=OPEN,
                               mode=Mode.PARTIAL, reason=ResyncReason.STALE_ROUND,
                               flags=probe.header.flags & wire.TX_MASK).pack())
-        for n, (closed, after) in enumerate(((closed_with_both, WAITED), (closed_by_me, PATH))):
+        waited_in_sync = partial(closed_with_both, mode=Mode.SYNC)
+        for n, (closed, after) in enumerate(((waited_in_sync, WAITED), (closed_by_me, PATH))):
             if n:
                 self.call(MINE)
             [packet] = self.sent()
