@@ -329,59 +329,57 @@ HOST_MUTATIONS: dict[str, tuple[int | str, dict[str, Any], str, str]] = {
 }
 
 
-# Rows replayed on the schedule their seed or plan was found on (plan.PROBE_PERIOD_AS_FOUND),
-# with the fix in and taken out alike: on the engine's own, the lost probes' retransmissions
-# go out a period sooner and neither meets its race (each still passes there).
-FOUND_ON_PROBE_PERIOD = ("refused_mark", "join_behind")
-# Rows replayed, likewise, with a parked packet sent again at once into a slot reported async
-# (Faults::hurry_into_async), as when their seed was found: on the engine's own, refused_mark's
-# seed no longer meets its race (it still passes there).
-FOUND_ON_HURRY_INTO_ASYNC = ("refused_mark",)
-# Rows replayed, likewise, with a JOIN that a RESEND without its bit answers carried and not
-# offered at once at the slot's next round (Faults::join_left_out_waits), as when their seed
-# was found: on the engine's own, flight_deadline's seed no longer meets its case (it still
-# passes there).
-FOUND_ON_JOIN_LEFT_OUT_WAITS = ("flight_deadline",)
-# Rows replayed, likewise, with a partial packet parked at its first timeout before any RTT
-# sample leaving the RTO as it was (Faults::park_keeps_unlearned_rto), as when their seed was
-# found: behind a slow switch the engine's own RTO now learns the round trip after the first
-# park, which moves their schedules, and none of these seeds meets its case (each still
-# passes there).
-FOUND_ON_UNLEARNED_PARK = ("settle_at_new_tag", "partial_rotation", "partial_held_slot_waits")
-# Rows replayed, likewise, with a slot reported async sending its next contribution under a
-# sequence number at once, however recently a copy of its latest, sync-style packet went out
-# there (Faults::launch_past_sync_copy), as when their seed was found: on the engine's own,
-# the wait for that copy moves each schedule off its case (each still passes there).
-# hurry_into_async's race is one the wait closes too: the copy sent at once into the async
-# slot holds the next contribution for one RTO. acked_sync_twin's and rounds_of_state_left's
-# seeds were found before the wait, which moves their schedules off their cases; their rules
-# are shown against a scripted switch as well (tests/worker/test_acked_twin.py,
-# test_install_tag.py).
-FOUND_ON_LAUNCH_PAST_SYNC_COPY = ("abort_discards_unsent", "hurry_into_async",
-                                  "give_up_not_silence", "acked_sync_twin",
-                                  "rounds_of_state_left")
-# Rows replayed, likewise, with the packet deadline counted from the packet's launch only, not
-# from the last RESULT heard whose bitmap holds every member (Faults::
-# flight_deadline_from_launch), as when their seed or plan was found: each shows a JOIN that
-# comes late, past a live peer's packet deadline counted from launch; on the engine's own, that
-# peer heard a RESULT of every member after its packet left, its deadline counts from there
-# and falls after the late JOIN, and no call fails (each still passes there).
-# give_up_not_silence's give-up was such a deadline (a round waiting for a lossy straggler).
-FOUND_ON_DEADLINE_FROM_LAUNCH = ("join_behind", "join_left_out", "join_left_out_of_the_call",
-                                 "refused_join_not_progress", "progress_of_the_call",
-                                 "give_up_not_silence")
+# Rows replayed on the schedule their seed or plan was found on: a later rule moved each
+# schedule off its case, and the row replays with that rule taken out (the flag below), with
+# the row's own fix in and taken out alike; each still passes on the engine's own. Flag: rows.
+FOUND_ON: dict[str, tuple[str, ...]] = {
+    # plan.PROBE_PERIOD_AS_FOUND: on the engine's own, the lost probes' retransmissions go out
+    # a period sooner and neither meets its race.
+    "probe_period_by_difference": ("refused_mark", "join_behind"),
+    # A parked packet sent again at once into a slot reported async: on the engine's own,
+    # refused_mark's seed no longer meets its race.
+    "hurry_into_async": ("refused_mark",),
+    # A JOIN that a RESEND without its bit answers carried and not offered at once at the
+    # slot's next round.
+    "join_left_out_waits": ("flight_deadline",),
+    # A partial packet parked at its first timeout before any RTT sample leaving the RTO as it
+    # was: behind a slow switch the engine's own RTO learns the round trip after the first park.
+    "park_keeps_unlearned_rto": ("settle_at_new_tag", "partial_rotation",
+                                 "partial_held_slot_waits"),
+    # A slot reported async sending its next contribution under a sequence number at once,
+    # however recently a copy of its latest, sync-style packet went out there: the wait for
+    # that copy moves each schedule (hurry_into_async's race is one the wait closes too: the
+    # copy sent at once into the async slot holds the next contribution for one RTO).
+    # acked_sync_twin's and rounds_of_state_left's rules are shown against a scripted switch
+    # as well (tests/worker/test_acked_twin.py, test_install_tag.py).
+    "launch_past_sync_copy": ("abort_discards_unsent", "hurry_into_async",
+                              "give_up_not_silence", "acked_sync_twin", "rounds_of_state_left"),
+    # The packet deadline counted from the packet's launch only, not from the last RESULT
+    # heard whose bitmap holds every member: each row shows a JOIN that comes late, past a live
+    # peer's packet deadline counted from launch; on the engine's own, that peer heard a RESULT
+    # of every member after its packet left, and no call fails. give_up_not_silence's give-up
+    # was such a deadline (a round waiting for a lossy straggler).
+    "flight_deadline_from_launch": ("join_behind", "join_left_out", "join_left_out_of_the_call",
+                                    "refused_join_not_progress", "progress_of_the_call",
+                                    "give_up_not_silence"),
+    # plan.HELD_RESULT_AS_FOUND, a partial RESULT that another member's contribution closed
+    # giving an RTT sample: on the engine's own the RTO of a partial job learns round trips
+    # only (sync_copy_hold_by_rto's seed was the RTO those samples inflated, which its rule,
+    # the path's RTO, keeps out of the wait). park_learns_rto's and park_heard_keeps_rto's
+    # rules are of what the RTO learns before and after its first sample; both are shown
+    # against a scripted switch as well (tests/worker/test_unlearned_rto.py).
+    "held_result_samples_rtt": ("join", "abort_discards_unsent", "partial_order_after_a_close",
+                                "partial_held_slot_waits", "async_answer_to_sync_flight",
+                                "forgotten_round", "give_up_not_silence", "park_learns_rto",
+                                "park_heard_keeps_rto", "sync_copy_hold_by_rto"),
+}
+assert PROBE_PERIOD_AS_FOUND.keys() | HELD_RESULT_AS_FOUND.keys() <= FOUND_ON.keys()
 
-# Rows replayed, likewise, with a partial RESULT that another member's contribution closed
-# giving an RTT sample (plan.HELD_RESULT_AS_FOUND), as when their seed was found: on the
-# engine's own the RTO of a partial job learns round trips only, which moves each schedule off
-# its case (each still passes there; sync_copy_hold_by_rto's seed was the RTO those samples
-# inflated, which its rule, the path's RTO, keeps out of the wait). park_learns_rto's and
-# park_heard_keeps_rto's rules are of what the RTO learns before and after its first
-# sample; both are shown against a scripted switch as well (tests/worker/test_unlearned_rto.py).
-FOUND_ON_HELD_RESULT = ("join", "abort_discards_unsent", "partial_order_after_a_close",
-                        "partial_held_slot_waits", "async_answer_to_sync_flight",
-                        "forgotten_round", "give_up_not_silence", "park_learns_rto",
-                        "park_heard_keeps_rto", "sync_copy_hold_by_rto")
+
+def found_on(name: str) -> dict[str, bool]:
+    """The rules row `name` replays with taken out (FOUND_ON)."""
+    return {flag: True for flag, rows in FOUND_ON.items() if name in rows}
+
 
 # Rows of the TNA model (plan.TOFINO, target tna-model), each of a seed of its sweep that
 # violates there only: name: (seed, what takes the fix out, invariant, text its report holds).
@@ -411,27 +409,17 @@ def assert_caught_and_clean(name: str, which: str, plan, mutation: dict, invaria
                             detail: str, target: str = "python") -> None:
     """With `name` taken out the checker reports `invariant` (with `detail`) on `target`; with
     it in, the same plan holds every invariant. `which` names the seed in the messages."""
-    found_on = {**(PROBE_PERIOD_AS_FOUND if name in FOUND_ON_PROBE_PERIOD else {}),
-                **({"hurry_into_async": True} if name in FOUND_ON_HURRY_INTO_ASYNC else {}),
-                **({"join_left_out_waits": True} if name in FOUND_ON_JOIN_LEFT_OUT_WAITS
-                   else {}),
-                **({"park_keeps_unlearned_rto": True} if name in FOUND_ON_UNLEARNED_PARK
-                   else {}),
-                **({"launch_past_sync_copy": True} if name in FOUND_ON_LAUNCH_PAST_SYNC_COPY
-                   else {}),
-                **({"flight_deadline_from_launch": True} if name in FOUND_ON_DEADLINE_FROM_LAUNCH
-                   else {}),
-                **(HELD_RESULT_AS_FOUND if name in FOUND_ON_HELD_RESULT else {})}
-    faults = {**found_on, **mutation.get("faults", {})}
+    as_found = found_on(name)
+    faults = {**as_found, **mutation.get("faults", {})}
     rec, sim = simulate(plan, target, **{**mutation, "faults": faults})
     found = [v for v in check(rec, sim) if v.startswith(invariant + ":")]
     assert any(detail in v for v in found), (
         f"{name} taken out: {which} reports no {invariant} violation with {detail!r}: "
         f"{check(rec, sim)[:3]}")
-    rec, sim = simulate(plan, target, faults=found_on)
+    rec, sim = simulate(plan, target, faults=as_found)
     found = check(rec, sim)
     assert not found, f"{which} fails with {name} in: {found[:3]}"
-    if found_on:
+    if as_found:
         rec, sim = simulate(plan, target)
         found = check(rec, sim)
         assert not found, f"{which} fails on the engine's own schedule: {found[:3]}"
