@@ -181,6 +181,12 @@ struct Faults {
   // the early look could not park then waits out that RTO in a round held for others, and its
   // call runs far behind the others' (seed 9009951 on the TNA model).
   bool held_result_samples_rtt = false;
+  // Only the tag left last is told late (Rounds::see_tag; §9 "A switch that lost the job's
+  // state"): after a restart and a re-install in quick succession, a late packet of the
+  // install before the restart is taken for a third state, the tags flip to and fro, each flip
+  // a reset that forgets the slots' rounds, and the known state's results heard again are
+  // applied twice (seed 10001822).
+  bool one_tag_left = false;
 };
 
 }  // namespace hysync::worker

@@ -454,7 +454,7 @@ void Replies::switch_reset(const std::string& what, bool tag_may_be_new) {
 // told apart by when the datagram arrived.
 bool Replies::current_state(uint8_t tag, uint32_t i, const char* what, bool counts_flight,
                             double now) {
-  switch (rounds_.see_tag(tag, arrived_)) {
+  switch (rounds_.see_tag(tag, arrived_, !faults_.one_tag_left)) {
     case Rounds::Tag::KNOWN:
       return true;
     case Rounds::Tag::LEFT:  // a late packet of the state before: the replica misses it

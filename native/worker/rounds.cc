@@ -119,14 +119,25 @@ void Rounds::clear_resync() {
   suspect_slots_.clear();
 }
 
-// A tag that is neither the one known nor, shortly after a change, the one left is a new state
-// of the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
+// A tag that is neither the one known nor, shortly after a change, one left is a new state of
+// the switch for this job: a restart, or the job installed again (docs/protocol.md §9). Later
 // than two rto_max after a change the one left is taken for a new state too: packets are not
 // delayed that long, and a tag is only 8 bits (the controller gives an install a tag unlike its
 // predecessor's, not unlike every older one's).
-Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived) {
+// A tag left before the last one is late too, within two rto_max of when it was left: two
+// resets in quick succession leave late packets of both states on their way. Told by the tag
+// left last alone, a late packet of the older state was a third state, and the tags then
+// flipped to and fro: each flip a reset that forgot the slots' rounds, so the known state's
+// results heard again (a copy, a RESEND) were applied twice (seed 10001822: a restart and a
+// re-install 3 ms apart; a member that had applied rounds of the re-install read a late
+// result of the install before the restart - a third state - and one of the restart's - a
+// fourth - and the re-install's copies of those rounds were a fifth, applied again).
+Rounds::Tag Rounds::see_tag(uint8_t tag, double arrived, bool older_too) {
   if (tag == tag_) return Tag::KNOWN;
   if (tag == left_tag_ && arrived - tag_changed_at_ < 2 * cfg_.rto_max) return Tag::LEFT;
+  if (older_too)
+    for (const TagLeft& left : older_left_)
+      if (int(tag) == left.tag && arrived - left.at < 2 * cfg_.rto_max) return Tag::LEFT;
   if (tag_ < 0) {  // the first tag heard, or the first since a reset
     tag_ = tag;
     return Tag::KNOWN;
@@ -144,6 +155,10 @@ bool Rounds::seen_under_tag_left(uint8_t tag, uint32_t i, uint32_t rnd) const {
 
 void Rounds::forget(double arrived, bool tag_may_be_new) {
   if (tag_ >= 0) {  // the next tag heard is the new state's
+    if (left_tag_ >= 0) {  // still told late for a while (see_tag)
+      older_left_.insert(older_left_.begin(), {left_tag_, tag_changed_at_});
+      if (older_left_.size() > MAX_OLDER_LEFT) older_left_.pop_back();
+    }
     left_tag_ = tag_;
     // A tag learned after the lesson that a RESYNC (no tag) now contradicts may be the very
     // state that answered: keep what the slots had seen, so that its results heard again are

@@ -4,6 +4,7 @@
 // (docs/protocol.md §9).
 #pragma once
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -42,8 +43,10 @@ class Rounds {
   // The install tag a RESULT or ACK carries, as this worker knows the switch's state, for a
   // datagram that arrived at `arrived` (a late packet of the state left is told by when it
   // arrived, not by when it is read: a worker reads between calls what came during them).
-  enum class Tag { KNOWN, LEFT, NEW };  // LEFT: a late packet of the state before
-  Tag see_tag(uint8_t tag, double arrived);
+  // `older_too`: a tag left before the last one is told late by the same window, counted from
+  // when it was left (seed 10001822; Faults::one_tag_left takes it out).
+  enum class Tag { KNOWN, LEFT, NEW };  // LEFT: a late packet of a state before
+  Tag see_tag(uint8_t tag, double arrived, bool older_too = true);
   int tag() const { return tag_; }  // -1: none yet
   void learn_tag(uint8_t tag) { tag_ = tag; }
   // A result of the tag left, of round `rnd` on slot i, that the slot had seen under that tag
@@ -86,7 +89,16 @@ class Rounds {
     std::map<uint32_t, double> suspect;
   };
   std::vector<LeftRounds> left_rounds_;
-  double tag_changed_at_ = 0;
+  double tag_changed_at_ = 0;  // when left_tag_ was left
+  // The tags left before left_tag_, each with when it was left, the latest first (at most
+  // MAX_OLDER_LEFT): after two resets in quick succession (a restart, then a re-install) late
+  // packets of the state before the one left are still on their way (Rounds::see_tag).
+  struct TagLeft {
+    int tag;
+    double at;
+  };
+  static constexpr std::size_t MAX_OLDER_LEFT = 8;
+  std::vector<TagLeft> older_left_;
   uint64_t resets_ = 0;
 };
 

@@ -14,12 +14,12 @@ from tests.worker.scripted_switch import engine_with_faults, stepper
 DONE, PENDING, RESET = 0, 3, 4  # Engine.step's statuses
 
 
-def _engine(install_tag: int) -> tuple[_core.worker.Engine, int]:
+def _engine(install_tag: int, **faults: bool) -> tuple[_core.worker.Engine, int]:
     """An engine of worker 0 of 2 on slot 0, attached with `install_tag`, in a call whose
-    chunk is sent."""
-    e = _core.worker.Engine(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
-                                          slot_base=0, slot_count=1, members=2,
-                                          install_tag=install_tag))
+    chunk is sent (the rules named in `faults` taken out)."""
+    e = engine_with_faults(engine_config(job_id=1, worker_id=0, switch_ip="127.0.0.1",
+                                         slot_base=0, slot_count=1, members=2,
+                                         install_tag=install_tag), **faults)
     key = "grad"
     e.register(key, wire.LANES)
     e.set_time(0.0)
@@ -61,6 +61,35 @@ def test_a_late_packet_of_the_state_left_is_told_by_its_arrival() -> None:
         e.set_time(10.0)
         e.on_datagram(_peer_result(7, chunk + 1, rnd=5), 10.0, arrived)
         assert (e.stats()["stray_replies"] == stray + 1) == late, arrived
+
+
+def _applied_after_late_packets_of_two_states_left(**faults: bool) -> int:
+    """Attached with tag 7, the engine hears tag 8 at 1 ms (a restart: the call aborts) and
+    tag 9 at 2 ms (the job installed again right after), whose round 0 it applies. Late
+    results of tags 7 and 8 arrive at 3 and 4 ms, then a copy of tag 9's round 0 at 5 ms.
+    How many times tag 9's round 0 was applied."""
+    e, chunk = _engine(7, **faults)
+    e.on_datagram(_peer_result(8, chunk + 1, rnd=3), 0.001)
+    assert e.step(0.001) == RESET
+    e.stats()  # (its "results": the headers applied since it was last asked, taken)
+    applied = 0
+    for now, tag in ((0.002, 9), (0.003, 7), (0.004, 8), (0.005, 9)):
+        e.set_time(now)
+        e.on_datagram(_peer_result(tag, chunk + 1, rnd=0 if tag == 9 else 4), now)
+        results = e.stats()["results"]
+        applied += tag == 9 and len(results) // wire.HEADER_BYTES
+    assert e.needs_resync
+    return applied
+
+
+def test_a_late_packet_of_a_state_left_before_the_last_is_late_too() -> None:
+    """Two resets in quick succession leave late packets of both states left on their way:
+    each tag left is told late within two rto_max of when it was left, and the copy of tag
+    9's round 0 is a duplicate. Taken out (Faults::one_tag_left), tag 7's late result is a
+    third state, tag 8's a fourth, and tag 9's copy a fifth, whose round 0 is applied a
+    second time (seed 10001822)."""
+    assert _applied_after_late_packets_of_two_states_left() == 1
+    assert _applied_after_late_packets_of_two_states_left(one_tag_left=True) == 2
 
 
 
