@@ -318,9 +318,14 @@ def _starved(rec: Record, sim: Sim, wk) -> list[str]:
         # the call's other slots show; and a chunk the call never sent, carried behind a
         # packet on its slot parked on a slow switch's delay (§9 partial liveness), met what
         # that packet's chunk of the key met (seed 9063516).
+        # A call may also have been the turn of a staler chunk of the key on the slot, in
+        # the order partial sends a slot's chunks (least recently closed first), with the
+        # starved chunk carried behind it (seed 10003598); that order gives the starved
+        # chunk its turn in a later call, where the phase must show.
         if starved and all(_met_another_key(rec, sim, wk, call, x, keyed) or any(
                 _met_another_key(rec, sim, wk, call, y, keyed)
                 for y in _carried_behind(rec, wk, call, x, keyed))
+                or _turn_of_staler(rec, wk, call, x, keyed)
                 for call in calls for x in starved):
             rec.excused["limit_out_of_step"] = rec.excused.get("limit_out_of_step", 0) + 1
             continue
@@ -408,6 +413,32 @@ def _carried_behind(rec: Record, wk, call, chunk: int, keyed: range) -> list[int
                           if within(u) and o == c and round_[0] == slot and d in keyed)
     behind.discard(chunk)
     return sorted(behind)
+
+
+def _turn_of_staler(rec: Record, wk, call, chunk: int, keyed: range) -> bool:
+    """Was `call` the turn of a staler chunk of the key (`keyed`) on the slot of `chunk`
+    (docs/protocol.md §10, limit "Members out of step on a partial slot", the staleness
+    order)? A partial call sends a slot's chunks least recently closed first (§9 "Sync /
+    partial sending", bounded staleness): the call sent the key's chunk whose result the
+    worker applied longest before the call began, which a round held open for others took
+    and the call parked, and carried `chunk`, fresher and never sent, behind it; that chunk
+    then reached the round. Its turn gives `chunk` a fresher rival in no later call: once
+    the staler chunks have had theirs, `chunk` goes first (seed 10003598: worker 0's chunk 7,
+    last closed in round 8, went before chunk 1, last closed in round 13, and chunk 1 then
+    met the members out of step in the two calls after)."""
+    slot = rec.plan.slot_base + chunk % rec.plan.slots
+    later = [c.start for c in wk.calls if c.key == call.key and c.start > call.start]
+    until = min(later, default=float("inf"))
+
+    def last_closed(c: int) -> float:
+        return max((t for t, g in wk.got if g == c and t < call.start), default=-1.0)
+
+    if any(call.start <= t <= call.end and c == chunk for t, _s, c in wk.sent):
+        return False
+    return any(call.start <= t <= call.end and s == slot and c in keyed and c != chunk
+               and last_closed(c) < last_closed(chunk)
+               and any(t < u < until and g == c for u, g in wk.got)
+               for t, s, c in wk.parks)
 
 
 def _answered_late(call, sent: float) -> bool:

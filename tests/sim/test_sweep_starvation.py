@@ -172,6 +172,32 @@ def test_a_round_of_another_key_open_or_closed_is_the_limit_and_only_it(target: 
     assert any(v.startswith("starvation") and "of key 1" in v for v in check(rec, sim))
 
 
+# Seed 10003598: a partial call sent a staler chunk of the key first on a slot (least recently
+# closed first), a round held for others took it and it was parked, and the call carried the
+# fresher chunk 1 behind it; in the two calls after, chunk 1 met the members out of step.
+TURN_OF_STALER = 10003598
+
+
+@pytest.mark.parametrize("target", ["native", "python"])
+def test_a_staler_chunks_turn_then_the_members_out_of_step_is_the_limit_and_only_it(
+        target: str, monkeypatch) -> None:
+    """Counted by limit_out_of_step; without the staler chunk's turn read, or with the
+    worker's order read as if the carried chunk had been the staler, it is starvation again."""
+    rec, sim = simulate(draw(TURN_OF_STALER), target)
+    assert check(rec, sim) == [] and rec.excused.get("limit_out_of_step", 0) >= 1
+    starved = "starvation: worker 0's chunk(s) [1] of key 0"
+    with monkeypatch.context() as m:
+        m.setattr(checker, "_turn_of_staler", lambda *_: False)
+        rec.excused.clear()
+        assert any(v.startswith(starved) for v in check(rec, sim))
+    w0 = sim.workers[0]
+    for call in w0.calls:  # chunk 7 closed last just before each call: the fresher of the two
+        if call.key == 0:
+            w0.got.append((call.start - 1e-9, 7))
+    rec.excused.clear()
+    assert any(v.startswith(starved) for v in check(rec, sim))
+
+
 # Seed 9127363: a partial call ended with its contribution in flight behind a slow switch; the
 # RESEND of a round of another key that had closed without it came in the next call.
 RACE_ANSWERED_LATE = 9127363
