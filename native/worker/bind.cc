@@ -153,6 +153,7 @@ void bind_config(nb::module_& m) {
       .def_rw("launch_past_sync_copy", &Faults::launch_past_sync_copy)
       .def_rw("hold_past_copy_by_rto", &Faults::hold_past_copy_by_rto)
       .def_rw("flight_deadline_from_launch", &Faults::flight_deadline_from_launch)
+      .def_rw("everyone_heard_in_resend", &Faults::everyone_heard_in_resend)
       .def_rw("pin_overflow", &Faults::pin_overflow)
       .def_rw("no_restart_detection", &Faults::no_restart_detection)
       .def_rw("no_flight_deadline", &Faults::no_flight_deadline)

@@ -175,6 +175,10 @@ struct Faults {
   // to their next call (join_after after their last progress, then two round trips), fails
   // the call while every member is seen at work (seed 9132941).
   bool flight_deadline_from_launch = false;
+  // ... and a RESEND (the stored RESULT of a round closed before) counts as such a RESULT,
+  // though it shows nothing of the members now (seed 10055420: a call stuck on other slots
+  // outlived the job's liveness bound).
+  bool everyone_heard_in_resend = false;
   // Partial: a RESULT that another member's contribution closed gives an RTT sample for the
   // flight of mine it settles (Flights::rtt_sample): the wait in a round held open for the
   // others is taken for a round trip, and one such wait pins the RTO at rto_max; a packet

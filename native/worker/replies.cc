@@ -65,7 +65,12 @@ void Replies::on_full(const uint8_t* d, double now) {
   // Every member in the round: my peers alive and at work (the packet deadline, seed
   // 9132941). Not in a job of one: there is no peer to be out of step with, and a round of
   // mine alone says nothing of another slot's packet held or lost.
-  if (cfg_.members > 1 && __builtin_popcount(uint32_t(h.bitmap)) >= cfg_.members)
+  // A RESEND of a round closed before shows nothing of now (seed 10055420: a member's
+  // retransmission into an old round was answered with its stored RESULT of every member,
+  // which moved the deadline of a call stuck on other slots past the job's liveness bound).
+  const bool resent = h.flags & uint8_t(wire::Flag::RESEND);
+  if (cfg_.members > 1 && __builtin_popcount(uint32_t(h.bitmap)) >= cfg_.members &&
+      (!resent || faults_.everyone_heard_in_resend))
     flights_.heard_everyone(now);
   // My bit with my flight's chunk in its round (async: a round of one with its lanes): the
   // round counted my flight. If this result is what shows the state to be new, it settles the

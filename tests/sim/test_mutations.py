@@ -299,6 +299,13 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     "deadline_from_everyone_heard": (FAULT_KINDS, 9132941,
                                      {"faults": {"flight_deadline_from_launch": True}},
                                      "failure", "worker 0 call 4"),
+    # ... but not from a RESEND: member 1's retransmission into slot 40's round 0, closed long
+    # before, was answered at 5.59 s with its stored RESULT of all eight members, which moved
+    # the deadline of its call, stuck on sync rounds of slots 35 and 36, past the liveness
+    # bound.
+    "deadline_not_from_resend": (FAULT_KINDS, 10055420,
+                                 {"faults": {"everyone_heard_in_resend": True}},
+                                 "liveness", "worker 1 call 1"),
     # §9 "A switch that lost the job's state", every tag left is told late: a restart at
     # 0.3203 s and a re-install at 0.3232 s (tags 29, 130, 149). Member 3 learned tag 149 at
     # 0.324497 s and applied its slot 42 round 1; a late result of tag 29 (0.324652 s),

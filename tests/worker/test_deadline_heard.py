@@ -119,3 +119,21 @@ def test_a_result_without_every_member_leaves_the_deadline(bitmap: int) -> None:
     assert member.engine.next_wake() == pytest.approx(member.launched + DEAD_AFTER)
     member.wait_until(member.launched + DEAD_AFTER)
     assert member.status == UNREACHABLE
+
+
+@pytest.mark.parametrize("rule", ["in", "taken out"])
+def test_a_resend_of_every_member_leaves_the_deadline(rule: str) -> None:
+    """A RESEND is the stored RESULT of a round closed before: its bitmap of every member
+    shows nothing of the members now, and the deadline stays dead_after from the launch (seed
+    10055420: a retransmission into an old round, answered so, moved the deadline of a call
+    stuck on other slots past the job's liveness bound)."""
+    member = Member(**({"everyone_heard_in_resend": True} if rule == "taken out" else {}))
+    b = member.latest[SLOT + 1].header
+    stored = wire.Packet(wire.Header(op=Op.RESULT, job_id=JOB, worker_id=0, slot=b.slot,
+                                     round=OPEN - 1, chunk=b.chunk, count=2, bitmap=0b11,
+                                     mode=Mode.SYNC, flags=wire.Flag.RESEND),
+                         np.zeros(wire.LANES, np.int64)).encode()
+    member.hand(stored, after=HEARD_AFTER)
+    assert member.status == PENDING
+    assert member.engine.next_wake() == pytest.approx(
+        member.launched + DEAD_AFTER if rule == "in" else member.now + DEAD_AFTER)
