@@ -310,7 +310,7 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057, 9039175,
                           9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569, 9102095,
                           9086527, 9109296, 9081944, 9127363, 9125740, 9110370, 9132941,
-                          10001822, 10003598)
+                          10001822, 10003598, 10036437)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
