@@ -388,8 +388,9 @@ FOUND_ON: dict[str, tuple[str, ...]] = {
     # against a scripted switch as well (tests/worker/test_unlearned_rto.py).
     # A flight whose round closed with my bit on another chunk waiting out its RTO (seed
     # 10036437's rule): on the engine's own such a flight is sent again at once, which moves
-    # refused_mark's seed off its race.
-    "closed_by_my_other_waits_rto": ("refused_mark",),
+    # each row's seed off its case (held_result_no_rtt's on the TNA model).
+    "closed_by_my_other_waits_rto": ("refused_mark", "join_left_out_of_the_call",
+                                     "progress_of_the_call", "held_result_no_rtt"),
     "held_result_samples_rtt": ("join", "abort_discards_unsent", "partial_order_after_a_close",
                                 "partial_held_slot_waits", "async_answer_to_sync_flight",
                                 "forgotten_round", "give_up_not_silence", "park_learns_rto",
