@@ -610,11 +610,13 @@ def test_tna_dead_latch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
 # 9006326's schedule, and before a partial packet parked at its first timeout with no RTT
 # sample yet backed the RTO off, Faults::park_keeps_unlearned_rto, which moves 9005242's and
 # 9006326's, and before a partial RESULT closed by another member's contribution gave no RTT
-# sample, plan.HELD_RESULT_AS_FOUND, which moves them too) and must pass on the engine's own
-# as well.
+# sample, plan.HELD_RESULT_AS_FOUND, which moves them too, and before a flight whose round
+# closed with my bit on another chunk was sent again at once, Faults::closed_by_my_other_waits_
+# rto, seed 10036437's rule, which moves 9006326's) and must pass on the engine's own as well.
 TNA_STALE_COUNTED_RELAUNCH = (9005174, 9005242, 9006326)
 TNA_STALE_COUNTED_FOUND_ON = {**PROBE_PERIOD_AS_FOUND, "join_left_out_waits": True,
-                              "park_keeps_unlearned_rto": True, **HELD_RESULT_AS_FOUND}
+                              "park_keeps_unlearned_rto": True, **HELD_RESULT_AS_FOUND,
+                              "closed_by_my_other_waits_rto": True}
 
 
 class _Forgetful(dict):
