@@ -149,6 +149,7 @@ void bind_config(nb::module_& m) {
       .def_rw("unlearned_park_backs_off_heard", &Faults::unlearned_park_backs_off_heard)
       .def_rw("held_result_samples_rtt", &Faults::held_result_samples_rtt)
       .def_rw("one_tag_left", &Faults::one_tag_left)
+      .def_rw("closed_by_my_other_waits_rto", &Faults::closed_by_my_other_waits_rto)
       .def_rw("state_left_teaches_rounds", &Faults::state_left_teaches_rounds)
       .def_rw("launch_past_sync_copy", &Faults::launch_past_sync_copy)
       .def_rw("hold_past_copy_by_rto", &Faults::hold_past_copy_by_rto)

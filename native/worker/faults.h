@@ -191,6 +191,12 @@ struct Faults {
   // a reset that forgets the slots' rounds, and the known state's results heard again are
   // applied twice (seed 10001822).
   bool one_tag_left = false;
+  // A flight whose round closed with my bit on another chunk (a packet of mine an aborted call
+  // forgot held my place there; Replies::on_full) waits out its RTO, though the switch dropped
+  // it there as my duplicate and no answer to it will come (Flights::closed_by_my_other): after
+  // the faults, with the RTO at rto_max, its call runs that far behind the others, whose rounds
+  // of the next keys wait for it (seed 10036437: starvation).
+  bool closed_by_my_other_waits_rto = false;
 };
 
 }  // namespace hysync::worker

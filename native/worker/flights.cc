@@ -591,6 +591,24 @@ void Flights::hurry(uint32_t i, double now) {
   }
 }
 
+// Slot i's flight sat in a round (sync or partial) that closed with my bit on another chunk:
+// another contribution of mine, one an aborted call forgot, held my place there, so the switch
+// dropped this packet as my duplicate without a word, and no answer to it will come; or it has
+// yet to arrive, and its answer will. Either way its round is gone: a copy now meets the closed
+// round (RESEND, the slot's last; STALE_ROUND past it) and settles it as carried, or, were the
+// slot to turn async meanwhile, is counted there as the RTO's copy would be - only sooner. Left
+// to its timer, it waited out the RTO, up to rto_max after the faults, and its call ran that
+// far behind the others: their rounds of the next keys waited for it, their packets parked
+// there held their slots, and a member's chunks reached no round in three calls (seed 10036437:
+// a member's chunk 7, dropped in slot 24's round of chunk 3 that held its bit from call 0, waited
+// 0.5 s after that round's RESULT; the others' key-2 chunk 8 parked in slot 21's round of chunk
+// 0 waiting for it).
+void Flights::closed_by_my_other(uint32_t i, double now) {
+  Flight* f = slots_[i].flight.get();
+  if (!f || faults_.closed_by_my_other_waits_rto) return;
+  hurry(i, now);
+}
+
 // A reply reported slot i's mode. If it is no longer partial while this call's chunks there were
 // carried because a parked packet held the slot, they are pending again.
 void Flights::follow_mode(uint32_t i, double now) {

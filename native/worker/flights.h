@@ -73,6 +73,10 @@ class Flights {
   // call that this round displaced is offered again.
   void round_closed(uint32_t i, uint32_t chunk, uint32_t rnd, double now);
   void follow_mode(uint32_t i, double now);  // the slot's mode was reported
+  // Its round closed with my bit on another chunk (a packet of mine an aborted call forgot):
+  // the switch dropped it there as my duplicate, without a word, or has yet to answer it. Sent
+  // again now: the answer (a RESEND, as the round is the slot's last) settles it.
+  void closed_by_my_other(uint32_t i, double now);
 
   // The switch's silence.
   double last_heard() const { return last_rx_; }

@@ -224,9 +224,14 @@ void Replies::on_full(const uint8_t* d, double now) {
       take_result();
       flights_.done(i, false, now, true, d);
     } else if (h.mode != ASYNC) {
+      // My packet, dropped there as my duplicate, gets no answer: sent again now, not an RTO
+      // later (Flights::closed_by_my_other; seed 10036437). Once: the answers to the copies
+      // sent before it (a RESEND of an earlier transmission) land here too.
+      const bool seen_closed = f->closed;
       f->closed = true;
       f->closed_chunk = h.chunk;
       f->closed_by_my_other = mine;
+      if (mine && !seen_closed) flights_.closed_by_my_other(i, now);
     }
   }
   if (h.mode != PARTIAL) flights_.follow_mode(i, now);

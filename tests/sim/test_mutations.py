@@ -314,6 +314,16 @@ MUTATIONS: dict[str, tuple[tuple[str, ...], int, dict[str, Any], str, str]] = {
     # a second time.
     "older_tag_left": (FAULT_KINDS, 10001822, {"faults": {"one_tag_left": True}}, "agreement",
                        "worker 3 applied slot 42 round 1"),
+    # §9 "Sync / partial sending", a round closed on my other chunk: call 0 (key 0) ended at
+    # 1.626 s with slot 24's partial round 0 (chunk 3) holding members 0 and 2's bits from its
+    # packets. Member 0's next call sent chunk 7 there (1.6335 s), dropped as its duplicate;
+    # the round closed at 1.6355 s with chunk 3, and the flight, answered by nothing, waited
+    # out its RTO (rto_max) to 2.133 s. Slot 21's round 0 of chunk 0 waited for member 0 all
+    # that time, member 2's chunk 8 parked there, and its key-1 and key-2 chunks reached no
+    # round in three calls.
+    "closed_by_my_other_resent": (FAULT_KINDS, 10036437,
+                                  {"faults": {"closed_by_my_other_waits_rto": True}},
+                                  "starvation", "worker 2's chunk(s) [7] of key 1"),
 }
 
 
@@ -383,6 +393,11 @@ FOUND_ON: dict[str, tuple[str, ...]] = {
     # the path's RTO, keeps out of the wait). park_learns_rto's and park_heard_keeps_rto's
     # rules are of what the RTO learns before and after its first sample; both are shown
     # against a scripted switch as well (tests/worker/test_unlearned_rto.py).
+    # A flight whose round closed with my bit on another chunk waiting out its RTO (seed
+    # 10036437's rule): on the engine's own such a flight is sent again at once, which moves
+    # each row's seed off its case (held_result_no_rtt's on the TNA model).
+    "closed_by_my_other_waits_rto": ("refused_mark", "join_left_out_of_the_call",
+                                     "progress_of_the_call", "held_result_no_rtt"),
     "held_result_samples_rtt": ("join", "abort_discards_unsent", "partial_order_after_a_close",
                                 "partial_held_slot_waits", "async_answer_to_sync_flight",
                                 "forgotten_round", "give_up_not_silence", "park_learns_rto",

@@ -313,7 +313,7 @@ def test_sweep_9m_regressions(seed: int, target: str) -> None:
 SWEEP_100K_REGRESSIONS = (9019369, 9000692, 9000279, 9036984, 9045913, 9044368, 9079057, 9039175,
                           9061566, 9068240, 9010355, 9075276, 9078748, 9105650, 9102569, 9102095,
                           9086527, 9109296, 9081944, 9127363, 9125740, 9110370, 9132941,
-                          10001822, 10003598, 10055420)
+                          10001822, 10003598, 10055420, 10036437)
 
 # Seeds the sweep's continuation from 9052000 found on the engine before the partial re-offer,
 # the held slot's wait and the probe period as armed: starvation 9053103, 9057068 (clean once
@@ -613,11 +613,13 @@ def test_tna_dead_latch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
 # 9006326's schedule, and before a partial packet parked at its first timeout with no RTT
 # sample yet backed the RTO off, Faults::park_keeps_unlearned_rto, which moves 9005242's and
 # 9006326's, and before a partial RESULT closed by another member's contribution gave no RTT
-# sample, plan.HELD_RESULT_AS_FOUND, which moves them too) and must pass on the engine's own
-# as well.
+# sample, plan.HELD_RESULT_AS_FOUND, which moves them too, and before a flight whose round
+# closed with my bit on another chunk was sent again at once, Faults::closed_by_my_other_waits_
+# rto, seed 10036437's rule, which moves 9006326's) and must pass on the engine's own as well.
 TNA_STALE_COUNTED_RELAUNCH = (9005174, 9005242, 9006326)
 TNA_STALE_COUNTED_FOUND_ON = {**PROBE_PERIOD_AS_FOUND, "join_left_out_waits": True,
-                              "park_keeps_unlearned_rto": True, **HELD_RESULT_AS_FOUND}
+                              "park_keeps_unlearned_rto": True, **HELD_RESULT_AS_FOUND,
+                              "closed_by_my_other_waits_rto": True}
 
 
 class _Forgetful(dict):

@@ -70,8 +70,11 @@ OUT_OF_STEP_OPENED_BY_DISPLACED = 9018072
 OUT_OF_STEP_ACROSS_CALLS = 9019419
 # Replayed as it was found: the packet deadline counted from the packet's launch only
 # (Faults::flight_deadline_from_launch). Counted from the last RESULT heard of every member
-# (seed 9132941's fix), the schedule moves off the limit's case and the seed passes without it.
-ACROSS_CALLS_FOUND_ON = {"flight_deadline_from_launch": True}
+# (seed 9132941's fix), the schedule moves off the limit's case and the seed passes without it;
+# so it does with a flight whose round closed with my bit on another chunk sent again at once
+# (seed 10036437's fix; Faults::closed_by_my_other_waits_rto takes it out).
+ACROSS_CALLS_FOUND_ON = {"flight_deadline_from_launch": True,
+                         "closed_by_my_other_waits_rto": True}
 # The same limit behind a switch 0.1 s slow, where a call of a one-chunk key ends 5 ms after
 # sending its chunk, parked in a round: the CHUNK_MISMATCH of another key's round answers it
 # in the worker's next call, of another key.
