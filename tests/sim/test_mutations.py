@@ -393,15 +393,16 @@ FOUND_ON: dict[str, tuple[str, ...]] = {
     # the path's RTO, keeps out of the wait). park_learns_rto's and park_heard_keeps_rto's
     # rules are of what the RTO learns before and after its first sample; both are shown
     # against a scripted switch as well (tests/worker/test_unlearned_rto.py).
-    # A flight whose round closed with my bit on another chunk waiting out its RTO (seed
-    # 10036437's rule): on the engine's own such a flight is sent again at once, which moves
-    # each row's seed off its case (held_result_no_rtt's on the TNA model).
-    "closed_by_my_other_waits_rto": ("refused_mark", "join_left_out_of_the_call",
-                                     "progress_of_the_call", "held_result_no_rtt"),
     "held_result_samples_rtt": ("join", "abort_discards_unsent", "partial_order_after_a_close",
                                 "partial_held_slot_waits", "async_answer_to_sync_flight",
                                 "forgotten_round", "give_up_not_silence", "park_learns_rto",
                                 "park_heard_keeps_rto", "sync_copy_hold_by_rto"),
+    # A flight whose round closed with my bit on another chunk waiting out its RTO (seed
+    # 10036437's rule): on the engine's own such a flight is sent again at once, which moves
+    # each row's seed off its case (held_result_no_rtt's on the TNA model).
+    "closed_by_my_other_waits_rto": ("refused_mark", "join_left_out_of_the_call",
+                                     "progress_of_the_call", "held_result_no_rtt",
+                                     "deadline_not_from_resend"),
 }
 assert PROBE_PERIOD_AS_FOUND.keys() | HELD_RESULT_AS_FOUND.keys() <= FOUND_ON.keys()
 
