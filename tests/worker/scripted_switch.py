@@ -52,6 +52,15 @@ class ScriptedMember:
     def sent(self) -> list[wire.Packet]:
         return [wire.Packet.decode(d) for d in self.engine.take_sent()]
 
+    def at(self, now: float, data: bytes | None = None) -> list[wire.Packet]:
+        """The engine at `now`, handed `data` (a reply) if any; what it sent."""
+        self.now = now
+        self.engine.set_time(now)
+        if data is not None:
+            self.engine.on_datagram(data, now, now)
+        self.status = self.engine.step(now)
+        return self.sent()
+
     def hand(self, data: bytes, after: float = 0.001) -> None:
         self.now += after
         self.engine.set_time(self.now)

@@ -44,14 +44,6 @@ class Member(ScriptedMember):
         self.engine.register("g", wire.LANES)
         self.now = 0.0
 
-    def at(self, now: float, data: bytes | None = None) -> list[wire.Packet]:
-        self.now = now
-        self.engine.set_time(now)
-        if data is not None:
-            self.engine.on_datagram(data, now, now)
-        self.status = self.engine.step(now)
-        return self.sent()
-
     def first_contact(self) -> wire.Packet:
         """A call of key "g": its probe answered at once with the open round OPEN; the chunk's
         packet, relaunched at that round."""

@@ -49,15 +49,6 @@ class Member(ScriptedMember):
         self.now = 0.0
         self.values = np.full(wire.LANES, MINE, np.float32)
 
-    def at(self, now: float, data: bytes | None = None) -> list[wire.Packet]:
-        """The engine at `now`, handed `data` if any; what it sent."""
-        self.now = now
-        self.engine.set_time(now)
-        if data is not None:
-            self.engine.on_datagram(data, now, now)
-        self.status = self.engine.step(now)
-        return self.sent()
-
     def call(self) -> wire.Packet:
         """A call of key "g" begun now; its one packet."""
         self.engine.set_time(self.now)
